@@ -1,0 +1,139 @@
+//! Element types, with one name each that is used everywhere: JSON records,
+//! error messages, the CLI. The numeric codes are TensorFlow's `DataType`
+//! enum, so that the worker and the SavedModel reader convert without tables.
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// A tensor element type isorun can carry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum DType {
+    Float32,
+    Float64,
+    Float16,
+    BFloat16,
+    Int8,
+    Int16,
+    Int32,
+    Int64,
+    UInt8,
+    UInt16,
+    UInt32,
+    UInt64,
+    Bool,
+    /// Byte strings (TensorFlow's `DT_STRING`), not necessarily UTF-8.
+    String,
+}
+
+impl DType {
+    pub const ALL: [DType; 14] = [
+        DType::Float32,
+        DType::Float64,
+        DType::Float16,
+        DType::BFloat16,
+        DType::Int8,
+        DType::Int16,
+        DType::Int32,
+        DType::Int64,
+        DType::UInt8,
+        DType::UInt16,
+        DType::UInt32,
+        DType::UInt64,
+        DType::Bool,
+        DType::String,
+    ];
+
+    /// The name used in records and messages (`float32`, `int64`, `string`, ...).
+    pub fn name(self) -> &'static str {
+        match self {
+            DType::Float32 => "float32",
+            DType::Float64 => "float64",
+            DType::Float16 => "float16",
+            DType::BFloat16 => "bfloat16",
+            DType::Int8 => "int8",
+            DType::Int16 => "int16",
+            DType::Int32 => "int32",
+            DType::Int64 => "int64",
+            DType::UInt8 => "uint8",
+            DType::UInt16 => "uint16",
+            DType::UInt32 => "uint32",
+            DType::UInt64 => "uint64",
+            DType::Bool => "bool",
+            DType::String => "string",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<DType> {
+        DType::ALL.into_iter().find(|d| d.name() == name)
+    }
+
+    /// Bytes per element in the dense layout; `None` for strings.
+    pub fn element_size(self) -> Option<usize> {
+        Some(match self {
+            DType::Int8 | DType::UInt8 | DType::Bool => 1,
+            DType::Float16 | DType::BFloat16 | DType::Int16 | DType::UInt16 => 2,
+            DType::Float32 | DType::Int32 | DType::UInt32 => 4,
+            DType::Float64 | DType::Int64 | DType::UInt64 => 8,
+            DType::String => return None,
+        })
+    }
+
+    /// TensorFlow's `DataType` code (`DT_FLOAT` = 1, ...).
+    pub fn tf_code(self) -> i32 {
+        match self {
+            DType::Float32 => 1,
+            DType::Float64 => 2,
+            DType::Int32 => 3,
+            DType::UInt8 => 4,
+            DType::Int16 => 5,
+            DType::Int8 => 6,
+            DType::String => 7,
+            DType::Int64 => 9,
+            DType::Bool => 10,
+            DType::BFloat16 => 14,
+            DType::UInt16 => 17,
+            DType::Float16 => 19,
+            DType::UInt32 => 22,
+            DType::UInt64 => 23,
+        }
+    }
+
+    pub fn from_tf_code(code: i32) -> Option<DType> {
+        DType::ALL.into_iter().find(|d| d.tf_code() == code)
+    }
+}
+
+/// The name of a TensorFlow `DataType` code isorun cannot carry, for messages.
+pub fn tf_code_name(code: i32) -> String {
+    match DType::from_tf_code(code) {
+        Some(d) => d.name().to_string(),
+        None => match code {
+            8 => "complex64".into(),
+            18 => "complex128".into(),
+            20 => "resource".into(),
+            21 => "variant".into(),
+            _ => format!("tensorflow dtype {code}"),
+        },
+    }
+}
+
+impl fmt::Display for DType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_and_codes_round_trip() {
+        for d in DType::ALL {
+            assert_eq!(DType::from_name(d.name()), Some(d));
+            assert_eq!(DType::from_tf_code(d.tf_code()), Some(d));
+        }
+        assert_eq!(DType::from_name("float"), None);
+        assert_eq!(tf_code_name(20), "resource");
+    }
+}

@@ -1,0 +1,84 @@
+//! The messages between supervisor and worker. A worker's life: it connects
+//! and says `Hello` (carrying the name of the channel on which it takes
+//! requests), then for each `Run` it answers `Loaded` and `Finished`, and it
+//! exits after `Shutdown` or when the supervisor goes away.
+
+use crate::{DType, ModelError, Tensor};
+use serde::{Deserialize, Serialize};
+
+/// The worker's first message.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Hello {
+    pub protocol_version: u32,
+    pub worker_version: String,
+    pub tensorflow_version: String,
+    pub pid: u32,
+    /// Name of the worker's `ipc-channel` one-shot server, to which the
+    /// supervisor connects to send requests (the way back).
+    pub request_channel: String,
+}
+
+/// TensorFlow session settings chosen by the supervisor.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionConfig {
+    /// `ConfigProto.intra_op_parallelism_threads` (0 lets TensorFlow choose).
+    pub intra_op_threads: u32,
+    /// `ConfigProto.inter_op_parallelism_threads` (0 lets TensorFlow choose).
+    pub inter_op_threads: u32,
+}
+
+/// One model to run with one set of inputs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunRequest {
+    /// The supervisor's number for this unit, echoed in the answers.
+    pub unit: u64,
+    /// Absolute path of the SavedModel folder.
+    pub model_dir: String,
+    pub tags: Vec<String>,
+    pub signature: String,
+    pub inputs: Vec<(String, Tensor)>,
+    pub config: SessionConfig,
+}
+
+/// Supervisor to worker.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum ToWorker {
+    Run(RunRequest),
+    /// No more work: exit now.
+    Shutdown,
+}
+
+/// A signature's input or output as the model declares it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TensorSpec {
+    pub name: String,
+    pub dtype: DType,
+    /// `None` for a dimension of unknown size; the whole is `None` for unknown rank.
+    pub shape: Option<Vec<Option<u64>>>,
+}
+
+/// A signature as the model declares it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SignatureInfo {
+    pub key: String,
+    pub inputs: Vec<TensorSpec>,
+    pub outputs: Vec<TensorSpec>,
+}
+
+/// The end of one unit, as the worker saw it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum UnitResult {
+    /// Every output of the signature, sorted by name.
+    Ok { outputs: Vec<(String, Tensor)> },
+    Err(ModelError),
+}
+
+/// Worker to supervisor.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum WorkerMessage {
+    Hello(Hello),
+    /// The model of `unit` is loaded (or was already), in `load_ms`.
+    Loaded { unit: u64, load_ms: u64 },
+    /// `unit` is over; `run_ms` is the time of the session run alone.
+    Finished { unit: u64, run_ms: u64, result: UnitResult },
+}

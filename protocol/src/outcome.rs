@@ -1,0 +1,225 @@
+//! How a unit of work (one model run in a worker) ended. `Outcome` is the
+//! closed set of endings every report is built from; `ModelError` is what a
+//! worker says when the model or its inputs are at fault, which is
+//! deterministic and so never retried.
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// What was wrong with a model or its inputs, as the worker found it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ErrorKind {
+    /// The SavedModel could not be loaded (missing, corrupt, wrong tags).
+    LoadFailed,
+    /// No signature with the requested key.
+    SignatureNotFound,
+    /// Input names, dtypes or shapes do not fit the signature.
+    InputMismatch,
+    /// TensorFlow failed while running the signature.
+    Tensorflow,
+    /// The signature uses a dtype isorun cannot carry.
+    UnsupportedDtype,
+    /// The worker panicked (a bug in isorun, reported rather than hidden).
+    WorkerPanic,
+}
+
+impl ErrorKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            ErrorKind::LoadFailed => "load_failed",
+            ErrorKind::SignatureNotFound => "signature_not_found",
+            ErrorKind::InputMismatch => "input_mismatch",
+            ErrorKind::Tensorflow => "tensorflow",
+            ErrorKind::UnsupportedDtype => "unsupported_dtype",
+            ErrorKind::WorkerPanic => "worker_panic",
+        }
+    }
+}
+
+impl fmt::Display for ErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// An error about one model, reported by the worker.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ModelError {
+    pub kind: ErrorKind,
+    /// TensorFlow's status code name (`INVALID_ARGUMENT`, ...), when TensorFlow said it.
+    pub code: Option<String>,
+    pub message: String,
+}
+
+impl ModelError {
+    pub fn new(kind: ErrorKind, message: impl Into<String>) -> ModelError {
+        ModelError { kind, code: None, message: message.into() }
+    }
+}
+
+impl fmt::Display for ModelError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.code {
+            Some(code) => write!(f, "{} ({}): {}", self.kind, code, self.message),
+            None => write!(f, "{}: {}", self.kind, self.message),
+        }
+    }
+}
+
+/// Where a unit was when its time ran out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Phase {
+    /// Starting the worker, before its `Hello`.
+    Start,
+    /// Loading the SavedModel.
+    Load,
+    /// Running the signature.
+    Run,
+}
+
+impl Phase {
+    pub fn name(self) -> &'static str {
+        match self {
+            Phase::Start => "start",
+            Phase::Load => "load",
+            Phase::Run => "run",
+        }
+    }
+}
+
+/// Why a unit never ran to an end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum NotRunReason {
+    /// isorun was interrupted (Ctrl-C, SIGTERM, closed stdout).
+    Interrupted,
+    /// `--max-failures` was reached.
+    MaxFailures,
+    /// The shard task that owned it was lost.
+    ShardTaskLost,
+}
+
+impl NotRunReason {
+    pub fn name(self) -> &'static str {
+        match self {
+            NotRunReason::Interrupted => "interrupted",
+            NotRunReason::MaxFailures => "max_failures",
+            NotRunReason::ShardTaskLost => "shard_task_lost",
+        }
+    }
+}
+
+/// Everything a unit of work can end as.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum Outcome {
+    /// The signature ran and returned every output.
+    Ok,
+    /// The model or its inputs are at fault.
+    Error(ModelError),
+    /// The worker died: by a signal, or with an exit code it should not have.
+    Crashed { signal: Option<i32>, core_dumped: bool, exit_code: Option<i32> },
+    /// A deadline passed.
+    Timeout { phase: Phase },
+    /// The worker went over its memory limit.
+    MemoryLimit { peak_bytes: u64 },
+    /// The worker broke the protocol (garbage, wrong version, out of order).
+    ProtocolError { message: String },
+    /// The worker could not be started.
+    SpawnFailed { message: String },
+    /// Outputs differ from the golden ones.
+    Mismatch { output: String, max_abs_error: f64, max_rel_error: f64, index: Vec<u64> },
+    /// The unit was never run to an end.
+    NotRun { reason: NotRunReason },
+}
+
+impl Outcome {
+    /// The `status` field of records: one word per variant.
+    pub fn status(&self) -> &'static str {
+        match self {
+            Outcome::Ok => "ok",
+            Outcome::Error(_) => "error",
+            Outcome::Crashed { .. } => "crashed",
+            Outcome::Timeout { .. } => "timeout",
+            Outcome::MemoryLimit { .. } => "memory_limit",
+            Outcome::ProtocolError { .. } => "protocol_error",
+            Outcome::SpawnFailed { .. } => "spawn_failed",
+            Outcome::Mismatch { .. } => "mismatch",
+            Outcome::NotRun { .. } => "not_run",
+        }
+    }
+
+    pub fn is_ok(&self) -> bool {
+        matches!(self, Outcome::Ok)
+    }
+}
+
+/// The conventional name of a signal number (`SIGSEGV`), for records and messages.
+pub fn signal_name(signal: i32) -> String {
+    let name = match signal {
+        1 => "SIGHUP",
+        2 => "SIGINT",
+        3 => "SIGQUIT",
+        4 => "SIGILL",
+        5 => "SIGTRAP",
+        6 => "SIGABRT",
+        7 => "SIGBUS",
+        8 => "SIGFPE",
+        9 => "SIGKILL",
+        10 => "SIGUSR1",
+        11 => "SIGSEGV",
+        12 => "SIGUSR2",
+        13 => "SIGPIPE",
+        14 => "SIGALRM",
+        15 => "SIGTERM",
+        24 => "SIGXCPU",
+        25 => "SIGXFSZ",
+        31 => "SIGSYS",
+        _ => return format!("signal {signal}"),
+    };
+    name.to_string()
+}
+
+impl fmt::Display for Outcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Outcome::Ok => f.write_str("ok"),
+            Outcome::Error(e) => write!(f, "error: {e}"),
+            Outcome::Crashed { signal: Some(s), core_dumped, .. } => write!(
+                f,
+                "crashed: killed by {}{}",
+                signal_name(*s),
+                if *core_dumped { " (core dumped)" } else { "" }
+            ),
+            Outcome::Crashed { exit_code: Some(c), .. } => write!(f, "crashed: exited with code {c}"),
+            Outcome::Crashed { .. } => f.write_str("crashed"),
+            Outcome::Timeout { phase } => write!(f, "timeout while in phase {}", phase.name()),
+            Outcome::MemoryLimit { peak_bytes } => write!(f, "memory limit exceeded (peak {peak_bytes} bytes)"),
+            Outcome::ProtocolError { message } => write!(f, "protocol error: {message}"),
+            Outcome::SpawnFailed { message } => write!(f, "worker could not be started: {message}"),
+            Outcome::Mismatch { output, max_abs_error, max_rel_error, index } => write!(
+                f,
+                "output {output} differs from the expected one: max abs error {max_abs_error}, max rel error {max_rel_error} at {index:?}"
+            ),
+            Outcome::NotRun { reason } => write!(f, "not run: {}", reason.name()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn display_names_what_happened() {
+        let crashed = Outcome::Crashed { signal: Some(11), core_dumped: false, exit_code: None };
+        assert_eq!(crashed.to_string(), "crashed: killed by SIGSEGV");
+        assert_eq!(crashed.status(), "crashed");
+        let error = Outcome::Error(ModelError {
+            kind: ErrorKind::Tensorflow,
+            code: Some("INVALID_ARGUMENT".into()),
+            message: "x must be non-negative".into(),
+        });
+        assert_eq!(error.to_string(), "error: tensorflow (INVALID_ARGUMENT): x must be non-negative");
+        assert_eq!(Outcome::Timeout { phase: Phase::Load }.to_string(), "timeout while in phase load");
+        assert_eq!(signal_name(64), "signal 64");
+    }
+}

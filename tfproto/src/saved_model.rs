@@ -1,0 +1,246 @@
+//! Signatures out of `saved_model.pb` (or out of the `MetaGraphDef` that
+//! `TF_LoadSessionFromSavedModel` returns), in isorun's own types.
+
+use isorun_protocol::{tf_code_name, DType, SignatureInfo, TensorSpec};
+use prost::Message;
+use std::path::{Path, PathBuf};
+
+/// TensorFlow's messages, only the fields isorun reads; tags as in
+/// `tensorflow/core/protobuf/{saved_model,meta_graph}.proto`.
+pub mod proto {
+    use std::collections::HashMap;
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct SavedModel {
+        #[prost(int64, tag = "1")]
+        pub saved_model_schema_version: i64,
+        #[prost(message, repeated, tag = "2")]
+        pub meta_graphs: Vec<MetaGraphDef>,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct MetaGraphDef {
+        #[prost(message, optional, tag = "1")]
+        pub meta_info_def: Option<MetaInfoDef>,
+        #[prost(map = "string, message", tag = "5")]
+        pub signature_def: HashMap<String, SignatureDef>,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct MetaInfoDef {
+        #[prost(string, repeated, tag = "4")]
+        pub tags: Vec<String>,
+        #[prost(string, tag = "5")]
+        pub tensorflow_version: String,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct SignatureDef {
+        #[prost(map = "string, message", tag = "1")]
+        pub inputs: HashMap<String, TensorInfo>,
+        #[prost(map = "string, message", tag = "2")]
+        pub outputs: HashMap<String, TensorInfo>,
+        #[prost(string, tag = "3")]
+        pub method_name: String,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct TensorInfo {
+        /// The graph tensor, `op_name:index` (dense tensors only).
+        #[prost(string, tag = "1")]
+        pub name: String,
+        #[prost(int32, tag = "2")]
+        pub dtype: i32,
+        #[prost(message, optional, tag = "3")]
+        pub tensor_shape: Option<TensorShapeProto>,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct TensorShapeProto {
+        #[prost(message, repeated, tag = "2")]
+        pub dim: Vec<Dim>,
+        #[prost(bool, tag = "3")]
+        pub unknown_rank: bool,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct Dim {
+        /// -1 for an unknown size.
+        #[prost(int64, tag = "1")]
+        pub size: i64,
+    }
+}
+
+/// Why a SavedModel's signatures could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum SavedModelError {
+    #[error("{path}: cannot read")]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("{path}: not a SavedModel protobuf ({reason})")]
+    Decode { path: PathBuf, reason: String },
+    #[error("{path}: no meta graph with tags {tags:?} (it has {available})")]
+    NoMetaGraph { path: PathBuf, tags: Vec<String>, available: String },
+    #[error("signature {key}: {name} has dtype {dtype}, which isorun cannot carry")]
+    UnsupportedDtype { key: String, name: String, dtype: String },
+}
+
+/// One meta graph: its tags and signatures (sorted by key).
+#[derive(Debug, Clone, PartialEq)]
+pub struct MetaGraph {
+    pub tags: Vec<String>,
+    pub def: proto::MetaGraphDef,
+}
+
+/// Reads `DIR/saved_model.pb`.
+pub fn read_saved_model(dir: &Path) -> Result<Vec<MetaGraph>, SavedModelError> {
+    let path = dir.join("saved_model.pb");
+    let bytes = std::fs::read(&path).map_err(|source| SavedModelError::Read { path: path.clone(), source })?;
+    let model = proto::SavedModel::decode(bytes.as_slice())
+        .map_err(|e| SavedModelError::Decode { path: path.clone(), reason: e.to_string() })?;
+    if model.meta_graphs.is_empty() {
+        return Err(SavedModelError::Decode { path, reason: "it holds no meta graph".into() });
+    }
+    Ok(model
+        .meta_graphs
+        .into_iter()
+        .map(|def| MetaGraph { tags: def.meta_info_def.as_ref().map(|m| m.tags.clone()).unwrap_or_default(), def })
+        .collect())
+}
+
+/// The signatures of a meta graph in isorun's types, sorted by key, with the
+/// graph tensor name of each input and output alongside. Inputs and outputs
+/// are sorted by name. TensorFlow's internal `__saved_model_init_op` is left out.
+pub fn signatures(def: &proto::MetaGraphDef) -> Result<Vec<(SignatureInfo, SignatureTensors)>, SavedModelError> {
+    let mut keys: Vec<&String> = def.signature_def.keys().filter(|k| *k != "__saved_model_init_op").collect();
+    keys.sort();
+    keys.into_iter()
+        .map(|key| {
+            let sig = &def.signature_def[key];
+            let (inputs, input_names) = specs(key, &sig.inputs)?;
+            let (outputs, output_names) = specs(key, &sig.outputs)?;
+            Ok((
+                SignatureInfo { key: key.clone(), inputs, outputs },
+                SignatureTensors { inputs: input_names, outputs: output_names },
+            ))
+        })
+        .collect()
+}
+
+/// Graph tensor names (`op:index`) of a signature's inputs and outputs, in
+/// the same order as its `SignatureInfo`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SignatureTensors {
+    pub inputs: Vec<String>,
+    pub outputs: Vec<String>,
+}
+
+type Specs = (Vec<TensorSpec>, Vec<String>);
+
+fn specs(key: &str, map: &std::collections::HashMap<String, proto::TensorInfo>) -> Result<Specs, SavedModelError> {
+    let mut names: Vec<&String> = map.keys().collect();
+    names.sort();
+    let mut specs = Vec::with_capacity(names.len());
+    let mut tensors = Vec::with_capacity(names.len());
+    for name in names {
+        let info = &map[name];
+        let dtype = DType::from_tf_code(info.dtype).ok_or_else(|| SavedModelError::UnsupportedDtype {
+            key: key.to_string(),
+            name: name.clone(),
+            dtype: tf_code_name(info.dtype),
+        })?;
+        let shape = match &info.tensor_shape {
+            Some(shape) if !shape.unknown_rank => {
+                Some(shape.dim.iter().map(|d| u64::try_from(d.size).ok()).collect())
+            }
+            _ => None,
+        };
+        specs.push(TensorSpec { name: name.clone(), dtype, shape });
+        tensors.push(info.name.clone());
+    }
+    Ok((specs, tensors))
+}
+
+/// Picks the meta graph whose tag set equals `tags` (order ignored).
+pub fn find_meta_graph<'a>(
+    graphs: &'a [MetaGraph],
+    tags: &[String],
+    path: &Path,
+) -> Result<&'a MetaGraph, SavedModelError> {
+    let mut wanted: Vec<&String> = tags.iter().collect();
+    wanted.sort();
+    graphs
+        .iter()
+        .find(|g| {
+            let mut have: Vec<&String> = g.tags.iter().collect();
+            have.sort();
+            have == wanted
+        })
+        .ok_or_else(|| SavedModelError::NoMetaGraph {
+            path: path.to_path_buf(),
+            tags: tags.to_vec(),
+            available: graphs.iter().map(|g| format!("{:?}", g.tags)).collect::<Vec<_>>().join(", "),
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proto::*;
+
+    fn info(name: &str, dtype: i32, dims: &[i64]) -> TensorInfo {
+        TensorInfo {
+            name: name.into(),
+            dtype,
+            tensor_shape: Some(TensorShapeProto {
+                dim: dims.iter().map(|&size| Dim { size }).collect(),
+                unknown_rank: false,
+            }),
+        }
+    }
+
+    #[test]
+    fn signatures_come_out_sorted_with_unknown_dims() {
+        let mut def = MetaGraphDef::default();
+        let mut sig = SignatureDef::default();
+        sig.inputs.insert("b".into(), info("serving_default_b:0", 9, &[-1]));
+        sig.inputs.insert("a".into(), info("serving_default_a:0", 1, &[-1, 3]));
+        sig.outputs.insert("y".into(), info("StatefulPartitionedCall:1", 7, &[]));
+        def.signature_def.insert("serving_default".into(), sig);
+        def.signature_def.insert("__saved_model_init_op".into(), SignatureDef::default());
+        let encoded = SavedModel { saved_model_schema_version: 1, meta_graphs: vec![def] }.encode_to_vec();
+        let decoded = SavedModel::decode(encoded.as_slice()).unwrap();
+        let sigs = signatures(&decoded.meta_graphs[0]).unwrap();
+        assert_eq!(sigs.len(), 1);
+        let (info, tensors) = &sigs[0];
+        assert_eq!(info.key, "serving_default");
+        assert_eq!(info.inputs[0].name, "a");
+        assert_eq!(info.inputs[0].dtype, DType::Float32);
+        assert_eq!(info.inputs[0].shape, Some(vec![None, Some(3)]));
+        assert_eq!(info.inputs[1].dtype, DType::Int64);
+        assert_eq!(info.outputs[0].shape, Some(vec![]));
+        assert_eq!(tensors.inputs, ["serving_default_a:0", "serving_default_b:0"]);
+        assert_eq!(tensors.outputs, ["StatefulPartitionedCall:1"]);
+    }
+
+    #[test]
+    fn unsupported_dtype_names_the_tensor() {
+        let mut def = MetaGraphDef::default();
+        let mut sig = SignatureDef::default();
+        sig.inputs.insert("handle".into(), info("h:0", 20, &[]));
+        def.signature_def.insert("s".into(), sig);
+        let err = signatures(&def).unwrap_err().to_string();
+        assert_eq!(err, "signature s: handle has dtype resource, which isorun cannot carry");
+    }
+
+    #[test]
+    fn garbage_is_not_a_saved_model() {
+        let dir = std::env::temp_dir().join(format!("isorun-tfproto-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("saved_model.pb"), b"\xff\xff\xff\xff not a protobuf").unwrap();
+        let err = read_saved_model(&dir).unwrap_err();
+        assert!(matches!(err, SavedModelError::Decode { .. }), "{err}");
+        std::fs::write(dir.join("saved_model.pb"), b"").unwrap();
+        assert!(read_saved_model(&dir).unwrap_err().to_string().contains("no meta graph"));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -1,0 +1,186 @@
+//! Length-prefixed frames: a 4-byte magic, a little-endian `u64` length, then
+//! that many bytes of `bincode` 2 (standard configuration). See the crate
+//! docs for why the receiving side is this careful.
+
+use serde::{de::DeserializeOwned, Serialize};
+use std::io::{self, Read, Write};
+
+/// Marks the start of every frame, so that a peer speaking something else is
+/// caught at once instead of being read as a length.
+const MAGIC: [u8; 4] = *b"ISR1";
+
+/// Default cap on one frame (2 GiB): outputs larger than this need a larger cap.
+pub const DEFAULT_MAX_FRAME: u64 = 2 << 30;
+
+/// Cap on what bincode may allocate while decoding one frame. Byte buffers
+/// cost what they hold, so it only needs to be well above the frame cap.
+const DECODE_LIMIT: usize = 8 << 30;
+
+/// Why a frame could not be read or decoded.
+#[derive(Debug, thiserror::Error)]
+pub enum FrameError {
+    #[error("the peer closed the connection")]
+    Closed,
+    #[error("the connection closed in the middle of a frame ({received} of {expected} bytes received)")]
+    Truncated { received: u64, expected: u64 },
+    #[error("frame does not start with the isorun magic (got {0:02x?})")]
+    BadMagic([u8; 4]),
+    #[error("frame claims {claimed} bytes, more than the cap of {max}")]
+    TooLarge { claimed: u64, max: u64 },
+    #[error("frame could not be decoded: {0}")]
+    Decode(String),
+    #[error("frame has {0} bytes left over after its message")]
+    TrailingBytes(usize),
+    #[error("i/o error on the connection")]
+    Io(#[source] io::Error),
+}
+
+/// Encodes one message with bincode 2.
+pub fn encode<T: Serialize>(message: &T) -> Vec<u8> {
+    bincode::serde::encode_to_vec(message, bincode::config::standard())
+        .expect("encoding to a Vec cannot fail for protocol types")
+}
+
+/// Decodes one message, under an allocation limit, insisting that the whole
+/// buffer is used.
+pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, FrameError> {
+    let config = bincode::config::standard().with_limit::<DECODE_LIMIT>();
+    let (message, used) =
+        bincode::serde::decode_from_slice(bytes, config).map_err(|e| FrameError::Decode(e.to_string()))?;
+    if used != bytes.len() {
+        return Err(FrameError::TrailingBytes(bytes.len() - used));
+    }
+    Ok(message)
+}
+
+/// Writes one message as a frame.
+pub fn write_frame<T: Serialize>(writer: &mut impl Write, message: &T) -> io::Result<()> {
+    let payload = encode(message);
+    let mut header = [0u8; 12];
+    header[..4].copy_from_slice(&MAGIC);
+    header[4..].copy_from_slice(&(payload.len() as u64).to_le_bytes());
+    writer.write_all(&header)?;
+    writer.write_all(&payload)?;
+    writer.flush()
+}
+
+/// Reads one frame and decodes it. Memory grows with the bytes that arrive,
+/// never with the length a peer claims.
+pub fn read_frame<T: DeserializeOwned>(reader: &mut impl Read, max_frame: u64) -> Result<T, FrameError> {
+    let mut header = [0u8; 12];
+    let got = read_full(reader, &mut header)?;
+    if got == 0 {
+        return Err(FrameError::Closed);
+    }
+    if got < header.len() {
+        return Err(FrameError::Truncated { received: got as u64, expected: header.len() as u64 });
+    }
+    let magic: [u8; 4] = header[..4].try_into().expect("4 bytes");
+    if magic != MAGIC {
+        return Err(FrameError::BadMagic(magic));
+    }
+    let claimed = u64::from_le_bytes(header[4..].try_into().expect("8 bytes"));
+    if claimed > max_frame {
+        return Err(FrameError::TooLarge { claimed, max: max_frame });
+    }
+    let mut payload = Vec::with_capacity(claimed.min(1 << 20) as usize);
+    let received = reader.take(claimed).read_to_end(&mut payload).map_err(FrameError::Io)? as u64;
+    if received < claimed {
+        return Err(FrameError::Truncated { received, expected: claimed });
+    }
+    decode(&payload)
+}
+
+/// Reads until `buf` is full or the stream ends; returns the bytes read.
+fn read_full(reader: &mut impl Read, buf: &mut [u8]) -> Result<usize, FrameError> {
+    let mut filled = 0;
+    while filled < buf.len() {
+        match reader.read(&mut buf[filled..]) {
+            Ok(0) => break,
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(FrameError::Io(e)),
+        }
+    }
+    Ok(filled)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use isorun_protocol::{DType, Tensor, UnitResult, WorkerMessage};
+
+    fn frame_bytes(message: &WorkerMessage) -> Vec<u8> {
+        let mut out = Vec::new();
+        write_frame(&mut out, message).unwrap();
+        out
+    }
+
+    fn sample() -> WorkerMessage {
+        WorkerMessage::Finished {
+            unit: 7,
+            run_ms: 3,
+            result: UnitResult::Ok {
+                outputs: vec![("y".into(), Tensor::dense(DType::Float32, vec![2], vec![0, 0, 128, 63, 0, 0, 0, 64]))],
+            },
+        }
+    }
+
+    #[test]
+    fn round_trip() {
+        let bytes = frame_bytes(&sample());
+        let back: WorkerMessage = read_frame(&mut bytes.as_slice(), DEFAULT_MAX_FRAME).unwrap();
+        assert_eq!(back, sample());
+    }
+
+    #[test]
+    fn end_of_stream_between_frames_is_closed() {
+        let r: Result<WorkerMessage, _> = read_frame(&mut [].as_slice(), DEFAULT_MAX_FRAME);
+        assert!(matches!(r, Err(FrameError::Closed)));
+    }
+
+    #[test]
+    fn claimed_huge_size_is_refused_without_allocating() {
+        let mut bytes = b"ISR1".to_vec();
+        bytes.extend_from_slice(&(1u64 << 40).to_le_bytes());
+        let r: Result<WorkerMessage, _> = read_frame(&mut bytes.as_slice(), DEFAULT_MAX_FRAME);
+        assert!(matches!(r, Err(FrameError::TooLarge { claimed, .. }) if claimed == 1 << 40));
+    }
+
+    #[test]
+    fn half_sent_frame_is_truncated() {
+        let bytes = frame_bytes(&sample());
+        let r: Result<WorkerMessage, _> = read_frame(&mut &bytes[..bytes.len() - 3], DEFAULT_MAX_FRAME);
+        assert!(matches!(r, Err(FrameError::Truncated { .. })));
+        let r: Result<WorkerMessage, _> = read_frame(&mut &bytes[..5], DEFAULT_MAX_FRAME);
+        assert!(matches!(r, Err(FrameError::Truncated { received: 5, expected: 12 })));
+    }
+
+    #[test]
+    fn garbage_is_refused() {
+        let r: Result<WorkerMessage, _> = read_frame(&mut b"GET / HTTP/1.1\r\n".as_slice(), DEFAULT_MAX_FRAME);
+        assert!(matches!(r, Err(FrameError::BadMagic(_))));
+        let mut bytes = b"ISR1".to_vec();
+        bytes.extend_from_slice(&4u64.to_le_bytes());
+        bytes.extend_from_slice(&[0xff, 0xff, 0xff, 0xff]);
+        let r: Result<WorkerMessage, _> = read_frame(&mut bytes.as_slice(), DEFAULT_MAX_FRAME);
+        assert!(matches!(r, Err(FrameError::Decode(_))), "{r:?}");
+    }
+
+    #[test]
+    fn claimed_vector_length_beyond_the_frame_is_refused() {
+        // Finished { unit: 0, run_ms: 0, result: Ok { outputs: <claims 2^60 entries> } }
+        let mut payload = vec![2u8, 0, 0, 0];
+        payload.push(0xff); // u64 varint marker
+        payload.extend_from_slice(&(1u64 << 60).to_le_bytes());
+        let r: Result<WorkerMessage, _> = decode(&payload);
+        assert!(r.is_err());
+    }
+
+    #[test]
+    fn trailing_bytes_are_refused() {
+        let mut payload = encode(&sample());
+        payload.push(0);
+        assert!(matches!(decode::<WorkerMessage>(&payload), Err(FrameError::TrailingBytes(1))));
+    }
+}
