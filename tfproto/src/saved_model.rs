@@ -160,6 +160,11 @@ fn specs(key: &str, map: &std::collections::HashMap<String, proto::TensorInfo>) 
     Ok((specs, tensors))
 }
 
+/// Decodes a serialized `MetaGraphDef` (as `TF_LoadSessionFromSavedModel` returns it).
+pub fn decode_meta_graph(bytes: &[u8]) -> Result<proto::MetaGraphDef, String> {
+    proto::MetaGraphDef::decode(bytes).map_err(|e| e.to_string())
+}
+
 /// Picks the meta graph whose tag set equals `tags` (order ignored).
 pub fn find_meta_graph<'a>(
     graphs: &'a [MetaGraph],

@@ -1,0 +1,111 @@
+//! The worker's life: say `Hello` on the socket it inherited, take requests
+//! from the supervisor's `ipc-channel` connection, answer each with `Loaded`
+//! and `Finished`, and exit. A model loaded once stays loaded for the next
+//! request for the same folder and tags; a different model replaces it.
+
+use crate::tf::{tensorflow_version, SavedModel};
+use crate::validate::match_inputs;
+use ipc_channel::ipc::{IpcOneShotServer, IpcSharedMemory};
+use isorun_protocol::{
+    ErrorKind, Hello, ModelError, RunRequest, ToWorker, UnitResult, WorkerMessage, PROTOCOL_VERSION,
+};
+use isorun_transport::{dense_bytes, write_frame, RequestEnvelope};
+use std::io;
+use std::os::unix::net::UnixStream;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::Path;
+use std::time::Instant;
+
+/// The model kept between requests.
+struct Loaded {
+    dir: String,
+    tags: Vec<String>,
+    model: SavedModel,
+}
+
+/// Serves the supervisor until it says `Shutdown` or goes away.
+pub fn serve(mut socket: UnixStream) -> io::Result<()> {
+    let (server, name) = IpcOneShotServer::<RequestEnvelope>::new()?;
+    let hello = Hello {
+        protocol_version: PROTOCOL_VERSION,
+        worker_version: env!("CARGO_PKG_VERSION").to_string(),
+        tensorflow_version: tensorflow_version(),
+        pid: std::process::id(),
+        request_channel: name,
+    };
+    write_frame(&mut socket, &WorkerMessage::Hello(hello))?;
+    let (receiver, first) = server.accept().map_err(|e| io::Error::other(format!("accept: {e:?}")))?;
+    let mut loaded: Option<Loaded> = None;
+    let mut next = Some(first);
+    loop {
+        let envelope = match next.take() {
+            Some(envelope) => envelope,
+            None => match receiver.recv() {
+                Ok(envelope) => envelope,
+                // The supervisor is gone: nothing is left to do.
+                Err(_) => return Ok(()),
+            },
+        };
+        let (message, shared) = envelope.open().map_err(|e| io::Error::other(e.to_string()))?;
+        match message {
+            ToWorker::Shutdown => return Ok(()),
+            ToWorker::Run(request) => {
+                let unit = request.unit;
+                let answer = catch_unwind(AssertUnwindSafe(|| run_unit(&mut socket, &mut loaded, &request, &shared)));
+                let (run_ms, result) = match answer {
+                    Ok(answer) => answer?,
+                    Err(panic) => (0, UnitResult::Err(ModelError::new(ErrorKind::WorkerPanic, panic_message(&panic)))),
+                };
+                write_frame(&mut socket, &WorkerMessage::Finished { unit, run_ms, result })?;
+            }
+        }
+    }
+}
+
+fn run_unit(
+    socket: &mut UnixStream,
+    loaded: &mut Option<Loaded>,
+    request: &RunRequest,
+    shared: &[IpcSharedMemory],
+) -> io::Result<(u64, UnitResult)> {
+    let started = Instant::now();
+    let reuse = matches!(loaded, Some(l) if l.dir == request.model_dir && l.tags == request.tags);
+    if !reuse {
+        // Drop the old model first, so that two are never held at once.
+        *loaded = None;
+        match SavedModel::load(Path::new(&request.model_dir), &request.tags, &request.config) {
+            Ok(model) => *loaded = Some(Loaded { dir: request.model_dir.clone(), tags: request.tags.clone(), model }),
+            Err(e) => return Ok((0, UnitResult::Err(e))),
+        }
+    }
+    let model = &loaded.as_ref().expect("loaded above").model;
+    write_frame(socket, &WorkerMessage::Loaded { unit: request.unit, load_ms: started.elapsed().as_millis() as u64 })?;
+    let run_started = Instant::now();
+    let result = run_signature(model, request, shared);
+    let run_ms = run_started.elapsed().as_millis() as u64;
+    Ok((run_ms, match result {
+        Ok(outputs) => UnitResult::Ok { outputs },
+        Err(e) => UnitResult::Err(e),
+    }))
+}
+
+fn run_signature(
+    model: &SavedModel,
+    request: &RunRequest,
+    shared: &[IpcSharedMemory],
+) -> Result<Vec<(String, isorun_protocol::Tensor)>, ModelError> {
+    let (info, _) = model.signature(&request.signature)?;
+    let ordered = match_inputs(info, &request.inputs)?;
+    let with_bytes: Vec<_> = ordered.into_iter().map(|t| (t, dense_bytes(t, shared))).collect();
+    model.run(&request.signature, &with_bytes)
+}
+
+fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
+    if let Some(s) = panic.downcast_ref::<&str>() {
+        format!("worker panicked: {s}")
+    } else if let Some(s) = panic.downcast_ref::<String>() {
+        format!("worker panicked: {s}")
+    } else {
+        "worker panicked".into()
+    }
+}

@@ -1,0 +1,309 @@
+//! The only unsafe code in isorun: a SavedModel session through TensorFlow's
+//! C API (`tensorflow-sys`). The `tensorflow` crate's safe API cannot carry
+//! byte strings that are not UTF-8 and hides the raw pointers, so isorun
+//! talks to the C API directly and keeps every pointer inside this module.
+//! Nothing here panics on TensorFlow's behalf: a failed status becomes a
+//! `ModelError` with TensorFlow's code name and message.
+
+use isorun_protocol::{tf_code_name, DType, ErrorKind, ModelError, SessionConfig, SignatureInfo, Tensor};
+use isorun_tfproto::{decode_meta_graph, proto, signatures, SignatureTensors};
+use std::ffi::{c_char, c_int, c_void, CStr, CString};
+use std::path::Path;
+use std::ptr;
+use tensorflow_sys as tf;
+
+/// Declarations of the C API functions that take or return enums as plain
+/// integers: a value TensorFlow adds after the bindings were written (a new
+/// dtype, say) must not be read into a Rust enum that lacks it.
+mod raw {
+    use std::ffi::c_int;
+    use tensorflow_sys::{TF_Status, TF_Tensor};
+    extern "C" {
+        pub fn TF_GetCode(s: *const TF_Status) -> c_int;
+        pub fn TF_TensorType(t: *const TF_Tensor) -> c_int;
+        pub fn TF_AllocateTensor(dtype: c_int, dims: *const i64, num_dims: c_int, len: usize) -> *mut TF_Tensor;
+    }
+}
+
+
+/// TensorFlow's version string, e.g. `2.21.0`.
+pub fn tensorflow_version() -> String {
+    // SAFETY: TF_Version returns a static NUL-terminated string.
+    unsafe { CStr::from_ptr(tf::TF_Version()) }.to_string_lossy().into_owned()
+}
+
+/// The name of a TensorFlow status code (`INVALID_ARGUMENT`, ...).
+pub fn code_name(code: c_int) -> String {
+    let name = match code {
+        0 => "OK",
+        1 => "CANCELLED",
+        2 => "UNKNOWN",
+        3 => "INVALID_ARGUMENT",
+        4 => "DEADLINE_EXCEEDED",
+        5 => "NOT_FOUND",
+        6 => "ALREADY_EXISTS",
+        7 => "PERMISSION_DENIED",
+        8 => "RESOURCE_EXHAUSTED",
+        9 => "FAILED_PRECONDITION",
+        10 => "ABORTED",
+        11 => "OUT_OF_RANGE",
+        12 => "UNIMPLEMENTED",
+        13 => "INTERNAL",
+        14 => "UNAVAILABLE",
+        15 => "DATA_LOSS",
+        16 => "UNAUTHENTICATED",
+        _ => return format!("CODE_{code}"),
+    };
+    name.to_string()
+}
+
+/// An owned `TF_Status`.
+struct Status(*mut tf::TF_Status);
+
+impl Status {
+    fn new() -> Status {
+        // SAFETY: TF_NewStatus has no preconditions.
+        Status(unsafe { tf::TF_NewStatus() })
+    }
+
+    /// `Err((code name, message))` when the status is not OK.
+    fn check(&self) -> Result<(), (String, String)> {
+        // SAFETY: self.0 is a live status.
+        let code = unsafe { raw::TF_GetCode(self.0) };
+        if code == 0 {
+            return Ok(());
+        }
+        // SAFETY: TF_Message returns a NUL-terminated string owned by the status.
+        let message = unsafe { CStr::from_ptr(tf::TF_Message(self.0)) }.to_string_lossy().into_owned();
+        Err((code_name(code), message))
+    }
+
+    fn error(&self, kind: ErrorKind) -> Result<(), ModelError> {
+        self.check().map_err(|(code, message)| ModelError { kind, code: Some(code), message })
+    }
+}
+
+impl Drop for Status {
+    fn drop(&mut self) {
+        // SAFETY: created by TF_NewStatus, deleted once.
+        unsafe { tf::TF_DeleteStatus(self.0) }
+    }
+}
+
+/// Owns the tensors handed to or received from `TF_SessionRun`.
+struct Tensors(Vec<*mut tf::TF_Tensor>);
+
+impl Drop for Tensors {
+    fn drop(&mut self) {
+        for &t in &self.0 {
+            if !t.is_null() {
+                // SAFETY: each pointer is an owned tensor, deleted once.
+                unsafe { tf::TF_DeleteTensor(t) }
+            }
+        }
+    }
+}
+
+/// A loaded SavedModel: its graph, its session and its signatures.
+pub struct SavedModel {
+    graph: *mut tf::TF_Graph,
+    session: *mut tf::TF_Session,
+    signatures: Vec<(SignatureInfo, SignatureTensors)>,
+}
+
+impl SavedModel {
+    /// Loads the SavedModel in `dir` with the meta graph tagged `tags`.
+    pub fn load(dir: &Path, tags: &[String], config: &SessionConfig) -> Result<SavedModel, ModelError> {
+        let load_failed = |message: String| ModelError::new(ErrorKind::LoadFailed, message);
+        let c_dir = CString::new(dir.as_os_str().as_encoded_bytes())
+            .map_err(|_| load_failed(format!("{}: path holds a NUL byte", dir.display())))?;
+        let c_tags: Vec<CString> = tags
+            .iter()
+            .map(|t| CString::new(t.as_bytes()).map_err(|_| load_failed(format!("tag {t:?} holds a NUL byte"))))
+            .collect::<Result<_, _>>()?;
+        let tag_ptrs: Vec<*const c_char> = c_tags.iter().map(|t| t.as_ptr()).collect();
+        let config_bytes = isorun_tfproto::session_config_proto(config);
+        let status = Status::new();
+        // SAFETY: every pointer passed below is live for the call; the options,
+        // buffer and (on failure) graph are deleted exactly once.
+        unsafe {
+            let options = tf::TF_NewSessionOptions();
+            tf::TF_SetConfig(options, config_bytes.as_ptr() as *const c_void, config_bytes.len(), status.0);
+            if let Err(e) = status.error(ErrorKind::LoadFailed) {
+                tf::TF_DeleteSessionOptions(options);
+                return Err(e);
+            }
+            let graph = tf::TF_NewGraph();
+            let meta = tf::TF_NewBuffer();
+            let session = tf::TF_LoadSessionFromSavedModel(
+                options,
+                ptr::null(),
+                c_dir.as_ptr(),
+                tag_ptrs.as_ptr(),
+                tag_ptrs.len() as c_int,
+                graph,
+                meta,
+                status.0,
+            );
+            tf::TF_DeleteSessionOptions(options);
+            if let Err(e) = status.error(ErrorKind::LoadFailed) {
+                tf::TF_DeleteBuffer(meta);
+                tf::TF_DeleteGraph(graph);
+                return Err(e);
+            }
+            let bytes = if (*meta).data.is_null() {
+                &[][..]
+            } else {
+                std::slice::from_raw_parts((*meta).data as *const u8, (*meta).length)
+            };
+            let decoded = decode_meta_graph(bytes);
+            tf::TF_DeleteBuffer(meta);
+            let model = SavedModel { graph, session, signatures: Vec::new() };
+            let def: proto::MetaGraphDef =
+                decoded.map_err(|e| load_failed(format!("cannot decode the MetaGraphDef: {e}")))?;
+            let signatures = signatures(&def).map_err(|e| ModelError::new(ErrorKind::UnsupportedDtype, e.to_string()))?;
+            Ok(SavedModel { signatures, ..model })
+        }
+    }
+
+    /// The signature with `key`, or an error listing the keys there are.
+    pub fn signature(&self, key: &str) -> Result<&(SignatureInfo, SignatureTensors), ModelError> {
+        self.signatures.iter().find(|(info, _)| info.key == key).ok_or_else(|| {
+            let keys: Vec<&str> = self.signatures.iter().map(|(i, _)| i.key.as_str()).collect();
+            ModelError::new(
+                ErrorKind::SignatureNotFound,
+                format!("no signature '{key}'; the model has: {}", if keys.is_empty() { "none".into() } else { keys.join(", ") }),
+            )
+        })
+    }
+
+    /// Runs signature `key`. `inputs` must already be validated against it
+    /// and given in the signature's input order; each is `(tensor, dense bytes)`.
+    pub fn run(&self, key: &str, inputs: &[(&Tensor, Option<&[u8]>)]) -> Result<Vec<(String, Tensor)>, ModelError> {
+        let (info, tensors) = self.signature(key)?;
+        let input_ops = tensors.inputs.iter().map(|n| self.output(n)).collect::<Result<Vec<_>, _>>()?;
+        let output_ops = tensors.outputs.iter().map(|n| self.output(n)).collect::<Result<Vec<_>, _>>()?;
+        let input_values = Tensors(inputs.iter().map(|(t, bytes)| to_tf_tensor(t, *bytes)).collect());
+        let mut output_values = Tensors(vec![ptr::null_mut(); output_ops.len()]);
+        let status = Status::new();
+        // SAFETY: the operation and tensor arrays have the lengths passed, and
+        // outlive the call; TF_SessionRun fills output_values with owned tensors.
+        unsafe {
+            tf::TF_SessionRun(
+                self.session,
+                ptr::null(),
+                input_ops.as_ptr(),
+                input_values.0.as_ptr(),
+                input_ops.len() as c_int,
+                output_ops.as_ptr(),
+                output_values.0.as_mut_ptr(),
+                output_ops.len() as c_int,
+                ptr::null(),
+                0,
+                ptr::null_mut(),
+                status.0,
+            );
+        }
+        status.error(ErrorKind::Tensorflow)?;
+        info.outputs
+            .iter()
+            .zip(&output_values.0)
+            .map(|(spec, &t)| Ok((spec.name.clone(), from_tf_tensor(t, &spec.name)?)))
+            .collect()
+    }
+
+    /// The graph output named `op:index` (a bare `op` means index 0).
+    fn output(&self, tensor_name: &str) -> Result<tf::TF_Output, ModelError> {
+        let (op, index) = match tensor_name.rsplit_once(':') {
+            Some((op, index)) => (op, index.parse::<c_int>().unwrap_or(0)),
+            None => (tensor_name, 0),
+        };
+        let c_op = CString::new(op).map_err(|_| ModelError::new(ErrorKind::LoadFailed, "tensor name holds a NUL byte"))?;
+        // SAFETY: the graph is live; the name is NUL-terminated.
+        let oper = unsafe { tf::TF_GraphOperationByName(self.graph, c_op.as_ptr()) };
+        if oper.is_null() {
+            return Err(ModelError::new(
+                ErrorKind::LoadFailed,
+                format!("the signature names tensor '{tensor_name}', which is not in the graph"),
+            ));
+        }
+        Ok(tf::TF_Output { oper, index })
+    }
+}
+
+impl Drop for SavedModel {
+    fn drop(&mut self) {
+        let status = Status::new();
+        // SAFETY: session and graph are owned by self and deleted once.
+        unsafe {
+            tf::TF_CloseSession(self.session, status.0);
+            tf::TF_DeleteSession(self.session, status.0);
+            tf::TF_DeleteGraph(self.graph);
+        }
+    }
+}
+
+/// Copies a protocol tensor into a new `TF_Tensor`.
+fn to_tf_tensor(tensor: &Tensor, dense: Option<&[u8]>) -> *mut tf::TF_Tensor {
+    let dims: Vec<i64> = tensor.shape.iter().map(|&d| d as i64).collect();
+    // SAFETY: TF_AllocateTensor returns a buffer of exactly `len` bytes, which
+    // is filled below within bounds (lengths were validated against the shape).
+    unsafe {
+        match (dense, &tensor.data) {
+            (Some(bytes), _) => {
+                let t = raw::TF_AllocateTensor(tensor.dtype.tf_code(), dims.as_ptr(), dims.len() as c_int, bytes.len());
+                if !bytes.is_empty() {
+                    ptr::copy_nonoverlapping(bytes.as_ptr(), tf::TF_TensorData(t) as *mut u8, bytes.len());
+                }
+                t
+            }
+            (None, isorun_protocol::TensorData::Strings(strings)) => {
+                let size = std::mem::size_of::<tf::TF_TString>();
+                let t = raw::TF_AllocateTensor(DType::String.tf_code(), dims.as_ptr(), dims.len() as c_int, strings.len() * size);
+                let base = tf::TF_TensorData(t) as *mut tf::TF_TString;
+                for (i, s) in strings.iter().enumerate() {
+                    tf::TF_StringInit(base.add(i));
+                    tf::TF_StringCopy(base.add(i), s.as_ptr() as *const c_char, s.len());
+                }
+                t
+            }
+            (None, _) => unreachable!("validated: a dense tensor always comes with its bytes"),
+        }
+    }
+}
+
+/// Copies a `TF_Tensor` returned by a run into a protocol tensor.
+fn from_tf_tensor(t: *mut tf::TF_Tensor, name: &str) -> Result<Tensor, ModelError> {
+    if t.is_null() {
+        return Err(ModelError::new(ErrorKind::Tensorflow, format!("output {name}: TensorFlow returned no tensor")));
+    }
+    // SAFETY: t is a live tensor returned by TF_SessionRun; its data holds
+    // TF_TensorByteSize bytes (or one TF_TString per element for strings).
+    unsafe {
+        let code = raw::TF_TensorType(t);
+        let dtype = DType::from_tf_code(code).ok_or_else(|| {
+            ModelError::new(
+                ErrorKind::UnsupportedDtype,
+                format!("output {name} has dtype {}, which isorun cannot carry", tf_code_name(code)),
+            )
+        })?;
+        let shape: Vec<u64> = (0..tf::TF_NumDims(t)).map(|i| tf::TF_Dim(t, i).max(0) as u64).collect();
+        let count = Tensor::element_count(&shape).unwrap_or(0) as usize;
+        let data = tf::TF_TensorData(t);
+        if dtype == DType::String {
+            let base = data as *const tf::TF_TString;
+            let strings = (0..count)
+                .map(|i| {
+                    let p = tf::TF_StringGetDataPointer(base.add(i)) as *const u8;
+                    let len = tf::TF_StringGetSize(base.add(i));
+                    if len == 0 { Vec::new() } else { std::slice::from_raw_parts(p, len).to_vec() }
+                })
+                .collect();
+            Ok(Tensor::strings(shape, strings))
+        } else {
+            let len = tf::TF_TensorByteSize(t);
+            let bytes = if len == 0 { Vec::new() } else { std::slice::from_raw_parts(data as *const u8, len).to_vec() };
+            Ok(Tensor::dense(dtype, shape, bytes))
+        }
+    }
+}
