@@ -21,6 +21,7 @@ them). bfloat16 outputs are stored as float32 holding the exact values
 """
 
 import argparse
+import hashlib
 import json
 import os
 import re
@@ -33,7 +34,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
-from tensorflow.core.protobuf import saved_model_pb2  # noqa: E402
+from tensorflow.core.protobuf import fingerprint_pb2, saved_model_pb2  # noqa: E402
 
 MAX_MODEL_BYTES = 1 << 20
 
@@ -397,10 +398,56 @@ def save_npy(path, arr):
     np.save(path, arr, allow_pickle=False)
 
 
+def make_keras_export_stable():
+    """Byte-stable model.export() output.
+
+    Keras lists the variables an exported function uses in an order that
+    changes from run to run, which reorders the graph and the checkpoint (same
+    values, different bytes). Sorting them by name fixes that. This patches a
+    private Keras helper; if it is gone, the export still works, only not
+    byte for byte the same across runs.
+    """
+    try:
+        from keras.src.export import saved_model_export_archive as archive
+    except ImportError:
+        return
+    original = getattr(archive, "_list_variables_used_by_fns", None)
+    if original is None or getattr(original, "_isorun_sorted", False):
+        return
+
+    def sorted_variables(fns):
+        trainable, non_trainable = original(fns)
+        return (
+            sorted(trainable, key=lambda v: v.name),
+            sorted(non_trainable, key=lambda v: v.name),
+        )
+
+    sorted_variables._isorun_sorted = True
+    archive._list_variables_used_by_fns = sorted_variables
+
+
+def stabilise_fingerprint(path):
+    """Replace the random uuid in fingerprint.pb with one derived from the
+    model's content hashes, so that unchanged models give unchanged files.
+    (TensorFlow only reads the fingerprint for logging and metrics.)"""
+    fp_path = os.path.join(path, "fingerprint.pb")
+    if not os.path.exists(fp_path):
+        return
+    fp = fingerprint_pb2.FingerprintDef()
+    with open(fp_path, "rb") as f:
+        fp.ParseFromString(f.read())
+    fp.uuid = ""
+    digest = hashlib.sha256(fp.SerializeToString(deterministic=True)).digest()
+    fp.uuid = str(int.from_bytes(digest[:16], "big"))
+    with open(fp_path, "wb") as f:
+        f.write(fp.SerializeToString(deterministic=True))
+
+
 def build_models(builders, models_dir):
     for name, build in builders.items():
         path = os.path.join(models_dir, name)
         build(path)
+        stabilise_fingerprint(path)
         size = dir_size(path)
         if size >= MAX_MODEL_BYTES:
             raise RuntimeError(f"{path} is {size} bytes, over the 1 MB limit")
@@ -516,6 +563,7 @@ def main():
     repo = os.path.abspath(args.repo)
     started = time.monotonic()
     tf.keras.utils.set_random_seed(0)
+    make_keras_export_stable()
 
     fixtures = os.path.join(repo, "tests", "fixtures")
     examples = os.path.join(repo, "examples")

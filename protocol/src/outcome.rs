@@ -21,6 +21,8 @@ pub enum ErrorKind {
     UnsupportedDtype,
     /// The worker panicked (a bug in isorun, reported rather than hidden).
     WorkerPanic,
+    /// The supervisor could not write the outputs (disk full, permissions).
+    OutputWrite,
 }
 
 impl ErrorKind {
@@ -32,6 +34,7 @@ impl ErrorKind {
             ErrorKind::Tensorflow => "tensorflow",
             ErrorKind::UnsupportedDtype => "unsupported_dtype",
             ErrorKind::WorkerPanic => "worker_panic",
+            ErrorKind::OutputWrite => "output_write",
         }
     }
 }

@@ -158,11 +158,13 @@ impl SavedModel {
             };
             let decoded = decode_meta_graph(bytes);
             tf::TF_DeleteBuffer(meta);
-            let model = SavedModel { graph, session, signatures: Vec::new() };
+            // Owned from here on: an early return below closes the session.
+            let mut model = SavedModel { graph, session, signatures: Vec::new() };
             let def: proto::MetaGraphDef =
                 decoded.map_err(|e| load_failed(format!("cannot decode the MetaGraphDef: {e}")))?;
-            let signatures = signatures(&def).map_err(|e| ModelError::new(ErrorKind::UnsupportedDtype, e.to_string()))?;
-            Ok(SavedModel { signatures, ..model })
+            model.signatures =
+                signatures(&def).map_err(|e| ModelError::new(ErrorKind::UnsupportedDtype, e.to_string()))?;
+            Ok(model)
         }
     }
 

@@ -1,0 +1,484 @@
+//! Runs units of work in workers: `jobs` slot threads each take the next
+//! batch of `models_per_worker` models, start a fresh worker for it, feed it
+//! the models one by one, and watch it against deadlines, crashes, protocol
+//! breaches and the user's interrupts. Every unit ends with exactly one
+//! report; a worker's misbehaviour costs only the unit it was running.
+
+use crate::discover::Model;
+use crate::output::write_outputs;
+use crate::process::{Event, Exit, ExitStatus, SpawnSpec, WorkerProcess};
+use crate::values::tensor_values;
+use ipc_channel::ipc::IpcSharedMemory;
+use isorun_protocol::{
+    DType, ErrorKind, ModelError, NotRunReason, Outcome, Phase, RunRequest, SessionConfig, Tensor, TensorData,
+    ToWorker, UnitResult, WorkerMessage, PROTOCOL_VERSION,
+};
+use isorun_transport::{RequestEnvelope, SHARED_THRESHOLD};
+use std::collections::VecDeque;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicI32, AtomicU64, AtomicU8, Ordering};
+use std::sync::{mpsc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Everything that shapes how units run.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub spawn: SpawnSpec,
+    pub signature: String,
+    pub tags: Vec<String>,
+    pub session: SessionConfig,
+    pub models_per_worker: usize,
+    pub jobs: usize,
+    /// Limit on a unit from its start to its end.
+    pub timeout: Option<Duration>,
+    /// Limit on starting the worker and loading the model.
+    pub load_timeout: Option<Duration>,
+    /// Limit on a worker's start, up to its `Hello`.
+    pub start_timeout: Duration,
+    /// Time between SIGTERM and SIGKILL.
+    pub grace: Duration,
+    pub output_dir: Option<PathBuf>,
+    pub values: bool,
+}
+
+/// The inputs, prepared once for every worker: large dense tensors are
+/// placed in shared memory, which every worker maps instead of copying.
+pub struct PreparedInputs {
+    tensors: Vec<(String, Tensor)>,
+    shared: Vec<IpcSharedMemory>,
+}
+
+impl PreparedInputs {
+    pub fn new(inputs: Vec<(String, Tensor)>) -> PreparedInputs {
+        let mut shared = Vec::new();
+        let tensors = inputs
+            .into_iter()
+            .map(|(name, mut tensor)| {
+                if let TensorData::Dense(bytes) = &tensor.data {
+                    if bytes.len() >= SHARED_THRESHOLD {
+                        shared.push(IpcSharedMemory::from_bytes(bytes));
+                        tensor.data = TensorData::Shared(shared.len() as u32 - 1);
+                    }
+                }
+                (name, tensor)
+            })
+            .collect();
+        PreparedInputs { tensors, shared }
+    }
+}
+
+/// One output of a unit: its name, dtype and shape, and its values if asked.
+#[derive(Debug, Clone)]
+pub struct OutputInfo {
+    pub name: String,
+    pub dtype: DType,
+    pub shape: Vec<u64>,
+    pub values: Option<serde_json::Value>,
+}
+
+/// How one unit ended, with its measurements.
+#[derive(Debug, Clone)]
+pub struct UnitReport {
+    pub index: usize,
+    pub outcome: Outcome,
+    pub outputs: Vec<OutputInfo>,
+    pub wall: Duration,
+    pub load_ms: Option<u64>,
+    pub run_ms: Option<u64>,
+    pub user: Option<Duration>,
+    pub system: Option<Duration>,
+    pub peak_rss_bytes: Option<u64>,
+    pub worker_id: Option<u64>,
+    pub worker_pid: Option<i32>,
+    pub stderr_tail: Vec<String>,
+}
+
+impl UnitReport {
+    fn new(index: usize, outcome: Outcome) -> UnitReport {
+        UnitReport {
+            index,
+            outcome,
+            outputs: Vec::new(),
+            wall: Duration::ZERO,
+            load_ms: None,
+            run_ms: None,
+            user: None,
+            system: None,
+            peak_rss_bytes: None,
+            worker_id: None,
+            worker_pid: None,
+            stderr_tail: Vec::new(),
+        }
+    }
+}
+
+/// How hard the user asked isorun to stop.
+#[derive(Debug, Default)]
+pub struct Stop {
+    level: AtomicU8,
+    signal: AtomicI32,
+}
+
+impl Stop {
+    /// Stop starting work and terminate the workers (first Ctrl-C).
+    pub fn request(&self, signal: i32) {
+        let _ = self.signal.compare_exchange(0, signal, Ordering::SeqCst, Ordering::SeqCst);
+        let _ = self.level.compare_exchange(0, 1, Ordering::SeqCst, Ordering::SeqCst);
+    }
+
+    /// Kill the workers at once (second Ctrl-C).
+    pub fn escalate(&self) {
+        self.level.store(2, Ordering::SeqCst);
+    }
+
+    pub fn requested(&self) -> bool {
+        self.level.load(Ordering::SeqCst) >= 1
+    }
+
+    fn immediate(&self) -> bool {
+        self.level.load(Ordering::SeqCst) >= 2
+    }
+
+    /// The signal that asked to stop (0 for a closed stdout).
+    pub fn signal(&self) -> i32 {
+        self.signal.load(Ordering::SeqCst)
+    }
+}
+
+/// Runs every model; `on_report` sees each report as it ends (in any
+/// order). Returns when every model has a report.
+pub fn run_all(
+    models: &[Model],
+    inputs: &PreparedInputs,
+    settings: &Settings,
+    stop: &Stop,
+    on_report: &mut dyn FnMut(UnitReport),
+) {
+    let per_worker = settings.models_per_worker.max(1);
+    let batches: VecDeque<Vec<usize>> =
+        (0..models.len()).collect::<Vec<_>>().chunks(per_worker).map(<[usize]>::to_vec).collect();
+    let queue = Mutex::new(batches);
+    let worker_ids = AtomicU64::new(0);
+    let (tx, rx) = mpsc::channel::<UnitReport>();
+    std::thread::scope(|scope| {
+        for slot in 0..settings.jobs.max(1) {
+            let tx = tx.clone();
+            let slot_ctx = Slot { models, inputs, settings, stop, worker_ids: &worker_ids };
+            let queue = &queue;
+            std::thread::Builder::new()
+                .name(format!("slot-{slot}"))
+                .spawn_scoped(scope, move || loop {
+                    let Some(batch) = queue.lock().expect("queue").pop_front() else { return };
+                    slot_ctx.run_batch(batch, &|report| {
+                        let _ = tx.send(report);
+                    });
+                })
+                .expect("spawn a slot thread");
+        }
+        drop(tx);
+        for report in rx {
+            on_report(report);
+        }
+    });
+}
+
+struct Slot<'a> {
+    models: &'a [Model],
+    inputs: &'a PreparedInputs,
+    settings: &'a Settings,
+    stop: &'a Stop,
+    worker_ids: &'a AtomicU64,
+}
+
+/// How a unit in a live worker ended: the report, and whether the worker can take another.
+struct UnitEnd {
+    report: UnitReport,
+    worker_usable: bool,
+}
+
+const TICK: Duration = Duration::from_millis(20);
+
+impl Slot<'_> {
+    fn run_batch(&self, batch: Vec<usize>, emit: &dyn Fn(UnitReport)) {
+        let mut pending: VecDeque<usize> = batch.into();
+        while let Some(&first) = pending.front() {
+            if self.stop.requested() {
+                for index in pending.drain(..) {
+                    emit(UnitReport::new(index, Outcome::NotRun { reason: NotRunReason::Interrupted }));
+                }
+                return;
+            }
+            let started = Instant::now();
+            let worker_id = self.worker_ids.fetch_add(1, Ordering::SeqCst);
+            let mut worker = match WorkerProcess::spawn(&self.settings.spawn) {
+                Ok(worker) => worker,
+                Err(e) => {
+                    pending.pop_front();
+                    let message = format!("{}: {e}", self.settings.spawn.worker.display());
+                    let mut report = UnitReport::new(first, Outcome::SpawnFailed { message });
+                    report.wall = started.elapsed();
+                    emit(report);
+                    continue;
+                }
+            };
+            if let Err(outcome) = self.wait_hello(&mut worker, started) {
+                pending.pop_front();
+                let exit = worker.terminate(self.settings.grace);
+                let mut report = UnitReport::new(first, outcome);
+                finish_metrics(&mut report, &worker, Some(exit), started, (Duration::ZERO, Duration::ZERO));
+                report.worker_id = Some(worker_id);
+                emit(report);
+                continue;
+            }
+            // Units in this worker; the last report waits for the worker's
+            // exit, whose rusage completes its measurements.
+            let mut last: Option<(UnitReport, Instant, (Duration, Duration))> = None;
+            let mut cpu_before = (Duration::ZERO, Duration::ZERO);
+            while let Some(&index) = pending.front() {
+                if self.stop.requested() {
+                    break;
+                }
+                pending.pop_front();
+                let unit_started = if last.is_none() { started } else { Instant::now() };
+                let end = self.run_unit(&mut worker, index, unit_started);
+                if let Some((mut report, begun, before)) = last.take() {
+                    finish_metrics(&mut report, &worker, None, begun, before);
+                    emit(report);
+                }
+                let cpu_now = worker.cpu_now().unwrap_or(cpu_before);
+                let mut report = end.report;
+                report.worker_id = Some(worker_id);
+                report.worker_pid = Some(worker.pid);
+                last = Some((report, unit_started, cpu_before));
+                cpu_before = cpu_now;
+                if !end.worker_usable {
+                    break;
+                }
+            }
+            // No more work for this worker: ask it to leave, then make sure.
+            let _ = worker.send(RequestEnvelope::new(&ToWorker::Shutdown, Vec::new()));
+            let exit = match worker.wait_exit(self.settings.grace) {
+                Some(exit) => exit,
+                None => worker.terminate(self.settings.grace),
+            };
+            if let Some((mut report, begun, before)) = last.take() {
+                finish_metrics(&mut report, &worker, Some(exit), begun, before);
+                emit(report);
+            }
+        }
+    }
+
+    /// Waits for the worker's `Hello` and connects to its request channel.
+    fn wait_hello(&self, worker: &mut WorkerProcess, started: Instant) -> Result<(), Outcome> {
+        let mut deadline = started + self.settings.start_timeout;
+        for limit in [self.settings.load_timeout, self.settings.timeout].into_iter().flatten() {
+            deadline = deadline.min(started + limit);
+        }
+        loop {
+            if self.stop.requested() {
+                return Err(Outcome::NotRun { reason: NotRunReason::Interrupted });
+            }
+            if Instant::now() >= deadline {
+                return Err(Outcome::Timeout { phase: Phase::Start });
+            }
+            match worker.next_event(TICK) {
+                Some(Event::Message(WorkerMessage::Hello(hello))) => {
+                    if hello.protocol_version != PROTOCOL_VERSION {
+                        return Err(Outcome::ProtocolError {
+                            message: format!(
+                                "worker speaks protocol version {}, this isorun speaks {}",
+                                hello.protocol_version, PROTOCOL_VERSION
+                            ),
+                        });
+                    }
+                    worker.connect(hello.request_channel);
+                    return Ok(());
+                }
+                Some(Event::Message(other)) => {
+                    return Err(Outcome::ProtocolError { message: format!("expected Hello, got {}", message_name(&other)) })
+                }
+                Some(Event::Broken(reason)) => return Err(Outcome::ProtocolError { message: reason }),
+                Some(Event::Closed) | Some(Event::SendFailed(_)) => return Err(self.death_outcome(worker, true)),
+                None => {
+                    if worker.try_exit().is_some() {
+                        return Err(self.death_outcome(worker, true));
+                    }
+                }
+            }
+        }
+    }
+
+    /// The outcome of a worker that stopped talking: how it exited, or a
+    /// protocol error if it is still alive (then it is killed).
+    fn death_outcome(&self, worker: &mut WorkerProcess, before_hello: bool) -> Outcome {
+        match worker.wait_exit(Duration::from_secs(2)) {
+            Some(exit) => crash_outcome(exit, before_hello, &worker.stderr_tail()),
+            None => {
+                worker.kill();
+                Outcome::ProtocolError { message: "the worker closed its connection but did not exit".into() }
+            }
+        }
+    }
+
+    fn run_unit(&self, worker: &mut WorkerProcess, index: usize, started: Instant) -> UnitEnd {
+        let model = &self.models[index];
+        let request = RunRequest {
+            unit: index as u64,
+            model_dir: model.path.to_string_lossy().into_owned(),
+            tags: self.settings.tags.clone(),
+            signature: self.settings.signature.clone(),
+            inputs: self.inputs.tensors.clone(),
+            config: self.settings.session,
+        };
+        let mut report = UnitReport::new(index, Outcome::Ok);
+        let end = |mut report: UnitReport, outcome: Outcome, worker_usable: bool| {
+            report.outcome = outcome;
+            UnitEnd { report, worker_usable }
+        };
+        let envelope = RequestEnvelope::new(&ToWorker::Run(request), self.inputs.shared.clone());
+        if let Err(message) = worker.send(envelope) {
+            worker.kill();
+            return end(report, Outcome::ProtocolError { message }, false);
+        }
+        let unit_deadline = self.settings.timeout.map(|t| started + t);
+        let load_deadline = self.settings.load_timeout.map(|t| started + t);
+        let mut phase = Phase::Load;
+        loop {
+            if self.stop.immediate() {
+                worker.kill();
+                return end(report, Outcome::NotRun { reason: NotRunReason::Interrupted }, false);
+            }
+            if self.stop.requested() {
+                worker.terminate(self.settings.grace);
+                return end(report, Outcome::NotRun { reason: NotRunReason::Interrupted }, false);
+            }
+            let deadline = match phase {
+                Phase::Load => [unit_deadline, load_deadline].into_iter().flatten().min(),
+                _ => unit_deadline,
+            };
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                worker.terminate(self.settings.grace);
+                return end(report, Outcome::Timeout { phase }, false);
+            }
+            match worker.next_event(TICK) {
+                Some(Event::Message(WorkerMessage::Loaded { unit, load_ms })) if unit == index as u64 && phase == Phase::Load => {
+                    report.load_ms = Some(load_ms);
+                    phase = Phase::Run;
+                }
+                Some(Event::Message(WorkerMessage::Finished { unit, run_ms, result })) if unit == index as u64 => {
+                    if phase == Phase::Run {
+                        report.run_ms = Some(run_ms);
+                    }
+                    return match self.accept_result(model, result) {
+                        Ok((outcome, outputs)) => {
+                            report.outputs = outputs;
+                            end(report, outcome, true)
+                        }
+                        Err(outcome) => {
+                            worker.kill();
+                            end(report, outcome, false)
+                        }
+                    };
+                }
+                Some(Event::Message(other)) => {
+                    worker.kill();
+                    let message = format!("unexpected {} while unit {index} was in phase {}", message_name(&other), phase.name());
+                    return end(report, Outcome::ProtocolError { message }, false);
+                }
+                Some(Event::Broken(message)) => {
+                    worker.kill();
+                    return end(report, Outcome::ProtocolError { message }, false);
+                }
+                Some(Event::Closed) | Some(Event::SendFailed(_)) => {
+                    let outcome = self.death_outcome(worker, false);
+                    return end(report, outcome, false);
+                }
+                None => {
+                    if worker.try_exit().is_some() {
+                        let outcome = self.death_outcome(worker, false);
+                        return end(report, outcome, false);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Checks a worker's result and writes its outputs. `Err` is a protocol
+    /// breach (the worker is then not trusted with another unit).
+    fn accept_result(&self, model: &Model, result: UnitResult) -> Result<(Outcome, Vec<OutputInfo>), Outcome> {
+        let outputs = match result {
+            UnitResult::Err(error) => return Ok((Outcome::Error(error), Vec::new())),
+            UnitResult::Ok { outputs } => outputs,
+        };
+        for (name, tensor) in &outputs {
+            if name.is_empty() || name.contains('/') || name.contains('\0') || name == "." || name == ".." {
+                return Err(Outcome::ProtocolError { message: format!("output name {name:?} is not a safe file name") });
+            }
+            if outputs.iter().filter(|(n, _)| n == name).count() > 1 {
+                return Err(Outcome::ProtocolError { message: format!("output {name} is sent twice") });
+            }
+            tensor
+                .validate(|_| None)
+                .map_err(|e| Outcome::ProtocolError { message: format!("output {name}: {e}") })?;
+        }
+        if let Some(dir) = &self.settings.output_dir {
+            if let Err(e) = write_outputs(dir, &model.id, &outputs) {
+                let error = ModelError::new(ErrorKind::OutputWrite, e.to_string());
+                return Ok((Outcome::Error(error), Vec::new()));
+            }
+        }
+        let infos = outputs
+            .iter()
+            .map(|(name, tensor)| OutputInfo {
+                name: name.clone(),
+                dtype: tensor.dtype,
+                shape: tensor.shape.clone(),
+                values: self.settings.values.then(|| tensor_values(tensor)),
+            })
+            .collect();
+        Ok((Outcome::Ok, infos))
+    }
+}
+
+/// Wall time, CPU time and peak memory of a unit. With an `exit`, the
+/// worker's totals from `wait4` complete them; otherwise `/proc` says.
+fn finish_metrics(
+    report: &mut UnitReport,
+    worker: &WorkerProcess,
+    exit: Option<Exit>,
+    started: Instant,
+    cpu_before: (Duration, Duration),
+) {
+    report.wall = started.elapsed();
+    if report.stderr_tail.is_empty() && !report.outcome.is_ok() {
+        report.stderr_tail = worker.stderr_tail();
+    }
+    let (peak, cpu) = match exit {
+        Some(exit) => (Some(exit.max_rss_bytes), Some((exit.user, exit.system))),
+        None => (worker.peak_rss_now(), worker.cpu_now()),
+    };
+    report.peak_rss_bytes = peak.or(report.peak_rss_bytes);
+    if let Some((user, system)) = cpu {
+        report.user = Some(user.saturating_sub(cpu_before.0));
+        report.system = Some(system.saturating_sub(cpu_before.1));
+    }
+}
+
+fn crash_outcome(exit: Exit, before_hello: bool, stderr: &[String]) -> Outcome {
+    match exit.status {
+        ExitStatus::Signal { signal, core_dumped } => Outcome::Crashed { signal: Some(signal), core_dumped, exit_code: None },
+        // 127 before Hello: the loader could not start the worker (libtensorflow missing).
+        ExitStatus::Code(127) if before_hello => Outcome::SpawnFailed {
+            message: stderr.last().cloned().unwrap_or_else(|| "the worker exited with code 127 before it started".into()),
+        },
+        ExitStatus::Code(code) => Outcome::Crashed { signal: None, core_dumped: false, exit_code: Some(code) },
+    }
+}
+
+fn message_name(message: &WorkerMessage) -> &'static str {
+    match message {
+        WorkerMessage::Hello(_) => "Hello",
+        WorkerMessage::Loaded { .. } => "Loaded",
+        WorkerMessage::Finished { .. } => "Finished",
+    }
+}

@@ -1,0 +1,16 @@
+//! `isorun`, the supervisor: it finds SavedModels, starts one short-lived
+//! `isorun-worker` per model (or per N models), sends the inputs, collects
+//! the outputs and reports how every unit ended. It never loads TensorFlow
+//! itself, so its own memory stays small and flat however many models run.
+
+pub mod cli;
+pub mod discover;
+pub mod executor;
+pub mod inputs;
+pub mod locate;
+pub mod npy;
+pub mod output;
+pub mod process;
+pub mod record;
+pub mod run;
+pub mod values;

@@ -1,0 +1,17 @@
+//! The `isorun` binary: parse the command line, run, and turn the result
+//! into an exit code (0 all ok, 1 some model failed, 2 usage error, 130/143
+//! interrupted). The work is in the library.
+
+use clap::Parser;
+
+fn main() {
+    let cli = isorun::cli::Cli::parse();
+    let code = match isorun::run::main(cli) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("isorun: error: {e}");
+            isorun_protocol::exit_code::USAGE
+        }
+    };
+    std::process::exit(code);
+}

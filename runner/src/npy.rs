@@ -1,0 +1,374 @@
+//! NumPy `.npy` and `.npz` files, read into and written from isorun's raw
+//! tensors. Written here rather than taken from a crate because isorun needs
+//! the elements in TensorFlow's raw layout (no typed detour), fixed-width
+//! byte strings (`|S<n>`), and a reader that checks every claim a header
+//! makes against the file before it allocates anything.
+//!
+//! Strings are written as `|S<n>` (the longest element's length): NumPy pads
+//! shorter ones with NUL bytes, so trailing NUL bytes of a string do not
+//! survive the format. bfloat16 has no NumPy dtype and is written as float32.
+
+use half::bf16;
+use isorun_protocol::{DType, Tensor, TensorData};
+use std::fs::File;
+use std::io::{self, Read, Write};
+use std::path::{Path, PathBuf};
+
+const MAGIC: &[u8; 6] = b"\x93NUMPY";
+
+/// Why an `.npy` or `.npz` file could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum NpyError {
+    #[error("{path}: cannot read")]
+    Io { path: PathBuf, source: io::Error },
+    #[error("{path}: {reason}")]
+    Format { path: PathBuf, reason: String },
+}
+
+fn format_error(path: &Path, reason: impl Into<String>) -> NpyError {
+    NpyError::Format { path: path.to_path_buf(), reason: reason.into() }
+}
+
+/// Reads one `.npy` file.
+pub fn read_npy_file(path: &Path) -> Result<Tensor, NpyError> {
+    let io_error = |source| NpyError::Io { path: path.to_path_buf(), source };
+    let file = File::open(path).map_err(io_error)?;
+    let len = file.metadata().map_err(io_error)?.len();
+    read_npy(io::BufReader::new(file), len, path)
+}
+
+/// Reads every array of an `.npz` file, as `(key, tensor)` sorted by key.
+pub fn read_npz_file(path: &Path) -> Result<Vec<(String, Tensor)>, NpyError> {
+    let io_error = |source| NpyError::Io { path: path.to_path_buf(), source };
+    let file = File::open(path).map_err(io_error)?;
+    let mut archive =
+        zip::ZipArchive::new(file).map_err(|e| format_error(path, format!("not a valid .npz (zip) archive: {e}")))?;
+    let mut arrays = Vec::new();
+    for i in 0..archive.len() {
+        let entry = archive.by_index(i).map_err(|e| format_error(path, format!("entry {i}: {e}")))?;
+        let name = entry.name().to_string();
+        let Some(key) = name.strip_suffix(".npy") else {
+            return Err(format_error(path, format!("entry '{name}' is not an .npy array")));
+        };
+        let size = entry.size();
+        let entry_path = path.join(&name);
+        arrays.push((key.to_string(), read_npy(entry, size, &entry_path)?));
+    }
+    arrays.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(arrays)
+}
+
+/// The parsed `descr` of a header.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Element {
+    /// A dtype TensorFlow shares, with its byte order (true: big-endian).
+    Dense(DType, bool),
+    /// `|S<n>`: fixed-width bytes.
+    Bytes(usize),
+    /// `<U<n>`: fixed-width UTF-32 (big-endian when true).
+    Unicode(usize, bool),
+}
+
+impl Element {
+    fn item_size(self) -> usize {
+        match self {
+            Element::Dense(d, _) => d.element_size().expect("dense"),
+            Element::Bytes(n) => n,
+            Element::Unicode(n, _) => n * 4,
+        }
+    }
+}
+
+fn parse_descr(descr: &str) -> Result<Element, String> {
+    let (order, rest) = match descr.as_bytes().first() {
+        Some(b'<' | b'|' | b'=') => (false, &descr[1..]),
+        Some(b'>') => (true, &descr[1..]),
+        _ => (false, descr),
+    };
+    let (kind, size) = rest.split_at(rest.len().min(1));
+    let size: usize = size.parse().map_err(|_| format!("unsupported dtype '{descr}'"))?;
+    let dense = |d: DType| Ok(Element::Dense(d, order));
+    match (kind, size) {
+        ("f", 2) => dense(DType::Float16),
+        ("f", 4) => dense(DType::Float32),
+        ("f", 8) => dense(DType::Float64),
+        ("i", 1) => dense(DType::Int8),
+        ("i", 2) => dense(DType::Int16),
+        ("i", 4) => dense(DType::Int32),
+        ("i", 8) => dense(DType::Int64),
+        ("u", 1) => dense(DType::UInt8),
+        ("u", 2) => dense(DType::UInt16),
+        ("u", 4) => dense(DType::UInt32),
+        ("u", 8) => dense(DType::UInt64),
+        ("b", 1) => dense(DType::Bool),
+        ("S", n) => Ok(Element::Bytes(n)),
+        ("U", n) => Ok(Element::Unicode(n, order)),
+        ("O", _) => Err("object arrays (pickles) are not supported; save strings as bytes, e.g. np.array(..., dtype='S')".into()),
+        _ => Err(format!("unsupported dtype '{descr}'")),
+    }
+}
+
+/// The three keys of an `.npy` header dictionary.
+fn parse_header(header: &str) -> Result<(String, bool, Vec<u64>), String> {
+    let value_after = |key: &str| -> Result<&str, String> {
+        let at = header.find(&format!("'{key}'")).ok_or_else(|| format!("header has no '{key}'"))?;
+        let rest = &header[at + key.len() + 2..];
+        let colon = rest.find(':').ok_or_else(|| format!("header '{key}' has no value"))?;
+        Ok(rest[colon + 1..].trim_start())
+    };
+    let descr_text = value_after("descr")?;
+    let descr = descr_text
+        .strip_prefix('\'')
+        .and_then(|s| s.split_once('\''))
+        .map(|(d, _)| d.to_string())
+        .ok_or_else(|| "structured dtypes are not supported (header 'descr' is not a string)".to_string())?;
+    let fortran = value_after("fortran_order")?.starts_with("True");
+    let shape_text = value_after("shape")?;
+    let inner = shape_text
+        .strip_prefix('(')
+        .and_then(|s| s.split_once(')'))
+        .map(|(s, _)| s)
+        .ok_or_else(|| "header 'shape' is not a tuple".to_string())?;
+    let shape = inner
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|s| s.trim_end_matches('L').parse::<u64>().map_err(|_| format!("header 'shape' has a bad dimension '{s}'")))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok((descr, fortran, shape))
+}
+
+/// Reads an `.npy` stream of `total_len` bytes.
+pub fn read_npy(mut reader: impl Read, total_len: u64, path: &Path) -> Result<Tensor, NpyError> {
+    let io_error = |source| NpyError::Io { path: path.to_path_buf(), source };
+    let mut prefix = [0u8; 10];
+    reader.read_exact(&mut prefix).map_err(|_| format_error(path, "not an .npy file (too short)"))?;
+    if &prefix[..6] != MAGIC {
+        return Err(format_error(path, "not an .npy file (wrong magic number)"));
+    }
+    let (header_len, header_start) = match prefix[6] {
+        1 => (u64::from(u16::from_le_bytes([prefix[8], prefix[9]])), 10u64),
+        2 | 3 => {
+            let mut more = [0u8; 2];
+            reader.read_exact(&mut more).map_err(|_| format_error(path, "truncated header"))?;
+            (u64::from(u32::from_le_bytes([prefix[8], prefix[9], more[0], more[1]])), 12u64)
+        }
+        v => return Err(format_error(path, format!("unsupported .npy format version {v}"))),
+    };
+    if header_start + header_len > total_len {
+        return Err(format_error(path, format!("header claims {header_len} bytes but the file is {total_len} bytes long")));
+    }
+    let mut header = vec![0u8; header_len as usize];
+    reader.read_exact(&mut header).map_err(|_| format_error(path, "truncated header"))?;
+    let header = String::from_utf8_lossy(&header);
+    let (descr, fortran, shape) = parse_header(&header).map_err(|r| format_error(path, r))?;
+    let element = parse_descr(&descr).map_err(|r| format_error(path, r))?;
+    let count = Tensor::element_count(&shape)
+        .ok_or_else(|| format_error(path, format!("shape {shape:?} has too many elements")))?;
+    if fortran && shape.iter().filter(|&&d| d > 1).count() > 1 {
+        return Err(format_error(path, "Fortran-ordered arrays are not supported; save with np.ascontiguousarray"));
+    }
+    let data_len = count.checked_mul(element.item_size() as u64).filter(|&n| n <= total_len);
+    let available = total_len - header_start - header_len;
+    let data_len = match data_len {
+        Some(n) if n <= available => n,
+        _ => {
+            return Err(format_error(
+                path,
+                format!(
+                    "header claims shape {shape:?} of {descr} ({} bytes) but the file holds {available} bytes of data",
+                    count.saturating_mul(element.item_size() as u64)
+                ),
+            ))
+        }
+    };
+    let mut data = Vec::with_capacity(data_len as usize);
+    reader.take(data_len).read_to_end(&mut data).map_err(io_error)?;
+    if (data.len() as u64) < data_len {
+        return Err(format_error(path, "file ended before its data"));
+    }
+    Ok(match element {
+        Element::Dense(dtype, big_endian) => {
+            if big_endian {
+                let size = dtype.element_size().expect("dense");
+                data.chunks_exact_mut(size).for_each(<[u8]>::reverse);
+            }
+            if dtype == DType::Bool {
+                data.iter_mut().for_each(|b| *b = u8::from(*b != 0));
+            }
+            Tensor::dense(dtype, shape, data)
+        }
+        Element::Bytes(n) => {
+            let strings = if n == 0 {
+                vec![Vec::new(); count as usize]
+            } else {
+                data.chunks_exact(n).map(|c| trim_nuls(c).to_vec()).collect()
+            };
+            Tensor::strings(shape, strings)
+        }
+        Element::Unicode(n, big_endian) => {
+            let mut strings = Vec::with_capacity(count as usize);
+            for chunk in data.chunks_exact((n * 4).max(1)).take(count as usize) {
+                let mut s = String::new();
+                for unit in chunk.chunks_exact(4) {
+                    let raw = [unit[0], unit[1], unit[2], unit[3]];
+                    let code = if big_endian { u32::from_be_bytes(raw) } else { u32::from_le_bytes(raw) };
+                    let c = char::from_u32(code)
+                        .ok_or_else(|| format_error(path, format!("invalid unicode code point {code:#x}")))?;
+                    s.push(c);
+                }
+                strings.push(s.trim_end_matches('\0').as_bytes().to_vec());
+            }
+            if n == 0 {
+                strings = vec![Vec::new(); count as usize];
+            }
+            Tensor::strings(shape, strings)
+        }
+    })
+}
+
+fn trim_nuls(bytes: &[u8]) -> &[u8] {
+    let end = bytes.iter().rposition(|&b| b != 0).map_or(0, |i| i + 1);
+    &bytes[..end]
+}
+
+/// `descr` and raw bytes for writing a tensor (bfloat16 widened to float32).
+fn npy_body(tensor: &Tensor) -> (String, Vec<u8>) {
+    match (&tensor.data, tensor.dtype) {
+        (TensorData::Strings(strings), _) => {
+            let width = strings.iter().map(|s| s.len()).max().unwrap_or(0).max(1);
+            let mut data = Vec::with_capacity(width * strings.len());
+            for s in strings {
+                data.extend_from_slice(s);
+                data.resize(data.len() + width - s.len(), 0);
+            }
+            (format!("|S{width}"), data)
+        }
+        (TensorData::Dense(bytes), DType::BFloat16) => {
+            let data = bytes
+                .chunks_exact(2)
+                .flat_map(|c| bf16::from_le_bytes([c[0], c[1]]).to_f32().to_le_bytes())
+                .collect();
+            ("<f4".into(), data)
+        }
+        (TensorData::Dense(bytes), dtype) => {
+            let descr = match dtype {
+                DType::Float16 => "<f2",
+                DType::Float32 => "<f4",
+                DType::Float64 => "<f8",
+                DType::Int8 => "|i1",
+                DType::Int16 => "<i2",
+                DType::Int32 => "<i4",
+                DType::Int64 => "<i8",
+                DType::UInt8 => "|u1",
+                DType::UInt16 => "<u2",
+                DType::UInt32 => "<u4",
+                DType::UInt64 => "<u8",
+                DType::Bool => "|b1",
+                DType::BFloat16 | DType::String => unreachable!("handled above"),
+            };
+            (descr.into(), bytes.to_vec())
+        }
+        (TensorData::Shared(_), _) => unreachable!("outputs are never in shared memory"),
+    }
+}
+
+/// Writes a tensor in `.npy` format (version 1.0, or 2.0 for a huge header).
+pub fn write_npy(mut writer: impl Write, tensor: &Tensor) -> io::Result<()> {
+    let (descr, data) = npy_body(tensor);
+    let shape = match tensor.shape.as_slice() {
+        [] => "()".to_string(),
+        [d] => format!("({d},)"),
+        dims => format!("({})", dims.iter().map(u64::to_string).collect::<Vec<_>>().join(", ")),
+    };
+    let mut header = format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': {shape}, }}");
+    let prefix_len = if header.len() + 11 <= u16::MAX as usize { 10 } else { 12 };
+    let padded = (prefix_len + header.len() + 1).div_ceil(64) * 64;
+    header.push_str(&" ".repeat(padded - prefix_len - header.len() - 1));
+    header.push('\n');
+    writer.write_all(MAGIC)?;
+    if prefix_len == 10 {
+        writer.write_all(&[1, 0])?;
+        writer.write_all(&(header.len() as u16).to_le_bytes())?;
+    } else {
+        writer.write_all(&[2, 0])?;
+        writer.write_all(&(header.len() as u32).to_le_bytes())?;
+    }
+    writer.write_all(header.as_bytes())?;
+    writer.write_all(&data)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn round_trip(tensor: &Tensor) -> Tensor {
+        let mut bytes = Vec::new();
+        write_npy(&mut bytes, tensor).unwrap();
+        assert_eq!(bytes.len() % 64, (tensor_bytes(tensor)) % 64, "header is padded to 64 bytes");
+        read_npy(bytes.as_slice(), bytes.len() as u64, Path::new("t.npy")).unwrap()
+    }
+
+    fn tensor_bytes(tensor: &Tensor) -> usize {
+        npy_body(tensor).1.len()
+    }
+
+    #[test]
+    fn dense_and_string_tensors_round_trip() {
+        let t = Tensor::dense(DType::Int64, vec![2, 2], (0..32).collect());
+        assert_eq!(round_trip(&t), t);
+        let scalar = Tensor::dense(DType::Float32, vec![], 1.5f32.to_le_bytes().to_vec());
+        assert_eq!(round_trip(&scalar), scalar);
+        let s = Tensor::strings(vec![3], vec![b"ab".to_vec(), b"\xff\xfe".to_vec(), Vec::new()]);
+        assert_eq!(round_trip(&s), s);
+    }
+
+    #[test]
+    fn bfloat16_is_written_as_float32() {
+        let t = Tensor::dense(DType::BFloat16, vec![1], bf16::from_f32(1.5).to_le_bytes().to_vec());
+        let back = round_trip(&t);
+        assert_eq!(back.dtype, DType::Float32);
+        assert_eq!(back.data, TensorData::Dense(1.5f32.to_le_bytes().to_vec().into()));
+    }
+
+    fn npy_with(header: &str, data: &[u8]) -> Vec<u8> {
+        let mut bytes = MAGIC.to_vec();
+        bytes.extend_from_slice(&[1, 0]);
+        bytes.extend_from_slice(&(header.len() as u16).to_le_bytes());
+        bytes.extend_from_slice(header.as_bytes());
+        bytes.extend_from_slice(data);
+        bytes
+    }
+
+    fn read_err(bytes: &[u8]) -> String {
+        read_npy(bytes, bytes.len() as u64, Path::new("bad.npy")).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn big_endian_and_unicode_are_converted() {
+        let bytes = npy_with("{'descr': '>i4', 'fortran_order': False, 'shape': (1,), }\n", &[0, 0, 1, 2]);
+        let t = read_npy(bytes.as_slice(), bytes.len() as u64, Path::new("b.npy")).unwrap();
+        assert_eq!(t.data, TensorData::Dense(vec![2, 1, 0, 0].into()));
+        let bytes = npy_with("{'descr': '<U2', 'fortran_order': False, 'shape': (1,), }\n", &[0xe9, 0, 0, 0, 0, 0, 0, 0]);
+        let t = read_npy(bytes.as_slice(), bytes.len() as u64, Path::new("u.npy")).unwrap();
+        assert_eq!(t, Tensor::strings(vec![1], vec!["é".as_bytes().to_vec()]));
+    }
+
+    #[test]
+    fn bad_files_are_named_with_the_reason() {
+        assert_eq!(read_err(b"PK\x03\x04 not npy"), "bad.npy: not an .npy file (wrong magic number)");
+        assert_eq!(read_err(b"\x93NUM"), "bad.npy: not an .npy file (too short)");
+        let claims_more = npy_with("{'descr': '<f4', 'fortran_order': False, 'shape': (1000000000000,), }\n", &[0; 8]);
+        assert_eq!(
+            read_err(&claims_more),
+            "bad.npy: header claims shape [1000000000000] of <f4 (4000000000000 bytes) but the file holds 8 bytes of data"
+        );
+        let object = npy_with("{'descr': '|O', 'fortran_order': False, 'shape': (1,), }\n", &[0; 8]);
+        assert!(read_err(&object).contains("object arrays (pickles) are not supported"));
+        let mut long_header = MAGIC.to_vec();
+        long_header.extend_from_slice(&[1, 0, 0xff, 0xff]);
+        assert!(read_err(&long_header).contains("header claims 65535 bytes"));
+        let structured = npy_with("{'descr': [('a', '<f4')], 'fortran_order': False, 'shape': (1,), }\n", &[0; 4]);
+        assert!(read_err(&structured).contains("structured dtypes are not supported"));
+    }
+}

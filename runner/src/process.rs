@@ -1,0 +1,405 @@
+//! A worker process, seen from the supervisor: how it is started (its own
+//! process group, killed with the supervisor, first in line for the OOM
+//! killer), how its messages, stderr and exit are collected without ever
+//! blocking the supervisor on it, and how it is stopped (SIGTERM to the
+//! group, a grace period, SIGKILL). Linux only.
+
+use ipc_channel::ipc::IpcSender;
+use isorun_protocol::{WorkerMessage, ENV_IPC_FD};
+use isorun_transport::{read_frame, FrameError, RequestEnvelope};
+use std::collections::VecDeque;
+use std::io::{self, BufRead, BufReader, Read};
+use std::os::fd::AsRawFd;
+use std::os::unix::net::UnixStream;
+use std::os::unix::process::CommandExt;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{mpsc, Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+/// How to start workers.
+#[derive(Debug, Clone)]
+pub struct SpawnSpec {
+    pub worker: PathBuf,
+    /// Folder holding libtensorflow, put first on the worker's library path.
+    pub lib_dir: Option<PathBuf>,
+    /// Extra arguments (the fault-injection worker in tests takes its orders this way).
+    pub args: Vec<String>,
+    /// Largest frame accepted from a worker.
+    pub max_frame: u64,
+}
+
+/// Something a worker did, as seen by the threads watching it.
+#[derive(Debug)]
+pub enum Event {
+    Message(WorkerMessage),
+    /// The worker closed its socket at a frame boundary.
+    Closed,
+    /// The worker sent something that is not a valid frame.
+    Broken(String),
+    /// A request could not be delivered.
+    SendFailed(String),
+}
+
+/// How a worker process ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExitStatus {
+    Code(i32),
+    Signal { signal: i32, core_dumped: bool },
+}
+
+/// A reaped worker: its status and resource usage.
+#[derive(Debug, Clone, Copy)]
+pub struct Exit {
+    pub status: ExitStatus,
+    pub max_rss_bytes: u64,
+    pub user: Duration,
+    pub system: Duration,
+}
+
+/// The last lines a worker wrote to stderr, capped in lines and bytes.
+#[derive(Debug, Default)]
+pub struct StderrTail {
+    lines: VecDeque<String>,
+}
+
+const STDERR_LINES: usize = 20;
+const STDERR_LINE_BYTES: usize = 2000;
+
+impl StderrTail {
+    fn push(&mut self, line: &[u8]) {
+        let mut text = String::from_utf8_lossy(&line[..line.len().min(STDERR_LINE_BYTES)]).into_owned();
+        if line.len() > STDERR_LINE_BYTES {
+            text.push_str(" [...]");
+        }
+        if self.lines.len() == STDERR_LINES {
+            self.lines.pop_front();
+        }
+        self.lines.push_back(text.trim_end().to_string());
+    }
+
+    pub fn lines(&self) -> Vec<String> {
+        self.lines.iter().cloned().collect()
+    }
+}
+
+/// A running (or finished) worker.
+pub struct WorkerProcess {
+    pub pid: i32,
+    events: mpsc::Receiver<Event>,
+    events_tx: mpsc::Sender<Event>,
+    requests: Option<mpsc::Sender<RequestEnvelope>>,
+    stderr: Arc<Mutex<StderrTail>>,
+    exit: Option<Exit>,
+    _child: Child,
+}
+
+impl WorkerProcess {
+    /// Starts a worker. Must be called from a thread that outlives the
+    /// worker: `PR_SET_PDEATHSIG` fires when the thread that forked exits.
+    pub fn spawn(spec: &SpawnSpec) -> io::Result<WorkerProcess> {
+        let (ours, theirs) = UnixStream::pair()?;
+        let theirs_fd = theirs.as_raw_fd();
+        // SAFETY: getpid has no preconditions.
+        let parent = unsafe { libc::getpid() };
+        let mut command = Command::new(&spec.worker);
+        command
+            .args(&spec.args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .process_group(0)
+            .env(ENV_IPC_FD, "3");
+        if let Some(lib_dir) = &spec.lib_dir {
+            command.env("LD_LIBRARY_PATH", library_path(lib_dir));
+        }
+        if std::env::var_os("TF_CPP_MIN_LOG_LEVEL").is_none() {
+            command.env("TF_CPP_MIN_LOG_LEVEL", "2");
+        }
+        // SAFETY: the closure runs between fork and exec and only makes
+        // async-signal-safe system calls.
+        unsafe {
+            command.pre_exec(move || {
+                if theirs_fd == 3 {
+                    if libc::fcntl(3, libc::F_SETFD, 0) < 0 {
+                        return Err(io::Error::last_os_error());
+                    }
+                } else if libc::dup2(theirs_fd, 3) < 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) < 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                if libc::getppid() != parent {
+                    // The supervisor died before the death signal was armed.
+                    libc::_exit(1);
+                }
+                let fd = libc::open(c"/proc/self/oom_score_adj".as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+                if fd >= 0 {
+                    libc::write(fd, b"1000".as_ptr().cast(), 4);
+                    libc::close(fd);
+                }
+                Ok(())
+            });
+        }
+        let mut child = command.spawn()?;
+        drop(theirs);
+        let pid = child.id() as i32;
+        let (events_tx, events) = mpsc::channel();
+        let stderr = Arc::new(Mutex::new(StderrTail::default()));
+        if let Some(pipe) = child.stderr.take() {
+            let tail = Arc::clone(&stderr);
+            thread::Builder::new().name(format!("stderr-{pid}")).spawn(move || collect_stderr(pipe, &tail))?;
+        }
+        let reader_tx = events_tx.clone();
+        let max_frame = spec.max_frame;
+        thread::Builder::new().name(format!("reader-{pid}")).spawn(move || read_messages(ours, max_frame, reader_tx))?;
+        Ok(WorkerProcess { pid, events, events_tx, requests: None, stderr, exit: None, _child: child })
+    }
+
+    /// Connects to the worker's request channel (named in its `Hello`).
+    /// Delivery happens on a thread of its own, so a worker that stops
+    /// reading stalls only that thread, until the worker is killed.
+    pub fn connect(&mut self, channel: String) {
+        let (tx, rx) = mpsc::channel::<RequestEnvelope>();
+        let events = self.events_tx.clone();
+        let pid = self.pid;
+        let spawned = thread::Builder::new().name(format!("sender-{pid}")).spawn(move || {
+            let sender = match IpcSender::<RequestEnvelope>::connect(channel) {
+                Ok(sender) => sender,
+                Err(e) => {
+                    let _ = events.send(Event::SendFailed(format!("cannot connect to the worker's channel: {e}")));
+                    return;
+                }
+            };
+            for envelope in rx {
+                if let Err(e) = sender.send(envelope) {
+                    let _ = events.send(Event::SendFailed(format!("cannot send to the worker: {e}")));
+                    return;
+                }
+            }
+        });
+        if spawned.is_ok() {
+            self.requests = Some(tx);
+        }
+    }
+
+    /// Queues a request for delivery.
+    pub fn send(&self, envelope: RequestEnvelope) -> Result<(), String> {
+        match &self.requests {
+            Some(tx) => tx.send(envelope).map_err(|_| "the worker's channel is closed".to_string()),
+            None => Err("not connected to the worker".into()),
+        }
+    }
+
+    /// The next event, waiting at most `timeout`.
+    pub fn next_event(&self, timeout: Duration) -> Option<Event> {
+        self.events.recv_timeout(timeout).ok()
+    }
+
+    /// The worker's last stderr lines.
+    pub fn stderr_tail(&self) -> Vec<String> {
+        self.stderr.lock().map(|t| t.lines()).unwrap_or_default()
+    }
+
+    /// The exit, if the worker has exited (reaping it, and killing what is
+    /// left of its process group first).
+    pub fn try_exit(&mut self) -> Option<Exit> {
+        if self.exit.is_none() && self.has_exited() {
+            self.reap();
+        }
+        self.exit
+    }
+
+    /// Waits up to `timeout` for the worker to exit by itself.
+    pub fn wait_exit(&mut self, timeout: Duration) -> Option<Exit> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(exit) = self.try_exit() {
+                return Some(exit);
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// SIGTERM to the worker's group, `grace` to exit, then SIGKILL; reaps it.
+    pub fn terminate(&mut self, grace: Duration) -> Exit {
+        if let Some(exit) = self.try_exit() {
+            return exit;
+        }
+        self.signal_group(libc::SIGTERM);
+        if let Some(exit) = self.wait_exit(grace) {
+            return exit;
+        }
+        self.kill()
+    }
+
+    /// SIGKILL to the worker's group; reaps it.
+    pub fn kill(&mut self) -> Exit {
+        if let Some(exit) = self.try_exit() {
+            return exit;
+        }
+        self.signal_group(libc::SIGKILL);
+        self.reap();
+        self.exit.expect("reaped")
+    }
+
+    /// The worker's current memory high-water mark (`VmHWM`), while it runs.
+    pub fn peak_rss_now(&self) -> Option<u64> {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid)).ok()?;
+        let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+        let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+        Some(kib * 1024)
+    }
+
+    /// The worker's CPU time so far (user, system), while it runs.
+    pub fn cpu_now(&self) -> Option<(Duration, Duration)> {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid)).ok()?;
+        // Fields after the command name, which is in parentheses and may hold spaces.
+        let rest = &stat[stat.rfind(')')? + 2..];
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        // SAFETY: sysconf has no preconditions.
+        let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+        let utime: f64 = fields.get(11)?.parse().ok()?;
+        let stime: f64 = fields.get(12)?.parse().ok()?;
+        Some((Duration::from_secs_f64(utime / ticks), Duration::from_secs_f64(stime / ticks)))
+    }
+
+    fn signal_group(&self, signal: i32) {
+        // SAFETY: the worker is not yet reaped, so its pid (and group id)
+        // cannot have been reused.
+        unsafe { libc::kill(-self.pid, signal) };
+    }
+
+    /// True once the worker has exited; does not reap it.
+    fn has_exited(&self) -> bool {
+        // SAFETY: waitid writes only into info.
+        unsafe {
+            let mut info: libc::siginfo_t = std::mem::zeroed();
+            let r = libc::waitid(libc::P_PID, self.pid as libc::id_t, &mut info, libc::WEXITED | libc::WNOHANG | libc::WNOWAIT);
+            r == 0 && info.si_pid() != 0
+        }
+    }
+
+    /// Kills what is left of the group (grandchildren), then reaps the
+    /// worker with its resource usage. Blocks until the worker has exited.
+    fn reap(&mut self) {
+        if self.exit.is_some() {
+            return;
+        }
+        if self.has_exited() {
+            self.signal_group(libc::SIGKILL);
+        }
+        // SAFETY: wait4 writes only into status and usage.
+        let (status, usage) = unsafe {
+            let mut status = 0;
+            let mut usage: libc::rusage = std::mem::zeroed();
+            loop {
+                let r = libc::wait4(self.pid, &mut status, 0, &mut usage);
+                if r == self.pid || io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+                    break;
+                }
+            }
+            (status, usage)
+        };
+        let status = if libc::WIFSIGNALED(status) {
+            ExitStatus::Signal { signal: libc::WTERMSIG(status), core_dumped: libc::WCOREDUMP(status) }
+        } else {
+            ExitStatus::Code(libc::WEXITSTATUS(status))
+        };
+        let duration = |t: libc::timeval| Duration::new(t.tv_sec as u64, (t.tv_usec as u32) * 1000);
+        self.exit = Some(Exit {
+            status,
+            max_rss_bytes: (usage.ru_maxrss as u64) * 1024,
+            user: duration(usage.ru_utime),
+            system: duration(usage.ru_stime),
+        });
+    }
+}
+
+impl Drop for WorkerProcess {
+    fn drop(&mut self) {
+        if self.exit.is_none() {
+            self.kill();
+        }
+    }
+}
+
+/// `LD_LIBRARY_PATH` with `lib_dir` first.
+fn library_path(lib_dir: &Path) -> std::ffi::OsString {
+    let mut value = lib_dir.as_os_str().to_owned();
+    if let Some(existing) = std::env::var_os("LD_LIBRARY_PATH").filter(|v| !v.is_empty()) {
+        value.push(":");
+        value.push(existing);
+    }
+    value
+}
+
+fn collect_stderr(pipe: impl Read, tail: &Mutex<StderrTail>) {
+    // Reads lines of any length without holding more than a capped prefix
+    // of each, so a worker that floods stderr neither blocks nor bloats us.
+    let mut reader = BufReader::with_capacity(64 * 1024, pipe);
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        loop {
+            let buf = match reader.fill_buf() {
+                Ok(buf) => buf,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(_) => return,
+            };
+            if buf.is_empty() {
+                if !line.is_empty() {
+                    if let Ok(mut t) = tail.lock() {
+                        t.push(&line);
+                    }
+                }
+                return;
+            }
+            let (chunk, done) = match buf.iter().position(|&b| b == b'\n') {
+                Some(i) => (&buf[..i], Some(i + 1)),
+                None => (buf, None),
+            };
+            if line.len() < STDERR_LINE_BYTES + 1 {
+                let room = STDERR_LINE_BYTES + 1 - line.len();
+                line.extend_from_slice(&chunk[..chunk.len().min(room)]);
+            }
+            let consumed = done.unwrap_or(buf.len());
+            reader.consume(consumed);
+            if done.is_some() {
+                break;
+            }
+        }
+        if let Ok(mut t) = tail.lock() {
+            t.push(&line);
+        }
+    }
+}
+
+fn read_messages(mut socket: UnixStream, max_frame: u64, events: mpsc::Sender<Event>) {
+    let result = catch_unwind(AssertUnwindSafe(|| loop {
+        match read_frame::<WorkerMessage>(&mut socket, max_frame) {
+            Ok(message) => {
+                if events.send(Event::Message(message)).is_err() {
+                    return;
+                }
+            }
+            Err(FrameError::Closed) => {
+                let _ = events.send(Event::Closed);
+                return;
+            }
+            Err(e) => {
+                let _ = events.send(Event::Broken(e.to_string()));
+                return;
+            }
+        }
+    }));
+    if result.is_err() {
+        let _ = events.send(Event::Broken("the message reader panicked".into()));
+    }
+}

@@ -1,0 +1,88 @@
+//! The JSON line of one model: keys that do not apply are left out (never
+//! `null`), dtypes use the one vocabulary, times are milliseconds.
+
+use crate::discover::Model;
+use crate::executor::UnitReport;
+use isorun_protocol::{signal_name, Outcome};
+use serde_json::{json, Map, Value};
+
+/// The record of one model's unit.
+pub fn unit_record(model: &Model, report: &UnitReport) -> Value {
+    let mut r = Map::new();
+    r.insert("model".into(), json!(model.id));
+    r.insert("path".into(), json!(model.path.to_string_lossy()));
+    r.insert("status".into(), json!(report.outcome.status()));
+    if report.outcome.is_ok() {
+        let mut outputs = Map::new();
+        for output in &report.outputs {
+            let mut o = Map::new();
+            o.insert("dtype".into(), json!(output.dtype.name()));
+            o.insert("shape".into(), json!(output.shape));
+            if let Some(values) = &output.values {
+                o.insert("values".into(), values.clone());
+            }
+            outputs.insert(output.name.clone(), Value::Object(o));
+        }
+        r.insert("outputs".into(), Value::Object(outputs));
+    }
+    match &report.outcome {
+        Outcome::Ok => {}
+        Outcome::Error(e) => {
+            let mut error = Map::new();
+            error.insert("kind".into(), json!(e.kind.name()));
+            if let Some(code) = &e.code {
+                error.insert("code".into(), json!(code));
+            }
+            error.insert("message".into(), json!(e.message));
+            r.insert("error".into(), Value::Object(error));
+        }
+        other => {
+            r.insert("error".into(), json!({ "kind": other.status(), "message": other.to_string() }));
+        }
+    }
+    match &report.outcome {
+        Outcome::Crashed { signal, core_dumped, exit_code } => {
+            if let Some(signal) = signal {
+                r.insert("signal".into(), json!(signal));
+                r.insert("signal_name".into(), json!(signal_name(*signal)));
+                r.insert("core_dumped".into(), json!(core_dumped));
+            }
+            if let Some(code) = exit_code {
+                r.insert("exit_code".into(), json!(code));
+            }
+        }
+        Outcome::Timeout { phase } => {
+            r.insert("phase".into(), json!(phase.name()));
+        }
+        Outcome::NotRun { reason } => {
+            r.insert("reason".into(), json!(reason.name()));
+        }
+        _ => {}
+    }
+    r.insert("wall_ms".into(), json!(report.wall.as_millis() as u64));
+    if let Some(ms) = report.load_ms {
+        r.insert("load_ms".into(), json!(ms));
+    }
+    if let Some(ms) = report.run_ms {
+        r.insert("run_ms".into(), json!(ms));
+    }
+    if let Some(user) = report.user {
+        r.insert("user_ms".into(), json!(user.as_millis() as u64));
+    }
+    if let Some(system) = report.system {
+        r.insert("sys_ms".into(), json!(system.as_millis() as u64));
+    }
+    if let Some(bytes) = report.peak_rss_bytes {
+        r.insert("peak_rss_bytes".into(), json!(bytes));
+    }
+    if let Some(id) = report.worker_id {
+        r.insert("worker_id".into(), json!(id));
+    }
+    if !matches!(report.outcome, Outcome::NotRun { .. }) {
+        r.insert("attempts".into(), json!(1));
+    }
+    if !report.outcome.is_ok() && !report.stderr_tail.is_empty() {
+        r.insert("stderr_tail".into(), json!(report.stderr_tail));
+    }
+    Value::Object(r)
+}

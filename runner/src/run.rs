@@ -1,0 +1,185 @@
+//! `isorun run`: validate everything that can be checked before work starts
+//! (a problem there is a usage error, exit 2, and nothing is written), then
+//! run every model and print one JSON line per model in the order the
+//! models were found, each as soon as the ones before it are done.
+
+use crate::cli::{Cli, Command, RunArgs};
+use crate::discover::{discover, Model};
+use crate::executor::{run_all, PreparedInputs, Settings, Stop, UnitReport};
+use crate::inputs::load_inputs;
+use crate::locate::{libtensorflow_dir, worker_binary};
+use crate::process::SpawnSpec;
+use crate::record::unit_record;
+use isorun_protocol::{exit_code, SessionConfig};
+use isorun_transport::DEFAULT_MAX_FRAME;
+use std::collections::BTreeMap;
+use std::io::{self, Write};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Runs the command; `Err` is a usage error (exit 2).
+pub fn main(cli: Cli) -> Result<i32, String> {
+    match cli.command {
+        Command::Run(args) => run(args),
+    }
+}
+
+fn seconds(flag: &str, value: Option<f64>) -> Result<Option<Duration>, String> {
+    match value {
+        None => Ok(None),
+        Some(s) if s.is_finite() && s > 0.0 => Ok(Some(Duration::from_secs_f64(s))),
+        Some(s) => Err(format!("{flag} {s}: expected a positive number of seconds")),
+    }
+}
+
+fn settings(args: &RunArgs) -> Result<Settings, String> {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let jobs = args.jobs.unwrap_or(cpus);
+    if jobs == 0 {
+        return Err("--jobs 0: expected at least 1".into());
+    }
+    let fair_share = (cpus / jobs).max(1) as u32;
+    let worker = worker_binary(args.worker.as_deref())?;
+    Ok(Settings {
+        spawn: SpawnSpec {
+            worker,
+            lib_dir: libtensorflow_dir(args.libtensorflow_dir.as_deref()),
+            args: args.worker_arg.clone(),
+            max_frame: DEFAULT_MAX_FRAME,
+        },
+        signature: args.signature.clone(),
+        tags: args.tags.clone(),
+        session: SessionConfig {
+            intra_op_threads: args.intra_op_threads.unwrap_or(fair_share),
+            inter_op_threads: args.inter_op_threads.unwrap_or(fair_share),
+        },
+        models_per_worker: args.models_per_worker as usize,
+        jobs,
+        timeout: seconds("--timeout", args.timeout)?,
+        load_timeout: seconds("--load-timeout", args.load_timeout)?,
+        start_timeout: seconds("--start-timeout", Some(args.start_timeout))?.expect("given"),
+        grace: Duration::from_secs(2),
+        output_dir: args.output_dir.clone(),
+        values: args.values,
+    })
+}
+
+fn run(args: RunArgs) -> Result<i32, String> {
+    let started = Instant::now();
+    let settings = settings(&args)?;
+    let models = discover(&args.models, &mut |warning| eprintln!("isorun: warning: {warning}")).map_err(|e| e.to_string())?;
+    let inputs = load_inputs(&args.input, &args.inputs).map_err(|e| e.to_string())?;
+    if let Some(dir) = &settings.output_dir {
+        std::fs::create_dir_all(dir).map_err(|e| format!("--output-dir {}: cannot create: {e}", dir.display()))?;
+    }
+    let inputs = PreparedInputs::new(inputs);
+
+    let stop = Arc::new(Stop::default());
+    let signals = watch_signals(Arc::clone(&stop)).map_err(|e| format!("cannot install signal handlers: {e}"))?;
+
+    let mut printer = Printer { models: &models, next: 0, waiting: BTreeMap::new(), broken_pipe: false, reports: Vec::new() };
+    run_all(&models, &inputs, &settings, &stop, &mut |report| {
+        printer.accept(report);
+        if printer.broken_pipe {
+            // Nobody reads any more (`isorun run ... | head -1`): stop the run quietly.
+            stop.request(0);
+        }
+    });
+    signals.close();
+
+    let reports = printer.reports;
+    if args.summary {
+        print_summary(&models, &reports, started.elapsed());
+    }
+    Ok(match stop.signal() {
+        libc::SIGINT => exit_code::INTERRUPTED,
+        libc::SIGTERM => exit_code::TERMINATED,
+        _ if printer.broken_pipe => exit_code::OK,
+        _ if reports.iter().all(|r| r.outcome.is_ok()) => exit_code::OK,
+        _ => exit_code::SOME_FAILED,
+    })
+}
+
+/// Prints records in model order, as soon as the ones before are done.
+struct Printer<'a> {
+    models: &'a [Model],
+    next: usize,
+    waiting: BTreeMap<usize, UnitReport>,
+    broken_pipe: bool,
+    reports: Vec<UnitReport>,
+}
+
+impl Printer<'_> {
+    fn accept(&mut self, report: UnitReport) {
+        self.waiting.insert(report.index, report);
+        while let Some(report) = self.waiting.remove(&self.next) {
+            if !self.broken_pipe {
+                let line = unit_record(&self.models[report.index], &report).to_string();
+                let mut out = io::stdout().lock();
+                if writeln!(out, "{line}").and_then(|_| out.flush()).is_err() {
+                    self.broken_pipe = true;
+                }
+            }
+            self.reports.push(report);
+            self.next += 1;
+        }
+    }
+}
+
+/// First SIGINT/SIGTERM: stop starting work and terminate the workers.
+/// Second: kill them at once.
+fn watch_signals(stop: Arc<Stop>) -> io::Result<signal_hook::iterator::backend::Handle> {
+    let mut signals = signal_hook::iterator::Signals::new([libc::SIGINT, libc::SIGTERM])?;
+    let handle = signals.handle();
+    std::thread::Builder::new().name("signals".into()).spawn(move || {
+        for signal in signals.forever() {
+            if stop.requested() {
+                eprintln!("isorun: killing workers");
+                stop.escalate();
+            } else {
+                eprintln!("isorun: interrupted; stopping workers (again to kill them at once)");
+                stop.request(signal);
+            }
+        }
+    })?;
+    Ok(handle)
+}
+
+/// This process's peak resident memory so far.
+pub fn own_peak_rss() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    Some(line.split_whitespace().nth(1)?.parse::<u64>().ok()? * 1024)
+}
+
+fn mib(bytes: Option<u64>) -> String {
+    bytes.map_or("-".into(), |b| format!("{:.0} MiB", b as f64 / (1024.0 * 1024.0)))
+}
+
+fn print_summary(models: &[Model], reports: &[UnitReport], elapsed: Duration) {
+    let width = models.iter().map(|m| m.id.len()).max().unwrap_or(5).max(5);
+    let mut err = io::stderr().lock();
+    let _ = writeln!(err, "\n{:<width$}  {:<14}  {:>9}  {:>12}", "model", "status", "time", "worker peak");
+    for report in reports {
+        let _ = writeln!(
+            err,
+            "{:<width$}  {:<14}  {:>7.2} s  {:>12}",
+            models[report.index].id,
+            report.outcome.status(),
+            report.wall.as_secs_f64(),
+            mib(report.peak_rss_bytes)
+        );
+    }
+    let ok = reports.iter().filter(|r| r.outcome.is_ok()).count();
+    let _ = writeln!(
+        err,
+        "\n{} models: {ok} ok, {} not ok, in {:.2} s; supervisor peak memory {}",
+        reports.len(),
+        reports.len() - ok,
+        elapsed.as_secs_f64(),
+        mib(own_peak_rss())
+    );
+    for report in reports.iter().filter(|r| !r.outcome.is_ok()) {
+        let _ = writeln!(err, "  {}: {}", models[report.index].id, report.outcome);
+    }
+}
