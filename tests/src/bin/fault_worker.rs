@@ -1,0 +1,177 @@
+//! `isorun-fault-worker`: speaks the worker protocol without TensorFlow and
+//! misbehaves on request, so tests can prove that every failure of a worker
+//! becomes the right outcome and costs nothing else.
+//!
+//! Start faults (before or instead of `Hello`), from its arguments:
+//!   --start MODE [--once MARKER]   MODE: never-connect, exit-early, close,
+//!   garbage, huge, half, wrong-version, hello-twice. With --once, only the
+//!   worker that creates the file MARKER misbehaves; the others are good.
+//! Run faults, from a model folder name holding `fault-MODE[-N]`: segfault,
+//! abort, exit3, hang, alloc-N (touch N MiB, then answer), slow-N (sleep N
+//! ms, then answer), garbage, huge, half, wrong-unit, bad-shape, hang-load.
+//! With --ignore-term, it ignores SIGTERM (only SIGKILL stops it).
+//! Any other model is good: its outputs are its inputs, under the same names.
+
+use ipc_channel::ipc::IpcOneShotServer;
+use isorun_protocol::{
+    Hello, RunRequest, Tensor, ToWorker, UnitResult, WorkerMessage, ENV_IPC_FD, PROTOCOL_VERSION,
+};
+use isorun_transport::{dense_bytes, write_frame, RequestEnvelope};
+use std::io::Write;
+use std::os::fd::FromRawFd;
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+use std::time::Duration;
+
+fn sleep_forever() -> ! {
+    loop {
+        std::thread::sleep(Duration::from_secs(3600));
+    }
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let arg = |name: &str| args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).cloned();
+    let fd: i32 = std::env::var(ENV_IPC_FD).expect("ISORUN_IPC_FD").parse().expect("fd");
+    // SAFETY: the supervisor passed this descriptor to us.
+    let mut socket = unsafe { UnixStream::from_raw_fd(fd) };
+    if args.iter().any(|a| a == "--ignore-term") {
+        // SAFETY: setting a signal disposition, before any thread starts.
+        unsafe { libc::signal(libc::SIGTERM, libc::SIG_IGN) };
+    }
+    let mut start = arg("--start");
+    if let Some(marker) = arg("--once") {
+        let first = std::fs::OpenOptions::new().write(true).create_new(true).open(marker).is_ok();
+        if !first {
+            start = None;
+        }
+    }
+    let (server, name) = IpcOneShotServer::<RequestEnvelope>::new().expect("one-shot server");
+    let hello = |version| {
+        WorkerMessage::Hello(Hello {
+            protocol_version: version,
+            worker_version: "fault".into(),
+            tensorflow_version: "none".into(),
+            pid: std::process::id(),
+            request_channel: name.clone(),
+        })
+    };
+    match start.as_deref() {
+        None => {}
+        Some("never-connect") => sleep_forever(),
+        Some("exit-early") => std::process::exit(3),
+        Some("close") => {
+            drop(socket);
+            sleep_forever()
+        }
+        Some("garbage") => {
+            socket.write_all(b"this is not a frame at all, just garbage bytes").unwrap();
+            sleep_forever()
+        }
+        Some("huge") => {
+            let mut header = b"ISR1".to_vec();
+            header.extend_from_slice(&(1u64 << 42).to_le_bytes());
+            socket.write_all(&header).unwrap();
+            sleep_forever()
+        }
+        Some("half") => {
+            let mut header = b"ISR1".to_vec();
+            header.extend_from_slice(&1000u64.to_le_bytes());
+            header.extend_from_slice(&[0; 10]);
+            socket.write_all(&header).unwrap();
+            sleep_forever()
+        }
+        Some("wrong-version") => {
+            write_frame(&mut socket, &hello(PROTOCOL_VERSION + 998)).unwrap();
+            sleep_forever()
+        }
+        Some("hello-twice") => {
+            write_frame(&mut socket, &hello(PROTOCOL_VERSION)).unwrap();
+            write_frame(&mut socket, &hello(PROTOCOL_VERSION)).unwrap();
+        }
+        Some(other) => panic!("unknown --start mode {other}"),
+    }
+    if start.as_deref() != Some("hello-twice") {
+        write_frame(&mut socket, &hello(PROTOCOL_VERSION)).unwrap();
+    }
+    let (receiver, first) = server.accept().expect("accept");
+    let mut next = Some(first);
+    loop {
+        let envelope = match next.take() {
+            Some(e) => e,
+            None => match receiver.recv() {
+                Ok(e) => e,
+                Err(_) => std::process::exit(0),
+            },
+        };
+        let (message, shared) = envelope.open().expect("valid envelope");
+        match message {
+            ToWorker::Shutdown => std::process::exit(0),
+            ToWorker::Run(request) => run(&mut socket, &request, &shared),
+        }
+    }
+}
+
+fn run(socket: &mut UnixStream, request: &RunRequest, shared: &[ipc_channel::ipc::IpcSharedMemory]) {
+    let model = Path::new(&request.model_dir).file_name().unwrap().to_string_lossy().into_owned();
+    let fault = model.split_once("fault-").map_or("", |(_, f)| f);
+    let (mode, amount) = match fault.rsplit_once('-') {
+        Some((mode, n)) if n.parse::<u64>().is_ok() => (mode, n.parse::<u64>().unwrap()),
+        _ => (fault, 0),
+    };
+    let unit = request.unit;
+    if mode == "hang-load" {
+        sleep_forever();
+    }
+    write_frame(socket, &WorkerMessage::Loaded { unit, load_ms: 1 }).unwrap();
+    let mut hog: Vec<u8> = Vec::new();
+    match mode {
+        // A real invalid write: `raise(SIGSEGV)` would be swallowed by
+        // Rust's own SIGSEGV handler, which only looks for stack overflows.
+        // SAFETY: none; crashing is the point.
+        "segfault" => unsafe { std::ptr::null_mut::<u8>().write_volatile(1) },
+        "abort" => std::process::abort(),
+        "exit3" => std::process::exit(3),
+        "hang" => sleep_forever(),
+        "alloc" => {
+            hog = vec![1u8; (amount as usize) << 20];
+            std::hint::black_box(&hog);
+        }
+        "slow" => std::thread::sleep(Duration::from_millis(amount)),
+        "garbage" => {
+            socket.write_all(b"\x00\x01garbage in the middle of a run").unwrap();
+            sleep_forever()
+        }
+        "huge" => {
+            let mut header = b"ISR1".to_vec();
+            header.extend_from_slice(&u64::MAX.to_le_bytes());
+            socket.write_all(&header).unwrap();
+            sleep_forever()
+        }
+        "half" => {
+            let mut header = b"ISR1".to_vec();
+            header.extend_from_slice(&100u64.to_le_bytes());
+            header.extend_from_slice(&[1, 2, 3]);
+            socket.write_all(&header).unwrap();
+            sleep_forever()
+        }
+        _ => {}
+    }
+    let outputs: Vec<(String, Tensor)> = request
+        .inputs
+        .iter()
+        .map(|(name, tensor)| {
+            let mut out = tensor.clone();
+            if let Some(bytes) = dense_bytes(tensor, shared) {
+                out = Tensor::dense(tensor.dtype, tensor.shape.clone(), bytes.to_vec());
+            }
+            if mode == "bad-shape" {
+                out.shape.push(1000);
+            }
+            (name.clone(), out)
+        })
+        .collect();
+    let answered = if mode == "wrong-unit" { unit + 1000 } else { unit };
+    write_frame(socket, &WorkerMessage::Finished { unit: answered, run_ms: 0, result: UnitResult::Ok { outputs } }).unwrap();
+    drop(hog);
+}

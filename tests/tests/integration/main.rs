@@ -1,0 +1,9 @@
+//! Integration tests: every test drives the real `isorun` binary, with the
+//! real worker on models made by Python TensorFlow, or with the
+//! fault-injection worker for the failures a real worker can have.
+
+mod faults;
+mod fixtures;
+mod lifecycle;
+mod usage;
+mod util;

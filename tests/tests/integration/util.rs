@@ -1,0 +1,131 @@
+//! Helpers that drive the real binaries: locate them next to this test
+//! binary's target folder, run `isorun` with arguments, and parse what it
+//! prints. Binaries come from `cargo build --workspace` (scripts/test).
+
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+/// `target/<profile>/`, where cargo put the binaries.
+pub fn bin_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("current exe");
+    exe.parent().and_then(Path::parent).expect("target/<profile>/deps/..").to_path_buf()
+}
+
+pub fn bin(name: &str) -> PathBuf {
+    let path = bin_dir().join(name);
+    assert!(path.is_file(), "{} is missing: build the workspace first (cargo build --workspace; scripts/test does)", path.display());
+    path
+}
+
+/// The repository's `tests/fixtures`.
+pub fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures")
+}
+
+/// `isorun` with a clean environment for the settings it reads.
+pub fn isorun() -> Command {
+    let mut command = Command::new(bin("isorun"));
+    for var in ["ISORUN_WORKER", "ISORUN_JOBS", "ISORUN_TIMEOUT"] {
+        command.env_remove(var);
+    }
+    command.stdin(Stdio::null());
+    command
+}
+
+/// `isorun run` using the fault-injection worker.
+pub fn isorun_fault(worker_args: &[&str]) -> Command {
+    let mut command = isorun();
+    command.env("ISORUN_WORKER", bin("isorun-fault-worker")).arg("run");
+    for arg in worker_args {
+        command.arg(format!("--worker-arg={arg}"));
+    }
+    command
+}
+
+/// What a finished `isorun` said.
+#[derive(Debug)]
+pub struct Ran {
+    pub code: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+    pub records: Vec<Value>,
+}
+
+impl Ran {
+    /// The record of model `id`.
+    pub fn record(&self, id: &str) -> &Value {
+        self.records
+            .iter()
+            .find(|r| r["model"] == id)
+            .unwrap_or_else(|| panic!("no record for {id} in:\n{}\nstderr:\n{}", self.stdout, self.stderr))
+    }
+
+    pub fn statuses(&self) -> Vec<(String, String)> {
+        self.records
+            .iter()
+            .map(|r| (r["model"].as_str().unwrap().to_string(), r["status"].as_str().unwrap().to_string()))
+            .collect()
+    }
+}
+
+pub fn ran(output: Output) -> Ran {
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    let records = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("stdout line is not JSON ({e}): {l}")))
+        .collect();
+    Ran { code: output.status.code(), stdout, stderr, records }
+}
+
+/// Runs a command to its end.
+pub fn run(command: &mut Command) -> Ran {
+    ran(command.output().expect("run isorun"))
+}
+
+/// Makes placeholder model folders (a `saved_model.pb` each) for the fault
+/// worker, which reads its orders from the folder name.
+pub fn fake_models(root: &Path, names: &[&str]) {
+    for name in names {
+        let dir = root.join(name);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("saved_model.pb"), b"").unwrap();
+    }
+}
+
+/// A small float32 input file `x.npy` of shape [2, 3].
+pub fn write_input(dir: &Path) -> PathBuf {
+    let path = dir.join("x.npy");
+    let header = "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }";
+    let mut header = header.to_string();
+    while (10 + header.len() + 1) % 64 != 0 {
+        header.push(' ');
+    }
+    header.push('\n');
+    let mut bytes = b"\x93NUMPY\x01\x00".to_vec();
+    bytes.extend_from_slice(&(header.len() as u16).to_le_bytes());
+    bytes.extend_from_slice(header.as_bytes());
+    for v in [1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0] {
+        bytes.extend_from_slice(&v.to_le_bytes());
+    }
+    std::fs::write(&path, bytes).unwrap();
+    path
+}
+
+/// Processes whose command line mentions `needle` (other than this test).
+pub fn processes_mentioning(needle: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };
+        if pid == std::process::id() {
+            continue;
+        }
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else { continue };
+        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+        if cmdline.contains(needle) {
+            found.push(format!("{pid}: {cmdline}"));
+        }
+    }
+    found
+}
