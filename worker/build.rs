@@ -20,10 +20,8 @@ fn main() {
             }
         }
     }
-    if let Some(dir) = candidates
-        .into_iter()
-        .filter(|d| d.join("libtensorflow_cc.so.2").exists())
-        .find_map(|d| d.canonicalize().ok())
+    if let Some(dir) =
+        candidates.into_iter().filter(|d| d.join("libtensorflow_cc.so.2").exists()).find_map(|d| d.canonicalize().ok())
     {
         println!("cargo:rustc-link-arg-bins=-Wl,-rpath,{}", dir.display());
     }

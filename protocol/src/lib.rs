@@ -10,9 +10,7 @@ mod outcome;
 mod tensor;
 
 pub use dtype::{tf_code_name, DType};
-pub use message::{
-    Hello, RunRequest, SessionConfig, SignatureInfo, TensorSpec, ToWorker, UnitResult, WorkerMessage,
-};
+pub use message::{Hello, RunRequest, SessionConfig, SignatureInfo, TensorSpec, ToWorker, UnitResult, WorkerMessage};
 pub use outcome::{signal_name, ErrorKind, ModelError, NotRunReason, Outcome, Phase};
 pub use tensor::{Tensor, TensorData, TensorError};
 

@@ -69,7 +69,9 @@ pub struct SignatureInfo {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum UnitResult {
     /// Every output of the signature, sorted by name.
-    Ok { outputs: Vec<(String, Tensor)> },
+    Ok {
+        outputs: Vec<(String, Tensor)>,
+    },
     Err(ModelError),
 }
 
@@ -78,7 +80,14 @@ pub enum UnitResult {
 pub enum WorkerMessage {
     Hello(Hello),
     /// The model of `unit` is loaded (or was already), in `load_ms`.
-    Loaded { unit: u64, load_ms: u64 },
+    Loaded {
+        unit: u64,
+        load_ms: u64,
+    },
     /// `unit` is over; `run_ms` is the time of the session run alone.
-    Finished { unit: u64, run_ms: u64, result: UnitResult },
+    Finished {
+        unit: u64,
+        run_ms: u64,
+        result: UnitResult,
+    },
 }

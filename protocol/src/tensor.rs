@@ -102,9 +102,7 @@ impl Tensor {
 }
 
 fn check_len(count: u64, size: usize, actual: u64) -> Result<(), TensorError> {
-    let expected = count
-        .checked_mul(size as u64)
-        .ok_or(TensorError::ByteLength { expected: u64::MAX, actual })?;
+    let expected = count.checked_mul(size as u64).ok_or(TensorError::ByteLength { expected: u64::MAX, actual })?;
     if expected != actual {
         return Err(TensorError::ByteLength { expected, actual });
     }

@@ -295,7 +295,9 @@ impl Slot<'_> {
                     return Ok(());
                 }
                 Some(Event::Message(other)) => {
-                    return Err(Outcome::ProtocolError { message: format!("expected Hello, got {}", message_name(&other)) })
+                    return Err(Outcome::ProtocolError {
+                        message: format!("expected Hello, got {}", message_name(&other)),
+                    })
                 }
                 Some(Event::Broken(reason)) => return Err(Outcome::ProtocolError { message: reason }),
                 Some(Event::Closed) | Some(Event::SendFailed(_)) => return Err(self.death_outcome(worker, true)),
@@ -361,7 +363,9 @@ impl Slot<'_> {
                 return end(report, Outcome::Timeout { phase }, false);
             }
             match worker.next_event(TICK) {
-                Some(Event::Message(WorkerMessage::Loaded { unit, load_ms })) if unit == index as u64 && phase == Phase::Load => {
+                Some(Event::Message(WorkerMessage::Loaded { unit, load_ms }))
+                    if unit == index as u64 && phase == Phase::Load =>
+                {
                     report.load_ms = Some(load_ms);
                     phase = Phase::Run;
                 }
@@ -382,7 +386,8 @@ impl Slot<'_> {
                 }
                 Some(Event::Message(other)) => {
                     worker.kill();
-                    let message = format!("unexpected {} while unit {index} was in phase {}", message_name(&other), phase.name());
+                    let message =
+                        format!("unexpected {} while unit {index} was in phase {}", message_name(&other), phase.name());
                     return end(report, Outcome::ProtocolError { message }, false);
                 }
                 Some(Event::Broken(message)) => {
@@ -412,14 +417,14 @@ impl Slot<'_> {
         };
         for (name, tensor) in &outputs {
             if name.is_empty() || name.contains('/') || name.contains('\0') || name == "." || name == ".." {
-                return Err(Outcome::ProtocolError { message: format!("output name {name:?} is not a safe file name") });
+                return Err(Outcome::ProtocolError {
+                    message: format!("output name {name:?} is not a safe file name"),
+                });
             }
             if outputs.iter().filter(|(n, _)| n == name).count() > 1 {
                 return Err(Outcome::ProtocolError { message: format!("output {name} is sent twice") });
             }
-            tensor
-                .validate(|_| None)
-                .map_err(|e| Outcome::ProtocolError { message: format!("output {name}: {e}") })?;
+            tensor.validate(|_| None).map_err(|e| Outcome::ProtocolError { message: format!("output {name}: {e}") })?;
         }
         if let Some(dir) = &self.settings.output_dir {
             if let Err(e) = write_outputs(dir, &model.id, &outputs) {
@@ -466,10 +471,15 @@ fn finish_metrics(
 
 fn crash_outcome(exit: Exit, before_hello: bool, stderr: &[String]) -> Outcome {
     match exit.status {
-        ExitStatus::Signal { signal, core_dumped } => Outcome::Crashed { signal: Some(signal), core_dumped, exit_code: None },
+        ExitStatus::Signal { signal, core_dumped } => {
+            Outcome::Crashed { signal: Some(signal), core_dumped, exit_code: None }
+        }
         // 127 before Hello: the loader could not start the worker (libtensorflow missing).
         ExitStatus::Code(127) if before_hello => Outcome::SpawnFailed {
-            message: stderr.last().cloned().unwrap_or_else(|| "the worker exited with code 127 before it started".into()),
+            message: stderr
+                .last()
+                .cloned()
+                .unwrap_or_else(|| "the worker exited with code 127 before it started".into()),
         },
         ExitStatus::Code(code) => Outcome::Crashed { signal: None, core_dumped: false, exit_code: Some(code) },
     }

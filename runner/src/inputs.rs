@@ -39,7 +39,10 @@ pub fn load_inputs(pairs: &[String], npz_files: &[PathBuf]) -> Result<Vec<(Strin
         }
     }
     for pair in pairs {
-        let (name, path) = pair.split_once('=').filter(|(n, p)| !n.is_empty() && !p.is_empty()).ok_or_else(|| InputError::Syntax(pair.clone()))?;
+        let (name, path) = pair
+            .split_once('=')
+            .filter(|(n, p)| !n.is_empty() && !p.is_empty())
+            .ok_or_else(|| InputError::Syntax(pair.clone()))?;
         let path = Path::new(path);
         if !has_extension(path, "npy") {
             return Err(InputError::Extension { path: path.to_path_buf() });

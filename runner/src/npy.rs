@@ -86,6 +86,9 @@ fn parse_descr(descr: &str) -> Result<Element, String> {
         _ => (false, descr),
     };
     let (kind, size) = rest.split_at(rest.len().min(1));
+    if kind == "O" {
+        return Err("object arrays (pickles) are not supported; save strings as bytes, e.g. np.array(..., dtype='S')".into());
+    }
     let size: usize = size.parse().map_err(|_| format!("unsupported dtype '{descr}'"))?;
     let dense = |d: DType| Ok(Element::Dense(d, order));
     match (kind, size) {
@@ -103,7 +106,10 @@ fn parse_descr(descr: &str) -> Result<Element, String> {
         ("b", 1) => dense(DType::Bool),
         ("S", n) => Ok(Element::Bytes(n)),
         ("U", n) => Ok(Element::Unicode(n, order)),
-        ("O", _) => Err("object arrays (pickles) are not supported; save strings as bytes, e.g. np.array(..., dtype='S')".into()),
+        ("O", _) => {
+            Err("object arrays (pickles) are not supported; save strings as bytes, e.g. np.array(..., dtype='S')"
+                .into())
+        }
         _ => Err(format!("unsupported dtype '{descr}'")),
     }
 }
@@ -133,7 +139,9 @@ fn parse_header(header: &str) -> Result<(String, bool, Vec<u64>), String> {
         .split(',')
         .map(str::trim)
         .filter(|s| !s.is_empty())
-        .map(|s| s.trim_end_matches('L').parse::<u64>().map_err(|_| format!("header 'shape' has a bad dimension '{s}'")))
+        .map(|s| {
+            s.trim_end_matches('L').parse::<u64>().map_err(|_| format!("header 'shape' has a bad dimension '{s}'"))
+        })
         .collect::<Result<Vec<_>, _>>()?;
     Ok((descr, fortran, shape))
 }
@@ -156,7 +164,10 @@ pub fn read_npy(mut reader: impl Read, total_len: u64, path: &Path) -> Result<Te
         v => return Err(format_error(path, format!("unsupported .npy format version {v}"))),
     };
     if header_start + header_len > total_len {
-        return Err(format_error(path, format!("header claims {header_len} bytes but the file is {total_len} bytes long")));
+        return Err(format_error(
+            path,
+            format!("header claims {header_len} bytes but the file is {total_len} bytes long"),
+        ));
     }
     let mut header = vec![0u8; header_len as usize];
     reader.read_exact(&mut header).map_err(|_| format_error(path, "truncated header"))?;
@@ -245,10 +256,8 @@ fn npy_body(tensor: &Tensor) -> (String, Vec<u8>) {
             (format!("|S{width}"), data)
         }
         (TensorData::Dense(bytes), DType::BFloat16) => {
-            let data = bytes
-                .chunks_exact(2)
-                .flat_map(|c| bf16::from_le_bytes([c[0], c[1]]).to_f32().to_le_bytes())
-                .collect();
+            let data =
+                bytes.chunks_exact(2).flat_map(|c| bf16::from_le_bytes([c[0], c[1]]).to_f32().to_le_bytes()).collect();
             ("<f4".into(), data)
         }
         (TensorData::Dense(bytes), dtype) => {
@@ -349,7 +358,8 @@ mod tests {
         let bytes = npy_with("{'descr': '>i4', 'fortran_order': False, 'shape': (1,), }\n", &[0, 0, 1, 2]);
         let t = read_npy(bytes.as_slice(), bytes.len() as u64, Path::new("b.npy")).unwrap();
         assert_eq!(t.data, TensorData::Dense(vec![2, 1, 0, 0].into()));
-        let bytes = npy_with("{'descr': '<U2', 'fortran_order': False, 'shape': (1,), }\n", &[0xe9, 0, 0, 0, 0, 0, 0, 0]);
+        let bytes =
+            npy_with("{'descr': '<U2', 'fortran_order': False, 'shape': (1,), }\n", &[0xe9, 0, 0, 0, 0, 0, 0, 0]);
         let t = read_npy(bytes.as_slice(), bytes.len() as u64, Path::new("u.npy")).unwrap();
         assert_eq!(t, Tensor::strings(vec![1], vec!["é".as_bytes().to_vec()]));
     }

@@ -155,7 +155,9 @@ impl WorkerProcess {
         }
         let reader_tx = events_tx.clone();
         let max_frame = spec.max_frame;
-        thread::Builder::new().name(format!("reader-{pid}")).spawn(move || read_messages(ours, max_frame, reader_tx))?;
+        thread::Builder::new()
+            .name(format!("reader-{pid}"))
+            .spawn(move || read_messages(ours, max_frame, reader_tx))?;
         Ok(WorkerProcess { pid, events, events_tx, requests: None, stderr, exit: None, _child: child })
     }
 
@@ -281,7 +283,12 @@ impl WorkerProcess {
         // SAFETY: waitid writes only into info.
         unsafe {
             let mut info: libc::siginfo_t = std::mem::zeroed();
-            let r = libc::waitid(libc::P_PID, self.pid as libc::id_t, &mut info, libc::WEXITED | libc::WNOHANG | libc::WNOWAIT);
+            let r = libc::waitid(
+                libc::P_PID,
+                self.pid as libc::id_t,
+                &mut info,
+                libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
+            );
             r == 0 && info.si_pid() != 0
         }
     }

@@ -67,7 +67,8 @@ fn settings(args: &RunArgs) -> Result<Settings, String> {
 fn run(args: RunArgs) -> Result<i32, String> {
     let started = Instant::now();
     let settings = settings(&args)?;
-    let models = discover(&args.models, &mut |warning| eprintln!("isorun: warning: {warning}")).map_err(|e| e.to_string())?;
+    let models =
+        discover(&args.models, &mut |warning| eprintln!("isorun: warning: {warning}")).map_err(|e| e.to_string())?;
     let inputs = load_inputs(&args.input, &args.inputs).map_err(|e| e.to_string())?;
     if let Some(dir) = &settings.output_dir {
         std::fs::create_dir_all(dir).map_err(|e| format!("--output-dir {}: cannot create: {e}", dir.display()))?;
@@ -77,7 +78,8 @@ fn run(args: RunArgs) -> Result<i32, String> {
     let stop = Arc::new(Stop::default());
     let signals = watch_signals(Arc::clone(&stop)).map_err(|e| format!("cannot install signal handlers: {e}"))?;
 
-    let mut printer = Printer { models: &models, next: 0, waiting: BTreeMap::new(), broken_pipe: false, reports: Vec::new() };
+    let mut printer =
+        Printer { models: &models, next: 0, waiting: BTreeMap::new(), broken_pipe: false, reports: Vec::new() };
     run_all(&models, &inputs, &settings, &stop, &mut |report| {
         printer.accept(report);
         if printer.broken_pipe {

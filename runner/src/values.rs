@@ -150,7 +150,11 @@ mod tests {
             serde_json::to_string(&tensor_values(&t)).unwrap(),
             r#"[[0.1,1.0,"NaN"],["Infinity","-Infinity",1e-30]]"#
         );
-        let h = Tensor::dense(DType::Float16, vec![2], [f16::from_f32(0.1), f16::from_f32(-2.5)].iter().flat_map(|v| v.to_le_bytes()).collect());
+        let h = Tensor::dense(
+            DType::Float16,
+            vec![2],
+            [f16::from_f32(0.1), f16::from_f32(-2.5)].iter().flat_map(|v| v.to_le_bytes()).collect(),
+        );
         assert_eq!(serde_json::to_string(&tensor_values(&h)).unwrap(), "[0.1,-2.5]");
     }
 

@@ -9,7 +9,9 @@ mod config;
 mod saved_model;
 
 pub use config::session_config_proto;
-pub use saved_model::{decode_meta_graph, find_meta_graph, read_saved_model, signatures, MetaGraph, SavedModelError, SignatureTensors};
+pub use saved_model::{
+    decode_meta_graph, find_meta_graph, read_saved_model, signatures, MetaGraph, SavedModelError, SignatureTensors,
+};
 
 /// TensorFlow's own protobuf messages (the subset isorun reads).
 pub mod proto {

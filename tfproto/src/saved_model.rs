@@ -149,9 +149,7 @@ fn specs(key: &str, map: &std::collections::HashMap<String, proto::TensorInfo>) 
             dtype: tf_code_name(info.dtype),
         })?;
         let shape = match &info.tensor_shape {
-            Some(shape) if !shape.unknown_rank => {
-                Some(shape.dim.iter().map(|d| u64::try_from(d.size).ok()).collect())
-            }
+            Some(shape) if !shape.unknown_rank => Some(shape.dim.iter().map(|d| u64::try_from(d.size).ok()).collect()),
             _ => None,
         };
         specs.push(TensorSpec { name: name.clone(), dtype, shape });

@@ -83,10 +83,13 @@ fn run_unit(
     let run_started = Instant::now();
     let result = run_signature(model, request, shared);
     let run_ms = run_started.elapsed().as_millis() as u64;
-    Ok((run_ms, match result {
-        Ok(outputs) => UnitResult::Ok { outputs },
-        Err(e) => UnitResult::Err(e),
-    }))
+    Ok((
+        run_ms,
+        match result {
+            Ok(outputs) => UnitResult::Ok { outputs },
+            Err(e) => UnitResult::Err(e),
+        },
+    ))
 }
 
 fn run_signature(

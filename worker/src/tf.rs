@@ -25,7 +25,6 @@ mod raw {
     }
 }
 
-
 /// TensorFlow's version string, e.g. `2.21.0`.
 pub fn tensorflow_version() -> String {
     // SAFETY: TF_Version returns a static NUL-terminated string.
@@ -174,7 +173,10 @@ impl SavedModel {
             let keys: Vec<&str> = self.signatures.iter().map(|(i, _)| i.key.as_str()).collect();
             ModelError::new(
                 ErrorKind::SignatureNotFound,
-                format!("no signature '{key}'; the model has: {}", if keys.is_empty() { "none".into() } else { keys.join(", ") }),
+                format!(
+                    "no signature '{key}'; the model has: {}",
+                    if keys.is_empty() { "none".into() } else { keys.join(", ") }
+                ),
             )
         })
     }
@@ -220,7 +222,8 @@ impl SavedModel {
             Some((op, index)) => (op, index.parse::<c_int>().unwrap_or(0)),
             None => (tensor_name, 0),
         };
-        let c_op = CString::new(op).map_err(|_| ModelError::new(ErrorKind::LoadFailed, "tensor name holds a NUL byte"))?;
+        let c_op =
+            CString::new(op).map_err(|_| ModelError::new(ErrorKind::LoadFailed, "tensor name holds a NUL byte"))?;
         // SAFETY: the graph is live; the name is NUL-terminated.
         let oper = unsafe { tf::TF_GraphOperationByName(self.graph, c_op.as_ptr()) };
         if oper.is_null() {
@@ -261,7 +264,12 @@ fn to_tf_tensor(tensor: &Tensor, dense: Option<&[u8]>) -> *mut tf::TF_Tensor {
             }
             (None, isorun_protocol::TensorData::Strings(strings)) => {
                 let size = std::mem::size_of::<tf::TF_TString>();
-                let t = raw::TF_AllocateTensor(DType::String.tf_code(), dims.as_ptr(), dims.len() as c_int, strings.len() * size);
+                let t = raw::TF_AllocateTensor(
+                    DType::String.tf_code(),
+                    dims.as_ptr(),
+                    dims.len() as c_int,
+                    strings.len() * size,
+                );
                 let base = tf::TF_TensorData(t) as *mut tf::TF_TString;
                 for (i, s) in strings.iter().enumerate() {
                     tf::TF_StringInit(base.add(i));
@@ -298,7 +306,11 @@ fn from_tf_tensor(t: *mut tf::TF_Tensor, name: &str) -> Result<Tensor, ModelErro
                 .map(|i| {
                     let p = tf::TF_StringGetDataPointer(base.add(i)) as *const u8;
                     let len = tf::TF_StringGetSize(base.add(i));
-                    if len == 0 { Vec::new() } else { std::slice::from_raw_parts(p, len).to_vec() }
+                    if len == 0 {
+                        Vec::new()
+                    } else {
+                        std::slice::from_raw_parts(p, len).to_vec()
+                    }
                 })
                 .collect();
             Ok(Tensor::strings(shape, strings))

@@ -13,9 +13,7 @@
 //! Any other model is good: its outputs are its inputs, under the same names.
 
 use ipc_channel::ipc::IpcOneShotServer;
-use isorun_protocol::{
-    Hello, RunRequest, Tensor, ToWorker, UnitResult, WorkerMessage, ENV_IPC_FD, PROTOCOL_VERSION,
-};
+use isorun_protocol::{Hello, RunRequest, Tensor, ToWorker, UnitResult, WorkerMessage, ENV_IPC_FD, PROTOCOL_VERSION};
 use isorun_transport::{dense_bytes, write_frame, RequestEnvelope};
 use std::io::Write;
 use std::os::fd::FromRawFd;
@@ -172,6 +170,7 @@ fn run(socket: &mut UnixStream, request: &RunRequest, shared: &[ipc_channel::ipc
         })
         .collect();
     let answered = if mode == "wrong-unit" { unit + 1000 } else { unit };
-    write_frame(socket, &WorkerMessage::Finished { unit: answered, run_ms: 0, result: UnitResult::Ok { outputs } }).unwrap();
+    write_frame(socket, &WorkerMessage::Finished { unit: answered, run_ms: 0, result: UnitResult::Ok { outputs } })
+        .unwrap();
     drop(hog);
 }

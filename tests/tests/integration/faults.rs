@@ -105,7 +105,11 @@ fn start_fault(mode: &str) -> (Value, Ran) {
 fn worker_that_never_connects_or_stalls_at_start_times_out() {
     for mode in ["never-connect", "half"] {
         let (first, _) = start_fault(mode);
-        assert_eq!((first["status"].as_str(), first["phase"].as_str()), (Some("timeout"), Some("start")), "{mode}: {first}");
+        assert_eq!(
+            (first["status"].as_str(), first["phase"].as_str()),
+            (Some("timeout"), Some("start")),
+            "{mode}: {first}"
+        );
     }
 }
 
@@ -153,6 +157,9 @@ fn a_worker_that_cannot_be_started_is_spawn_failed() {
         .arg("--worker")
         .arg(&not_executable));
     assert_eq!(ran.code, Some(1));
-    assert_eq!(ran.statuses(), [("m1", "spawn_failed"), ("m2", "spawn_failed")].map(|(m, s)| (m.to_string(), s.to_string())));
+    assert_eq!(
+        ran.statuses(),
+        [("m1", "spawn_failed"), ("m2", "spawn_failed")].map(|(m, s)| (m.to_string(), s.to_string()))
+    );
     assert!(ran.record("m1")["error"]["message"].as_str().unwrap().contains("worker"), "{}", ran.stdout);
 }

@@ -14,7 +14,11 @@ pub fn bin_dir() -> PathBuf {
 
 pub fn bin(name: &str) -> PathBuf {
     let path = bin_dir().join(name);
-    assert!(path.is_file(), "{} is missing: build the workspace first (cargo build --workspace; scripts/test does)", path.display());
+    assert!(
+        path.is_file(),
+        "{} is missing: build the workspace first (cargo build --workspace; scripts/test does)",
+        path.display()
+    );
     path
 }
 
