@@ -3,6 +3,11 @@
 //! its memory does not grow with the number of units.
 
 use crate::util::{bin, fake_models, fixtures, isorun, isorun_fault, processes_mentioning, ran, write_input};
+
+/// Live fault workers started with `marker` among their arguments.
+fn workers(marker: &str) -> Vec<String> {
+    processes_mentioning(marker).into_iter().filter(|p| p.contains("isorun-fault-worker")).collect()
+}
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
@@ -35,7 +40,7 @@ fn start_hanging_run(tmp: &std::path::Path, marker: &str, extra_worker_args: &[&
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    wait_for("two workers", Duration::from_secs(10), || processes_mentioning(marker).len() == 2);
+    wait_for("two workers", Duration::from_secs(10), || workers(marker).len() == 2);
     child
 }
 
@@ -52,7 +57,7 @@ fn interrupted(sig: i32, expected_code: i32) {
         assert_eq!(record["status"], "not_run", "{record}");
         assert_eq!(record["reason"], "interrupted");
     }
-    assert_eq!(processes_mentioning(&marker), Vec::<String>::new(), "no worker left behind");
+    assert_eq!(workers(&marker), Vec::<String>::new(), "no worker left behind");
 }
 
 #[test]
@@ -75,7 +80,7 @@ fn a_worker_ignoring_sigterm_is_killed_and_a_second_ctrl_c_does_not_wait() {
     signal(&child, libc::SIGINT);
     let status = child.wait().unwrap();
     assert_eq!(status.code(), Some(130));
-    assert_eq!(processes_mentioning(&marker), Vec::<String>::new(), "no worker left behind");
+    assert_eq!(workers(&marker), Vec::<String>::new(), "no worker left behind");
 }
 
 #[test]
@@ -90,7 +95,7 @@ fn the_supervisor_never_maps_libtensorflow() {
     child.wait().unwrap();
     // Its workers die with it (PR_SET_PDEATHSIG), even after a SIGKILL.
     wait_for("workers to die with the supervisor", Duration::from_secs(10), || {
-        processes_mentioning(&marker).is_empty()
+        workers(&marker).is_empty()
     });
 }
 
