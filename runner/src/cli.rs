@@ -62,15 +62,27 @@ pub struct RunArgs {
     pub models_per_worker: u64,
 
     /// Limit on each model, start to end, in seconds [default: none].
-    #[arg(long, value_name = "SECONDS", env = "ISORUN_TIMEOUT", help_heading = "Workers")]
+    #[arg(
+        long,
+        value_name = "SECONDS",
+        env = "ISORUN_TIMEOUT",
+        allow_negative_numbers = true,
+        help_heading = "Workers"
+    )]
     pub timeout: Option<f64>,
 
     /// Limit on starting a worker and loading a model, in seconds [default: none].
-    #[arg(long, value_name = "SECONDS", help_heading = "Workers")]
+    #[arg(long, value_name = "SECONDS", allow_negative_numbers = true, help_heading = "Workers")]
     pub load_timeout: Option<f64>,
 
     /// Limit on a worker's start, until it says hello, in seconds.
-    #[arg(long, value_name = "SECONDS", default_value_t = 60.0, help_heading = "Workers")]
+    #[arg(
+        long,
+        value_name = "SECONDS",
+        default_value_t = 60.0,
+        allow_negative_numbers = true,
+        help_heading = "Workers"
+    )]
     pub start_timeout: f64,
 
     /// TensorFlow intra-op threads per worker [default: CPUs / jobs].

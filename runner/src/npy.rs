@@ -87,7 +87,9 @@ fn parse_descr(descr: &str) -> Result<Element, String> {
     };
     let (kind, size) = rest.split_at(rest.len().min(1));
     if kind == "O" {
-        return Err("object arrays (pickles) are not supported; save strings as bytes, e.g. np.array(..., dtype='S')".into());
+        return Err(
+            "object arrays (pickles) are not supported; save strings as bytes, e.g. np.array(..., dtype='S')".into()
+        );
     }
     let size: usize = size.parse().map_err(|_| format!("unsupported dtype '{descr}'"))?;
     let dense = |d: DType| Ok(Element::Dense(d, order));

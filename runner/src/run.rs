@@ -68,8 +68,8 @@ fn run(args: RunArgs) -> Result<i32, String> {
     let started = Instant::now();
     let settings = settings(&args)?;
     let models =
-        discover(&args.models, &mut |warning| eprintln!("isorun: warning: {warning}")).map_err(|e| e.to_string())?;
-    let inputs = load_inputs(&args.input, &args.inputs).map_err(|e| e.to_string())?;
+        discover(&args.models, &mut |warning| eprintln!("isorun: warning: {warning}")).map_err(|e| with_causes(&e))?;
+    let inputs = load_inputs(&args.input, &args.inputs).map_err(|e| with_causes(&e))?;
     if let Some(dir) = &settings.output_dir {
         std::fs::create_dir_all(dir).map_err(|e| format!("--output-dir {}: cannot create: {e}", dir.display()))?;
     }
@@ -100,6 +100,21 @@ fn run(args: RunArgs) -> Result<i32, String> {
         _ if reports.iter().all(|r| r.outcome.is_ok()) => exit_code::OK,
         _ => exit_code::SOME_FAILED,
     })
+}
+
+/// An error and its causes, as one line: `file.npy: cannot read: No such file or directory`.
+pub fn with_causes(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.ends_with(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
 }
 
 /// Prints records in model order, as soon as the ones before are done.

@@ -145,7 +145,8 @@ impl SavedModel {
                 status.0,
             );
             tf::TF_DeleteSessionOptions(options);
-            if let Err(e) = status.error(ErrorKind::LoadFailed) {
+            if let Err(mut e) = status.error(ErrorKind::LoadFailed) {
+                e.message = format!("cannot load the SavedModel in {}: {}", dir.display(), e.message);
                 tf::TF_DeleteBuffer(meta);
                 tf::TF_DeleteGraph(graph);
                 return Err(e);

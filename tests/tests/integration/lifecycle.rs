@@ -94,9 +94,7 @@ fn the_supervisor_never_maps_libtensorflow() {
     signal(&child, libc::SIGKILL);
     child.wait().unwrap();
     // Its workers die with it (PR_SET_PDEATHSIG), even after a SIGKILL.
-    wait_for("workers to die with the supervisor", Duration::from_secs(10), || {
-        workers(&marker).is_empty()
-    });
+    wait_for("workers to die with the supervisor", Duration::from_secs(10), || workers(&marker).is_empty());
 }
 
 /// VmRSS of a process, in bytes.
