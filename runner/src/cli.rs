@@ -7,16 +7,151 @@ use std::path::PathBuf;
 /// Run TensorFlow SavedModels in short-lived worker processes, so that the
 /// operating system, not TensorFlow, gives the memory back.
 #[derive(Debug, Parser)]
-#[command(name = "isorun", version, propagate_version = true)]
+#[command(name = "isorun", version, propagate_version = true, after_help = EXAMPLES)]
 pub struct Cli {
+    /// Say more on stderr (repeat for more).
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    pub verbose: u8,
+
+    /// Say less on stderr: no progress bar, warnings and errors only.
+    #[arg(short, long, global = true)]
+    pub quiet: bool,
+
     #[command(subcommand)]
     pub command: Command,
 }
+
+const EXAMPLES: &str = "Examples:
+  isorun run models/ --inputs batch.npz            every SavedModel under models/, one JSON line each
+  isorun run models/ --inputs batch.npz --output-dir out/ -j 2 --timeout 60
+  isorun inspect models/resnet                     signatures, inputs and outputs of one model
+  isorun ls models/ --json | jq -r .path           the SavedModels isorun finds
+  echo '{\"id\": 1, \"inputs\": {\"x\": [[1, 2, 3, 4]]}}' | isorun pipe models/linear
+  isorun doctor                                    what this machine offers isorun";
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run every model with the same inputs, one JSON line per model on stdout.
     Run(RunArgs),
+    /// Show a SavedModel's meta graphs, signatures, inputs and outputs (no TensorFlow needed).
+    Inspect(InspectArgs),
+    /// List the SavedModels found under folders, one per line as `id<TAB>path`.
+    Ls(LsArgs),
+    /// Keep one model in a worker and answer JSON Lines requests from stdin.
+    Pipe(PipeArgs),
+    /// Say what this machine offers isorun; exit 1 if it cannot run models here.
+    Doctor(DoctorArgs),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    Completions(CompletionsArgs),
+    /// Print the man page (roff) on stdout.
+    #[command(hide = true)]
+    Man,
+}
+
+#[derive(Debug, Args)]
+#[command(after_help = "Examples:
+  isorun inspect models/resnet
+  isorun inspect models/resnet --json | jq '.signatures.serving_default.inputs'")]
+pub struct InspectArgs {
+    /// A SavedModel folder.
+    #[arg(value_name = "MODEL")]
+    pub model: PathBuf,
+
+    /// Print JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
+
+    /// Also show TensorFlow's internal signatures (`__saved_model_init_op`).
+    #[arg(long)]
+    pub all: bool,
+
+    /// Tag set whose signatures are the top-level `signatures` in JSON (repeat for several tags).
+    #[arg(long = "tag", value_name = "TAG", default_values_t = vec!["serve".to_string()])]
+    pub tags: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+#[command(after_help = "Examples:
+  isorun ls models/
+  isorun ls models/ --json | jq -r .path | head -3
+  isorun ls serving/ --latest-version")]
+pub struct LsArgs {
+    /// Folders to search (recursively) for SavedModels.
+    #[arg(value_name = "DIR", required = true)]
+    pub dirs: Vec<PathBuf>,
+
+    /// JSON Lines (`{"id": ..., "path": ...}`) instead of `id<TAB>path`.
+    #[arg(long)]
+    pub json: bool,
+
+    /// With TensorFlow Serving's layout (model/1, model/2), keep only the highest version of each model.
+    #[arg(long)]
+    pub latest_version: bool,
+}
+
+#[derive(Debug, Args)]
+#[command(after_help = "Examples:
+  printf '%s\\n' '{\"id\": 1, \"inputs\": {\"x\": [[1, 2, 3, 4]]}}' | isorun pipe models/linear")]
+pub struct PipeArgs {
+    /// The SavedModel folder to serve.
+    #[arg(value_name = "MODEL")]
+    pub model: PathBuf,
+
+    /// Signature to run.
+    #[arg(long, value_name = "KEY", default_value = "serving_default")]
+    pub signature: String,
+
+    /// Tag of the meta graph to load (repeat for a tag set).
+    #[arg(long = "tag", value_name = "TAG", default_values_t = vec!["serve".to_string()])]
+    pub tags: Vec<String>,
+
+    /// Start a fresh worker after this many requests [default: never].
+    #[arg(long, value_name = "N")]
+    pub recycle_after: Option<u64>,
+
+    /// Start a fresh worker when the worker's resident memory passes SIZE (e.g. 2G, 512M).
+    #[arg(long, value_name = "SIZE", value_parser = crate::size::parse_size)]
+    pub recycle_rss: Option<u64>,
+
+    /// Give up after this many worker crashes in a row.
+    #[arg(long, value_name = "N", default_value_t = 5)]
+    pub max_restarts: u32,
+
+    /// Limit on each request, in seconds [default: none].
+    #[arg(long, value_name = "SECONDS", allow_negative_numbers = true)]
+    pub timeout: Option<f64>,
+
+    #[command(flatten)]
+    pub worker: WorkerArgs,
+}
+
+/// Where the worker and libtensorflow are.
+#[derive(Debug, Args)]
+pub struct WorkerArgs {
+    /// The worker binary [default: isorun-worker next to isorun].
+    #[arg(long, value_name = "PATH", env = "ISORUN_WORKER", help_heading = "Workers")]
+    pub worker: Option<PathBuf>,
+
+    /// Extra argument for the worker binary (for test workers; repeatable).
+    #[arg(long, value_name = "ARG", hide = true, allow_hyphen_values = true)]
+    pub worker_arg: Vec<String>,
+
+    /// Folder holding libtensorflow [default: the cache of scripts/fetch-libtensorflow].
+    #[arg(long, value_name = "DIR", env = "ISORUN_LIBTENSORFLOW_DIR", help_heading = "Workers")]
+    pub libtensorflow_dir: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct DoctorArgs {
+    #[command(flatten)]
+    pub worker: WorkerArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct CompletionsArgs {
+    /// The shell.
+    #[arg(value_name = "SHELL")]
+    pub shell: clap_complete::Shell,
 }
 
 #[derive(Debug, Args)]
@@ -93,15 +228,6 @@ pub struct RunArgs {
     #[arg(long, value_name = "N", help_heading = "Workers")]
     pub inter_op_threads: Option<u32>,
 
-    /// The worker binary [default: isorun-worker next to isorun].
-    #[arg(long, value_name = "PATH", env = "ISORUN_WORKER", help_heading = "Workers")]
-    pub worker: Option<PathBuf>,
-
-    /// Extra argument for the worker binary (for test workers; repeatable).
-    #[arg(long, value_name = "ARG", hide = true, allow_hyphen_values = true)]
-    pub worker_arg: Vec<String>,
-
-    /// Folder holding libtensorflow [default: the cache of scripts/fetch-libtensorflow].
-    #[arg(long, value_name = "DIR", env = "ISORUN_LIBTENSORFLOW_DIR", help_heading = "Workers")]
-    pub libtensorflow_dir: Option<PathBuf>,
+    #[command(flatten)]
+    pub worker: WorkerArgs,
 }

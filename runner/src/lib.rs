@@ -5,12 +5,17 @@
 
 pub mod cli;
 pub mod discover;
+pub mod doctor;
 pub mod executor;
 pub mod inputs;
+pub mod inspect;
 pub mod locate;
+pub mod ls;
 pub mod npy;
 pub mod output;
+pub mod pipe;
 pub mod process;
 pub mod record;
 pub mod run;
+pub mod size;
 pub mod values;

@@ -21,6 +21,20 @@ use std::time::{Duration, Instant};
 pub fn main(cli: Cli) -> Result<i32, String> {
     match cli.command {
         Command::Run(args) => run(args),
+        Command::Inspect(args) => crate::inspect::main(&args),
+        Command::Ls(args) => crate::ls::main(&args),
+        Command::Pipe(args) => crate::pipe::main(&args),
+        Command::Doctor(args) => crate::doctor::main(&args),
+        Command::Completions(args) => {
+            let mut command = <Cli as clap::CommandFactory>::command();
+            clap_complete::generate(args.shell, &mut command, "isorun", &mut std::io::stdout());
+            Ok(exit_code::OK)
+        }
+        Command::Man => {
+            let command = <Cli as clap::CommandFactory>::command();
+            clap_mangen::Man::new(command).render(&mut std::io::stdout()).map_err(|e| e.to_string())?;
+            Ok(exit_code::OK)
+        }
     }
 }
 
@@ -39,12 +53,12 @@ fn settings(args: &RunArgs) -> Result<Settings, String> {
         return Err("--jobs 0: expected at least 1".into());
     }
     let fair_share = (cpus / jobs).max(1) as u32;
-    let worker = worker_binary(args.worker.as_deref())?;
+    let worker = worker_binary(args.worker.worker.as_deref())?;
     Ok(Settings {
         spawn: SpawnSpec {
             worker,
-            lib_dir: libtensorflow_dir(args.libtensorflow_dir.as_deref()),
-            args: args.worker_arg.clone(),
+            lib_dir: libtensorflow_dir(args.worker.libtensorflow_dir.as_deref()),
+            args: args.worker.worker_arg.clone(),
             max_frame: DEFAULT_MAX_FRAME,
         },
         signature: args.signature.clone(),

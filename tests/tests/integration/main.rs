@@ -2,6 +2,7 @@
 //! real worker on models made by Python TensorFlow, or with the
 //! fault-injection worker for the failures a real worker can have.
 
+mod commands;
 mod faults;
 mod fixtures;
 mod lifecycle;

@@ -1,0 +1,1 @@
+//! Tests of `isorun inspect`, `isorun ls` and `isorun doctor` (to be written).
