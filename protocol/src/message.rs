@@ -38,6 +38,9 @@ pub struct RunRequest {
     pub signature: String,
     pub inputs: Vec<(String, Tensor)>,
     pub config: SessionConfig,
+    /// Load the model (and check the signature exists) without running it:
+    /// the answer is `Loaded`, then `Finished` with no outputs.
+    pub load_only: bool,
 }
 
 /// Supervisor to worker.

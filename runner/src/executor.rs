@@ -5,13 +5,15 @@
 //! report; a worker's misbehaviour costs only the unit it was running.
 
 use crate::discover::Model;
+use crate::inputs::Inputs;
+use crate::json_input::{signature_of, tensors_for_signature};
 use crate::output::write_outputs;
-use crate::process::{Event, Exit, ExitStatus, SpawnSpec, WorkerProcess};
+use crate::process::{Exit, SpawnSpec, WorkerProcess};
+use crate::session::{run_request, shutdown, wait_hello, Deadlines};
 use crate::values::tensor_values;
 use ipc_channel::ipc::IpcSharedMemory;
 use isorun_protocol::{
-    DType, ErrorKind, ModelError, NotRunReason, Outcome, Phase, RunRequest, SessionConfig, Tensor, TensorData,
-    ToWorker, UnitResult, WorkerMessage, PROTOCOL_VERSION,
+    DType, ErrorKind, ModelError, NotRunReason, Outcome, RunRequest, SessionConfig, Tensor, TensorData, ToWorker,
 };
 use isorun_transport::{RequestEnvelope, SHARED_THRESHOLD};
 use std::collections::VecDeque;
@@ -43,15 +45,18 @@ pub struct Settings {
 
 /// The inputs, prepared once for every worker: large dense tensors are
 /// placed in shared memory, which every worker maps instead of copying.
+/// JSON inputs wait for each model's signature, which gives their dtypes.
 pub struct PreparedInputs {
     tensors: Vec<(String, Tensor)>,
+    json: Vec<(String, serde_json::Value)>,
     shared: Vec<IpcSharedMemory>,
 }
 
 impl PreparedInputs {
-    pub fn new(inputs: Vec<(String, Tensor)>) -> PreparedInputs {
+    pub fn new(inputs: Inputs) -> PreparedInputs {
         let mut shared = Vec::new();
         let tensors = inputs
+            .tensors
             .into_iter()
             .map(|(name, mut tensor)| {
                 if let TensorData::Dense(bytes) = &tensor.data {
@@ -63,7 +68,17 @@ impl PreparedInputs {
                 (name, tensor)
             })
             .collect();
-        PreparedInputs { tensors, shared }
+        PreparedInputs { tensors, json: inputs.json, shared }
+    }
+
+    /// The inputs for one model (JSON ones converted for its signature).
+    fn for_model(&self, model: &Model, signature: &str, tags: &[String]) -> Result<Vec<(String, Tensor)>, ModelError> {
+        let mut tensors = self.tensors.clone();
+        if !self.json.is_empty() {
+            let info = signature_of(&model.path, tags, signature)?;
+            tensors.extend(tensors_for_signature(&info, &self.json)?);
+        }
+        Ok(tensors)
     }
 }
 
@@ -135,7 +150,7 @@ impl Stop {
         self.level.load(Ordering::SeqCst) >= 1
     }
 
-    fn immediate(&self) -> bool {
+    pub fn immediate(&self) -> bool {
         self.level.load(Ordering::SeqCst) >= 2
     }
 
@@ -196,9 +211,17 @@ struct UnitEnd {
     worker_usable: bool,
 }
 
-const TICK: Duration = Duration::from_millis(20);
-
 impl Slot<'_> {
+    /// When a worker must have said hello: the start limit, or the unit's
+    /// own limits if they are shorter.
+    fn start_deadline(&self, started: Instant) -> Instant {
+        let mut deadline = started + self.settings.start_timeout;
+        for limit in [self.settings.load_timeout, self.settings.timeout].into_iter().flatten() {
+            deadline = deadline.min(started + limit);
+        }
+        deadline
+    }
+
     fn run_batch(&self, batch: Vec<usize>, emit: &dyn Fn(UnitReport)) {
         let mut pending: VecDeque<usize> = batch.into();
         while let Some(&first) = pending.front() {
@@ -221,7 +244,7 @@ impl Slot<'_> {
                     continue;
                 }
             };
-            if let Err(outcome) = self.wait_hello(&mut worker, started) {
+            if let Err(outcome) = wait_hello(&mut worker, self.stop, self.start_deadline(started)) {
                 pending.pop_front();
                 let exit = worker.terminate(self.settings.grace);
                 let mut report = UnitReport::new(first, outcome);
@@ -256,11 +279,7 @@ impl Slot<'_> {
                 }
             }
             // No more work for this worker: ask it to leave, then make sure.
-            let _ = worker.send(RequestEnvelope::new(&ToWorker::Shutdown, Vec::new()));
-            let exit = match worker.wait_exit(self.settings.grace) {
-                Some(exit) => exit,
-                None => worker.terminate(self.settings.grace),
-            };
+            let exit = shutdown(&mut worker, self.settings.grace);
             if let Some((mut report, begun, before)) = last.take() {
                 finish_metrics(&mut report, &worker, Some(exit), begun, before);
                 emit(report);
@@ -268,171 +287,51 @@ impl Slot<'_> {
         }
     }
 
-    /// Waits for the worker's `Hello` and connects to its request channel.
-    fn wait_hello(&self, worker: &mut WorkerProcess, started: Instant) -> Result<(), Outcome> {
-        let mut deadline = started + self.settings.start_timeout;
-        for limit in [self.settings.load_timeout, self.settings.timeout].into_iter().flatten() {
-            deadline = deadline.min(started + limit);
-        }
-        loop {
-            if self.stop.requested() {
-                return Err(Outcome::NotRun { reason: NotRunReason::Interrupted });
-            }
-            if Instant::now() >= deadline {
-                return Err(Outcome::Timeout { phase: Phase::Start });
-            }
-            match worker.next_event(TICK) {
-                Some(Event::Message(WorkerMessage::Hello(hello))) => {
-                    if hello.protocol_version != PROTOCOL_VERSION {
-                        return Err(Outcome::ProtocolError {
-                            message: format!(
-                                "worker speaks protocol version {}, this isorun speaks {}",
-                                hello.protocol_version, PROTOCOL_VERSION
-                            ),
-                        });
-                    }
-                    worker.connect(hello.request_channel);
-                    return Ok(());
-                }
-                Some(Event::Message(other)) => {
-                    return Err(Outcome::ProtocolError {
-                        message: format!("expected Hello, got {}", message_name(&other)),
-                    })
-                }
-                Some(Event::Broken(reason)) => return Err(Outcome::ProtocolError { message: reason }),
-                Some(Event::Closed) | Some(Event::SendFailed(_)) => return Err(self.death_outcome(worker, true)),
-                None => {
-                    if worker.try_exit().is_some() {
-                        return Err(self.death_outcome(worker, true));
-                    }
-                }
-            }
-        }
-    }
-
-    /// The outcome of a worker that stopped talking: how it exited, or a
-    /// protocol error if it is still alive (then it is killed).
-    fn death_outcome(&self, worker: &mut WorkerProcess, before_hello: bool) -> Outcome {
-        match worker.wait_exit(Duration::from_secs(2)) {
-            Some(exit) => crash_outcome(exit, before_hello, &worker.stderr_tail()),
-            None => {
-                worker.kill();
-                Outcome::ProtocolError { message: "the worker closed its connection but did not exit".into() }
-            }
-        }
-    }
-
     fn run_unit(&self, worker: &mut WorkerProcess, index: usize, started: Instant) -> UnitEnd {
         let model = &self.models[index];
+        let mut report = UnitReport::new(index, Outcome::Ok);
+        let inputs = match self.inputs.for_model(model, &self.settings.signature, &self.settings.tags) {
+            Ok(inputs) => inputs,
+            Err(error) => {
+                report.outcome = Outcome::Error(error);
+                return UnitEnd { report, worker_usable: true };
+            }
+        };
         let request = RunRequest {
             unit: index as u64,
             model_dir: model.path.to_string_lossy().into_owned(),
             tags: self.settings.tags.clone(),
             signature: self.settings.signature.clone(),
-            inputs: self.inputs.tensors.clone(),
+            inputs,
             config: self.settings.session,
-        };
-        let mut report = UnitReport::new(index, Outcome::Ok);
-        let end = |mut report: UnitReport, outcome: Outcome, worker_usable: bool| {
-            report.outcome = outcome;
-            UnitEnd { report, worker_usable }
+            load_only: false,
         };
         let envelope = RequestEnvelope::new(&ToWorker::Run(request), self.inputs.shared.clone());
-        if let Err(message) = worker.send(envelope) {
-            worker.kill();
-            return end(report, Outcome::ProtocolError { message }, false);
-        }
-        let unit_deadline = self.settings.timeout.map(|t| started + t);
-        let load_deadline = self.settings.load_timeout.map(|t| started + t);
-        let mut phase = Phase::Load;
-        loop {
-            if self.stop.immediate() {
-                worker.kill();
-                return end(report, Outcome::NotRun { reason: NotRunReason::Interrupted }, false);
-            }
-            if self.stop.requested() {
-                worker.terminate(self.settings.grace);
-                return end(report, Outcome::NotRun { reason: NotRunReason::Interrupted }, false);
-            }
-            let deadline = match phase {
-                Phase::Load => [unit_deadline, load_deadline].into_iter().flatten().min(),
-                _ => unit_deadline,
-            };
-            if deadline.is_some_and(|d| Instant::now() >= d) {
-                worker.terminate(self.settings.grace);
-                return end(report, Outcome::Timeout { phase }, false);
-            }
-            match worker.next_event(TICK) {
-                Some(Event::Message(WorkerMessage::Loaded { unit, load_ms }))
-                    if unit == index as u64 && phase == Phase::Load =>
-                {
-                    report.load_ms = Some(load_ms);
-                    phase = Phase::Run;
-                }
-                Some(Event::Message(WorkerMessage::Finished { unit, run_ms, result })) if unit == index as u64 => {
-                    if phase == Phase::Run {
-                        report.run_ms = Some(run_ms);
-                    }
-                    return match self.accept_result(model, result) {
-                        Ok((outcome, outputs)) => {
-                            report.outputs = outputs;
-                            end(report, outcome, true)
-                        }
-                        Err(outcome) => {
-                            worker.kill();
-                            end(report, outcome, false)
-                        }
-                    };
-                }
-                Some(Event::Message(other)) => {
-                    worker.kill();
-                    let message =
-                        format!("unexpected {} while unit {index} was in phase {}", message_name(&other), phase.name());
-                    return end(report, Outcome::ProtocolError { message }, false);
-                }
-                Some(Event::Broken(message)) => {
-                    worker.kill();
-                    return end(report, Outcome::ProtocolError { message }, false);
-                }
-                Some(Event::Closed) | Some(Event::SendFailed(_)) => {
-                    let outcome = self.death_outcome(worker, false);
-                    return end(report, outcome, false);
-                }
-                None => {
-                    if worker.try_exit().is_some() {
-                        let outcome = self.death_outcome(worker, false);
-                        return end(report, outcome, false);
-                    }
-                }
+        let deadlines = Deadlines {
+            unit: self.settings.timeout.map(|t| started + t),
+            load: self.settings.load_timeout.map(|t| started + t),
+            grace: self.settings.grace,
+        };
+        let end = run_request(worker, envelope, index as u64, self.stop, deadlines);
+        report.load_ms = end.load_ms;
+        report.run_ms = end.run_ms;
+        report.outcome = end.outcome;
+        if report.outcome.is_ok() {
+            match self.accept_outputs(model, &end.outputs) {
+                Ok(outputs) => report.outputs = outputs,
+                Err(error) => report.outcome = Outcome::Error(error),
             }
         }
+        UnitEnd { report, worker_usable: end.worker_usable }
     }
 
-    /// Checks a worker's result and writes its outputs. `Err` is a protocol
-    /// breach (the worker is then not trusted with another unit).
-    fn accept_result(&self, model: &Model, result: UnitResult) -> Result<(Outcome, Vec<OutputInfo>), Outcome> {
-        let outputs = match result {
-            UnitResult::Err(error) => return Ok((Outcome::Error(error), Vec::new())),
-            UnitResult::Ok { outputs } => outputs,
-        };
-        for (name, tensor) in &outputs {
-            if name.is_empty() || name.contains('/') || name.contains('\0') || name == "." || name == ".." {
-                return Err(Outcome::ProtocolError {
-                    message: format!("output name {name:?} is not a safe file name"),
-                });
-            }
-            if outputs.iter().filter(|(n, _)| n == name).count() > 1 {
-                return Err(Outcome::ProtocolError { message: format!("output {name} is sent twice") });
-            }
-            tensor.validate(|_| None).map_err(|e| Outcome::ProtocolError { message: format!("output {name}: {e}") })?;
-        }
+    /// Writes a unit's outputs and describes them for its record.
+    fn accept_outputs(&self, model: &Model, outputs: &[(String, Tensor)]) -> Result<Vec<OutputInfo>, ModelError> {
         if let Some(dir) = &self.settings.output_dir {
-            if let Err(e) = write_outputs(dir, &model.id, &outputs) {
-                let error = ModelError::new(ErrorKind::OutputWrite, e.to_string());
-                return Ok((Outcome::Error(error), Vec::new()));
-            }
+            write_outputs(dir, &model.id, outputs)
+                .map_err(|e| ModelError::new(ErrorKind::OutputWrite, e.to_string()))?;
         }
-        let infos = outputs
+        Ok(outputs
             .iter()
             .map(|(name, tensor)| OutputInfo {
                 name: name.clone(),
@@ -440,8 +339,7 @@ impl Slot<'_> {
                 shape: tensor.shape.clone(),
                 values: self.settings.values.then(|| tensor_values(tensor)),
             })
-            .collect();
-        Ok((Outcome::Ok, infos))
+            .collect())
     }
 }
 
@@ -466,29 +364,5 @@ fn finish_metrics(
     if let Some((user, system)) = cpu {
         report.user = Some(user.saturating_sub(cpu_before.0));
         report.system = Some(system.saturating_sub(cpu_before.1));
-    }
-}
-
-fn crash_outcome(exit: Exit, before_hello: bool, stderr: &[String]) -> Outcome {
-    match exit.status {
-        ExitStatus::Signal { signal, core_dumped } => {
-            Outcome::Crashed { signal: Some(signal), core_dumped, exit_code: None }
-        }
-        // 127 before Hello: the loader could not start the worker (libtensorflow missing).
-        ExitStatus::Code(127) if before_hello => Outcome::SpawnFailed {
-            message: stderr
-                .last()
-                .cloned()
-                .unwrap_or_else(|| "the worker exited with code 127 before it started".into()),
-        },
-        ExitStatus::Code(code) => Outcome::Crashed { signal: None, core_dumped: false, exit_code: Some(code) },
-    }
-}
-
-fn message_name(message: &WorkerMessage) -> &'static str {
-    match message {
-        WorkerMessage::Hello(_) => "Hello",
-        WorkerMessage::Loaded { .. } => "Loaded",
-        WorkerMessage::Finished { .. } => "Finished",
     }
 }

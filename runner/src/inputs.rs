@@ -1,55 +1,122 @@
-//! The inputs given on the command line (`--input NAME=PATH`, `--inputs
-//! FILE.npz`), read once before any work starts: a bad file is a usage
-//! error (exit 2) naming it, not a failure of every model.
+//! The inputs given on the command line, read once before any work starts:
+//! a bad file is a usage error (exit 2) naming it, not a failure of every
+//! model. `.npy` and `.npz` become tensors at once; JSON (files, stdin,
+//! inline `@JSON`) waits for each model's signature, which gives its dtypes.
 
 use crate::npy::{read_npy_file, read_npz_file, NpyError};
 use isorun_protocol::Tensor;
+use serde_json::Value;
+use std::io::Read;
 use std::path::{Path, PathBuf};
 
 /// Why the inputs could not be assembled.
 #[derive(Debug, thiserror::Error)]
 pub enum InputError {
-    #[error("--input {0:?}: expected NAME=PATH")]
+    #[error("--input {0:?}: expected NAME=PATH (.npy or .json) or NAME=@JSON")]
     Syntax(String),
     #[error("input '{name}' is given twice ({first} and {second})")]
     Duplicate { name: String, first: String, second: String },
-    #[error("{path}: unsupported input file (expected .npy for --input, .npz for --inputs)")]
+    #[error("{path}: unsupported input file (expected .npy or .json for --input, .npz or .json or - for --inputs)")]
     Extension { path: PathBuf },
+    #[error("{source_name}: not valid JSON: {reason}")]
+    Json { source_name: String, reason: String },
+    #[error("{source_name}: expected an object of input name to nested lists, or one nested list")]
+    JsonShape { source_name: String },
+    #[error("{path}: cannot read")]
+    Read { path: PathBuf, source: std::io::Error },
     #[error(transparent)]
     Npy(#[from] NpyError),
 }
 
-/// Named input tensors, in the order given.
-pub fn load_inputs(pairs: &[String], npz_files: &[PathBuf]) -> Result<Vec<(String, Tensor)>, InputError> {
-    let mut inputs: Vec<(String, Tensor, String)> = Vec::new();
-    let mut add = |name: String, tensor: Tensor, source: String| {
-        if let Some((_, _, first)) = inputs.iter().find(|(n, _, _)| *n == name) {
-            return Err(InputError::Duplicate { name, first: first.clone(), second: source });
+/// Named inputs: tensors, and JSON values still to convert. The JSON name
+/// `""` is a bare nested list for a one-input signature.
+#[derive(Debug, Default)]
+pub struct Inputs {
+    pub tensors: Vec<(String, Tensor)>,
+    pub json: Vec<(String, Value)>,
+}
+
+/// Reads `--inputs` files (or `-` for stdin) and `--input NAME=...` pairs.
+pub fn load_inputs(pairs: &[String], files: &[PathBuf]) -> Result<Inputs, InputError> {
+    let mut inputs = Inputs::default();
+    let mut sources: Vec<(String, String)> = Vec::new();
+    let mut claim = |name: &str, source: String| {
+        if let Some((_, first)) = sources.iter().find(|(n, _)| n == name) {
+            return Err(InputError::Duplicate { name: name.to_string(), first: first.clone(), second: source });
         }
-        inputs.push((name, tensor, source));
+        sources.push((name.to_string(), source));
         Ok(())
     };
-    for file in npz_files {
-        if !has_extension(file, "npz") {
+    for file in files {
+        let source = file.display().to_string();
+        if file.as_os_str() == "-" {
+            let mut text = String::new();
+            std::io::stdin()
+                .read_to_string(&mut text)
+                .map_err(|source| InputError::Read { path: file.clone(), source })?;
+            for (name, value) in json_inputs(&text, "stdin")? {
+                claim(&name, "stdin".into())?;
+                inputs.json.push((name, value));
+            }
+        } else if has_extension(file, "npz") {
+            for (name, tensor) in read_npz_file(file)? {
+                claim(&name, source.clone())?;
+                inputs.tensors.push((name, tensor));
+            }
+        } else if has_extension(file, "json") {
+            let text = read_text(file)?;
+            for (name, value) in json_inputs(&text, &source)? {
+                claim(&name, source.clone())?;
+                inputs.json.push((name, value));
+            }
+        } else {
             return Err(InputError::Extension { path: file.clone() });
-        }
-        for (name, tensor) in read_npz_file(file)? {
-            let source = file.display().to_string();
-            add(name, tensor, source)?;
         }
     }
     for pair in pairs {
-        let (name, path) = pair
+        let (name, what) = pair
             .split_once('=')
-            .filter(|(n, p)| !n.is_empty() && !p.is_empty())
+            .filter(|(n, w)| !n.is_empty() && !w.is_empty())
             .ok_or_else(|| InputError::Syntax(pair.clone()))?;
-        let path = Path::new(path);
-        if !has_extension(path, "npy") {
+        if let Some(inline) = what.strip_prefix('@') {
+            let source = format!("--input {name}=@...");
+            let value = parse_json(inline, &source)?;
+            claim(name, source)?;
+            inputs.json.push((name.to_string(), value));
+            continue;
+        }
+        let path = Path::new(what);
+        let source = path.display().to_string();
+        if has_extension(path, "npy") {
+            let tensor = read_npy_file(path)?;
+            claim(name, source)?;
+            inputs.tensors.push((name.to_string(), tensor));
+        } else if has_extension(path, "json") {
+            let value = parse_json(&read_text(path)?, &source)?;
+            claim(name, source)?;
+            inputs.json.push((name.to_string(), value));
+        } else {
             return Err(InputError::Extension { path: path.to_path_buf() });
         }
-        add(name.to_string(), read_npy_file(path)?, path.display().to_string())?;
     }
-    Ok(inputs.into_iter().map(|(n, t, _)| (n, t)).collect())
+    Ok(inputs)
+}
+
+fn read_text(path: &Path) -> Result<String, InputError> {
+    std::fs::read_to_string(path).map_err(|source| InputError::Read { path: path.to_path_buf(), source })
+}
+
+fn parse_json(text: &str, source: &str) -> Result<Value, InputError> {
+    serde_json::from_str(text).map_err(|e| InputError::Json { source_name: source.to_string(), reason: e.to_string() })
+}
+
+/// An object of input name to nested lists, or one bare nested list (name `""`).
+fn json_inputs(text: &str, source: &str) -> Result<Vec<(String, Value)>, InputError> {
+    match parse_json(text, source)? {
+        Value::Object(map) => Ok(map.into_iter().collect()),
+        list @ Value::Array(_) => Ok(vec![(String::new(), list)]),
+        _ => Err(InputError::JsonShape { source_name: source.to_string() }),
+    }
 }
 
 fn has_extension(path: &Path, ext: &str) -> bool {

@@ -259,6 +259,14 @@ impl WorkerProcess {
         Some(kib * 1024)
     }
 
+    /// The worker's resident memory now (`VmRSS`), while it runs.
+    pub fn rss_now(&self) -> Option<u64> {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid)).ok()?;
+        let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+        let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+        Some(kib * 1024)
+    }
+
     /// The worker's CPU time so far (user, system), while it runs.
     pub fn cpu_now(&self) -> Option<(Duration, Duration)> {
         let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid)).ok()?;

@@ -159,7 +159,7 @@ impl Printer<'_> {
 
 /// First SIGINT/SIGTERM: stop starting work and terminate the workers.
 /// Second: kill them at once.
-fn watch_signals(stop: Arc<Stop>) -> io::Result<signal_hook::iterator::backend::Handle> {
+pub fn watch_signals(stop: Arc<Stop>) -> io::Result<signal_hook::iterator::backend::Handle> {
     let mut signals = signal_hook::iterator::Signals::new([libc::SIGINT, libc::SIGTERM])?;
     let handle = signals.handle();
     std::thread::Builder::new().name("signals".into()).spawn(move || {

@@ -80,6 +80,15 @@ fn run_unit(
     }
     let model = &loaded.as_ref().expect("loaded above").model;
     write_frame(socket, &WorkerMessage::Loaded { unit: request.unit, load_ms: started.elapsed().as_millis() as u64 })?;
+    if request.load_only {
+        return Ok((
+            0,
+            match model.signature(&request.signature) {
+                Ok(_) => UnitResult::Ok { outputs: Vec::new() },
+                Err(e) => UnitResult::Err(e),
+            },
+        ));
+    }
     let run_started = Instant::now();
     let result = run_signature(model, request, shared);
     let run_ms = run_started.elapsed().as_millis() as u64;

@@ -8,7 +8,9 @@
 //!   worker that creates the file MARKER misbehaves; the others are good.
 //! Run faults, from a model folder name holding `fault-MODE[-N]`: segfault,
 //! abort, exit3, hang, alloc-N (touch N MiB, then answer), slow-N (sleep N
-//! ms, then answer), garbage, huge, half, wrong-unit, bad-shape, hang-load.
+//! ms, then answer), garbage, huge, half, wrong-unit, bad-shape, hang-load,
+//! crash-at-N (segfault when the first float32 input starts with N),
+//! pid (also answer an output `worker_pid`).
 //! With --ignore-term, it ignores SIGTERM (only SIGKILL stops it).
 //! Any other model is good: its outputs are its inputs, under the same names.
 
@@ -155,7 +157,14 @@ fn run(socket: &mut UnixStream, request: &RunRequest, shared: &[ipc_channel::ipc
         }
         _ => {}
     }
-    let outputs: Vec<(String, Tensor)> = request
+    if mode == "crash-at" {
+        let first = request.inputs.first().and_then(|(_, t)| dense_bytes(t, shared)).and_then(|b| b.get(..4));
+        if first.is_some_and(|b| f32::from_le_bytes(b.try_into().unwrap()) == amount as f32) {
+            // SAFETY: none; crashing is the point.
+            unsafe { std::ptr::null_mut::<u8>().write_volatile(1) }
+        }
+    }
+    let mut outputs: Vec<(String, Tensor)> = request
         .inputs
         .iter()
         .map(|(name, tensor)| {
@@ -169,6 +178,13 @@ fn run(socket: &mut UnixStream, request: &RunRequest, shared: &[ipc_channel::ipc
             (name.clone(), out)
         })
         .collect();
+    if mode == "pid" {
+        let pid = i64::from(std::process::id());
+        outputs.push((
+            "worker_pid".into(),
+            Tensor::dense(isorun_protocol::DType::Int64, vec![], pid.to_le_bytes().to_vec()),
+        ));
+    }
     let answered = if mode == "wrong-unit" { unit + 1000 } else { unit };
     write_frame(socket, &WorkerMessage::Finished { unit: answered, run_ms: 0, result: UnitResult::Ok { outputs } })
         .unwrap();

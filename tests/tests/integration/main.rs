@@ -6,5 +6,6 @@ mod commands;
 mod faults;
 mod fixtures;
 mod lifecycle;
+mod pipe;
 mod usage;
 mod util;

@@ -1,0 +1,217 @@
+//! One conversation with one worker, shared by `run` and `pipe`: wait for
+//! its `Hello` (under a start deadline), deliver a request and follow it
+//! through `Loaded` and `Finished` (under load and run deadlines, and the
+//! user's interrupts), and end the worker. Everything a worker can do wrong
+//! becomes an `Outcome` here; nothing it does can stop the supervisor.
+
+use crate::executor::Stop;
+use crate::process::{Event, Exit, ExitStatus, WorkerProcess};
+use isorun_protocol::{NotRunReason, Outcome, Phase, Tensor, ToWorker, UnitResult, WorkerMessage, PROTOCOL_VERSION};
+use isorun_transport::RequestEnvelope;
+use std::time::{Duration, Instant};
+
+/// How often a waiting loop looks at deadlines, interrupts and the worker's exit.
+const TICK: Duration = Duration::from_millis(20);
+
+/// Waits for the worker's `Hello` until `deadline`, and connects to its request channel.
+pub fn wait_hello(worker: &mut WorkerProcess, stop: &Stop, deadline: Instant) -> Result<(), Outcome> {
+    loop {
+        if stop.requested() {
+            return Err(Outcome::NotRun { reason: NotRunReason::Interrupted });
+        }
+        if Instant::now() >= deadline {
+            return Err(Outcome::Timeout { phase: Phase::Start });
+        }
+        match worker.next_event(TICK) {
+            Some(Event::Message(WorkerMessage::Hello(hello))) => {
+                if hello.protocol_version != PROTOCOL_VERSION {
+                    return Err(Outcome::ProtocolError {
+                        message: format!(
+                            "worker speaks protocol version {}, this isorun speaks {}",
+                            hello.protocol_version, PROTOCOL_VERSION
+                        ),
+                    });
+                }
+                tracing::debug!(pid = hello.pid, tensorflow = %hello.tensorflow_version, "worker ready");
+                worker.connect(hello.request_channel);
+                return Ok(());
+            }
+            Some(Event::Message(other)) => {
+                return Err(Outcome::ProtocolError { message: format!("expected Hello, got {}", message_name(&other)) })
+            }
+            Some(Event::Broken(reason)) => return Err(Outcome::ProtocolError { message: reason }),
+            Some(Event::Closed) | Some(Event::SendFailed(_)) => return Err(death_outcome(worker, true)),
+            None => {
+                if worker.try_exit().is_some() {
+                    return Err(death_outcome(worker, true));
+                }
+            }
+        }
+    }
+}
+
+/// Deadlines of one request.
+#[derive(Debug, Clone, Copy)]
+pub struct Deadlines {
+    /// End of the whole unit.
+    pub unit: Option<Instant>,
+    /// End of loading (start included).
+    pub load: Option<Instant>,
+    /// Time between SIGTERM and SIGKILL.
+    pub grace: Duration,
+}
+
+/// How a request ended.
+#[derive(Debug)]
+pub struct RequestEnd {
+    /// `Ok`, `Error` from the model, or what went wrong with the worker.
+    pub outcome: Outcome,
+    /// The outputs, checked (safe unique names, data that fits each shape).
+    pub outputs: Vec<(String, Tensor)>,
+    pub load_ms: Option<u64>,
+    pub run_ms: Option<u64>,
+    /// False when the worker was killed or is not to be trusted again.
+    pub worker_usable: bool,
+}
+
+/// Sends one request for `unit` and follows it to its end.
+pub fn run_request(
+    worker: &mut WorkerProcess,
+    envelope: RequestEnvelope,
+    unit: u64,
+    stop: &Stop,
+    deadlines: Deadlines,
+) -> RequestEnd {
+    let mut end =
+        RequestEnd { outcome: Outcome::Ok, outputs: Vec::new(), load_ms: None, run_ms: None, worker_usable: false };
+    let fail = |mut end: RequestEnd, outcome: Outcome| {
+        end.outcome = outcome;
+        end.worker_usable = false;
+        end
+    };
+    if let Err(message) = worker.send(envelope) {
+        worker.kill();
+        return fail(end, Outcome::ProtocolError { message });
+    }
+    let mut phase = Phase::Load;
+    loop {
+        if stop.immediate() {
+            worker.kill();
+            return fail(end, Outcome::NotRun { reason: NotRunReason::Interrupted });
+        }
+        if stop.requested() {
+            worker.terminate(deadlines.grace);
+            return fail(end, Outcome::NotRun { reason: NotRunReason::Interrupted });
+        }
+        let deadline = match phase {
+            Phase::Load => [deadlines.unit, deadlines.load].into_iter().flatten().min(),
+            _ => deadlines.unit,
+        };
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            worker.terminate(deadlines.grace);
+            return fail(end, Outcome::Timeout { phase });
+        }
+        match worker.next_event(TICK) {
+            Some(Event::Message(WorkerMessage::Loaded { unit: u, load_ms })) if u == unit && phase == Phase::Load => {
+                end.load_ms = Some(load_ms);
+                phase = Phase::Run;
+            }
+            Some(Event::Message(WorkerMessage::Finished { unit: u, run_ms, result })) if u == unit => {
+                if phase == Phase::Run {
+                    end.run_ms = Some(run_ms);
+                }
+                match result {
+                    UnitResult::Err(error) => end.outcome = Outcome::Error(error),
+                    UnitResult::Ok { outputs } => {
+                        if let Err(outcome) = check_outputs(&outputs) {
+                            worker.kill();
+                            return fail(end, outcome);
+                        }
+                        end.outputs = outputs;
+                    }
+                }
+                end.worker_usable = true;
+                return end;
+            }
+            Some(Event::Message(other)) => {
+                worker.kill();
+                let message =
+                    format!("unexpected {} while unit {unit} was in phase {}", message_name(&other), phase.name());
+                return fail(end, Outcome::ProtocolError { message });
+            }
+            Some(Event::Broken(message)) => {
+                worker.kill();
+                return fail(end, Outcome::ProtocolError { message });
+            }
+            Some(Event::Closed) | Some(Event::SendFailed(_)) => {
+                let outcome = death_outcome(worker, false);
+                return fail(end, outcome);
+            }
+            None => {
+                if worker.try_exit().is_some() {
+                    let outcome = death_outcome(worker, false);
+                    return fail(end, outcome);
+                }
+            }
+        }
+    }
+}
+
+/// Asks the worker to leave, and makes sure it does.
+pub fn shutdown(worker: &mut WorkerProcess, grace: Duration) -> Exit {
+    let _ = worker.send(RequestEnvelope::new(&ToWorker::Shutdown, Vec::new()));
+    match worker.wait_exit(grace) {
+        Some(exit) => exit,
+        None => worker.terminate(grace),
+    }
+}
+
+/// Output names must be safe file names and unique; data must fit shapes.
+fn check_outputs(outputs: &[(String, Tensor)]) -> Result<(), Outcome> {
+    for (name, tensor) in outputs {
+        if name.is_empty() || name.contains('/') || name.contains('\0') || name == "." || name == ".." {
+            return Err(Outcome::ProtocolError { message: format!("output name {name:?} is not a safe file name") });
+        }
+        if outputs.iter().filter(|(n, _)| n == name).count() > 1 {
+            return Err(Outcome::ProtocolError { message: format!("output {name} is sent twice") });
+        }
+        tensor.validate(|_| None).map_err(|e| Outcome::ProtocolError { message: format!("output {name}: {e}") })?;
+    }
+    Ok(())
+}
+
+/// The outcome of a worker that stopped talking: how it exited, or a
+/// protocol error if it is still alive (then it is killed).
+fn death_outcome(worker: &mut WorkerProcess, before_hello: bool) -> Outcome {
+    match worker.wait_exit(Duration::from_secs(2)) {
+        Some(exit) => crash_outcome(exit, before_hello, &worker.stderr_tail()),
+        None => {
+            worker.kill();
+            Outcome::ProtocolError { message: "the worker closed its connection but did not exit".into() }
+        }
+    }
+}
+
+fn crash_outcome(exit: Exit, before_hello: bool, stderr: &[String]) -> Outcome {
+    match exit.status {
+        ExitStatus::Signal { signal, core_dumped } => {
+            Outcome::Crashed { signal: Some(signal), core_dumped, exit_code: None }
+        }
+        // 127 before Hello: the loader could not start the worker (libtensorflow missing).
+        ExitStatus::Code(127) if before_hello => Outcome::SpawnFailed {
+            message: stderr
+                .last()
+                .cloned()
+                .unwrap_or_else(|| "the worker exited with code 127 before it started".into()),
+        },
+        ExitStatus::Code(code) => Outcome::Crashed { signal: None, core_dumped: false, exit_code: Some(code) },
+    }
+}
+
+fn message_name(message: &WorkerMessage) -> &'static str {
+    match message {
+        WorkerMessage::Hello(_) => "Hello",
+        WorkerMessage::Loaded { .. } => "Loaded",
+        WorkerMessage::Finished { .. } => "Finished",
+    }
+}

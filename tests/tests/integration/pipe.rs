@@ -1,0 +1,161 @@
+//! `isorun pipe`: one answer per non-blank line, in order, ids echoed
+//! exactly; crashes cost one request; recycling starts fresh workers.
+
+use crate::util::{bin, fixtures, isorun};
+use serde_json::{json, Value};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+struct Piped {
+    code: Option<i32>,
+    answers: Vec<Value>,
+    stderr: String,
+}
+
+fn pipe(command: &mut Command, stdin: &str) -> Piped {
+    let mut child = command.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let mut input = child.stdin.take().unwrap();
+    let text = stdin.to_string();
+    let writer = std::thread::spawn(move || {
+        let _ = input.write_all(text.as_bytes());
+    });
+    let output = child.wait_with_output().unwrap();
+    writer.join().unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    Piped {
+        code: output.status.code(),
+        answers: stdout.lines().map(|l| serde_json::from_str(l).unwrap()).collect(),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+    }
+}
+
+/// A copy of the multi_sig fixture (serving_default: x float32 [?, 3]) under
+/// `name`, so the fault worker takes its orders from the folder name.
+fn fault_model(root: &Path, name: &str) -> PathBuf {
+    let dir = root.join(name);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::copy(fixtures().join("models/multi_sig/saved_model.pb"), dir.join("saved_model.pb")).unwrap();
+    dir
+}
+
+fn fault_pipe(model: &Path) -> Command {
+    let mut command = isorun();
+    command.env("ISORUN_WORKER", bin("isorun-fault-worker")).arg("pipe").arg(model);
+    command
+}
+
+#[test]
+fn every_line_gets_one_answer_in_order_with_its_id() {
+    let model = fixtures().join("models/multi_sig");
+    let stdin = [
+        r#"{"id": 1, "inputs": {"a": [1, 2], "b": [10, 20]}}"#,
+        "",
+        "   ",
+        "this is not json",
+        r#"{"id": "two", "inputs": {"a": [1.5], "b": [1]}}"#,
+        r#"{"id": {"nested": [1, 2.5]}, "inputs": {"zz": [1]}}"#,
+        r#"{"id": 4}"#,
+        r#"{"id": 5, "inputs": {"a": [9007199254740993], "b": [0]}}"#,
+    ]
+    .join("\n");
+    let piped = pipe(isorun().arg("pipe").arg(&model).args(["--signature", "add"]), &stdin);
+    assert_eq!(piped.code, Some(0), "{}", piped.stderr);
+    assert_eq!(piped.answers.len(), 6, "one answer per non-blank line: {:?}", piped.answers);
+    assert_eq!(
+        piped.answers[0],
+        json!({"id": 1, "outputs": {"sum": {"dtype": "int64", "shape": [2], "values": [11, 22]}}})
+    );
+    assert_eq!(piped.answers[1]["id"], Value::Null);
+    assert_eq!(piped.answers[1]["error"]["kind"], "bad_request");
+    assert_eq!(piped.answers[2]["id"], "two");
+    assert_eq!(piped.answers[2]["error"]["kind"], "input_mismatch");
+    assert_eq!(piped.answers[2]["error"]["message"], "input 'a': element 0 is 1.5, which is not exactly a int64");
+    assert_eq!(piped.answers[3]["id"], json!({"nested": [1, 2.5]}), "ids are echoed exactly");
+    assert!(piped.answers[3]["error"]["message"].as_str().unwrap().starts_with("unknown input 'zz'"));
+    assert_eq!(piped.answers[4]["error"]["kind"], "bad_request");
+    // int64 stays exact through JSON both ways.
+    assert_eq!(piped.answers[5]["outputs"]["sum"]["values"], json!([9007199254740993i64]));
+}
+
+#[test]
+fn a_model_that_cannot_load_exits_2_before_reading_stdin() {
+    let model = fixtures().join("models/multi_sig");
+    let piped = pipe(isorun().arg("pipe").arg(&model).args(["--signature", "nope"]), "{\"id\": 1}\n");
+    assert_eq!(piped.code, Some(2));
+    assert!(piped.answers.is_empty());
+    assert!(
+        piped.stderr.contains("no signature 'nope'; the model has: add, mixed, serving_default"),
+        "{}",
+        piped.stderr
+    );
+
+    let tmp = tempfile::tempdir().unwrap();
+    let broken = tmp.path().join("broken");
+    std::fs::create_dir_all(broken.join("variables")).unwrap();
+    std::fs::write(broken.join("saved_model.pb"), b"\x08\x01\x12\xff\xff").unwrap();
+    let piped = pipe(isorun().arg("pipe").arg(&broken), "{\"id\": 1}\n");
+    assert_eq!(piped.code, Some(2));
+    assert!(piped.stderr.contains("broken"), "{}", piped.stderr);
+}
+
+#[test]
+fn a_crash_in_the_middle_of_100_requests_costs_one_answer() {
+    let tmp = tempfile::tempdir().unwrap();
+    let model = fault_model(tmp.path(), "fault-crash-at-911");
+    let lines: Vec<String> = (0..100)
+        .map(|i| {
+            let first = if i == 42 { 911 } else { i };
+            format!(r#"{{"id": {i}, "inputs": {{"x": [[{first}, 0, 0]]}}}}"#)
+        })
+        .collect();
+    let piped = pipe(&mut fault_pipe(&model), &lines.join("\n"));
+    assert_eq!(piped.code, Some(0), "{}", piped.stderr);
+    assert_eq!(piped.answers.len(), 100);
+    for (i, answer) in piped.answers.iter().enumerate() {
+        assert_eq!(answer["id"], i, "in order");
+        if i == 42 {
+            assert_eq!(answer["error"]["kind"], "crashed", "{answer}");
+        } else {
+            assert_eq!(answer["outputs"]["x"]["values"], json!([[i as f64, 0.0, 0.0]]), "{answer}");
+        }
+    }
+}
+
+#[test]
+fn after_max_restarts_crashes_in_a_row_every_line_gets_an_error() {
+    let tmp = tempfile::tempdir().unwrap();
+    let model = fault_model(tmp.path(), "fault-crash-at-911");
+    let lines: Vec<String> = (0..6).map(|i| format!(r#"{{"id": {i}, "inputs": {{"x": [[911, 0, 0]]}}}}"#)).collect();
+    let piped = pipe(fault_pipe(&model).args(["--max-restarts", "2"]), &lines.join("\n"));
+    assert_eq!(piped.code, Some(1));
+    let kinds: Vec<&str> = piped.answers.iter().map(|a| a["error"]["kind"].as_str().unwrap()).collect();
+    assert_eq!(kinds, ["crashed", "crashed", "gave_up", "gave_up", "gave_up", "gave_up"]);
+}
+
+fn worker_pids(piped: &Piped) -> Vec<i64> {
+    piped.answers.iter().map(|a| a["outputs"]["worker_pid"]["values"].as_i64().unwrap()).collect()
+}
+
+#[test]
+fn workers_are_recycled_after_n_requests_or_past_a_memory_size() {
+    let tmp = tempfile::tempdir().unwrap();
+    let model = fault_model(tmp.path(), "fault-pid");
+    let lines: Vec<String> = (0..6).map(|i| format!(r#"{{"id": {i}, "inputs": {{"x": [[{i}, 0, 0]]}}}}"#)).collect();
+    let stdin = lines.join("\n");
+
+    let kept = worker_pids(&pipe(&mut fault_pipe(&model), &stdin));
+    assert!(kept.iter().all(|&p| p == kept[0]), "one worker serves all: {kept:?}");
+
+    let recycled = worker_pids(&pipe(fault_pipe(&model).args(["--recycle-after", "2"]), &stdin));
+    // The first worker also did the load check, so it serves one request.
+    let mut distinct = recycled.clone();
+    distinct.dedup();
+    assert_eq!(distinct.len(), 4, "{recycled:?}");
+    assert!(recycled.windows(2).filter(|w| w[0] == w[1]).count() >= 2, "{recycled:?}");
+
+    let by_memory = worker_pids(&pipe(fault_pipe(&model).args(["--recycle-rss", "1K"]), &stdin));
+    let mut distinct = by_memory.clone();
+    distinct.dedup();
+    assert_eq!(distinct.len(), 6, "every worker is over 1 KiB, so each serves one request: {by_memory:?}");
+}
