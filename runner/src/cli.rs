@@ -141,6 +141,15 @@ pub struct WorkerArgs {
     pub libtensorflow_dir: Option<PathBuf>,
 }
 
+/// How `run` prints its records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    /// One JSON object per line.
+    Jsonl,
+    /// A readable table.
+    Table,
+}
+
 #[derive(Debug, Args)]
 pub struct DoctorArgs {
     #[command(flatten)]
@@ -155,17 +164,26 @@ pub struct CompletionsArgs {
 }
 
 #[derive(Debug, Args)]
+#[command(after_help = "Examples:
+  isorun run models/ --inputs batch.npz
+  isorun run models/resnet --input images=images.npy --output-dir out/ --values
+  isorun run models/ --inputs batch.npz -j 2 --timeout 60 --json | jq -r 'select(.status != \"ok\") | .model'
+  isorun run models/linear --input 'x=@[[1, 2, 3, 4]]' --values
+
+Exit codes: 0 every model ok; 1 some model not ok; 2 usage error (nothing run);
+130/143 interrupted by Ctrl-C/SIGTERM. A closed stdout ends the run with 0.")]
 pub struct RunArgs {
     /// SavedModel folders, or folders searched recursively for SavedModels.
     #[arg(value_name = "MODEL", required = true)]
     pub models: Vec<PathBuf>,
 
-    /// An input tensor from an .npy file (repeatable).
+    /// An input: NAME=PATH.npy, NAME=PATH.json (a nested list) or NAME=@JSON inline (repeatable).
     #[arg(long = "input", value_name = "NAME=PATH", help_heading = "Inputs")]
     pub input: Vec<String>,
 
-    /// Input tensors from an .npz file, keyed by input name (repeatable).
-    #[arg(long = "inputs", value_name = "PATH.npz", help_heading = "Inputs")]
+    /// Inputs keyed by input name: an .npz, a .json object (or one bare nested list for a
+    /// one-input signature), or - for such JSON on stdin (repeatable).
+    #[arg(long = "inputs", value_name = "FILE", help_heading = "Inputs")]
     pub inputs: Vec<PathBuf>,
 
     /// Signature to run.
@@ -187,6 +205,18 @@ pub struct RunArgs {
     /// Print a summary table on stderr when done (status, time, memory per model).
     #[arg(long, help_heading = "Outputs")]
     pub summary: bool,
+
+    /// Output format on stdout [default: table on a terminal, jsonl otherwise].
+    #[arg(long, value_enum, value_name = "FORMAT", help_heading = "Outputs")]
+    pub format: Option<Format>,
+
+    /// Short for --format jsonl.
+    #[arg(long, conflicts_with = "format", help_heading = "Outputs")]
+    pub json: bool,
+
+    /// With TensorFlow Serving's layout (model/1, model/2), run only the highest version of each model.
+    #[arg(long, help_heading = "Inputs")]
+    pub latest_version: bool,
 
     /// Workers running at once [default: number of CPUs].
     #[arg(short, long, value_name = "N", env = "ISORUN_JOBS", help_heading = "Workers")]

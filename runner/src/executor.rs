@@ -160,21 +160,30 @@ impl Stop {
     }
 }
 
-/// Runs every model; `on_report` sees each report as it ends (in any
-/// order). Returns when every model has a report.
+/// What the executor tells its caller, as it happens.
+#[derive(Debug)]
+pub enum Progress {
+    /// A unit was handed to a worker.
+    Started(usize),
+    /// A unit ended (in any order).
+    Finished(UnitReport),
+}
+
+/// Runs every model; `on_progress` sees each unit start and end. Returns
+/// when every model has a report.
 pub fn run_all(
     models: &[Model],
     inputs: &PreparedInputs,
     settings: &Settings,
     stop: &Stop,
-    on_report: &mut dyn FnMut(UnitReport),
+    on_progress: &mut dyn FnMut(Progress),
 ) {
     let per_worker = settings.models_per_worker.max(1);
     let batches: VecDeque<Vec<usize>> =
         (0..models.len()).collect::<Vec<_>>().chunks(per_worker).map(<[usize]>::to_vec).collect();
     let queue = Mutex::new(batches);
     let worker_ids = AtomicU64::new(0);
-    let (tx, rx) = mpsc::channel::<UnitReport>();
+    let (tx, rx) = mpsc::channel::<Progress>();
     std::thread::scope(|scope| {
         for slot in 0..settings.jobs.max(1) {
             let tx = tx.clone();
@@ -184,15 +193,15 @@ pub fn run_all(
                 .name(format!("slot-{slot}"))
                 .spawn_scoped(scope, move || loop {
                     let Some(batch) = queue.lock().expect("queue").pop_front() else { return };
-                    slot_ctx.run_batch(batch, &|report| {
-                        let _ = tx.send(report);
+                    slot_ctx.run_batch(batch, &|progress| {
+                        let _ = tx.send(progress);
                     });
                 })
                 .expect("spawn a slot thread");
         }
         drop(tx);
-        for report in rx {
-            on_report(report);
+        for progress in rx {
+            on_progress(progress);
         }
     });
 }
@@ -222,7 +231,8 @@ impl Slot<'_> {
         deadline
     }
 
-    fn run_batch(&self, batch: Vec<usize>, emit: &dyn Fn(UnitReport)) {
+    fn run_batch(&self, batch: Vec<usize>, tell: &dyn Fn(Progress)) {
+        let emit = |report: UnitReport| tell(Progress::Finished(report));
         let mut pending: VecDeque<usize> = batch.into();
         while let Some(&first) = pending.front() {
             if self.stop.requested() {
@@ -262,6 +272,7 @@ impl Slot<'_> {
                     break;
                 }
                 pending.pop_front();
+                tell(Progress::Started(index));
                 let unit_started = if last.is_none() { started } else { Instant::now() };
                 let end = self.run_unit(&mut worker, index, unit_started);
                 if let Some((mut report, begun, before)) = last.take() {

@@ -6,6 +6,19 @@ use clap::Parser;
 
 fn main() {
     let cli = isorun::cli::Cli::parse();
+    let level = match (cli.quiet, cli.verbose) {
+        (true, _) => tracing::Level::ERROR,
+        (false, 0) => tracing::Level::WARN,
+        (false, 1) => tracing::Level::INFO,
+        (false, 2) => tracing::Level::DEBUG,
+        (false, _) => tracing::Level::TRACE,
+    };
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_max_level(level)
+        .with_target(false)
+        .without_time()
+        .init();
     let code = match isorun::run::main(cli) {
         Ok(code) => code,
         Err(e) => {

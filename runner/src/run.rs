@@ -3,24 +3,25 @@
 //! run every model and print one JSON line per model in the order the
 //! models were found, each as soon as the ones before it are done.
 
-use crate::cli::{Cli, Command, RunArgs};
-use crate::discover::{discover, Model};
-use crate::executor::{run_all, PreparedInputs, Settings, Stop, UnitReport};
+use crate::cli::{Cli, Command, Format, RunArgs};
+use crate::discover::{discover, latest_versions, Model};
+use crate::executor::{run_all, PreparedInputs, Progress, Settings, Stop, UnitReport};
 use crate::inputs::load_inputs;
 use crate::locate::{libtensorflow_dir, worker_binary};
 use crate::process::SpawnSpec;
 use crate::record::unit_record;
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use isorun_protocol::{exit_code, SessionConfig};
 use isorun_transport::DEFAULT_MAX_FRAME;
-use std::collections::BTreeMap;
-use std::io::{self, Write};
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{self, IsTerminal, Write};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Runs the command; `Err` is a usage error (exit 2).
 pub fn main(cli: Cli) -> Result<i32, String> {
     match cli.command {
-        Command::Run(args) => run(args),
+        Command::Run(args) => run(args, cli.quiet),
         Command::Inspect(args) => crate::inspect::main(&args),
         Command::Ls(args) => crate::ls::main(&args),
         Command::Pipe(args) => crate::pipe::main(&args),
@@ -78,30 +79,45 @@ fn settings(args: &RunArgs) -> Result<Settings, String> {
     })
 }
 
-fn run(args: RunArgs) -> Result<i32, String> {
+fn run(args: RunArgs, quiet: bool) -> Result<i32, String> {
     let started = Instant::now();
     let settings = settings(&args)?;
-    let models =
+    let mut models =
         discover(&args.models, &mut |warning| eprintln!("isorun: warning: {warning}")).map_err(|e| with_causes(&e))?;
+    if args.latest_version {
+        models = latest_versions(models);
+    }
     let inputs = load_inputs(&args.input, &args.inputs).map_err(|e| with_causes(&e))?;
     if let Some(dir) = &settings.output_dir {
         std::fs::create_dir_all(dir).map_err(|e| format!("--output-dir {}: cannot create: {e}", dir.display()))?;
     }
     let inputs = PreparedInputs::new(inputs);
+    let format = match (args.json, args.format) {
+        (true, _) => Format::Jsonl,
+        (false, Some(format)) => format,
+        (false, None) if io::stdout().is_terminal() => Format::Table,
+        (false, None) => Format::Jsonl,
+    };
+    tracing::info!(models = models.len(), jobs = settings.jobs, "starting");
 
     let stop = Arc::new(Stop::default());
     let signals = watch_signals(Arc::clone(&stop)).map_err(|e| format!("cannot install signal handlers: {e}"))?;
-
-    let mut printer =
-        Printer { models: &models, next: 0, waiting: BTreeMap::new(), broken_pipe: false, reports: Vec::new() };
-    run_all(&models, &inputs, &settings, &stop, &mut |report| {
-        printer.accept(report);
+    let bar = (!quiet && io::stderr().is_terminal()).then(|| progress_bar(models.len() as u64));
+    let mut printer = Printer::new(&models, format, bar);
+    run_all(&models, &inputs, &settings, &stop, &mut |progress| {
+        match progress {
+            Progress::Started(index) => printer.started(index),
+            Progress::Finished(report) => printer.accept(report),
+        }
         if printer.broken_pipe {
             // Nobody reads any more (`isorun run ... | head -1`): stop the run quietly.
             stop.request(0);
         }
     });
     signals.close();
+    if let Some(bar) = &printer.bar {
+        bar.finish_and_clear();
+    }
 
     let reports = printer.reports;
     if args.summary {
@@ -114,6 +130,17 @@ fn run(args: RunArgs) -> Result<i32, String> {
         _ if reports.iter().all(|r| r.outcome.is_ok()) => exit_code::OK,
         _ => exit_code::SOME_FAILED,
     })
+}
+
+fn progress_bar(total: u64) -> ProgressBar {
+    let bar = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr());
+    let style =
+        ProgressStyle::with_template("{spinner} {elapsed_precise} [{bar:25}] {pos}/{len} models  {msg}  (ETA {eta})")
+            .expect("valid template")
+            .progress_chars("=> ");
+    bar.set_style(style);
+    bar.enable_steady_tick(Duration::from_millis(200));
+    bar
 }
 
 /// An error and its causes, as one line: `file.npy: cannot read: No such file or directory`.
@@ -131,29 +158,127 @@ pub fn with_causes(error: &dyn std::error::Error) -> String {
     text
 }
 
-/// Prints records in model order, as soon as the ones before are done.
+/// Prints records in model order, as soon as the ones before are done,
+/// as JSON Lines or table rows, under a progress bar when there is one.
 struct Printer<'a> {
     models: &'a [Model],
+    format: Format,
+    bar: Option<ProgressBar>,
     next: usize,
     waiting: BTreeMap<usize, UnitReport>,
+    running: BTreeSet<usize>,
+    failures: usize,
     broken_pipe: bool,
     reports: Vec<UnitReport>,
+    id_width: usize,
 }
 
-impl Printer<'_> {
+impl<'a> Printer<'a> {
+    fn new(models: &'a [Model], format: Format, bar: Option<ProgressBar>) -> Printer<'a> {
+        let id_width = models.iter().map(|m| m.id.len()).max().unwrap_or(5).clamp(5, 60);
+        Printer {
+            models,
+            format,
+            bar,
+            next: 0,
+            waiting: BTreeMap::new(),
+            running: BTreeSet::new(),
+            failures: 0,
+            broken_pipe: false,
+            reports: Vec::new(),
+            id_width,
+        }
+    }
+
+    fn started(&mut self, index: usize) {
+        self.running.insert(index);
+        self.update_bar();
+    }
+
+    fn update_bar(&self) {
+        if let Some(bar) = &self.bar {
+            let running: Vec<&str> = self.running.iter().take(3).map(|&i| self.models[i].id.as_str()).collect();
+            let more = self.running.len().saturating_sub(running.len());
+            let more = if more > 0 { format!(" +{more}") } else { String::new() };
+            bar.set_message(format!("{} failed · running: {}{more}", self.failures, running.join(", ")));
+        }
+    }
+
     fn accept(&mut self, report: UnitReport) {
+        self.running.remove(&report.index);
+        if !report.outcome.is_ok() {
+            self.failures += 1;
+        }
+        if let Some(bar) = &self.bar {
+            bar.inc(1);
+        }
+        self.update_bar();
         self.waiting.insert(report.index, report);
         while let Some(report) = self.waiting.remove(&self.next) {
             if !self.broken_pipe {
-                let line = unit_record(&self.models[report.index], &report).to_string();
-                let mut out = io::stdout().lock();
-                if writeln!(out, "{line}").and_then(|_| out.flush()).is_err() {
+                let text = match self.format {
+                    Format::Jsonl => unit_record(&self.models[report.index], &report).to_string(),
+                    Format::Table => self.table_row(&report),
+                };
+                let write = || -> io::Result<()> {
+                    let mut out = io::stdout().lock();
+                    writeln!(out, "{text}")?;
+                    out.flush()
+                };
+                let written = match &self.bar {
+                    Some(bar) => bar.suspend(write),
+                    None => write(),
+                };
+                if written.is_err() {
                     self.broken_pipe = true;
                 }
             }
             self.reports.push(report);
             self.next += 1;
         }
+    }
+
+    fn table_row(&self, report: &UnitReport) -> String {
+        let header = if self.next == 0 {
+            format!(
+                "{:<w$}  {:<14}  {:>8}  {:>9}  {}\n",
+                "model",
+                "status",
+                "time",
+                "peak mem",
+                "outputs / error",
+                w = self.id_width
+            )
+        } else {
+            String::new()
+        };
+        let detail = if report.outcome.is_ok() {
+            report
+                .outputs
+                .iter()
+                .map(|o| {
+                    let dims: Vec<String> = o.shape.iter().map(u64::to_string).collect();
+                    format!("{} {}[{}]", o.name, o.dtype, dims.join(", "))
+                })
+                .collect::<Vec<_>>()
+                .join(", ")
+        } else {
+            let text = report.outcome.to_string();
+            let first = text.lines().next().unwrap_or("");
+            if first.chars().count() > 100 {
+                format!("{}...", first.chars().take(100).collect::<String>())
+            } else {
+                first.to_string()
+            }
+        };
+        format!(
+            "{header}{:<w$}  {:<14}  {:>6.2} s  {:>9}  {detail}",
+            self.models[report.index].id,
+            report.outcome.status(),
+            report.wall.as_secs_f64(),
+            mib(report.peak_rss_bytes),
+            w = self.id_width
+        )
     }
 }
 

@@ -7,5 +7,6 @@ mod faults;
 mod fixtures;
 mod lifecycle;
 mod pipe;
+mod run_cli;
 mod usage;
 mod util;

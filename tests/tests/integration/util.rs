@@ -76,8 +76,10 @@ impl Ran {
 pub fn ran(output: Output) -> Ran {
     let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
     let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    // JSON Lines output is parsed strictly; other outputs (tables, scripts) have no records.
     let records = stdout
         .lines()
+        .filter(|l| l.starts_with('{'))
         .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("stdout line is not JSON ({e}): {l}")))
         .collect();
     Ran { code: output.status.code(), stdout, stderr, records }

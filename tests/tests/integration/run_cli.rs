@@ -1,0 +1,132 @@
+//! `isorun run` as a shell user meets it: output formats, JSON inputs from
+//! files, stdin and the command line, TF Serving versions, a closed stdout,
+//! and the generated completions and man page.
+
+use crate::util::{bin, fake_models, fixtures, isorun, isorun_fault, processes_mentioning, run, write_input};
+use serde_json::json;
+use std::io::{BufRead, BufReader, Write};
+use std::process::Stdio;
+
+#[test]
+fn table_format_shows_one_row_per_model_under_a_header() {
+    let model = fixtures().join("models/multi_sig");
+    let inputs = fixtures().join("expected/multi_sig__add/inputs.npz");
+    let ran =
+        run(isorun().arg("run").arg(&model).args(["--signature", "add", "--format", "table", "--inputs"]).arg(&inputs));
+    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    let lines: Vec<&str> = ran.stdout.lines().collect();
+    assert_eq!(lines.len(), 2, "{}", ran.stdout);
+    let header: Vec<&str> = lines[0].split_whitespace().collect();
+    assert_eq!(header[..3], ["model", "status", "time"]);
+    let row: Vec<&str> = lines[1].split_whitespace().collect();
+    assert_eq!(row[..2], ["multi_sig", "ok"]);
+    assert!(lines[1].ends_with("sum int64[3]"), "{}", lines[1]);
+}
+
+#[test]
+fn json_inputs_inline_from_files_and_from_stdin() {
+    let model = fixtures().join("models/multi_sig");
+    // Inline, one per input.
+    let ran = run(isorun().arg("run").arg(&model).args([
+        "--signature",
+        "add",
+        "--values",
+        "--input",
+        "a=@[1, 2]",
+        "--input",
+        "b=@[30, 40]",
+    ]));
+    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    assert_eq!(ran.records[0]["outputs"]["sum"]["values"], json!([31, 42]));
+
+    // A .json object of input names.
+    let tmp = tempfile::tempdir().unwrap();
+    let file = tmp.path().join("inputs.json");
+    std::fs::write(&file, r#"{"a": [5], "b": [6]}"#).unwrap();
+    let ran = run(isorun().arg("run").arg(&model).args(["--signature", "add", "--values", "--inputs"]).arg(&file));
+    assert_eq!(ran.records[0]["outputs"]["sum"]["values"], json!([11]));
+
+    // A bare nested list from stdin, for a one-input signature (x float32 [?, 3]).
+    let mut child = isorun()
+        .arg("run")
+        .arg(&model)
+        .args(["--values", "--inputs", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(b"[[1, 2, 3]]").unwrap();
+    let ran = crate::util::ran(child.wait_with_output().unwrap());
+    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    assert_eq!(ran.records[0]["outputs"]["y"]["values"], json!([[3.0, 5.0, 7.0]]));
+}
+
+#[test]
+fn inexact_json_values_are_the_models_error_and_bad_json_is_a_usage_error() {
+    let model = fixtures().join("models/multi_sig");
+    let ran =
+        run(isorun().arg("run").arg(&model).args(["--signature", "add", "--input", "a=@[1.5]", "--input", "b=@[1]"]));
+    assert_eq!(ran.code, Some(1));
+    assert_eq!(ran.records[0]["status"], "error");
+    assert_eq!(ran.records[0]["error"]["kind"], "input_mismatch");
+    assert_eq!(ran.records[0]["error"]["message"], "input 'a': element 0 is 1.5, which is not exactly a int64");
+
+    let ran = run(isorun().arg("run").arg(&model).args(["--input", "x=@[[1, 2"]));
+    assert_eq!(ran.code, Some(2));
+    assert!(ran.stdout.is_empty());
+    assert!(ran.stderr.starts_with("isorun: error: --input x=@...: not valid JSON"), "{}", ran.stderr);
+}
+
+#[test]
+fn latest_version_runs_only_the_highest_version_of_each_model() {
+    let tmp = tempfile::tempdir().unwrap();
+    fake_models(&tmp.path().join("serving"), &["alpha/1", "alpha/2", "alpha/10", "beta/3"]);
+    let input = write_input(tmp.path());
+    let ran = run(isorun_fault(&[])
+        .arg(tmp.path().join("serving"))
+        .arg(format!("--input=x={}", input.display()))
+        .arg("--latest-version"));
+    let ids: Vec<&str> = ran.records.iter().map(|r| r["model"].as_str().unwrap()).collect();
+    assert_eq!(ids, ["alpha/10", "beta/3"]);
+}
+
+#[test]
+fn a_closed_stdout_ends_the_run_quietly_with_no_worker_left() {
+    let tmp = tempfile::tempdir().unwrap();
+    let names: Vec<String> = (0..6).map(|i| format!("m{i}-fault-slow-300")).collect();
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+    fake_models(&tmp.path().join("models"), &names);
+    let input = write_input(tmp.path());
+    let marker = format!("marker-{}-pipe", std::process::id());
+    let mut child = isorun_fault(&[&marker])
+        .arg(tmp.path().join("models"))
+        .arg(format!("--input=x={}", input.display()))
+        .args(["-j", "1", "--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut first = String::new();
+    stdout.read_line(&mut first).unwrap();
+    assert!(first.contains("\"m0-fault-slow-300\""), "{first}");
+    drop(stdout); // like `head -1`
+    let output = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    let left: Vec<String> =
+        processes_mentioning(&marker).into_iter().filter(|p| p.contains("isorun-fault-worker")).collect();
+    assert!(left.is_empty(), "{left:?}");
+}
+
+#[test]
+fn completions_and_man_page_are_generated() {
+    let ran = run(isorun().args(["completions", "bash"]));
+    assert_eq!(ran.code, Some(0));
+    assert!(ran.stdout.contains("_isorun()") && ran.stdout.contains("--models-per-worker"));
+    let man = std::process::Command::new(bin("isorun")).arg("man").output().unwrap();
+    let page = String::from_utf8_lossy(&man.stdout);
+    assert!(page.starts_with(".ie") || page.contains(".TH isorun"), "{}", &page[..page.len().min(200)]);
+}
