@@ -41,6 +41,8 @@ pub struct RunRequest {
     /// Load the model (and check the signature exists) without running it:
     /// the answer is `Loaded`, then `Finished` with no outputs.
     pub load_only: bool,
+    /// Custom-op libraries (`.so`) to load into TensorFlow before the model.
+    pub libraries: Vec<String>,
 }
 
 /// Supervisor to worker.

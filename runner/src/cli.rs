@@ -186,6 +186,18 @@ pub struct RunArgs {
     #[arg(long = "inputs", value_name = "FILE", help_heading = "Inputs")]
     pub inputs: Vec<PathBuf>,
 
+    /// Per-model inputs: DIR/<model id>/<input name>.npy (or .json), used before the shared ones.
+    #[arg(long, value_name = "DIR", help_heading = "Inputs")]
+    pub inputs_dir: Option<PathBuf>,
+
+    /// Split inputs along their first dimension into runs of at most N rows; outputs are joined back.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..), help_heading = "Inputs")]
+    pub batch_size: Option<u64>,
+
+    /// Load a custom-op library (.so) into each worker before the model (repeatable).
+    #[arg(long, value_name = "PATH.so", help_heading = "Inputs")]
+    pub load_library: Vec<PathBuf>,
+
     /// Signature to run.
     #[arg(long, value_name = "KEY", default_value = "serving_default", help_heading = "Inputs")]
     pub signature: String,

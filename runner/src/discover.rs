@@ -3,7 +3,7 @@
 //! paths relative to the argument they were found under, so they stay the
 //! same on every machine and make good keys for outputs and reports.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
@@ -53,12 +53,7 @@ pub fn discover(args: &[PathBuf], warn: &mut dyn FnMut(String)) -> Result<Vec<Mo
         let root = std::path::absolute(arg).map_err(|e| DiscoverError::Io { path: arg.clone(), source: e })?;
         let mut found = Vec::new();
         if is_saved_model(&root) {
-            let name = root
-                .canonicalize()
-                .ok()
-                .and_then(|c| c.file_name().map(|n| n.to_string_lossy().into_owned()))
-                .unwrap_or_else(|| "model".into());
-            found.push(Model { id: name, path: root });
+            found.push(Model { id: own_name(&root), path: root });
         } else {
             let mut visited = HashSet::new();
             walk(&root, &root, &mut visited, &mut found, warn);
@@ -66,6 +61,7 @@ pub fn discover(args: &[PathBuf], warn: &mut dyn FnMut(String)) -> Result<Vec<Mo
                 return Err(DiscoverError::NoneFound(arg.clone()));
             }
             found.sort_by(|a, b| a.path.as_os_str().as_encoded_bytes().cmp(b.path.as_os_str().as_encoded_bytes()));
+            name_versions_after_their_model(&root, &mut found);
         }
         for model in found {
             if let Some(other) = models.iter().find(|m| m.id == model.id) {
@@ -75,6 +71,82 @@ pub fn discover(args: &[PathBuf], warn: &mut dyn FnMut(String)) -> Result<Vec<Mo
         }
     }
     Ok(models)
+}
+
+/// The id of a SavedModel given directly: the folder's own name, or
+/// `model/version` for a version folder of TensorFlow Serving's layout
+/// (`serving/mymodel/2` is `mymodel/2`), so versions of different models
+/// do not share an id.
+fn own_name(dir: &Path) -> String {
+    let canonical = dir.canonicalize().ok();
+    let name = canonical.as_deref().and_then(Path::file_name).map(|n| n.to_string_lossy().into_owned());
+    let Some(name) = name else { return "model".into() };
+    if !is_version(&name) {
+        return name;
+    }
+    match canonical.as_deref().and_then(Path::parent).and_then(Path::file_name) {
+        Some(model) => format!("{}/{name}", model.to_string_lossy()),
+        None => name,
+    }
+}
+
+/// With a model folder of TensorFlow Serving's layout as the argument
+/// (`serving/mymodel` holding `1/`, `2/`), the ids found are bare version
+/// numbers; they get the model folder's name in front (`mymodel/1`), as
+/// they would have with `serving/` as the argument.
+fn name_versions_after_their_model(root: &Path, found: &mut [Model]) {
+    let canonical = root.canonicalize().ok();
+    let Some(model) = canonical.as_deref().and_then(Path::file_name) else { return };
+    let model = model.to_string_lossy();
+    for found in found.iter_mut().filter(|m| is_version(&m.id)) {
+        found.id = format!("{model}/{}", found.id);
+    }
+}
+
+/// A TensorFlow Serving version folder name: all ASCII digits.
+fn is_version(name: &str) -> bool {
+    !name.is_empty() && name.bytes().all(|b| b.is_ascii_digit())
+}
+
+/// For models in TensorFlow Serving's layout (ids that differ only in a final
+/// all-digits component: `mymodel/1`, `mymodel/2`, `mymodel/10`), only the
+/// highest version of each, by numeric value; other models are kept as they
+/// are, and the order is unchanged.
+pub fn latest_versions(models: Vec<Model>) -> Vec<Model> {
+    let mut latest: HashMap<String, usize> = HashMap::new();
+    for (index, model) in models.iter().enumerate() {
+        let Some((group, version)) = split_version(&model.id) else { continue };
+        let newer = match latest.get(group) {
+            Some(&best) => split_version(&models[best].id).is_some_and(|(_, best)| newer_version(version, best)),
+            None => true,
+        };
+        if newer {
+            latest.insert(group.to_string(), index);
+        }
+    }
+    models
+        .into_iter()
+        .enumerate()
+        .filter(|(index, model)| match split_version(&model.id) {
+            Some((group, _)) => latest.get(group) == Some(index),
+            None => true,
+        })
+        .map(|(_, model)| model)
+        .collect()
+}
+
+/// `mymodel/10` is `("mymodel", "10")`, `7` is `("", "7")`; `None` when the
+/// last component is not a version number.
+fn split_version(id: &str) -> Option<(&str, &str)> {
+    let (group, version) = id.rsplit_once('/').unwrap_or(("", id));
+    is_version(version).then_some((group, version))
+}
+
+/// Numeric comparison of digit strings of any length (`10` > `9`, `010` = `10`).
+fn newer_version(candidate: &str, best: &str) -> bool {
+    let candidate = candidate.trim_start_matches('0');
+    let best = best.trim_start_matches('0');
+    (candidate.len(), candidate) > (best.len(), best)
 }
 
 fn walk(
@@ -131,6 +203,57 @@ mod tests {
         assert_eq!(ids, ["a", "b/model"]);
         let direct = discover(&[root.join("b/model")], &mut |_| {}).unwrap();
         assert_eq!(direct[0].id, "model");
+    }
+
+    fn ids(models: &[Model]) -> Vec<&str> {
+        models.iter().map(|m| m.id.as_str()).collect()
+    }
+
+    #[test]
+    fn serving_layout_ids_carry_the_model_name() {
+        let tmp = tempfile::tempdir().unwrap();
+        let serving = tmp.path().join("serving");
+        for version in ["1", "2", "10"] {
+            touch_model(&serving.join("mymodel").join(version));
+        }
+        let from_root = discover(std::slice::from_ref(&serving), &mut |w| panic!("{w}")).unwrap();
+        assert_eq!(ids(&from_root), ["mymodel/1", "mymodel/10", "mymodel/2"]);
+        let from_model = discover(&[serving.join("mymodel")], &mut |w| panic!("{w}")).unwrap();
+        assert_eq!(from_model, from_root);
+        // Only bare version numbers get the name in front.
+        touch_model(&serving.join("mymodel/draft"));
+        let mixed = discover(&[serving.join("mymodel")], &mut |w| panic!("{w}")).unwrap();
+        assert_eq!(ids(&mixed), ["mymodel/1", "mymodel/10", "mymodel/2", "draft"]);
+        let one_version = discover(&[serving.join("mymodel/2")], &mut |w| panic!("{w}")).unwrap();
+        assert_eq!(ids(&one_version), ["mymodel/2"]);
+    }
+
+    #[test]
+    fn versions_of_two_models_given_directly_do_not_clash() {
+        let tmp = tempfile::tempdir().unwrap();
+        touch_model(&tmp.path().join("a/1"));
+        touch_model(&tmp.path().join("b/1"));
+        let models = discover(&[tmp.path().join("a"), tmp.path().join("b")], &mut |w| panic!("{w}")).unwrap();
+        assert_eq!(ids(&models), ["a/1", "b/1"]);
+    }
+
+    fn model(id: &str) -> Model {
+        Model { id: id.into(), path: PathBuf::from("/models").join(id) }
+    }
+
+    #[test]
+    fn latest_versions_compare_numbers_not_strings() {
+        let models = ["alpha", "m/1", "m/10", "m/2", "m/9", "n/3", "other/v1", "x/007", "x/7", "z/0"].map(model);
+        let latest = latest_versions(models.to_vec());
+        assert_eq!(ids(&latest), ["alpha", "m/10", "n/3", "other/v1", "x/007", "z/0"]);
+    }
+
+    #[test]
+    fn latest_versions_group_by_everything_before_the_version() {
+        let models = ["a/b/1", "a/b/2", "a/c/3", "b/2", "1", "4"].map(model);
+        let latest = latest_versions(models.to_vec());
+        assert_eq!(ids(&latest), ["a/b/2", "a/c/3", "b/2", "4"]);
+        assert!(latest_versions(Vec::new()).is_empty());
     }
 
     #[test]

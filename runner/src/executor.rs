@@ -4,6 +4,7 @@
 //! breaches and the user's interrupts. Every unit ends with exactly one
 //! report; a worker's misbehaviour costs only the unit it was running.
 
+use crate::batch;
 use crate::discover::Model;
 use crate::inputs::Inputs;
 use crate::json_input::{signature_of, tensors_for_signature};
@@ -41,6 +42,9 @@ pub struct Settings {
     pub grace: Duration,
     pub output_dir: Option<PathBuf>,
     pub values: bool,
+    pub batch_size: Option<usize>,
+    /// Custom-op libraries for every worker (absolute paths).
+    pub libraries: Vec<String>,
 }
 
 /// The inputs, prepared once for every worker: large dense tensors are
@@ -50,10 +54,12 @@ pub struct PreparedInputs {
     tensors: Vec<(String, Tensor)>,
     json: Vec<(String, serde_json::Value)>,
     shared: Vec<IpcSharedMemory>,
+    /// `--inputs-dir`: per-model input files, before the shared ones.
+    per_model_dir: Option<PathBuf>,
 }
 
 impl PreparedInputs {
-    pub fn new(inputs: Inputs) -> PreparedInputs {
+    pub fn new(inputs: Inputs, per_model_dir: Option<PathBuf>) -> PreparedInputs {
         let mut shared = Vec::new();
         let tensors = inputs
             .tensors
@@ -68,17 +74,53 @@ impl PreparedInputs {
                 (name, tensor)
             })
             .collect();
-        PreparedInputs { tensors, json: inputs.json, shared }
+        PreparedInputs { tensors, json: inputs.json, shared, per_model_dir }
     }
 
-    /// The inputs for one model (JSON ones converted for its signature).
+    /// The inputs for one model: its own files from `--inputs-dir` first,
+    /// then the shared ones; JSON converted for its signature.
     fn for_model(&self, model: &Model, signature: &str, tags: &[String]) -> Result<Vec<(String, Tensor)>, ModelError> {
-        let mut tensors = self.tensors.clone();
-        if !self.json.is_empty() {
+        let (own_tensors, own_json) = self.own_inputs(model)?;
+        let own = |name: &str| own_tensors.iter().any(|(n, _)| n == name) || own_json.iter().any(|(n, _)| n == name);
+        let mut tensors: Vec<(String, Tensor)> = self.tensors.iter().filter(|(name, _)| !own(name)).cloned().collect();
+        tensors.extend(own_tensors.iter().cloned());
+        let json: Vec<(String, serde_json::Value)> =
+            self.json.iter().filter(|(name, _)| !own(name)).cloned().chain(own_json.iter().cloned()).collect();
+        if !json.is_empty() {
             let info = signature_of(&model.path, tags, signature)?;
-            tensors.extend(tensors_for_signature(&info, &self.json)?);
+            tensors.extend(tensors_for_signature(&info, &json)?);
         }
         Ok(tensors)
+    }
+
+    /// `DIR/<model id>/<input name>.npy` (or `.json`) files, if any.
+    #[expect(clippy::type_complexity, reason = "a pair of named lists, used once")]
+    fn own_inputs(
+        &self,
+        model: &Model,
+    ) -> Result<(Vec<(String, Tensor)>, Vec<(String, serde_json::Value)>), ModelError> {
+        let (mut tensors, mut json) = (Vec::new(), Vec::new());
+        let Some(dir) = &self.per_model_dir else { return Ok((tensors, json)) };
+        let folder = dir.join(&model.id);
+        let Ok(entries) = std::fs::read_dir(&folder) else { return Ok((tensors, json)) };
+        let bad = |message: String| ModelError::new(ErrorKind::InputMismatch, message);
+        let mut paths: Vec<PathBuf> = entries.flatten().map(|e| e.path()).collect();
+        paths.sort();
+        for path in paths {
+            let (Some(stem), Some(ext)) = (path.file_stem(), path.extension()) else { continue };
+            let name = stem.to_string_lossy().into_owned();
+            match ext.to_string_lossy().as_ref() {
+                "npy" => tensors.push((name, crate::npy::read_npy_file(&path).map_err(|e| bad(e.to_string()))?)),
+                "json" => {
+                    let text = std::fs::read_to_string(&path).map_err(|e| bad(format!("{}: {e}", path.display())))?;
+                    let value = serde_json::from_str(&text)
+                        .map_err(|e| bad(format!("{}: not valid JSON: {e}", path.display())))?;
+                    json.push((name, value));
+                }
+                _ => {}
+            }
+        }
+        Ok((tensors, json))
     }
 }
 
@@ -308,32 +350,67 @@ impl Slot<'_> {
                 return UnitEnd { report, worker_usable: true };
             }
         };
-        let request = RunRequest {
-            unit: index as u64,
-            model_dir: model.path.to_string_lossy().into_owned(),
-            tags: self.settings.tags.clone(),
-            signature: self.settings.signature.clone(),
-            inputs,
-            config: self.settings.session,
-            load_only: false,
+        let chunks = match self.settings.batch_size {
+            Some(rows) => match batch::split(&inputs, &self.inputs.shared, rows) {
+                Ok(chunks) => chunks,
+                Err(message) => {
+                    report.outcome = Outcome::Error(ModelError::new(ErrorKind::InputMismatch, message));
+                    return UnitEnd { report, worker_usable: true };
+                }
+            },
+            None => vec![inputs],
         };
-        let envelope = RequestEnvelope::new(&ToWorker::Run(request), self.inputs.shared.clone());
         let deadlines = Deadlines {
             unit: self.settings.timeout.map(|t| started + t),
             load: self.settings.load_timeout.map(|t| started + t),
             grace: self.settings.grace,
         };
-        let end = run_request(worker, envelope, index as u64, self.stop, deadlines);
-        report.load_ms = end.load_ms;
-        report.run_ms = end.run_ms;
-        report.outcome = end.outcome;
+        let rows: Vec<u64> = chunks.iter().map(|c| batch::rows(c)).collect();
+        let mut parts = Vec::with_capacity(chunks.len());
+        let mut worker_usable = true;
+        for inputs in chunks {
+            let request = RunRequest {
+                unit: index as u64,
+                model_dir: model.path.to_string_lossy().into_owned(),
+                tags: self.settings.tags.clone(),
+                signature: self.settings.signature.clone(),
+                inputs,
+                config: self.settings.session,
+                load_only: false,
+                libraries: self.settings.libraries.clone(),
+            };
+            let envelope = RequestEnvelope::new(&ToWorker::Run(request), self.inputs.shared.clone());
+            let end = run_request(worker, envelope, index as u64, self.stop, deadlines);
+            report.load_ms = report.load_ms.or(end.load_ms);
+            report.run_ms = match (report.run_ms, end.run_ms) {
+                (Some(a), Some(b)) => Some(a + b),
+                (a, b) => a.or(b),
+            };
+            report.outcome = end.outcome;
+            worker_usable = end.worker_usable;
+            if !report.outcome.is_ok() {
+                break;
+            }
+            parts.push(end.outputs);
+        }
+        let outputs = if report.outcome.is_ok() {
+            match batch::join(parts, &rows) {
+                Ok(outputs) => outputs,
+                Err(message) => {
+                    report.outcome = Outcome::Error(ModelError::new(ErrorKind::InputMismatch, message));
+                    Vec::new()
+                }
+            }
+        } else {
+            Vec::new()
+        };
         if report.outcome.is_ok() {
-            match self.accept_outputs(model, &end.outputs) {
+            match self.accept_outputs(model, &outputs) {
                 Ok(outputs) => report.outputs = outputs,
                 Err(error) => report.outcome = Outcome::Error(error),
             }
         }
-        UnitEnd { report, worker_usable: end.worker_usable }
+        UnitEnd { report, worker_usable }
     }
 
     /// Writes a unit's outputs and describes them for its record.

@@ -1,7 +1,312 @@
-//! `isorun inspect` (not yet written).
+//! `isorun inspect`: what a SavedModel offers (meta graphs, signatures, the
+//! dtype and shape of every input and output), read from `saved_model.pb`
+//! with `isorun-tfproto`, so it works where libtensorflow is not installed
+//! and shows dtypes isorun cannot carry under TensorFlow's own names.
 
 use crate::cli::InspectArgs;
+use isorun_tfproto::proto::{MetaGraphDef, SignatureDef, TensorInfo};
+use isorun_tfproto::{read_saved_model, SavedModelError};
+use serde_json::{json, Map, Value};
+use std::collections::HashMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
 
-pub fn main(_args: &InspectArgs) -> Result<i32, String> {
-    Err("isorun inspect: not implemented yet".into())
+/// Why a model could not be inspected.
+#[derive(Debug, thiserror::Error)]
+pub enum InspectError {
+    #[error("{0}: no such file or directory")]
+    Missing(PathBuf),
+    #[error("{0}: not a folder (MODEL is a SavedModel folder, the one holding saved_model.pb)")]
+    NotAFolder(PathBuf),
+    #[error("{0}: not a SavedModel (no saved_model.pb in it; `isorun ls` finds SavedModels under a folder)")]
+    NoSavedModel(PathBuf),
+    #[error(
+        "{0}: saved_model.pbtxt (text format) is not supported; isorun reads the binary saved_model.pb \
+         (load and save the model again with tf.saved_model.save to get one)"
+    )]
+    TextFormat(PathBuf),
+    #[error("{0}: empty file, not a SavedModel protobuf")]
+    Empty(PathBuf),
+    #[error("{path}: cannot read")]
+    Io { path: PathBuf, source: std::io::Error },
+    #[error(transparent)]
+    SavedModel(#[from] SavedModelError),
+}
+
+/// A SavedModel as shown: its meta graphs in file order.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Inspection {
+    /// Absolute path of the SavedModel folder.
+    pub path: PathBuf,
+    pub meta_graphs: Vec<MetaGraphView>,
+}
+
+/// One meta graph: its tag set and its signatures, sorted by key.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MetaGraphView {
+    pub tags: Vec<String>,
+    pub signatures: Vec<SignatureView>,
+}
+
+/// One signature: inputs and outputs sorted by name, and TensorFlow's method
+/// name (`tensorflow/serving/predict`; empty when the model saved none).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SignatureView {
+    pub key: String,
+    pub method: String,
+    pub inputs: Vec<TensorView>,
+    pub outputs: Vec<TensorView>,
+}
+
+/// One input or output.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TensorView {
+    pub name: String,
+    /// TensorFlow's name of the dtype, also for those isorun cannot carry (`resource`).
+    pub dtype: String,
+    /// `None`: unknown rank; a `None` dimension: unknown size.
+    pub shape: Option<Vec<Option<u64>>>,
+}
+
+pub fn main(args: &InspectArgs) -> Result<i32, String> {
+    let inspection = inspect(&args.model, args.all).map_err(|e| crate::run::with_causes(&e))?;
+    let text = if args.json {
+        let mut line = to_json(&inspection, &args.tags).to_string();
+        line.push('\n');
+        line
+    } else {
+        to_text(&inspection)
+    };
+    let mut stdout = std::io::stdout().lock();
+    match stdout.write_all(text.as_bytes()).and_then(|()| stdout.flush()) {
+        Ok(()) => Ok(isorun_protocol::exit_code::OK),
+        // Nobody reads any more (`isorun inspect ... | head -3`): not an error.
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(isorun_protocol::exit_code::OK),
+        Err(e) => Err(format!("cannot write to stdout: {e}")),
+    }
+}
+
+/// Reads the SavedModel in `model`; internal signatures only when `include_internal`.
+pub fn inspect(model: &Path, include_internal: bool) -> Result<Inspection, InspectError> {
+    check_folder(model)?;
+    let path = std::path::absolute(model).map_err(|source| InspectError::Io { path: model.to_path_buf(), source })?;
+    let meta_graphs = read_saved_model(model)?
+        .into_iter()
+        .map(|graph| MetaGraphView { signatures: signature_views(&graph.def, include_internal), tags: graph.tags })
+        .collect();
+    Ok(Inspection { path, meta_graphs })
+}
+
+/// The checks that name what is wrong better than a failed read would.
+fn check_folder(model: &Path) -> Result<(), InspectError> {
+    let meta = std::fs::metadata(model).map_err(|source| match source.kind() {
+        std::io::ErrorKind::NotFound => InspectError::Missing(model.to_path_buf()),
+        _ => InspectError::Io { path: model.to_path_buf(), source },
+    })?;
+    if !meta.is_dir() {
+        return Err(InspectError::NotAFolder(model.to_path_buf()));
+    }
+    let protobuf = model.join("saved_model.pb");
+    match std::fs::metadata(&protobuf) {
+        Ok(meta) if meta.len() == 0 => Err(InspectError::Empty(protobuf)),
+        Ok(_) => Ok(()),
+        Err(_) if model.join("saved_model.pbtxt").is_file() => Err(InspectError::TextFormat(model.to_path_buf())),
+        Err(source) if source.kind() == std::io::ErrorKind::NotFound => {
+            Err(InspectError::NoSavedModel(model.to_path_buf()))
+        }
+        Err(source) => Err(InspectError::Io { path: protobuf, source }),
+    }
+}
+
+fn signature_views(def: &MetaGraphDef, include_internal: bool) -> Vec<SignatureView> {
+    def.signature_keys(include_internal).into_iter().map(|key| signature_view(key, &def.signature_def[key])).collect()
+}
+
+fn signature_view(key: &str, signature: &SignatureDef) -> SignatureView {
+    SignatureView {
+        key: key.to_string(),
+        method: signature.method_name.clone(),
+        inputs: tensor_views(&signature.inputs),
+        outputs: tensor_views(&signature.outputs),
+    }
+}
+
+fn tensor_views(tensors: &HashMap<String, TensorInfo>) -> Vec<TensorView> {
+    let mut views: Vec<TensorView> = tensors
+        .iter()
+        .map(|(name, info)| TensorView { name: name.clone(), dtype: info.dtype_name(), shape: info.dims() })
+        .collect();
+    views.sort_by(|a, b| a.name.cmp(&b.name));
+    views
+}
+
+/// One JSON object: every meta graph, and as top-level `signatures` those of
+/// the meta graph whose tag set is `tags` (left out when there is none).
+pub fn to_json(inspection: &Inspection, tags: &[String]) -> Value {
+    let mut object = Map::new();
+    object.insert("path".into(), json!(inspection.path.to_string_lossy()));
+    let meta_graphs: Vec<Value> = inspection
+        .meta_graphs
+        .iter()
+        .map(|graph| json!({"tags": graph.tags, "signatures": signatures_json(&graph.signatures)}))
+        .collect();
+    object.insert("meta_graphs".into(), Value::Array(meta_graphs));
+    if let Some(graph) = chosen_meta_graph(inspection, tags) {
+        object.insert("signatures".into(), signatures_json(&graph.signatures));
+    }
+    Value::Object(object)
+}
+
+/// The meta graph whose tag set equals `tags` (order ignored), the one
+/// `isorun run --tag` would load.
+fn chosen_meta_graph<'a>(inspection: &'a Inspection, tags: &[String]) -> Option<&'a MetaGraphView> {
+    let wanted = sorted(tags);
+    inspection.meta_graphs.iter().find(|graph| sorted(&graph.tags) == wanted)
+}
+
+/// A tag set as TensorFlow compares them: order and repeats do not count.
+fn sorted(tags: &[String]) -> Vec<&str> {
+    let mut tags: Vec<&str> = tags.iter().map(String::as_str).collect();
+    tags.sort_unstable();
+    tags.dedup();
+    tags
+}
+
+fn signatures_json(signatures: &[SignatureView]) -> Value {
+    let mut object = Map::new();
+    for signature in signatures {
+        let mut entry = Map::new();
+        entry.insert("inputs".into(), tensors_json(&signature.inputs));
+        entry.insert("outputs".into(), tensors_json(&signature.outputs));
+        if !signature.method.is_empty() {
+            entry.insert("method".into(), json!(signature.method));
+        }
+        object.insert(signature.key.clone(), Value::Object(entry));
+    }
+    Value::Object(object)
+}
+
+fn tensors_json(tensors: &[TensorView]) -> Value {
+    let mut object = Map::new();
+    for tensor in tensors {
+        let shape = match &tensor.shape {
+            None => Value::Null,
+            Some(dims) => dims.iter().map(|dim| dim.map_or(json!(-1), |size| json!(size))).collect(),
+        };
+        object.insert(tensor.name.clone(), json!({"dtype": tensor.dtype, "shape": shape}));
+    }
+    Value::Object(object)
+}
+
+/// The text form: the path, then each meta graph with its signatures, each
+/// input and output on a line with names and dtypes in aligned columns.
+pub fn to_text(inspection: &Inspection) -> String {
+    let mut text = format!("{}\n", inspection.path.display());
+    for graph in &inspection.meta_graphs {
+        text.push_str(&format!("meta graph [{}]\n", graph.tags.join(", ")));
+        if graph.signatures.is_empty() {
+            text.push_str("  no signatures\n");
+        }
+        for signature in &graph.signatures {
+            text.push_str(&signature_text(signature));
+        }
+    }
+    text
+}
+
+fn signature_text(signature: &SignatureView) -> String {
+    let mut text = match signature.method.as_str() {
+        "" => format!("  signature {}\n", signature.key),
+        method => format!("  signature {} ({method})\n", signature.key),
+    };
+    text.push_str(&tensors_text("inputs", &signature.inputs));
+    text.push_str(&tensors_text("outputs", &signature.outputs));
+    text
+}
+
+fn tensors_text(heading: &str, tensors: &[TensorView]) -> String {
+    if tensors.is_empty() {
+        return format!("    {heading}: none\n");
+    }
+    let name_width = tensors.iter().map(|t| t.name.chars().count()).max().unwrap_or(0);
+    let dtype_width = tensors.iter().map(|t| t.dtype.chars().count()).max().unwrap_or(0);
+    let mut text = format!("    {heading}:\n");
+    for tensor in tensors {
+        text.push_str(&format!(
+            "      {:name_width$}  {:dtype_width$}  {}\n",
+            tensor.name,
+            tensor.dtype,
+            shape_text(&tensor.shape)
+        ));
+    }
+    text
+}
+
+/// `[?, 8]`, `[]` for a scalar, `<unknown rank>`.
+pub fn shape_text(shape: &Option<Vec<Option<u64>>>) -> String {
+    match shape {
+        None => "<unknown rank>".to_string(),
+        Some(dims) => {
+            let dims: Vec<String> =
+                dims.iter().map(|dim| dim.map_or("?".to_string(), |size| size.to_string())).collect();
+            format!("[{}]", dims.join(", "))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tensor(name: &str, dtype: &str, shape: Option<Vec<Option<u64>>>) -> TensorView {
+        TensorView { name: name.into(), dtype: dtype.into(), shape }
+    }
+
+    fn inspection() -> Inspection {
+        let signature = |key: &str, method: &str| SignatureView {
+            key: key.into(),
+            method: method.into(),
+            inputs: vec![tensor("images", "uint8", Some(vec![None, Some(224), Some(224), Some(3)]))],
+            outputs: vec![tensor("h", "resource", None), tensor("logits", "float32", Some(vec![]))],
+        };
+        Inspection {
+            path: PathBuf::from("/models/m"),
+            meta_graphs: vec![
+                MetaGraphView { tags: vec!["serve".into()], signatures: vec![signature("cpu", "predict")] },
+                MetaGraphView { tags: vec!["serve".into(), "gpu".into()], signatures: vec![signature("gpu", "")] },
+            ],
+        }
+    }
+
+    #[test]
+    fn shapes_show_unknown_sizes_and_ranks() {
+        assert_eq!(shape_text(&Some(vec![None, Some(8)])), "[?, 8]");
+        assert_eq!(shape_text(&Some(vec![])), "[]");
+        assert_eq!(shape_text(&None), "<unknown rank>");
+    }
+
+    #[test]
+    fn text_aligns_names_and_dtypes_within_each_list() {
+        let text = to_text(&inspection());
+        assert!(
+            text.starts_with(
+                "/models/m\nmeta graph [serve]\n  signature cpu (predict)\n    inputs:\n      images  uint8  [?, 224, 224, 3]\n    \
+                 outputs:\n      h       resource  <unknown rank>\n      logits  float32   []\nmeta graph [serve, gpu]\n  \
+                 signature gpu\n"
+            ),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn json_top_level_signatures_follow_the_tag_set_in_any_order() {
+        let tags = |tags: &[&str]| tags.iter().map(|t| t.to_string()).collect::<Vec<_>>();
+        let json = to_json(&inspection(), &tags(&["gpu", "serve", "gpu"]));
+        assert_eq!(json["signatures"], json["meta_graphs"][1]["signatures"]);
+        assert_eq!(json["signatures"]["gpu"]["outputs"]["h"], json!({"dtype": "resource", "shape": null}));
+        assert_eq!(json["signatures"]["gpu"]["inputs"]["images"]["shape"], json!([-1, 224, 224, 3]));
+        assert!(json["signatures"]["gpu"].get("method").is_none());
+        assert_eq!(to_json(&inspection(), &tags(&["serve"]))["signatures"]["cpu"]["method"], "predict");
+        assert!(to_json(&inspection(), &tags(&["gpu"])).get("signatures").is_none());
+    }
 }

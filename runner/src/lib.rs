@@ -3,6 +3,7 @@
 //! the outputs and reports how every unit ended. It never loads TensorFlow
 //! itself, so its own memory stays small and flat however many models run.
 
+pub mod batch;
 pub mod cli;
 pub mod discover;
 pub mod doctor;

@@ -48,6 +48,7 @@ impl Server<'_> {
             inputs,
             config: self.config,
             load_only,
+            libraries: Vec::new(),
         }
     }
 

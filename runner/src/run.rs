@@ -76,6 +76,18 @@ fn settings(args: &RunArgs) -> Result<Settings, String> {
         grace: Duration::from_secs(2),
         output_dir: args.output_dir.clone(),
         values: args.values,
+        batch_size: args.batch_size.map(|n| n as usize),
+        libraries: args
+            .load_library
+            .iter()
+            .map(|path| {
+                std::path::absolute(path)
+                    .ok()
+                    .filter(|p| p.is_file())
+                    .map(|p| p.to_string_lossy().into_owned())
+                    .ok_or_else(|| format!("--load-library {}: no such file", path.display()))
+            })
+            .collect::<Result<_, _>>()?,
     })
 }
 
@@ -91,7 +103,10 @@ fn run(args: RunArgs, quiet: bool) -> Result<i32, String> {
     if let Some(dir) = &settings.output_dir {
         std::fs::create_dir_all(dir).map_err(|e| format!("--output-dir {}: cannot create: {e}", dir.display()))?;
     }
-    let inputs = PreparedInputs::new(inputs);
+    if let Some(dir) = args.inputs_dir.as_ref().filter(|d| !d.is_dir()) {
+        return Err(format!("--inputs-dir {}: not a folder", dir.display()));
+    }
+    let inputs = PreparedInputs::new(inputs, args.inputs_dir.clone());
     let format = match (args.json, args.format) {
         (true, _) => Format::Jsonl,
         (false, Some(format)) => format,

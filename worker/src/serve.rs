@@ -3,13 +3,14 @@
 //! and `Finished`, and exit. A model loaded once stays loaded for the next
 //! request for the same folder and tags; a different model replaces it.
 
-use crate::tf::{tensorflow_version, SavedModel};
+use crate::tf::{load_library, tensorflow_version, SavedModel};
 use crate::validate::match_inputs;
 use ipc_channel::ipc::{IpcOneShotServer, IpcSharedMemory};
 use isorun_protocol::{
     ErrorKind, Hello, ModelError, RunRequest, ToWorker, UnitResult, WorkerMessage, PROTOCOL_VERSION,
 };
 use isorun_transport::{dense_bytes, write_frame, RequestEnvelope};
+use std::collections::HashSet;
 use std::io;
 use std::os::unix::net::UnixStream;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -36,6 +37,7 @@ pub fn serve(mut socket: UnixStream) -> io::Result<()> {
     write_frame(&mut socket, &WorkerMessage::Hello(hello))?;
     let (receiver, first) = server.accept().map_err(|e| io::Error::other(format!("accept: {e:?}")))?;
     let mut loaded: Option<Loaded> = None;
+    let mut libraries: HashSet<String> = HashSet::new();
     let mut next = Some(first);
     loop {
         let envelope = match next.take() {
@@ -51,7 +53,17 @@ pub fn serve(mut socket: UnixStream) -> io::Result<()> {
             ToWorker::Shutdown => return Ok(()),
             ToWorker::Run(request) => {
                 let unit = request.unit;
-                let answer = catch_unwind(AssertUnwindSafe(|| run_unit(&mut socket, &mut loaded, &request, &shared)));
+                let answer = catch_unwind(AssertUnwindSafe(|| {
+                    for library in &request.libraries {
+                        if !libraries.contains(library) {
+                            if let Err(e) = load_library(library) {
+                                return Ok((0, UnitResult::Err(e)));
+                            }
+                            libraries.insert(library.clone());
+                        }
+                    }
+                    run_unit(&mut socket, &mut loaded, &request, &shared)
+                }));
                 let (run_ms, result) = match answer {
                     Ok(answer) => answer?,
                     Err(panic) => (0, UnitResult::Err(ModelError::new(ErrorKind::WorkerPanic, panic_message(&panic)))),

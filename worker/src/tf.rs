@@ -31,6 +31,20 @@ pub fn tensorflow_version() -> String {
     unsafe { CStr::from_ptr(tf::TF_Version()) }.to_string_lossy().into_owned()
 }
 
+/// Loads a custom-op library into TensorFlow for the rest of the process.
+pub fn load_library(path: &str) -> Result<(), ModelError> {
+    let c_path = CString::new(path)
+        .map_err(|_| ModelError::new(ErrorKind::LoadFailed, format!("library path {path:?} holds a NUL byte")))?;
+    let status = Status::new();
+    // SAFETY: the path is NUL-terminated; the returned handle is kept (leaked)
+    // on purpose, since the ops it registers live as long as the process.
+    unsafe { tf::TF_LoadLibrary(c_path.as_ptr(), status.0) };
+    status.error(ErrorKind::LoadFailed).map_err(|mut e| {
+        e.message = format!("cannot load library {path}: {}", e.message);
+        e
+    })
+}
+
 /// The name of a TensorFlow status code (`INVALID_ARGUMENT`, ...).
 pub fn code_name(code: c_int) -> String {
     let name = match code {

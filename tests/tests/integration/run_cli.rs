@@ -130,3 +130,81 @@ fn completions_and_man_page_are_generated() {
     let page = String::from_utf8_lossy(&man.stdout);
     assert!(page.starts_with(".ie") || page.contains(".TH isorun"), "{}", &page[..page.len().min(200)]);
 }
+
+#[test]
+fn batch_size_splits_the_input_and_joins_the_outputs() {
+    let model = fixtures().join("models/keras_mlp");
+    let inputs = fixtures().join("expected/keras_mlp__serving_default/inputs.npz");
+    let whole = run(isorun().arg("run").arg(&model).arg("--inputs").arg(&inputs).args(["--values", "--json"]));
+    let split = run(isorun().arg("run").arg(&model).arg("--inputs").arg(&inputs).args([
+        "--values",
+        "--json",
+        "--batch-size",
+        "2",
+    ]));
+    assert_eq!(split.code, Some(0), "{}", split.stderr);
+    let probabilities = |ran: &crate::util::Ran| ran.records[0]["outputs"]["probabilities"].clone();
+    assert_eq!(probabilities(&split)["shape"], json!([3, 4]));
+    let (a, b) = (probabilities(&whole)["values"].clone(), probabilities(&split)["values"].clone());
+    for (row_a, row_b) in a.as_array().unwrap().iter().zip(b.as_array().unwrap()) {
+        for (x, y) in row_a.as_array().unwrap().iter().zip(row_b.as_array().unwrap()) {
+            let (x, y) = (x.as_f64().unwrap(), y.as_f64().unwrap());
+            assert!((x - y).abs() <= 1e-6 * x.abs().max(1e-6), "{x} vs {y}");
+        }
+    }
+    // An output without a batch dimension cannot be joined: that model's error.
+    let mixed = fixtures().join("expected/dynamic__serving_default__3x5/inputs.npz");
+    let ran = run(isorun().arg("run").arg(fixtures().join("models/dynamic")).arg("--inputs").arg(&mixed).args([
+        "--batch-size",
+        "2",
+        "--json",
+    ]));
+    assert_eq!(ran.records[0]["status"], "error");
+    assert!(
+        ran.records[0]["error"]["message"].as_str().unwrap().contains("output 'shape' cannot be joined"),
+        "{}",
+        ran.stdout
+    );
+}
+
+#[test]
+fn inputs_dir_gives_each_model_its_own_inputs_before_the_shared_ones() {
+    let tmp = tempfile::tempdir().unwrap();
+    fake_models(&tmp.path().join("models"), &["own", "shared"]);
+    let shared = write_input(tmp.path());
+    // The fault worker echoes its inputs, so the dtype of x says which file it got.
+    std::fs::create_dir_all(tmp.path().join("per-model/own")).unwrap();
+    std::fs::copy(fixtures().join("expected/multi_sig__add/inputs/a.npy"), tmp.path().join("per-model/own/x.npy"))
+        .unwrap();
+    let ran = run(isorun_fault(&[])
+        .arg(tmp.path().join("models"))
+        .arg(format!("--input=x={}", shared.display()))
+        .arg("--inputs-dir")
+        .arg(tmp.path().join("per-model"))
+        .arg("--json"));
+    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    assert_eq!(ran.record("own")["outputs"]["x"]["dtype"], "int64", "the model's own file wins");
+    assert_eq!(ran.record("shared")["outputs"]["x"]["dtype"], "float32", "the others fall back to the shared input");
+}
+
+#[test]
+fn load_library_loads_into_the_worker_and_names_a_bad_library() {
+    let model = fixtures().join("models/multi_sig");
+    let tmp = tempfile::tempdir().unwrap();
+    let not_a_library = tmp.path().join("ops.so");
+    std::fs::write(&not_a_library, b"not a shared object").unwrap();
+    let ran = run(isorun()
+        .arg("run")
+        .arg(&model)
+        .args(["--signature", "add", "--input", "a=@[1]", "--input", "b=@[2]", "--json", "--load-library"])
+        .arg(&not_a_library));
+    assert_eq!(ran.code, Some(1));
+    assert_eq!(ran.records[0]["error"]["kind"], "load_failed");
+    assert!(ran.records[0]["error"]["message"]
+        .as_str()
+        .unwrap()
+        .starts_with(&format!("cannot load library {}", not_a_library.display())));
+    let ran = run(isorun().arg("run").arg(&model).args(["--json", "--load-library", "/nonexistent/ops.so"]));
+    assert_eq!(ran.code, Some(2));
+    assert!(ran.stderr.contains("--load-library /nonexistent/ops.so: no such file"), "{}", ran.stderr);
+}
