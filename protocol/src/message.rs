@@ -62,6 +62,24 @@ pub struct TensorSpec {
     pub shape: Option<Vec<Option<u64>>>,
 }
 
+impl TensorSpec {
+    /// The declared shape as people read it: `[?, 3]`, or `<unknown rank>`.
+    pub fn shape_text(&self) -> String {
+        match &self.shape {
+            None => "<unknown rank>".into(),
+            Some(dims) => format!(
+                "[{}]",
+                dims.iter().map(|d| d.map_or("?".to_string(), |n| n.to_string())).collect::<Vec<_>>().join(", ")
+            ),
+        }
+    }
+
+    /// `name (dtype, shape)`, as error messages list what a signature takes.
+    pub fn describe(&self) -> String {
+        format!("{} ({}, {})", self.name, self.dtype, self.shape_text())
+    }
+}
+
 /// A signature as the model declares it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SignatureInfo {

@@ -110,14 +110,14 @@ mod tests {
     use super::*;
     use isorun_protocol::DType;
 
-    fn rows(n: u64) -> Tensor {
+    fn table(n: u64) -> Tensor {
         Tensor::dense(DType::UInt8, vec![n, 2], (0..(n * 2) as u8).collect())
     }
 
     #[test]
     fn split_then_join_gives_back_the_whole() {
         let inputs = vec![
-            ("x".to_string(), rows(5)),
+            ("x".to_string(), table(5)),
             ("s".to_string(), Tensor::strings(vec![5], (0..5).map(|i| vec![i]).collect())),
         ];
         let chunks = split(&inputs, &[], 2).unwrap();
@@ -129,12 +129,11 @@ mod tests {
 
     #[test]
     fn mismatched_first_dimensions_and_scalars_are_refused() {
-        let err = split(&[("a".into(), rows(3)), ("b".into(), rows(4))], &[], 2).unwrap_err();
+        let err = split(&[("a".into(), table(3)), ("b".into(), table(4))], &[], 2).unwrap_err();
         assert_eq!(err, "--batch-size: inputs 'a' and 'b' have different first dimensions (3 and 4)");
         let scalar = Tensor::dense(DType::UInt8, vec![], vec![1]);
         assert!(split(&[("s".into(), scalar.clone())], &[], 2).is_err());
-        assert!(join(vec![vec![("t".into(), scalar.clone())], vec![("t".into(), scalar)]])
-            .unwrap_err()
-            .contains("cannot be joined"));
+        let parts = vec![vec![("t".into(), scalar.clone())], vec![("t".into(), scalar)]];
+        assert!(join(parts, &[1, 1]).unwrap_err().contains("cannot be joined"));
     }
 }

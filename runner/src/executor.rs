@@ -208,7 +208,7 @@ pub enum Progress {
     /// A unit was handed to a worker.
     Started(usize),
     /// A unit ended (in any order).
-    Finished(UnitReport),
+    Finished(Box<UnitReport>),
 }
 
 /// Runs every model; `on_progress` sees each unit start and end. Returns
@@ -274,7 +274,7 @@ impl Slot<'_> {
     }
 
     fn run_batch(&self, batch: Vec<usize>, tell: &dyn Fn(Progress)) {
-        let emit = |report: UnitReport| tell(Progress::Finished(report));
+        let emit = |report: UnitReport| tell(Progress::Finished(Box::new(report)));
         let mut pending: VecDeque<usize> = batch.into();
         while let Some(&first) = pending.front() {
             if self.stop.requested() {

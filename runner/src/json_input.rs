@@ -38,14 +38,7 @@ pub fn tensors_for_signature(
     json: &[(String, Value)],
 ) -> Result<Vec<(String, Tensor)>, ModelError> {
     let mismatch = |message: String| ModelError::new(ErrorKind::InputMismatch, message);
-    let takes = || {
-        signature
-            .inputs
-            .iter()
-            .map(|s| format!("{} ({}, {})", s.name, s.dtype, crate::json_input::shape_text(&s.shape)))
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
+    let takes = || signature.inputs.iter().map(TensorSpec::describe).collect::<Vec<_>>().join(", ");
     json.iter()
         .map(|(name, value)| {
             let spec = if name.is_empty() {
@@ -67,17 +60,6 @@ pub fn tensors_for_signature(
             Ok((spec.name.clone(), tensor_from_json(spec, value).map_err(mismatch)?))
         })
         .collect()
-}
-
-/// `[?, 3]` for a shape with an unknown first dimension.
-pub fn shape_text(shape: &Option<Vec<Option<u64>>>) -> String {
-    match shape {
-        None => "<unknown rank>".into(),
-        Some(dims) => format!(
-            "[{}]",
-            dims.iter().map(|d| d.map_or("?".to_string(), |n| n.to_string())).collect::<Vec<_>>().join(", ")
-        ),
-    }
 }
 
 /// Converts one JSON input for the signature input `spec`.

@@ -122,7 +122,7 @@ fn run(args: RunArgs, quiet: bool) -> Result<i32, String> {
     run_all(&models, &inputs, &settings, &stop, &mut |progress| {
         match progress {
             Progress::Started(index) => printer.started(index),
-            Progress::Finished(report) => printer.accept(report),
+            Progress::Finished(report) => printer.accept(*report),
         }
         if printer.broken_pipe {
             // Nobody reads any more (`isorun run ... | head -1`): stop the run quietly.

@@ -5,28 +5,13 @@
 
 use isorun_protocol::{ErrorKind, ModelError, SignatureInfo, Tensor, TensorSpec};
 
-/// `[?, 3]` for a shape with an unknown first dimension; `<unknown rank>` when the rank is unknown.
-pub fn shape_text(shape: &Option<Vec<Option<u64>>>) -> String {
-    match shape {
-        None => "<unknown rank>".into(),
-        Some(dims) => format!(
-            "[{}]",
-            dims.iter().map(|d| d.map_or("?".to_string(), |n| n.to_string())).collect::<Vec<_>>().join(", ")
-        ),
-    }
-}
-
-fn spec_text(spec: &TensorSpec) -> String {
-    format!("{} ({}, {})", spec.name, spec.dtype, shape_text(&spec.shape))
-}
-
 /// The given inputs in the signature's input order, or the first problem found.
 pub fn match_inputs<'a>(
     signature: &SignatureInfo,
     inputs: &'a [(String, Tensor)],
 ) -> Result<Vec<&'a Tensor>, ModelError> {
     let mismatch = |message: String| ModelError::new(ErrorKind::InputMismatch, message);
-    let expected = || signature.inputs.iter().map(spec_text).collect::<Vec<_>>().join(", ");
+    let expected = || signature.inputs.iter().map(TensorSpec::describe).collect::<Vec<_>>().join(", ");
     for (name, _) in inputs {
         if !signature.inputs.iter().any(|s| &s.name == name) {
             return Err(mismatch(format!(
@@ -43,7 +28,7 @@ pub fn match_inputs<'a>(
                 "missing input '{}' ({}, {}); signature '{}' takes: {}",
                 spec.name,
                 spec.dtype,
-                shape_text(&spec.shape),
+                spec.shape_text(),
                 signature.key,
                 expected()
             )));
@@ -64,7 +49,7 @@ fn check_one(spec: &TensorSpec, tensor: &Tensor) -> Result<(), String> {
         return Err(format!(
             "input '{}': expected shape {} (rank {}), given {} (rank {})",
             spec.name,
-            shape_text(&spec.shape),
+            spec.shape_text(),
             dims.len(),
             given_shape,
             tensor.shape.len()
@@ -76,7 +61,7 @@ fn check_one(spec: &TensorSpec, tensor: &Tensor) -> Result<(), String> {
                 return Err(format!(
                     "input '{}': expected shape {}, given {} (dimension {axis} is {got}, expected {want})",
                     spec.name,
-                    shape_text(&spec.shape),
+                    spec.shape_text(),
                     given_shape
                 ));
             }
