@@ -41,6 +41,9 @@ pub enum Command {
     Pipe(PipeArgs),
     /// Say what this machine offers isorun; exit 1 if it cannot run models here.
     Doctor(DoctorArgs),
+    /// Compare or merge run reports (`--report` files).
+    #[command(subcommand)]
+    Report(ReportCommand),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
     Completions(CompletionsArgs),
     /// Print the man page (roff) on stdout.
@@ -139,6 +142,54 @@ pub struct WorkerArgs {
     /// Folder holding libtensorflow [default: the cache of scripts/fetch-libtensorflow].
     #[arg(long, value_name = "DIR", env = "ISORUN_LIBTENSORFLOW_DIR", help_heading = "Workers")]
     pub libtensorflow_dir: Option<PathBuf>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ReportCommand {
+    /// List models that newly fail, newly pass, or got slower or bigger between two reports.
+    #[command(after_help = "Examples:
+  isorun report diff last-night.json tonight.json
+  isorun report diff old.json new.json --time-ratio 1.5 --memory-ratio 1.2 --json")]
+    Diff(ReportDiffArgs),
+    /// Join the reports of shard runs (`--shard K/N`) into one, as if it were one run.
+    #[command(after_help = "Examples:
+  isorun report merge shards/*.json -o report.json --junit report.xml --html report.html")]
+    Merge(ReportMergeArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ReportDiffArgs {
+    /// The earlier report.
+    #[arg(value_name = "OLD.json")]
+    pub old: PathBuf,
+    /// The later report.
+    #[arg(value_name = "NEW.json")]
+    pub new: PathBuf,
+    /// A model "got slower" when its wall time grew by more than this factor.
+    #[arg(long, value_name = "RATIO", default_value_t = 1.5)]
+    pub time_ratio: f64,
+    /// A model "got bigger" when its peak memory grew by more than this factor.
+    #[arg(long, value_name = "RATIO", default_value_t = 1.2)]
+    pub memory_ratio: f64,
+    /// JSON Lines instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct ReportMergeArgs {
+    /// Shard reports to join.
+    #[arg(value_name = "REPORT.json", required = true)]
+    pub reports: Vec<PathBuf>,
+    /// Where to write the merged report.
+    #[arg(short, long, value_name = "PATH.json")]
+    pub output: PathBuf,
+    /// Also write a JUnit XML file.
+    #[arg(long, value_name = "PATH.xml")]
+    pub junit: Option<PathBuf>,
+    /// Also write a self-contained HTML page.
+    #[arg(long, value_name = "PATH.html")]
+    pub html: Option<PathBuf>,
 }
 
 /// How `run` prints its records.
@@ -269,6 +320,72 @@ pub struct RunArgs {
     /// TensorFlow inter-op threads per worker [default: CPUs / jobs].
     #[arg(long, value_name = "N", help_heading = "Workers")]
     pub inter_op_threads: Option<u32>,
+
+    /// Stop a worker whose private memory (RssAnon + RssShmem) passes SIZE (e.g. 2G, 512M).
+    #[arg(long, value_name = "SIZE", value_parser = crate::size::parse_size, help_heading = "Nightly")]
+    pub memory_limit: Option<u64>,
+
+    /// Run a unit again up to N times when it crashes, times out, hits the memory limit, breaks the protocol or cannot start.
+    #[arg(long, value_name = "N", default_value_t = 0, help_heading = "Nightly")]
+    pub retries: u32,
+
+    /// Statuses that are retried (comma-separated).
+    #[arg(
+        long,
+        value_name = "STATUSES",
+        value_delimiter = ',',
+        default_value = "crashed,timeout,memory_limit,protocol_error,spawn_failed",
+        help_heading = "Nightly"
+    )]
+    pub retry_on: Vec<String>,
+
+    /// Append one JSON line per finished unit to PATH (fsynced), for --resume.
+    #[arg(long, value_name = "PATH", help_heading = "Nightly")]
+    pub journal: Option<PathBuf>,
+
+    /// Skip units already in the journal with the same model, inputs and settings.
+    #[arg(long, requires = "journal", help_heading = "Nightly")]
+    pub resume: bool,
+
+    /// Golden outputs (the layout --output-dir writes): a differing result is status `mismatch`.
+    #[arg(long, value_name = "DIR", help_heading = "Nightly")]
+    pub expect: Option<PathBuf>,
+
+    /// Relative tolerance for --expect.
+    #[arg(long, value_name = "X", default_value_t = 1e-5, help_heading = "Nightly")]
+    pub rtol: f64,
+
+    /// Absolute tolerance for --expect.
+    #[arg(long, value_name = "X", default_value_t = 1e-8, help_heading = "Nightly")]
+    pub atol: f64,
+
+    /// Write a JSON report of the whole run.
+    #[arg(long, value_name = "PATH.json", help_heading = "Nightly")]
+    pub report: Option<PathBuf>,
+
+    /// Write a JUnit XML report (one test case per model).
+    #[arg(long, value_name = "PATH.xml", help_heading = "Nightly")]
+    pub junit: Option<PathBuf>,
+
+    /// Write a self-contained HTML report.
+    #[arg(long, value_name = "PATH.html", help_heading = "Nightly")]
+    pub html: Option<PathBuf>,
+
+    /// Run only shard K of N (K from 0), chosen by a stable hash of each model id.
+    #[arg(long, value_name = "K/N", value_parser = crate::shard::parse_shard, help_heading = "Nightly")]
+    pub shard: Option<crate::shard::Shard>,
+
+    /// Statuses that make the exit code 1 (comma-separated) [default: every status but ok].
+    #[arg(long, value_name = "STATUSES", value_delimiter = ',', help_heading = "Nightly")]
+    pub fail_on: Vec<String>,
+
+    /// Stop starting models after N failures (the rest are `not_run`).
+    #[arg(long, value_name = "N", help_heading = "Nightly")]
+    pub max_failures: Option<u64>,
+
+    /// Read settings from a TOML file; flags on the command line override it.
+    #[arg(long, value_name = "PATH.toml", help_heading = "Nightly")]
+    pub config: Option<PathBuf>,
 
     #[command(flatten)]
     pub worker: WorkerArgs,

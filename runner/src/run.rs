@@ -26,6 +26,7 @@ pub fn main(cli: Cli) -> Result<i32, String> {
         Command::Ls(args) => crate::ls::main(&args),
         Command::Pipe(args) => crate::pipe::main(&args),
         Command::Doctor(args) => crate::doctor::main(&args),
+        Command::Report(command) => crate::report::main(&command),
         Command::Completions(args) => {
             let mut command = <Cli as clap::CommandFactory>::command();
             clap_complete::generate(args.shell, &mut command, "isorun", &mut std::io::stdout());
