@@ -1,7 +1,10 @@
 //! Finding SavedModels: each MODEL argument is a SavedModel folder (it holds
 //! `saved_model.pb`) or a folder searched recursively for them. Ids are
 //! paths relative to the argument they were found under, so they stay the
-//! same on every machine and make good keys for outputs and reports.
+//! same on every machine and make good keys for outputs and reports. In
+//! TensorFlow Serving's layout (`mymodel/1`, `mymodel/2`) a version's id
+//! keeps its model's name whichever folder was the argument, so versions of
+//! two models never share an id.
 
 use std::collections::{HashMap, HashSet};
 use std::os::unix::fs::MetadataExt;

@@ -166,7 +166,7 @@ fn worker_start_check(worker: Option<&PathBuf>, libtensorflow: Option<&Path>) ->
     let mut command = Command::new(worker);
     command.arg("--version").stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
     if let Some(dir) = libtensorflow {
-        command.env("LD_LIBRARY_PATH", library_path(dir));
+        command.env("LD_LIBRARY_PATH", crate::process::library_path(dir));
     }
     match run_with_timeout(&mut command, WORKER_START_TIMEOUT) {
         Err(e) => Check::new(NAME, Status::Failed, format!("cannot start {}: {e}", worker.display())),
@@ -185,16 +185,6 @@ fn worker_start_check(worker: Option<&PathBuf>, libtensorflow: Option<&Path>) ->
             (false, _) => Check::new(NAME, Status::Failed, failure_text(&ran)),
         },
     }
-}
-
-/// `LD_LIBRARY_PATH` with `dir` first, as the supervisor gives it to workers.
-fn library_path(dir: &Path) -> std::ffi::OsString {
-    let mut value = dir.as_os_str().to_owned();
-    if let Some(existing) = std::env::var_os("LD_LIBRARY_PATH").filter(|v| !v.is_empty()) {
-        value.push(":");
-        value.push(existing);
-    }
-    value
 }
 
 /// What a finished child said.

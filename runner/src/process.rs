@@ -346,7 +346,7 @@ impl Drop for WorkerProcess {
 }
 
 /// `LD_LIBRARY_PATH` with `lib_dir` first.
-fn library_path(lib_dir: &Path) -> std::ffi::OsString {
+pub fn library_path(lib_dir: &Path) -> std::ffi::OsString {
     let mut value = lib_dir.as_os_str().to_owned();
     if let Some(existing) = std::env::var_os("LD_LIBRARY_PATH").filter(|v| !v.is_empty()) {
         value.push(":");

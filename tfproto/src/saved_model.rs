@@ -126,6 +126,53 @@ pub fn signatures(def: &proto::MetaGraphDef) -> Result<Vec<(SignatureInfo, Signa
         .collect()
 }
 
+/// TensorFlow's own signature, run once at load time to initialize tables
+/// and variables; not a signature users call.
+const INIT_OP_SIGNATURE: &str = "__saved_model_init_op";
+
+impl proto::MetaGraphDef {
+    /// The signature keys, sorted; TensorFlow's internal signatures
+    /// (`__saved_model_init_op`) only when `include_internal`.
+    pub fn signature_keys(&self, include_internal: bool) -> Vec<&str> {
+        let mut keys: Vec<&str> = self
+            .signature_def
+            .keys()
+            .map(String::as_str)
+            .filter(|key| include_internal || !proto::SignatureDef::is_internal(key))
+            .collect();
+        keys.sort_unstable();
+        keys
+    }
+}
+
+impl proto::SignatureDef {
+    /// True for the signatures TensorFlow adds for itself (`__saved_model_init_op`).
+    pub fn is_internal(key: &str) -> bool {
+        key == INIT_OP_SIGNATURE
+    }
+}
+
+impl proto::TensorInfo {
+    /// TensorFlow's name of the dtype (`float32`, `string`, `resource`...),
+    /// whether or not isorun can carry it. An unset dtype (`DT_INVALID`,
+    /// as on the output of `__saved_model_init_op`) is `invalid`.
+    pub fn dtype_name(&self) -> String {
+        match self.dtype {
+            0 => "invalid".to_string(),
+            code => tf_code_name(code),
+        }
+    }
+
+    /// The shape: `None` when the rank is unknown (or no shape was saved),
+    /// else one entry per dimension, `None` for an unknown size.
+    pub fn dims(&self) -> Option<Vec<Option<u64>>> {
+        match &self.tensor_shape {
+            Some(shape) if !shape.unknown_rank => Some(shape.dim.iter().map(|d| u64::try_from(d.size).ok()).collect()),
+            _ => None,
+        }
+    }
+}
+
 /// Graph tensor names (`op:index`) of a signature's inputs and outputs, in
 /// the same order as its `SignatureInfo`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -169,20 +216,16 @@ pub fn find_meta_graph<'a>(
     tags: &[String],
     path: &Path,
 ) -> Result<&'a MetaGraph, SavedModelError> {
-    let mut wanted: Vec<&String> = tags.iter().collect();
-    wanted.sort();
-    graphs
-        .iter()
-        .find(|g| {
-            let mut have: Vec<&String> = g.tags.iter().collect();
-            have.sort();
-            have == wanted
-        })
-        .ok_or_else(|| SavedModelError::NoMetaGraph {
-            path: path.to_path_buf(),
-            tags: tags.to_vec(),
-            available: graphs.iter().map(|g| format!("{:?}", g.tags)).collect::<Vec<_>>().join(", "),
-        })
+    // Tags are a set, as TensorFlow treats them: order and repeats do not matter.
+    fn as_set(tags: &[String]) -> std::collections::BTreeSet<&str> {
+        tags.iter().map(String::as_str).collect()
+    }
+    let wanted = as_set(tags);
+    graphs.iter().find(|g| as_set(&g.tags) == wanted).ok_or_else(|| SavedModelError::NoMetaGraph {
+        path: path.to_path_buf(),
+        tags: tags.to_vec(),
+        available: graphs.iter().map(|g| format!("{:?}", g.tags)).collect::<Vec<_>>().join(", "),
+    })
 }
 
 #[cfg(test)]
@@ -233,6 +276,31 @@ mod tests {
         def.signature_def.insert("s".into(), sig);
         let err = signatures(&def).unwrap_err().to_string();
         assert_eq!(err, "signature s: handle has dtype resource, which isorun cannot carry");
+    }
+
+    #[test]
+    fn signature_keys_leave_out_internal_ones_unless_asked() {
+        let mut def = MetaGraphDef::default();
+        for key in ["serving_default", "__saved_model_init_op", "add"] {
+            def.signature_def.insert(key.into(), SignatureDef::default());
+        }
+        assert_eq!(def.signature_keys(false), ["add", "serving_default"]);
+        assert_eq!(def.signature_keys(true), ["__saved_model_init_op", "add", "serving_default"]);
+    }
+
+    #[test]
+    fn tensor_info_names_any_dtype_and_unknown_shapes() {
+        assert_eq!(info("x:0", 1, &[-1, 8]).dtype_name(), "float32");
+        assert_eq!(info("h:0", 20, &[]).dtype_name(), "resource");
+        assert_eq!(info("NoOp", 0, &[]).dtype_name(), "invalid");
+        assert_eq!(info("x:0", 1, &[-1, 8]).dims(), Some(vec![None, Some(8)]));
+        assert_eq!(info("x:0", 1, &[]).dims(), Some(vec![]));
+        let unknown_rank = TensorInfo {
+            tensor_shape: Some(TensorShapeProto { dim: vec![], unknown_rank: true }),
+            ..info("x:0", 1, &[])
+        };
+        assert_eq!(unknown_rank.dims(), None);
+        assert_eq!(TensorInfo { tensor_shape: None, ..info("x:0", 1, &[]) }.dims(), None);
     }
 
     #[test]

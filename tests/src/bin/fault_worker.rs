@@ -82,7 +82,7 @@ fn main() {
             sleep_forever()
         }
         Some("wrong-version") => {
-            write_frame(&mut socket, &hello(PROTOCOL_VERSION + 998)).unwrap();
+            write_frame(&mut socket, &hello(999)).unwrap();
             sleep_forever()
         }
         Some("hello-twice") => {
