@@ -32,7 +32,7 @@ const EXAMPLES: &str = "Examples:
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run every model with the same inputs, one JSON line per model on stdout.
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// Show a SavedModel's meta graphs, signatures, inputs and outputs (no TensorFlow needed).
     Inspect(InspectArgs),
     /// List the SavedModels found under folders, one per line as `id<TAB>path`.
@@ -149,7 +149,11 @@ pub enum ReportCommand {
     /// List models that newly fail, newly pass, or got slower or bigger between two reports.
     #[command(after_help = "Examples:
   isorun report diff last-night.json tonight.json
-  isorun report diff old.json new.json --time-ratio 1.5 --memory-ratio 1.2 --json")]
+  isorun report diff old.json new.json --time-ratio 1.5 --memory-ratio 1.2 --json
+
+Slower and bigger apply to models ok in both reports; times under 50 ms count as 50 ms.
+Exit codes: 0 no model newly fails; 1 some model passed in OLD.json and does not in NEW.json;
+2 a file cannot be read or is not a report of this schema version.")]
     Diff(ReportDiffArgs),
     /// Join the reports of shard runs (`--shard K/N`) into one, as if it were one run.
     #[command(after_help = "Examples:

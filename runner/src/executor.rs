@@ -17,10 +17,10 @@ use isorun_protocol::{
     DType, ErrorKind, ModelError, NotRunReason, Outcome, RunRequest, SessionConfig, Tensor, TensorData, ToWorker,
 };
 use isorun_transport::{RequestEnvelope, SHARED_THRESHOLD};
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicI32, AtomicU64, AtomicU8, Ordering};
-use std::sync::{mpsc, Mutex};
+use std::sync::{mpsc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 /// Everything that shapes how units run.
@@ -45,6 +45,14 @@ pub struct Settings {
     pub batch_size: Option<usize>,
     /// Custom-op libraries for every worker (absolute paths).
     pub libraries: Vec<String>,
+    /// Limit on a worker's private memory (RssAnon + RssShmem), in bytes.
+    pub memory_limit: Option<u64>,
+    /// How many times a unit is run again after a retryable outcome.
+    pub retries: u32,
+    /// Statuses that are retried.
+    pub retry_on: Vec<String>,
+    /// Golden outputs and tolerances (`--expect`).
+    pub expect: Option<crate::golden::Expect>,
 }
 
 /// The inputs, prepared once for every worker: large dense tensors are
@@ -75,6 +83,34 @@ impl PreparedInputs {
             })
             .collect();
         PreparedInputs { tensors, json: inputs.json, shared, per_model_dir }
+    }
+
+    /// A digest of the shared inputs, for journal keys.
+    pub fn digest(&self) -> Vec<u8> {
+        use sha2::{Digest, Sha256};
+        let mut hasher = Sha256::new();
+        for (name, tensor) in &self.tensors {
+            hasher.update(name.as_bytes());
+            hasher.update([0]);
+            hasher.update(tensor.dtype.name().as_bytes());
+            hasher.update(format!("{:?}", tensor.shape).as_bytes());
+            match &tensor.data {
+                TensorData::Dense(bytes) => hasher.update(bytes),
+                TensorData::Shared(i) => hasher.update(&self.shared[*i as usize][..]),
+                TensorData::Strings(strings) => {
+                    for s in strings {
+                        hasher.update((s.len() as u64).to_le_bytes());
+                        hasher.update(s);
+                    }
+                }
+            }
+        }
+        for (name, value) in &self.json {
+            hasher.update(name.as_bytes());
+            hasher.update([0]);
+            hasher.update(value.to_string().as_bytes());
+        }
+        hasher.finalize().to_vec()
     }
 
     /// The inputs for one model: its own files from `--inputs-dir` first,
@@ -148,9 +184,29 @@ pub struct UnitReport {
     pub worker_id: Option<u64>,
     pub worker_pid: Option<i32>,
     pub stderr_tail: Vec<String>,
+    /// Every attempt, the last one included (more than one after retries
+    /// or after a crash in a shared worker was run again alone).
+    pub attempts: Vec<Attempt>,
+}
+
+/// One attempt at a unit, as kept in its record.
+#[derive(Debug, Clone)]
+pub struct Attempt {
+    pub outcome: Outcome,
+    pub wall: Duration,
+    pub peak_rss_bytes: Option<u64>,
+    pub worker_id: Option<u64>,
+    /// The worker also ran other models (`--models-per-worker`): a failure
+    /// here is run again alone before anyone is blamed, and is no retry.
+    pub shared_worker: bool,
 }
 
 impl UnitReport {
+    /// Failed at first, then passed.
+    pub fn flaky(&self) -> bool {
+        self.outcome.is_ok() && self.attempts.iter().any(|a| !a.outcome.is_ok())
+    }
+
     fn new(index: usize, outcome: Outcome) -> UnitReport {
         UnitReport {
             index,
@@ -165,6 +221,7 @@ impl UnitReport {
             worker_id: None,
             worker_pid: None,
             stderr_tail: Vec::new(),
+            attempts: Vec::new(),
         }
     }
 }
@@ -174,6 +231,8 @@ impl UnitReport {
 pub struct Stop {
     level: AtomicU8,
     signal: AtomicI32,
+    /// Set by `--max-failures`: start nothing new, let running units finish.
+    draining: std::sync::atomic::AtomicBool,
 }
 
 impl Stop {
@@ -196,6 +255,22 @@ impl Stop {
         self.level.load(Ordering::SeqCst) >= 2
     }
 
+    /// Start nothing new, but let running units finish (`--max-failures`).
+    pub fn drain(&self) {
+        self.draining.store(true, Ordering::SeqCst);
+    }
+
+    /// Why no new unit may start, if none may.
+    pub fn not_starting(&self) -> Option<NotRunReason> {
+        if self.requested() {
+            Some(NotRunReason::Interrupted)
+        } else if self.draining.load(Ordering::SeqCst) {
+            Some(NotRunReason::MaxFailures)
+        } else {
+            None
+        }
+    }
+
     /// The signal that asked to stop (0 for a closed stdout).
     pub fn signal(&self) -> i32 {
         self.signal.load(Ordering::SeqCst)
@@ -212,14 +287,16 @@ pub enum Progress {
 }
 
 /// Runs every model; `on_progress` sees each unit start and end. Returns
-/// when every model has a report.
+/// when every model has a report, with the TensorFlow version the workers
+/// reported.
 pub fn run_all(
     models: &[Model],
     inputs: &PreparedInputs,
     settings: &Settings,
     stop: &Stop,
     on_progress: &mut dyn FnMut(Progress),
-) {
+) -> Option<String> {
+    let tensorflow_version = &OnceLock::new();
     let per_worker = settings.models_per_worker.max(1);
     let batches: VecDeque<Vec<usize>> =
         (0..models.len()).collect::<Vec<_>>().chunks(per_worker).map(<[usize]>::to_vec).collect();
@@ -229,7 +306,7 @@ pub fn run_all(
     std::thread::scope(|scope| {
         for slot in 0..settings.jobs.max(1) {
             let tx = tx.clone();
-            let slot_ctx = Slot { models, inputs, settings, stop, worker_ids: &worker_ids };
+            let slot_ctx = Slot { models, inputs, settings, stop, worker_ids: &worker_ids, tensorflow_version };
             let queue = &queue;
             std::thread::Builder::new()
                 .name(format!("slot-{slot}"))
@@ -246,6 +323,7 @@ pub fn run_all(
             on_progress(progress);
         }
     });
+    tensorflow_version.get().cloned()
 }
 
 struct Slot<'a> {
@@ -254,6 +332,7 @@ struct Slot<'a> {
     settings: &'a Settings,
     stop: &'a Stop,
     worker_ids: &'a AtomicU64,
+    tensorflow_version: &'a OnceLock<String>,
 }
 
 /// How a unit in a live worker ended: the report, and whether the worker can take another.
@@ -274,14 +353,22 @@ impl Slot<'_> {
     }
 
     fn run_batch(&self, batch: Vec<usize>, tell: &dyn Fn(Progress)) {
-        let emit = |report: UnitReport| tell(Progress::Finished(Box::new(report)));
         let mut pending: VecDeque<usize> = batch.into();
+        let mut history: HashMap<usize, Vec<Attempt>> = HashMap::new();
+        // One unit per worker once a shared worker has died (crash bisection).
+        let mut solo = self.settings.models_per_worker <= 1;
         while let Some(&first) = pending.front() {
-            if self.stop.requested() {
+            if let Some(reason) = self.stop.not_starting() {
                 for index in pending.drain(..) {
-                    emit(UnitReport::new(index, Outcome::NotRun { reason: NotRunReason::Interrupted }));
+                    let mut report = UnitReport::new(index, Outcome::NotRun { reason });
+                    report.attempts = history.remove(&index).unwrap_or_default();
+                    tell(Progress::Finished(Box::new(report)));
                 }
                 return;
+            }
+            let retries_so_far = history.get(&first).map_or(0, |h| h.iter().filter(|a| !a.shared_worker).count());
+            if retries_so_far > 0 && !self.back_off(retries_so_far as u32) {
+                continue; // interrupted while waiting: the loop head reports it
             }
             let started = Instant::now();
             let worker_id = self.worker_ids.fetch_add(1, Ordering::SeqCst);
@@ -292,25 +379,31 @@ impl Slot<'_> {
                     let message = format!("{}: {e}", self.settings.spawn.worker.display());
                     let mut report = UnitReport::new(first, Outcome::SpawnFailed { message });
                     report.wall = started.elapsed();
-                    emit(report);
+                    self.conclude(report, false, &mut history, &mut pending, tell);
                     continue;
                 }
             };
-            if let Err(outcome) = wait_hello(&mut worker, self.stop, self.start_deadline(started)) {
-                pending.pop_front();
-                let exit = worker.terminate(self.settings.grace);
-                let mut report = UnitReport::new(first, outcome);
-                finish_metrics(&mut report, &worker, Some(exit), started, (Duration::ZERO, Duration::ZERO));
-                report.worker_id = Some(worker_id);
-                emit(report);
-                continue;
+            match wait_hello(&mut worker, self.stop, self.start_deadline(started)) {
+                Ok(hello) => {
+                    let _ = self.tensorflow_version.set(hello.tensorflow_version);
+                }
+                Err(outcome) => {
+                    pending.pop_front();
+                    let exit = worker.terminate(self.settings.grace);
+                    let mut report = UnitReport::new(first, outcome);
+                    finish_metrics(&mut report, &worker, Some(exit), started, (Duration::ZERO, Duration::ZERO));
+                    report.worker_id = Some(worker_id);
+                    self.conclude(report, false, &mut history, &mut pending, tell);
+                    continue;
+                }
             }
             // Units in this worker; the last report waits for the worker's
             // exit, whose rusage completes its measurements.
+            let shared = !solo;
             let mut last: Option<(UnitReport, Instant, (Duration, Duration))> = None;
             let mut cpu_before = (Duration::ZERO, Duration::ZERO);
             while let Some(&index) = pending.front() {
-                if self.stop.requested() {
+                if self.stop.not_starting().is_some() {
                     break;
                 }
                 pending.pop_front();
@@ -319,7 +412,7 @@ impl Slot<'_> {
                 let end = self.run_unit(&mut worker, index, unit_started);
                 if let Some((mut report, begun, before)) = last.take() {
                     finish_metrics(&mut report, &worker, None, begun, before);
-                    emit(report);
+                    self.conclude(report, shared, &mut history, &mut pending, tell);
                 }
                 let cpu_now = worker.cpu_now().unwrap_or(cpu_before);
                 let mut report = end.report;
@@ -328,6 +421,10 @@ impl Slot<'_> {
                 last = Some((report, unit_started, cpu_before));
                 cpu_before = cpu_now;
                 if !end.worker_usable {
+                    solo = true;
+                    break;
+                }
+                if solo {
                     break;
                 }
             }
@@ -335,9 +432,66 @@ impl Slot<'_> {
             let exit = shutdown(&mut worker, self.settings.grace);
             if let Some((mut report, begun, before)) = last.take() {
                 finish_metrics(&mut report, &worker, Some(exit), begun, before);
-                emit(report);
+                self.conclude(report, shared, &mut history, &mut pending, tell);
             }
         }
+    }
+
+    /// Ends an attempt: the unit runs again (first in line) when it may be
+    /// retried, or when it failed in a shared worker (then it runs alone,
+    /// so that only a model that fails on its own is blamed); otherwise its
+    /// report goes out with every attempt in it.
+    fn conclude(
+        &self,
+        mut report: UnitReport,
+        shared_worker: bool,
+        history: &mut HashMap<usize, Vec<Attempt>>,
+        pending: &mut VecDeque<usize>,
+        tell: &dyn Fn(Progress),
+    ) {
+        let index = report.index;
+        let attempts = history.entry(index).or_default();
+        attempts.push(Attempt {
+            outcome: report.outcome.clone(),
+            wall: report.wall,
+            peak_rss_bytes: report.peak_rss_bytes,
+            worker_id: report.worker_id,
+            shared_worker,
+        });
+        let worker_died = matches!(
+            report.outcome,
+            Outcome::Crashed { .. }
+                | Outcome::MemoryLimit { .. }
+                | Outcome::ProtocolError { .. }
+                | Outcome::Timeout { .. }
+        );
+        let retries_used = attempts.iter().filter(|a| !a.shared_worker).count().saturating_sub(1) as u32;
+        let retryable = self.settings.retry_on.iter().any(|s| s == report.outcome.status());
+        let again =
+            (shared_worker && worker_died) || (retryable && !shared_worker && retries_used < self.settings.retries);
+        if again && self.stop.not_starting().is_none() {
+            tracing::info!(unit = index, status = report.outcome.status(), "running the unit again");
+            pending.push_front(index);
+            return;
+        }
+        report.attempts = history.remove(&index).unwrap_or_default();
+        tell(Progress::Finished(Box::new(report)));
+    }
+
+    /// Waits before retry number `n` (exponential, with jitter); false if
+    /// interrupted meanwhile.
+    fn back_off(&self, n: u32) -> bool {
+        let base = Duration::from_millis(200).saturating_mul(1 << n.min(6)).min(Duration::from_secs(10));
+        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
+        let jitter = 0.5 + f64::from(nanos % 1000) / 1000.0; // 0.5x to 1.5x
+        let until = Instant::now() + base.mul_f64(jitter);
+        while Instant::now() < until {
+            if self.stop.not_starting().is_some() {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        true
     }
 
     fn run_unit(&self, worker: &mut WorkerProcess, index: usize, started: Instant) -> UnitEnd {
@@ -364,6 +518,7 @@ impl Slot<'_> {
             unit: self.settings.timeout.map(|t| started + t),
             load: self.settings.load_timeout.map(|t| started + t),
             grace: self.settings.grace,
+            memory_limit: self.settings.memory_limit,
         };
         let rows: Vec<u64> = chunks.iter().map(|c| batch::rows(c)).collect();
         let mut parts = Vec::with_capacity(chunks.len());
@@ -408,6 +563,11 @@ impl Slot<'_> {
             match self.accept_outputs(model, &outputs) {
                 Ok(outputs) => report.outputs = outputs,
                 Err(error) => report.outcome = Outcome::Error(error),
+            }
+        }
+        if let (true, Some(expect)) = (report.outcome.is_ok(), &self.settings.expect) {
+            if let Some(mismatch) = expect.compare(&model.id, &outputs) {
+                report.outcome = mismatch;
             }
         }
         UnitEnd { report, worker_usable }

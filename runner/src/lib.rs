@@ -5,11 +5,14 @@
 
 pub mod batch;
 pub mod cli;
+pub mod config;
 pub mod discover;
 pub mod doctor;
 pub mod executor;
+pub mod golden;
 pub mod inputs;
 pub mod inspect;
+pub mod journal;
 pub mod json_input;
 pub mod locate;
 pub mod ls;

@@ -5,7 +5,15 @@
 use clap::Parser;
 
 fn main() {
-    let cli = isorun::cli::Cli::parse();
+    // `run --config FILE` puts the file's settings on the command line first.
+    let args = match isorun::config::expand_command_line(std::env::args_os().collect()) {
+        Ok(args) => args,
+        Err(e) => {
+            eprintln!("isorun: error: {}", with_causes(&e));
+            std::process::exit(isorun_protocol::exit_code::USAGE);
+        }
+    };
+    let cli = isorun::cli::Cli::parse_from(args);
     let level = match (cli.quiet, cli.verbose) {
         (true, _) => tracing::Level::ERROR,
         (false, 0) => tracing::Level::WARN,
@@ -27,4 +35,15 @@ fn main() {
         }
     };
     std::process::exit(code);
+}
+
+/// `error: cause: cause's cause`, one line.
+fn with_causes(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut cause = error.source();
+    while let Some(next) = cause {
+        text.push_str(&format!(": {next}"));
+        cause = next.source();
+    }
+    text
 }

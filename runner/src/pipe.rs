@@ -76,7 +76,7 @@ impl Server<'_> {
         self.next_unit += 1;
         let envelope = RequestEnvelope::new(&ToWorker::Run(self.request(unit, inputs, load_only)), Vec::new());
         let timeout = self.args.timeout.filter(|t| t.is_finite() && *t > 0.0).map(Duration::from_secs_f64);
-        let deadlines = Deadlines { unit: timeout.map(|t| started + t), load: None, grace: GRACE };
+        let deadlines = Deadlines { unit: timeout.map(|t| started + t), load: None, grace: GRACE, memory_limit: None };
         let end = run_request(&mut worker, envelope, unit, self.stop, deadlines);
         if end.worker_usable {
             self.served_by_worker += 1;

@@ -267,6 +267,18 @@ impl WorkerProcess {
         Some(kib * 1024)
     }
 
+    /// The worker's private memory now: `RssAnon + RssShmem`, so that the
+    /// libtensorflow pages every worker shares with the page cache do not
+    /// count against a model.
+    pub fn private_memory_now(&self) -> Option<u64> {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid)).ok()?;
+        let field = |name: &str| -> Option<u64> {
+            let line = status.lines().find(|l| l.starts_with(name))?;
+            line.split_whitespace().nth(1)?.parse::<u64>().ok()
+        };
+        Some((field("RssAnon:")? + field("RssShmem:").unwrap_or(0)) * 1024)
+    }
+
     /// The worker's CPU time so far (user, system), while it runs.
     pub fn cpu_now(&self) -> Option<(Duration, Duration)> {
         let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid)).ok()?;

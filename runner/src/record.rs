@@ -1,8 +1,9 @@
 //! The JSON line of one model: keys that do not apply are left out (never
-//! `null`), dtypes use the one vocabulary, times are milliseconds.
+//! `null`), dtypes use the one vocabulary, times are milliseconds. The same
+//! record goes to stdout, the journal and the reports.
 
 use crate::discover::Model;
-use crate::executor::UnitReport;
+use crate::executor::{Attempt, UnitReport};
 use isorun_protocol::{signal_name, Outcome};
 use serde_json::{json, Map, Value};
 
@@ -25,40 +26,7 @@ pub fn unit_record(model: &Model, report: &UnitReport) -> Value {
         }
         r.insert("outputs".into(), Value::Object(outputs));
     }
-    match &report.outcome {
-        Outcome::Ok => {}
-        Outcome::Error(e) => {
-            let mut error = Map::new();
-            error.insert("kind".into(), json!(e.kind.name()));
-            if let Some(code) = &e.code {
-                error.insert("code".into(), json!(code));
-            }
-            error.insert("message".into(), json!(e.message));
-            r.insert("error".into(), Value::Object(error));
-        }
-        other => {
-            r.insert("error".into(), json!({ "kind": other.status(), "message": other.to_string() }));
-        }
-    }
-    match &report.outcome {
-        Outcome::Crashed { signal, core_dumped, exit_code } => {
-            if let Some(signal) = signal {
-                r.insert("signal".into(), json!(signal));
-                r.insert("signal_name".into(), json!(signal_name(*signal)));
-                r.insert("core_dumped".into(), json!(core_dumped));
-            }
-            if let Some(code) = exit_code {
-                r.insert("exit_code".into(), json!(code));
-            }
-        }
-        Outcome::Timeout { phase } => {
-            r.insert("phase".into(), json!(phase.name()));
-        }
-        Outcome::NotRun { reason } => {
-            r.insert("reason".into(), json!(reason.name()));
-        }
-        _ => {}
-    }
+    outcome_fields(&mut r, &report.outcome);
     r.insert("wall_ms".into(), json!(report.wall.as_millis() as u64));
     if let Some(ms) = report.load_ms {
         r.insert("load_ms".into(), json!(ms));
@@ -78,11 +46,87 @@ pub fn unit_record(model: &Model, report: &UnitReport) -> Value {
     if let Some(id) = report.worker_id {
         r.insert("worker_id".into(), json!(id));
     }
-    if !matches!(report.outcome, Outcome::NotRun { .. }) {
-        r.insert("attempts".into(), json!(1));
+    if !report.attempts.is_empty() {
+        r.insert("attempts".into(), Value::Array(report.attempts.iter().map(attempt_record).collect()));
+    }
+    if report.flaky() {
+        r.insert("flaky".into(), json!(true));
     }
     if !report.outcome.is_ok() && !report.stderr_tail.is_empty() {
         r.insert("stderr_tail".into(), json!(report.stderr_tail));
     }
     Value::Object(r)
+}
+
+/// One attempt: how it ended, how long it took, how much memory.
+fn attempt_record(attempt: &Attempt) -> Value {
+    let mut a = Map::new();
+    a.insert("status".into(), json!(attempt.outcome.status()));
+    outcome_fields(&mut a, &attempt.outcome);
+    a.insert("wall_ms".into(), json!(attempt.wall.as_millis() as u64));
+    if let Some(bytes) = attempt.peak_rss_bytes {
+        a.insert("peak_rss_bytes".into(), json!(bytes));
+    }
+    if let Some(id) = attempt.worker_id {
+        a.insert("worker_id".into(), json!(id));
+    }
+    if attempt.shared_worker {
+        a.insert("shared_worker".into(), json!(true));
+    }
+    Value::Object(a)
+}
+
+/// `error` and the fields particular to an outcome (`signal`, `phase`, ...).
+fn outcome_fields(r: &mut Map<String, Value>, outcome: &Outcome) {
+    match outcome {
+        Outcome::Ok => {}
+        Outcome::Error(e) => {
+            let mut error = Map::new();
+            error.insert("kind".into(), json!(e.kind.name()));
+            if let Some(code) = &e.code {
+                error.insert("code".into(), json!(code));
+            }
+            error.insert("message".into(), json!(e.message));
+            r.insert("error".into(), Value::Object(error));
+        }
+        other => {
+            r.insert("error".into(), json!({ "kind": other.status(), "message": other.to_string() }));
+        }
+    }
+    match outcome {
+        Outcome::Crashed { signal, core_dumped, exit_code } => {
+            if let Some(signal) = signal {
+                r.insert("signal".into(), json!(signal));
+                r.insert("signal_name".into(), json!(signal_name(*signal)));
+                r.insert("core_dumped".into(), json!(core_dumped));
+            }
+            if let Some(code) = exit_code {
+                r.insert("exit_code".into(), json!(code));
+            }
+        }
+        Outcome::Timeout { phase } => {
+            r.insert("phase".into(), json!(phase.name()));
+        }
+        Outcome::NotRun { reason } => {
+            r.insert("reason".into(), json!(reason.name()));
+        }
+        Outcome::MemoryLimit { peak_bytes } => {
+            r.insert("peak_private_bytes".into(), json!(peak_bytes));
+        }
+        Outcome::Mismatch { output, max_abs_error, max_rel_error, index, .. } => {
+            let mut m = Map::new();
+            m.insert("output".into(), json!(output));
+            if let Some(e) = max_abs_error {
+                m.insert("max_abs_error".into(), json!(e));
+            }
+            if let Some(e) = max_rel_error {
+                m.insert("max_rel_error".into(), json!(if e.is_finite() { json!(e) } else { json!("Infinity") }));
+            }
+            if let Some(index) = index {
+                m.insert("index".into(), json!(index));
+            }
+            r.insert("mismatch".into(), Value::Object(m));
+        }
+        _ => {}
+    }
 }

@@ -5,14 +5,18 @@
 
 use crate::cli::{Cli, Command, Format, RunArgs};
 use crate::discover::{discover, latest_versions, Model};
-use crate::executor::{run_all, PreparedInputs, Progress, Settings, Stop, UnitReport};
+use crate::executor::{run_all, PreparedInputs, Progress, Settings, Stop};
+use crate::golden::Expect;
 use crate::inputs::load_inputs;
+use crate::journal::{read_journal, unit_key, Journal, KeyParts};
 use crate::locate::{libtensorflow_dir, worker_binary};
 use crate::process::SpawnSpec;
 use crate::record::unit_record;
+use crate::report::{build as build_report, write_files as write_report_files, RunInfo};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use isorun_protocol::{exit_code, SessionConfig};
+use isorun_protocol::{exit_code, Outcome, SessionConfig};
 use isorun_transport::DEFAULT_MAX_FRAME;
+use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{self, IsTerminal, Write};
 use std::sync::Arc;
@@ -21,7 +25,7 @@ use std::time::{Duration, Instant};
 /// Runs the command; `Err` is a usage error (exit 2).
 pub fn main(cli: Cli) -> Result<i32, String> {
     match cli.command {
-        Command::Run(args) => run(args, cli.quiet),
+        Command::Run(args) => run(*args, cli.quiet),
         Command::Inspect(args) => crate::inspect::main(&args),
         Command::Ls(args) => crate::ls::main(&args),
         Command::Pipe(args) => crate::pipe::main(&args),
@@ -78,6 +82,14 @@ fn settings(args: &RunArgs) -> Result<Settings, String> {
         output_dir: args.output_dir.clone(),
         values: args.values,
         batch_size: args.batch_size.map(|n| n as usize),
+        memory_limit: args.memory_limit,
+        retries: args.retries,
+        retry_on: statuses("--retry-on", &args.retry_on)?,
+        expect: match &args.expect {
+            Some(dir) if !dir.is_dir() => return Err(format!("--expect {}: not a folder", dir.display())),
+            Some(dir) => Some(Expect { dir: dir.clone(), rtol: args.rtol, atol: args.atol }),
+            None => None,
+        },
         libraries: args
             .load_library
             .iter()
@@ -92,13 +104,35 @@ fn settings(args: &RunArgs) -> Result<Settings, String> {
     })
 }
 
+/// The statuses a unit can end with, for `--retry-on` and `--fail-on`.
+const STATUSES: [&str; 9] =
+    ["ok", "error", "crashed", "timeout", "memory_limit", "protocol_error", "spawn_failed", "mismatch", "not_run"];
+
+fn statuses(flag: &str, given: &[String]) -> Result<Vec<String>, String> {
+    for status in given {
+        if !STATUSES.contains(&status.as_str()) {
+            return Err(format!("{flag} {status}: unknown status (one of {})", STATUSES.join(", ")));
+        }
+    }
+    Ok(given.to_vec())
+}
+
 fn run(args: RunArgs, quiet: bool) -> Result<i32, String> {
     let started = Instant::now();
+    let started_at = std::time::SystemTime::now();
     let settings = settings(&args)?;
+    let fail_on = if args.fail_on.is_empty() {
+        STATUSES[1..].iter().map(|s| s.to_string()).collect()
+    } else {
+        statuses("--fail-on", &args.fail_on)?
+    };
     let mut models =
         discover(&args.models, &mut |warning| eprintln!("isorun: warning: {warning}")).map_err(|e| with_causes(&e))?;
     if args.latest_version {
         models = latest_versions(models);
+    }
+    if let Some(shard) = args.shard {
+        models.retain(|m| shard.owns(&m.id));
     }
     let inputs = load_inputs(&args.input, &args.inputs).map_err(|e| with_causes(&e))?;
     if let Some(dir) = &settings.output_dir {
@@ -114,38 +148,142 @@ fn run(args: RunArgs, quiet: bool) -> Result<i32, String> {
         (false, None) if io::stdout().is_terminal() => Format::Table,
         (false, None) => Format::Jsonl,
     };
-    tracing::info!(models = models.len(), jobs = settings.jobs, "starting");
+
+    // The journal: keys for every model, and the units already done.
+    let mut keys: Vec<Option<String>> = vec![None; models.len()];
+    let mut resumed: BTreeMap<usize, Value> = BTreeMap::new();
+    let mut journal = None;
+    if let Some(path) = &args.journal {
+        let settings_text =
+            format!("{}\0{:?}\0{:?}\0{:?}", settings.signature, settings.tags, settings.batch_size, settings.libraries);
+        let digest = inputs.digest();
+        let parts = KeyParts { inputs: &digest, settings: &settings_text, inputs_dir: args.inputs_dir.as_deref() };
+        for (model, key) in models.iter().zip(keys.iter_mut()) {
+            *key = Some(
+                unit_key(model, &parts).map_err(|e| format!("{}: cannot read the model: {e}", model.path.display()))?,
+            );
+        }
+        if args.resume {
+            let done = read_journal(path)?;
+            for (index, key) in keys.iter().enumerate() {
+                if let Some(mut record) = key.as_ref().and_then(|k| done.get(k)).cloned() {
+                    record["resumed"] = Value::Bool(true);
+                    resumed.insert(index, record);
+                }
+            }
+        }
+        journal = Some(Journal::open(path)?);
+    }
+    let to_run: Vec<usize> = (0..models.len()).filter(|i| !resumed.contains_key(i)).collect();
+    let run_models: Vec<Model> = to_run.iter().map(|&i| models[i].clone()).collect();
+    tracing::info!(models = models.len(), resumed = resumed.len(), jobs = settings.jobs, "starting");
 
     let stop = Arc::new(Stop::default());
     let signals = watch_signals(Arc::clone(&stop)).map_err(|e| format!("cannot install signal handlers: {e}"))?;
     let bar = (!quiet && io::stderr().is_terminal()).then(|| progress_bar(models.len() as u64));
-    let mut printer = Printer::new(&models, format, bar);
-    run_all(&models, &inputs, &settings, &stop, &mut |progress| {
+    let mut printer = Printer::new(&models, format, bar, fail_on);
+    for (index, record) in resumed {
+        printer.accept(index, record);
+    }
+    let mut journal_error = None;
+    let tensorflow_version = run_all(&run_models, &inputs, &settings, &stop, &mut |progress| {
         match progress {
-            Progress::Started(index) => printer.started(index),
-            Progress::Finished(report) => printer.accept(*report),
+            Progress::Started(i) => printer.started(to_run[i]),
+            Progress::Finished(report) => {
+                let index = to_run[report.index];
+                let record = unit_record(&models[index], &report);
+                if let (Some(journal), Some(key)) = (journal.as_mut(), &keys[index]) {
+                    // Done means journaled: a unit not run to its end is not.
+                    if !matches!(report.outcome, Outcome::NotRun { .. }) {
+                        if let Err(e) = journal.append(key, &record) {
+                            journal_error.get_or_insert(e);
+                            stop.request(0);
+                        }
+                    }
+                }
+                printer.accept(index, record);
+            }
         }
         if printer.broken_pipe {
             // Nobody reads any more (`isorun run ... | head -1`): stop the run quietly.
             stop.request(0);
+        }
+        if args.max_failures.is_some_and(|n| printer.failures as u64 >= n) {
+            stop.drain();
         }
     });
     signals.close();
     if let Some(bar) = &printer.bar {
         bar.finish_and_clear();
     }
-
-    let reports = printer.reports;
-    if args.summary {
-        print_summary(&models, &reports, started.elapsed());
+    if let Some(e) = &journal_error {
+        eprintln!("isorun: error: {e}");
     }
+
+    let records = printer.records;
+    let mut report_failed = journal_error.is_some();
+    if args.report.is_some() || args.junit.is_some() || args.html.is_some() {
+        let info = RunInfo {
+            started_at,
+            finished_at: std::time::SystemTime::now(),
+            command: std::env::args().collect(),
+            settings: report_settings(&args, &settings),
+            tensorflow_version,
+        };
+        let report = build_report(&records, &info);
+        if let Err(e) = write_report_files(&report, args.report.as_deref(), args.junit.as_deref(), args.html.as_deref())
+        {
+            // The work is done and its records printed: a lost report fails the run, not its usage.
+            eprintln!("isorun: error: {e}");
+            report_failed = true;
+        }
+    }
+    if args.summary {
+        print_summary(&records, started.elapsed());
+    }
+    let failed = records.iter().any(|r| printer.fail_on.iter().any(|s| r["status"] == s.as_str()));
     Ok(match stop.signal() {
         libc::SIGINT => exit_code::INTERRUPTED,
         libc::SIGTERM => exit_code::TERMINATED,
         _ if printer.broken_pipe => exit_code::OK,
-        _ if reports.iter().all(|r| r.outcome.is_ok()) => exit_code::OK,
-        _ => exit_code::SOME_FAILED,
+        _ if failed || report_failed => exit_code::SOME_FAILED,
+        _ => exit_code::OK,
     })
+}
+
+/// The settings of a run, as reports show them.
+fn report_settings(args: &RunArgs, settings: &Settings) -> Value {
+    let mut s = serde_json::Map::new();
+    s.insert("signature".into(), json!(settings.signature));
+    s.insert("tags".into(), json!(settings.tags));
+    s.insert("jobs".into(), json!(settings.jobs));
+    s.insert("models_per_worker".into(), json!(settings.models_per_worker));
+    if let Some(t) = settings.timeout {
+        s.insert("timeout_s".into(), json!(t.as_secs_f64()));
+    }
+    if let Some(t) = settings.load_timeout {
+        s.insert("load_timeout_s".into(), json!(t.as_secs_f64()));
+    }
+    if let Some(limit) = settings.memory_limit {
+        s.insert("memory_limit_bytes".into(), json!(limit));
+        s.insert("memory_limit_mechanism".into(), json!("supervisor polling of RssAnon+RssShmem every 20 ms"));
+    }
+    s.insert("retries".into(), json!(settings.retries));
+    if settings.retries > 0 {
+        s.insert("retry_on".into(), json!(settings.retry_on));
+    }
+    if let Some(shard) = args.shard {
+        s.insert("shard".into(), json!(shard.to_string()));
+    }
+    if let Some(expect) = &settings.expect {
+        s.insert("expect".into(), json!(expect.dir.to_string_lossy()));
+        s.insert("rtol".into(), json!(expect.rtol));
+        s.insert("atol".into(), json!(expect.atol));
+    }
+    if let Some(n) = settings.batch_size {
+        s.insert("batch_size".into(), json!(n));
+    }
+    Value::Object(s)
 }
 
 fn progress_bar(total: u64) -> ProgressBar {
@@ -181,16 +319,18 @@ struct Printer<'a> {
     format: Format,
     bar: Option<ProgressBar>,
     next: usize,
-    waiting: BTreeMap<usize, UnitReport>,
+    waiting: BTreeMap<usize, Value>,
     running: BTreeSet<usize>,
+    /// Statuses that count as failures.
+    fail_on: Vec<String>,
     failures: usize,
     broken_pipe: bool,
-    reports: Vec<UnitReport>,
+    records: Vec<Value>,
     id_width: usize,
 }
 
 impl<'a> Printer<'a> {
-    fn new(models: &'a [Model], format: Format, bar: Option<ProgressBar>) -> Printer<'a> {
+    fn new(models: &'a [Model], format: Format, bar: Option<ProgressBar>, fail_on: Vec<String>) -> Printer<'a> {
         let id_width = models.iter().map(|m| m.id.len()).max().unwrap_or(5).clamp(5, 60);
         Printer {
             models,
@@ -199,9 +339,10 @@ impl<'a> Printer<'a> {
             next: 0,
             waiting: BTreeMap::new(),
             running: BTreeSet::new(),
+            fail_on,
             failures: 0,
             broken_pipe: false,
-            reports: Vec::new(),
+            records: Vec::new(),
             id_width,
         }
     }
@@ -220,21 +361,21 @@ impl<'a> Printer<'a> {
         }
     }
 
-    fn accept(&mut self, report: UnitReport) {
-        self.running.remove(&report.index);
-        if !report.outcome.is_ok() {
+    fn accept(&mut self, index: usize, record: Value) {
+        self.running.remove(&index);
+        if self.fail_on.iter().any(|s| record["status"] == s.as_str()) {
             self.failures += 1;
         }
         if let Some(bar) = &self.bar {
             bar.inc(1);
         }
         self.update_bar();
-        self.waiting.insert(report.index, report);
-        while let Some(report) = self.waiting.remove(&self.next) {
+        self.waiting.insert(index, record);
+        while let Some(record) = self.waiting.remove(&self.next) {
             if !self.broken_pipe {
                 let text = match self.format {
-                    Format::Jsonl => unit_record(&self.models[report.index], &report).to_string(),
-                    Format::Table => self.table_row(&report),
+                    Format::Jsonl => record.to_string(),
+                    Format::Table => self.table_row(&record),
                 };
                 let write = || -> io::Result<()> {
                     let mut out = io::stdout().lock();
@@ -249,12 +390,21 @@ impl<'a> Printer<'a> {
                     self.broken_pipe = true;
                 }
             }
-            self.reports.push(report);
+            // Values live in the output files and JSON lines, not in reports.
+            let mut kept = record;
+            if let Some(Value::Object(outputs)) = kept.get_mut("outputs") {
+                for output in outputs.values_mut() {
+                    if let Value::Object(o) = output {
+                        o.remove("values");
+                    }
+                }
+            }
+            self.records.push(kept);
             self.next += 1;
         }
     }
 
-    fn table_row(&self, report: &UnitReport) -> String {
+    fn table_row(&self, record: &Value) -> String {
         let header = if self.next == 0 {
             format!(
                 "{:<w$}  {:<14}  {:>8}  {:>9}  {}\n",
@@ -268,31 +418,33 @@ impl<'a> Printer<'a> {
         } else {
             String::new()
         };
-        let detail = if report.outcome.is_ok() {
-            report
-                .outputs
+        let detail = match record.get("outputs").and_then(Value::as_object) {
+            Some(outputs) => outputs
                 .iter()
-                .map(|o| {
-                    let dims: Vec<String> = o.shape.iter().map(u64::to_string).collect();
-                    format!("{} {}[{}]", o.name, o.dtype, dims.join(", "))
+                .map(|(name, o)| {
+                    let dims: Vec<String> =
+                        o["shape"].as_array().into_iter().flatten().map(|d| d.to_string()).collect();
+                    format!("{name} {}[{}]", o["dtype"].as_str().unwrap_or("?"), dims.join(", "))
                 })
                 .collect::<Vec<_>>()
-                .join(", ")
-        } else {
-            let text = report.outcome.to_string();
-            let first = text.lines().next().unwrap_or("");
-            if first.chars().count() > 100 {
-                format!("{}...", first.chars().take(100).collect::<String>())
-            } else {
-                first.to_string()
+                .join(", "),
+            None => {
+                let text = record["error"]["message"].as_str().unwrap_or("");
+                let first = text.lines().next().unwrap_or("");
+                if first.chars().count() > 100 {
+                    format!("{}...", first.chars().take(100).collect::<String>())
+                } else {
+                    first.to_string()
+                }
             }
         };
+        let resumed = if record["resumed"] == true { " (resumed)" } else { "" };
         format!(
-            "{header}{:<w$}  {:<14}  {:>6.2} s  {:>9}  {detail}",
-            self.models[report.index].id,
-            report.outcome.status(),
-            report.wall.as_secs_f64(),
-            mib(report.peak_rss_bytes),
+            "{header}{:<w$}  {:<14}  {:>6.2} s  {:>9}  {detail}{resumed}",
+            record["model"].as_str().unwrap_or("?"),
+            record["status"].as_str().unwrap_or("?"),
+            record["wall_ms"].as_u64().unwrap_or(0) as f64 / 1000.0,
+            mib(record["peak_rss_bytes"].as_u64()),
             w = self.id_width
         )
     }
@@ -328,30 +480,31 @@ fn mib(bytes: Option<u64>) -> String {
     bytes.map_or("-".into(), |b| format!("{:.0} MiB", b as f64 / (1024.0 * 1024.0)))
 }
 
-fn print_summary(models: &[Model], reports: &[UnitReport], elapsed: Duration) {
-    let width = models.iter().map(|m| m.id.len()).max().unwrap_or(5).max(5);
+fn print_summary(records: &[Value], elapsed: Duration) {
+    let width = records.iter().filter_map(|r| r["model"].as_str()).map(str::len).max().unwrap_or(5).max(5);
     let mut err = io::stderr().lock();
     let _ = writeln!(err, "\n{:<width$}  {:<14}  {:>9}  {:>12}", "model", "status", "time", "worker peak");
-    for report in reports {
+    for r in records {
         let _ = writeln!(
             err,
             "{:<width$}  {:<14}  {:>7.2} s  {:>12}",
-            models[report.index].id,
-            report.outcome.status(),
-            report.wall.as_secs_f64(),
-            mib(report.peak_rss_bytes)
+            r["model"].as_str().unwrap_or("?"),
+            r["status"].as_str().unwrap_or("?"),
+            r["wall_ms"].as_u64().unwrap_or(0) as f64 / 1000.0,
+            mib(r["peak_rss_bytes"].as_u64())
         );
     }
-    let ok = reports.iter().filter(|r| r.outcome.is_ok()).count();
+    let ok = records.iter().filter(|r| r["status"] == "ok").count();
     let _ = writeln!(
         err,
         "\n{} models: {ok} ok, {} not ok, in {:.2} s; supervisor peak memory {}",
-        reports.len(),
-        reports.len() - ok,
+        records.len(),
+        records.len() - ok,
         elapsed.as_secs_f64(),
         mib(own_peak_rss())
     );
-    for report in reports.iter().filter(|r| !r.outcome.is_ok()) {
-        let _ = writeln!(err, "  {}: {}", models[report.index].id, report.outcome);
+    for r in records.iter().filter(|r| r["status"] != "ok") {
+        let _ =
+            writeln!(err, "  {}: {}", r["model"].as_str().unwrap_or("?"), r["error"]["message"].as_str().unwrap_or(""));
     }
 }

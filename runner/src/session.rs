@@ -6,7 +6,9 @@
 
 use crate::executor::Stop;
 use crate::process::{Event, Exit, ExitStatus, WorkerProcess};
-use isorun_protocol::{NotRunReason, Outcome, Phase, Tensor, ToWorker, UnitResult, WorkerMessage, PROTOCOL_VERSION};
+use isorun_protocol::{
+    Hello, NotRunReason, Outcome, Phase, Tensor, ToWorker, UnitResult, WorkerMessage, PROTOCOL_VERSION,
+};
 use isorun_transport::RequestEnvelope;
 use std::time::{Duration, Instant};
 
@@ -14,7 +16,7 @@ use std::time::{Duration, Instant};
 const TICK: Duration = Duration::from_millis(20);
 
 /// Waits for the worker's `Hello` until `deadline`, and connects to its request channel.
-pub fn wait_hello(worker: &mut WorkerProcess, stop: &Stop, deadline: Instant) -> Result<(), Outcome> {
+pub fn wait_hello(worker: &mut WorkerProcess, stop: &Stop, deadline: Instant) -> Result<Hello, Outcome> {
     loop {
         if stop.requested() {
             return Err(Outcome::NotRun { reason: NotRunReason::Interrupted });
@@ -33,8 +35,8 @@ pub fn wait_hello(worker: &mut WorkerProcess, stop: &Stop, deadline: Instant) ->
                     });
                 }
                 tracing::debug!(pid = hello.pid, tensorflow = %hello.tensorflow_version, "worker ready");
-                worker.connect(hello.request_channel);
-                return Ok(());
+                worker.connect(hello.request_channel.clone());
+                return Ok(hello);
             }
             Some(Event::Message(other)) => {
                 return Err(Outcome::ProtocolError { message: format!("expected Hello, got {}", message_name(&other)) })
@@ -59,6 +61,8 @@ pub struct Deadlines {
     pub load: Option<Instant>,
     /// Time between SIGTERM and SIGKILL.
     pub grace: Duration,
+    /// Limit on the worker's private memory, checked every tick.
+    pub memory_limit: Option<u64>,
 }
 
 /// How a request ended.
@@ -94,7 +98,17 @@ pub fn run_request(
         return fail(end, Outcome::ProtocolError { message });
     }
     let mut phase = Phase::Load;
+    let mut peak_private = 0;
     loop {
+        if let Some(limit) = deadlines.memory_limit {
+            // Sampled every tick (tens of milliseconds): no kernel limit is
+            // delegated to isorun here, so the supervisor enforces it.
+            peak_private = peak_private.max(worker.private_memory_now().unwrap_or(0));
+            if peak_private > limit {
+                worker.kill();
+                return fail(end, Outcome::MemoryLimit { peak_bytes: peak_private });
+            }
+        }
         if stop.immediate() {
             worker.kill();
             return fail(end, Outcome::NotRun { reason: NotRunReason::Interrupted });

@@ -10,7 +10,12 @@
 //! abort, exit3, hang, alloc-N (touch N MiB, then answer), slow-N (sleep N
 //! ms, then answer), garbage, huge, half, wrong-unit, bad-shape, hang-load,
 //! crash-at-N (segfault when the first float32 input starts with N),
-//! pid (also answer an output `worker_pid`).
+//! pid (also answer an output `worker_pid`), hog-N (grow by 16 MiB steps
+//! to N MiB, then hang), flaky (crash unless the model folder holds
+//! `.crashed-once`, which it creates first), crash-if-not-first (crash if
+//! this worker already ran a unit).
+//! With ISORUN_FAULT_LOG set, every run appends the model folder's name to
+//! that file, so tests can count how often each model was computed.
 //! With --ignore-term, it ignores SIGTERM (only SIGKILL stops it).
 //! Any other model is good: its outputs are its inputs, under the same names.
 
@@ -112,6 +117,14 @@ fn main() {
     }
 }
 
+static UNITS_SERVED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+fn crash() -> ! {
+    // SAFETY: none; crashing is the point.
+    unsafe { std::ptr::null_mut::<u8>().write_volatile(1) };
+    unreachable!()
+}
+
 fn run(socket: &mut UnixStream, request: &RunRequest, shared: &[ipc_channel::ipc::IpcSharedMemory]) {
     let model = Path::new(&request.model_dir).file_name().unwrap().to_string_lossy().into_owned();
     let fault = model.split_once("fault-").map_or("", |(_, f)| f);
@@ -120,6 +133,13 @@ fn run(socket: &mut UnixStream, request: &RunRequest, shared: &[ipc_channel::ipc
         _ => (fault, 0),
     };
     let unit = request.unit;
+    let served_before = UNITS_SERVED.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    if let Some(log) = std::env::var_os("ISORUN_FAULT_LOG") {
+        if !request.load_only {
+            let mut file = std::fs::OpenOptions::new().create(true).append(true).open(log).unwrap();
+            writeln!(file, "{model}").unwrap();
+        }
+    }
     if mode == "hang-load" {
         sleep_forever();
     }
@@ -128,8 +148,7 @@ fn run(socket: &mut UnixStream, request: &RunRequest, shared: &[ipc_channel::ipc
     match mode {
         // A real invalid write: `raise(SIGSEGV)` would be swallowed by
         // Rust's own SIGSEGV handler, which only looks for stack overflows.
-        // SAFETY: none; crashing is the point.
-        "segfault" => unsafe { std::ptr::null_mut::<u8>().write_volatile(1) },
+        "segfault" => crash(),
         "abort" => std::process::abort(),
         "exit3" => std::process::exit(3),
         "hang" => sleep_forever(),
@@ -138,6 +157,23 @@ fn run(socket: &mut UnixStream, request: &RunRequest, shared: &[ipc_channel::ipc
             std::hint::black_box(&hog);
         }
         "slow" => std::thread::sleep(Duration::from_millis(amount)),
+        "hog" => {
+            let mut chunks: Vec<Vec<u8>> = Vec::new();
+            while (chunks.len() as u64) * 16 < amount {
+                chunks.push(vec![1u8; 16 << 20]);
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            std::hint::black_box(&chunks);
+            sleep_forever()
+        }
+        "flaky" => {
+            let marker = Path::new(&request.model_dir).join(".crashed-once");
+            if !marker.exists() {
+                std::fs::write(&marker, b"").unwrap();
+                crash()
+            }
+        }
+        "crash-if-not-first" if served_before > 0 => crash(),
         "garbage" => {
             socket.write_all(b"\x00\x01garbage in the middle of a run").unwrap();
             sleep_forever()
@@ -160,8 +196,7 @@ fn run(socket: &mut UnixStream, request: &RunRequest, shared: &[ipc_channel::ipc
     if mode == "crash-at" {
         let first = request.inputs.first().and_then(|(_, t)| dense_bytes(t, shared)).and_then(|b| b.get(..4));
         if first.is_some_and(|b| f32::from_le_bytes(b.try_into().unwrap()) == amount as f32) {
-            // SAFETY: none; crashing is the point.
-            unsafe { std::ptr::null_mut::<u8>().write_volatile(1) }
+            crash()
         }
     }
     let mut outputs: Vec<(String, Tensor)> = request

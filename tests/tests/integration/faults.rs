@@ -136,11 +136,17 @@ fn a_crash_with_several_models_per_worker_costs_only_its_model() {
         [("a", "ok"), ("b", "ok"), ("c-fault-segfault", "crashed"), ("d", "ok"), ("e", "ok")]
             .map(|(m, s)| (m.to_string(), s.to_string()))
     );
-    // a, b and the crash share the first worker; d and e run in a fresh one.
+    // a, b and the crash share the first worker; after a crash the rest of the
+    // batch runs one model per worker (crash bisection), and c is run again
+    // alone before it is blamed.
     let worker = |id: &str| ran.record(id)["worker_id"].as_u64().unwrap();
     assert_eq!(worker("a"), worker("b"));
-    assert_eq!(worker("d"), worker("e"));
     assert_ne!(worker("a"), worker("d"));
+    assert_ne!(worker("d"), worker("e"));
+    let attempts = ran.record("c-fault-segfault")["attempts"].as_array().unwrap().clone();
+    assert_eq!(attempts.len(), 2, "{attempts:?}");
+    assert_eq!(attempts[0]["shared_worker"], true);
+    assert!(attempts[1].get("shared_worker").is_none());
 }
 
 #[test]

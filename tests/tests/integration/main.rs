@@ -3,10 +3,13 @@
 //! fault-injection worker for the failures a real worker can have.
 
 mod commands;
+mod config;
 mod faults;
 mod fixtures;
 mod lifecycle;
+mod nightly;
 mod pipe;
+mod reports;
 mod run_cli;
 mod usage;
 mod util;

@@ -1,0 +1,260 @@
+//! `isorun report diff OLD NEW`: what changed between two runs, the
+//! question a nightly job asks of last night's report. Units are matched
+//! by model id. Only a model that passed before and fails now makes the
+//! exit code 1, so the command can gate a pipeline without failing on
+//! models that were already broken.
+
+use super::unit::{bytes_text, seconds_text, Unit, Verdict};
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+
+/// Wall times below this count as this much: a model going from 2 ms to
+/// 9 ms is noise, not a slowdown.
+const SMALLEST_COMPARED_TIME_MS: u64 = 50;
+
+/// What the diff looks for.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Thresholds {
+    /// Slower: wall time grew by more than this factor.
+    pub time_ratio: f64,
+    /// Bigger: peak memory grew by more than this factor.
+    pub memory_ratio: f64,
+}
+
+/// One difference between two reports, for one model.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Finding {
+    /// Passed before, does not now.
+    NewlyFailing { model: String, old_status: String, status: String, message: String },
+    /// Did not pass before, passes now.
+    NewlyPassing { model: String, old_status: String },
+    /// Passed both times, and took more than `time_ratio` times as long.
+    Slower { model: String, old_wall_ms: u64, new_wall_ms: u64 },
+    /// Passed both times, and its peak memory grew by more than `memory_ratio`.
+    Bigger { model: String, old_peak_rss_bytes: u64, new_peak_rss_bytes: u64 },
+    /// Only in the new report.
+    Added { model: String, status: String },
+    /// Only in the old report.
+    Removed { model: String, old_status: String },
+}
+
+impl Finding {
+    /// The `change` word of the JSON form.
+    pub fn change(&self) -> &'static str {
+        match self {
+            Finding::NewlyFailing { .. } => "newly_failing",
+            Finding::NewlyPassing { .. } => "newly_passing",
+            Finding::Slower { .. } => "slower",
+            Finding::Bigger { .. } => "bigger",
+            Finding::Added { .. } => "added",
+            Finding::Removed { .. } => "removed",
+        }
+    }
+
+    pub fn model(&self) -> &str {
+        match self {
+            Finding::NewlyFailing { model, .. }
+            | Finding::NewlyPassing { model, .. }
+            | Finding::Slower { model, .. }
+            | Finding::Bigger { model, .. }
+            | Finding::Added { model, .. }
+            | Finding::Removed { model, .. } => model,
+        }
+    }
+
+    /// One line for people: `newly failing  models/a  crashed: killed by SIGSEGV`.
+    pub fn text(&self) -> String {
+        let label = self.change().replace('_', " ");
+        let detail = match self {
+            Finding::NewlyFailing { message, .. } => message.clone(),
+            Finding::NewlyPassing { old_status, .. } => format!("ok, was {old_status}"),
+            Finding::Slower { old_wall_ms, new_wall_ms, .. } => format!(
+                "{} -> {} (x{:.2})",
+                seconds_text(*old_wall_ms),
+                seconds_text(*new_wall_ms),
+                ratio(*old_wall_ms, *new_wall_ms)
+            ),
+            Finding::Bigger { old_peak_rss_bytes, new_peak_rss_bytes, .. } => format!(
+                "{} -> {} (x{:.2})",
+                bytes_text(*old_peak_rss_bytes),
+                bytes_text(*new_peak_rss_bytes),
+                ratio(*old_peak_rss_bytes, *new_peak_rss_bytes)
+            ),
+            Finding::Added { status, .. } => status.clone(),
+            Finding::Removed { old_status, .. } => format!("was {old_status}"),
+        };
+        format!("{label}  {}  {detail}", self.model())
+    }
+
+    /// One JSON object for programs: `{"change", "model", ...}`.
+    pub fn json(&self) -> Value {
+        let model = self.model();
+        match self {
+            Finding::NewlyFailing { old_status, status, message, .. } => json!({
+                "change": self.change(), "model": model, "old_status": old_status, "status": status, "message": message,
+            }),
+            Finding::NewlyPassing { old_status, .. } => {
+                json!({"change": self.change(), "model": model, "old_status": old_status, "status": "ok"})
+            }
+            Finding::Slower { old_wall_ms, new_wall_ms, .. } => json!({
+                "change": self.change(), "model": model, "old_wall_ms": old_wall_ms, "new_wall_ms": new_wall_ms,
+                "ratio": rounded_ratio(*old_wall_ms, *new_wall_ms),
+            }),
+            Finding::Bigger { old_peak_rss_bytes, new_peak_rss_bytes, .. } => json!({
+                "change": self.change(), "model": model,
+                "old_peak_rss_bytes": old_peak_rss_bytes, "new_peak_rss_bytes": new_peak_rss_bytes,
+                "ratio": rounded_ratio(*old_peak_rss_bytes, *new_peak_rss_bytes),
+            }),
+            Finding::Added { status, .. } => json!({"change": self.change(), "model": model, "status": status}),
+            Finding::Removed { old_status, .. } => {
+                json!({"change": self.change(), "model": model, "old_status": old_status})
+            }
+        }
+    }
+}
+
+fn ratio(old: u64, new: u64) -> f64 {
+    if old == 0 {
+        f64::INFINITY
+    } else {
+        new as f64 / old as f64
+    }
+}
+
+/// The ratio to two decimals, or `null` when the old value was 0.
+fn rounded_ratio(old: u64, new: u64) -> Value {
+    let ratio = ratio(old, new);
+    if ratio.is_finite() {
+        json!((ratio * 100.0).round() / 100.0)
+    } else {
+        Value::Null
+    }
+}
+
+/// Every finding, newly failing first, then newly passing, slower, bigger,
+/// added, removed; within each, by model id.
+pub fn diff(old: &Value, new: &Value, thresholds: Thresholds) -> Vec<Finding> {
+    let by_model = |report: &Value| -> BTreeMap<String, Value> {
+        let units = report["units"].as_array().map(Vec::as_slice).unwrap_or_default();
+        units.iter().map(|unit| (Unit(unit).model().to_string(), unit.clone())).collect()
+    };
+    let (old_units, new_units) = (by_model(old), by_model(new));
+    let mut findings = Vec::new();
+    for (model, old_unit) in &old_units {
+        let old_unit = Unit(old_unit);
+        let Some(new_unit) = new_units.get(model).map(Unit) else {
+            findings.push(Finding::Removed { model: model.clone(), old_status: old_unit.status().to_string() });
+            continue;
+        };
+        match (old_unit.verdict(), new_unit.verdict()) {
+            (Verdict::Passed, Verdict::Passed) => {
+                if let (Some(old_wall_ms), Some(new_wall_ms)) = (old_unit.wall_ms(), new_unit.wall_ms()) {
+                    let (old_compared, new_compared) =
+                        (old_wall_ms.max(SMALLEST_COMPARED_TIME_MS), new_wall_ms.max(SMALLEST_COMPARED_TIME_MS));
+                    if new_compared as f64 > old_compared as f64 * thresholds.time_ratio {
+                        findings.push(Finding::Slower { model: model.clone(), old_wall_ms, new_wall_ms });
+                    }
+                }
+                if let (Some(old_peak_rss_bytes), Some(new_peak_rss_bytes)) =
+                    (old_unit.peak_rss_bytes(), new_unit.peak_rss_bytes())
+                {
+                    if new_peak_rss_bytes as f64 > old_peak_rss_bytes as f64 * thresholds.memory_ratio {
+                        findings.push(Finding::Bigger { model: model.clone(), old_peak_rss_bytes, new_peak_rss_bytes });
+                    }
+                }
+            }
+            (Verdict::Passed, _) => findings.push(Finding::NewlyFailing {
+                model: model.clone(),
+                old_status: old_unit.status().to_string(),
+                status: new_unit.status().to_string(),
+                message: new_unit.failure_text(),
+            }),
+            (_, Verdict::Passed) => {
+                findings.push(Finding::NewlyPassing { model: model.clone(), old_status: old_unit.status().to_string() })
+            }
+            _ => {}
+        }
+    }
+    for (model, new_unit) in &new_units {
+        if !old_units.contains_key(model) {
+            findings.push(Finding::Added { model: model.clone(), status: Unit(new_unit).status().to_string() });
+        }
+    }
+    findings.sort_by_key(|finding| {
+        let rank = ["newly_failing", "newly_passing", "slower", "bigger", "added", "removed"]
+            .iter()
+            .position(|change| *change == finding.change());
+        (rank, finding.model().to_string())
+    });
+    findings
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const THRESHOLDS: Thresholds = Thresholds { time_ratio: 1.5, memory_ratio: 1.2 };
+
+    fn report(units: Value) -> Value {
+        json!({"schema_version": 1, "units": units})
+    }
+
+    #[test]
+    fn each_change_is_found_once() {
+        let old = report(json!([
+            {"model": "breaks", "status": "ok", "wall_ms": 100},
+            {"model": "heals", "status": "crashed", "wall_ms": 100},
+            {"model": "slows", "status": "ok", "wall_ms": 1200},
+            {"model": "grows", "status": "ok", "wall_ms": 100, "peak_rss_bytes": 100_000_000},
+            {"model": "tiny", "status": "ok", "wall_ms": 2},
+            {"model": "steady", "status": "ok", "wall_ms": 100, "peak_rss_bytes": 100_000_000},
+            {"model": "still_broken", "status": "error", "wall_ms": 100},
+            {"model": "gone", "status": "ok"},
+        ]));
+        let new = report(json!([
+            {"model": "breaks", "status": "crashed", "wall_ms": 10,
+             "error": {"kind": "crashed", "message": "crashed: killed by SIGSEGV"}},
+            {"model": "heals", "status": "ok", "wall_ms": 100},
+            {"model": "slows", "status": "ok", "wall_ms": 2500},
+            {"model": "grows", "status": "ok", "wall_ms": 100, "peak_rss_bytes": 130_000_000},
+            {"model": "tiny", "status": "ok", "wall_ms": 40},
+            {"model": "steady", "status": "ok", "wall_ms": 140, "peak_rss_bytes": 110_000_000},
+            {"model": "still_broken", "status": "timeout", "wall_ms": 100},
+            {"model": "new", "status": "error"},
+        ]));
+        let findings = diff(&old, &new, THRESHOLDS);
+        let lines: Vec<String> = findings.iter().map(Finding::text).collect();
+        assert_eq!(
+            lines,
+            [
+                "newly failing  breaks  crashed: killed by SIGSEGV",
+                "newly passing  heals  ok, was crashed",
+                "slower  slows  1.20 s -> 2.50 s (x2.08)",
+                "bigger  grows  95 MiB -> 124 MiB (x1.30)",
+                "added  new  error",
+                "removed  gone  was ok",
+            ]
+        );
+        assert_eq!(
+            findings[0].json(),
+            json!({"change": "newly_failing", "model": "breaks", "old_status": "ok", "status": "crashed",
+                   "message": "crashed: killed by SIGSEGV"})
+        );
+        assert_eq!(findings[2].json()["ratio"], 2.08);
+    }
+
+    #[test]
+    fn tiny_times_count_as_fifty_milliseconds() {
+        let old = report(json!([{"model": "a", "status": "ok", "wall_ms": 1}]));
+        let quick = report(json!([{"model": "a", "status": "ok", "wall_ms": 70}]));
+        assert!(diff(&old, &quick, THRESHOLDS).is_empty());
+        let slow = report(json!([{"model": "a", "status": "ok", "wall_ms": 80}]));
+        assert_eq!(diff(&old, &slow, THRESHOLDS)[0].change(), "slower");
+    }
+
+    #[test]
+    fn same_reports_have_no_findings() {
+        let same = report(json!([{"model": "a", "status": "ok", "wall_ms": 100, "peak_rss_bytes": 5}]));
+        assert!(diff(&same, &same, THRESHOLDS).is_empty());
+    }
+}

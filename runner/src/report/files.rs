@@ -1,0 +1,146 @@
+//! Reading and writing report files. Every file is written under a
+//! temporary name in its own folder, flushed to disk and then renamed over
+//! the target, so a reader (a CI job picking up `report.xml`, a browser)
+//! never sees half a file, even when isorun is killed while writing.
+
+use super::document::SCHEMA_VERSION;
+use super::{html, junit, ReportError};
+use serde_json::Value;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+/// Writes the report as JSON, JUnit XML and HTML, each where asked.
+/// Errors name the file that could not be written.
+pub fn write_files(
+    report: &Value,
+    json: Option<&Path>,
+    junit: Option<&Path>,
+    html: Option<&Path>,
+) -> Result<(), String> {
+    write_report_files(report, json, junit, html).map_err(|error| crate::run::with_causes(&error))
+}
+
+pub(super) fn write_report_files(
+    report: &Value,
+    json: Option<&Path>,
+    junit: Option<&Path>,
+    html: Option<&Path>,
+) -> Result<(), ReportError> {
+    if let Some(path) = json {
+        let mut text = serde_json::to_string_pretty(report).expect("a JSON value always serializes");
+        text.push('\n');
+        write_atomically(path, text.as_bytes())?;
+    }
+    if let Some(path) = junit {
+        let xml = junit::junit_xml(report)
+            .map_err(|source| ReportError::Junit { path: path.to_path_buf(), source: Box::new(source) })?;
+        write_atomically(path, xml.as_bytes())?;
+    }
+    if let Some(path) = html {
+        write_atomically(path, html::html_page(report).as_bytes())?;
+    }
+    Ok(())
+}
+
+/// Writes `bytes` to `path` through a temporary file in the same folder
+/// (a rename is atomic only within one file system).
+pub(super) fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), ReportError> {
+    let failed = |source| ReportError::Write { path: path.to_path_buf(), source };
+    let file_name = path.file_name().ok_or_else(|| {
+        failed(std::io::Error::new(std::io::ErrorKind::InvalidInput, "the path does not name a file"))
+    })?;
+    let folder = match path.parent() {
+        Some(folder) if !folder.as_os_str().is_empty() => folder.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    std::fs::create_dir_all(&folder).map_err(failed)?;
+    let mut temporary_name = std::ffi::OsString::from(".");
+    temporary_name.push(file_name);
+    temporary_name.push(format!(".tmp-{}", std::process::id()));
+    let temporary = folder.join(temporary_name);
+    let written = std::fs::File::create(&temporary)
+        .and_then(|mut file| {
+            file.write_all(bytes)?;
+            file.sync_all()
+        })
+        .and_then(|()| std::fs::rename(&temporary, path));
+    if let Err(source) = written {
+        let _ = std::fs::remove_file(&temporary);
+        return Err(failed(source));
+    }
+    Ok(())
+}
+
+/// Reads a report file and checks that it is one this isorun understands.
+pub(super) fn read_report(path: &Path) -> Result<Value, ReportError> {
+    let text =
+        std::fs::read_to_string(path).map_err(|source| ReportError::Read { path: path.to_path_buf(), source })?;
+    let report: Value =
+        serde_json::from_str(&text).map_err(|source| ReportError::NotJson { path: path.to_path_buf(), source })?;
+    let not_a_report = |what: &str| ReportError::NotAReport { path: path.to_path_buf(), what: what.to_string() };
+    if !report.is_object() {
+        return Err(not_a_report("not a JSON object"));
+    }
+    match report.get("schema_version") {
+        None => return Err(not_a_report("no schema_version")),
+        Some(version) if version.as_u64() != Some(SCHEMA_VERSION) => {
+            return Err(ReportError::SchemaVersion { path: path.to_path_buf(), found: version.to_string() })
+        }
+        Some(_) => {}
+    }
+    let Some(units) = report["units"].as_array() else {
+        return Err(not_a_report("no units list"));
+    };
+    if let Some(index) = units.iter().position(|unit| !unit["model"].is_string() || !unit["status"].is_string()) {
+        return Err(not_a_report(&format!("unit {index} has no model or no status")));
+    }
+    Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn sample() -> Value {
+        json!({"schema_version": 1, "started_at": "2024-01-01T00:00:00.000Z", "wall_ms": 5,
+               "units": [{"model": "a", "status": "ok", "wall_ms": 5}]})
+    }
+
+    #[test]
+    fn every_file_is_written_whole_and_no_temporary_file_is_left() {
+        let folder = tempfile::tempdir().unwrap();
+        let (json, junit, html) =
+            (folder.path().join("r.json"), folder.path().join("deeper/r.xml"), folder.path().join("r.html"));
+        write_files(&sample(), Some(&json), Some(&junit), Some(&html)).unwrap();
+        assert_eq!(read_report(&json).unwrap(), sample());
+        assert!(std::fs::read_to_string(&junit).unwrap().contains("<testcase name=\"a\""));
+        assert!(std::fs::read_to_string(&html).unwrap().starts_with("<!DOCTYPE html>"));
+        let mut names: Vec<String> = std::fs::read_dir(folder.path())
+            .unwrap()
+            .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        assert_eq!(names, ["deeper", "r.html", "r.json"]);
+    }
+
+    #[test]
+    fn errors_name_the_file() {
+        let folder = tempfile::tempdir().unwrap();
+        let blocker = folder.path().join("a-file");
+        std::fs::write(&blocker, "").unwrap();
+        let unwritable = blocker.join("r.json");
+        let error = write_files(&sample(), Some(&unwritable), None, None).unwrap_err();
+        assert!(error.starts_with(&format!("{}: cannot write: ", unwritable.display())), "{error}");
+
+        let old = folder.path().join("old.json");
+        std::fs::write(&old, r#"{"schema_version": 2, "units": []}"#).unwrap();
+        let error = read_report(&old).unwrap_err().to_string();
+        assert_eq!(error, format!("{}: report schema_version 2, but this isorun reads version 1", old.display()));
+        std::fs::write(&old, r#"{"units": []}"#).unwrap();
+        let error = read_report(&old).unwrap_err().to_string();
+        assert_eq!(error, format!("{}: not an isorun report: no schema_version", old.display()));
+        let error = read_report(&folder.path().join("missing.json")).unwrap_err().to_string();
+        assert!(error.ends_with("missing.json: cannot read"), "{error}");
+    }
+}
