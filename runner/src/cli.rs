@@ -44,6 +44,9 @@ pub enum Command {
     /// Compare or merge run reports (`--report` files).
     #[command(subcommand)]
     Report(ReportCommand),
+    /// Run on a Slurm cluster: one array task per shard, then a job that merges their reports.
+    #[command(subcommand)]
+    Slurm(SlurmCommand),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
     Completions(CompletionsArgs),
     /// Print the man page (roff) on stdout.
@@ -183,7 +186,7 @@ pub struct ReportDiffArgs {
 #[derive(Debug, Args)]
 pub struct ReportMergeArgs {
     /// Shard reports to join.
-    #[arg(value_name = "REPORT.json", required = true)]
+    #[arg(value_name = "REPORT.json", required_unless_present = "models")]
     pub reports: Vec<PathBuf>,
     /// Where to write the merged report.
     #[arg(short, long, value_name = "PATH.json")]
@@ -194,6 +197,19 @@ pub struct ReportMergeArgs {
     /// Also write a self-contained HTML page.
     #[arg(long, value_name = "PATH.html")]
     pub html: Option<PathBuf>,
+    /// The models the shards were to run (`models.json` of `isorun slurm submit`): a listed model
+    /// in no report is added as `not_run` with reason `shard_task_lost`.
+    #[arg(long, value_name = "PATH.json")]
+    pub models: Option<PathBuf>,
+}
+
+/// How workers are started.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum SpawnMode {
+    /// Fork each worker from a per-slot zygote (falls back to exec where that fails).
+    Zygote,
+    /// Exec a fresh worker process for each unit.
+    Exec,
 }
 
 /// How `run` prints its records.
@@ -288,6 +304,17 @@ pub struct RunArgs {
     /// Workers running at once [default: number of CPUs].
     #[arg(short, long, value_name = "N", env = "ISORUN_JOBS", help_heading = "Workers")]
     pub jobs: Option<usize>,
+
+    /// How workers start: forked from a zygote that has loaded libtensorflow once (fast), or exec'd.
+    #[arg(
+        long,
+        value_enum,
+        value_name = "MODE",
+        default_value = "zygote",
+        env = "ISORUN_SPAWN",
+        help_heading = "Workers"
+    )]
+    pub spawn: SpawnMode,
 
     /// Models each worker runs before it exits and a fresh one starts.
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..), help_heading = "Workers")]
@@ -393,4 +420,71 @@ pub struct RunArgs {
 
     #[command(flatten)]
     pub worker: WorkerArgs,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SlurmCommand {
+    /// Write a job-array script (one task per shard) and a merge script into DIR, and submit both.
+    #[command(after_help = "Examples:
+  isorun slurm submit --shards 4 --out nightly/ -- models/ --inputs inputs.npz --timeout 300
+  isorun slurm submit --shards 4 --partition gpu --gpus-per-task 1 --time 04:00:00 --out nightly/ \\
+      -- models/ --inputs inputs.npz --retries 2 --memory-limit 8G
+  isorun slurm submit --shards 4 --out nightly/ --dry-run -- models/ --inputs inputs.npz
+
+Everything after `--` (or from the first argument submit does not know) is `isorun run`'s,
+checked here as `isorun run` would check it; relative paths are made absolute. Submit sets
+--shard, --journal, --resume, --report and --json of each task itself. Task K writes
+DIR/shards/K.json (report), K.jsonl (JSON lines) and K.journal.jsonl (journal); the merge job,
+started after every task has ended (afterany), writes DIR/report.json, .xml and .html, with
+the models of a lost task as not_run (shard_task_lost). Submitting again with the same DIR
+resumes: models a task finished before are not run again.
+Exit codes: 0 submitted (or printed); 1 sbatch failed; 2 usage error (nothing written).")]
+    Submit(SlurmSubmitArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct SlurmSubmitArgs {
+    /// Array tasks: task K runs `isorun run --shard K/N`.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=10_000))]
+    pub shards: u64,
+
+    /// Folder for the scripts, models.json, the shards' journals and reports, and the merged report.
+    #[arg(long, value_name = "DIR")]
+    pub out: PathBuf,
+
+    /// Partition of both jobs [default: the cluster's default].
+    #[arg(long, value_name = "NAME", help_heading = "Slurm")]
+    pub partition: Option<String>,
+
+    /// Time limit of each array task (Slurm's formats: MINUTES, HH:MM:SS, D-HH:MM:SS).
+    #[arg(long, value_name = "TIME", help_heading = "Slurm")]
+    pub time: Option<String>,
+
+    /// CPUs per array task; `isorun run -j` defaults to it.
+    #[arg(long, value_name = "C", value_parser = clap::value_parser!(u32).range(1..), help_heading = "Slurm")]
+    pub cpus_per_task: Option<u32>,
+
+    /// Memory per array task's node (Slurm's --mem: 16G, 4000M).
+    #[arg(long, value_name = "SIZE", help_heading = "Slurm")]
+    pub mem: Option<String>,
+
+    /// GPUs per array task.
+    #[arg(long, value_name = "G", value_parser = clap::value_parser!(u32).range(1..), help_heading = "Slurm")]
+    pub gpus_per_task: Option<u32>,
+
+    /// Name of the array job; the merge job is NAME-merge.
+    #[arg(long, value_name = "NAME", default_value = "isorun", help_heading = "Slurm")]
+    pub job_name: String,
+
+    /// Another `#SBATCH` option for both jobs, e.g. --sbatch-arg=--account=ml (repeatable).
+    #[arg(long, value_name = "OPTION", allow_hyphen_values = true, help_heading = "Slurm")]
+    pub sbatch_arg: Vec<String>,
+
+    /// Print the scripts and the sbatch commands instead of writing and submitting them.
+    #[arg(long)]
+    pub dry_run: bool,
+
+    /// The arguments of `isorun run`: models and run options.
+    #[arg(value_name = "RUN ARGS", required = true, trailing_var_arg = true, allow_hyphen_values = true)]
+    pub run_args: Vec<std::ffi::OsString>,
 }

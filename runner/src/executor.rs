@@ -5,6 +5,7 @@
 //! report; a worker's misbehaviour costs only the unit it was running.
 
 use crate::batch;
+use crate::cli::SpawnMode;
 use crate::discover::Model;
 use crate::inputs::Inputs;
 use crate::json_input::{signature_of, tensors_for_signature};
@@ -12,6 +13,7 @@ use crate::output::write_outputs;
 use crate::process::{Exit, SpawnSpec, WorkerProcess};
 use crate::session::{run_request, shutdown, wait_hello, Deadlines};
 use crate::values::tensor_values;
+use crate::zygote::Zygote;
 use ipc_channel::ipc::IpcSharedMemory;
 use isorun_protocol::{
     DType, ErrorKind, ModelError, NotRunReason, Outcome, RunRequest, SessionConfig, Tensor, TensorData, ToWorker,
@@ -19,14 +21,15 @@ use isorun_protocol::{
 use isorun_transport::{RequestEnvelope, SHARED_THRESHOLD};
 use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicI32, AtomicU64, AtomicU8, Ordering};
-use std::sync::{mpsc, Mutex, OnceLock};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicU8, Ordering};
+use std::sync::{mpsc, Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 /// Everything that shapes how units run.
 #[derive(Debug, Clone)]
 pub struct Settings {
     pub spawn: SpawnSpec,
+    pub spawn_mode: SpawnMode,
     pub signature: String,
     pub tags: Vec<String>,
     pub session: SessionConfig,
@@ -302,19 +305,33 @@ pub fn run_all(
         (0..models.len()).collect::<Vec<_>>().chunks(per_worker).map(<[usize]>::to_vec).collect();
     let queue = Mutex::new(batches);
     let worker_ids = AtomicU64::new(0);
+    let zygote_broken = AtomicBool::new(false);
     let (tx, rx) = mpsc::channel::<Progress>();
     std::thread::scope(|scope| {
         for slot in 0..settings.jobs.max(1) {
             let tx = tx.clone();
-            let slot_ctx = Slot { models, inputs, settings, stop, worker_ids: &worker_ids, tensorflow_version };
+            let slot_ctx = Slot {
+                models,
+                inputs,
+                settings,
+                stop,
+                worker_ids: &worker_ids,
+                tensorflow_version,
+                zygote_broken: &zygote_broken,
+            };
             let queue = &queue;
             std::thread::Builder::new()
                 .name(format!("slot-{slot}"))
-                .spawn_scoped(scope, move || loop {
-                    let Some(batch) = queue.lock().expect("queue").pop_front() else { return };
-                    slot_ctx.run_batch(batch, &|progress| {
-                        let _ = tx.send(progress);
-                    });
+                .spawn_scoped(scope, move || {
+                    // This thread starts the slot's zygote and workers and lives as
+                    // long as they do (PR_SET_PDEATHSIG follows the forking thread).
+                    let mut zygote = None;
+                    loop {
+                        let Some(batch) = queue.lock().expect("queue").pop_front() else { return };
+                        slot_ctx.run_batch(batch, &mut zygote, &|progress| {
+                            let _ = tx.send(progress);
+                        });
+                    }
                 })
                 .expect("spawn a slot thread");
         }
@@ -333,6 +350,8 @@ struct Slot<'a> {
     stop: &'a Stop,
     worker_ids: &'a AtomicU64,
     tensorflow_version: &'a OnceLock<String>,
+    /// Set when zygotes do not work here: every slot then execs workers.
+    zygote_broken: &'a AtomicBool,
 }
 
 /// How a unit in a live worker ended: the report, and whether the worker can take another.
@@ -352,7 +371,32 @@ impl Slot<'_> {
         deadline
     }
 
-    fn run_batch(&self, batch: Vec<usize>, tell: &dyn Fn(Progress)) {
+    /// Starts a worker: forked from the slot's zygote (started or replaced
+    /// as needed), or exec'd when asked or when zygotes do not work here.
+    fn spawn_worker(&self, zygote: &mut Option<Arc<Zygote>>) -> std::io::Result<WorkerProcess> {
+        if self.settings.spawn_mode == SpawnMode::Zygote && !self.zygote_broken.load(Ordering::SeqCst) {
+            for _ in 0..2 {
+                if !zygote.as_ref().is_some_and(|z| z.alive()) {
+                    *zygote = Zygote::start(&self.settings.spawn).ok().map(Arc::new);
+                }
+                if let Some(z) = zygote.as_ref() {
+                    match WorkerProcess::spawn_forked(z, &self.settings.spawn) {
+                        Ok(worker) => return Ok(worker),
+                        Err(e) => {
+                            tracing::info!("zygote failed: {e}; starting a new one");
+                            *zygote = None;
+                        }
+                    }
+                }
+            }
+            if !self.zygote_broken.swap(true, Ordering::SeqCst) {
+                tracing::warn!("workers cannot be forked from a zygote here; exec'ing each worker instead");
+            }
+        }
+        WorkerProcess::spawn(&self.settings.spawn)
+    }
+
+    fn run_batch(&self, batch: Vec<usize>, zygote: &mut Option<Arc<Zygote>>, tell: &dyn Fn(Progress)) {
         let mut pending: VecDeque<usize> = batch.into();
         let mut history: HashMap<usize, Vec<Attempt>> = HashMap::new();
         // One unit per worker once a shared worker has died (crash bisection).
@@ -372,7 +416,7 @@ impl Slot<'_> {
             }
             let started = Instant::now();
             let worker_id = self.worker_ids.fetch_add(1, Ordering::SeqCst);
-            let mut worker = match WorkerProcess::spawn(&self.settings.spawn) {
+            let mut worker = match self.spawn_worker(zygote) {
                 Ok(worker) => worker,
                 Err(e) => {
                     pending.pop_front();

@@ -26,4 +26,6 @@ pub mod run;
 pub mod session;
 pub mod shard;
 pub mod size;
+pub mod slurm;
 pub mod values;
+pub mod zygote;

@@ -16,6 +16,9 @@ use std::path::{Path, PathBuf};
 
 const MAGIC: &[u8; 6] = b"\x93NUMPY";
 
+/// The largest element NumPy can describe (its item sizes are C `int`s).
+const MAX_ITEM_SIZE: usize = i32::MAX as usize;
+
 /// Why an `.npy` or `.npz` file could not be read.
 #[derive(Debug, thiserror::Error)]
 pub enum NpyError {
@@ -85,7 +88,8 @@ fn parse_descr(descr: &str) -> Result<Element, String> {
         Some(b'>') => (true, &descr[1..]),
         _ => (false, descr),
     };
-    let (kind, size) = rest.split_at(rest.len().min(1));
+    // The header is text from the file: its first character may be wider than a byte.
+    let (kind, size) = rest.split_at(rest.chars().next().map_or(0, char::len_utf8));
     if kind == "O" {
         return Err(
             "object arrays (pickles) are not supported; save strings as bytes, e.g. np.array(..., dtype='S')".into()
@@ -106,8 +110,9 @@ fn parse_descr(descr: &str) -> Result<Element, String> {
         ("u", 4) => dense(DType::UInt32),
         ("u", 8) => dense(DType::UInt64),
         ("b", 1) => dense(DType::Bool),
-        ("S", n) => Ok(Element::Bytes(n)),
-        ("U", n) => Ok(Element::Unicode(n, order)),
+        // NumPy's item sizes fit an i32.
+        ("S", n) if n <= MAX_ITEM_SIZE => Ok(Element::Bytes(n)),
+        ("U", n) if n <= MAX_ITEM_SIZE / 4 => Ok(Element::Unicode(n, order)),
         ("O", _) => {
             Err("object arrays (pickles) are not supported; save strings as bytes, e.g. np.array(..., dtype='S')"
                 .into())
@@ -171,13 +176,23 @@ pub fn read_npy(mut reader: impl Read, total_len: u64, path: &Path) -> Result<Te
             format!("header claims {header_len} bytes but the file is {total_len} bytes long"),
         ));
     }
-    let mut header = vec![0u8; header_len as usize];
-    reader.read_exact(&mut header).map_err(|_| format_error(path, "truncated header"))?;
+    // Read, not allocated up front: in an `.npz` the length a zip entry
+    // claims is all `total_len` knows, and it may lie.
+    let mut header = Vec::with_capacity(header_len.min(1 << 16) as usize);
+    reader.by_ref().take(header_len).read_to_end(&mut header).map_err(io_error)?;
+    if (header.len() as u64) < header_len {
+        return Err(format_error(path, "truncated header"));
+    }
     let header = String::from_utf8_lossy(&header);
     let (descr, fortran, shape) = parse_header(&header).map_err(|r| format_error(path, r))?;
     let element = parse_descr(&descr).map_err(|r| format_error(path, r))?;
     let count = Tensor::element_count(&shape)
         .ok_or_else(|| format_error(path, format!("shape {shape:?} has too many elements")))?;
+    if element.item_size() == 0 && count > 0 {
+        // NumPy itself writes `|S1` for empty strings; a zero width would let
+        // a few bytes of header claim any number of elements.
+        return Err(format_error(path, format!("zero-width dtype '{descr}' is not supported")));
+    }
     if fortran && shape.iter().filter(|&&d| d > 1).count() > 1 {
         return Err(format_error(path, "Fortran-ordered arrays are not supported; save with np.ascontiguousarray"));
     }
@@ -195,7 +210,8 @@ pub fn read_npy(mut reader: impl Read, total_len: u64, path: &Path) -> Result<Te
             ))
         }
     };
-    let mut data = Vec::with_capacity(data_len as usize);
+    // Grows with the bytes that arrive (an `.npz` entry's claimed size may lie).
+    let mut data = Vec::with_capacity(data_len.min(1 << 24) as usize);
     reader.take(data_len).read_to_end(&mut data).map_err(io_error)?;
     if (data.len() as u64) < data_len {
         return Err(format_error(path, "file ended before its data"));
@@ -382,5 +398,39 @@ mod tests {
         assert!(read_err(&long_header).contains("header claims 65535 bytes"));
         let structured = npy_with("{'descr': [('a', '<f4')], 'fortran_order': False, 'shape': (1,), }\n", &[0; 4]);
         assert!(read_err(&structured).contains("structured dtypes are not supported"));
+    }
+
+    #[test]
+    fn headers_that_would_panic_or_allocate_without_limit_are_errors() {
+        // A zero width lets a few bytes claim 2^62 empty strings.
+        for descr in ["|S0", "<U0"] {
+            let header = format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': (4611686018427387904,), }}\n");
+            assert!(read_err(&npy_with(&header, &[])).contains("zero-width dtype"), "{descr}");
+        }
+        let empty = npy_with("{'descr': '|S0', 'fortran_order': False, 'shape': (0,), }\n", &[]);
+        assert_eq!(read_npy(empty.as_slice(), empty.len() as u64, Path::new("e.npy")).unwrap().shape, [0]);
+        // A width whose size in bytes overflows.
+        let wide = npy_with("{'descr': '<U4611686018427387904', 'fortran_order': False, 'shape': (0,), }\n", &[]);
+        assert!(read_err(&wide).contains("unsupported dtype"));
+        // A descr starting with a character wider than one byte.
+        let accent = npy_with("{'descr': '\u{e9}4', 'fortran_order': False, 'shape': (1,), }\n", &[0; 4]);
+        assert!(read_err(&accent).contains("unsupported dtype"));
+        // Huge shapes: counted without overflow, refused before any allocation.
+        let huge =
+            npy_with("{'descr': '<f8', 'fortran_order': False, 'shape': (1099511627776, 1099511627776), }\n", &[]);
+        assert!(read_err(&huge).contains("too many elements"));
+    }
+
+    #[test]
+    fn a_stream_shorter_than_its_claimed_length_allocates_by_what_arrives() {
+        // In an .npz, the length comes from the zip entry and may lie: a
+        // header claiming 4 GiB, and data claiming 1 TiB, of a 100-byte stream.
+        let mut long_header = MAGIC.to_vec();
+        long_header.extend_from_slice(&[2, 0, 0xff, 0xff, 0xff, 0xff]);
+        let r = read_npy(long_header.as_slice(), 1 << 40, Path::new("lie.npy"));
+        assert!(r.unwrap_err().to_string().contains("truncated header"));
+        let bytes = npy_with("{'descr': '<f4', 'fortran_order': False, 'shape': (68719476736,), }\n", &[0; 8]);
+        let r = read_npy(bytes.as_slice(), 1 << 40, Path::new("lie.npy"));
+        assert!(r.unwrap_err().to_string().contains("file ended before its data"));
     }
 }

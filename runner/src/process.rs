@@ -4,12 +4,13 @@
 //! blocking the supervisor on it, and how it is stopped (SIGTERM to the
 //! group, a grace period, SIGKILL). Linux only.
 
+use crate::zygote::Zygote;
 use ipc_channel::ipc::IpcSender;
 use isorun_protocol::{WorkerMessage, ENV_IPC_FD};
 use isorun_transport::{read_frame, FrameError, RequestEnvelope};
 use std::collections::VecDeque;
 use std::io::{self, BufRead, BufReader, Read};
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -93,7 +94,15 @@ pub struct WorkerProcess {
     requests: Option<mpsc::Sender<RequestEnvelope>>,
     stderr: Arc<Mutex<StderrTail>>,
     exit: Option<Exit>,
-    _child: Child,
+    kind: Kind,
+}
+
+/// How a worker was started, which decides how it is signalled and reaped.
+enum Kind {
+    /// Exec'd by the supervisor: its child, signalled by process group, reaped with `wait4`.
+    Exec(#[expect(dead_code, reason = "held so the handle lives as long as the worker")] Child),
+    /// Forked by a zygote: signalled through a pidfd, reaped by the zygote.
+    Forked { pidfd: OwnedFd, zygote: Arc<Zygote> },
 }
 
 impl WorkerProcess {
@@ -147,18 +156,44 @@ impl WorkerProcess {
         let mut child = command.spawn()?;
         drop(theirs);
         let pid = child.id() as i32;
+        Ok(WorkerProcess::watch(pid, ours, child.stderr.take().map(Into::into), spec.max_frame, Kind::Exec(child))?)
+    }
+
+    /// Forks a worker from `zygote` (which must have been started from a
+    /// thread that outlives it, as `spawn` requires).
+    pub fn spawn_forked(zygote: &Arc<Zygote>, spec: &SpawnSpec) -> io::Result<WorkerProcess> {
+        let (ours, theirs) = UnixStream::pair()?;
+        let mut pipe = [0; 2];
+        // SAFETY: pipe2 writes two new descriptors.
+        if unsafe { libc::pipe2(pipe.as_mut_ptr(), libc::O_CLOEXEC) } < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: both are new descriptors owned here.
+        let (read, write) = unsafe { (OwnedFd::from_raw_fd(pipe[0]), OwnedFd::from_raw_fd(pipe[1])) };
+        let (pid, pidfd) = zygote.fork(theirs.into(), write)?;
+        WorkerProcess::watch(pid, ours, Some(read), spec.max_frame, Kind::Forked { pidfd, zygote: Arc::clone(zygote) })
+    }
+
+    /// Starts the threads that watch a started worker.
+    fn watch(
+        pid: i32,
+        socket: UnixStream,
+        stderr_pipe: Option<OwnedFd>,
+        max_frame: u64,
+        kind: Kind,
+    ) -> io::Result<WorkerProcess> {
         let (events_tx, events) = mpsc::channel();
         let stderr = Arc::new(Mutex::new(StderrTail::default()));
-        if let Some(pipe) = child.stderr.take() {
+        if let Some(pipe) = stderr_pipe {
             let tail = Arc::clone(&stderr);
+            let pipe = std::fs::File::from(pipe);
             thread::Builder::new().name(format!("stderr-{pid}")).spawn(move || collect_stderr(pipe, &tail))?;
         }
         let reader_tx = events_tx.clone();
-        let max_frame = spec.max_frame;
         thread::Builder::new()
             .name(format!("reader-{pid}"))
-            .spawn(move || read_messages(ours, max_frame, reader_tx))?;
-        Ok(WorkerProcess { pid, events, events_tx, requests: None, stderr, exit: None, _child: child })
+            .spawn(move || read_messages(socket, max_frame, reader_tx))?;
+        Ok(WorkerProcess { pid, events, events_tx, requests: None, stderr, exit: None, kind })
     }
 
     /// Connects to the worker's request channel (named in its `Hello`).
@@ -293,13 +328,35 @@ impl WorkerProcess {
     }
 
     fn signal_group(&self, signal: i32) {
-        // SAFETY: the worker is not yet reaped, so its pid (and group id)
-        // cannot have been reused.
-        unsafe { libc::kill(-self.pid, signal) };
+        match &self.kind {
+            // SAFETY: the worker is not yet reaped, so its pid (and group id)
+            // cannot have been reused.
+            Kind::Exec(_) => unsafe {
+                libc::kill(-self.pid, signal);
+            },
+            // SAFETY: the pidfd names this very process, whatever its pid
+            // becomes; PIDFD_SIGNAL_PROCESS_GROUP (Linux 6.9) reaches its group.
+            Kind::Forked { pidfd, .. } => unsafe {
+                const PIDFD_SIGNAL_PROCESS_GROUP: libc::c_uint = 1 << 2;
+                libc::syscall(
+                    libc::SYS_pidfd_send_signal,
+                    pidfd.as_raw_fd(),
+                    signal,
+                    std::ptr::null::<libc::siginfo_t>(),
+                    PIDFD_SIGNAL_PROCESS_GROUP,
+                );
+            },
+        }
     }
 
     /// True once the worker has exited; does not reap it.
     fn has_exited(&self) -> bool {
+        if let Kind::Forked { pidfd, .. } = &self.kind {
+            // A pidfd polls readable once its process has exited.
+            let mut poll = libc::pollfd { fd: pidfd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+            // SAFETY: one valid pollfd, no wait.
+            return unsafe { libc::poll(&mut poll, 1, 0) } > 0;
+        }
         // SAFETY: waitid writes only into info.
         unsafe {
             let mut info: libc::siginfo_t = std::mem::zeroed();
@@ -319,6 +376,27 @@ impl WorkerProcess {
         if self.exit.is_some() {
             return;
         }
+        if let Kind::Forked { zygote, .. } = &self.kind {
+            // The zygote reaps its children (killing their group first) and reports.
+            let report = zygote.wait_exit(self.pid, Duration::from_secs(30));
+            let duration = |us: u64| Duration::from_micros(us);
+            self.exit = Some(match report {
+                Some(r) => Exit {
+                    status: wait_status(r.wait_status),
+                    max_rss_bytes: r.max_rss_kib * 1024,
+                    user: duration(r.user_us),
+                    system: duration(r.system_us),
+                },
+                // The zygote died, and its children with it (PR_SET_PDEATHSIG).
+                None => Exit {
+                    status: ExitStatus::Signal { signal: libc::SIGKILL, core_dumped: false },
+                    max_rss_bytes: 0,
+                    user: Duration::ZERO,
+                    system: Duration::ZERO,
+                },
+            });
+            return;
+        }
         if self.has_exited() {
             self.signal_group(libc::SIGKILL);
         }
@@ -334,11 +412,7 @@ impl WorkerProcess {
             }
             (status, usage)
         };
-        let status = if libc::WIFSIGNALED(status) {
-            ExitStatus::Signal { signal: libc::WTERMSIG(status), core_dumped: libc::WCOREDUMP(status) }
-        } else {
-            ExitStatus::Code(libc::WEXITSTATUS(status))
-        };
+        let status = wait_status(status);
         let duration = |t: libc::timeval| Duration::new(t.tv_sec as u64, (t.tv_usec as u32) * 1000);
         self.exit = Some(Exit {
             status,
@@ -354,6 +428,15 @@ impl Drop for WorkerProcess {
         if self.exit.is_none() {
             self.kill();
         }
+    }
+}
+
+/// A raw `wait` status as an `ExitStatus`.
+fn wait_status(status: i32) -> ExitStatus {
+    if libc::WIFSIGNALED(status) {
+        ExitStatus::Signal { signal: libc::WTERMSIG(status), core_dumped: libc::WCOREDUMP(status) }
+    } else {
+        ExitStatus::Code(libc::WEXITSTATUS(status))
     }
 }
 

@@ -31,6 +31,7 @@ pub fn main(cli: Cli) -> Result<i32, String> {
         Command::Pipe(args) => crate::pipe::main(&args),
         Command::Doctor(args) => crate::doctor::main(&args),
         Command::Report(command) => crate::report::main(&command),
+        Command::Slurm(command) => crate::slurm::main(&command),
         Command::Completions(args) => {
             let mut command = <Cli as clap::CommandFactory>::command();
             clap_complete::generate(args.shell, &mut command, "isorun", &mut std::io::stdout());
@@ -67,6 +68,7 @@ fn settings(args: &RunArgs) -> Result<Settings, String> {
             args: args.worker.worker_arg.clone(),
             max_frame: DEFAULT_MAX_FRAME,
         },
+        spawn_mode: args.spawn,
         signature: args.signature.clone(),
         tags: args.tags.clone(),
         session: SessionConfig {

@@ -12,9 +12,18 @@ const MAGIC: [u8; 4] = *b"ISR1";
 /// Default cap on one frame (2 GiB): outputs larger than this need a larger cap.
 pub const DEFAULT_MAX_FRAME: u64 = 2 << 30;
 
-/// Cap on what bincode may allocate while decoding one frame. Byte buffers
-/// cost what they hold, so it only needs to be well above the frame cap.
+/// Absolute cap on what bincode may claim while decoding one frame. Byte
+/// buffers cost what they hold, so it only needs to be well above the frame cap.
 const DECODE_LIMIT: usize = 8 << 30;
+
+/// What bincode may claim per byte of frame. Its claims are sizes in memory:
+/// at most 8 for one byte on the wire (a one-byte varint decoded as a `u64`),
+/// and exactly one per byte for strings and byte buffers. Tying the limit to
+/// the frame's length matters because bincode allocates a string or byte
+/// buffer (zeroed) at its claimed length *before* reading it: with a fixed
+/// 8 GiB limit, a 20-byte frame claiming a 7 GiB string made the supervisor
+/// reserve 7 GiB, which aborts it wherever address space is limited.
+const CLAIMS_PER_BYTE: usize = 16;
 
 /// Why a frame could not be read or decoded.
 #[derive(Debug, thiserror::Error)]
@@ -44,13 +53,34 @@ pub fn encode<T: Serialize>(message: &T) -> Vec<u8> {
 /// Decodes one message, under an allocation limit, insisting that the whole
 /// buffer is used.
 pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, FrameError> {
-    let config = bincode::config::standard().with_limit::<DECODE_LIMIT>();
-    let (message, used) =
-        bincode::serde::decode_from_slice(bytes, config).map_err(|e| FrameError::Decode(e.to_string()))?;
+    // bincode's limit is a type parameter: pick the smallest of a few that
+    // covers what this frame can legitimately claim.
+    let needed = bytes.len().saturating_mul(CLAIMS_PER_BYTE);
+    let decoded = match needed {
+        n if n <= 1 << 12 => decode_under::<T, { 1 << 12 }>(bytes),
+        n if n <= 1 << 16 => decode_under::<T, { 1 << 16 }>(bytes),
+        n if n <= 1 << 20 => decode_under::<T, { 1 << 20 }>(bytes),
+        n if n <= 1 << 24 => decode_under::<T, { 1 << 24 }>(bytes),
+        n if n <= 1 << 28 => decode_under::<T, { 1 << 28 }>(bytes),
+        n if n <= 1 << 32 => decode_under::<T, { 1 << 32 }>(bytes),
+        _ => decode_under::<T, DECODE_LIMIT>(bytes),
+    };
+    let (message, used) = decoded.map_err(|e| match e {
+        bincode::error::DecodeError::LimitExceeded => {
+            FrameError::Decode(format!("it claims more memory than a frame of {} bytes can hold", bytes.len()))
+        }
+        e => FrameError::Decode(e.to_string()),
+    })?;
     if used != bytes.len() {
         return Err(FrameError::TrailingBytes(bytes.len() - used));
     }
     Ok(message)
+}
+
+fn decode_under<T: DeserializeOwned, const LIMIT: usize>(
+    bytes: &[u8],
+) -> Result<(T, usize), bincode::error::DecodeError> {
+    bincode::serde::decode_from_slice(bytes, bincode::config::standard().with_limit::<LIMIT>())
 }
 
 /// Writes one message as a frame.
@@ -175,6 +205,63 @@ mod tests {
         payload.extend_from_slice(&(1u64 << 60).to_le_bytes());
         let r: Result<WorkerMessage, _> = decode(&payload);
         assert!(r.is_err());
+    }
+
+    /// Largest single allocation made by this test binary, to prove that a
+    /// claimed size is refused before anything is allocated for it.
+    struct Largest;
+
+    static LARGEST: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+    // SAFETY: forwards to the system allocator, recording sizes only.
+    unsafe impl std::alloc::GlobalAlloc for Largest {
+        unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
+            LARGEST.fetch_max(layout.size(), std::sync::atomic::Ordering::Relaxed);
+            std::alloc::System.alloc(layout)
+        }
+        unsafe fn alloc_zeroed(&self, layout: std::alloc::Layout) -> *mut u8 {
+            LARGEST.fetch_max(layout.size(), std::sync::atomic::Ordering::Relaxed);
+            std::alloc::System.alloc_zeroed(layout)
+        }
+        unsafe fn dealloc(&self, ptr: *mut u8, layout: std::alloc::Layout) {
+            std::alloc::System.dealloc(ptr, layout)
+        }
+    }
+
+    #[global_allocator]
+    static ALLOCATOR: Largest = Largest;
+
+    #[test]
+    fn claimed_string_length_beyond_the_frame_allocates_nothing() {
+        // Hello { protocol_version: 2, worker_version: <claims 7 GiB> }
+        for claim in [7u64 << 30, 1 << 20, 100] {
+            let mut payload = vec![0u8, 2];
+            payload.push(0xfd); // u64 varint marker
+            payload.extend_from_slice(&claim.to_le_bytes());
+            payload.extend_from_slice(b"short");
+            let r: Result<WorkerMessage, _> = decode(&payload);
+            assert!(matches!(r, Err(FrameError::Decode(_))), "{r:?}");
+        }
+        let largest = LARGEST.load(std::sync::atomic::Ordering::Relaxed);
+        assert!(largest < 64 << 20, "decoding allocated {largest} bytes for a claim");
+        // A legitimate large buffer still decodes.
+        let big = WorkerMessage::Finished {
+            unit: 1,
+            run_ms: 0,
+            result: UnitResult::Ok {
+                outputs: vec![("y".into(), Tensor::dense(DType::UInt8, vec![1 << 20], vec![7; 1 << 20]))],
+            },
+        };
+        assert_eq!(decode::<WorkerMessage>(&encode(&big)).unwrap(), big);
+        // Many tiny strings claim far more memory than their bytes: still fine.
+        let strings = WorkerMessage::Finished {
+            unit: 1,
+            run_ms: 0,
+            result: UnitResult::Ok {
+                outputs: vec![("s".into(), Tensor::strings(vec![100_000], vec![Vec::new(); 100_000]))],
+            },
+        };
+        assert_eq!(decode::<WorkerMessage>(&encode(&strings)).unwrap(), strings);
     }
 
     #[test]

@@ -1,14 +1,17 @@
 //! `isorun-worker`: started by `isorun`, one process for one model (or a few),
 //! so that the operating system takes back everything TensorFlow allocated
 //! when the process exits. It finds its socket to the supervisor through
-//! `ISORUN_IPC_FD`, which it removes from its environment at once.
+//! `ISORUN_IPC_FD`, which it removes from its environment at once. With
+//! `--zygote` it is a fork server instead (`isorun-zygote`), and with
+//! `--in-process` the benchmark floor (`in_process.rs`).
 
+mod in_process;
 mod serve;
 mod tf;
 mod validate;
 
 use isorun_protocol::ENV_IPC_FD;
-use std::os::fd::{FromRawFd, RawFd};
+use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
 
 fn main() {
@@ -16,25 +19,52 @@ fn main() {
         println!("isorun-worker {} (TensorFlow {})", env!("CARGO_PKG_VERSION"), tf::tensorflow_version());
         return;
     }
-    let Some(fd) = std::env::var(ENV_IPC_FD).ok().and_then(|v| v.parse::<RawFd>().ok()) else {
+    if std::env::args().nth(1).as_deref() == Some("--in-process") {
+        let args: Vec<String> = std::env::args().skip(2).collect();
+        std::process::exit(in_process::main(&args));
+    }
+    if std::env::args().nth(1).as_deref() == Some("--zygote") {
+        // A fork server: libtensorflow is loaded (linked), nothing else runs.
+        let code = match take_fd(isorun_zygote::ENV_ZYGOTE_FD) {
+            Some(control) => isorun_zygote::server::run(control, serve_socket),
+            None => {
+                eprintln!("isorun-worker: --zygote needs {}", isorun_zygote::ENV_ZYGOTE_FD);
+                2
+            }
+        };
+        // SAFETY: _exit ends the process without running destructors, on purpose.
+        unsafe { libc::_exit(code) }
+    }
+    let Some(socket) = take_fd(ENV_IPC_FD) else {
         eprintln!("isorun-worker: started without {ENV_IPC_FD}; it is started by `isorun run`, not by hand");
         std::process::exit(2);
     };
-    // SAFETY: single-threaded at this point; nothing else reads the environment.
-    unsafe { std::env::remove_var(ENV_IPC_FD) };
-    // SAFETY: the supervisor passed this descriptor open, and nothing else owns it.
-    let socket = unsafe { UnixStream::from_raw_fd(fd) };
-    // SAFETY: fcntl on a descriptor this process owns.
-    unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
-    let code = match serve::serve(socket) {
+    let code = serve_socket(UnixStream::from(socket));
+    // TensorFlow's teardown (thread pools, allocators) is work the operating
+    // system does better: leave at once.
+    // SAFETY: _exit ends the process without running destructors, on purpose.
+    unsafe { libc::_exit(code) }
+}
+
+/// The worker's life on its socket to the supervisor; the exit code.
+fn serve_socket(socket: UnixStream) -> i32 {
+    match serve::serve(socket) {
         Ok(()) => 0,
         Err(e) => {
             eprintln!("isorun-worker: {e}");
             1
         }
-    };
-    // TensorFlow's teardown (thread pools, allocators) is work the operating
-    // system does better: leave at once.
-    // SAFETY: _exit ends the process without running destructors, on purpose.
-    unsafe { libc::_exit(code) }
+    }
+}
+
+/// The descriptor named by environment variable `name`, which is removed at
+/// once; close-on-exec from here on.
+fn take_fd(name: &str) -> Option<OwnedFd> {
+    let fd = std::env::var(name).ok().and_then(|v| v.parse::<RawFd>().ok())?;
+    // SAFETY: single-threaded at this point; nothing else reads the environment.
+    unsafe { std::env::remove_var(name) };
+    // SAFETY: the supervisor passed this descriptor open, and nothing else owns it.
+    unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
+    // SAFETY: as above: ours alone.
+    Some(unsafe { OwnedFd::from_raw_fd(fd) })
 }

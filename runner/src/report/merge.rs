@@ -3,21 +3,101 @@
 //! are sorted by model id, as one run would have found them; a model in
 //! two reports means the shards overlap (or one report was given twice),
 //! which is refused rather than guessed at.
+//!
+//! With the list of models the shards were to run (`--models`, the
+//! `models.json` of `isorun slurm submit`), a listed model that no report
+//! holds (its shard task failed or was cancelled before writing its report)
+//! becomes a `not_run` unit with reason `shard_task_lost`: a lost task shows
+//! in the merged report instead of making its models silently disappear.
 
 use super::document::{assemble, Header};
 use super::junit::shard_text;
-use super::timestamp::parse_rfc3339;
+use super::timestamp::{parse_rfc3339, unix_milliseconds};
 use super::unit::Unit;
 use super::ReportError;
+use isorun_protocol::{NotRunReason, Outcome};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 /// The merged report of `reports` (each with the file it came from).
 pub fn merge(reports: &[(PathBuf, Value)]) -> Result<Value, ReportError> {
-    let Some((_, first)) = reports.first() else {
+    merge_with_models(reports, None)
+}
+
+/// The models a sharded run was to run, as `models.json` lists them:
+/// `{"shards": N, "submitted_at": RFC 3339, "command": [...], "models":
+/// [{"model": id, "path": path, "shard": K}, ...]}` (only `models` and each
+/// `model` are required).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelList {
+    pub shards: Option<u64>,
+    pub submitted_at_ms: Option<i64>,
+    pub command: Value,
+    pub models: Vec<ListedModel>,
+}
+
+/// One model of a [`ModelList`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListedModel {
+    pub model: String,
+    pub path: Option<String>,
+    pub shard: Option<u64>,
+}
+
+/// Reads a model list (`models.json`).
+pub fn read_model_list(path: &Path) -> Result<ModelList, ReportError> {
+    let text =
+        std::fs::read_to_string(path).map_err(|source| ReportError::Read { path: path.to_path_buf(), source })?;
+    let value: Value =
+        serde_json::from_str(&text).map_err(|source| ReportError::NotJson { path: path.to_path_buf(), source })?;
+    let wrong = |what: &str| ReportError::NotAModelList { path: path.to_path_buf(), what: what.to_string() };
+    let entries = value["models"].as_array().ok_or_else(|| wrong("no \"models\" list"))?;
+    let models = entries
+        .iter()
+        .map(|entry| {
+            Ok(ListedModel {
+                model: entry["model"].as_str().ok_or_else(|| wrong("a model without a \"model\" id"))?.to_string(),
+                path: entry["path"].as_str().map(str::to_string),
+                shard: entry["shard"].as_u64(),
+            })
+        })
+        .collect::<Result<Vec<_>, ReportError>>()?;
+    Ok(ModelList {
+        shards: value["shards"].as_u64(),
+        submitted_at_ms: value["submitted_at"].as_str().and_then(parse_rfc3339),
+        command: value["command"].clone(),
+        models,
+    })
+}
+
+/// The unit of a listed model that no shard report holds.
+fn lost_unit(listed: &ListedModel, shards: Option<u64>) -> Value {
+    let reason = NotRunReason::ShardTaskLost;
+    let mut unit = serde_json::Map::new();
+    unit.insert("model".into(), json!(listed.model));
+    if let Some(path) = &listed.path {
+        unit.insert("path".into(), json!(path));
+    }
+    unit.insert("status".into(), json!("not_run"));
+    unit.insert("error".into(), json!({"kind": "not_run", "message": Outcome::NotRun { reason }.to_string()}));
+    unit.insert("reason".into(), json!(reason.name()));
+    unit.insert("wall_ms".into(), json!(0));
+    if let (Some(index), Some(count)) = (listed.shard, shards) {
+        unit.insert("shard".into(), json!(format!("{index}/{count}")));
+    }
+    Value::Object(unit)
+}
+
+/// [`merge`], plus a `not_run` (`shard_task_lost`) unit for each model of
+/// `models` that no report holds. With a model list, no report at all is a
+/// report of lost units only.
+pub fn merge_with_models(reports: &[(PathBuf, Value)], models: Option<&ModelList>) -> Result<Value, ReportError> {
+    if reports.is_empty() && models.is_none() {
         return Err(ReportError::NothingToMerge);
-    };
+    }
+    let no_report = Value::Null;
+    let first = reports.first().map_or(&no_report, |(_, report)| report);
     let mut owner: BTreeMap<String, &Path> = BTreeMap::new();
     let mut units = Vec::new();
     for (path, report) in reports {
@@ -33,6 +113,10 @@ pub fn merge(reports: &[(PathBuf, Value)]) -> Result<Value, ReportError> {
             units.push(unit.clone());
         }
     }
+    if let Some(list) = models {
+        let lost = list.models.iter().filter(|listed| !owner.contains_key(&listed.model));
+        units.extend(lost.map(|listed| lost_unit(listed, list.shards)));
+    }
     units.sort_by(|a, b| Unit(a).model().as_bytes().cmp(Unit(b).model().as_bytes()));
 
     let mut started_at_ms = i64::MAX;
@@ -46,6 +130,11 @@ pub fn merge(reports: &[(PathBuf, Value)]) -> Result<Value, ReportError> {
         };
         started_at_ms = started_at_ms.min(time("started_at")?);
         finished_at_ms = finished_at_ms.max(time("finished_at")?);
+    }
+    if reports.is_empty() {
+        let submitted = models.and_then(|list| list.submitted_at_ms);
+        started_at_ms = submitted.unwrap_or_else(|| unix_milliseconds(std::time::SystemTime::now()));
+        finished_at_ms = started_at_ms;
     }
 
     let mut settings = first["settings"].as_object().cloned().unwrap_or_default();
@@ -62,9 +151,12 @@ pub fn merge(reports: &[(PathBuf, Value)]) -> Result<Value, ReportError> {
             .map(str::to_string),
         started_at_ms,
         finished_at_ms,
-        command: first["command"].clone(),
+        command: match (reports.is_empty(), models) {
+            (true, Some(list)) => list.command.clone(),
+            _ => first["command"].clone(),
+        },
         settings: Value::Object(settings),
-        machine: first["machine"].clone(),
+        machine: if reports.is_empty() { json!({}) } else { first["machine"].clone() },
     };
     Ok(assemble(header, units))
 }
@@ -102,6 +194,52 @@ mod tests {
         assert_eq!(merged["settings"], json!({"jobs": 2, "merged_from": ["0/2", "1/2"]}));
         assert_eq!(merged["summary"]["total"], 3);
         assert_eq!(merged["summary"]["by_status"]["ok"], 3);
+    }
+
+    fn listed(models: &[(&str, u64)]) -> ModelList {
+        ModelList {
+            shards: Some(2),
+            submitted_at_ms: parse_rfc3339("2024-01-01T09:00:00Z"),
+            command: json!(["isorun", "run", "models/"]),
+            models: models
+                .iter()
+                .map(|(model, shard)| ListedModel {
+                    model: model.to_string(),
+                    path: Some(format!("/models/{model}")),
+                    shard: Some(*shard),
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn listed_models_of_a_lost_shard_are_not_run_shard_task_lost() {
+        let reports =
+            [(PathBuf::from("0.json"), shard("0/2", "2024-01-01T10:00:00Z", "2024-01-01T10:00:01Z", &["a", "c"]))];
+        let merged = merge_with_models(&reports, Some(&listed(&[("a", 0), ("b", 1), ("c", 0), ("d", 1)]))).unwrap();
+        let units = merged["units"].as_array().unwrap();
+        let models: Vec<&str> = units.iter().map(|u| u["model"].as_str().unwrap()).collect();
+        assert_eq!(models, ["a", "b", "c", "d"]);
+        assert_eq!(
+            units[1],
+            json!({
+                "model": "b", "path": "/models/b", "status": "not_run",
+                "error": {"kind": "not_run", "message": "not run: shard_task_lost"},
+                "reason": "shard_task_lost", "wall_ms": 0, "shard": "1/2",
+            })
+        );
+        assert_eq!(merged["summary"]["by_status"]["not_run"], 2);
+        assert_eq!(merged["summary"]["by_status"]["ok"], 2);
+    }
+
+    #[test]
+    fn with_a_model_list_no_report_at_all_is_every_model_lost() {
+        let merged = merge_with_models(&[], Some(&listed(&[("a", 0), ("b", 1)]))).unwrap();
+        assert_eq!(merged["summary"]["by_status"]["not_run"], 2);
+        assert_eq!(merged["started_at"], "2024-01-01T09:00:00.000Z");
+        assert_eq!(merged["command"], json!(["isorun", "run", "models/"]));
+        assert_eq!(merged["settings"], json!({"merged_from": []}));
+        assert!(matches!(merge_with_models(&[], None), Err(ReportError::NothingToMerge)));
     }
 
     #[test]

@@ -52,6 +52,8 @@ pub enum ReportError {
     DuplicateModel { model: String, first: PathBuf, second: PathBuf },
     #[error("no report to merge")]
     NothingToMerge,
+    #[error("{}: not a model list (the models.json of isorun slurm submit): {what}", path.display())]
+    NotAModelList { path: PathBuf, what: String },
     #[error("{flag} {value}: expected a positive number")]
     BadRatio { flag: &'static str, value: f64 },
     #[error("{}: cannot write", path.display())]
@@ -110,7 +112,8 @@ fn merge_command(args: &ReportMergeArgs) -> Result<i32, ReportError> {
         .iter()
         .map(|path| files::read_report(path).map(|report| (path.clone(), report)))
         .collect::<Result<Vec<_>, _>>()?;
-    let merged = merge(&reports)?;
+    let models = args.models.as_deref().map(merge::read_model_list).transpose()?;
+    let merged = merge::merge_with_models(&reports, models.as_ref())?;
     files::write_report_files(&merged, Some(&args.output), args.junit.as_deref(), args.html.as_deref())?;
     Ok(exit_code::OK)
 }

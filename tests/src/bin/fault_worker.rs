@@ -14,6 +14,17 @@
 //! to N MiB, then hang), flaky (crash unless the model folder holds
 //! `.crashed-once`, which it creates first), crash-if-not-first (crash if
 //! this worker already ran a unit).
+//! With --zygote it is a fork server, as `isorun-worker --zygote`.
+//! Hostile run faults (tests/integration/hostile.rs): vec-claim (a frame
+//! whose payload claims 2^60 outputs), bytes-claim (a small frame claiming a
+//! 7 GiB output name), split-N (a good answer written in two halves N ms
+//! apart), cut (half of a good answer, then exit), noise-N (N seeded random
+//! bytes, then silence), noise-frame-N (a valid frame header, then N random
+//! bytes), stderr-flood (stderr as fast as it goes, forever), fork-N (N
+//! forked children that each fork a grandchild, and one exec'd `sleep`, all
+//! sleeping forever with this worker's arguments in their command line,
+//! then a good answer), fork-hang-N (the same, then hang), slow-start-N
+//! (sleep N ms before `Loaded`).
 //! With ISORUN_FAULT_LOG set, every run appends the model folder's name to
 //! that file, so tests can count how often each model was computed.
 //! With --ignore-term, it ignores SIGTERM (only SIGKILL stops it).
@@ -35,11 +46,21 @@ fn sleep_forever() -> ! {
 }
 
 fn main() {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let arg = |name: &str| args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).cloned();
+    if std::env::args().any(|a| a == "--zygote") {
+        // Fork-server mode, as `isorun-worker --zygote`: each child runs `worker_main`.
+        let fd: i32 = std::env::var(isorun_zygote::ENV_ZYGOTE_FD).expect("ISORUN_ZYGOTE_FD").parse().expect("fd");
+        // SAFETY: the supervisor passed this descriptor to us.
+        let control = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
+        std::process::exit(isorun_zygote::server::run(control, worker_main));
+    }
     let fd: i32 = std::env::var(ENV_IPC_FD).expect("ISORUN_IPC_FD").parse().expect("fd");
     // SAFETY: the supervisor passed this descriptor to us.
-    let mut socket = unsafe { UnixStream::from_raw_fd(fd) };
+    worker_main(unsafe { UnixStream::from_raw_fd(fd) });
+}
+
+fn worker_main(mut socket: UnixStream) -> i32 {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let arg = |name: &str| args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).cloned();
     if args.iter().any(|a| a == "--ignore-term") {
         // SAFETY: setting a signal disposition, before any thread starts.
         unsafe { libc::signal(libc::SIGTERM, libc::SIG_IGN) };
@@ -143,6 +164,9 @@ fn run(socket: &mut UnixStream, request: &RunRequest, shared: &[ipc_channel::ipc
     if mode == "hang-load" {
         sleep_forever();
     }
+    if mode == "slow-start" {
+        std::thread::sleep(Duration::from_millis(amount));
+    }
     write_frame(socket, &WorkerMessage::Loaded { unit, load_ms: 1 }).unwrap();
     let mut hog: Vec<u8> = Vec::new();
     match mode {
@@ -191,6 +215,68 @@ fn run(socket: &mut UnixStream, request: &RunRequest, shared: &[ipc_channel::ipc
             socket.write_all(&header).unwrap();
             sleep_forever()
         }
+        "vec-claim" => {
+            // Finished { unit, run_ms: 0, result: Ok { outputs: <2^60 of them> } }, then nothing.
+            let mut payload = vec![2u8];
+            payload.extend_from_slice(&varint(unit));
+            payload.extend_from_slice(&[0, 0]);
+            payload.extend_from_slice(&varint(1 << 60));
+            payload.extend_from_slice(b"\x01y");
+            socket.write_all(&frame(&payload)).unwrap();
+            sleep_forever()
+        }
+        "bytes-claim" => {
+            // Finished { unit, run_ms: 0, result: Ok { outputs: [(<a 7 GiB name>, ...)] } }
+            let mut payload = vec![2u8];
+            payload.extend_from_slice(&varint(unit));
+            payload.extend_from_slice(&[0, 0, 1]);
+            payload.extend_from_slice(&varint(7 << 30));
+            payload.extend_from_slice(b"just a few bytes");
+            socket.write_all(&frame(&payload)).unwrap();
+            sleep_forever()
+        }
+        "cut" => {
+            let answer = good_answer(request, shared, unit);
+            socket.write_all(&answer[..answer.len() / 2]).unwrap();
+            std::process::exit(0)
+        }
+        "split" => {
+            let answer = good_answer(request, shared, unit);
+            let (first, second) = answer.split_at(answer.len() / 2);
+            socket.write_all(first).unwrap();
+            std::thread::sleep(Duration::from_millis(amount));
+            socket.write_all(second).unwrap();
+            return;
+        }
+        "noise" => {
+            let mut bytes = random_bytes(amount, amount as usize);
+            if let Some(first) = bytes.first_mut() {
+                *first = b'!'; // never the start of "ISR1"
+            }
+            socket.write_all(&bytes).unwrap();
+            sleep_forever()
+        }
+        "noise-frame" => {
+            socket.write_all(&frame(&random_bytes(amount, amount as usize))).unwrap();
+            sleep_forever()
+        }
+        "stderr-flood" => {
+            let line = vec![b'x'; 1 << 20];
+            let mut stderr = std::io::stderr().lock();
+            loop {
+                // A megabyte without a newline, then a thousand short lines.
+                let _ = stderr.write_all(&line);
+                for _ in 0..1000 {
+                    let _ = stderr.write_all(b"flood flood flood flood flood flood flood flood\n");
+                }
+            }
+        }
+        "fork" | "fork-hang" => {
+            spawn_descendants(amount);
+            if mode == "fork-hang" {
+                sleep_forever()
+            }
+        }
         _ => {}
     }
     if mode == "crash-at" {
@@ -224,4 +310,80 @@ fn run(socket: &mut UnixStream, request: &RunRequest, shared: &[ipc_channel::ipc
     write_frame(socket, &WorkerMessage::Finished { unit: answered, run_ms: 0, result: UnitResult::Ok { outputs } })
         .unwrap();
     drop(hog);
+}
+
+/// A whole frame around `payload`, as `write_frame` would send it.
+fn frame(payload: &[u8]) -> Vec<u8> {
+    let mut bytes = b"ISR1".to_vec();
+    bytes.extend_from_slice(&(payload.len() as u64).to_le_bytes());
+    bytes.extend_from_slice(payload);
+    bytes
+}
+
+/// bincode 2's variable-length encoding of an unsigned integer.
+fn varint(n: u64) -> Vec<u8> {
+    match n {
+        0..=250 => vec![n as u8],
+        251..=0xffff => [&[251u8][..], &(n as u16).to_le_bytes()].concat(),
+        0x1_0000..=0xffff_ffff => [&[252u8][..], &(n as u32).to_le_bytes()].concat(),
+        _ => [&[253u8][..], &n.to_le_bytes()].concat(),
+    }
+}
+
+/// `len` bytes of xorshift64 noise from `seed`: the same bytes every time.
+fn random_bytes(seed: u64, len: usize) -> Vec<u8> {
+    let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    (0..len)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state >> 24) as u8
+        })
+        .collect()
+}
+
+/// The frame of a correct `Finished` answer (outputs are the inputs).
+fn good_answer(request: &RunRequest, shared: &[ipc_channel::ipc::IpcSharedMemory], unit: u64) -> Vec<u8> {
+    let outputs = request
+        .inputs
+        .iter()
+        .map(|(name, tensor)| {
+            let out = match dense_bytes(tensor, shared) {
+                Some(bytes) => Tensor::dense(tensor.dtype, tensor.shape.clone(), bytes.to_vec()),
+                None => tensor.clone(),
+            };
+            (name.clone(), out)
+        })
+        .collect();
+    let mut bytes = Vec::new();
+    write_frame(&mut bytes, &WorkerMessage::Finished { unit, run_ms: 0, result: UnitResult::Ok { outputs } }).unwrap();
+    bytes
+}
+
+/// `count` forked children, each of which forks a grandchild, and one
+/// exec'd `sleep`: all sleep forever, and all carry this worker's arguments
+/// in their command line (the forks share its memory image; the `sleep`
+/// gets them as its `argv[0]`), so a test can look for them by a marker.
+fn spawn_descendants(count: u64) {
+    use std::os::unix::process::CommandExt;
+    let args: Vec<String> = std::env::args().collect();
+    let _ = std::process::Command::new("sleep")
+        .arg0(format!("sleep-descendant {}", args.join(" ")))
+        .arg("1000")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn();
+    for _ in 0..count.min(8) {
+        // SAFETY: the child calls only async-signal-safe functions (fork, pause).
+        unsafe {
+            if libc::fork() == 0 {
+                libc::fork();
+                loop {
+                    libc::pause();
+                }
+            }
+        }
+    }
 }

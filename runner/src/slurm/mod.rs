@@ -1,0 +1,344 @@
+//! `isorun slurm submit`: a sharded run on a Slurm cluster, as two batch
+//! scripts in one folder: a job array whose task K runs `isorun run --shard
+//! K/N` with its own journal and report, and a merge job that starts when
+//! every task has ended (`afterany`) and joins the reports.
+//!
+//! Submit checks the run arguments as `isorun run` would (clap, discovery,
+//! the inputs) before writing anything, because a mistake found by a batch
+//! job hours later, N times over, is expensive. It also writes the models
+//! and their shards (`models.json`), computed exactly as `run` computes
+//! them, so the merge can report the models of a lost task as `not_run`
+//! (`shard_task_lost`) instead of leaving them out.
+
+mod run_args;
+mod script;
+
+pub use run_args::{prepare as prepare_run_args, RunArg};
+pub use script::{array_script, merge_script, shell_quote, Plan};
+
+use crate::cli::{Cli, Command, RunArgs, SlurmCommand, SlurmSubmitArgs};
+use crate::discover::{discover, latest_versions};
+use crate::report::format_rfc3339;
+use crate::shard::{fnv1a64, Shard};
+use isorun_protocol::exit_code;
+use serde_json::{json, Value};
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+
+/// `isorun slurm ...`; `Err` is a usage error (exit 2).
+pub fn main(command: &SlurmCommand) -> Result<i32, String> {
+    match command {
+        SlurmCommand::Submit(args) => submit(args),
+    }
+}
+
+/// A model and the shard that runs it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShardedModel {
+    pub id: String,
+    pub path: PathBuf,
+    pub shard: u64,
+}
+
+fn submit(args: &SlurmSubmitArgs) -> Result<i32, String> {
+    check_sbatch_options(args)?;
+    let out = std::path::absolute(&args.out).map_err(|e| format!("--out {}: {e}", args.out.display()))?;
+    let out_text = out.to_str().ok_or_else(|| format!("--out {}: not UTF-8", out.display()))?.to_string();
+    if let Some(c) = out_text.chars().find(|&c| !(c.is_ascii_alphanumeric() || "_-./+@,:=".contains(c))) {
+        return Err(format!(
+            "--out {out_text}: {c:?} cannot be in the folder's path (it goes into #SBATCH lines unquoted)"
+        ));
+    }
+    if out.exists() && !out.is_dir() {
+        return Err(format!("--out {out_text}: not a folder"));
+    }
+    let submit_dir = std::env::current_dir().map_err(|e| format!("cannot read the current folder: {e}"))?;
+    let submit_dir = submit_dir.to_str().ok_or("the current folder's path is not UTF-8")?.to_string();
+    let isorun = std::env::current_exe().map_err(|e| format!("cannot find this executable: {e}"))?;
+    let isorun = isorun.to_str().ok_or("this executable's path is not UTF-8")?.to_string();
+
+    // The run arguments: paths absolute, then checked by `isorun run`'s own parser.
+    let run_args = prepare_run_args(&args.run_args)?;
+    let parsed = match parse_task_command(&run_args, args.shards) {
+        Ok(parsed) => parsed,
+        Err(Parsed::Usage(message)) => return Err(message),
+        Err(Parsed::Clap(error)) => {
+            let _ = error.print();
+            return Ok(if error.use_stderr() { exit_code::USAGE } else { exit_code::OK });
+        }
+    };
+    if parsed.junit.is_some() || parsed.html.is_some() {
+        return Err("--config sets junit or html: the merge job writes DIR/report.xml and DIR/report.html".into());
+    }
+    if parsed.inputs.iter().any(|path| path.as_os_str() == "-") {
+        return Err("--config reads inputs from stdin (-): a batch job has no stdin; give the inputs as a file".into());
+    }
+    let models = sharded_models(&parsed, args.shards)?;
+    check_files(&parsed)?;
+    check_earlier_submit(&out, args.shards)?;
+
+    let plan = Plan {
+        isorun: &isorun,
+        submit_dir: &submit_dir,
+        out: &out_text,
+        shards: args.shards,
+        models: models.len(),
+        job_name: &args.job_name,
+        partition: args.partition.as_deref(),
+        time: args.time.as_deref(),
+        cpus_per_task: args.cpus_per_task,
+        mem: args.mem.as_deref(),
+        gpus_per_task: args.gpus_per_task,
+        sbatch_args: &args.sbatch_arg,
+        run_args: &run_args,
+        jobs_from_slurm: args.cpus_per_task.is_some() && parsed.jobs.is_none(),
+    };
+    let (array, merge) = (array_script(&plan), merge_script(&plan));
+    let listing = model_list(&models, args.shards, &isorun, &run_args);
+    let per_shard = shard_sizes(&models, args.shards);
+    let sizes: Vec<String> = per_shard.iter().map(u64::to_string).collect();
+    eprintln!("isorun: {} models in {} shards ({})", models.len(), args.shards, sizes.join(", "));
+    if let Some(empty) = per_shard.iter().position(|&n| n == 0) {
+        eprintln!("isorun: warning: shard {empty} (and maybe others) has no model; its task runs nothing");
+    }
+
+    let (array_path, merge_path) = (out.join("array.sbatch"), out.join("merge.sbatch"));
+    if args.dry_run {
+        print!(
+            "==> {} <==\n{array}\n==> {} <==\n{merge}\n==> what submit would run <==\n\
+             sbatch --parsable {}\nsbatch --parsable --dependency=afterany:<array job id> {}\n",
+            array_path.display(),
+            merge_path.display(),
+            array_path.display(),
+            merge_path.display()
+        );
+        return Ok(exit_code::OK);
+    }
+    let sbatch = find_in_path("sbatch").ok_or(
+        "sbatch not found on PATH: submit from a machine of the Slurm cluster (or print the scripts with --dry-run)",
+    )?;
+
+    // Nothing was written before this point.
+    write_folder(&out, &array, &merge, &listing)?;
+    let array_job = match run_sbatch(&sbatch, &[], &array_path) {
+        Ok(id) => id,
+        Err(message) => {
+            eprintln!("isorun: error: {message}");
+            return Ok(exit_code::SOME_FAILED);
+        }
+    };
+    let dependency = format!("--dependency=afterany:{array_job}");
+    let merge_job = match run_sbatch(&sbatch, &[&dependency], &merge_path) {
+        Ok(id) => id,
+        Err(message) => {
+            eprintln!("isorun: error: {message}");
+            eprintln!(
+                "isorun: array job {array_job} was submitted; submit the merge yourself: sbatch {dependency} {}",
+                merge_path.display()
+            );
+            return Ok(exit_code::SOME_FAILED);
+        }
+    };
+    println!("array job {array_job}, merge job {merge_job}");
+    eprintln!("isorun: follow with: squeue -j {array_job},{merge_job}; the report will be {out_text}/report.json");
+    Ok(exit_code::OK)
+}
+
+/// How parsing the task's command line failed.
+enum Parsed {
+    /// clap's own error (printed as clap prints it), or `--help`.
+    Clap(clap::Error),
+    Usage(String),
+}
+
+/// The run arguments as one task's `isorun run` command sees them (the
+/// flags submit adds included, `--config` expanded), parsed by clap.
+fn parse_task_command(run_args: &[RunArg], shards: u64) -> Result<RunArgs, Parsed> {
+    let mut argv: Vec<OsString> = vec!["isorun".into(), "run".into()];
+    argv.extend(run_args.iter().flat_map(|item| item.words.iter().map(OsString::from)));
+    // What the script adds (shard 0 stands for every K): the same flags clap will see there.
+    let double_dash = run_args.iter().any(|item| item.words == ["--"]);
+    let added: [&str; 7] = ["--shard", &format!("0/{shards}"), "--journal", "j", "--resume", "--report", "r"];
+    let added: Vec<OsString> = added.iter().map(OsString::from).chain([OsString::from("--json")]).collect();
+    if double_dash {
+        // After `--` every word is a MODEL: the flags go before it.
+        let at = argv.iter().position(|word| word == "--").expect("there is a --");
+        argv.splice(at..at, added);
+    } else {
+        argv.extend(added);
+    }
+    let argv = crate::config::expand_command_line(argv).map_err(|e| Parsed::Usage(crate::run::with_causes(&e)))?;
+    let cli = <Cli as clap::Parser>::try_parse_from(argv).map_err(Parsed::Clap)?;
+    match cli.command {
+        Command::Run(args) => Ok(*args),
+        _ => unreachable!("the command line starts with run"),
+    }
+}
+
+/// The models `isorun run` would find, each with its shard.
+fn sharded_models(args: &RunArgs, shards: u64) -> Result<Vec<ShardedModel>, String> {
+    let mut models = discover(&args.models, &mut |warning| eprintln!("isorun: warning: {warning}"))
+        .map_err(|e| crate::run::with_causes(&e))?;
+    if args.latest_version {
+        models = latest_versions(models);
+    }
+    Ok(models
+        .into_iter()
+        .map(|model| {
+            let shard = fnv1a64(model.id.as_bytes()) % shards;
+            debug_assert!(Shard { index: shard, count: shards }.owns(&model.id));
+            ShardedModel { id: model.id, path: model.path, shard }
+        })
+        .collect())
+}
+
+fn shard_sizes(models: &[ShardedModel], shards: u64) -> Vec<u64> {
+    let mut sizes = vec![0; shards as usize];
+    for model in models {
+        sizes[model.shard as usize] += 1;
+    }
+    sizes
+}
+
+/// What `run` checks before any work, short of starting a worker: the
+/// inputs read, the folders and files named exist, the worker is there.
+fn check_files(args: &RunArgs) -> Result<(), String> {
+    crate::inputs::load_inputs(&args.input, &args.inputs).map_err(|e| crate::run::with_causes(&e))?;
+    for (flag, dir) in [("--inputs-dir", &args.inputs_dir), ("--expect", &args.expect)] {
+        if let Some(dir) = dir.as_ref().filter(|dir| !dir.is_dir()) {
+            return Err(format!("{flag} {}: not a folder", dir.display()));
+        }
+    }
+    if let Some(library) = args.load_library.iter().find(|path| !path.is_file()) {
+        return Err(format!("--load-library {}: no such file", library.display()));
+    }
+    crate::locate::worker_binary(args.worker.worker.as_deref())?;
+    Ok(())
+}
+
+/// `--partition`, `--time`, `--mem`, `--job-name` and `--sbatch-arg` go into
+/// `#SBATCH` lines, which sbatch splits at spaces.
+fn check_sbatch_options(args: &SlurmSubmitArgs) -> Result<(), String> {
+    let given = [
+        ("--partition", args.partition.as_deref()),
+        ("--time", args.time.as_deref()),
+        ("--mem", args.mem.as_deref()),
+        ("--job-name", Some(args.job_name.as_str())),
+    ];
+    for (flag, value) in given.into_iter().chain(args.sbatch_arg.iter().map(|v| ("--sbatch-arg", Some(v.as_str())))) {
+        if let Some(value) = value {
+            if value.is_empty() || value.chars().any(|c| c.is_whitespace() || c.is_control()) {
+                return Err(format!("{flag} {value:?}: expected one word, without spaces"));
+            }
+        }
+    }
+    if let Some(time) = &args.time {
+        let slurm_time = time.chars().all(|c| c.is_ascii_digit() || c == ':' || c == '-')
+            || ["infinite", "unlimited"].contains(&time.to_ascii_lowercase().as_str());
+        if !slurm_time {
+            return Err(format!("--time {time}: expected MINUTES, HH:MM:SS, D-HH:MM:SS or UNLIMITED"));
+        }
+    }
+    if let Some(option) = args.sbatch_arg.iter().find(|option| !option.starts_with('-')) {
+        return Err(format!("--sbatch-arg {option}: expected an sbatch option, e.g. --sbatch-arg=--account=ml"));
+    }
+    Ok(())
+}
+
+/// Submitting again into a folder resumes from its journals, which hold
+/// the shards of the first submit: another shard count is refused.
+fn check_earlier_submit(out: &Path, shards: u64) -> Result<(), String> {
+    let path = out.join("models.json");
+    let Ok(text) = std::fs::read_to_string(&path) else { return Ok(()) };
+    let earlier = serde_json::from_str::<Value>(&text).ok().and_then(|v| v["shards"].as_u64());
+    match earlier {
+        Some(earlier) if earlier != shards => Err(format!(
+            "{} was submitted with --shards {earlier} ({}): submit with --shards {earlier} to resume it, \
+             or give another --out",
+            out.display(),
+            path.display()
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// `models.json`: the models and their shards, for `isorun report merge --models`.
+fn model_list(models: &[ShardedModel], shards: u64, isorun: &str, run_args: &[RunArg]) -> Value {
+    let mut command = vec![isorun.to_string(), "run".to_string()];
+    command.extend(run_args.iter().flat_map(|item| item.words.iter().cloned()));
+    json!({
+        "shards": shards,
+        "submitted_at": format_rfc3339(crate::report::unix_milliseconds(std::time::SystemTime::now())),
+        "isorun_version": env!("CARGO_PKG_VERSION"),
+        "command": command,
+        "models": models
+            .iter()
+            .map(|m| json!({"model": m.id, "path": m.path.to_string_lossy(), "shard": m.shard}))
+            .collect::<Vec<_>>(),
+    })
+}
+
+/// Writes the scripts and `models.json`, and clears what an earlier submit
+/// into the folder left that would be mistaken for this one's: shard
+/// reports and JSON lines, the merged report. Journals stay, for resuming.
+fn write_folder(out: &Path, array: &str, merge: &str, listing: &Value) -> Result<(), String> {
+    let failed = |path: &Path, e: std::io::Error| format!("{}: cannot write: {e}", path.display());
+    for dir in [out.join("shards"), out.join("logs")] {
+        std::fs::create_dir_all(&dir).map_err(|e| failed(&dir, e))?;
+    }
+    let shards = out.join("shards");
+    for entry in std::fs::read_dir(&shards).map_err(|e| failed(&shards, e))?.flatten() {
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        let stem = name.strip_suffix(".json").or_else(|| name.strip_suffix(".jsonl"));
+        if stem.is_some_and(|stem| !stem.is_empty() && stem.bytes().all(|b| b.is_ascii_digit())) {
+            std::fs::remove_file(entry.path()).map_err(|e| failed(&entry.path(), e))?;
+        }
+    }
+    for name in ["report.json", "report.xml", "report.html"] {
+        let path = out.join(name);
+        if path.exists() {
+            std::fs::remove_file(&path).map_err(|e| failed(&path, e))?;
+        }
+    }
+    let mut listing_text = serde_json::to_string_pretty(listing).expect("JSON");
+    listing_text.push('\n');
+    for (name, text) in [("array.sbatch", array), ("merge.sbatch", merge), ("models.json", listing_text.as_str())] {
+        let path = out.join(name);
+        std::fs::write(&path, text).map_err(|e| failed(&path, e))?;
+    }
+    Ok(())
+}
+
+/// `sbatch --parsable [extra] SCRIPT`: the job id it prints (`12`, or `12;cluster`).
+fn run_sbatch(sbatch: &Path, extra: &[&str], script: &Path) -> Result<String, String> {
+    let output = std::process::Command::new(sbatch)
+        .arg("--parsable")
+        .args(extra)
+        .arg(script)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .map_err(|e| format!("cannot run {}: {e}", sbatch.display()))?;
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let id = stdout.trim().split(';').next().unwrap_or("").to_string();
+    if !output.status.success() || id.is_empty() || !id.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(format!(
+            "sbatch {} failed ({}): {}{}",
+            script.display(),
+            output.status,
+            stderr.trim(),
+            stdout.trim()
+        ));
+    }
+    Ok(id)
+}
+
+/// The first executable `name` in the folders of `PATH`.
+fn find_in_path(name: &str) -> Option<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(name))
+        .find(|candidate| candidate.metadata().is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0))
+}

@@ -1,0 +1,187 @@
+//! The two batch scripts `isorun slurm submit` writes. They are meant to be
+//! read (and kept in a repository, as `examples/slurm/` does): each says
+//! what it does, what it writes where, and how to submit it by hand, and
+//! names every path absolutely, so it means the same from any folder.
+
+use super::run_args::RunArg;
+
+/// Everything the scripts say.
+#[derive(Debug, Clone)]
+pub struct Plan<'a> {
+    /// The `isorun` binary, absolute.
+    pub isorun: &'a str,
+    /// The folder `isorun slurm submit` ran in; the jobs start there.
+    pub submit_dir: &'a str,
+    /// `--out`, absolute.
+    pub out: &'a str,
+    pub shards: u64,
+    /// How many models `models.json` lists.
+    pub models: usize,
+    pub job_name: &'a str,
+    pub partition: Option<&'a str>,
+    pub time: Option<&'a str>,
+    pub cpus_per_task: Option<u32>,
+    pub mem: Option<&'a str>,
+    pub gpus_per_task: Option<u32>,
+    pub sbatch_args: &'a [String],
+    /// The run arguments, paths absolute.
+    pub run_args: &'a [RunArg],
+    /// Add `--jobs "$SLURM_CPUS_PER_TASK"` (asked for CPUs, and no -j given).
+    pub jobs_from_slurm: bool,
+}
+
+/// A word for bash: as it is when it is plainly safe, else in single quotes.
+pub fn shell_quote(word: &str) -> String {
+    let plain = |c: char| c.is_ascii_alphanumeric() || "_-./=:,+@%^".contains(c);
+    if !word.is_empty() && word.chars().all(plain) {
+        word.to_string()
+    } else {
+        format!("'{}'", word.replace('\'', r"'\''"))
+    }
+}
+
+/// The `#SBATCH` lines both jobs share.
+fn shared_options(plan: &Plan<'_>) -> String {
+    let mut lines = String::new();
+    if let Some(partition) = plan.partition {
+        lines.push_str(&format!("#SBATCH --partition={partition}\n"));
+    }
+    for option in plan.sbatch_args {
+        lines.push_str(&format!("#SBATCH {option}\n"));
+    }
+    lines
+}
+
+/// The job array: task K runs `isorun run --shard K/N`.
+pub fn array_script(plan: &Plan<'_>) -> String {
+    let Plan { out, shards, .. } = *plan;
+    let last = shards - 1;
+    let mut s = String::new();
+    s.push_str(&format!(
+        "#!/bin/bash
+# isorun on Slurm: task K of this job array runs shard K of {shards} of `isorun run`
+# (the models whose id hashes to K; {out}/models.json lists all {models}),
+# with its own journal and report. Written by `isorun slurm submit` (isorun {version}), which
+# submitted it with the merge job that joins the reports:
+#
+#   sbatch --parsable {out}/array.sbatch
+#   sbatch --parsable --dependency=afterany:<array job id> {out}/merge.sbatch
+#
+# Task K writes, in {out}/shards/:
+#   K.json           its report
+#   K.jsonl          one JSON line per model
+#   K.journal.jsonl  its journal: run again, the task skips the models it finished (--resume)
+# and logs to {out}/logs/array-<array job id>_K.out.
+#
+# To run one task again (then the merge job): sbatch --array=K {out}/array.sbatch
+# (the shard count is written below rather than read from SLURM_ARRAY_TASK_COUNT, so that works).
+# `isorun run` exits 1 when some model is not ok, and Slurm then says the task FAILED; its
+# report is complete all the same. A task that ends before writing its report leaves its models
+# to the merge job, which reports them as not_run (shard_task_lost).
+# The tasks get the environment sbatch was called in (--export=ALL, Slurm's default):
+# ISORUN_WORKER, ISORUN_LIBTENSORFLOW_DIR and the like reach isorun from there.
+#SBATCH --job-name={job_name}
+#SBATCH --array=0-{last}
+#SBATCH --output={out}/logs/array-%A_%a.out
+",
+        models = plan.models,
+        version = env!("CARGO_PKG_VERSION"),
+        job_name = plan.job_name,
+    ));
+    if let Some(time) = plan.time {
+        s.push_str(&format!("#SBATCH --time={time}\n"));
+    }
+    if let Some(cpus) = plan.cpus_per_task {
+        s.push_str(&format!("#SBATCH --cpus-per-task={cpus}\n"));
+    }
+    if let Some(mem) = plan.mem {
+        s.push_str(&format!("#SBATCH --mem={mem}\n"));
+    }
+    if let Some(gpus) = plan.gpus_per_task {
+        s.push_str(&format!("#SBATCH --gpus-per-task={gpus}\n"));
+    }
+    s.push_str(&shared_options(plan));
+    s.push_str(&format!(
+        "set -euo pipefail
+cd {submit_dir}
+
+K=${{SLURM_ARRAY_TASK_ID:?not a Slurm array task: submit this script with sbatch}}
+N={shards}
+OUT={out_quoted}
+exec {isorun} run \\\n",
+        submit_dir = shell_quote(plan.submit_dir),
+        out_quoted = shell_quote(out),
+        isorun = shell_quote(plan.isorun),
+    ));
+    for item in plan.run_args {
+        let words: Vec<String> = item.words.iter().map(|word| shell_quote(word)).collect();
+        s.push_str(&format!("  {} \\\n", words.join(" ")));
+    }
+    if plan.jobs_from_slurm {
+        s.push_str("  --jobs \"$SLURM_CPUS_PER_TASK\" \\\n");
+    }
+    s.push_str(
+        "  --shard \"$K/$N\" \\
+  --journal \"$OUT/shards/$K.journal.jsonl\" --resume \\
+  --report \"$OUT/shards/$K.json\" \\
+  --json >\"$OUT/shards/$K.jsonl\"
+",
+    );
+    s
+}
+
+/// The merge job, submitted with `--dependency=afterany:<array job id>`.
+pub fn merge_script(plan: &Plan<'_>) -> String {
+    let Plan { out, .. } = *plan;
+    let mut s = format!(
+        "#!/bin/bash
+# Joins the reports of the shard tasks of {out}/array.sbatch into one report, once
+# every task has ended, however it ended. Written by `isorun slurm submit` (isorun {version}),
+# which submitted it after the array:
+#
+#   sbatch --parsable --dependency=afterany:<array job id> {out}/merge.sbatch
+#
+# It writes {out}/report.json, report.xml (JUnit) and report.html, and logs to
+# {out}/logs/merge-<job id>.out. Every model {out}/models.json lists is in
+# the report: the models of a task that failed or was cancelled before writing its report
+# are not_run, with reason shard_task_lost.
+#SBATCH --job-name={job_name}-merge
+#SBATCH --output={out}/logs/merge-%j.out
+#SBATCH --time=00:10:00
+",
+        version = env!("CARGO_PKG_VERSION"),
+        job_name = plan.job_name,
+    );
+    s.push_str(&shared_options(plan));
+    s.push_str(&format!(
+        "set -euo pipefail
+cd {submit_dir}
+
+OUT={out_quoted}
+shopt -s nullglob
+reports=(\"$OUT\"/shards/*.json) # none at all when every task was lost
+# ${{reports[@]+...}}: the list, empty too, also under set -u in bash before 4.4.
+exec {isorun} report merge ${{reports[@]+\"${{reports[@]}}\"}} \\
+  --models \"$OUT/models.json\" \\
+  -o \"$OUT/report.json\" --junit \"$OUT/report.xml\" --html \"$OUT/report.html\"
+",
+        submit_dir = shell_quote(plan.submit_dir),
+        out_quoted = shell_quote(out),
+        isorun = shell_quote(plan.isorun),
+    ));
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn words_are_quoted_only_when_needed() {
+        assert_eq!(shell_quote("/srv/models"), "/srv/models");
+        assert_eq!(shell_quote("--input=x=@[1, 2]"), "'--input=x=@[1, 2]'");
+        assert_eq!(shell_quote("it's"), r"'it'\''s'");
+        assert_eq!(shell_quote(""), "''");
+        assert_eq!(shell_quote("$HOME"), "'$HOME'");
+    }
+}

@@ -1,0 +1,71 @@
+//! `isorun-worker --in-process [--batch N] [--signature KEY] MODEL...`: loads
+//! and runs every model one after another in this one process, with zero
+//! inputs shaped from each signature (unknown dimensions become N, default
+//! 1), and prints one line per model and the total. It is the floor that
+//! `scripts/bench` measures isolation against: the same C API calls, no
+//! process per model, and none of isorun's guarantees.
+
+use crate::tf::SavedModel;
+use isorun_protocol::{SessionConfig, Tensor};
+use std::path::Path;
+use std::time::Instant;
+
+pub fn main(args: &[String]) -> i32 {
+    let mut batch = 1u64;
+    let mut signature = "serving_default".to_string();
+    let mut models = Vec::new();
+    let mut rest = args.iter();
+    while let Some(arg) = rest.next() {
+        match arg.as_str() {
+            "--batch" => batch = rest.next().and_then(|n| n.parse().ok()).unwrap_or(1),
+            "--signature" => signature = rest.next().cloned().unwrap_or_default(),
+            model => models.push(model.to_string()),
+        }
+    }
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as u32;
+    let config = SessionConfig { intra_op_threads: cpus, inter_op_threads: cpus };
+    let started = Instant::now();
+    for model_dir in &models {
+        let unit = Instant::now();
+        let model = match SavedModel::load(Path::new(model_dir), &["serve".to_string()], &config) {
+            Ok(model) => model,
+            Err(e) => {
+                eprintln!("{model_dir}: {e}");
+                return 1;
+            }
+        };
+        let loaded = unit.elapsed();
+        let result = model.signature(&signature).and_then(|(info, _)| {
+            let inputs: Vec<Tensor> = info
+                .inputs
+                .iter()
+                .map(|spec| {
+                    let shape: Vec<u64> =
+                        spec.shape.clone().unwrap_or_default().iter().map(|d| d.unwrap_or(batch)).collect();
+                    let count = Tensor::element_count(&shape).unwrap_or(0) as usize;
+                    Tensor::dense(spec.dtype, shape, vec![0; count * spec.dtype.element_size().unwrap_or(1)])
+                })
+                .collect();
+            let with_bytes: Vec<_> = inputs.iter().map(|t| (t, Some(dense_bytes(t)))).collect();
+            model.run(&signature, &with_bytes)
+        });
+        if let Err(e) = result {
+            eprintln!("{model_dir}: {e}");
+            return 1;
+        }
+        println!(
+            "{model_dir}\tload {:.1} ms\ttotal {:.1} ms",
+            loaded.as_secs_f64() * 1e3,
+            unit.elapsed().as_secs_f64() * 1e3
+        );
+    }
+    println!("total\t{:.3} s\t{} models", started.elapsed().as_secs_f64(), models.len());
+    0
+}
+
+fn dense_bytes(tensor: &Tensor) -> &[u8] {
+    match &tensor.data {
+        isorun_protocol::TensorData::Dense(bytes) => bytes,
+        _ => &[],
+    }
+}
