@@ -192,6 +192,35 @@ def build_fixed_shape(path):
     tf.saved_model.save(m, path, signatures={"serving_default": m.serve})
 
 
+# A model that uses the file system, as a hostile model would: the sandbox
+# tests point it at paths outside its folder (kept apart in
+# tests/fixtures/hostile, so ordinary runs over tests/fixtures/models never
+# execute it).
+
+
+def build_file_ops(path):
+    class FileOps(tf.Module):
+        @tf.function(input_signature=[spec([], tf.string, "path"), spec([], tf.string, "contents")])
+        def write(self, path, contents):
+            write = tf.io.write_file(path, contents)
+            with tf.control_dependencies([write]):
+                return {"written": tf.identity(path)}
+
+        @tf.function(input_signature=[spec([], tf.string, "path")])
+        def read(self, path):
+            return {"contents": tf.io.read_file(path)}
+
+        @tf.function(input_signature=[spec([], tf.string, "pattern")])
+        def list(self, pattern):
+            return {"files": tf.io.matching_files(pattern)}
+
+    m = FileOps()
+    tf.saved_model.save(m, path, signatures={"write": m.write, "read": m.read, "list": m.list})
+
+
+HOSTILE_MODELS = {"file_ops": build_file_ops}
+
+
 # Example (demo) models: all take x float32 [None, 4].
 
 
@@ -580,6 +609,7 @@ def main():
         manifest = run_cases(models_dir, expected_dir)
         with open(os.path.join(tmp_fix, "manifest.json"), "w") as f:
             f.write(to_json(manifest))
+        build_models(HOSTILE_MODELS, os.path.join(tmp_fix, "hostile"))
 
         # Examples.
         ex_models = os.path.join(tmp_ex, "models")
@@ -612,7 +642,7 @@ def main():
         trash_ex = os.path.join(tmp_ex, ".old")
         os.makedirs(trash)
         os.makedirs(trash_ex)
-        for part in ("models", "expected", "manifest.json"):
+        for part in ("models", "expected", "manifest.json", "hostile"):
             replace(os.path.join(tmp_fix, part), os.path.join(fixtures, part), trash)
         for part in ("models", "inputs.npz"):
             replace(os.path.join(tmp_ex, part), os.path.join(examples, part), trash_ex)

@@ -10,13 +10,15 @@ mod outcome;
 mod tensor;
 
 pub use dtype::{tf_code_name, DType};
-pub use message::{Hello, RunRequest, SessionConfig, SignatureInfo, TensorSpec, ToWorker, UnitResult, WorkerMessage};
+pub use message::{
+    Hello, RunRequest, SandboxSpec, SessionConfig, SignatureInfo, TensorSpec, ToWorker, UnitResult, WorkerMessage,
+};
 pub use outcome::{signal_name, ErrorKind, ModelError, NotRunReason, Outcome, Phase};
 pub use tensor::{Tensor, TensorData, TensorError};
 
 /// Bumped on every change of the wire types; a worker whose `Hello` carries
 /// another version is a `protocol_error`.
-pub const PROTOCOL_VERSION: u32 = 2;
+pub const PROTOCOL_VERSION: u32 = 3;
 
 /// Exit codes of `isorun`, documented in the README.
 pub mod exit_code {

@@ -43,6 +43,20 @@ pub struct RunRequest {
     pub load_only: bool,
     /// Custom-op libraries (`.so`) to load into TensorFlow before the model.
     pub libraries: Vec<String>,
+    /// Confine the worker before it loads anything (applied once, on the
+    /// first request that carries it).
+    pub sandbox: Option<SandboxSpec>,
+}
+
+/// What a sandboxed worker may still do.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SandboxSpec {
+    /// Folders and files it may read (every model of its batch, libraries).
+    pub read_paths: Vec<String>,
+    /// Its own empty working folder (read only).
+    pub work_dir: Option<String>,
+    /// Keep core dumps (off by default).
+    pub core_dumps: bool,
 }
 
 /// Supervisor to worker.
@@ -112,5 +126,11 @@ pub enum WorkerMessage {
         unit: u64,
         run_ms: u64,
         result: UnitResult,
+    },
+    /// The worker confined itself: the protections in force (`landlock`,
+    /// `no_network`, `no_new_privs`, ...) and those it could not apply.
+    Sandboxed {
+        protections: Vec<String>,
+        missing: Vec<String>,
     },
 }

@@ -127,6 +127,10 @@ pub struct PipeArgs {
     #[arg(long, value_name = "SECONDS", allow_negative_numbers = true)]
     pub timeout: Option<f64>,
 
+    /// Confine the worker (Landlock, no network, no new privileges, clean environment).
+    #[arg(long, value_enum, value_name = "MODE", default_value = "strict", env = "ISORUN_SANDBOX")]
+    pub sandbox: SandboxMode,
+
     #[command(flatten)]
     pub worker: WorkerArgs,
 }
@@ -201,6 +205,15 @@ pub struct ReportMergeArgs {
     /// in no report is added as `not_run` with reason `shard_task_lost`.
     #[arg(long, value_name = "PATH.json")]
     pub models: Option<PathBuf>,
+}
+
+/// How far workers are confined.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum SandboxMode {
+    /// Everything the kernel allows (a one-line warning names what it does not).
+    Strict,
+    /// No confinement: the model can do what the user can.
+    Off,
 }
 
 /// How workers are started.
@@ -315,6 +328,21 @@ pub struct RunArgs {
         help_heading = "Workers"
     )]
     pub spawn: SpawnMode,
+
+    /// Confine each worker (Landlock, no network, no new privileges, clean environment) before it loads a model.
+    #[arg(
+        long,
+        value_enum,
+        value_name = "MODE",
+        default_value = "strict",
+        env = "ISORUN_SANDBOX",
+        help_heading = "Workers"
+    )]
+    pub sandbox: SandboxMode,
+
+    /// Let sandboxed workers write core dumps.
+    #[arg(long, help_heading = "Workers")]
+    pub core_dumps: bool,
 
     /// Models each worker runs before it exits and a fresh one starts.
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..), help_heading = "Workers")]

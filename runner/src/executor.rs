@@ -16,7 +16,8 @@ use crate::values::tensor_values;
 use crate::zygote::Zygote;
 use ipc_channel::ipc::IpcSharedMemory;
 use isorun_protocol::{
-    DType, ErrorKind, ModelError, NotRunReason, Outcome, RunRequest, SessionConfig, Tensor, TensorData, ToWorker,
+    DType, ErrorKind, ModelError, NotRunReason, Outcome, RunRequest, SandboxSpec, SessionConfig, Tensor, TensorData,
+    ToWorker,
 };
 use isorun_transport::{RequestEnvelope, SHARED_THRESHOLD};
 use std::collections::{HashMap, VecDeque};
@@ -30,6 +31,9 @@ use std::time::{Duration, Instant};
 pub struct Settings {
     pub spawn: SpawnSpec,
     pub spawn_mode: SpawnMode,
+    /// Sandbox for every worker (`None`: `--sandbox off`); its read paths
+    /// are completed with the models of each worker's batch.
+    pub sandbox: Option<SandboxSpec>,
     pub signature: String,
     pub tags: Vec<String>,
     pub session: SessionConfig,
@@ -187,6 +191,8 @@ pub struct UnitReport {
     pub worker_id: Option<u64>,
     pub worker_pid: Option<i32>,
     pub stderr_tail: Vec<String>,
+    /// Protections in force in the worker, and those it could not apply.
+    pub sandbox: Option<(Vec<String>, Vec<String>)>,
     /// Every attempt, the last one included (more than one after retries
     /// or after a crash in a shared worker was run again alone).
     pub attempts: Vec<Attempt>,
@@ -224,6 +230,7 @@ impl UnitReport {
             worker_id: None,
             worker_pid: None,
             stderr_tail: Vec::new(),
+            sandbox: None,
             attempts: Vec::new(),
         }
     }
@@ -444,6 +451,7 @@ impl Slot<'_> {
             // Units in this worker; the last report waits for the worker's
             // exit, whose rusage completes its measurements.
             let shared = !solo;
+            let worker_batch: Vec<usize> = if solo { vec![first] } else { pending.iter().copied().collect() };
             let mut last: Option<(UnitReport, Instant, (Duration, Duration))> = None;
             let mut cpu_before = (Duration::ZERO, Duration::ZERO);
             while let Some(&index) = pending.front() {
@@ -453,7 +461,7 @@ impl Slot<'_> {
                 pending.pop_front();
                 tell(Progress::Started(index));
                 let unit_started = if last.is_none() { started } else { Instant::now() };
-                let end = self.run_unit(&mut worker, index, unit_started);
+                let end = self.run_unit(&mut worker, index, &worker_batch, unit_started);
                 if let Some((mut report, begun, before)) = last.take() {
                     finish_metrics(&mut report, &worker, None, begun, before);
                     self.conclude(report, shared, &mut history, &mut pending, tell);
@@ -538,7 +546,7 @@ impl Slot<'_> {
         true
     }
 
-    fn run_unit(&self, worker: &mut WorkerProcess, index: usize, started: Instant) -> UnitEnd {
+    fn run_unit(&self, worker: &mut WorkerProcess, index: usize, batch: &[usize], started: Instant) -> UnitEnd {
         let model = &self.models[index];
         let mut report = UnitReport::new(index, Outcome::Ok);
         let inputs = match self.inputs.for_model(model, &self.settings.signature, &self.settings.tags) {
@@ -577,10 +585,16 @@ impl Slot<'_> {
                 config: self.settings.session,
                 load_only: false,
                 libraries: self.settings.libraries.clone(),
+                sandbox: self.settings.sandbox.as_ref().map(|spec| {
+                    let mut spec = spec.clone();
+                    spec.read_paths.extend(batch.iter().map(|&i| self.models[i].path.to_string_lossy().into_owned()));
+                    spec
+                }),
             };
             let envelope = RequestEnvelope::new(&ToWorker::Run(request), self.inputs.shared.clone());
             let end = run_request(worker, envelope, index as u64, self.stop, deadlines);
             report.load_ms = report.load_ms.or(end.load_ms);
+            report.sandbox = worker.sandbox().cloned();
             report.run_ms = match (report.run_ms, end.run_ms) {
                 (Some(a), Some(b)) => Some(a + b),
                 (a, b) => a.or(b),

@@ -14,7 +14,7 @@ use crate::process::{SpawnSpec, WorkerProcess};
 use crate::run::watch_signals;
 use crate::session::{run_request, shutdown, wait_hello, Deadlines};
 use crate::values::tensor_values;
-use isorun_protocol::{exit_code, Outcome, RunRequest, SessionConfig, SignatureInfo, Tensor, ToWorker};
+use isorun_protocol::{exit_code, Outcome, RunRequest, SandboxSpec, SessionConfig, SignatureInfo, Tensor, ToWorker};
 use isorun_transport::{RequestEnvelope, DEFAULT_MAX_FRAME};
 use serde_json::{json, Map, Value};
 use std::io::{self, BufRead, Write};
@@ -33,6 +33,8 @@ struct Server<'a> {
     signature: SignatureInfo,
     config: SessionConfig,
     stop: &'a Stop,
+    /// Confine the worker (`--sandbox strict`).
+    sandbox: bool,
     worker: Option<WorkerProcess>,
     served_by_worker: u64,
     next_unit: u64,
@@ -49,6 +51,11 @@ impl Server<'_> {
             config: self.config,
             load_only,
             libraries: Vec::new(),
+            sandbox: self.sandbox.then(|| SandboxSpec {
+                read_paths: vec![self.model_dir.to_string_lossy().into_owned()],
+                work_dir: None,
+                core_dumps: false,
+            }),
         }
     }
 
@@ -111,6 +118,7 @@ pub fn main(args: &PipeArgs) -> Result<i32, String> {
         lib_dir: libtensorflow_dir(args.worker.libtensorflow_dir.as_deref()),
         args: args.worker.worker_arg.clone(),
         max_frame: DEFAULT_MAX_FRAME,
+        clean_env: args.sandbox == crate::cli::SandboxMode::Strict,
     };
     let stop = Arc::new(Stop::default());
     let signals = watch_signals(Arc::clone(&stop)).map_err(|e| format!("cannot install signal handlers: {e}"))?;
@@ -121,6 +129,7 @@ pub fn main(args: &PipeArgs) -> Result<i32, String> {
         signature,
         config: SessionConfig { intra_op_threads: cpus, inter_op_threads: cpus },
         stop: &stop,
+        sandbox: args.sandbox == crate::cli::SandboxMode::Strict,
         worker: None,
         served_by_worker: 0,
         next_unit: 0,

@@ -30,6 +30,33 @@ pub struct SpawnSpec {
     pub args: Vec<String>,
     /// Largest frame accepted from a worker.
     pub max_frame: u64,
+    /// Start workers with an environment cleared down to an allow-list
+    /// (`--sandbox strict`): a model can read its process's initial
+    /// environment through `/proc/self/environ`, so it must be clean from exec.
+    pub clean_env: bool,
+}
+
+/// Environment variables a sandboxed worker keeps: prefixes and names.
+const ENV_PREFIXES: &[&str] = &["TF_", "CUDA_", "LC_", "OMP_", "KMP_"];
+const ENV_NAMES: &[&str] = &["LANG", "LANGUAGE", "TZ"];
+
+/// Applies the spec's environment to a worker or zygote command.
+pub fn worker_environment(command: &mut Command, spec: &SpawnSpec) {
+    if spec.clean_env {
+        command.env_clear();
+        for (name, value) in std::env::vars_os() {
+            let text = name.to_string_lossy();
+            if ENV_NAMES.contains(&text.as_ref()) || ENV_PREFIXES.iter().any(|p| text.starts_with(p)) {
+                command.env(&name, value);
+            }
+        }
+    }
+    if let Some(lib_dir) = &spec.lib_dir {
+        command.env("LD_LIBRARY_PATH", library_path(lib_dir));
+    }
+    if std::env::var_os("TF_CPP_MIN_LOG_LEVEL").is_none() {
+        command.env("TF_CPP_MIN_LOG_LEVEL", "2");
+    }
 }
 
 /// Something a worker did, as seen by the threads watching it.
@@ -95,6 +122,8 @@ pub struct WorkerProcess {
     stderr: Arc<Mutex<StderrTail>>,
     exit: Option<Exit>,
     kind: Kind,
+    /// What the worker said of its sandbox (`Sandboxed`), if anything.
+    sandbox: Option<(Vec<String>, Vec<String>)>,
 }
 
 /// How a worker was started, which decides how it is signalled and reaped.
@@ -114,19 +143,9 @@ impl WorkerProcess {
         // SAFETY: getpid has no preconditions.
         let parent = unsafe { libc::getpid() };
         let mut command = Command::new(&spec.worker);
-        command
-            .args(&spec.args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .process_group(0)
-            .env(ENV_IPC_FD, "3");
-        if let Some(lib_dir) = &spec.lib_dir {
-            command.env("LD_LIBRARY_PATH", library_path(lib_dir));
-        }
-        if std::env::var_os("TF_CPP_MIN_LOG_LEVEL").is_none() {
-            command.env("TF_CPP_MIN_LOG_LEVEL", "2");
-        }
+        command.args(&spec.args).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped()).process_group(0);
+        worker_environment(&mut command, spec);
+        command.env(ENV_IPC_FD, "3");
         // SAFETY: the closure runs between fork and exec and only makes
         // async-signal-safe system calls.
         unsafe {
@@ -193,7 +212,7 @@ impl WorkerProcess {
         thread::Builder::new()
             .name(format!("reader-{pid}"))
             .spawn(move || read_messages(socket, max_frame, reader_tx))?;
-        Ok(WorkerProcess { pid, events, events_tx, requests: None, stderr, exit: None, kind })
+        Ok(WorkerProcess { pid, events, events_tx, requests: None, stderr, exit: None, kind, sandbox: None })
     }
 
     /// Connects to the worker's request channel (named in its `Hello`).
@@ -234,6 +253,16 @@ impl WorkerProcess {
     /// The next event, waiting at most `timeout`.
     pub fn next_event(&self, timeout: Duration) -> Option<Event> {
         self.events.recv_timeout(timeout).ok()
+    }
+
+    /// Protections in force in the worker, and those it could not apply.
+    pub fn sandbox(&self) -> Option<&(Vec<String>, Vec<String>)> {
+        self.sandbox.as_ref()
+    }
+
+    /// Records what the worker said of its sandbox.
+    pub fn set_sandbox(&mut self, protections: Vec<String>, missing: Vec<String>) {
+        self.sandbox = Some((protections, missing));
     }
 
     /// The worker's last stderr lines.

@@ -49,6 +49,12 @@ pub fn unit_record(model: &Model, report: &UnitReport) -> Value {
     if !report.attempts.is_empty() {
         r.insert("attempts".into(), Value::Array(report.attempts.iter().map(attempt_record).collect()));
     }
+    if let Some((protections, missing)) = &report.sandbox {
+        r.insert("sandbox".into(), json!(protections));
+        if !missing.is_empty() {
+            r.insert("sandbox_missing".into(), json!(missing));
+        }
+    }
     if report.flaky() {
         r.insert("flaky".into(), json!(true));
     }

@@ -3,7 +3,7 @@
 //! run every model and print one JSON line per model in the order the
 //! models were found, each as soon as the ones before it are done.
 
-use crate::cli::{Cli, Command, Format, RunArgs};
+use crate::cli::{Cli, Command, Format, RunArgs, SandboxMode};
 use crate::discover::{discover, latest_versions, Model};
 use crate::executor::{run_all, PreparedInputs, Progress, Settings, Stop};
 use crate::golden::Expect;
@@ -14,7 +14,7 @@ use crate::process::SpawnSpec;
 use crate::record::unit_record;
 use crate::report::{build as build_report, write_files as write_report_files, RunInfo};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use isorun_protocol::{exit_code, Outcome, SessionConfig};
+use isorun_protocol::{exit_code, Outcome, SandboxSpec, SessionConfig};
 use isorun_transport::DEFAULT_MAX_FRAME;
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet};
@@ -45,6 +45,15 @@ pub fn main(cli: Cli) -> Result<i32, String> {
     }
 }
 
+/// An empty folder for sandboxed workers to stand in (read only for them),
+/// shared by the workers of every isorun run of this user.
+fn empty_work_dir() -> Option<String> {
+    // SAFETY: getuid has no preconditions.
+    let dir = std::env::temp_dir().join(format!("isorun-empty-{}", unsafe { libc::getuid() }));
+    std::fs::create_dir_all(&dir).ok()?;
+    Some(dir.to_string_lossy().into_owned())
+}
+
 fn seconds(flag: &str, value: Option<f64>) -> Result<Option<Duration>, String> {
     match value {
         None => Ok(None),
@@ -67,8 +76,20 @@ fn settings(args: &RunArgs) -> Result<Settings, String> {
             lib_dir: libtensorflow_dir(args.worker.libtensorflow_dir.as_deref()),
             args: args.worker.worker_arg.clone(),
             max_frame: DEFAULT_MAX_FRAME,
+            clean_env: args.sandbox == SandboxMode::Strict,
         },
         spawn_mode: args.spawn,
+        sandbox: (args.sandbox == SandboxMode::Strict).then(|| SandboxSpec {
+            read_paths: args
+                .load_library
+                .iter()
+                .filter_map(|p| std::path::absolute(p).ok())
+                .chain(args.worker.libtensorflow_dir.iter().cloned())
+                .map(|p| p.to_string_lossy().into_owned())
+                .collect(),
+            work_dir: empty_work_dir(),
+            core_dumps: args.core_dumps,
+        }),
         signature: args.signature.clone(),
         tags: args.tags.clone(),
         session: SessionConfig {

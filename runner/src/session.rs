@@ -126,6 +126,9 @@ pub fn run_request(
             return fail(end, Outcome::Timeout { phase });
         }
         match worker.next_event(TICK) {
+            Some(Event::Message(WorkerMessage::Sandboxed { protections, missing })) if phase == Phase::Load => {
+                worker.set_sandbox(protections, missing);
+            }
             Some(Event::Message(WorkerMessage::Loaded { unit: u, load_ms })) if u == unit && phase == Phase::Load => {
                 end.load_ms = Some(load_ms);
                 phase = Phase::Run;
@@ -227,5 +230,6 @@ fn message_name(message: &WorkerMessage) -> &'static str {
         WorkerMessage::Hello(_) => "Hello",
         WorkerMessage::Loaded { .. } => "Loaded",
         WorkerMessage::Finished { .. } => "Finished",
+        WorkerMessage::Sandboxed { .. } => "Sandboxed",
     }
 }

@@ -5,7 +5,7 @@
 //! zygote's answers and the exit reports of its children, which the
 //! supervisor cannot `wait4` itself.
 
-use crate::process::{library_path, SpawnSpec};
+use crate::process::{worker_environment, SpawnSpec};
 use isorun_zygote::wire::{receive, send, seqpacket_pair, ExitReport, Message};
 use isorun_zygote::ENV_ZYGOTE_FD;
 use std::collections::HashMap;
@@ -61,14 +61,9 @@ impl Zygote {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
-            .process_group(0)
-            .env(ENV_ZYGOTE_FD, "3");
-        if let Some(lib_dir) = &spec.lib_dir {
-            command.env("LD_LIBRARY_PATH", library_path(lib_dir));
-        }
-        if std::env::var_os("TF_CPP_MIN_LOG_LEVEL").is_none() {
-            command.env("TF_CPP_MIN_LOG_LEVEL", "2");
-        }
+            .process_group(0);
+        worker_environment(&mut command, spec);
+        command.env(ENV_ZYGOTE_FD, "3");
         // SAFETY: only async-signal-safe calls between fork and exec.
         unsafe {
             command.pre_exec(move || {

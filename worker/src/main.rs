@@ -6,6 +6,7 @@
 //! `--in-process` the benchmark floor (`in_process.rs`).
 
 mod in_process;
+mod sandbox;
 mod serve;
 mod tf;
 mod validate;

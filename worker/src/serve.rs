@@ -37,6 +37,7 @@ pub fn serve(mut socket: UnixStream) -> io::Result<()> {
     write_frame(&mut socket, &WorkerMessage::Hello(hello))?;
     let (receiver, first) = server.accept().map_err(|e| io::Error::other(format!("accept: {e:?}")))?;
     let mut loaded: Option<Loaded> = None;
+    let mut sandboxed = false;
     let mut libraries: HashSet<String> = HashSet::new();
     let mut next = Some(first);
     loop {
@@ -53,6 +54,14 @@ pub fn serve(mut socket: UnixStream) -> io::Result<()> {
             ToWorker::Shutdown => return Ok(()),
             ToWorker::Run(request) => {
                 let unit = request.unit;
+                if let (false, Some(spec)) = (sandboxed, &request.sandbox) {
+                    // Before any model is loaded and before TensorFlow starts a thread.
+                    let applied = crate::sandbox::apply(spec);
+                    sandboxed = true;
+                    let message =
+                        WorkerMessage::Sandboxed { protections: applied.protections, missing: applied.missing };
+                    write_frame(&mut socket, &message)?;
+                }
                 let answer = catch_unwind(AssertUnwindSafe(|| {
                     for library in &request.libraries {
                         if !libraries.contains(library) {

@@ -94,12 +94,13 @@ fn sigkill_then_resume_gives_every_model_exactly_once() {
     let journal = tmp.path().join("journal.jsonl");
     let log = tmp.path().join("computed.log");
     let command = |resume: bool| {
+        let log_arg = format!("--worker-arg=--log={}", log.display());
         let mut c = isorun_fault(&[]);
+        c.arg(&log_arg);
         c.arg(tmp.path().join("models"))
             .arg(format!("--input=x={}", input.display()))
             .args(["-j", "1", "--json", "--journal"])
-            .arg(&journal)
-            .env("ISORUN_FAULT_LOG", &log);
+            .arg(&journal);
         if resume {
             c.arg("--resume");
         }

@@ -1,0 +1,135 @@
+//! Confines a worker before it loads a model or starts a thread: a
+//! SavedModel is a program (its graph may hold `ReadFile`, `WriteFile`,
+//! `MatchingFiles`...), and isorun runs models from many hands.
+//!
+//! In force where the kernel allows, each reported by name: `landlock`
+//! (read only beneath the models, libtensorflow, system libraries and the
+//! few named files TensorFlow reads; write nothing but `/dev/null`),
+//! `no_network` (a new network namespace: no interface but a down
+//! loopback), `no_new_privs`, `no_core_dumps`, `clean_env` (an allow-list:
+//! `TF_*`, `CUDA_*`, locale, the library path), `fd_limit`, and `work_dir`
+//! (its own empty working folder). Landlock binds this thread and the
+//! threads it starts later, which is why this runs before TensorFlow
+//! starts any. Whatever cannot be applied is reported as missing, so the
+//! supervisor can say so.
+
+use isorun_protocol::SandboxSpec;
+use landlock::{path_beneath_rules, Access, AccessFs, Ruleset, RulesetAttr, RulesetCreatedAttr, RulesetStatus, ABI};
+
+/// Files TensorFlow and the C library read at run time (named, not whole folders).
+const READ_FILES: &[&str] = &[
+    "/etc/ld.so.cache",
+    "/etc/localtime",
+    "/etc/nsswitch.conf",
+    "/etc/passwd",
+    "/etc/group",
+    "/proc/cpuinfo",
+    "/proc/meminfo",
+    "/proc/stat",
+    "/proc/self",
+    "/proc/thread-self",
+    "/sys/devices/system/cpu",
+    "/sys/devices/system/node",
+    "/sys/fs/cgroup",
+    "/dev/urandom",
+    "/dev/random",
+    "/dev/zero",
+    "/usr/share/zoneinfo",
+];
+
+/// System library folders (for `dlopen` of codecs and the like).
+const LIBRARY_DIRS: &[&str] = &["/lib", "/lib64", "/usr/lib", "/usr/lib64", "/usr/local/lib"];
+
+/// Environment variables a worker keeps (prefixes and names).
+const ENV_PREFIXES: &[&str] = &["TF_", "CUDA_", "LC_", "OMP_", "KMP_"];
+const ENV_NAMES: &[&str] = &["LANG", "LANGUAGE", "LD_LIBRARY_PATH", "TZ"];
+
+/// Protections in force, and those that could not be applied.
+pub struct Applied {
+    pub protections: Vec<String>,
+    pub missing: Vec<String>,
+}
+
+/// Applies the sandbox to this process. Must run while single-threaded.
+pub fn apply(spec: &SandboxSpec) -> Applied {
+    let mut applied = Applied { protections: Vec::new(), missing: Vec::new() };
+    let mut record =
+        |name: &str, ok: bool| if ok { &mut applied.protections } else { &mut applied.missing }.push(name.to_string());
+
+    // SAFETY: setrlimit with a valid struct.
+    let limit = |resource, value: u64| unsafe {
+        let rlimit = libc::rlimit { rlim_cur: value, rlim_max: value };
+        libc::setrlimit(resource, &rlimit) == 0
+    };
+    if !spec.core_dumps {
+        record("no_core_dumps", limit(libc::RLIMIT_CORE, 0));
+    }
+    record("fd_limit", limit(libc::RLIMIT_NOFILE, 4096));
+
+    // Environment: the supervisor starts sandboxed workers with a cleared
+    // one (a model can read /proc/self/environ, which no unsetenv changes);
+    // report whether it did, and drop anything else from the live copy.
+    let keep = |name: &str| ENV_NAMES.contains(&name) || ENV_PREFIXES.iter().any(|p| name.starts_with(p));
+    let mut clean = true;
+    for (name, _) in std::env::vars_os() {
+        let name = name.to_string_lossy().into_owned();
+        if !keep(&name) {
+            clean = false;
+            // SAFETY: single-threaded here (see the module docs).
+            unsafe { std::env::remove_var(&name) };
+        }
+    }
+    record("clean_env", clean);
+
+    if let Some(dir) = &spec.work_dir {
+        record("work_dir", std::env::set_current_dir(dir).is_ok());
+    }
+
+    // No network: a fresh network namespace (root may; others through a user namespace).
+    // SAFETY: unshare affects only this process; single-threaded here.
+    let no_network = unsafe {
+        libc::unshare(libc::CLONE_NEWNET) == 0 || libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNET) == 0
+    };
+    record("no_network", no_network);
+
+    match restrict_files(spec) {
+        Ok((status, no_new_privs)) => {
+            record("no_new_privs", no_new_privs);
+            match status {
+                RulesetStatus::FullyEnforced => record("landlock", true),
+                RulesetStatus::PartiallyEnforced => {
+                    record("landlock_partial", true);
+                }
+                RulesetStatus::NotEnforced => record("landlock", false),
+            }
+        }
+        Err(_) => {
+            record("landlock", false);
+            // Still refuse new privileges.
+            // SAFETY: prctl with constant arguments.
+            record("no_new_privs", unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } == 0);
+        }
+    }
+    applied
+}
+
+fn restrict_files(spec: &SandboxSpec) -> Result<(RulesetStatus, bool), landlock::RulesetError> {
+    let abi = ABI::V5;
+    let read = AccessFs::from_read(abi);
+    let exe = std::env::current_exe().ok().and_then(|p| p.parent().map(|d| d.to_path_buf()));
+    let mut readable: Vec<std::path::PathBuf> = spec.read_paths.iter().map(Into::into).collect();
+    readable.extend(READ_FILES.iter().map(Into::into));
+    readable.extend(LIBRARY_DIRS.iter().map(Into::into));
+    readable.extend(exe);
+    readable.extend(std::env::var_os("LD_LIBRARY_PATH").iter().flat_map(std::env::split_paths));
+    if let Some(dir) = &spec.work_dir {
+        readable.push(dir.into());
+    }
+    let status = Ruleset::default()
+        .handle_access(AccessFs::from_all(abi))?
+        .create()?
+        .add_rules(path_beneath_rules(readable, read))?
+        .add_rules(path_beneath_rules(["/dev/null"], read | AccessFs::WriteFile))?
+        .restrict_self()?;
+    Ok((status.ruleset, status.no_new_privs))
+}
