@@ -25,7 +25,8 @@
 //! sleeping forever with this worker's arguments in their command line,
 //! then a good answer), fork-hang-N (the same, then hang), slow-start-N
 //! (sleep N ms before `Loaded`).
-//! With ISORUN_FAULT_LOG set, every run appends the model folder's name to
+//! With `--log=PATH` (or ISORUN_FAULT_LOG set, which a cleared sandbox
+//! environment drops), every run appends the model folder's name to
 //! that file, so tests can count how often each model was computed.
 //! With --ignore-term, it ignores SIGTERM (only SIGKILL stops it).
 //! Any other model is good: its outputs are its inputs, under the same names.
@@ -155,7 +156,8 @@ fn run(socket: &mut UnixStream, request: &RunRequest, shared: &[ipc_channel::ipc
     };
     let unit = request.unit;
     let served_before = UNITS_SERVED.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-    if let Some(log) = std::env::var_os("ISORUN_FAULT_LOG") {
+    let log_arg = std::env::args().find_map(|a| a.strip_prefix("--log=").map(std::ffi::OsString::from));
+    if let Some(log) = log_arg.or_else(|| std::env::var_os("ISORUN_FAULT_LOG")) {
         if !request.load_only {
             let mut file = std::fs::OpenOptions::new().create(true).append(true).open(log).unwrap();
             writeln!(file, "{model}").unwrap();
@@ -216,10 +218,8 @@ fn run(socket: &mut UnixStream, request: &RunRequest, shared: &[ipc_channel::ipc
             sleep_forever()
         }
         "vec-claim" => {
-            // Finished { unit, run_ms: 0, result: Ok { outputs: <2^60 of them> } }, then nothing.
-            let mut payload = vec![2u8];
-            payload.extend_from_slice(&varint(unit));
-            payload.extend_from_slice(&[0, 0]);
+            // Finished { unit, run_ms: 0, result: Ok { outputs: <2^60 of them, the first named "y"> } }
+            let mut payload = empty_answer(unit);
             payload.extend_from_slice(&varint(1 << 60));
             payload.extend_from_slice(b"\x01y");
             socket.write_all(&frame(&payload)).unwrap();
@@ -227,9 +227,8 @@ fn run(socket: &mut UnixStream, request: &RunRequest, shared: &[ipc_channel::ipc
         }
         "bytes-claim" => {
             // Finished { unit, run_ms: 0, result: Ok { outputs: [(<a 7 GiB name>, ...)] } }
-            let mut payload = vec![2u8];
-            payload.extend_from_slice(&varint(unit));
-            payload.extend_from_slice(&[0, 0, 1]);
+            let mut payload = empty_answer(unit);
+            payload.push(1);
             payload.extend_from_slice(&varint(7 << 30));
             payload.extend_from_slice(b"just a few bytes");
             socket.write_all(&frame(&payload)).unwrap();
@@ -318,6 +317,15 @@ fn frame(payload: &[u8]) -> Vec<u8> {
     bytes.extend_from_slice(&(payload.len() as u64).to_le_bytes());
     bytes.extend_from_slice(payload);
     bytes
+}
+
+/// The payload of `Finished { unit, run_ms: 0, result: Ok { outputs } }`
+/// up to the number of outputs, which the caller writes (with what follows).
+fn empty_answer(unit: u64) -> Vec<u8> {
+    let finished = WorkerMessage::Finished { unit, run_ms: 0, result: UnitResult::Ok { outputs: Vec::new() } };
+    let mut payload = isorun_transport::encode(&finished);
+    assert_eq!(payload.pop(), Some(0), "the empty list's length comes last");
+    payload
 }
 
 /// bincode 2's variable-length encoding of an unsigned integer.
