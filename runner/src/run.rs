@@ -209,6 +209,7 @@ fn run(args: RunArgs, quiet: bool) -> Result<i32, String> {
         printer.accept(index, record);
     }
     let mut journal_error = None;
+    let mut sandbox_warned = false;
     let tensorflow_version = run_all(&run_models, &inputs, &settings, &stop, &mut |progress| {
         match progress {
             Progress::Started(i) => printer.started(to_run[i]),
@@ -223,6 +224,10 @@ fn run(args: RunArgs, quiet: bool) -> Result<i32, String> {
                             stop.request(0);
                         }
                     }
+                }
+                if let (false, Some(missing)) = (sandbox_warned, record.get("sandbox_missing")) {
+                    sandbox_warned = true;
+                    eprintln!("isorun: warning: the worker sandbox is incomplete here; not in force: {missing}");
                 }
                 printer.accept(index, record);
             }
