@@ -18,13 +18,20 @@ pub struct Hello {
     pub request_channel: String,
 }
 
-/// TensorFlow session settings chosen by the supervisor.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+/// TensorFlow session settings chosen by the supervisor. The default is
+/// TensorFlow's own: every field unset.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct SessionConfig {
     /// `ConfigProto.intra_op_parallelism_threads` (0 lets TensorFlow choose).
     pub intra_op_threads: u32,
     /// `ConfigProto.inter_op_parallelism_threads` (0 lets TensorFlow choose).
     pub inter_op_threads: u32,
+    /// `GPUOptions.allow_growth`: take GPU memory as needed instead of
+    /// nearly all of it at the first session.
+    pub gpu_allow_growth: bool,
+    /// `GPUOptions.per_process_gpu_memory_fraction`: the share of each
+    /// visible GPU's memory to take (`None` lets TensorFlow choose).
+    pub gpu_memory_fraction: Option<f64>,
 }
 
 /// One model to run with one set of inputs.
@@ -61,6 +68,7 @@ pub struct SandboxSpec {
 
 /// Supervisor to worker.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[expect(clippy::large_enum_variant, reason = "one message per unit, built once and sent; a box would buy nothing")]
 pub enum ToWorker {
     Run(RunRequest),
     /// No more work: exit now.

@@ -380,6 +380,28 @@ pub struct RunArgs {
     #[arg(long, value_name = "N", help_heading = "Workers")]
     pub inter_op_threads: Option<u32>,
 
+    /// GPUs for the workers: indexes as nvidia-smi shows them, or UUIDs, comma-separated (0,1), or
+    /// `all` (needs NVML). Each worker slot is bound to one device, slot i to device i mod n; with
+    /// no --gpus, workers see no GPU unless CUDA_VISIBLE_DEVICES says otherwise.
+    #[arg(long, value_name = "LIST", value_parser = crate::gpu::parse_gpus, help_heading = "GPUs")]
+    pub gpus: Option<crate::gpu::GpuList>,
+
+    /// Worker slots per GPU: -j defaults to (number of --gpus) × N.
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 1,
+        requires = "gpus",
+        value_parser = clap::value_parser!(u64).range(1..=64),
+        help_heading = "GPUs"
+    )]
+    pub workers_per_gpu: u64,
+
+    /// Let TensorFlow take this share of each visible GPU's memory up front (0 < F <= 1), instead
+    /// of growing as needed (the default).
+    #[arg(long, value_name = "F", help_heading = "GPUs")]
+    pub gpu_memory_fraction: Option<f64>,
+
     /// Stop a worker whose private memory (RssAnon + RssShmem) passes SIZE (e.g. 2G, 512M).
     #[arg(long, value_name = "SIZE", value_parser = crate::size::parse_size, help_heading = "Nightly")]
     pub memory_limit: Option<u64>,
@@ -492,7 +514,7 @@ pub struct SlurmSubmitArgs {
     #[arg(long, value_name = "C", value_parser = clap::value_parser!(u32).range(1..), help_heading = "Slurm")]
     pub cpus_per_task: Option<u32>,
 
-    /// Memory per array task's node (Slurm's --mem: 16G, 4000M).
+    /// Memory of each array task (sbatch's --mem: 16G, 4000M).
     #[arg(long, value_name = "SIZE", help_heading = "Slurm")]
     pub mem: Option<String>,
 

@@ -58,6 +58,11 @@ pub fn discover(args: &[PathBuf], warn: &mut dyn FnMut(String)) -> Result<Vec<Mo
         if is_saved_model(&root) {
             found.push(Model { id: own_name(&root), path: root });
         } else {
+            // A folder below the argument that cannot be read is skipped with
+            // a warning; the argument itself is an error, not "no model found".
+            if let Err(source) = std::fs::read_dir(&root) {
+                return Err(DiscoverError::Io { path: arg.clone(), source });
+            }
             let mut visited = HashSet::new();
             walk(&root, &root, &mut visited, &mut found, warn);
             if found.is_empty() {

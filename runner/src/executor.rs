@@ -7,6 +7,7 @@
 use crate::batch;
 use crate::cli::SpawnMode;
 use crate::discover::Model;
+use crate::gpu::{self, slot_device, slots_on_device, GpuReturn, GpuWatch};
 use crate::inputs::Inputs;
 use crate::json_input::{signature_of, tensors_for_signature};
 use crate::output::write_outputs;
@@ -30,6 +31,9 @@ use std::time::{Duration, Instant};
 #[derive(Debug, Clone)]
 pub struct Settings {
     pub spawn: SpawnSpec,
+    /// `--gpus`, resolved: the devices slots are bound to (slot i to device
+    /// i mod n), as `CUDA_VISIBLE_DEVICES` names them; empty without `--gpus`.
+    pub gpus: Vec<String>,
     pub spawn_mode: SpawnMode,
     /// Sandbox for every worker (`None`: `--sandbox off`); its read paths
     /// are completed with the models of each worker's batch.
@@ -190,6 +194,12 @@ pub struct UnitReport {
     pub peak_rss_bytes: Option<u64>,
     pub worker_id: Option<u64>,
     pub worker_pid: Option<i32>,
+    /// The device the unit's worker was bound to (`--gpus` only).
+    pub gpu: Option<String>,
+    /// The worker's highest GPU memory during the unit (NVML).
+    pub gpu_peak_bytes: Option<u64>,
+    /// What the device got back when the worker exited, and its used memory then (NVML).
+    pub gpu_return: Option<GpuReturn>,
     pub stderr_tail: Vec<String>,
     /// Protections in force in the worker, and those it could not apply.
     pub sandbox: Option<(Vec<String>, Vec<String>)>,
@@ -216,7 +226,7 @@ impl UnitReport {
         self.outcome.is_ok() && self.attempts.iter().any(|a| !a.outcome.is_ok())
     }
 
-    fn new(index: usize, outcome: Outcome) -> UnitReport {
+    pub(crate) fn new(index: usize, outcome: Outcome) -> UnitReport {
         UnitReport {
             index,
             outcome,
@@ -229,6 +239,9 @@ impl UnitReport {
             peak_rss_bytes: None,
             worker_id: None,
             worker_pid: None,
+            gpu: None,
+            gpu_peak_bytes: None,
+            gpu_return: None,
             stderr_tail: Vec::new(),
             sandbox: None,
             attempts: Vec::new(),
@@ -315,12 +328,22 @@ pub fn run_all(
     let zygote_broken = AtomicBool::new(false);
     let (tx, rx) = mpsc::channel::<Progress>();
     std::thread::scope(|scope| {
-        for slot in 0..settings.jobs.max(1) {
+        let jobs = settings.jobs.max(1);
+        for slot in 0..jobs {
             let tx = tx.clone();
+            // The slot's device, in its workers' (and zygote's) environment.
+            let gpu = slot_device(&settings.gpus, slot).map(str::to_string);
+            let mut spawn = settings.spawn.clone();
+            if gpu.is_some() {
+                spawn.gpu = gpu.clone();
+            }
             let slot_ctx = Slot {
                 models,
                 inputs,
                 settings,
+                spawn,
+                gpu_alone: slots_on_device(&settings.gpus, jobs, slot) == 1,
+                gpu,
                 stop,
                 worker_ids: &worker_ids,
                 tensorflow_version,
@@ -354,6 +377,11 @@ struct Slot<'a> {
     models: &'a [Model],
     inputs: &'a PreparedInputs,
     settings: &'a Settings,
+    /// How this slot starts workers: the settings' spec, with its device.
+    spawn: SpawnSpec,
+    /// The slot's device (`--gpus`), and whether no other slot shares it.
+    gpu: Option<String>,
+    gpu_alone: bool,
     stop: &'a Stop,
     worker_ids: &'a AtomicU64,
     tensorflow_version: &'a OnceLock<String>,
@@ -384,10 +412,10 @@ impl Slot<'_> {
         if self.settings.spawn_mode == SpawnMode::Zygote && !self.zygote_broken.load(Ordering::SeqCst) {
             for _ in 0..2 {
                 if !zygote.as_ref().is_some_and(|z| z.alive()) {
-                    *zygote = Zygote::start(&self.settings.spawn).ok().map(Arc::new);
+                    *zygote = Zygote::start(&self.spawn).ok().map(Arc::new);
                 }
                 if let Some(z) = zygote.as_ref() {
-                    match WorkerProcess::spawn_forked(z, &self.settings.spawn) {
+                    match WorkerProcess::spawn_forked(z, &self.spawn) {
                         Ok(worker) => return Ok(worker),
                         Err(e) => {
                             tracing::info!("zygote failed: {e}; starting a new one");
@@ -400,7 +428,16 @@ impl Slot<'_> {
                 tracing::warn!("workers cannot be forked from a zygote here; exec'ing each worker instead");
             }
         }
-        WorkerProcess::spawn(&self.settings.spawn)
+        WorkerProcess::spawn(&self.spawn)
+    }
+
+    /// Watches a new worker's GPU memory, where the slot has a device and NVML is present.
+    fn watch_gpu(&self, worker: &mut WorkerProcess) {
+        if let Some(device) = &self.gpu {
+            if let Some(watch) = GpuWatch::start(gpu::nvml(), device, worker.pid as u32, self.gpu_alone) {
+                worker.watch_gpu(watch);
+            }
+        }
     }
 
     fn run_batch(&self, batch: Vec<usize>, zygote: &mut Option<Arc<Zygote>>, tell: &dyn Fn(Progress)) {
@@ -424,7 +461,10 @@ impl Slot<'_> {
             let started = Instant::now();
             let worker_id = self.worker_ids.fetch_add(1, Ordering::SeqCst);
             let mut worker = match self.spawn_worker(zygote) {
-                Ok(worker) => worker,
+                Ok(mut worker) => {
+                    self.watch_gpu(&mut worker);
+                    worker
+                }
                 Err(e) => {
                     pending.pop_front();
                     let message = format!("{}: {e}", self.settings.spawn.worker.display());
@@ -484,6 +524,7 @@ impl Slot<'_> {
             let exit = shutdown(&mut worker, self.settings.grace);
             if let Some((mut report, begun, before)) = last.take() {
                 finish_metrics(&mut report, &worker, Some(exit), begun, before);
+                report.gpu_return = worker.gpu_after_exit();
                 self.conclude(report, shared, &mut history, &mut pending, tell);
             }
         }
@@ -502,6 +543,7 @@ impl Slot<'_> {
         tell: &dyn Fn(Progress),
     ) {
         let index = report.index;
+        report.gpu = self.gpu.clone();
         let attempts = history.entry(index).or_default();
         attempts.push(Attempt {
             outcome: report.outcome.clone(),
@@ -606,6 +648,9 @@ impl Slot<'_> {
             }
             parts.push(end.outputs);
         }
+        // Once more after the answer: a worker holds its GPU memory until it exits.
+        worker.sample_gpu();
+        report.gpu_peak_bytes = worker.take_gpu_peak();
         let outputs = if report.outcome.is_ok() {
             match batch::join(parts, &rows) {
                 Ok(outputs) => outputs,

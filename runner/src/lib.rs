@@ -10,6 +10,7 @@ pub mod discover;
 pub mod doctor;
 pub mod executor;
 pub mod golden;
+pub mod gpu;
 pub mod inputs;
 pub mod inspect;
 pub mod journal;

@@ -9,11 +9,17 @@ pub const TENSORFLOW_VERSION: &str = "2.21.0";
 
 /// The default cache folder of libtensorflow.
 pub fn default_libtensorflow_dir() -> Option<PathBuf> {
+    default_libtensorflow_dir_for("cpu")
+}
+
+/// The cache folder of one build of libtensorflow: `cpu`, or `gpu`
+/// (`scripts/fetch-libtensorflow --gpu`, with the CUDA libraries in `cuda/`).
+pub fn default_libtensorflow_dir_for(variant: &str) -> Option<PathBuf> {
     let cache = std::env::var_os("XDG_CACHE_HOME")
         .filter(|v| !v.is_empty())
         .map(PathBuf::from)
         .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".cache")))?;
-    Some(cache.join("isorun").join(format!("libtensorflow-{TENSORFLOW_VERSION}-cpu")))
+    Some(cache.join("isorun").join(format!("libtensorflow-{TENSORFLOW_VERSION}-{variant}")))
 }
 
 /// The libtensorflow folder to give workers: the one asked for, else the

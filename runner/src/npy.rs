@@ -44,8 +44,14 @@ pub fn read_npy_file(path: &Path) -> Result<Tensor, NpyError> {
 pub fn read_npz_file(path: &Path) -> Result<Vec<(String, Tensor)>, NpyError> {
     let io_error = |source| NpyError::Io { path: path.to_path_buf(), source };
     let file = File::open(path).map_err(io_error)?;
-    let mut archive =
-        zip::ZipArchive::new(file).map_err(|e| format_error(path, format!("not a valid .npz (zip) archive: {e}")))?;
+    read_npz(io::BufReader::new(file), path)
+}
+
+/// Reads every array of an `.npz` archive (named `path` in errors), as
+/// `(key, tensor)` sorted by key.
+pub fn read_npz(archive: impl Read + io::Seek, path: &Path) -> Result<Vec<(String, Tensor)>, NpyError> {
+    let mut archive = zip::ZipArchive::new(archive)
+        .map_err(|e| format_error(path, format!("not a valid .npz (zip) archive: {e}")))?;
     let mut arrays = Vec::new();
     for i in 0..archive.len() {
         let entry = archive.by_index(i).map_err(|e| format_error(path, format!("entry {i}: {e}")))?;
@@ -211,7 +217,7 @@ pub fn read_npy(mut reader: impl Read, total_len: u64, path: &Path) -> Result<Te
         }
     };
     // Grows with the bytes that arrive (an `.npz` entry's claimed size may lie).
-    let mut data = Vec::with_capacity(data_len.min(1 << 24) as usize);
+    let mut data = Vec::with_capacity(data_len.min(1 << 20) as usize);
     reader.take(data_len).read_to_end(&mut data).map_err(io_error)?;
     if (data.len() as u64) < data_len {
         return Err(format_error(path, "file ended before its data"));

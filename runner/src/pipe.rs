@@ -119,6 +119,8 @@ pub fn main(args: &PipeArgs) -> Result<i32, String> {
         args: args.worker.worker_arg.clone(),
         max_frame: DEFAULT_MAX_FRAME,
         clean_env: args.sandbox == crate::cli::SandboxMode::Strict,
+        // The GPUs of the environment, as it has them.
+        gpu: None,
     };
     let stop = Arc::new(Stop::default());
     let signals = watch_signals(Arc::clone(&stop)).map_err(|e| format!("cannot install signal handlers: {e}"))?;
@@ -127,7 +129,12 @@ pub fn main(args: &PipeArgs) -> Result<i32, String> {
         spawn,
         model_dir,
         signature,
-        config: SessionConfig { intra_op_threads: cpus, inter_op_threads: cpus },
+        config: SessionConfig {
+            intra_op_threads: cpus,
+            inter_op_threads: cpus,
+            gpu_allow_growth: true,
+            gpu_memory_fraction: None,
+        },
         stop: &stop,
         sandbox: args.sandbox == crate::cli::SandboxMode::Strict,
         worker: None,

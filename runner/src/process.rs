@@ -4,6 +4,7 @@
 //! blocking the supervisor on it, and how it is stopped (SIGTERM to the
 //! group, a grace period, SIGKILL). Linux only.
 
+use crate::gpu::{GpuReturn, GpuWatch};
 use crate::zygote::Zygote;
 use ipc_channel::ipc::IpcSender;
 use isorun_protocol::{WorkerMessage, ENV_IPC_FD};
@@ -34,6 +35,10 @@ pub struct SpawnSpec {
     /// (`--sandbox strict`): a model can read its process's initial
     /// environment through `/proc/self/environ`, so it must be clean from exec.
     pub clean_env: bool,
+    /// The GPUs the worker sees, as `CUDA_VISIBLE_DEVICES`: one device (a
+    /// slot's, from `--gpus`, with `CUDA_DEVICE_ORDER=PCI_BUS_ID`), `""` for
+    /// none, or `None` to leave the variable as the environment has it.
+    pub gpu: Option<String>,
 }
 
 /// Environment variables a sandboxed worker keeps: prefixes and names.
@@ -53,6 +58,13 @@ pub fn worker_environment(command: &mut Command, spec: &SpawnSpec) {
     }
     if let Some(lib_dir) = &spec.lib_dir {
         command.env("LD_LIBRARY_PATH", library_path(lib_dir));
+    }
+    if let Some(devices) = &spec.gpu {
+        command.env("CUDA_VISIBLE_DEVICES", devices);
+        if !devices.is_empty() {
+            // Indexes as nvidia-smi (NVML) numbers devices, not fastest first.
+            command.env("CUDA_DEVICE_ORDER", "PCI_BUS_ID");
+        }
     }
     if std::env::var_os("TF_CPP_MIN_LOG_LEVEL").is_none() {
         command.env("TF_CPP_MIN_LOG_LEVEL", "2");
@@ -124,6 +136,8 @@ pub struct WorkerProcess {
     kind: Kind,
     /// What the worker said of its sandbox (`Sandboxed`), if anything.
     sandbox: Option<(Vec<String>, Vec<String>)>,
+    /// Its GPU memory, watched through NVML (`--gpus`, where NVML is present).
+    gpu: Option<GpuWatch>,
 }
 
 /// How a worker was started, which decides how it is signalled and reaped.
@@ -175,7 +189,7 @@ impl WorkerProcess {
         let mut child = command.spawn()?;
         drop(theirs);
         let pid = child.id() as i32;
-        Ok(WorkerProcess::watch(pid, ours, child.stderr.take().map(Into::into), spec.max_frame, Kind::Exec(child))?)
+        WorkerProcess::watch(pid, ours, child.stderr.take().map(Into::into), spec.max_frame, Kind::Exec(child))
     }
 
     /// Forks a worker from `zygote` (which must have been started from a
@@ -212,7 +226,7 @@ impl WorkerProcess {
         thread::Builder::new()
             .name(format!("reader-{pid}"))
             .spawn(move || read_messages(socket, max_frame, reader_tx))?;
-        Ok(WorkerProcess { pid, events, events_tx, requests: None, stderr, exit: None, kind, sandbox: None })
+        Ok(WorkerProcess { pid, events, events_tx, requests: None, stderr, exit: None, kind, sandbox: None, gpu: None })
     }
 
     /// Connects to the worker's request channel (named in its `Hello`).
@@ -263,6 +277,29 @@ impl WorkerProcess {
     /// Records what the worker said of its sandbox.
     pub fn set_sandbox(&mut self, protections: Vec<String>, missing: Vec<String>) {
         self.sandbox = Some((protections, missing));
+    }
+
+    /// Watches the worker's GPU memory from now on.
+    pub fn watch_gpu(&mut self, watch: GpuWatch) {
+        self.gpu = Some(watch);
+    }
+
+    /// Samples the worker's GPU memory while it lives (each tick of a request).
+    pub fn sample_gpu(&mut self) {
+        if let (None, Some(watch)) = (self.exit, self.gpu.as_mut()) {
+            watch.sample();
+        }
+    }
+
+    /// The worker's highest GPU memory since the last call, if watched.
+    pub fn take_gpu_peak(&mut self) -> Option<u64> {
+        self.gpu.as_mut().and_then(GpuWatch::take_peak)
+    }
+
+    /// Once the worker has exited: what its device got back.
+    pub fn gpu_after_exit(&self) -> Option<GpuReturn> {
+        self.exit?;
+        self.gpu.as_ref().and_then(GpuWatch::after_exit)
     }
 
     /// The worker's last stderr lines.
@@ -469,9 +506,15 @@ fn wait_status(status: i32) -> ExitStatus {
     }
 }
 
-/// `LD_LIBRARY_PATH` with `lib_dir` first.
+/// `LD_LIBRARY_PATH` with `lib_dir` first, then its `cuda/` folder if it
+/// has one (the CUDA libraries of `scripts/fetch-libtensorflow --gpu`).
 pub fn library_path(lib_dir: &Path) -> std::ffi::OsString {
     let mut value = lib_dir.as_os_str().to_owned();
+    let cuda = lib_dir.join("cuda");
+    if cuda.is_dir() {
+        value.push(":");
+        value.push(cuda);
+    }
     if let Some(existing) = std::env::var_os("LD_LIBRARY_PATH").filter(|v| !v.is_empty()) {
         value.push(":");
         value.push(existing);
@@ -540,5 +583,50 @@ fn read_messages(mut socket: UnixStream, max_frame: u64, events: mpsc::Sender<Ev
     }));
     if result.is_err() {
         let _ = events.send(Event::Broken("the message reader panicked".into()));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(gpu: Option<&str>, lib_dir: Option<PathBuf>) -> SpawnSpec {
+        SpawnSpec {
+            worker: PathBuf::from("/bin/true"),
+            lib_dir,
+            args: Vec::new(),
+            max_frame: 1 << 20,
+            clean_env: true,
+            gpu: gpu.map(str::to_string),
+        }
+    }
+
+    fn env_of(spec: &SpawnSpec, name: &str) -> Option<Option<std::ffi::OsString>> {
+        let mut command = Command::new("/bin/true");
+        worker_environment(&mut command, spec);
+        command.get_envs().find(|(n, _)| *n == name).map(|(_, v)| v.map(ToOwned::to_owned))
+    }
+
+    #[test]
+    fn a_slot_device_is_the_only_visible_one_in_bus_order() {
+        let bound = spec(Some("GPU-1234"), None);
+        assert_eq!(env_of(&bound, "CUDA_VISIBLE_DEVICES"), Some(Some("GPU-1234".into())));
+        assert_eq!(env_of(&bound, "CUDA_DEVICE_ORDER"), Some(Some("PCI_BUS_ID".into())));
+        // No --gpus: no device, and no order to set.
+        let hidden = spec(Some(""), None);
+        assert_eq!(env_of(&hidden, "CUDA_VISIBLE_DEVICES"), Some(Some("".into())));
+        assert_eq!(env_of(&hidden, "CUDA_DEVICE_ORDER"), None);
+    }
+
+    #[test]
+    fn the_cuda_folder_of_a_gpu_build_is_on_the_library_path() {
+        let dir = tempfile::tempdir().unwrap();
+        let plain = library_path(dir.path());
+        assert!(plain.to_string_lossy().starts_with(&*dir.path().to_string_lossy()));
+        assert!(!plain.to_string_lossy().contains("/cuda"));
+        std::fs::create_dir(dir.path().join("cuda")).unwrap();
+        let with_cuda = library_path(dir.path()).to_string_lossy().into_owned();
+        let expected = format!("{0}:{0}/cuda", dir.path().display());
+        assert!(with_cuda == expected || with_cuda.starts_with(&format!("{expected}:")), "{with_cuda}");
     }
 }

@@ -46,6 +46,7 @@ pub fn unit_record(model: &Model, report: &UnitReport) -> Value {
     if let Some(id) = report.worker_id {
         r.insert("worker_id".into(), json!(id));
     }
+    gpu_fields(&mut r, report);
     if !report.attempts.is_empty() {
         r.insert("attempts".into(), Value::Array(report.attempts.iter().map(attempt_record).collect()));
     }
@@ -62,6 +63,21 @@ pub fn unit_record(model: &Model, report: &UnitReport) -> Value {
         r.insert("stderr_tail".into(), json!(report.stderr_tail));
     }
     Value::Object(r)
+}
+
+/// The unit's device (`--gpus` only) and, where NVML measured them, the
+/// worker's peak GPU memory and what the device got back at its exit.
+fn gpu_fields(r: &mut Map<String, Value>, report: &UnitReport) {
+    if let Some(gpu) = &report.gpu {
+        r.insert("gpu".into(), json!(gpu));
+    }
+    if let Some(bytes) = report.gpu_peak_bytes {
+        r.insert("gpu_peak_bytes".into(), json!(bytes));
+    }
+    if let Some(back) = report.gpu_return {
+        r.insert("gpu_returned_bytes".into(), json!(back.returned_bytes));
+        r.insert("gpu_used_after_bytes".into(), json!(back.used_after_bytes));
+    }
 }
 
 /// One attempt: how it ended, how long it took, how much memory.
@@ -134,5 +150,44 @@ fn outcome_fields(r: &mut Map<String, Value>, outcome: &Outcome) {
             r.insert("mismatch".into(), Value::Object(m));
         }
         _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gpu::GpuReturn;
+    use std::path::PathBuf;
+
+    fn model() -> Model {
+        Model { id: "m".into(), path: PathBuf::from("/models/m") }
+    }
+
+    fn gpu_keys(record: &Value) -> Vec<&str> {
+        record.as_object().unwrap().keys().map(String::as_str).filter(|k| k.starts_with("gpu")).collect()
+    }
+
+    #[test]
+    fn without_gpus_or_nvml_a_record_has_no_gpu_fields() {
+        let report = UnitReport::new(0, Outcome::Ok);
+        assert!(gpu_keys(&unit_record(&model(), &report)).is_empty());
+        // --gpus without NVML: the device, and nothing measured.
+        let mut report = UnitReport::new(0, Outcome::Ok);
+        report.gpu = Some("0".into());
+        let record = unit_record(&model(), &report);
+        assert_eq!(gpu_keys(&record), ["gpu"]);
+        assert_eq!(record["gpu"], "0");
+    }
+
+    #[test]
+    fn measured_gpu_memory_is_in_the_record() {
+        let mut report = UnitReport::new(0, Outcome::Ok);
+        report.gpu = Some("GPU-1234".into());
+        report.gpu_peak_bytes = Some(10 << 30);
+        report.gpu_return = Some(GpuReturn { returned_bytes: 10 << 30, used_after_bytes: 600 << 20 });
+        let record = unit_record(&model(), &report);
+        assert_eq!(gpu_keys(&record), ["gpu", "gpu_peak_bytes", "gpu_returned_bytes", "gpu_used_after_bytes"]);
+        assert_eq!(record["gpu_peak_bytes"], 10u64 << 30);
+        assert_eq!(record["gpu_used_after_bytes"], 600u64 << 20);
     }
 }

@@ -64,20 +64,34 @@ fn seconds(flag: &str, value: Option<f64>) -> Result<Option<Duration>, String> {
 
 fn settings(args: &RunArgs) -> Result<Settings, String> {
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let jobs = args.jobs.unwrap_or(cpus);
+    let gpus = match &args.gpus {
+        Some(list) => crate::gpu::resolve(list, crate::gpu::nvml())?,
+        None => Vec::new(),
+    };
+    let jobs = args.jobs.unwrap_or(if gpus.is_empty() { cpus } else { gpus.len() * args.workers_per_gpu as usize });
     if jobs == 0 {
         return Err("--jobs 0: expected at least 1".into());
     }
+    if let Some(f) = args.gpu_memory_fraction.filter(|f| !(f.is_finite() && *f > 0.0 && *f <= 1.0)) {
+        return Err(format!("--gpu-memory-fraction {f}: expected a share above 0 and at most 1"));
+    }
     let fair_share = (cpus / jobs).max(1) as u32;
     let worker = worker_binary(args.worker.worker.as_deref())?;
+    let lib_dir = gpu_aware_libtensorflow_dir(args, !gpus.is_empty());
+    if !gpus.is_empty() {
+        gpu_notes(&gpus, jobs);
+    }
     Ok(Settings {
         spawn: SpawnSpec {
             worker,
-            lib_dir: libtensorflow_dir(args.worker.libtensorflow_dir.as_deref()),
+            lib_dir,
             args: args.worker.worker_arg.clone(),
             max_frame: DEFAULT_MAX_FRAME,
             clean_env: args.sandbox == SandboxMode::Strict,
+            // Without --gpus, workers see no GPU unless the user's environment names some.
+            gpu: (gpus.is_empty() && std::env::var_os("CUDA_VISIBLE_DEVICES").is_none()).then(String::new),
         },
+        gpus,
         spawn_mode: args.spawn,
         sandbox: (args.sandbox == SandboxMode::Strict).then(|| SandboxSpec {
             read_paths: args
@@ -95,6 +109,9 @@ fn settings(args: &RunArgs) -> Result<Settings, String> {
         session: SessionConfig {
             intra_op_threads: args.intra_op_threads.unwrap_or(fair_share),
             inter_op_threads: args.inter_op_threads.unwrap_or(fair_share),
+            // Grow as needed unless a fixed share is asked for.
+            gpu_allow_growth: args.gpu_memory_fraction.is_none(),
+            gpu_memory_fraction: args.gpu_memory_fraction,
         },
         models_per_worker: args.models_per_worker as usize,
         jobs,
@@ -125,6 +142,51 @@ fn settings(args: &RunArgs) -> Result<Settings, String> {
             })
             .collect::<Result<_, _>>()?,
     })
+}
+
+/// The libtensorflow folder for workers: the one asked for; with `--gpus`
+/// and none asked for, the GPU build of `scripts/fetch-libtensorflow --gpu`
+/// if it is there (else the CPU build, which cannot use a GPU: said once).
+fn gpu_aware_libtensorflow_dir(args: &RunArgs, gpus: bool) -> Option<std::path::PathBuf> {
+    if !gpus || args.worker.libtensorflow_dir.is_some() {
+        return libtensorflow_dir(args.worker.libtensorflow_dir.as_deref());
+    }
+    let gpu_dir = crate::locate::default_libtensorflow_dir_for("gpu");
+    match gpu_dir.as_deref().and_then(|dir| libtensorflow_dir(Some(dir))) {
+        Some(dir) => Some(dir),
+        None => {
+            let cpu = libtensorflow_dir(None);
+            if let (Some(gpu_dir), Some(cpu)) = (&gpu_dir, &cpu) {
+                eprintln!(
+                    "isorun: warning: --gpus: no GPU build of libtensorflow in {} (scripts/fetch-libtensorflow --gpu \
+                     fetches it); workers use {}, which runs on the CPU only",
+                    gpu_dir.display(),
+                    cpu.display()
+                );
+            }
+            cpu
+        }
+    }
+}
+
+/// With `--gpus`: where the devices went, and what cannot be measured.
+fn gpu_notes(gpus: &[String], jobs: usize) {
+    match crate::gpu::nvml() {
+        Some(nvml) => {
+            let names: Vec<String> = gpus.iter().map(|g| crate::gpu::describe(nvml, g)).collect();
+            tracing::info!("GPUs for the workers: {}", names.join(", "));
+        }
+        None => eprintln!(
+            "isorun: warning: --gpus: NVML (libnvidia-ml.so.1, from the NVIDIA driver) is not available here: the \
+             devices are handed to CUDA unchecked and the workers' GPU memory is not measured"
+        ),
+    }
+    if jobs < gpus.len() {
+        eprintln!(
+            "isorun: warning: --gpus names {} devices but -j is {jobs}: only the first {jobs} are used",
+            gpus.len()
+        );
+    }
 }
 
 /// The statuses a unit can end with, for `--retry-on` and `--fail-on`.
@@ -310,6 +372,13 @@ fn report_settings(args: &RunArgs, settings: &Settings) -> Value {
     }
     if let Some(n) = settings.batch_size {
         s.insert("batch_size".into(), json!(n));
+    }
+    if !settings.gpus.is_empty() {
+        s.insert("gpus".into(), json!(settings.gpus));
+        s.insert("workers_per_gpu".into(), json!(args.workers_per_gpu));
+    }
+    if let Some(fraction) = settings.session.gpu_memory_fraction {
+        s.insert("gpu_memory_fraction".into(), json!(fraction));
     }
     Value::Object(s)
 }

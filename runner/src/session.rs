@@ -100,6 +100,8 @@ pub fn run_request(
     let mut phase = Phase::Load;
     let mut peak_private = 0;
     loop {
+        // GPU memory, where watched (`--gpus` with NVML): sampled like the memory limit.
+        worker.sample_gpu();
         if let Some(limit) = deadlines.memory_limit {
             // Sampled every tick (tens of milliseconds): no kernel limit is
             // delegated to isorun here, so the supervisor enforces it.

@@ -1,6 +1,6 @@
-//! The session `ConfigProto`, encoded by hand: a handful of varint fields is
-//! all isorun sets, and a generated crate for TensorFlow's protos would cost
-//! more than it saves.
+//! The session `ConfigProto`, encoded by hand: a handful of varint fields and
+//! one small nested message is all isorun sets, and a generated crate for
+//! TensorFlow's protos would cost more than it saves.
 
 use isorun_protocol::SessionConfig;
 
@@ -8,9 +8,21 @@ use isorun_protocol::SessionConfig;
 const INTRA_OP_FIELD: u32 = 2;
 /// `ConfigProto.inter_op_parallelism_threads`.
 const INTER_OP_FIELD: u32 = 5;
+/// `ConfigProto.gpu_options` (a `GPUOptions` message).
+const GPU_OPTIONS_FIELD: u32 = 6;
+/// `GPUOptions.per_process_gpu_memory_fraction` (a double).
+const GPU_MEMORY_FRACTION_FIELD: u32 = 1;
+/// `GPUOptions.allow_growth` (a bool).
+const GPU_ALLOW_GROWTH_FIELD: u32 = 4;
 
-/// Serialized `tensorflow.ConfigProto` for `TF_SetConfig`. Fields left at 0
-/// are omitted, as protobuf does, so TensorFlow chooses for them.
+/// Protobuf wire types.
+const VARINT: u64 = 0;
+const FIXED64: u64 = 1;
+const LENGTH_DELIMITED: u64 = 2;
+
+/// Serialized `tensorflow.ConfigProto` for `TF_SetConfig`. Fields left at
+/// their defaults (0, false, unset) are omitted, as protobuf does, so
+/// TensorFlow chooses for them; so is `gpu_options` when it would be empty.
 pub fn session_config_proto(config: &SessionConfig) -> Vec<u8> {
     let mut out = Vec::new();
     if config.intra_op_threads > 0 {
@@ -19,11 +31,34 @@ pub fn session_config_proto(config: &SessionConfig) -> Vec<u8> {
     if config.inter_op_threads > 0 {
         put_varint_field(&mut out, INTER_OP_FIELD, u64::from(config.inter_op_threads));
     }
+    let gpu_options = gpu_options_proto(config);
+    if !gpu_options.is_empty() {
+        put_key(&mut out, GPU_OPTIONS_FIELD, LENGTH_DELIMITED);
+        put_varint(&mut out, gpu_options.len() as u64);
+        out.extend_from_slice(&gpu_options);
+    }
     out
 }
 
+/// Serialized `tensorflow.GPUOptions`: the memory fraction, then allow_growth.
+fn gpu_options_proto(config: &SessionConfig) -> Vec<u8> {
+    let mut out = Vec::new();
+    if let Some(fraction) = config.gpu_memory_fraction.filter(|f| *f != 0.0) {
+        put_key(&mut out, GPU_MEMORY_FRACTION_FIELD, FIXED64);
+        out.extend_from_slice(&fraction.to_le_bytes());
+    }
+    if config.gpu_allow_growth {
+        put_varint_field(&mut out, GPU_ALLOW_GROWTH_FIELD, 1);
+    }
+    out
+}
+
+fn put_key(out: &mut Vec<u8>, field: u32, wire_type: u64) {
+    put_varint(out, (u64::from(field) << 3) | wire_type);
+}
+
 fn put_varint_field(out: &mut Vec<u8>, field: u32, value: u64) {
-    put_varint(out, u64::from(field) << 3); // wire type 0: varint
+    put_key(out, field, VARINT);
     put_varint(out, value);
 }
 
@@ -48,19 +83,74 @@ mod tests {
         intra_op_parallelism_threads: i32,
         #[prost(int32, tag = "5")]
         inter_op_parallelism_threads: i32,
+        #[prost(message, optional, tag = "6")]
+        gpu_options: Option<GpuOptions>,
+    }
+
+    /// The fields of TensorFlow's `GPUOptions` this module writes.
+    #[derive(Clone, PartialEq, prost::Message)]
+    struct GpuOptions {
+        #[prost(double, tag = "1")]
+        per_process_gpu_memory_fraction: f64,
+        #[prost(bool, tag = "4")]
+        allow_growth: bool,
+    }
+
+    fn threads(intra: u32, inter: u32) -> SessionConfig {
+        SessionConfig { intra_op_threads: intra, inter_op_threads: inter, ..SessionConfig::default() }
     }
 
     #[test]
     fn thread_counts_encode_as_tensorflow_reads_them() {
-        let bytes = session_config_proto(&SessionConfig { intra_op_threads: 2, inter_op_threads: 300 });
+        let bytes = session_config_proto(&threads(2, 300));
         assert_eq!(bytes, [0x10, 2, 0x28, 0xac, 0x02]);
         let back = ConfigProto::decode(bytes.as_slice()).unwrap();
         assert_eq!(back.intra_op_parallelism_threads, 2);
         assert_eq!(back.inter_op_parallelism_threads, 300);
+        assert_eq!(back.gpu_options, None);
     }
 
     #[test]
     fn defaults_encode_to_nothing() {
         assert!(session_config_proto(&SessionConfig::default()).is_empty());
+    }
+
+    #[test]
+    fn allow_growth_is_a_nested_gpu_options_message() {
+        let config = SessionConfig { gpu_allow_growth: true, ..threads(4, 4) };
+        let bytes = session_config_proto(&config);
+        // ... field 6, length 2, { field 4 (varint): 1 }
+        assert_eq!(bytes, [0x10, 4, 0x28, 4, 0x32, 2, 0x20, 1]);
+        let back = ConfigProto::decode(bytes.as_slice()).unwrap();
+        assert_eq!((back.intra_op_parallelism_threads, back.inter_op_parallelism_threads), (4, 4));
+        let gpu = back.gpu_options.expect("gpu_options");
+        assert!(gpu.allow_growth);
+        assert_eq!(gpu.per_process_gpu_memory_fraction, 0.0);
+    }
+
+    #[test]
+    fn memory_fraction_is_a_double_in_gpu_options() {
+        let config = SessionConfig { gpu_memory_fraction: Some(0.4), ..SessionConfig::default() };
+        let bytes = session_config_proto(&config);
+        let mut expected = vec![0x32, 9, 0x09];
+        expected.extend_from_slice(&0.4f64.to_le_bytes());
+        assert_eq!(bytes, expected);
+        let gpu = ConfigProto::decode(bytes.as_slice()).unwrap().gpu_options.expect("gpu_options");
+        assert_eq!(gpu.per_process_gpu_memory_fraction, 0.4);
+        assert!(!gpu.allow_growth);
+    }
+
+    #[test]
+    fn both_gpu_options_together() {
+        let config = SessionConfig { gpu_allow_growth: true, gpu_memory_fraction: Some(1.0), ..threads(0, 7) };
+        let back = ConfigProto::decode(session_config_proto(&config).as_slice()).unwrap();
+        assert_eq!((back.intra_op_parallelism_threads, back.inter_op_parallelism_threads), (0, 7));
+        assert_eq!(back.gpu_options, Some(GpuOptions { per_process_gpu_memory_fraction: 1.0, allow_growth: true }));
+    }
+
+    #[test]
+    fn unset_gpu_options_are_left_out() {
+        let config = SessionConfig { gpu_allow_growth: false, gpu_memory_fraction: Some(0.0), ..threads(1, 1) };
+        assert_eq!(session_config_proto(&config), [0x10, 1, 0x28, 1]);
     }
 }

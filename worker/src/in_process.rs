@@ -23,7 +23,12 @@ pub fn main(args: &[String]) -> i32 {
         }
     }
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as u32;
-    let config = SessionConfig { intra_op_threads: cpus, inter_op_threads: cpus };
+    let config = SessionConfig {
+        intra_op_threads: cpus,
+        inter_op_threads: cpus,
+        gpu_allow_growth: true,
+        gpu_memory_fraction: None,
+    };
     let started = Instant::now();
     for model_dir in &models {
         let unit = Instant::now();

@@ -8,7 +8,9 @@
 //! `no_network` (a new network namespace: no interface but a down
 //! loopback), `no_new_privs`, `no_core_dumps`, `clean_env` (an allow-list:
 //! `TF_*`, `CUDA_*`, locale, the library path), `fd_limit`, and `work_dir`
-//! (its own empty working folder). Landlock binds this thread and the
+//! (its own empty working folder). Where the worker may see a GPU
+//! (`CUDA_VISIBLE_DEVICES` not empty), Landlock also lets it use the
+//! `/dev/nvidia*` devices there are. Landlock binds this thread and the
 //! threads it starts later, which is why this runs before TensorFlow
 //! starts any. Whatever cannot be applied is reported as missing, so the
 //! supervisor can say so.
@@ -39,6 +41,29 @@ const READ_FILES: &[&str] = &[
 
 /// System library folders (for `dlopen` of codecs and the like).
 const LIBRARY_DIRS: &[&str] = &["/lib", "/lib64", "/usr/lib", "/usr/lib64", "/usr/local/lib"];
+
+/// What CUDA reads about the GPUs, when the worker may use one.
+const GPU_READ_PATHS: &[&str] = &["/proc/driver/nvidia", "/sys/bus/pci", "/sys/module/nvidia"];
+
+/// True unless `CUDA_VISIBLE_DEVICES` hides every GPU (isorun sets it empty
+/// for workers of a run without `--gpus`).
+fn gpu_visible() -> bool {
+    std::env::var_os("CUDA_VISIBLE_DEVICES").is_none_or(|v| !v.is_empty() && v != "-1")
+}
+
+/// The NVIDIA device files there are (`/dev/nvidiactl`, `/dev/nvidia0`,
+/// `/dev/nvidia-uvm`, `/dev/nvidia-caps/`...), and the PCI device folders
+/// that `/sys/bus/pci/devices` links point into.
+fn gpu_paths() -> (Vec<std::path::PathBuf>, Vec<std::path::PathBuf>) {
+    let starting = |folder: &str, prefix: &str| -> Vec<std::path::PathBuf> {
+        let Ok(entries) = std::fs::read_dir(folder) else { return Vec::new() };
+        entries.flatten().filter(|e| e.file_name().to_string_lossy().starts_with(prefix)).map(|e| e.path()).collect()
+    };
+    let devices = starting("/dev", "nvidia");
+    let mut read: Vec<std::path::PathBuf> = GPU_READ_PATHS.iter().map(Into::into).collect();
+    read.extend(starting("/sys/devices", "pci"));
+    (devices, read)
+}
 
 /// Environment variables a worker keeps (prefixes and names).
 const ENV_PREFIXES: &[&str] = &["TF_", "CUDA_", "LC_", "OMP_", "KMP_"];
@@ -125,11 +150,16 @@ fn restrict_files(spec: &SandboxSpec) -> Result<(RulesetStatus, bool), landlock:
     if let Some(dir) = &spec.work_dir {
         readable.push(dir.into());
     }
+    // A GPU the worker may use: its device files read, written and ioctl'd
+    // (`IoctlDev`, Landlock ABI 5), and what CUDA reads about it.
+    let (gpu_devices, gpu_read) = if gpu_visible() { gpu_paths() } else { (Vec::new(), Vec::new()) };
+    readable.extend(gpu_read);
     let status = Ruleset::default()
         .handle_access(AccessFs::from_all(abi))?
         .create()?
         .add_rules(path_beneath_rules(readable, read))?
         .add_rules(path_beneath_rules(["/dev/null"], read | AccessFs::WriteFile))?
+        .add_rules(path_beneath_rules(gpu_devices, read | AccessFs::WriteFile | AccessFs::IoctlDev))?
         .restrict_self()?;
     Ok((status.ruleset, status.no_new_privs))
 }

@@ -160,7 +160,6 @@ fn fork_worker(
 
 /// In the child: its own group, death with the zygote, first in line for
 /// the OOM killer, stderr to its own pipe, then the worker's work.
-#[expect(clippy::too_many_arguments, reason = "the state a fork needs, passed once")]
 unsafe fn become_worker(
     control: &OwnedFd,
     signals: &OwnedFd,

@@ -1,7 +1,7 @@
 //! The report as JUnit XML, the format CI systems show as test results: one
 //! test case per model. A failed unit is a `failure` whose type is the
 //! status (so CI can group crashes apart from model errors), a `not_run`
-//! unit is `skipped`, and a flaky unit passes with its failed attempts kept
+//! unit is `skipped` (a failure when its shard task was lost), and a flaky unit passes with its failed attempts kept
 //! as `flakyFailure` elements.
 
 use super::unit::{failure_text, Unit, Verdict};
@@ -68,6 +68,14 @@ fn test_case(unit: Unit<'_>) -> TestCase {
             status.add_reruns(unit.earlier_attempts().iter().filter(|a| a["status"] != "ok").map(rerun));
             status
         }
+        // A model lost with its shard task never ran through no choice of
+        // the user's: a dashboard must show it red, not skipped.
+        Verdict::NotRun if unit.reason() == Some("shard_task_lost") => {
+            let mut status = TestCaseStatus::non_success(NonSuccessKind::Failure);
+            status.set_type("not_run");
+            status.set_message("not run: shard_task_lost (its Slurm or Kubernetes task failed or was cancelled)");
+            status
+        }
         Verdict::NotRun => {
             let mut status = TestCaseStatus::skipped();
             status.set_type("not_run");
@@ -132,6 +140,18 @@ fn rerun(attempt: &Value) -> TestRerun {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_model_lost_with_its_shard_task_is_a_failure() {
+        let report = json!({
+            "isorun_version": "0.1.0",
+            "units": [{"model": "m", "status": "not_run", "reason": "shard_task_lost", "shard": "2/4"}]
+        });
+        let xml = junit_xml(&report).unwrap();
+        assert!(xml.contains(r#"failures="1""#), "{xml}");
+        assert!(xml.contains(r#"type="not_run">"#) || xml.contains(r#"type="not_run"/>"#), "{xml}");
+        assert!(!xml.contains("<skipped"), "{xml}");
+    }
 
     #[test]
     fn statuses_become_successes_failures_and_skips() {

@@ -82,7 +82,6 @@ fn submit(args: &SlurmSubmitArgs) -> Result<i32, String> {
         submit_dir: &submit_dir,
         out: &out_text,
         shards: args.shards,
-        models: models.len(),
         job_name: &args.job_name,
         partition: args.partition.as_deref(),
         time: args.time.as_deref(),

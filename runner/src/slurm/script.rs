@@ -15,8 +15,6 @@ pub struct Plan<'a> {
     /// `--out`, absolute.
     pub out: &'a str,
     pub shards: u64,
-    /// How many models `models.json` lists.
-    pub models: usize,
     pub job_name: &'a str,
     pub partition: Option<&'a str>,
     pub time: Option<&'a str>,
@@ -59,22 +57,22 @@ pub fn array_script(plan: &Plan<'_>) -> String {
     let mut s = String::new();
     s.push_str(&format!(
         "#!/bin/bash
-# isorun on Slurm: task K of this job array runs shard K of {shards} of `isorun run`
-# (the models whose id hashes to K; {out}/models.json lists all {models}),
-# with its own journal and report. Written by `isorun slurm submit` (isorun {version}), which
-# submitted it with the merge job that joins the reports:
+# isorun on Slurm: task K of this job array runs shard K of {shards} of `isorun run` (the
+# models whose id hashes to K), with its own journal and report. Written by `isorun slurm
+# submit` (isorun {version}) into OUT={out}, and submitted with the
+# merge job that joins the reports:
 #
-#   sbatch --parsable {out}/array.sbatch
-#   sbatch --parsable --dependency=afterany:<array job id> {out}/merge.sbatch
+#   sbatch --parsable $OUT/array.sbatch
+#   sbatch --parsable --dependency=afterany:<array job id> $OUT/merge.sbatch
 #
-# Task K writes, in {out}/shards/:
+# $OUT/models.json lists every model with its shard. Task K writes, in $OUT/shards/:
 #   K.json           its report
 #   K.jsonl          one JSON line per model
 #   K.journal.jsonl  its journal: run again, the task skips the models it finished (--resume)
-# and logs to {out}/logs/array-<array job id>_K.out.
+# and logs to $OUT/logs/array-<array job id>_K.out.
 #
-# To run one task again (then the merge job): sbatch --array=K {out}/array.sbatch
-# (the shard count is written below rather than read from SLURM_ARRAY_TASK_COUNT, so that works).
+# To run one task again: sbatch --array=K $OUT/array.sbatch, then the merge job as above
+# (N is written below rather than read from SLURM_ARRAY_TASK_COUNT, so one task alone works).
 # `isorun run` exits 1 when some model is not ok, and Slurm then says the task FAILED; its
 # report is complete all the same. A task that ends before writing its report leaves its models
 # to the merge job, which reports them as not_run (shard_task_lost).
@@ -84,7 +82,6 @@ pub fn array_script(plan: &Plan<'_>) -> String {
 #SBATCH --array=0-{last}
 #SBATCH --output={out}/logs/array-%A_%a.out
 ",
-        models = plan.models,
         version = env!("CARGO_PKG_VERSION"),
         job_name = plan.job_name,
     ));
@@ -135,16 +132,16 @@ pub fn merge_script(plan: &Plan<'_>) -> String {
     let Plan { out, .. } = *plan;
     let mut s = format!(
         "#!/bin/bash
-# Joins the reports of the shard tasks of {out}/array.sbatch into one report, once
-# every task has ended, however it ended. Written by `isorun slurm submit` (isorun {version}),
-# which submitted it after the array:
+# Joins the reports of the tasks of $OUT/array.sbatch into one report, once every task
+# has ended, however it ended. Written by `isorun slurm submit` (isorun {version}) into
+# OUT={out}, and submitted after the array:
 #
-#   sbatch --parsable --dependency=afterany:<array job id> {out}/merge.sbatch
+#   sbatch --parsable --dependency=afterany:<array job id> $OUT/merge.sbatch
 #
-# It writes {out}/report.json, report.xml (JUnit) and report.html, and logs to
-# {out}/logs/merge-<job id>.out. Every model {out}/models.json lists is in
-# the report: the models of a task that failed or was cancelled before writing its report
-# are not_run, with reason shard_task_lost.
+# It writes $OUT/report.json, report.xml (JUnit) and report.html, and logs to
+# $OUT/logs/merge-<job id>.out. Every model $OUT/models.json lists is in the report:
+# the models of a task that failed or was cancelled before writing its report are not_run,
+# with reason shard_task_lost.
 #SBATCH --job-name={job_name}-merge
 #SBATCH --output={out}/logs/merge-%j.out
 #SBATCH --time=00:10:00

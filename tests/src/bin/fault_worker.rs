@@ -13,7 +13,11 @@
 //! pid (also answer an output `worker_pid`), hog-N (grow by 16 MiB steps
 //! to N MiB, then hang), flaky (crash unless the model folder holds
 //! `.crashed-once`, which it creates first), crash-if-not-first (crash if
-//! this worker already ran a unit).
+//! this worker already ran a unit), gpu-hold-N (take N GiB of GPU memory
+//! through the CUDA driver API, `libcuda.so.1` loaded at run time, and hold
+//! it until this worker exits; without libcuda the unit fails with an
+//! error saying so), env (also answer string outputs `CUDA_VISIBLE_DEVICES`
+//! and `CUDA_DEVICE_ORDER`: their values, or `<unset>`).
 //! With --zygote it is a fork server, as `isorun-worker --zygote`.
 //! Hostile run faults (tests/integration/hostile.rs): vec-claim (a frame
 //! whose payload claims 2^60 outputs), bytes-claim (a small frame claiming a
@@ -32,7 +36,9 @@
 //! Any other model is good: its outputs are its inputs, under the same names.
 
 use ipc_channel::ipc::IpcOneShotServer;
-use isorun_protocol::{Hello, RunRequest, Tensor, ToWorker, UnitResult, WorkerMessage, ENV_IPC_FD, PROTOCOL_VERSION};
+use isorun_protocol::{
+    ErrorKind, Hello, ModelError, RunRequest, Tensor, ToWorker, UnitResult, WorkerMessage, ENV_IPC_FD, PROTOCOL_VERSION,
+};
 use isorun_transport::{dense_bytes, write_frame, RequestEnvelope};
 use std::io::Write;
 use std::os::fd::FromRawFd;
@@ -200,6 +206,14 @@ fn run(socket: &mut UnixStream, request: &RunRequest, shared: &[ipc_channel::ipc
             }
         }
         "crash-if-not-first" if served_before > 0 => crash(),
+        "gpu-hold" => {
+            if let Err(message) = hold_gpu_memory(amount) {
+                let error = ModelError::new(ErrorKind::Tensorflow, format!("gpu-hold-{amount}: {message}"));
+                write_frame(socket, &WorkerMessage::Finished { unit, run_ms: 0, result: UnitResult::Err(error) })
+                    .unwrap();
+                return;
+            }
+        }
         "garbage" => {
             socket.write_all(b"\x00\x01garbage in the middle of a run").unwrap();
             sleep_forever()
@@ -305,10 +319,78 @@ fn run(socket: &mut UnixStream, request: &RunRequest, shared: &[ipc_channel::ipc
             Tensor::dense(isorun_protocol::DType::Int64, vec![], pid.to_le_bytes().to_vec()),
         ));
     }
+    if mode == "env" {
+        for name in ["CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER"] {
+            let value = std::env::var(name).unwrap_or_else(|_| "<unset>".into());
+            outputs.push((name.into(), Tensor::strings(vec![1], vec![value.into_bytes()])));
+        }
+    }
     let answered = if mode == "wrong-unit" { unit + 1000 } else { unit };
     write_frame(socket, &WorkerMessage::Finished { unit: answered, run_ms: 0, result: UnitResult::Ok { outputs } })
         .unwrap();
     drop(hog);
+}
+
+/// Takes `gib` GiB of memory on the first visible GPU through the CUDA
+/// driver API, loaded at run time (no CUDA at build time), and keeps it,
+/// with its context, until the process exits.
+fn hold_gpu_memory(gib: u64) -> Result<(), String> {
+    use std::ffi::{c_void, CStr};
+    type CuInit = unsafe extern "C" fn(u32) -> i32;
+    type CuDeviceGet = unsafe extern "C" fn(*mut i32, i32) -> i32;
+    type CuCtxCreate = unsafe extern "C" fn(*mut *mut c_void, u32, i32) -> i32;
+    type CuMemAlloc = unsafe extern "C" fn(*mut u64, usize) -> i32;
+    type CuGetErrorName = unsafe extern "C" fn(i32, *mut *const libc::c_char) -> i32;
+    // SAFETY: dlopen and dlerror with valid C strings; a failure is a null handle.
+    let library = unsafe { libc::dlopen(c"libcuda.so.1".as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
+    if library.is_null() {
+        // SAFETY: dlerror returns null or a valid C string.
+        let why = unsafe { libc::dlerror() };
+        let why = if why.is_null() { String::new() } else { unsafe { CStr::from_ptr(why) }.to_string_lossy().into() };
+        return Err(format!("cannot load libcuda.so.1 (no NVIDIA driver here?): {why}"));
+    }
+    let symbol = |name: &CStr| -> Result<*mut c_void, String> {
+        // SAFETY: a live handle and a valid C string.
+        let found = unsafe { libc::dlsym(library, name.as_ptr()) };
+        if found.is_null() {
+            Err(format!("libcuda.so.1 has no {}", name.to_string_lossy()))
+        } else {
+            Ok(found)
+        }
+    };
+    // SAFETY: each symbol has the CUDA driver API's C signature for its name.
+    let (init, device_get, ctx_create, mem_alloc) = unsafe {
+        (
+            std::mem::transmute::<*mut c_void, CuInit>(symbol(c"cuInit")?),
+            std::mem::transmute::<*mut c_void, CuDeviceGet>(symbol(c"cuDeviceGet")?),
+            std::mem::transmute::<*mut c_void, CuCtxCreate>(symbol(c"cuCtxCreate_v2")?),
+            std::mem::transmute::<*mut c_void, CuMemAlloc>(symbol(c"cuMemAlloc_v2")?),
+        )
+    };
+    let error_name = symbol(c"cuGetErrorName").ok();
+    let check = |call: &str, result: i32| -> Result<(), String> {
+        if result == 0 {
+            return Ok(());
+        }
+        let mut name: *const libc::c_char = std::ptr::null();
+        if let Some(f) = error_name {
+            // SAFETY: cuGetErrorName's signature; it writes a static string or leaves null.
+            unsafe { std::mem::transmute::<*mut c_void, CuGetErrorName>(f)(result, &mut name) };
+        }
+        let name = if name.is_null() { "?".into() } else { unsafe { CStr::from_ptr(name) }.to_string_lossy() };
+        Err(format!("{call} failed: CUresult {result} ({name})"))
+    };
+    let (mut device, mut context, mut pointer) = (0i32, std::ptr::null_mut::<c_void>(), 0u64);
+    // SAFETY: the driver API as documented; every out-pointer is valid.
+    unsafe {
+        check("cuInit", init(0))?;
+        check("cuDeviceGet", device_get(&mut device, 0))?;
+        check("cuCtxCreate_v2", ctx_create(&mut context, 0, device))?;
+        check("cuMemAlloc_v2", mem_alloc(&mut pointer, (gib as usize) << 30))?;
+    }
+    // Never freed: the driver takes it back when the process exits.
+    eprintln!("gpu-hold: {gib} GiB at {pointer:#x} on CUDA device {device}");
+    Ok(())
 }
 
 /// A whole frame around `payload`, as `write_frame` would send it.

@@ -499,7 +499,8 @@ fn doctor_says_this_machine_can_run_models() {
     for check in ["sandbox", "memory limit", "gpu", "slurm"] {
         doctor_line(&ran, check);
     }
-    assert!(doctor_line(&ran, "sandbox").1.contains("not used yet"));
+    let sandbox = doctor_line(&ran, "sandbox").1;
+    assert!(sandbox.contains("Landlock"), "{sandbox}");
     assert_eq!(ran.stdout.lines().count(), 7, "{}", ran.stdout);
 }
 

@@ -2,14 +2,20 @@
 //! real worker on models made by Python TensorFlow, or with the
 //! fault-injection worker for the failures a real worker can have.
 
+mod bad_input;
 mod commands;
 mod config;
 mod faults;
 mod fixtures;
+mod gpu;
+mod hostile;
 mod lifecycle;
 mod nightly;
 mod pipe;
 mod reports;
 mod run_cli;
+mod sandbox;
+mod slurm;
+mod soak;
 mod usage;
 mod util;

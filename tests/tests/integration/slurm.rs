@@ -1,0 +1,373 @@
+//! `isorun slurm submit` on a real Slurm cluster: a private single-node one
+//! that `scripts/slurm-cluster` starts in a temporary folder (installing
+//! slurm-wlm and munge with apt on first use, so this needs root; elsewhere
+//! the test says loudly that it skipped). Sharded through Slurm, a run must
+//! report what the same run reports locally; a lost task's models must show
+//! as `not_run` (`shard_task_lost`); submitting again must resume.
+
+use crate::util::{bin, fake_models, fixtures, isorun, run, write_input, Ran};
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+/// How long a submitted run may take to be merged (a loaded CI machine with 2 CPUs).
+const MERGE_TIMEOUT: Duration = Duration::from_secs(240);
+
+fn skip(why: &str) {
+    eprintln!(
+        "\n\
+         ************************************************************************\n\
+         * SKIPPED: the Slurm test needs a private Slurm cluster, and {why}.\n\
+         * It runs as root on a machine with apt-get (as in CI), or where\n\
+         * slurm-wlm and munge are installed and it runs as root.\n\
+         ************************************************************************\n"
+    );
+}
+
+fn on_path(program: &str) -> bool {
+    std::env::var_os("PATH").is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join(program).is_file()))
+}
+
+fn cluster_script() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/slurm-cluster")
+}
+
+/// One cluster at a time: two would race for ports, and for apt's lock on first use.
+static ONE_CLUSTER: Mutex<()> = Mutex::new(());
+
+/// A running private cluster; dropping it brings the cluster down (also when
+/// the test fails), then removes its folder and lets the next test start one.
+struct Cluster {
+    dir: tempfile::TempDir,
+    conf: PathBuf,
+    _turn: MutexGuard<'static, ()>,
+}
+
+impl Cluster {
+    fn up() -> Option<Cluster> {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            skip("this test does not run as root (slurmd and munged run as root here)");
+            return None;
+        }
+        let installed = ["slurmctld", "slurmd", "sbatch", "munged"].iter().all(|p| on_path(p));
+        if !installed && !on_path("apt-get") {
+            skip("slurm-wlm and munge are not installed, and there is no apt-get to install them");
+            return None;
+        }
+        let turn = ONE_CLUSTER.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let dir = tempfile::Builder::new().prefix("isorun-slurm-test").tempdir().unwrap();
+        // The script names the folder by its physical path.
+        let conf = std::fs::canonicalize(dir.path()).unwrap().join("slurm.conf");
+        let cluster = Cluster { conf, dir, _turn: turn };
+        let output = Command::new(cluster_script()).arg("up").arg(cluster.dir.path()).output().unwrap();
+        assert!(
+            output.status.success(),
+            "scripts/slurm-cluster up failed:\n{}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        assert_eq!(
+            String::from_utf8_lossy(&output.stdout).trim(),
+            format!("export SLURM_CONF={}", cluster.conf.display())
+        );
+        Some(cluster)
+    }
+
+    /// A Slurm command (squeue, scancel, scontrol) of this cluster.
+    fn command(&self, program: &str) -> Command {
+        let mut command = Command::new(program);
+        command.env("SLURM_CONF", &self.conf);
+        command
+    }
+
+    /// `JobState` of a job (or array task, `12_2`) as scontrol shows it.
+    fn job_state(&self, job: &str) -> String {
+        let output = self.command("scontrol").args(["show", "job", job]).output().unwrap();
+        let text = String::from_utf8_lossy(&output.stdout);
+        text.split_whitespace()
+            .find_map(|field| field.strip_prefix("JobState="))
+            .unwrap_or_else(|| panic!("no JobState for {job}: {text}"))
+            .to_string()
+    }
+
+    /// `isorun slurm submit ARGS` in `cwd`: the array and merge job ids.
+    fn submit(&self, cwd: &Path, env: &[(&str, &Path)], args: &[&str]) -> (String, String) {
+        let mut command = isorun();
+        command.current_dir(cwd).env("SLURM_CONF", &self.conf).args(["slurm", "submit"]).args(args);
+        for (name, value) in env {
+            command.env(name, value);
+        }
+        let ran = run(&mut command);
+        assert_eq!(ran.code, Some(0), "isorun slurm submit failed:\n{}{}", ran.stdout, ran.stderr);
+        let ids = ran
+            .stdout
+            .trim()
+            .strip_prefix("array job ")
+            .and_then(|rest| rest.split_once(", merge job "))
+            .unwrap_or_else(|| panic!("not `array job A, merge job M`: {}", ran.stdout));
+        (ids.0.to_string(), ids.1.to_string())
+    }
+
+    /// Waits for the merge job to write `out/report.json` and end; the report.
+    fn merged_report(&self, out: &Path, merge_job: &str) -> Value {
+        let started = Instant::now();
+        let report = out.join("report.json");
+        while !report.exists() || !matches!(self.job_state(merge_job).as_str(), "COMPLETED" | "FAILED") {
+            if started.elapsed() > MERGE_TIMEOUT {
+                let mut logs = String::new();
+                for entry in std::fs::read_dir(out.join("logs")).into_iter().flatten().flatten() {
+                    let text = std::fs::read_to_string(entry.path()).unwrap_or_default();
+                    logs.push_str(&format!("--- {}\n{text}\n", entry.path().display()));
+                }
+                let queue = self.command("squeue").output().unwrap();
+                panic!(
+                    "no merged report after {MERGE_TIMEOUT:?}; squeue:\n{}\nlogs:\n{logs}",
+                    String::from_utf8_lossy(&queue.stdout)
+                );
+            }
+            std::thread::sleep(Duration::from_millis(300));
+        }
+        assert_eq!(self.job_state(merge_job), "COMPLETED", "the merge job ended badly");
+        read_json(&report)
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        match Command::new(cluster_script()).arg("down").arg(self.dir.path()).output() {
+            Ok(output) if output.status.success() => {}
+            Ok(output) => eprintln!("scripts/slurm-cluster down failed:\n{}", String::from_utf8_lossy(&output.stderr)),
+            Err(e) => eprintln!("cannot run scripts/slurm-cluster down: {e}"),
+        }
+    }
+}
+
+fn read_json(path: &Path) -> Value {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// The units of a report without what changes from run to run (times,
+/// memory, workers, resumed), in each unit and each of its attempts.
+fn comparable_units(report: &Value) -> Vec<Value> {
+    let forget = |record: &mut Value| {
+        for key in ["wall_ms", "load_ms", "run_ms", "user_ms", "sys_ms", "peak_rss_bytes", "worker_id", "resumed"] {
+            record.as_object_mut().unwrap().remove(key);
+        }
+    };
+    let mut units = report["units"].as_array().unwrap().clone();
+    for unit in &mut units {
+        forget(unit);
+        if let Some(attempts) = unit.get_mut("attempts").and_then(Value::as_array_mut) {
+            attempts.iter_mut().for_each(forget);
+        }
+    }
+    units
+}
+
+fn statuses(report: &Value) -> Vec<(String, String)> {
+    let units = report["units"].as_array().unwrap();
+    units.iter().map(|u| (u["model"].as_str().unwrap().into(), u["status"].as_str().unwrap().into())).collect()
+}
+
+/// Every file under `dir`, relative, with its bytes.
+fn files_under(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
+    let mut files = Vec::new();
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(folder) = pending.pop() {
+        for entry in std::fs::read_dir(&folder).unwrap().flatten() {
+            if entry.file_type().unwrap().is_dir() {
+                pending.push(entry.path());
+            } else {
+                files.push((
+                    entry.path().strip_prefix(dir).unwrap().to_path_buf(),
+                    std::fs::read(entry.path()).unwrap(),
+                ));
+            }
+        }
+    }
+    files.sort();
+    files
+}
+
+/// A local, unsharded `isorun run` with the fault worker: its report.
+fn local_fault_run(root: &Path, output_dir: &Path) -> Value {
+    let report = root.join("local.json");
+    let ran: Ran = run(isorun()
+        .current_dir(root)
+        .env("ISORUN_WORKER", bin("isorun-fault-worker"))
+        .args(["run", "models", "--input=x=x.npy", "--timeout", "60", "--json", "--report"])
+        .arg(&report)
+        .arg("--output-dir")
+        .arg(output_dir));
+    assert_eq!(ran.code, Some(1), "a crash and an exit 3 fail the local run:\n{}", ran.stderr);
+    read_json(&report)
+}
+
+#[test]
+fn a_sharded_run_through_slurm_reports_what_a_local_run_reports() {
+    let Some(cluster) = Cluster::up() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    // Two models in each of 3 shards (FNV-1a of the id, mod 3), one crashing and one exiting 3.
+    let models = ["alpha", "beta-fault-segfault", "delta-fault-exit3", "gamma", "phi", "pi"];
+    fake_models(&root.join("models"), &models);
+    let shard_of = |id: &str| (0..3).find(|&k| isorun::shard::Shard { index: k, count: 3 }.owns(id)).unwrap();
+    let shards: Vec<u64> = models.iter().map(|id| shard_of(id)).collect();
+    assert_eq!(shards, [0, 0, 2, 2, 1, 1], "the models spread over the shards as this test expects");
+    std::fs::rename(write_input(root), root.join("x.npy")).unwrap();
+    let local = local_fault_run(root, &root.join("local-outputs"));
+    let fault_worker = bin("isorun-fault-worker");
+
+    // 1. The whole run through Slurm (relative paths, resolved at submit): the same units and outputs.
+    let (array, merge) = cluster.submit(
+        root,
+        &[("ISORUN_WORKER", &fault_worker)],
+        &["--shards", "3", "--out", "night", "--", "models", "--input=x=x.npy", "--timeout", "60"],
+    );
+    let out = root.join("night");
+    let script = std::fs::read_to_string(out.join("array.sbatch")).unwrap();
+    assert!(script.contains(&format!("--input=x={}", root.join("x.npy").display())), "{script}");
+    assert!(script.starts_with("#!/bin/bash\n") && script.contains("set -euo pipefail"), "{script}");
+    let merged = cluster.merged_report(&out, &merge);
+    assert_eq!(comparable_units(&merged), comparable_units(&local), "the units of the merged and the local run");
+    assert_eq!(merged["summary"], local["summary"]);
+    assert_eq!(merged["settings"]["merged_from"], serde_json::json!(["0/3", "1/3", "2/3"]));
+    assert_eq!(statuses(&merged)[1], ("beta-fault-segfault".to_string(), "crashed".to_string()));
+    for (k, state) in ["FAILED", "COMPLETED", "FAILED"].iter().enumerate() {
+        // `isorun run` exits 1 when a model is not ok: shards 0 and 2 each have one.
+        assert_eq!(cluster.job_state(&format!("{array}_{k}")), *state, "task {k}");
+        for file in [format!("{k}.json"), format!("{k}.jsonl"), format!("{k}.journal.jsonl")] {
+            assert!(out.join("shards").join(&file).is_file(), "shards/{file}");
+        }
+    }
+    let listed = read_json(&out.join("models.json"));
+    assert_eq!(listed["shards"], 3);
+    let listed: Vec<(String, u64)> = listed["models"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| (m["model"].as_str().unwrap().to_string(), m["shard"].as_u64().unwrap()))
+        .collect();
+    let expected: Vec<(String, u64)> = models.iter().map(|id| (id.to_string(), shard_of(id))).collect();
+    assert_eq!(listed, expected);
+    assert!(out.join("report.xml").is_file() && out.join("report.html").is_file());
+
+    // The outputs the shard tasks wrote are the local run's, byte for byte.
+    let (array, merge) = cluster.submit(
+        root,
+        &[("ISORUN_WORKER", &fault_worker)],
+        &["--shards", "3", "--out", "with-outputs", "models", "--input=x=x.npy", "--output-dir", "slurm-outputs"],
+    );
+    let with_outputs = cluster.merged_report(&root.join("with-outputs"), &merge);
+    assert_eq!(statuses(&with_outputs), statuses(&local), "array job {array}");
+    let local_files = files_under(&root.join("local-outputs"));
+    assert_eq!(local_files.len(), 4, "x.npy of each of the four ok models");
+    assert_eq!(files_under(&root.join("slurm-outputs")), local_files);
+
+    // 2. A task cancelled before it ran: its models are not_run (shard_task_lost), the others are there.
+    // Both jobs are submitted held, so task 2 is surely pending when it is cancelled.
+    let args = ["--shards", "3", "--cpus-per-task", "1", "--out", "lost", "models", "--input=x=x.npy"];
+    let env = [("ISORUN_WORKER", fault_worker.as_path())];
+    let (array, merge) = cluster.submit(root, &env, &[&["--sbatch-arg=--hold"][..], &args].concat());
+    let cancel = cluster.command("scancel").arg(format!("{array}_2")).output().unwrap();
+    assert!(cancel.status.success(), "scancel: {}", String::from_utf8_lossy(&cancel.stderr));
+    let release = cluster.command("scontrol").args(["release", &array, &merge]).output().unwrap();
+    assert!(release.status.success(), "scontrol release: {}", String::from_utf8_lossy(&release.stderr));
+    let out = root.join("lost");
+    let merged = cluster.merged_report(&out, &merge);
+    // (A pending task that is cancelled leaves no job record here, so the files say it never ran.)
+    assert!(!out.join(format!("logs/array-{array}_2.out")).exists(), "task 2 never started");
+    assert!(!out.join("shards/2.json").exists(), "task 2 wrote no report");
+    for unit in merged["units"].as_array().unwrap() {
+        let id = unit["model"].as_str().unwrap();
+        if shard_of(id) == 2 {
+            assert_eq!(unit["status"], "not_run", "{unit}");
+            assert_eq!(unit["reason"], "shard_task_lost", "{unit}");
+            assert_eq!(unit["error"], serde_json::json!({"kind": "not_run", "message": "not run: shard_task_lost"}));
+            assert_eq!(unit["shard"], "2/3");
+            assert_eq!(unit["path"], root.join("models").join(id).to_str().unwrap());
+        } else {
+            let local_unit = local["units"].as_array().unwrap().iter().find(|u| u["model"] == id).unwrap();
+            assert_eq!(unit["status"], local_unit["status"], "{id}");
+        }
+    }
+    assert_eq!(merged["summary"]["total"], 6);
+    assert_eq!(merged["summary"]["by_status"]["not_run"], 2);
+
+    // 3. Submitted again into the same folder: the journals skip what tasks 0 and 1 finished,
+    // task 2 runs now, and the report is the local run's; every model was computed once
+    // (a journal gets one line per unit computed).
+    let journal_lines = |k: u64| {
+        let journal = out.join(format!("shards/{k}.journal.jsonl"));
+        std::fs::read_to_string(journal).map_or(0, |text| text.lines().count())
+    };
+    assert_eq!([journal_lines(0), journal_lines(1), journal_lines(2)], [2, 2, 0]);
+    let (_, merge) = cluster.submit(root, &env, &args);
+    let resumed = cluster.merged_report(&out, &merge);
+    assert_eq!(comparable_units(&resumed), comparable_units(&local));
+    for unit in resumed["units"].as_array().unwrap() {
+        let from_journal = unit["resumed"] == true;
+        assert_eq!(from_journal, shard_of(unit["model"].as_str().unwrap()) != 2, "{unit}");
+    }
+    assert_eq!([journal_lines(0), journal_lines(1), journal_lines(2)], [2, 2, 2], "each model computed once");
+    for k in 0..3 {
+        let lines = std::fs::read_to_string(out.join(format!("shards/{k}.jsonl"))).unwrap();
+        assert_eq!(lines.lines().count(), 2, "shards/{k}.jsonl holds the JSON lines of this submit's task {k}");
+    }
+}
+
+#[test]
+fn a_real_model_runs_through_slurm_as_it_runs_locally() {
+    let worker = crate::util::bin_dir().join("isorun-worker");
+    let doctor = run(isorun().arg("doctor"));
+    if !worker.is_file() || doctor.code != Some(0) {
+        skip("isorun doctor says TensorFlow models cannot run here (no libtensorflow or no worker)");
+        return;
+    }
+    let Some(cluster) = Cluster::up() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let model = fixtures().join("models/multi_sig");
+    let inputs = fixtures().join("expected/multi_sig__add/inputs.npz");
+    let local_report = tmp.path().join("local.json");
+    let local = run(isorun()
+        .arg("run")
+        .arg(&model)
+        .args(["--signature", "add", "--inputs"])
+        .arg(&inputs)
+        .arg("--output-dir")
+        .arg(tmp.path().join("local-outputs"))
+        .arg("--report")
+        .arg(&local_report)
+        .arg("--json"));
+    assert_eq!(local.code, Some(0), "{}", local.stderr);
+    let out = tmp.path().join("night");
+    let (model, inputs) = (model.to_str().unwrap(), inputs.to_str().unwrap());
+    let slurm_outputs = tmp.path().join("slurm-outputs");
+    let (_, merge) = cluster.submit(
+        tmp.path(),
+        &[],
+        &[
+            "--shards",
+            "2",
+            "--out",
+            out.to_str().unwrap(),
+            "--",
+            model,
+            "--signature",
+            "add",
+            "--inputs",
+            inputs,
+            "--output-dir",
+            slurm_outputs.to_str().unwrap(),
+        ],
+    );
+    let merged = cluster.merged_report(&out, &merge);
+    let local = read_json(&local_report);
+    assert_eq!(comparable_units(&merged), comparable_units(&local));
+    assert_eq!(merged["units"][0]["status"], "ok");
+    assert_eq!(files_under(&slurm_outputs), files_under(&tmp.path().join("local-outputs")));
+}
