@@ -555,13 +555,23 @@ def write_markdown(path, results, args):
                 w(f"| zygote (one per slot, lives for the run) | – | {z['Rss'] / MIB:.0f} | {z['Pss'] / MIB:.0f} | "
                   f"{z['Private'] / MIB:.0f} | {z['Anonymous'] / MIB:.0f} |")
         w("")
-        w("RSS counts every resident page a process maps, shared or not. An exec'd worker maps libtensorflow "
-          "itself and dirties its relocations and static initialisers, so its RSS holds most of the ~790 MB library's "
-          "touched pages plus private copies of the relocated ones. A worker forked from the zygote starts with the "
-          "zygote's loaded, relocated image shared copy-on-write: file-backed pages count in its RSS only once it "
-          "touches them, and what the zygote already paid for is not paid again. PSS (each shared page divided among "
-          "the processes that map it) and private memory are the fairer measures of what a worker costs; "
-          "`--memory-limit` counts `RssAnon + RssShmem` for the same reason.\n")
+        ex, zy = wm.get("exec", {}).get("workers", {}), wm.get("zygote", {}).get("workers", {})
+        zg = wm.get("zygote", {}).get("zygote") or {}
+
+        def mi(d, k):
+            return fmt(d[k] / MIB if d.get(k) is not None else None, ".0f")
+
+        w(f"RSS counts every resident page a process maps, shared or not, so the two modes' RSS figures are not "
+          f"the same measure. An exec'd worker maps libtensorflow itself and faults in the pages it uses: "
+          f"{mi(ex, 'Rss')} MiB RSS, of which only {mi(ex, 'Anonymous')} MiB is anonymous memory (heap, relocated "
+          f"data, the model); the rest are the library's file pages from the page cache. With one worker at a time "
+          f"(-j 1) no other process maps them, so smaps calls them private and PSS is about RSS, but they are not new "
+          f"memory: every exec'd worker shares the same page-cache pages. A worker forked from the zygote inherits "
+          f"the zygote's loaded image copy-on-write: the file pages it touches count in its RSS "
+          f"({mi(zy, 'Rss')} MiB), shared with the zygote (PSS {mi(zy, 'Pss')} MiB), and only {mi(zy, 'Private')} MiB "
+          f"is its own (its {mi(zy, 'Anonymous')} MiB of anonymous memory is partly the zygote's pages, shared until "
+          f"written). The zygote itself ({mi(zg, 'Rss')} MiB RSS, one per slot) lives for the whole run. "
+          f"`--memory-limit` counts `RssAnon + RssShmem` for this reason: that is what a worker adds.\n")
     big = results.get("big_model")
     if big:
         py = big["python"]

@@ -16,7 +16,7 @@ fuzz_target!(|data: &[u8]| {
     tensor.validate(|_| None).expect("a tensor read from a file agrees with its shape");
     let mut written = Vec::new();
     write_npy(&mut written, &tensor).expect("writing into memory");
-    let back = read_npy(written.as_slice(), written.len() as u64, Path::new("back.npy"))
-        .expect("isorun reads what it writes");
+    let back =
+        read_npy(written.as_slice(), written.len() as u64, Path::new("back.npy")).expect("isorun reads what it writes");
     assert_eq!(back, tensor);
 });

@@ -135,6 +135,10 @@ pub fn describe(nvml: &Nvml, name: &str) -> String {
     }
 }
 
+/// How far the device's fall may differ from the worker's own count and
+/// still be "all of it back" (NVML's two counts round differently).
+const RETURN_SLACK: u64 = 64 << 20;
+
 /// What a worker gave back when it exited.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct GpuReturn {
@@ -142,6 +146,36 @@ pub struct GpuReturn {
     pub returned_bytes: u64,
     /// The device's used memory after the exit.
     pub used_after_bytes: u64,
+}
+
+/// The compute processes on a device: pid, and its memory where known.
+pub type ProcessList = Vec<(u32, Option<u64>)>;
+
+/// What a watch reads of a device: NVML's, or a stand-in in tests.
+pub trait DeviceMemory: Send {
+    /// The device's used memory.
+    fn used(&self) -> Option<u64>;
+    /// The compute processes on the device: pid, and its memory where known.
+    fn processes(&self) -> Option<ProcessList>;
+}
+
+impl DeviceMemory for Device<'static> {
+    fn used(&self) -> Option<u64> {
+        self.memory_info().ok().map(|m| m.used)
+    }
+
+    fn processes(&self) -> Option<ProcessList> {
+        let processes = self.running_compute_processes().ok()?;
+        Some(
+            processes
+                .into_iter()
+                .map(|p| match p.used_gpu_memory {
+                    UsedGpuMemory::Used(bytes) => (p.pid, Some(bytes)),
+                    UsedGpuMemory::Unavailable => (p.pid, None),
+                })
+                .collect(),
+        )
+    }
 }
 
 /// One sample while the worker lived.
@@ -155,7 +189,7 @@ struct Sample {
 
 /// Watches one worker's memory on one device.
 pub struct GpuWatch {
-    device: Device<'static>,
+    device: Box<dyn DeviceMemory>,
     pid: u32,
     /// The worker's slot is the only one on this device, so the device's
     /// growth since the worker started can stand in for the worker's own
@@ -179,23 +213,26 @@ impl GpuWatch {
             Err(_) => nvml.device_by_uuid(device),
         };
         let device = handle.map_err(|e| tracing::debug!("NVML cannot watch device {device}: {e}")).ok()?;
-        let baseline = device.memory_info().ok().map(|m| m.used);
-        Some(GpuWatch { device, pid, alone, baseline, pid_seen: false, peak: None, last: None })
+        Some(GpuWatch::on(Box::new(device), pid, alone))
+    }
+
+    /// Watches worker `pid` on `device`, from now.
+    fn on(device: Box<dyn DeviceMemory>, pid: u32, alone: bool) -> GpuWatch {
+        let baseline = device.used();
+        GpuWatch { device, pid, alone, baseline, pid_seen: false, peak: None, last: None }
     }
 
     /// What the worker holds now, if NVML can tell.
     fn held_now(&mut self, device_used: Option<u64>) -> Option<u64> {
-        let processes = self.device.running_compute_processes().ok()?;
-        match processes.iter().find(|p| p.pid == self.pid) {
-            Some(process) => {
+        let processes = self.device.processes()?;
+        match processes.iter().find(|(pid, _)| *pid == self.pid) {
+            Some((_, bytes)) => {
                 self.pid_seen = true;
-                match process.used_gpu_memory {
-                    UsedGpuMemory::Used(bytes) => Some(bytes),
-                    UsedGpuMemory::Unavailable => None,
-                }
+                *bytes
             }
-            // Listed before, not now: the worker has let go of the device.
-            None if self.pid_seen => Some(0),
+            // Listed before, not now: the worker is leaving; its last
+            // sample stands for what it held.
+            None if self.pid_seen => None,
             None if self.alone => Some(device_used?.saturating_sub(self.baseline?)),
             None => None,
         }
@@ -203,7 +240,7 @@ impl GpuWatch {
 
     /// Samples the worker's usage (called every tick while it runs).
     pub fn sample(&mut self) {
-        let device_used = self.device.memory_info().ok().map(|m| m.used);
+        let device_used = self.device.used();
         let Some(held) = self.held_now(device_used) else { return };
         self.peak = Some(self.peak.map_or(held, |p| p.max(held)));
         if let Some(device_used) = device_used {
@@ -223,14 +260,14 @@ impl GpuWatch {
         let last = self.last?;
         let deadline = Instant::now() + Duration::from_secs(2);
         loop {
-            let used = self.device.memory_info().ok()?.used;
-            let listed = self.device.running_compute_processes().is_ok_and(|ps| ps.iter().any(|p| p.pid == self.pid));
-            // Alone on the device, everything it held must come back; shared,
-            // only its own leaving can be waited for.
-            let back = !listed && (!self.alone || used.saturating_add(last.held) <= last.device_used);
-            if back || Instant::now() >= deadline {
-                let returned_bytes = last.device_used.saturating_sub(used);
-                if self.alone && returned_bytes < last.held {
+            let used = self.device.used()?;
+            let listed = self.device.processes().is_some_and(|ps| ps.iter().any(|(pid, _)| *pid == self.pid));
+            // Alone on the device, everything it held must come back (give or
+            // take the driver's rounding); shared, only its leaving can be awaited.
+            let returned_bytes = last.device_used.saturating_sub(used);
+            let all_back = returned_bytes.saturating_add(RETURN_SLACK) >= last.held;
+            if (!listed && (!self.alone || all_back)) || Instant::now() >= deadline {
+                if self.alone && !all_back {
                     tracing::warn!(
                         pid = self.pid,
                         held = last.held,
@@ -298,6 +335,80 @@ mod tests {
         assert_eq!(resolve(&devices(&["0", "GPU-abc"]), None), Ok(vec!["0".to_string(), "GPU-abc".to_string()]));
         let error = resolve(&GpuList::All, None).unwrap_err();
         assert!(error.contains("NVML") && error.contains("--gpus 0,1"), "{error}");
+    }
+
+    /// A device whose memory and processes a test sets.
+    #[derive(Clone, Default)]
+    struct FakeDevice(std::sync::Arc<std::sync::Mutex<(u64, ProcessList)>>);
+
+    impl FakeDevice {
+        fn set(&self, used: u64, processes: &[(u32, Option<u64>)]) {
+            *self.0.lock().unwrap() = (used, processes.to_vec());
+        }
+    }
+
+    impl DeviceMemory for FakeDevice {
+        fn used(&self) -> Option<u64> {
+            Some(self.0.lock().unwrap().0)
+        }
+        fn processes(&self) -> Option<ProcessList> {
+            Some(self.0.lock().unwrap().1.clone())
+        }
+    }
+
+    const GIB: u64 = 1 << 30;
+    const MIB: u64 = 1 << 20;
+
+    #[test]
+    fn a_worker_peak_is_its_own_and_its_exit_gives_it_back() {
+        let device = FakeDevice::default();
+        let other = (7, Some(2 * GIB)); // another process on the device, all along
+        device.set(2 * GIB + 500 * MIB, &[other]);
+        let mut watch = GpuWatch::on(Box::new(device.clone()), 42, true);
+        watch.sample(); // not on the device yet
+        device.set(3 * GIB, &[other, (42, Some(500 * MIB))]);
+        watch.sample();
+        device.set(13 * GIB, &[other, (42, Some(10 * GIB + 500 * MIB))]);
+        watch.sample();
+        assert_eq!(watch.take_peak(), Some(10 * GIB + 500 * MIB));
+        assert_eq!(watch.take_peak(), None, "one unit's peak at a time");
+        device.set(2 * GIB + 500 * MIB, &[other]);
+        let back = watch.after_exit().unwrap();
+        assert_eq!(
+            back,
+            GpuReturn { returned_bytes: 13 * GIB - (2 * GIB + 500 * MIB), used_after_bytes: 2 * GIB + 500 * MIB }
+        );
+    }
+
+    #[test]
+    fn a_vanished_pid_does_not_stand_for_what_the_worker_held() {
+        let device = FakeDevice::default();
+        device.set(500 * MIB, &[]);
+        let mut watch = GpuWatch::on(Box::new(device.clone()), 42, true);
+        device.set(10 * GIB + 500 * MIB, &[(42, Some(10 * GIB))]);
+        watch.sample();
+        // Gone from NVML's list before isorun reaped it: the last sample stays.
+        device.set(500 * MIB, &[]);
+        watch.sample();
+        assert_eq!(watch.take_peak(), Some(10 * GIB));
+        assert_eq!(watch.after_exit().unwrap().returned_bytes, 10 * GIB);
+    }
+
+    #[test]
+    fn unseen_pids_count_the_device_growth_only_for_a_slot_alone_on_it() {
+        // NVML lists pids of another namespace: the worker's own never appears.
+        let device = FakeDevice::default();
+        device.set(GIB, &[(99_999, Some(4 * GIB))]);
+        let mut alone = GpuWatch::on(Box::new(device.clone()), 42, true);
+        let mut shared = GpuWatch::on(Box::new(device.clone()), 43, false);
+        device.set(5 * GIB, &[(99_999, Some(4 * GIB))]);
+        alone.sample();
+        shared.sample();
+        assert_eq!(alone.take_peak(), Some(4 * GIB));
+        assert_eq!(shared.take_peak(), None, "a shared device's growth is not one worker's");
+        assert_eq!(shared.after_exit(), None);
+        device.set(GIB, &[]);
+        assert_eq!(alone.after_exit(), Some(GpuReturn { returned_bytes: 4 * GIB, used_after_bytes: GIB }));
     }
 
     #[test]

@@ -61,7 +61,7 @@ pub fn run_watched(command: &mut Command, marker: &str) -> (Ran, Watched) {
         }
         watched.peak_rss = watched.peak_rss.max(status_bytes(pid, "VmHWM").unwrap_or(0));
         watched.peak_address_space = watched.peak_address_space.max(status_bytes(pid, "VmPeak").unwrap_or(0));
-        if polls % 5 == 0 {
+        if polls.is_multiple_of(5) {
             watched.most_marked = watched.most_marked.max(processes_mentioning(marker).len());
         }
         polls += 1;
@@ -102,6 +102,12 @@ fn hostile_run(models: &[&str], extra: &[&str], worker_args: &[&str]) -> (Ran, W
     let mut command = isorun_fault(&args);
     command.arg(root.join("models")).arg(format!("--input=x={}", input.display())).arg("--json").args(extra);
     let (ran, watched) = run_watched(&mut command, &marker);
+    eprintln!(
+        "{models:?}: supervisor peak RSS {} KiB, peak address space {} MiB, {} marked processes at most",
+        watched.peak_rss >> 10,
+        watched.peak_address_space >> 20,
+        watched.most_marked
+    );
     assert_eq!(ran.records.len(), all.len(), "one record per model:\n{}\n{}", ran.stdout, ran.stderr);
     let good = ran.record("good");
     assert_eq!(good["status"], "ok", "the good model in the same run: {good}");
