@@ -267,6 +267,7 @@ fn run(args: RunArgs, quiet: bool) -> Result<i32, String> {
     let signals = watch_signals(Arc::clone(&stop)).map_err(|e| format!("cannot install signal handlers: {e}"))?;
     let bar = (!quiet && io::stderr().is_terminal()).then(|| progress_bar(models.len() as u64));
     let mut printer = Printer::new(&models, format, bar, fail_on);
+    printer.keep_records = args.summary || args.report.is_some() || args.junit.is_some() || args.html.is_some();
     for (index, record) in resumed {
         printer.accept(index, record);
     }
@@ -331,7 +332,7 @@ fn run(args: RunArgs, quiet: bool) -> Result<i32, String> {
     if args.summary {
         print_summary(&records, started.elapsed());
     }
-    let failed = records.iter().any(|r| printer.fail_on.iter().any(|s| r["status"] == s.as_str()));
+    let failed = printer.failures > 0;
     Ok(match stop.signal() {
         libc::SIGINT => exit_code::INTERRUPTED,
         libc::SIGTERM => exit_code::TERMINATED,
@@ -422,7 +423,10 @@ struct Printer<'a> {
     fail_on: Vec<String>,
     failures: usize,
     broken_pipe: bool,
+    /// Every record, kept only when a report or summary needs them, so the
+    /// supervisor's memory does not grow with the number of units otherwise.
     records: Vec<Value>,
+    keep_records: bool,
     id_width: usize,
 }
 
@@ -440,6 +444,7 @@ impl<'a> Printer<'a> {
             failures: 0,
             broken_pipe: false,
             records: Vec::new(),
+            keep_records: false,
             id_width,
         }
     }
@@ -496,7 +501,9 @@ impl<'a> Printer<'a> {
                     }
                 }
             }
-            self.records.push(kept);
+            if self.keep_records {
+                self.records.push(kept);
+            }
             self.next += 1;
         }
     }

@@ -178,7 +178,33 @@ impl SavedModel {
                 decoded.map_err(|e| load_failed(format!("cannot decode the MetaGraphDef: {e}")))?;
             model.signatures =
                 signatures(&def).map_err(|e| ModelError::new(ErrorKind::UnsupportedDtype, e.to_string()))?;
+            // TensorFlow loads a model whose variables/ is missing (it skips the
+            // restore) and fails only when a run reads a variable: say so now.
+            let index = dir.join("variables").join("variables.index");
+            if !index.exists() && model.has_variables() {
+                return Err(load_failed(format!(
+                    "{}: missing, but the graph has variables (the model's variables were not saved with it)",
+                    index.display()
+                )));
+            }
             Ok(model)
+        }
+    }
+
+    /// True if the graph holds variable ops, whose values come from `variables/`.
+    fn has_variables(&self) -> bool {
+        let mut position = 0usize;
+        loop {
+            // SAFETY: the graph is live; TF_GraphNextOperation advances `position`
+            // and returns null at the end; op type strings are owned by the graph.
+            let op = unsafe { tf::TF_GraphNextOperation(self.graph, &mut position) };
+            if op.is_null() {
+                return false;
+            }
+            let kind = unsafe { CStr::from_ptr(tf::TF_OperationOpType(op)) };
+            if matches!(kind.to_bytes(), b"VarHandleOp" | b"VariableV2" | b"Variable") {
+                return true;
+            }
         }
     }
 

@@ -166,7 +166,8 @@ fn run(socket: &mut UnixStream, request: &RunRequest, shared: &[ipc_channel::ipc
     if let Some(log) = log_arg.or_else(|| std::env::var_os("ISORUN_FAULT_LOG")) {
         if !request.load_only {
             let mut file = std::fs::OpenOptions::new().create(true).append(true).open(log).unwrap();
-            writeln!(file, "{model}").unwrap();
+            // One write per line, so concurrent workers never interleave.
+            file.write_all(format!("{model}\n").as_bytes()).unwrap();
         }
     }
     if mode == "hang-load" {

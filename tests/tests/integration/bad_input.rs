@@ -262,14 +262,12 @@ fn empty_or_truncated_saved_models_and_missing_variables_fail_to_load_alone() {
         assert_eq!(record["status"], "error", "{record}");
         assert_eq!(record["error"]["kind"], "load_failed", "{record}");
     }
-    // TensorFlow's loader skips restoring when `variables/` is missing, so
-    // today the model loads and its first run fails, naming a variable it
-    // could not find; a check before loading would make it load_failed
-    // naming `variables/` (see SECURITY.md's list of known gaps).
+    // TensorFlow's loader skips restoring when `variables/` is missing; the
+    // worker checks for it, so the model fails to load, naming the file.
     let missing = ran.record("c-no-variables");
     assert_eq!(missing["status"], "error", "{missing}");
-    assert!(["load_failed", "tensorflow"].contains(&missing["error"]["kind"].as_str().unwrap()), "{missing}");
-    assert!(missing["error"]["message"].as_str().unwrap().contains("variable"), "{missing}");
+    assert_eq!(missing["error"]["kind"], "load_failed", "{missing}");
+    assert!(missing["error"]["message"].as_str().unwrap().contains("variables/variables.index: missing"), "{missing}");
 }
 
 // ---------------------------------------------------------------------------

@@ -232,5 +232,6 @@ fn a_good_model_alone_leaves_nothing_and_uses_little_memory() {
     let (ran, watched) = hostile_run(&[], &[], &[]);
     assert_eq!(ran.code, Some(0), "{}", ran.stderr);
     assert!(watched.peak_rss < 64 << 20, "{} MiB", watched.peak_rss >> 20);
-    assert!(watched.most_marked >= 1);
+    // (A good unit can finish before the watcher's first look, so whether it
+    // saw the worker proves nothing here; the grandchildren test checks the search.)
 }
