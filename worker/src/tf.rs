@@ -5,7 +5,7 @@
 //! Nothing here panics on TensorFlow's behalf: a failed status becomes a
 //! `ModelError` with TensorFlow's code name and message.
 
-use isorun_protocol::{tf_code_name, DType, ErrorKind, ModelError, SessionConfig, SignatureInfo, Tensor};
+use isorun_protocol::{tf_code_name, DType, ErrorKind, ModelError, SessionConfig, SignatureInfo, Tensor, TensorData};
 use isorun_tfproto::{decode_meta_graph, proto, signatures, SignatureTensors};
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::path::Path;
@@ -22,6 +22,15 @@ mod raw {
         pub fn TF_GetCode(s: *const TF_Status) -> c_int;
         pub fn TF_TensorType(t: *const TF_Tensor) -> c_int;
         pub fn TF_AllocateTensor(dtype: c_int, dims: *const i64, num_dims: c_int, len: usize) -> *mut TF_Tensor;
+        pub fn TF_NewTensor(
+            dtype: c_int,
+            dims: *const i64,
+            num_dims: c_int,
+            data: *mut std::ffi::c_void,
+            len: usize,
+            deallocator: unsafe extern "C" fn(*mut std::ffi::c_void, usize, *mut std::ffi::c_void),
+            deallocator_arg: *mut std::ffi::c_void,
+        ) -> *mut TF_Tensor;
     }
 }
 
@@ -289,13 +298,30 @@ impl Drop for SavedModel {
     }
 }
 
-/// Copies a protocol tensor into a new `TF_Tensor`.
+/// The deallocator of tensors that borrow their bytes: nothing to free.
+unsafe extern "C" fn borrowed_bytes(_data: *mut c_void, _len: usize, _arg: *mut c_void) {}
+
+/// Copies a protocol tensor into a new `TF_Tensor` (or borrows its shared memory).
 fn to_tf_tensor(tensor: &Tensor, dense: Option<&[u8]>) -> *mut tf::TF_Tensor {
     let dims: Vec<i64> = tensor.shape.iter().map(|&d| d as i64).collect();
     // SAFETY: TF_AllocateTensor returns a buffer of exactly `len` bytes, which
     // is filled below within bounds (lengths were validated against the shape).
     unsafe {
         match (dense, &tensor.data) {
+            // Large inputs arrive in shared memory, mapped page-aligned: the
+            // TF_Tensor borrows those bytes instead of copying them (TensorFlow
+            // copies by itself if they are not aligned enough). The request,
+            // and with it the mapping, outlives the run, and `run` deletes
+            // every tensor before it returns; the deallocator has nothing to free.
+            (Some(bytes), TensorData::Shared(_)) if !bytes.is_empty() => raw::TF_NewTensor(
+                tensor.dtype.tf_code(),
+                dims.as_ptr(),
+                dims.len() as c_int,
+                bytes.as_ptr() as *mut c_void,
+                bytes.len(),
+                borrowed_bytes,
+                ptr::null_mut(),
+            ),
             (Some(bytes), _) => {
                 let t = raw::TF_AllocateTensor(tensor.dtype.tf_code(), dims.as_ptr(), dims.len() as c_int, bytes.len());
                 if !bytes.is_empty() {
@@ -303,7 +329,7 @@ fn to_tf_tensor(tensor: &Tensor, dense: Option<&[u8]>) -> *mut tf::TF_Tensor {
                 }
                 t
             }
-            (None, isorun_protocol::TensorData::Strings(strings)) => {
+            (None, TensorData::Strings(strings)) => {
                 let size = std::mem::size_of::<tf::TF_TString>();
                 let t = raw::TF_AllocateTensor(
                     DType::String.tf_code(),

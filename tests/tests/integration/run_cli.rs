@@ -208,3 +208,30 @@ fn load_library_loads_into_the_worker_and_names_a_bad_library() {
     assert_eq!(ran.code, Some(2));
     assert!(ran.stderr.contains("--load-library /nonexistent/ops.so: no such file"), "{}", ran.stderr);
 }
+
+#[test]
+fn a_large_input_travels_through_shared_memory_intact() {
+    // 1.2 MB, far above the 64 KiB from which inputs go through shared
+    // memory (which the worker's TF_Tensor borrows without a copy).
+    let tmp = tempfile::tempdir().unwrap();
+    let values: Vec<f32> = (0..300_000).map(|i| i as f32).collect();
+    let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+    let input = tmp.path().join("x.npy");
+    let tensor = isorun_protocol::Tensor::dense(isorun_protocol::DType::Float32, vec![100_000, 3], bytes);
+    isorun::npy::write_npy(std::fs::File::create(&input).unwrap(), &tensor).unwrap();
+    let out = tmp.path().join("out");
+    let ran = run(isorun()
+        .arg("run")
+        .arg(fixtures().join("models/multi_sig"))
+        .arg(format!("--input=x={}", input.display()))
+        .arg("--output-dir")
+        .arg(&out)
+        .arg("--json"));
+    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    let y = isorun::npy::read_npy_file(&out.join("multi_sig/y.npy")).unwrap();
+    assert_eq!(y.shape, [100_000, 3]);
+    let isorun_protocol::TensorData::Dense(y) = &y.data else { panic!("dense") };
+    for (i, chunk) in y.chunks_exact(4).enumerate() {
+        assert_eq!(f32::from_le_bytes(chunk.try_into().unwrap()), values[i] * 2.0 + 1.0, "element {i}");
+    }
+}
