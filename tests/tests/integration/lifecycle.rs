@@ -32,7 +32,7 @@ fn start_hanging_run(tmp: &std::path::Path, marker: &str, extra_worker_args: &[&
     let input = write_input(tmp);
     let mut worker_args = vec![marker];
     worker_args.extend_from_slice(extra_worker_args);
-    let child = isorun_fault(&worker_args)
+    let mut child = isorun_fault(&worker_args)
         .arg(tmp.join("models"))
         .arg(format!("--input=x={}", input.display()))
         .args(["-j", "2"])
@@ -41,7 +41,16 @@ fn start_hanging_run(tmp: &std::path::Path, marker: &str, extra_worker_args: &[&
         .spawn()
         .unwrap();
     // Two workers (and, in zygote mode, the two zygotes they were forked from).
-    wait_for("two workers", Duration::from_secs(10), || workers(marker).len() >= 2);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while workers(marker).len() < 2 {
+        if Instant::now() >= deadline {
+            // Leave nothing running behind a failed test.
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("timed out waiting for two workers");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
     child
 }
 
@@ -90,10 +99,10 @@ fn the_supervisor_never_maps_libtensorflow() {
     let marker = format!("marker-{}-maps", std::process::id());
     let mut child = start_hanging_run(tmp.path(), &marker, &[]);
     let maps = std::fs::read_to_string(format!("/proc/{}/maps", child.id())).unwrap();
-    assert!(maps.contains("isorun"), "maps were read");
-    assert!(!maps.contains("libtensorflow"), "the supervisor mapped libtensorflow");
     signal(&child, libc::SIGKILL);
     child.wait().unwrap();
+    assert!(maps.contains("isorun"), "maps were read");
+    assert!(!maps.contains("libtensorflow"), "the supervisor mapped libtensorflow");
     // Its workers die with it (PR_SET_PDEATHSIG), even after a SIGKILL.
     wait_for("workers to die with the supervisor", Duration::from_secs(10), || workers(&marker).is_empty());
 }
