@@ -36,19 +36,7 @@ fn run_keras(dir: &Path, args: &[&str]) -> Ran {
     run(isorun().current_dir(dir).arg("run").arg(keras_model()).args(args))
 }
 
-/// The bytes of an `.npy` file with this header dictionary and data.
-fn npy_bytes(header: &str, data: &[u8]) -> Vec<u8> {
-    let mut header = header.to_string();
-    while !(10 + header.len() + 1).is_multiple_of(64) {
-        header.push(' ');
-    }
-    header.push('\n');
-    let mut bytes = b"\x93NUMPY\x01\x00".to_vec();
-    bytes.extend_from_slice(&(header.len() as u16).to_le_bytes());
-    bytes.extend_from_slice(header.as_bytes());
-    bytes.extend_from_slice(data);
-    bytes
-}
+use crate::util::npy_bytes;
 
 fn crc32(bytes: &[u8]) -> u32 {
     let mut crc = !0u32;

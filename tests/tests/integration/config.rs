@@ -4,6 +4,7 @@
 //! it is a usage error naming the file, the line and the key, before
 //! anything runs.
 
+use crate::util::copy_dir;
 use crate::util::{fake_models, fixtures, isorun, isorun_fault, run, write_input, Ran};
 use serde_json::Value;
 use std::path::Path;
@@ -11,19 +12,6 @@ use std::path::Path;
 /// Copies a fixture model folder (a few KiB) to `to`.
 fn copy_model(name: &str, to: &Path) {
     copy_dir(&fixtures().join("models").join(name), to);
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        let target = to.join(entry.file_name());
-        if entry.file_type().unwrap().is_dir() {
-            copy_dir(&entry.path(), &target);
-        } else {
-            std::fs::copy(entry.path(), &target).unwrap();
-        }
-    }
 }
 
 /// Each record's model, status and outputs: what must not depend on how the

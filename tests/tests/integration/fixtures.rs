@@ -3,6 +3,7 @@
 //! way a model can refuse the inputs or fail to load is reported on that
 //! model's own record, naming what was wrong, while the rest of the run goes on.
 
+use crate::util::copy_dir;
 use crate::util::{fixtures, isorun, run, Ran};
 use isorun::npy::{read_npy_file, write_npy};
 use isorun_protocol::{DType, Tensor, TensorData};
@@ -666,19 +667,6 @@ fn an_unknown_signature_lists_the_models_signatures() {
         "signature_not_found",
         "no signature 'nope'; the model has: add, mixed, serving_default",
     );
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        let target = to.join(entry.file_name());
-        if entry.file_type().unwrap().is_dir() {
-            copy_dir(&entry.path(), &target);
-        } else {
-            std::fs::copy(entry.path(), &target).unwrap();
-        }
-    }
 }
 
 #[test]

@@ -2,6 +2,7 @@
 //! process behind when interrupted, it reports every model even then, and
 //! its memory does not grow with the number of units.
 
+use crate::util::copy_dir;
 use crate::util::{bin, fake_models, fixtures, isorun, isorun_fault, processes_mentioning, ran, write_input};
 
 /// Live fault workers started with `marker` among their arguments.
@@ -152,16 +153,4 @@ fn two_hundred_real_units_do_not_grow_the_supervisor() {
     assert_eq!(lines, 200);
     // A leak bound, not a timing: 185 more units may not add 16 MiB.
     assert!(late < after_ten + (16 << 20), "supervisor grew from {after_ten} to {late} bytes");
-}
-
-fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap().flatten() {
-        let target = to.join(entry.file_name());
-        if entry.file_type().unwrap().is_dir() {
-            copy_dir(&entry.path(), &target);
-        } else {
-            std::fs::copy(entry.path(), target).unwrap();
-        }
-    }
 }

@@ -92,16 +92,7 @@ impl AsRefOs for String {
 
 /// An `.npy` file with this header dictionary and data bytes.
 fn write_npy_raw(path: &Path, header: &str, data: &[u8]) {
-    let mut header = header.to_string();
-    while !(10 + header.len() + 1).is_multiple_of(64) {
-        header.push(' ');
-    }
-    header.push('\n');
-    let mut bytes = b"\x93NUMPY\x01\x00".to_vec();
-    bytes.extend_from_slice(&(header.len() as u16).to_le_bytes());
-    bytes.extend_from_slice(header.as_bytes());
-    bytes.extend_from_slice(data);
-    std::fs::write(path, bytes).unwrap();
+    std::fs::write(path, crate::util::npy_bytes(header, data)).unwrap();
 }
 
 // ---------------------------------------------------------------------------

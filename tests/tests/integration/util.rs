@@ -100,10 +100,8 @@ pub fn fake_models(root: &Path, names: &[&str]) {
     }
 }
 
-/// A small float32 input file `x.npy` of shape [2, 3].
-pub fn write_input(dir: &Path) -> PathBuf {
-    let path = dir.join("x.npy");
-    let header = "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }";
+/// The bytes of an `.npy` file (version 1.0) with this header dictionary and data.
+pub fn npy_bytes(header: &str, data: &[u8]) -> Vec<u8> {
     let mut header = header.to_string();
     while !(10 + header.len() + 1).is_multiple_of(64) {
         header.push(' ');
@@ -112,11 +110,30 @@ pub fn write_input(dir: &Path) -> PathBuf {
     let mut bytes = b"\x93NUMPY\x01\x00".to_vec();
     bytes.extend_from_slice(&(header.len() as u16).to_le_bytes());
     bytes.extend_from_slice(header.as_bytes());
-    for v in [1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0] {
-        bytes.extend_from_slice(&v.to_le_bytes());
-    }
-    std::fs::write(&path, bytes).unwrap();
+    bytes.extend_from_slice(data);
+    bytes
+}
+
+/// A small float32 input file `x.npy` of shape [2, 3].
+pub fn write_input(dir: &Path) -> PathBuf {
+    let path = dir.join("x.npy");
+    let data: Vec<u8> = [1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0].iter().flat_map(|v| v.to_le_bytes()).collect();
+    std::fs::write(&path, npy_bytes("{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }", &data)).unwrap();
     path
+}
+
+/// Copies a folder (a fixture model, a few KiB) to `to`.
+pub fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), &target).unwrap();
+        }
+    }
 }
 
 /// Processes whose command line mentions `needle` (other than this test).
