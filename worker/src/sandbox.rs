@@ -67,7 +67,7 @@ fn gpu_paths() -> (Vec<std::path::PathBuf>, Vec<std::path::PathBuf>) {
 
 /// Environment variables a worker keeps (prefixes and names).
 const ENV_PREFIXES: &[&str] = &["TF_", "CUDA_", "LC_", "OMP_", "KMP_"];
-const ENV_NAMES: &[&str] = &["LANG", "LANGUAGE", "LD_LIBRARY_PATH", "TZ"];
+const ENV_NAMES: &[&str] = &["LANG", "LANGUAGE", "LD_LIBRARY_PATH", "LD_BIND_NOW", "TZ"];
 
 /// Protections in force, and those that could not be applied.
 pub struct Applied {
