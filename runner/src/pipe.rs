@@ -33,6 +33,8 @@ struct Server<'a> {
     signature: SignatureInfo,
     config: SessionConfig,
     stop: &'a Stop,
+    /// Limit on each request.
+    timeout: Option<Duration>,
     /// Confine the worker (`--sandbox strict`).
     sandbox: bool,
     worker: Option<WorkerProcess>,
@@ -82,8 +84,8 @@ impl Server<'_> {
         let unit = self.next_unit;
         self.next_unit += 1;
         let envelope = RequestEnvelope::new(&ToWorker::Run(self.request(unit, inputs, load_only)), Vec::new());
-        let timeout = self.args.timeout.filter(|t| t.is_finite() && *t > 0.0).map(Duration::from_secs_f64);
-        let deadlines = Deadlines { unit: timeout.map(|t| started + t), load: None, grace: GRACE, memory_limit: None };
+        let deadlines =
+            Deadlines { unit: self.timeout.map(|t| started + t), load: None, grace: GRACE, memory_limit: None };
         let end = run_request(&mut worker, envelope, unit, self.stop, deadlines);
         if end.worker_usable {
             self.served_by_worker += 1;
@@ -109,9 +111,7 @@ pub fn main(args: &PipeArgs) -> Result<i32, String> {
     let model_dir = std::path::absolute(&args.model).map_err(|e| format!("{}: {e}", args.model.display()))?;
     let signature = signature_of(&model_dir, &args.tags, &args.signature)
         .map_err(|e| format!("{}: {}", model_dir.display(), e.message))?;
-    if let Some(timeout) = args.timeout.filter(|t| !(t.is_finite() && *t > 0.0)) {
-        return Err(format!("--timeout {timeout}: expected a positive number of seconds"));
-    }
+    let timeout = crate::run::seconds("--timeout", args.timeout)?;
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as u32;
     let spawn = SpawnSpec {
         worker: worker_binary(args.worker.worker.as_deref())?,
@@ -136,6 +136,7 @@ pub fn main(args: &PipeArgs) -> Result<i32, String> {
             gpu_memory_fraction: None,
         },
         stop: &stop,
+        timeout,
         sandbox: args.sandbox == crate::cli::SandboxMode::Strict,
         worker: None,
         served_by_worker: 0,

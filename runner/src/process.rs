@@ -354,30 +354,19 @@ impl WorkerProcess {
 
     /// The worker's current memory high-water mark (`VmHWM`), while it runs.
     pub fn peak_rss_now(&self) -> Option<u64> {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid)).ok()?;
-        let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
-        let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-        Some(kib * 1024)
+        memory_fields(&self.pid.to_string(), &["VmHWM:"])
     }
 
     /// The worker's resident memory now (`VmRSS`), while it runs.
     pub fn rss_now(&self) -> Option<u64> {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid)).ok()?;
-        let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
-        let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-        Some(kib * 1024)
+        memory_fields(&self.pid.to_string(), &["VmRSS:"])
     }
 
     /// The worker's private memory now: `RssAnon + RssShmem`, so that the
     /// libtensorflow pages every worker shares with the page cache do not
     /// count against a model.
     pub fn private_memory_now(&self) -> Option<u64> {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid)).ok()?;
-        let field = |name: &str| -> Option<u64> {
-            let line = status.lines().find(|l| l.starts_with(name))?;
-            line.split_whitespace().nth(1)?.parse::<u64>().ok()
-        };
-        Some((field("RssAnon:")? + field("RssShmem:").unwrap_or(0)) * 1024)
+        memory_fields(&self.pid.to_string(), &["RssAnon:", "RssShmem:"])
     }
 
     /// The worker's CPU time so far (user, system), while it runs.
@@ -495,6 +484,18 @@ impl Drop for WorkerProcess {
             self.kill();
         }
     }
+}
+
+/// The sum, in bytes, of memory fields (in KiB) of `/proc/<pid>/status`
+/// (`pid` may be `self`); `None` if the process or the first field is gone.
+pub fn memory_fields(pid: &str, names: &[&str]) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let field = |name: &str| -> Option<u64> {
+        let line = status.lines().find(|l| l.starts_with(name))?;
+        line.split_whitespace().nth(1)?.parse::<u64>().ok()
+    };
+    let (first, rest) = names.split_first()?;
+    Some((field(first)? + rest.iter().filter_map(|n| field(n)).sum::<u64>()) * 1024)
 }
 
 /// A raw `wait` status as an `ExitStatus`.

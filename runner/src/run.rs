@@ -54,7 +54,8 @@ fn empty_work_dir() -> Option<String> {
     Some(dir.to_string_lossy().into_owned())
 }
 
-fn seconds(flag: &str, value: Option<f64>) -> Result<Option<Duration>, String> {
+/// A positive number of seconds given for `flag`, or a usage error.
+pub fn seconds(flag: &str, value: Option<f64>) -> Result<Option<Duration>, String> {
     match value {
         None => Ok(None),
         Some(s) if s.is_finite() && s > 0.0 => Ok(Some(Duration::from_secs_f64(s))),
@@ -575,9 +576,7 @@ pub fn watch_signals(stop: Arc<Stop>) -> io::Result<signal_hook::iterator::backe
 
 /// This process's peak resident memory so far.
 pub fn own_peak_rss() -> Option<u64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
-    Some(line.split_whitespace().nth(1)?.parse::<u64>().ok()? * 1024)
+    crate::process::memory_fields("self", &["VmHWM:"])
 }
 
 fn mib(bytes: Option<u64>) -> String {
