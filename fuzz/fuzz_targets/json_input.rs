@@ -3,7 +3,7 @@
 
 #![no_main]
 
-use isorun::json_input::tensor_from_json;
+use isorun_tensors::json_input::tensor_from_json;
 use isorun_protocol::{DType, TensorSpec};
 use libfuzzer_sys::fuzz_target;
 

@@ -4,7 +4,7 @@
 
 #![no_main]
 
-use isorun::npy::{read_npy, write_npy};
+use isorun_tensors::npy::{read_npy, write_npy};
 use libfuzzer_sys::fuzz_target;
 use std::path::Path;
 

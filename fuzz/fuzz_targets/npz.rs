@@ -3,7 +3,7 @@
 
 #![no_main]
 
-use isorun::npy::read_npz;
+use isorun_tensors::npy::read_npz;
 use libfuzzer_sys::fuzz_target;
 use std::path::Path;
 

@@ -383,8 +383,8 @@ pub struct RunArgs {
     /// GPUs for the workers: indexes as nvidia-smi shows them, or UUIDs, comma-separated (0,1), or
     /// `all` (needs NVML). Each worker slot is bound to one device, slot i to device i mod n; with
     /// no --gpus, workers see no GPU unless CUDA_VISIBLE_DEVICES says otherwise.
-    #[arg(long, value_name = "LIST", value_parser = crate::gpu::parse_gpus, help_heading = "GPUs")]
-    pub gpus: Option<crate::gpu::GpuList>,
+    #[arg(long, value_name = "LIST", value_parser = isorun_engine::gpus::parse_gpus, help_heading = "GPUs")]
+    pub gpus: Option<isorun_engine::gpus::GpuList>,
 
     /// Worker slots per GPU: -j defaults to (number of --gpus) × N.
     #[arg(
@@ -453,8 +453,8 @@ pub struct RunArgs {
     pub html: Option<PathBuf>,
 
     /// Run only shard K of N (K from 0), chosen by a stable hash of each model id.
-    #[arg(long, value_name = "K/N", value_parser = crate::shard::parse_shard, help_heading = "Nightly")]
-    pub shard: Option<crate::shard::Shard>,
+    #[arg(long, value_name = "K/N", value_parser = isorun_report::shard::parse_shard, help_heading = "Nightly")]
+    pub shard: Option<isorun_report::shard::Shard>,
 
     /// Statuses that make the exit code 1 (comma-separated) [default: every status but ok].
     #[arg(long, value_name = "STATUSES", value_delimiter = ',', help_heading = "Nightly")]

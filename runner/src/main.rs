@@ -1,19 +1,28 @@
-//! The `isorun` binary: parse the command line, run, and turn the result
-//! into an exit code (0 all ok, 1 some model failed, 2 usage error, 130/143
-//! interrupted). The work is in the library.
+//! The `isorun` binary: parse the command line, run the command, and turn
+//! the result into an exit code (0 all ok, 1 some model failed, 2 usage
+//! error, 130/143 interrupted). The work is in `isorun-engine`; the
+//! commands in `commands/` wire flags to it.
+
+mod cli;
+mod commands;
+mod config;
+mod printer;
+mod settings;
+mod size;
+mod support;
 
 use clap::Parser;
 
 fn main() {
     // `run --config FILE` puts the file's settings on the command line first.
-    let args = match isorun::config::expand_command_line(std::env::args_os().collect()) {
+    let args = match config::expand_command_line(std::env::args_os().collect()) {
         Ok(args) => args,
         Err(e) => {
-            eprintln!("isorun: error: {}", with_causes(&e));
+            eprintln!("isorun: error: {}", support::with_causes(&e));
             std::process::exit(isorun_protocol::exit_code::USAGE);
         }
     };
-    let cli = isorun::cli::Cli::parse_from(args);
+    let cli = cli::Cli::parse_from(args);
     let level = match (cli.quiet, cli.verbose) {
         (true, _) => tracing::Level::ERROR,
         (false, 0) => tracing::Level::WARN,
@@ -27,7 +36,7 @@ fn main() {
         .with_target(false)
         .without_time()
         .init();
-    let code = match isorun::run::main(cli) {
+    let code = match commands::dispatch(cli) {
         Ok(code) => code,
         Err(e) => {
             eprintln!("isorun: error: {e}");
@@ -35,15 +44,4 @@ fn main() {
         }
     };
     std::process::exit(code);
-}
-
-/// `error: cause: cause's cause`, one line.
-fn with_causes(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut cause = error.source();
-    while let Some(next) = cause {
-        text.push_str(&format!(": {next}"));
-        cause = next.source();
-    }
-    text
 }

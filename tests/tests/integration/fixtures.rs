@@ -5,8 +5,8 @@
 
 use crate::util::copy_dir;
 use crate::util::{fixtures, isorun, run, Ran};
-use isorun::npy::{read_npy_file, write_npy};
 use isorun_protocol::{DType, Tensor, TensorData};
+use isorun_tensors::npy::{read_npy_file, write_npy};
 use serde_json::Value;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};

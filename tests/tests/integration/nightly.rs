@@ -152,12 +152,12 @@ fn golden_outputs_catch_a_difference_with_its_numbers() {
 
     // Change one value of the golden file by 0.01.
     let path = golden.join("keras_mlp/probabilities.npy");
-    let mut tensor = isorun::npy::read_npy_file(&path).unwrap();
+    let mut tensor = isorun_tensors::npy::read_npy_file(&path).unwrap();
     if let isorun_protocol::TensorData::Dense(bytes) = &mut tensor.data {
         let v = f32::from_le_bytes(bytes[20..24].try_into().unwrap()) + 0.01;
         bytes[20..24].copy_from_slice(&v.to_le_bytes());
     }
-    isorun::npy::write_npy(std::fs::File::create(&path).unwrap(), &tensor).unwrap();
+    isorun_tensors::npy::write_npy(std::fs::File::create(&path).unwrap(), &tensor).unwrap();
     let differs = night(&["--expect", golden.to_str().unwrap()]);
     assert_eq!(differs.code, Some(1));
     let record = &differs.records[0];

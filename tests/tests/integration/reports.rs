@@ -5,7 +5,7 @@
 //! records where exact times and failures are needed.
 
 use crate::util::{fake_models, isorun, isorun_fault, run, write_input, Ran};
-use isorun::report::{build, write_files, RunInfo};
+use isorun_report::{build, write_files, RunInfo};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -385,7 +385,7 @@ fn the_html_report_renders_in_headless_chromium_without_script_errors() {
     by_wall_time.sort_by_key(|r| std::cmp::Reverse(r["wall_ms"].as_u64().map_or(0, |ms| ms + 1)));
     let expected: Vec<String> = by_wall_time
         .iter()
-        .map(|r| isorun::report::escape_html(r["model"].as_str().unwrap()).replace("&quot;", "\""))
+        .map(|r| isorun_report::escape_html(r["model"].as_str().unwrap()).replace("&quot;", "\""))
         .collect();
     assert_eq!(table_models(&dom), expected);
     assert!(dom.contains("text/&lt;b&gt;bert&lt;/b&gt; &amp; \"quoted\""), "ids stay text");
@@ -516,7 +516,7 @@ fn report_merge_of_shard_reports_equals_the_report_of_the_whole_run() {
     let ids = ["alpha", "beta-fault-segfault", "delta", "epsilon-fault-exit3", "gamma", "zeta"];
     fake_models(&models, &ids);
     for index in 0..2 {
-        let shard = isorun::shard::Shard { index, count: 2 };
+        let shard = isorun_report::shard::Shard { index, count: 2 };
         assert!(ids.iter().any(|id| shard.owns(id)), "shard {shard} has models");
     }
 
@@ -558,7 +558,7 @@ fn report_merge_of_shard_reports_equals_the_report_of_the_whole_run() {
     assert_eq!(settings["merged_from"], json!(["1/2", "0/2"]));
     settings.as_object_mut().unwrap().remove("merged_from");
     assert_eq!(settings, whole["settings"], "the settings of the shards, without the shard");
-    let time = |report: &Value, key: &str| isorun::report::parse_rfc3339(report[key].as_str().unwrap()).unwrap();
+    let time = |report: &Value, key: &str| isorun_report::parse_rfc3339(report[key].as_str().unwrap()).unwrap();
     let started = shards.iter().map(|shard| time(shard, "started_at")).min().unwrap();
     let finished = shards.iter().map(|shard| time(shard, "finished_at")).max().unwrap();
     assert_eq!(time(&merged, "started_at"), started, "the earliest start");

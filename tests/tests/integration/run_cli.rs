@@ -218,7 +218,7 @@ fn a_large_input_travels_through_shared_memory_intact() {
     let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
     let input = tmp.path().join("x.npy");
     let tensor = isorun_protocol::Tensor::dense(isorun_protocol::DType::Float32, vec![100_000, 3], bytes);
-    isorun::npy::write_npy(std::fs::File::create(&input).unwrap(), &tensor).unwrap();
+    isorun_tensors::npy::write_npy(std::fs::File::create(&input).unwrap(), &tensor).unwrap();
     let out = tmp.path().join("out");
     let ran = run(isorun()
         .arg("run")
@@ -228,7 +228,7 @@ fn a_large_input_travels_through_shared_memory_intact() {
         .arg(&out)
         .arg("--json"));
     assert_eq!(ran.code, Some(0), "{}", ran.stderr);
-    let y = isorun::npy::read_npy_file(&out.join("multi_sig/y.npy")).unwrap();
+    let y = isorun_tensors::npy::read_npy_file(&out.join("multi_sig/y.npy")).unwrap();
     assert_eq!(y.shape, [100_000, 3]);
     let isorun_protocol::TensorData::Dense(y) = &y.data else { panic!("dense") };
     for (i, chunk) in y.chunks_exact(4).enumerate() {

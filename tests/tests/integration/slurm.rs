@@ -215,7 +215,7 @@ fn a_sharded_run_through_slurm_reports_what_a_local_run_reports() {
     // Two models in each of 3 shards (FNV-1a of the id, mod 3), one crashing and one exiting 3.
     let models = ["alpha", "beta-fault-segfault", "delta-fault-exit3", "gamma", "phi", "pi"];
     fake_models(&root.join("models"), &models);
-    let shard_of = |id: &str| (0..3).find(|&k| isorun::shard::Shard { index: k, count: 3 }.owns(id)).unwrap();
+    let shard_of = |id: &str| (0..3).find(|&k| isorun_report::shard::Shard { index: k, count: 3 }.owns(id)).unwrap();
     let shards: Vec<u64> = models.iter().map(|id| shard_of(id)).collect();
     assert_eq!(shards, [0, 0, 2, 2, 1, 1], "the models spread over the shards as this test expects");
     std::fs::rename(write_input(root), root.join("x.npy")).unwrap();

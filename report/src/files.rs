@@ -16,15 +16,6 @@ pub fn write_files(
     json: Option<&Path>,
     junit: Option<&Path>,
     html: Option<&Path>,
-) -> Result<(), String> {
-    write_report_files(report, json, junit, html).map_err(|error| crate::run::with_causes(&error))
-}
-
-pub(super) fn write_report_files(
-    report: &Value,
-    json: Option<&Path>,
-    junit: Option<&Path>,
-    html: Option<&Path>,
 ) -> Result<(), ReportError> {
     if let Some(path) = json {
         let mut text = serde_json::to_string_pretty(report).expect("a JSON value always serializes");
@@ -72,7 +63,7 @@ pub(super) fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), ReportEr
 }
 
 /// Reads a report file and checks that it is one this isorun understands.
-pub(super) fn read_report(path: &Path) -> Result<Value, ReportError> {
+pub fn read_report(path: &Path) -> Result<Value, ReportError> {
     let text =
         std::fs::read_to_string(path).map_err(|source| ReportError::Read { path: path.to_path_buf(), source })?;
     let report: Value =
@@ -131,6 +122,7 @@ mod tests {
         std::fs::write(&blocker, "").unwrap();
         let unwritable = blocker.join("r.json");
         let error = write_files(&sample(), Some(&unwritable), None, None).unwrap_err();
+        let error = format!("{error}: {}", std::error::Error::source(&error).unwrap());
         assert!(error.starts_with(&format!("{}: cannot write: ", unwritable.display())), "{error}");
 
         let old = folder.path().join("old.json");

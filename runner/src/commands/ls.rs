@@ -4,13 +4,13 @@
 //! early (`isorun ls models/ | head -1`) ends the listing quietly.
 
 use crate::cli::LsArgs;
-use crate::discover::{discover, latest_versions, Model};
+use isorun_engine::{discover, latest_versions, Model};
 use isorun_protocol::exit_code;
 use std::io::{self, Write};
 
 pub fn main(args: &LsArgs) -> Result<i32, String> {
     let models = discover(&args.dirs, &mut |warning| eprintln!("isorun: warning: {warning}"))
-        .map_err(|e| crate::run::with_causes(&e))?;
+        .map_err(|e| crate::support::with_causes(&e))?;
     let models = if args.latest_version { latest_versions(models) } else { models };
     let mut stdout = io::stdout().lock();
     for model in &models {

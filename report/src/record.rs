@@ -2,8 +2,7 @@
 //! `null`), dtypes use the one vocabulary, times are milliseconds. The same
 //! record goes to stdout, the journal and the reports.
 
-use crate::discover::Model;
-use crate::executor::{Attempt, UnitReport};
+use isorun_engine::{Attempt, Model, UnitReport};
 use isorun_protocol::{signal_name, Outcome};
 use serde_json::{json, Map, Value};
 
@@ -156,7 +155,7 @@ fn outcome_fields(r: &mut Map<String, Value>, outcome: &Outcome) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gpu::GpuReturn;
+    use isorun_engine::gpus::GpuReturn;
     use std::path::PathBuf;
 
     fn model() -> Model {

@@ -5,7 +5,7 @@
 //! zygote's answers and the exit reports of its children, which the
 //! supervisor cannot `wait4` itself.
 
-use crate::process::{worker_environment, SpawnSpec};
+use super::spec::{worker_environment, SpawnSpec};
 use isorun_zygote::wire::{receive, send, seqpacket_pair, ExitReport, Message};
 use isorun_zygote::ENV_ZYGOTE_FD;
 use std::collections::HashMap;

@@ -1,10 +1,11 @@
-//! One conversation with one worker, shared by `run` and `pipe`: wait for
+//! One conversation with one worker, shared by the executor and
+//! [`WorkerSession`](crate::WorkerSession): wait for
 //! its `Hello` (under a start deadline), deliver a request and follow it
 //! through `Loaded` and `Finished` (under load and run deadlines, and the
 //! user's interrupts), and end the worker. Everything a worker can do wrong
 //! becomes an `Outcome` here; nothing it does can stop the supervisor.
 
-use crate::executor::Stop;
+use crate::cancel::CancelToken;
 use crate::process::{Event, Exit, ExitStatus, WorkerProcess};
 use isorun_protocol::{
     Hello, NotRunReason, Outcome, Phase, Tensor, ToWorker, UnitResult, WorkerMessage, PROTOCOL_VERSION,
@@ -16,7 +17,7 @@ use std::time::{Duration, Instant};
 const TICK: Duration = Duration::from_millis(20);
 
 /// Waits for the worker's `Hello` until `deadline`, and connects to its request channel.
-pub fn wait_hello(worker: &mut WorkerProcess, stop: &Stop, deadline: Instant) -> Result<Hello, Outcome> {
+pub fn wait_hello(worker: &mut WorkerProcess, stop: &CancelToken, deadline: Instant) -> Result<Hello, Outcome> {
     loop {
         if stop.requested() {
             return Err(Outcome::NotRun { reason: NotRunReason::Interrupted });
@@ -42,7 +43,11 @@ pub fn wait_hello(worker: &mut WorkerProcess, stop: &Stop, deadline: Instant) ->
                 return Err(Outcome::ProtocolError { message: format!("expected Hello, got {}", message_name(&other)) })
             }
             Some(Event::Broken(reason)) => return Err(Outcome::ProtocolError { message: reason }),
-            Some(Event::Closed) | Some(Event::SendFailed(_)) => return Err(death_outcome(worker, true)),
+            Some(Event::SendFailed(reason)) => {
+                tracing::debug!("{reason}");
+                return Err(death_outcome(worker, true));
+            }
+            Some(Event::Closed) => return Err(death_outcome(worker, true)),
             None => {
                 if worker.try_exit().is_some() {
                     return Err(death_outcome(worker, true));
@@ -83,7 +88,7 @@ pub fn run_request(
     worker: &mut WorkerProcess,
     envelope: RequestEnvelope,
     unit: u64,
-    stop: &Stop,
+    stop: &CancelToken,
     deadlines: Deadlines,
 ) -> RequestEnd {
     let mut end =
@@ -162,7 +167,12 @@ pub fn run_request(
                 worker.kill();
                 return fail(end, Outcome::ProtocolError { message });
             }
-            Some(Event::Closed) | Some(Event::SendFailed(_)) => {
+            Some(Event::SendFailed(reason)) => {
+                tracing::debug!("{reason}");
+                let outcome = death_outcome(worker, false);
+                return fail(end, outcome);
+            }
+            Some(Event::Closed) => {
                 let outcome = death_outcome(worker, false);
                 return fail(end, outcome);
             }

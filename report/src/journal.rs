@@ -9,7 +9,7 @@
 //! (signature, tags, batch size, libraries). A model changed since the
 //! journal was written has another key, and runs again.
 
-use crate::discover::Model;
+use isorun_engine::Model;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;

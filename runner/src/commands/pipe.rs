@@ -5,47 +5,38 @@
 //! running gets an error line); after `--max-restarts` crashes in a row
 //! every remaining line gets an error line and the exit code is 1.
 
-use crate::cli::PipeArgs;
-use crate::discover::is_saved_model;
-use crate::executor::Stop;
-use crate::json_input::{signature_of, tensors_for_signature};
-use crate::locate::{libtensorflow_dir, worker_binary};
-use crate::process::{SpawnSpec, WorkerProcess};
-use crate::run::watch_signals;
-use crate::session::{run_request, shutdown, wait_hello, Deadlines};
-use crate::values::tensor_values;
-use isorun_protocol::{exit_code, Outcome, RunRequest, SandboxSpec, SessionConfig, SignatureInfo, Tensor, ToWorker};
-use isorun_transport::{RequestEnvelope, DEFAULT_MAX_FRAME};
+use crate::cli::{PipeArgs, SandboxMode};
+use crate::support::{seconds, watch_signals};
+use isorun_engine::locations::{libtensorflow_dir, worker_binary};
+use isorun_engine::{is_saved_model, CancelToken, SpawnSpec, WorkerSession};
+use isorun_protocol::{exit_code, Outcome, RunRequest, SandboxSpec, SessionConfig, SignatureInfo, Tensor};
+use isorun_tensors::json_input::{signature_of, tensors_for_signature};
+use isorun_tensors::values::tensor_values;
+use isorun_transport::DEFAULT_MAX_FRAME;
 use serde_json::{json, Map, Value};
 use std::io::{self, BufRead, Write};
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-const GRACE: Duration = Duration::from_secs(2);
-const START_TIMEOUT: Duration = Duration::from_secs(60);
-
-/// The worker serving the model, started on demand.
+/// The model being served, and the worker session serving it.
 struct Server<'a> {
     args: &'a PipeArgs,
-    spawn: SpawnSpec,
+    session: WorkerSession,
     model_dir: PathBuf,
     signature: SignatureInfo,
     config: SessionConfig,
-    stop: &'a Stop,
+    stop: &'a CancelToken,
     /// Limit on each request.
     timeout: Option<Duration>,
     /// Confine the worker (`--sandbox strict`).
     sandbox: bool,
-    worker: Option<WorkerProcess>,
-    served_by_worker: u64,
-    next_unit: u64,
 }
 
 impl Server<'_> {
-    fn request(&self, unit: u64, inputs: Vec<(String, Tensor)>, load_only: bool) -> RunRequest {
+    fn request(&self, inputs: Vec<(String, Tensor)>, load_only: bool) -> RunRequest {
         RunRequest {
-            unit,
+            unit: 0,
             model_dir: self.model_dir.to_string_lossy().into_owned(),
             tags: self.args.tags.clone(),
             signature: self.args.signature.clone(),
@@ -63,43 +54,9 @@ impl Server<'_> {
 
     /// Runs one request in the worker (starting one if needed).
     fn run(&mut self, inputs: Vec<(String, Tensor)>, load_only: bool) -> (Outcome, Vec<(String, Tensor)>) {
-        let started = Instant::now();
-        let mut worker = match self.worker.take() {
-            Some(worker) => worker,
-            None => match WorkerProcess::spawn(&self.spawn) {
-                Ok(mut worker) => {
-                    if let Err(outcome) = wait_hello(&mut worker, self.stop, started + START_TIMEOUT) {
-                        worker.terminate(GRACE);
-                        return (outcome, Vec::new());
-                    }
-                    self.served_by_worker = 0;
-                    worker
-                }
-                Err(e) => {
-                    let message = format!("{}: {e}", self.spawn.worker.display());
-                    return (Outcome::SpawnFailed { message }, Vec::new());
-                }
-            },
-        };
-        let unit = self.next_unit;
-        self.next_unit += 1;
-        let envelope = RequestEnvelope::new(&ToWorker::Run(self.request(unit, inputs, load_only)), Vec::new());
-        let deadlines =
-            Deadlines { unit: self.timeout.map(|t| started + t), load: None, grace: GRACE, memory_limit: None };
-        let end = run_request(&mut worker, envelope, unit, self.stop, deadlines);
-        if end.worker_usable {
-            self.served_by_worker += 1;
-            let recycle_count = self.args.recycle_after.is_some_and(|n| self.served_by_worker >= n);
-            let recycle_rss =
-                self.args.recycle_rss.is_some_and(|limit| worker.rss_now().is_some_and(|rss| rss > limit));
-            if recycle_count || recycle_rss {
-                tracing::info!(requests = self.served_by_worker, "recycling the worker");
-                shutdown(&mut worker, GRACE);
-            } else {
-                self.worker = Some(worker);
-            }
-        }
-        (end.outcome, end.outputs)
+        let request = self.request(inputs, load_only);
+        let answer = self.session.run(request, self.stop, self.timeout);
+        (answer.outcome, answer.outputs)
     }
 }
 
@@ -111,22 +68,22 @@ pub fn main(args: &PipeArgs) -> Result<i32, String> {
     let model_dir = std::path::absolute(&args.model).map_err(|e| format!("{}: {e}", args.model.display()))?;
     let signature = signature_of(&model_dir, &args.tags, &args.signature)
         .map_err(|e| format!("{}: {}", model_dir.display(), e.message))?;
-    let timeout = crate::run::seconds("--timeout", args.timeout)?;
+    let timeout = seconds("--timeout", args.timeout)?;
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as u32;
     let spawn = SpawnSpec {
         worker: worker_binary(args.worker.worker.as_deref())?,
         lib_dir: libtensorflow_dir(args.worker.libtensorflow_dir.as_deref()),
         args: args.worker.worker_arg.clone(),
         max_frame: DEFAULT_MAX_FRAME,
-        clean_env: args.sandbox == crate::cli::SandboxMode::Strict,
+        clean_env: args.sandbox == SandboxMode::Strict,
         // The GPUs of the environment, as it has them.
         gpu: None,
     };
-    let stop = Arc::new(Stop::default());
+    let stop = Arc::new(CancelToken::new());
     let signals = watch_signals(Arc::clone(&stop)).map_err(|e| format!("cannot install signal handlers: {e}"))?;
     let mut server = Server {
         args,
-        spawn,
+        session: WorkerSession::new(spawn).recycle_after(args.recycle_after).recycle_rss(args.recycle_rss),
         model_dir,
         signature,
         config: SessionConfig {
@@ -137,10 +94,7 @@ pub fn main(args: &PipeArgs) -> Result<i32, String> {
         },
         stop: &stop,
         timeout,
-        sandbox: args.sandbox == crate::cli::SandboxMode::Strict,
-        worker: None,
-        served_by_worker: 0,
-        next_unit: 0,
+        sandbox: args.sandbox == SandboxMode::Strict,
     };
 
     // Load once before reading stdin: a model that cannot load at all is a usage error.
@@ -153,9 +107,7 @@ pub fn main(args: &PipeArgs) -> Result<i32, String> {
     }
 
     let code = serve_lines(&mut server, &mut io::stdin().lock(), &mut io::stdout().lock());
-    if let Some(mut worker) = server.worker.take() {
-        shutdown(&mut worker, GRACE);
-    }
+    server.session.close();
     signals.close();
     Ok(match stop.signal() {
         libc::SIGINT => exit_code::INTERRUPTED,

@@ -4,7 +4,7 @@
 //! with `--version` and reads files, and changes nothing.
 
 use crate::cli::DoctorArgs;
-use crate::locate::{default_libtensorflow_dir, libtensorflow_dir, worker_binary};
+use isorun_engine::locations::{default_libtensorflow_dir, libtensorflow_dir, worker_binary};
 use isorun_protocol::exit_code;
 use std::fmt;
 use std::io::{Read, Write};
@@ -31,8 +31,6 @@ pub enum Status {
     Available,
     /// The kernel or the system does not offer it.
     Unavailable,
-    /// Could not be told.
-    Unknown,
     /// Optional hardware or software found.
     Found,
     /// Optional hardware or software not found (not a problem).
@@ -48,7 +46,6 @@ impl Status {
             Status::Skipped => "skipped",
             Status::Available => "available",
             Status::Unavailable => "unavailable",
-            Status::Unknown => "unknown",
             Status::Found => "found",
             Status::None => "none",
         }
@@ -166,7 +163,7 @@ fn worker_start_check(worker: Option<&PathBuf>, libtensorflow: Option<&Path>) ->
     let mut command = Command::new(worker);
     command.arg("--version").stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
     if let Some(dir) = libtensorflow {
-        command.env("LD_LIBRARY_PATH", crate::process::library_path(dir));
+        command.env("LD_LIBRARY_PATH", isorun_engine::library_path(dir));
     }
     match run_with_timeout(&mut command, WORKER_START_TIMEOUT) {
         Err(e) => Check::new(NAME, Status::Failed, format!("cannot start {}: {e}", worker.display())),

@@ -4,320 +4,35 @@
 //! breaches and the user's interrupts. Every unit ends with exactly one
 //! report; a worker's misbehaviour costs only the unit it was running.
 
-use crate::batch;
-use crate::cli::SpawnMode;
+use crate::cancel::CancelToken;
 use crate::discover::Model;
-use crate::gpu::{self, slot_device, slots_on_device, GpuReturn, GpuWatch};
-use crate::inputs::Inputs;
-use crate::json_input::{signature_of, tensors_for_signature};
-use crate::output::write_outputs;
-use crate::process::{Exit, SpawnSpec, WorkerProcess};
+use crate::engine::Event;
+use crate::gpu::{self, slot_device, slots_on_device, GpuWatch};
+use crate::inputs::PreparedInputs;
+use crate::process::{Exit, SpawnSpec, WorkerProcess, Zygote};
 use crate::session::{run_request, shutdown, wait_hello, Deadlines};
-use crate::values::tensor_values;
-use crate::zygote::Zygote;
-use ipc_channel::ipc::IpcSharedMemory;
-use isorun_protocol::{
-    DType, ErrorKind, ModelError, NotRunReason, Outcome, RunRequest, SandboxSpec, SessionConfig, Tensor, TensorData,
-    ToWorker,
-};
-use isorun_transport::{RequestEnvelope, SHARED_THRESHOLD};
+use crate::settings::{Settings, SpawnMode};
+use crate::sink::OutputSink;
+use crate::unit::{Attempt, OutputInfo, UnitReport};
+use isorun_protocol::{ErrorKind, ModelError, Outcome, RunRequest, Tensor, ToWorker};
+use isorun_tensors::batch;
+use isorun_tensors::values::tensor_values;
+use isorun_transport::RequestEnvelope;
 use std::collections::{HashMap, VecDeque};
-use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-/// Everything that shapes how units run.
-#[derive(Debug, Clone)]
-pub struct Settings {
-    pub spawn: SpawnSpec,
-    /// `--gpus`, resolved: the devices slots are bound to (slot i to device
-    /// i mod n), as `CUDA_VISIBLE_DEVICES` names them; empty without `--gpus`.
-    pub gpus: Vec<String>,
-    pub spawn_mode: SpawnMode,
-    /// Sandbox for every worker (`None`: `--sandbox off`); its read paths
-    /// are completed with the models of each worker's batch.
-    pub sandbox: Option<SandboxSpec>,
-    pub signature: String,
-    pub tags: Vec<String>,
-    pub session: SessionConfig,
-    pub models_per_worker: usize,
-    pub jobs: usize,
-    /// Limit on a unit from its start to its end.
-    pub timeout: Option<Duration>,
-    /// Limit on starting the worker and loading the model.
-    pub load_timeout: Option<Duration>,
-    /// Limit on a worker's start, up to its `Hello`.
-    pub start_timeout: Duration,
-    /// Time between SIGTERM and SIGKILL.
-    pub grace: Duration,
-    pub output_dir: Option<PathBuf>,
-    pub values: bool,
-    pub batch_size: Option<usize>,
-    /// Custom-op libraries for every worker (absolute paths).
-    pub libraries: Vec<String>,
-    /// Limit on a worker's private memory (RssAnon + RssShmem), in bytes.
-    pub memory_limit: Option<u64>,
-    /// How many times a unit is run again after a retryable outcome.
-    pub retries: u32,
-    /// Statuses that are retried.
-    pub retry_on: Vec<String>,
-    /// Golden outputs and tolerances (`--expect`).
-    pub expect: Option<crate::golden::Expect>,
-}
-
-/// The inputs, prepared once for every worker: large dense tensors are
-/// placed in shared memory, which every worker maps instead of copying.
-/// JSON inputs wait for each model's signature, which gives their dtypes.
-pub struct PreparedInputs {
-    tensors: Vec<(String, Tensor)>,
-    json: Vec<(String, serde_json::Value)>,
-    shared: Vec<IpcSharedMemory>,
-    /// `--inputs-dir`: per-model input files, before the shared ones.
-    per_model_dir: Option<PathBuf>,
-}
-
-impl PreparedInputs {
-    pub fn new(inputs: Inputs, per_model_dir: Option<PathBuf>) -> PreparedInputs {
-        let mut shared = Vec::new();
-        let tensors = inputs
-            .tensors
-            .into_iter()
-            .map(|(name, mut tensor)| {
-                if let TensorData::Dense(bytes) = &tensor.data {
-                    if bytes.len() >= SHARED_THRESHOLD {
-                        shared.push(IpcSharedMemory::from_bytes(bytes));
-                        tensor.data = TensorData::Shared(shared.len() as u32 - 1);
-                    }
-                }
-                (name, tensor)
-            })
-            .collect();
-        PreparedInputs { tensors, json: inputs.json, shared, per_model_dir }
-    }
-
-    /// A digest of the shared inputs, for journal keys.
-    pub fn digest(&self) -> Vec<u8> {
-        use sha2::{Digest, Sha256};
-        let mut hasher = Sha256::new();
-        for (name, tensor) in &self.tensors {
-            hasher.update(name.as_bytes());
-            hasher.update([0]);
-            hasher.update(tensor.dtype.name().as_bytes());
-            hasher.update(format!("{:?}", tensor.shape).as_bytes());
-            match &tensor.data {
-                TensorData::Dense(bytes) => hasher.update(bytes),
-                TensorData::Shared(i) => hasher.update(&self.shared[*i as usize][..]),
-                TensorData::Strings(strings) => {
-                    for s in strings {
-                        hasher.update((s.len() as u64).to_le_bytes());
-                        hasher.update(s);
-                    }
-                }
-            }
-        }
-        for (name, value) in &self.json {
-            hasher.update(name.as_bytes());
-            hasher.update([0]);
-            hasher.update(value.to_string().as_bytes());
-        }
-        hasher.finalize().to_vec()
-    }
-
-    /// The inputs for one model: its own files from `--inputs-dir` first,
-    /// then the shared ones; JSON converted for its signature.
-    fn for_model(&self, model: &Model, signature: &str, tags: &[String]) -> Result<Vec<(String, Tensor)>, ModelError> {
-        let (own_tensors, own_json) = self.own_inputs(model)?;
-        let own = |name: &str| own_tensors.iter().any(|(n, _)| n == name) || own_json.iter().any(|(n, _)| n == name);
-        let mut tensors: Vec<(String, Tensor)> = self.tensors.iter().filter(|(name, _)| !own(name)).cloned().collect();
-        tensors.extend(own_tensors.iter().cloned());
-        let json: Vec<(String, serde_json::Value)> =
-            self.json.iter().filter(|(name, _)| !own(name)).cloned().chain(own_json.iter().cloned()).collect();
-        if !json.is_empty() {
-            let info = signature_of(&model.path, tags, signature)?;
-            tensors.extend(tensors_for_signature(&info, &json)?);
-        }
-        Ok(tensors)
-    }
-
-    /// `DIR/<model id>/<input name>.npy` (or `.json`) files, if any.
-    #[expect(clippy::type_complexity, reason = "a pair of named lists, used once")]
-    fn own_inputs(
-        &self,
-        model: &Model,
-    ) -> Result<(Vec<(String, Tensor)>, Vec<(String, serde_json::Value)>), ModelError> {
-        let (mut tensors, mut json) = (Vec::new(), Vec::new());
-        let Some(dir) = &self.per_model_dir else { return Ok((tensors, json)) };
-        let folder = dir.join(&model.id);
-        let Ok(entries) = std::fs::read_dir(&folder) else { return Ok((tensors, json)) };
-        let bad = |message: String| ModelError::new(ErrorKind::InputMismatch, message);
-        let mut paths: Vec<PathBuf> = entries.flatten().map(|e| e.path()).collect();
-        paths.sort();
-        for path in paths {
-            let (Some(stem), Some(ext)) = (path.file_stem(), path.extension()) else { continue };
-            let name = stem.to_string_lossy().into_owned();
-            match ext.to_string_lossy().as_ref() {
-                "npy" => tensors.push((name, crate::npy::read_npy_file(&path).map_err(|e| bad(e.to_string()))?)),
-                "json" => {
-                    let text = std::fs::read_to_string(&path).map_err(|e| bad(format!("{}: {e}", path.display())))?;
-                    let value = serde_json::from_str(&text)
-                        .map_err(|e| bad(format!("{}: not valid JSON: {e}", path.display())))?;
-                    json.push((name, value));
-                }
-                _ => {}
-            }
-        }
-        Ok((tensors, json))
-    }
-}
-
-/// One output of a unit: its name, dtype and shape, and its values if asked.
-#[derive(Debug, Clone)]
-pub struct OutputInfo {
-    pub name: String,
-    pub dtype: DType,
-    pub shape: Vec<u64>,
-    pub values: Option<serde_json::Value>,
-}
-
-/// How one unit ended, with its measurements.
-#[derive(Debug, Clone)]
-pub struct UnitReport {
-    pub index: usize,
-    pub outcome: Outcome,
-    pub outputs: Vec<OutputInfo>,
-    pub wall: Duration,
-    pub load_ms: Option<u64>,
-    pub run_ms: Option<u64>,
-    pub user: Option<Duration>,
-    pub system: Option<Duration>,
-    pub peak_rss_bytes: Option<u64>,
-    pub worker_id: Option<u64>,
-    pub worker_pid: Option<i32>,
-    /// The device the unit's worker was bound to (`--gpus` only).
-    pub gpu: Option<String>,
-    /// The worker's highest GPU memory during the unit (NVML).
-    pub gpu_peak_bytes: Option<u64>,
-    /// What the device got back when the worker exited, and its used memory then (NVML).
-    pub gpu_return: Option<GpuReturn>,
-    pub stderr_tail: Vec<String>,
-    /// Protections in force in the worker, and those it could not apply.
-    pub sandbox: Option<(Vec<String>, Vec<String>)>,
-    /// Every attempt, the last one included (more than one after retries
-    /// or after a crash in a shared worker was run again alone).
-    pub attempts: Vec<Attempt>,
-}
-
-/// One attempt at a unit, as kept in its record.
-#[derive(Debug, Clone)]
-pub struct Attempt {
-    pub outcome: Outcome,
-    pub wall: Duration,
-    pub peak_rss_bytes: Option<u64>,
-    pub worker_id: Option<u64>,
-    /// The worker also ran other models (`--models-per-worker`): a failure
-    /// here is run again alone before anyone is blamed, and is no retry.
-    pub shared_worker: bool,
-}
-
-impl UnitReport {
-    /// Failed at first, then passed.
-    pub fn flaky(&self) -> bool {
-        self.outcome.is_ok() && self.attempts.iter().any(|a| !a.outcome.is_ok())
-    }
-
-    pub(crate) fn new(index: usize, outcome: Outcome) -> UnitReport {
-        UnitReport {
-            index,
-            outcome,
-            outputs: Vec::new(),
-            wall: Duration::ZERO,
-            load_ms: None,
-            run_ms: None,
-            user: None,
-            system: None,
-            peak_rss_bytes: None,
-            worker_id: None,
-            worker_pid: None,
-            gpu: None,
-            gpu_peak_bytes: None,
-            gpu_return: None,
-            stderr_tail: Vec::new(),
-            sandbox: None,
-            attempts: Vec::new(),
-        }
-    }
-}
-
-/// How hard the user asked isorun to stop.
-#[derive(Debug, Default)]
-pub struct Stop {
-    level: AtomicU8,
-    signal: AtomicI32,
-    /// Set by `--max-failures`: start nothing new, let running units finish.
-    draining: std::sync::atomic::AtomicBool,
-}
-
-impl Stop {
-    /// Stop starting work and terminate the workers (first Ctrl-C).
-    pub fn request(&self, signal: i32) {
-        let _ = self.signal.compare_exchange(0, signal, Ordering::SeqCst, Ordering::SeqCst);
-        let _ = self.level.compare_exchange(0, 1, Ordering::SeqCst, Ordering::SeqCst);
-    }
-
-    /// Kill the workers at once (second Ctrl-C).
-    pub fn escalate(&self) {
-        self.level.store(2, Ordering::SeqCst);
-    }
-
-    pub fn requested(&self) -> bool {
-        self.level.load(Ordering::SeqCst) >= 1
-    }
-
-    pub fn immediate(&self) -> bool {
-        self.level.load(Ordering::SeqCst) >= 2
-    }
-
-    /// Start nothing new, but let running units finish (`--max-failures`).
-    pub fn drain(&self) {
-        self.draining.store(true, Ordering::SeqCst);
-    }
-
-    /// Why no new unit may start, if none may.
-    pub fn not_starting(&self) -> Option<NotRunReason> {
-        if self.requested() {
-            Some(NotRunReason::Interrupted)
-        } else if self.draining.load(Ordering::SeqCst) {
-            Some(NotRunReason::MaxFailures)
-        } else {
-            None
-        }
-    }
-
-    /// The signal that asked to stop (0 for a closed stdout).
-    pub fn signal(&self) -> i32 {
-        self.signal.load(Ordering::SeqCst)
-    }
-}
-
-/// What the executor tells its caller, as it happens.
-#[derive(Debug)]
-pub enum Progress {
-    /// A unit was handed to a worker.
-    Started(usize),
-    /// A unit ended (in any order).
-    Finished(Box<UnitReport>),
-}
-
-/// Runs every model; `on_progress` sees each unit start and end. Returns
+/// Runs every model; `on_event` sees each unit start and end. Returns
 /// when every model has a report, with the TensorFlow version the workers
 /// reported.
-pub fn run_all(
+pub(crate) fn run_all(
     models: &[Model],
     inputs: &PreparedInputs,
     settings: &Settings,
-    stop: &Stop,
-    on_progress: &mut dyn FnMut(Progress),
+    stop: &CancelToken,
+    on_event: &mut dyn FnMut(Event),
+    sink: &dyn OutputSink,
 ) -> Option<String> {
     let tensorflow_version = &OnceLock::new();
     let per_worker = settings.models_per_worker.max(1);
@@ -326,7 +41,7 @@ pub fn run_all(
     let queue = Mutex::new(batches);
     let worker_ids = AtomicU64::new(0);
     let zygote_broken = AtomicBool::new(false);
-    let (tx, rx) = mpsc::channel::<Progress>();
+    let (tx, rx) = mpsc::channel::<Event>();
     std::thread::scope(|scope| {
         let jobs = settings.jobs.max(1);
         for slot in 0..jobs {
@@ -345,6 +60,7 @@ pub fn run_all(
                 gpu_alone: slots_on_device(&settings.gpus, jobs, slot) == 1,
                 gpu,
                 stop,
+                sink,
                 worker_ids: &worker_ids,
                 tensorflow_version,
                 zygote_broken: &zygote_broken,
@@ -366,8 +82,8 @@ pub fn run_all(
                 .expect("spawn a slot thread");
         }
         drop(tx);
-        for progress in rx {
-            on_progress(progress);
+        for event in rx {
+            on_event(event);
         }
     });
     tensorflow_version.get().cloned()
@@ -382,7 +98,8 @@ struct Slot<'a> {
     /// The slot's device (`--gpus`), and whether no other slot shares it.
     gpu: Option<String>,
     gpu_alone: bool,
-    stop: &'a Stop,
+    stop: &'a CancelToken,
+    sink: &'a dyn OutputSink,
     worker_ids: &'a AtomicU64,
     tensorflow_version: &'a OnceLock<String>,
     /// Set when zygotes do not work here: every slot then execs workers.
@@ -440,7 +157,7 @@ impl Slot<'_> {
         }
     }
 
-    fn run_batch(&self, batch: Vec<usize>, zygote: &mut Option<Arc<Zygote>>, tell: &dyn Fn(Progress)) {
+    fn run_batch(&self, batch: Vec<usize>, zygote: &mut Option<Arc<Zygote>>, tell: &dyn Fn(Event)) {
         let mut pending: VecDeque<usize> = batch.into();
         let mut history: HashMap<usize, Vec<Attempt>> = HashMap::new();
         // One unit per worker once a shared worker has died (crash bisection).
@@ -450,7 +167,7 @@ impl Slot<'_> {
                 for index in pending.drain(..) {
                     let mut report = UnitReport::new(index, Outcome::NotRun { reason });
                     report.attempts = history.remove(&index).unwrap_or_default();
-                    tell(Progress::Finished(Box::new(report)));
+                    tell(Event::Finished(Box::new(report)));
                 }
                 return;
             }
@@ -499,7 +216,7 @@ impl Slot<'_> {
                     break;
                 }
                 pending.pop_front();
-                tell(Progress::Started(index));
+                tell(Event::Started(index));
                 let unit_started = if last.is_none() { started } else { Instant::now() };
                 let end = self.run_unit(&mut worker, index, &worker_batch, unit_started);
                 if let Some((mut report, begun, before)) = last.take() {
@@ -540,7 +257,7 @@ impl Slot<'_> {
         shared_worker: bool,
         history: &mut HashMap<usize, Vec<Attempt>>,
         pending: &mut VecDeque<usize>,
-        tell: &dyn Fn(Progress),
+        tell: &dyn Fn(Event),
     ) {
         let index = report.index;
         report.gpu = self.gpu.clone();
@@ -569,7 +286,7 @@ impl Slot<'_> {
             return;
         }
         report.attempts = history.remove(&index).unwrap_or_default();
-        tell(Progress::Finished(Box::new(report)));
+        tell(Event::Finished(Box::new(report)));
     }
 
     /// Waits before retry number `n` (exponential, with jitter); false if
@@ -663,26 +380,17 @@ impl Slot<'_> {
             Vec::new()
         };
         if report.outcome.is_ok() {
-            match self.accept_outputs(model, &outputs) {
-                Ok(outputs) => report.outputs = outputs,
-                Err(error) => report.outcome = Outcome::Error(error),
-            }
-        }
-        if let (true, Some(expect)) = (report.outcome.is_ok(), &self.settings.expect) {
-            if let Some(mismatch) = expect.compare(&model.id, &outputs) {
-                report.outcome = mismatch;
+            match self.sink.accept(model, &outputs) {
+                Ok(()) => report.outputs = self.describe_outputs(&outputs),
+                Err(outcome) => report.outcome = outcome,
             }
         }
         UnitEnd { report, worker_usable }
     }
 
-    /// Writes a unit's outputs and describes them for its record.
-    fn accept_outputs(&self, model: &Model, outputs: &[(String, Tensor)]) -> Result<Vec<OutputInfo>, ModelError> {
-        if let Some(dir) = &self.settings.output_dir {
-            write_outputs(dir, &model.id, outputs)
-                .map_err(|e| ModelError::new(ErrorKind::OutputWrite, e.to_string()))?;
-        }
-        Ok(outputs
+    /// Describes a unit's outputs for its report, with their values if asked.
+    fn describe_outputs(&self, outputs: &[(String, Tensor)]) -> Vec<OutputInfo> {
+        outputs
             .iter()
             .map(|(name, tensor)| OutputInfo {
                 name: name.clone(),
@@ -690,7 +398,7 @@ impl Slot<'_> {
                 shape: tensor.shape.clone(),
                 values: self.settings.values.then(|| tensor_values(tensor)),
             })
-            .collect())
+            .collect()
     }
 }
 

@@ -14,13 +14,13 @@ mod run_args;
 mod script;
 
 pub use run_args::{prepare as prepare_run_args, RunArg};
-pub use script::{array_script, merge_script, shell_quote, Plan};
+pub use script::{array_script, merge_script, Plan};
 
 use crate::cli::{Cli, Command, RunArgs, SlurmCommand, SlurmSubmitArgs};
-use crate::discover::{discover, latest_versions};
-use crate::report::format_rfc3339;
-use crate::shard::{fnv1a64, Shard};
+use isorun_engine::{discover, latest_versions};
 use isorun_protocol::exit_code;
+use isorun_report::format_rfc3339;
+use isorun_report::shard::{fnv1a64, Shard};
 use serde_json::{json, Value};
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -166,7 +166,7 @@ fn parse_task_command(run_args: &[RunArg], shards: u64) -> Result<RunArgs, Parse
     } else {
         argv.extend(added);
     }
-    let argv = crate::config::expand_command_line(argv).map_err(|e| Parsed::Usage(crate::run::with_causes(&e)))?;
+    let argv = crate::config::expand_command_line(argv).map_err(|e| Parsed::Usage(crate::support::with_causes(&e)))?;
     let cli = <Cli as clap::Parser>::try_parse_from(argv).map_err(Parsed::Clap)?;
     match cli.command {
         Command::Run(args) => Ok(*args),
@@ -177,7 +177,7 @@ fn parse_task_command(run_args: &[RunArg], shards: u64) -> Result<RunArgs, Parse
 /// The models `isorun run` would find, each with its shard.
 fn sharded_models(args: &RunArgs, shards: u64) -> Result<Vec<ShardedModel>, String> {
     let mut models = discover(&args.models, &mut |warning| eprintln!("isorun: warning: {warning}"))
-        .map_err(|e| crate::run::with_causes(&e))?;
+        .map_err(|e| crate::support::with_causes(&e))?;
     if args.latest_version {
         models = latest_versions(models);
     }
@@ -202,7 +202,7 @@ fn shard_sizes(models: &[ShardedModel], shards: u64) -> Vec<u64> {
 /// What `run` checks before any work, short of starting a worker: the
 /// inputs read, the folders and files named exist, the worker is there.
 fn check_files(args: &RunArgs) -> Result<(), String> {
-    crate::inputs::load_inputs(&args.input, &args.inputs).map_err(|e| crate::run::with_causes(&e))?;
+    isorun_tensors::inputs::load_inputs(&args.input, &args.inputs).map_err(|e| crate::support::with_causes(&e))?;
     for (flag, dir) in [("--inputs-dir", &args.inputs_dir), ("--expect", &args.expect)] {
         if let Some(dir) = dir.as_ref().filter(|dir| !dir.is_dir()) {
             return Err(format!("{flag} {}: not a folder", dir.display()));
@@ -211,7 +211,7 @@ fn check_files(args: &RunArgs) -> Result<(), String> {
     if let Some(library) = args.load_library.iter().find(|path| !path.is_file()) {
         return Err(format!("--load-library {}: no such file", library.display()));
     }
-    crate::locate::worker_binary(args.worker.worker.as_deref())?;
+    isorun_engine::locations::worker_binary(args.worker.worker.as_deref())?;
     Ok(())
 }
 
@@ -267,7 +267,7 @@ fn model_list(models: &[ShardedModel], shards: u64, isorun: &str, run_args: &[Ru
     command.extend(run_args.iter().flat_map(|item| item.words.iter().cloned()));
     json!({
         "shards": shards,
-        "submitted_at": format_rfc3339(crate::report::unix_milliseconds(std::time::SystemTime::now())),
+        "submitted_at": format_rfc3339(isorun_report::unix_milliseconds(std::time::SystemTime::now())),
         "isorun_version": env!("CARGO_PKG_VERSION"),
         "command": command,
         "models": models

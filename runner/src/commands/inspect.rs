@@ -69,7 +69,7 @@ pub struct TensorView {
 }
 
 pub fn main(args: &InspectArgs) -> Result<i32, String> {
-    let inspection = inspect(&args.model, args.all).map_err(|e| crate::run::with_causes(&e))?;
+    let inspection = inspect(&args.model, args.all).map_err(|e| crate::support::with_causes(&e))?;
     let text = if args.json {
         let mut line = to_json(&inspection, &args.tags).to_string();
         line.push('\n');

@@ -1,0 +1,104 @@
+//! The engine's front door: [`Engine::new`] checks the settings once,
+//! [`Engine::run`] runs every model and reports each unit through a
+//! callback as it starts and ends. The caller owns the terminal, the
+//! signals and the files; the engine prints nothing.
+
+use crate::cancel::CancelToken;
+use crate::discover::Model;
+use crate::executor::run_all;
+use crate::inputs::PreparedInputs;
+use crate::settings::{Settings, STATUSES};
+use crate::sink::OutputSink;
+use crate::unit::UnitReport;
+
+/// Why an [`Engine`] cannot be made from the settings.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SetupError {
+    #[error("worker binary {}: not a file", path.display())]
+    NoWorker { path: std::path::PathBuf },
+    #[error("{what} 0: expected at least 1")]
+    Zero { what: &'static str },
+    #[error("GPU memory fraction {0}: expected a share above 0 and at most 1")]
+    GpuMemoryFraction(f64),
+    #[error("custom-op library {0}: no such file")]
+    NoLibrary(String),
+    #[error("retry status {0}: unknown status (one of {list})", list = STATUSES.join(", "))]
+    UnknownStatus(String),
+}
+
+/// What the engine tells its caller as a run goes on.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Event {
+    /// The unit (index into the models given to [`Engine::run`]) was
+    /// handed to a worker. A retried unit starts more than once.
+    Started(usize),
+    /// A unit ended, for good; in any order, exactly once per unit.
+    Finished(Box<UnitReport>),
+}
+
+/// What a run as a whole gives back; each unit's report went through
+/// [`Event::Finished`].
+#[derive(Debug, Clone, Default)]
+#[non_exhaustive]
+pub struct RunSummary {
+    /// The TensorFlow version the workers reported, if any worker started.
+    pub tensorflow_version: Option<String>,
+}
+
+/// Runs units in fresh, isolated workers under one set of [`Settings`].
+#[derive(Debug, Clone)]
+pub struct Engine {
+    settings: Settings,
+}
+
+impl Engine {
+    /// Checks the settings: a worker binary that exists, at least one slot
+    /// and one model per worker, a GPU memory share in (0, 1], custom-op
+    /// libraries that exist, known retry statuses.
+    pub fn new(settings: Settings) -> Result<Engine, SetupError> {
+        if !settings.spawn.worker.is_file() {
+            return Err(SetupError::NoWorker { path: settings.spawn.worker.clone() });
+        }
+        if settings.jobs == 0 {
+            return Err(SetupError::Zero { what: "jobs" });
+        }
+        if settings.models_per_worker == 0 {
+            return Err(SetupError::Zero { what: "models per worker" });
+        }
+        if let Some(f) = settings.session.gpu_memory_fraction.filter(|f| !(f.is_finite() && *f > 0.0 && *f <= 1.0)) {
+            return Err(SetupError::GpuMemoryFraction(f));
+        }
+        if let Some(missing) = settings.libraries.iter().find(|l| !std::path::Path::new(l).is_file()) {
+            return Err(SetupError::NoLibrary(missing.clone()));
+        }
+        if let Some(unknown) = settings.retry_on.iter().find(|s| !STATUSES.contains(&s.as_str())) {
+            return Err(SetupError::UnknownStatus(unknown.clone()));
+        }
+        Ok(Engine { settings })
+    }
+
+    /// The settings in force.
+    pub fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
+    /// Runs every model with the inputs, `jobs` at a time, each in a worker
+    /// that has never seen another model (or `models_per_worker` of them),
+    /// and returns when every unit has ended. `on_event` is called on the
+    /// caller's thread; `sink` gets each `ok` unit's outputs on a slot's
+    /// thread and may change its outcome. `cancel` stops the run: units not
+    /// started end `not_run`, running workers are terminated.
+    pub fn run(
+        &self,
+        models: &[Model],
+        inputs: &PreparedInputs,
+        cancel: &CancelToken,
+        on_event: &mut dyn FnMut(Event),
+        sink: &dyn OutputSink,
+    ) -> RunSummary {
+        let tensorflow_version = run_all(models, inputs, &self.settings, cancel, on_event, sink);
+        RunSummary { tensorflow_version }
+    }
+}

@@ -1,0 +1,73 @@
+//! `isorun-engine` runs TensorFlow SavedModels in short-lived worker
+//! processes, so that the operating system, not TensorFlow, gives the
+//! memory back, and so that nothing a model does — crash, hang, memory
+//! blow-up, absurd output — can stop the caller or cost another model's
+//! result.
+//!
+//! It is the library under the `isorun` command line, for any Rust program
+//! that runs many models. It never loads TensorFlow itself: each unit (one
+//! model run with the inputs) runs in an `isorun-worker` process, forked
+//! from a per-slot zygote that has loaded libtensorflow once (or exec'd),
+//! sandboxed, watched against deadlines and a memory limit, and reaped.
+//! The engine prints nothing and installs no signal handlers: it reports
+//! through an [`Event`] callback, takes cancellation as a [`CancelToken`],
+//! and hands each unit's outputs to an [`OutputSink`] of the caller's.
+//!
+//! - [`discover`] finds SavedModels in folders; [`Settings::builder`]
+//!   says how to run them; [`Engine::new`] checks the settings;
+//!   [`Engine::run`] runs every model, [`Event::Finished`] carrying each
+//!   unit's [`UnitReport`] (its closed [`Outcome`], timings, peak memory,
+//!   attempts).
+//! - [`WorkerSession`] keeps one worker serving request after request
+//!   (what `isorun pipe` uses).
+//! - Tensor files and values are `isorun-tensors`; records and reports
+//!   `isorun-report`; the messages and the [`Outcome`] enum
+//!   `isorun-protocol`.
+//!
+//! The API is not covered by semver: it changes with the CLI's needs.
+//!
+//! # Example
+//!
+//! Run every model under a folder on one input file and print how each
+//! ended (`cargo run -p isorun-engine --example embed -- MODELS INPUTS.npz`):
+//!
+//! ```no_run
+#![doc = include_str!("../examples/embed.rs")]
+//! ```
+
+mod cancel;
+mod discover;
+mod engine;
+mod executor;
+mod gpu;
+mod inputs;
+mod locate;
+mod process;
+mod session;
+mod settings;
+mod sink;
+mod unit;
+mod worker_session;
+
+pub use cancel::CancelToken;
+pub use discover::{discover, is_saved_model, latest_versions, DiscoverError, Model};
+pub use engine::{Engine, Event, RunSummary, SetupError};
+pub use inputs::PreparedInputs;
+pub use isorun_protocol::Outcome;
+pub use process::{library_path, memory_fields, SpawnSpec};
+pub use settings::{Settings, SettingsBuilder, SpawnMode, STATUSES};
+pub use sink::{Discard, OutputSink, Sinks, WriteNpy};
+pub use unit::{Attempt, OutputInfo, UnitReport};
+pub use worker_session::{Answer, WorkerSession};
+
+/// GPU devices: `--gpus` lists, NVML, per-unit GPU memory.
+pub mod gpus {
+    pub use crate::gpu::{describe, nvml, parse_gpus, resolve, GpuList, GpuReturn};
+}
+
+/// Where the worker binary and libtensorflow are.
+pub mod locations {
+    pub use crate::locate::{
+        default_libtensorflow_dir, default_libtensorflow_dir_for, libtensorflow_dir, worker_binary, TENSORFLOW_VERSION,
+    };
+}

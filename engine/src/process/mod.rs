@@ -1,0 +1,10 @@
+//! Worker processes seen from the supervisor: how they are started (exec'd,
+//! or forked by a per-slot zygote), watched, signalled and reaped. Linux only.
+
+mod spec;
+mod worker;
+mod zygote;
+
+pub use spec::{library_path, SpawnSpec};
+pub use worker::{memory_fields, Event, Exit, ExitStatus, WorkerProcess};
+pub use zygote::Zygote;

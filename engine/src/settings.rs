@@ -1,0 +1,181 @@
+//! Everything that shapes how units run, validated once: the CLI builds a
+//! [`Settings`] from its flags, an embedder from its own configuration.
+//! Built with [`SettingsBuilder`] so that new settings can be added without
+//! breaking callers.
+
+use crate::process::SpawnSpec;
+use isorun_protocol::{SandboxSpec, SessionConfig};
+use isorun_transport::DEFAULT_MAX_FRAME;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// How workers are started.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SpawnMode {
+    /// Fork each worker from a per-slot zygote that has loaded libtensorflow
+    /// once (fast); falls back to exec where forking does not work.
+    #[default]
+    Zygote,
+    /// Exec each worker.
+    Exec,
+}
+
+/// The statuses a unit can end with, for retries and failure policies.
+pub const STATUSES: [&str; 9] =
+    ["ok", "error", "crashed", "timeout", "memory_limit", "protocol_error", "spawn_failed", "mismatch", "not_run"];
+
+/// Everything that shapes how units run. Read its fields; build it with
+/// [`Settings::builder`].
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct Settings {
+    /// How to start a worker: binary, libtensorflow folder, environment.
+    pub spawn: SpawnSpec,
+    /// The devices slots are bound to (slot i to device i mod n), as
+    /// `CUDA_VISIBLE_DEVICES` names them; empty for none.
+    pub gpus: Vec<String>,
+    pub spawn_mode: SpawnMode,
+    /// Sandbox for every worker (`None`: no sandbox); its read paths are
+    /// completed with the models of each worker's batch.
+    pub sandbox: Option<SandboxSpec>,
+    /// The signature to run (`serving_default` by default).
+    pub signature: String,
+    /// The meta graph's tags (`serve` by default).
+    pub tags: Vec<String>,
+    /// TensorFlow session options (threads, GPU memory).
+    pub session: SessionConfig,
+    /// Units per worker; a shared worker's crash is bisected.
+    pub models_per_worker: usize,
+    /// Slots: workers running at once.
+    pub jobs: usize,
+    /// Limit on a unit from its start to its end.
+    pub timeout: Option<Duration>,
+    /// Limit on starting the worker and loading the model.
+    pub load_timeout: Option<Duration>,
+    /// Limit on a worker's start, up to its `Hello`.
+    pub start_timeout: Duration,
+    /// Time between SIGTERM and SIGKILL.
+    pub grace: Duration,
+    /// Put each output's values (JSON) in the unit's report.
+    pub values: bool,
+    /// Feed the inputs in chunks of this many rows and join the outputs.
+    pub batch_size: Option<usize>,
+    /// Custom-op libraries for every worker (absolute paths).
+    pub libraries: Vec<String>,
+    /// Limit on a worker's private memory (RssAnon + RssShmem), in bytes.
+    pub memory_limit: Option<u64>,
+    /// How many times a unit is run again after a retryable outcome.
+    pub retries: u32,
+    /// Statuses that are retried (from [`STATUSES`]).
+    pub retry_on: Vec<String>,
+}
+
+impl Settings {
+    /// Settings for workers started from `worker` (an `isorun-worker`
+    /// binary), with every other setting at its default: one slot, one
+    /// model per worker, `serving_default` of the `serve` meta graph, no
+    /// limits, no sandbox.
+    pub fn builder(worker: impl Into<PathBuf>) -> SettingsBuilder {
+        SettingsBuilder {
+            settings: Settings {
+                spawn: SpawnSpec {
+                    worker: worker.into(),
+                    lib_dir: None,
+                    args: Vec::new(),
+                    max_frame: DEFAULT_MAX_FRAME,
+                    clean_env: false,
+                    gpu: None,
+                },
+                gpus: Vec::new(),
+                spawn_mode: SpawnMode::Zygote,
+                sandbox: None,
+                signature: "serving_default".into(),
+                tags: vec!["serve".into()],
+                session: SessionConfig {
+                    intra_op_threads: 1,
+                    inter_op_threads: 1,
+                    gpu_allow_growth: true,
+                    gpu_memory_fraction: None,
+                },
+                models_per_worker: 1,
+                jobs: 1,
+                timeout: None,
+                load_timeout: None,
+                start_timeout: Duration::from_secs(60),
+                grace: Duration::from_secs(2),
+                values: false,
+                batch_size: None,
+                libraries: Vec::new(),
+                memory_limit: None,
+                retries: 0,
+                retry_on: Vec::new(),
+            },
+        }
+    }
+}
+
+/// Builds [`Settings`]; every setter replaces one setting.
+#[derive(Debug, Clone)]
+pub struct SettingsBuilder {
+    settings: Settings,
+}
+
+macro_rules! setters {
+    ($($(#[$doc:meta])* $name:ident: $type:ty),* $(,)?) => {
+        $(
+            $(#[$doc])*
+            pub fn $name(mut self, value: $type) -> Self {
+                self.settings.$name = value;
+                self
+            }
+        )*
+    };
+}
+
+impl SettingsBuilder {
+    setters! {
+        /// How workers are started (see [`SpawnSpec`]).
+        spawn: SpawnSpec,
+        /// Devices for the slots (`CUDA_VISIBLE_DEVICES` names).
+        gpus: Vec<String>,
+        /// Forked from a zygote, or exec'd.
+        spawn_mode: SpawnMode,
+        /// The sandbox every worker applies before loading anything.
+        sandbox: Option<SandboxSpec>,
+        /// The signature to run.
+        signature: String,
+        /// The meta graph's tags.
+        tags: Vec<String>,
+        /// Session options.
+        session: SessionConfig,
+        /// Units per worker.
+        models_per_worker: usize,
+        /// Workers at once.
+        jobs: usize,
+        /// Limit on a unit.
+        timeout: Option<Duration>,
+        /// Limit on start and load.
+        load_timeout: Option<Duration>,
+        /// Limit on a worker's start.
+        start_timeout: Duration,
+        /// SIGTERM to SIGKILL.
+        grace: Duration,
+        /// Values in reports.
+        values: bool,
+        /// Rows per request.
+        batch_size: Option<usize>,
+        /// Custom-op libraries (absolute paths).
+        libraries: Vec<String>,
+        /// Limit on a worker's private memory, in bytes.
+        memory_limit: Option<u64>,
+        /// Retries after a retryable outcome.
+        retries: u32,
+        /// Statuses that are retried.
+        retry_on: Vec<String>,
+    }
+
+    /// The settings.
+    pub fn build(self) -> Settings {
+        self.settings
+    }
+}

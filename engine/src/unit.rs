@@ -1,0 +1,86 @@
+//! How one unit ended, with its measurements: what the engine hands its
+//! caller for every unit, exactly once. Records and reports
+//! (`isorun-report`) are built from these.
+
+use crate::gpu::GpuReturn;
+use isorun_protocol::{DType, Outcome};
+use std::time::Duration;
+
+/// One output of a unit: its name, dtype and shape, and its values if asked.
+#[derive(Debug, Clone)]
+pub struct OutputInfo {
+    pub name: String,
+    pub dtype: DType,
+    pub shape: Vec<u64>,
+    pub values: Option<serde_json::Value>,
+}
+
+/// How one unit ended, with its measurements.
+#[derive(Debug, Clone)]
+pub struct UnitReport {
+    pub index: usize,
+    pub outcome: Outcome,
+    pub outputs: Vec<OutputInfo>,
+    pub wall: Duration,
+    pub load_ms: Option<u64>,
+    pub run_ms: Option<u64>,
+    pub user: Option<Duration>,
+    pub system: Option<Duration>,
+    pub peak_rss_bytes: Option<u64>,
+    pub worker_id: Option<u64>,
+    pub worker_pid: Option<i32>,
+    /// The device the unit's worker was bound to (`--gpus` only).
+    pub gpu: Option<String>,
+    /// The worker's highest GPU memory during the unit (NVML).
+    pub gpu_peak_bytes: Option<u64>,
+    /// What the device got back when the worker exited, and its used memory then (NVML).
+    pub gpu_return: Option<GpuReturn>,
+    pub stderr_tail: Vec<String>,
+    /// Protections in force in the worker, and those it could not apply.
+    pub sandbox: Option<(Vec<String>, Vec<String>)>,
+    /// Every attempt, the last one included (more than one after retries
+    /// or after a crash in a shared worker was run again alone).
+    pub attempts: Vec<Attempt>,
+}
+
+/// One attempt at a unit, as kept in its record.
+#[derive(Debug, Clone)]
+pub struct Attempt {
+    pub outcome: Outcome,
+    pub wall: Duration,
+    pub peak_rss_bytes: Option<u64>,
+    pub worker_id: Option<u64>,
+    /// The worker also ran other models (`--models-per-worker`): a failure
+    /// here is run again alone before anyone is blamed, and is no retry.
+    pub shared_worker: bool,
+}
+
+impl UnitReport {
+    /// Failed at first, then passed.
+    pub fn flaky(&self) -> bool {
+        self.outcome.is_ok() && self.attempts.iter().any(|a| !a.outcome.is_ok())
+    }
+
+    /// A report of `outcome` with no measurements yet.
+    pub fn new(index: usize, outcome: Outcome) -> UnitReport {
+        UnitReport {
+            index,
+            outcome,
+            outputs: Vec::new(),
+            wall: Duration::ZERO,
+            load_ms: None,
+            run_ms: None,
+            user: None,
+            system: None,
+            peak_rss_bytes: None,
+            worker_id: None,
+            worker_pid: None,
+            gpu: None,
+            gpu_peak_bytes: None,
+            gpu_return: None,
+            stderr_tail: Vec::new(),
+            sandbox: None,
+            attempts: Vec::new(),
+        }
+    }
+}

@@ -1,0 +1,118 @@
+//! One long-lived worker serving request after request: what `isorun pipe`
+//! uses, and what an embedder would use to keep a model loaded. The worker
+//! is started on the first request, recycled after a number of requests or
+//! past a memory size, and started again after it crashes (the request it
+//! was running gets the crash as its outcome).
+
+use crate::cancel::CancelToken;
+use crate::process::{SpawnSpec, WorkerProcess};
+use crate::session::{run_request, shutdown, wait_hello, Deadlines};
+use isorun_protocol::{Outcome, RunRequest, Tensor, ToWorker};
+use isorun_transport::RequestEnvelope;
+use std::time::{Duration, Instant};
+
+/// The worker serving a model, started on demand.
+pub struct WorkerSession {
+    spawn: SpawnSpec,
+    grace: Duration,
+    start_timeout: Duration,
+    recycle_after: Option<u64>,
+    recycle_rss: Option<u64>,
+    worker: Option<WorkerProcess>,
+    served_by_worker: u64,
+    next_unit: u64,
+}
+
+/// How one request ended: `Ok` with its checked outputs, the model's
+/// `Error`, or what became of the worker (crash, timeout, ...).
+#[derive(Debug)]
+pub struct Answer {
+    pub outcome: Outcome,
+    pub outputs: Vec<(String, Tensor)>,
+}
+
+impl WorkerSession {
+    /// A session whose workers start as `spawn` says (exec'd). Defaults:
+    /// 2 s between SIGTERM and SIGKILL, 60 s for a worker to start, never
+    /// recycled.
+    pub fn new(spawn: SpawnSpec) -> WorkerSession {
+        WorkerSession {
+            spawn,
+            grace: Duration::from_secs(2),
+            start_timeout: Duration::from_secs(60),
+            recycle_after: None,
+            recycle_rss: None,
+            worker: None,
+            served_by_worker: 0,
+            next_unit: 0,
+        }
+    }
+
+    /// Start a fresh worker after this many requests.
+    pub fn recycle_after(mut self, requests: Option<u64>) -> Self {
+        self.recycle_after = requests;
+        self
+    }
+
+    /// Start a fresh worker once the worker's resident memory passes this many bytes.
+    pub fn recycle_rss(mut self, bytes: Option<u64>) -> Self {
+        self.recycle_rss = bytes;
+        self
+    }
+
+    /// Runs one request in the worker (starting one if needed), under
+    /// `timeout` from now; `request.unit` is set by the session.
+    pub fn run(&mut self, mut request: RunRequest, cancel: &CancelToken, timeout: Option<Duration>) -> Answer {
+        let started = Instant::now();
+        let answer = |outcome| Answer { outcome, outputs: Vec::new() };
+        let mut worker = match self.worker.take() {
+            Some(worker) => worker,
+            None => match WorkerProcess::spawn(&self.spawn) {
+                Ok(mut worker) => {
+                    if let Err(outcome) = wait_hello(&mut worker, cancel, started + self.start_timeout) {
+                        worker.terminate(self.grace);
+                        return answer(outcome);
+                    }
+                    self.served_by_worker = 0;
+                    worker
+                }
+                Err(e) => {
+                    let message = format!("{}: {e}", self.spawn.worker.display());
+                    return answer(Outcome::SpawnFailed { message });
+                }
+            },
+        };
+        let unit = self.next_unit;
+        self.next_unit += 1;
+        request.unit = unit;
+        let envelope = RequestEnvelope::new(&ToWorker::Run(request), Vec::new());
+        let deadlines =
+            Deadlines { unit: timeout.map(|t| started + t), load: None, grace: self.grace, memory_limit: None };
+        let end = run_request(&mut worker, envelope, unit, cancel, deadlines);
+        if end.worker_usable {
+            self.served_by_worker += 1;
+            let recycle_count = self.recycle_after.is_some_and(|n| self.served_by_worker >= n);
+            let recycle_rss = self.recycle_rss.is_some_and(|limit| worker.rss_now().is_some_and(|rss| rss > limit));
+            if recycle_count || recycle_rss {
+                tracing::info!(requests = self.served_by_worker, "recycling the worker");
+                shutdown(&mut worker, self.grace);
+            } else {
+                self.worker = Some(worker);
+            }
+        }
+        Answer { outcome: end.outcome, outputs: end.outputs }
+    }
+
+    /// Asks the worker (if one is running) to leave, and makes sure it does.
+    pub fn close(&mut self) {
+        if let Some(mut worker) = self.worker.take() {
+            shutdown(&mut worker, self.grace);
+        }
+    }
+}
+
+impl Drop for WorkerSession {
+    fn drop(&mut self) {
+        self.close();
+    }
+}

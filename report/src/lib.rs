@@ -1,0 +1,74 @@
+//! Reports of a whole run, for people and machines that were not watching
+//! it: a JSON document to keep and compare (`--report`), JUnit XML for CI
+//! (`--junit`), a self-contained HTML page (`--html`), and the commands
+//! that read reports back: [`diff`] (what changed since last time, for
+//! `isorun report diff`) and [`merge`] (shard reports joined into one).
+//!
+//! Reports are built from the same unit records `run` prints
+//! ([`record::unit_record`], the one place a record's keys are decided), so
+//! a report never knows more or less than the JSON lines did. The journal
+//! ([`journal`]) and shards ([`shard`]) keep and split those records across
+//! runs and machines.
+
+mod diff;
+mod document;
+mod files;
+mod html;
+pub mod journal;
+mod junit;
+mod merge;
+pub mod record;
+pub mod shard;
+mod timestamp;
+mod unit;
+
+pub use diff::{diff, Finding, Thresholds};
+pub use document::{build, summary, RunInfo, SCHEMA_VERSION};
+pub use files::{read_report, write_files};
+pub use html::{escape_html, html_page};
+pub use junit::junit_xml;
+pub use merge::{merge, merge_with_models, read_model_list};
+pub use timestamp::{format_rfc3339, parse_rfc3339, unix_milliseconds};
+
+use std::path::PathBuf;
+
+/// Why a report could not be read, merged or written.
+#[derive(Debug, thiserror::Error)]
+pub enum ReportError {
+    #[error("{}: cannot read", path.display())]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{}: not JSON", path.display())]
+    NotJson {
+        path: PathBuf,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("{}: not an isorun report: {what}", path.display())]
+    NotAReport { path: PathBuf, what: String },
+    #[error("{}: report schema_version {found}, but this isorun reads version {SCHEMA_VERSION}", path.display())]
+    SchemaVersion { path: PathBuf, found: String },
+    #[error("model {model} is in two reports: {} and {}", first.display(), second.display())]
+    DuplicateModel { model: String, first: PathBuf, second: PathBuf },
+    #[error("no report to merge")]
+    NothingToMerge,
+    #[error("{}: not a model list (the models.json of isorun slurm submit): {what}", path.display())]
+    NotAModelList { path: PathBuf, what: String },
+    #[error("{flag} {value}: expected a positive number")]
+    BadRatio { flag: &'static str, value: f64 },
+    #[error("{}: cannot write", path.display())]
+    Write {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{}: cannot make the JUnit XML", path.display())]
+    Junit {
+        path: PathBuf,
+        #[source]
+        source: Box<quick_junit::SerializeError>,
+    },
+}

@@ -1,0 +1,58 @@
+//! `isorun report diff|merge`: reports read back. `diff` exits 0 when no
+//! model newly fails and 1 when one does; `merge` exits 0. A report that
+//! cannot be read (or is not a report of this schema version) is an error,
+//! exit 2. The reading, comparing and merging are `isorun-report`'s.
+
+use crate::cli::{ReportCommand, ReportDiffArgs, ReportMergeArgs};
+use crate::support::with_causes;
+use isorun_protocol::exit_code;
+use isorun_report::{
+    diff, merge_with_models, read_model_list, read_report, write_files, Finding, ReportError, Thresholds,
+};
+use std::io::Write;
+
+/// Runs the command; `Err` is a usage error (exit 2).
+pub fn main(command: &ReportCommand) -> Result<i32, String> {
+    let result = match command {
+        ReportCommand::Diff(args) => diff_command(args),
+        ReportCommand::Merge(args) => merge_command(args),
+    };
+    result.map_err(|error| with_causes(&error))
+}
+
+fn diff_command(args: &ReportDiffArgs) -> Result<i32, ReportError> {
+    for (flag, value) in [("--time-ratio", args.time_ratio), ("--memory-ratio", args.memory_ratio)] {
+        if !(value.is_finite() && value > 0.0) {
+            return Err(ReportError::BadRatio { flag, value });
+        }
+    }
+    let old = read_report(&args.old)?;
+    let new = read_report(&args.new)?;
+    let findings = diff(&old, &new, Thresholds { time_ratio: args.time_ratio, memory_ratio: args.memory_ratio });
+    let mut text = String::new();
+    for finding in &findings {
+        let line = if args.json { finding.json().to_string() } else { finding.text() };
+        text.push_str(&line);
+        text.push('\n');
+    }
+    let mut stdout = std::io::stdout().lock();
+    // A closed stdout (`isorun report diff ... | head -1`) is a normal end.
+    let _ = stdout.write_all(text.as_bytes()).and_then(|()| stdout.flush());
+    if findings.is_empty() && !args.json {
+        eprintln!("isorun: no changes between {} and {}", args.old.display(), args.new.display());
+    }
+    let newly_failing = findings.iter().any(|finding| matches!(finding, Finding::NewlyFailing { .. }));
+    Ok(if newly_failing { exit_code::SOME_FAILED } else { exit_code::OK })
+}
+
+fn merge_command(args: &ReportMergeArgs) -> Result<i32, ReportError> {
+    let reports = args
+        .reports
+        .iter()
+        .map(|path| read_report(path).map(|report| (path.clone(), report)))
+        .collect::<Result<Vec<_>, _>>()?;
+    let models = args.models.as_deref().map(read_model_list).transpose()?;
+    let merged = merge_with_models(&reports, models.as_ref())?;
+    write_files(&merged, Some(&args.output), args.junit.as_deref(), args.html.as_deref())?;
+    Ok(exit_code::OK)
+}

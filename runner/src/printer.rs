@@ -1,0 +1,201 @@
+//! What `run` shows as it goes: records in model order as JSON Lines or a
+//! table, a progress bar on a terminal, and the `--summary` table.
+
+use crate::cli::Format;
+use crate::support::own_peak_rss;
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use isorun_engine::Model;
+use serde_json::Value;
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{self, Write};
+use std::time::Duration;
+
+/// A progress bar on stderr for `total` models.
+pub fn progress_bar(total: u64) -> ProgressBar {
+    let bar = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr());
+    let style =
+        ProgressStyle::with_template("{spinner} {elapsed_precise} [{bar:25}] {pos}/{len} models  {msg}  (ETA {eta})")
+            .expect("valid template")
+            .progress_chars("=> ");
+    bar.set_style(style);
+    bar.enable_steady_tick(Duration::from_millis(200));
+    bar
+}
+
+/// Prints records in model order, as soon as the ones before are done,
+/// as JSON Lines or table rows, under a progress bar when there is one.
+pub struct Printer<'a> {
+    models: &'a [Model],
+    pub format: Format,
+    pub bar: Option<ProgressBar>,
+    next: usize,
+    waiting: BTreeMap<usize, Value>,
+    running: BTreeSet<usize>,
+    /// Statuses that count as failures.
+    fail_on: Vec<String>,
+    pub failures: usize,
+    pub broken_pipe: bool,
+    /// Every record, kept only when a report or summary needs them, so the
+    /// supervisor's memory does not grow with the number of units otherwise.
+    pub records: Vec<Value>,
+    pub keep_records: bool,
+    id_width: usize,
+}
+
+impl<'a> Printer<'a> {
+    pub fn new(models: &'a [Model], format: Format, bar: Option<ProgressBar>, fail_on: Vec<String>) -> Printer<'a> {
+        let id_width = models.iter().map(|m| m.id.len()).max().unwrap_or(5).clamp(5, 60);
+        Printer {
+            models,
+            format,
+            bar,
+            next: 0,
+            waiting: BTreeMap::new(),
+            running: BTreeSet::new(),
+            fail_on,
+            failures: 0,
+            broken_pipe: false,
+            records: Vec::new(),
+            keep_records: false,
+            id_width,
+        }
+    }
+
+    pub fn started(&mut self, index: usize) {
+        self.running.insert(index);
+        self.update_bar();
+    }
+
+    fn update_bar(&self) {
+        if let Some(bar) = &self.bar {
+            let running: Vec<&str> = self.running.iter().take(3).map(|&i| self.models[i].id.as_str()).collect();
+            let more = self.running.len().saturating_sub(running.len());
+            let more = if more > 0 { format!(" +{more}") } else { String::new() };
+            bar.set_message(format!("{} failed · running: {}{more}", self.failures, running.join(", ")));
+        }
+    }
+
+    pub fn accept(&mut self, index: usize, record: Value) {
+        self.running.remove(&index);
+        if self.fail_on.iter().any(|s| record["status"] == s.as_str()) {
+            self.failures += 1;
+        }
+        if let Some(bar) = &self.bar {
+            bar.inc(1);
+        }
+        self.update_bar();
+        self.waiting.insert(index, record);
+        while let Some(record) = self.waiting.remove(&self.next) {
+            if !self.broken_pipe {
+                let text = match self.format {
+                    Format::Jsonl => record.to_string(),
+                    Format::Table => self.table_row(&record),
+                };
+                let write = || -> io::Result<()> {
+                    let mut out = io::stdout().lock();
+                    writeln!(out, "{text}")?;
+                    out.flush()
+                };
+                let written = match &self.bar {
+                    Some(bar) => bar.suspend(write),
+                    None => write(),
+                };
+                if written.is_err() {
+                    self.broken_pipe = true;
+                }
+            }
+            // Values live in the output files and JSON lines, not in reports.
+            let mut kept = record;
+            if let Some(Value::Object(outputs)) = kept.get_mut("outputs") {
+                for output in outputs.values_mut() {
+                    if let Value::Object(o) = output {
+                        o.remove("values");
+                    }
+                }
+            }
+            if self.keep_records {
+                self.records.push(kept);
+            }
+            self.next += 1;
+        }
+    }
+
+    fn table_row(&self, record: &Value) -> String {
+        let header = if self.next == 0 {
+            format!(
+                "{:<w$}  {:<14}  {:>8}  {:>9}  {}\n",
+                "model",
+                "status",
+                "time",
+                "peak mem",
+                "outputs / error",
+                w = self.id_width
+            )
+        } else {
+            String::new()
+        };
+        let detail = match record.get("outputs").and_then(Value::as_object) {
+            Some(outputs) => outputs
+                .iter()
+                .map(|(name, o)| {
+                    let dims: Vec<String> =
+                        o["shape"].as_array().into_iter().flatten().map(|d| d.to_string()).collect();
+                    format!("{name} {}[{}]", o["dtype"].as_str().unwrap_or("?"), dims.join(", "))
+                })
+                .collect::<Vec<_>>()
+                .join(", "),
+            None => {
+                let text = record["error"]["message"].as_str().unwrap_or("");
+                let first = text.lines().next().unwrap_or("");
+                if first.chars().count() > 100 {
+                    format!("{}...", first.chars().take(100).collect::<String>())
+                } else {
+                    first.to_string()
+                }
+            }
+        };
+        let resumed = if record["resumed"] == true { " (resumed)" } else { "" };
+        format!(
+            "{header}{:<w$}  {:<14}  {:>6.2} s  {:>9}  {detail}{resumed}",
+            record["model"].as_str().unwrap_or("?"),
+            record["status"].as_str().unwrap_or("?"),
+            record["wall_ms"].as_u64().unwrap_or(0) as f64 / 1000.0,
+            mib(record["peak_rss_bytes"].as_u64()),
+            w = self.id_width
+        )
+    }
+}
+
+fn mib(bytes: Option<u64>) -> String {
+    bytes.map_or("-".into(), |b| format!("{:.0} MiB", b as f64 / (1024.0 * 1024.0)))
+}
+
+/// The `--summary` table, on stderr.
+pub fn print_summary(records: &[Value], elapsed: Duration) {
+    let width = records.iter().filter_map(|r| r["model"].as_str()).map(str::len).max().unwrap_or(5).max(5);
+    let mut err = io::stderr().lock();
+    let _ = writeln!(err, "\n{:<width$}  {:<14}  {:>9}  {:>12}", "model", "status", "time", "worker peak");
+    for r in records {
+        let _ = writeln!(
+            err,
+            "{:<width$}  {:<14}  {:>7.2} s  {:>12}",
+            r["model"].as_str().unwrap_or("?"),
+            r["status"].as_str().unwrap_or("?"),
+            r["wall_ms"].as_u64().unwrap_or(0) as f64 / 1000.0,
+            mib(r["peak_rss_bytes"].as_u64())
+        );
+    }
+    let ok = records.iter().filter(|r| r["status"] == "ok").count();
+    let _ = writeln!(
+        err,
+        "\n{} models: {ok} ok, {} not ok, in {:.2} s; supervisor peak memory {}",
+        records.len(),
+        records.len() - ok,
+        elapsed.as_secs_f64(),
+        mib(own_peak_rss())
+    );
+    for r in records.iter().filter(|r| r["status"] != "ok") {
+        let _ =
+            writeln!(err, "  {}: {}", r["model"].as_str().unwrap_or("?"), r["error"]["message"].as_str().unwrap_or(""));
+    }
+}

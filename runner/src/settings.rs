@@ -1,0 +1,237 @@
+//! `isorun run`'s flags turned into validated settings: the engine's
+//! [`Settings`], and what becomes of each unit's outputs (`--output-dir`,
+//! `--expect`). A problem here is a usage error (exit 2), found before any
+//! work starts.
+
+use crate::cli::{RunArgs, SandboxMode, SpawnMode as SpawnFlag};
+use crate::support::seconds;
+use isorun_engine::gpus::{self, nvml};
+use isorun_engine::locations::{default_libtensorflow_dir_for, libtensorflow_dir, worker_binary};
+use isorun_engine::{OutputSink, Settings, Sinks, SpawnMode, SpawnSpec, WriteNpy, STATUSES};
+use isorun_protocol::{SandboxSpec, SessionConfig};
+use isorun_tensors::golden::Expect;
+use isorun_transport::DEFAULT_MAX_FRAME;
+use serde_json::{json, Value};
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// A run's validated settings.
+pub struct RunSettings {
+    /// What the engine needs.
+    pub engine: Settings,
+    /// `--output-dir`.
+    pub output_dir: Option<PathBuf>,
+    /// `--expect`, `--rtol`, `--atol`.
+    pub expect: Option<Expect>,
+}
+
+impl RunSettings {
+    /// What becomes of each unit's outputs: written, then compared.
+    pub fn sinks(&self) -> Sinks {
+        let mut sinks: Vec<Box<dyn OutputSink>> = Vec::new();
+        if let Some(dir) = &self.output_dir {
+            sinks.push(Box::new(WriteNpy { dir: dir.clone() }));
+        }
+        if let Some(expect) = &self.expect {
+            sinks.push(Box::new(expect.clone()));
+        }
+        Sinks(sinks)
+    }
+}
+
+/// An empty folder for sandboxed workers to stand in (read only for them),
+/// shared by the workers of every isorun run of this user.
+fn empty_work_dir() -> Option<String> {
+    // SAFETY: getuid has no preconditions.
+    let dir = std::env::temp_dir().join(format!("isorun-empty-{}", unsafe { libc::getuid() }));
+    std::fs::create_dir_all(&dir).ok()?;
+    Some(dir.to_string_lossy().into_owned())
+}
+
+/// Validates `run`'s flags.
+pub fn run_settings(args: &RunArgs) -> Result<RunSettings, String> {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let gpus = match &args.gpus {
+        Some(list) => gpus::resolve(list, nvml())?,
+        None => Vec::new(),
+    };
+    let jobs = args.jobs.unwrap_or(if gpus.is_empty() { cpus } else { gpus.len() * args.workers_per_gpu as usize });
+    if jobs == 0 {
+        return Err("--jobs 0: expected at least 1".into());
+    }
+    if let Some(f) = args.gpu_memory_fraction.filter(|f| !(f.is_finite() && *f > 0.0 && *f <= 1.0)) {
+        return Err(format!("--gpu-memory-fraction {f}: expected a share above 0 and at most 1"));
+    }
+    let fair_share = (cpus / jobs).max(1) as u32;
+    let worker = worker_binary(args.worker.worker.as_deref())?;
+    let lib_dir = gpu_aware_libtensorflow_dir(args, !gpus.is_empty());
+    if !gpus.is_empty() {
+        gpu_notes(&gpus, jobs);
+    }
+    let spawn = SpawnSpec {
+        worker,
+        lib_dir,
+        args: args.worker.worker_arg.clone(),
+        max_frame: DEFAULT_MAX_FRAME,
+        clean_env: args.sandbox == SandboxMode::Strict,
+        // Without --gpus, workers see no GPU unless the user's environment names some.
+        gpu: (gpus.is_empty() && std::env::var_os("CUDA_VISIBLE_DEVICES").is_none()).then(String::new),
+    };
+    let sandbox = (args.sandbox == SandboxMode::Strict).then(|| SandboxSpec {
+        read_paths: args
+            .load_library
+            .iter()
+            .filter_map(|p| std::path::absolute(p).ok())
+            .chain(args.worker.libtensorflow_dir.iter().cloned())
+            .map(|p| p.to_string_lossy().into_owned())
+            .collect(),
+        work_dir: empty_work_dir(),
+        core_dumps: args.core_dumps,
+    });
+    let session = SessionConfig {
+        intra_op_threads: args.intra_op_threads.unwrap_or(fair_share),
+        inter_op_threads: args.inter_op_threads.unwrap_or(fair_share),
+        // Grow as needed unless a fixed share is asked for.
+        gpu_allow_growth: args.gpu_memory_fraction.is_none(),
+        gpu_memory_fraction: args.gpu_memory_fraction,
+    };
+    let libraries = args
+        .load_library
+        .iter()
+        .map(|path| {
+            std::path::absolute(path)
+                .ok()
+                .filter(|p| p.is_file())
+                .map(|p| p.to_string_lossy().into_owned())
+                .ok_or_else(|| format!("--load-library {}: no such file", path.display()))
+        })
+        .collect::<Result<_, _>>()?;
+    let engine = Settings::builder(spawn.worker.clone())
+        .spawn(spawn)
+        .gpus(gpus)
+        .spawn_mode(match args.spawn {
+            SpawnFlag::Zygote => SpawnMode::Zygote,
+            SpawnFlag::Exec => SpawnMode::Exec,
+        })
+        .sandbox(sandbox)
+        .signature(args.signature.clone())
+        .tags(args.tags.clone())
+        .session(session)
+        .models_per_worker(args.models_per_worker as usize)
+        .jobs(jobs)
+        .timeout(seconds("--timeout", args.timeout)?)
+        .load_timeout(seconds("--load-timeout", args.load_timeout)?)
+        .start_timeout(seconds("--start-timeout", Some(args.start_timeout))?.expect("given"))
+        .grace(Duration::from_secs(2))
+        .values(args.values)
+        .batch_size(args.batch_size.map(|n| n as usize))
+        .memory_limit(args.memory_limit)
+        .retries(args.retries)
+        .retry_on(statuses("--retry-on", &args.retry_on)?)
+        .libraries(libraries)
+        .build();
+    let expect = match &args.expect {
+        Some(dir) if !dir.is_dir() => return Err(format!("--expect {}: not a folder", dir.display())),
+        Some(dir) => Some(Expect { dir: dir.clone(), rtol: args.rtol, atol: args.atol }),
+        None => None,
+    };
+    Ok(RunSettings { engine, output_dir: args.output_dir.clone(), expect })
+}
+
+/// The libtensorflow folder for workers: the one asked for; with `--gpus`
+/// and none asked for, the GPU build of `scripts/fetch-libtensorflow --gpu`
+/// if it is there (else the CPU build, which cannot use a GPU: said once).
+fn gpu_aware_libtensorflow_dir(args: &RunArgs, gpus: bool) -> Option<std::path::PathBuf> {
+    if !gpus || args.worker.libtensorflow_dir.is_some() {
+        return libtensorflow_dir(args.worker.libtensorflow_dir.as_deref());
+    }
+    let gpu_dir = default_libtensorflow_dir_for("gpu");
+    match gpu_dir.as_deref().and_then(|dir| libtensorflow_dir(Some(dir))) {
+        Some(dir) => Some(dir),
+        None => {
+            let cpu = libtensorflow_dir(None);
+            if let (Some(gpu_dir), Some(cpu)) = (&gpu_dir, &cpu) {
+                eprintln!(
+                    "isorun: warning: --gpus: no GPU build of libtensorflow in {} (scripts/fetch-libtensorflow --gpu \
+                     fetches it); workers use {}, which runs on the CPU only",
+                    gpu_dir.display(),
+                    cpu.display()
+                );
+            }
+            cpu
+        }
+    }
+}
+
+/// With `--gpus`: where the devices went, and what cannot be measured.
+fn gpu_notes(gpus: &[String], jobs: usize) {
+    match nvml() {
+        Some(nvml) => {
+            let names: Vec<String> = gpus.iter().map(|g| gpus::describe(nvml, g)).collect();
+            tracing::info!("GPUs for the workers: {}", names.join(", "));
+        }
+        None => eprintln!(
+            "isorun: warning: --gpus: NVML (libnvidia-ml.so.1, from the NVIDIA driver) is not available here: the \
+             devices are handed to CUDA unchecked and the workers' GPU memory is not measured"
+        ),
+    }
+    if jobs < gpus.len() {
+        eprintln!(
+            "isorun: warning: --gpus names {} devices but -j is {jobs}: only the first {jobs} are used",
+            gpus.len()
+        );
+    }
+}
+
+/// The statuses given for `flag` (`--retry-on`, `--fail-on`), checked.
+pub fn statuses(flag: &str, given: &[String]) -> Result<Vec<String>, String> {
+    for status in given {
+        if !STATUSES.contains(&status.as_str()) {
+            return Err(format!("{flag} {status}: unknown status (one of {})", STATUSES.join(", ")));
+        }
+    }
+    Ok(given.to_vec())
+}
+
+/// The settings of a run, as reports show them.
+pub fn report_settings(args: &RunArgs, run: &RunSettings) -> Value {
+    let settings = &run.engine;
+    let mut s = serde_json::Map::new();
+    s.insert("signature".into(), json!(settings.signature));
+    s.insert("tags".into(), json!(settings.tags));
+    s.insert("jobs".into(), json!(settings.jobs));
+    s.insert("models_per_worker".into(), json!(settings.models_per_worker));
+    if let Some(t) = settings.timeout {
+        s.insert("timeout_s".into(), json!(t.as_secs_f64()));
+    }
+    if let Some(t) = settings.load_timeout {
+        s.insert("load_timeout_s".into(), json!(t.as_secs_f64()));
+    }
+    if let Some(limit) = settings.memory_limit {
+        s.insert("memory_limit_bytes".into(), json!(limit));
+        s.insert("memory_limit_mechanism".into(), json!("supervisor polling of RssAnon+RssShmem every 20 ms"));
+    }
+    s.insert("retries".into(), json!(settings.retries));
+    if settings.retries > 0 {
+        s.insert("retry_on".into(), json!(settings.retry_on));
+    }
+    if let Some(shard) = args.shard {
+        s.insert("shard".into(), json!(shard.to_string()));
+    }
+    if let Some(expect) = &run.expect {
+        s.insert("expect".into(), json!(expect.dir.to_string_lossy()));
+        s.insert("rtol".into(), json!(expect.rtol));
+        s.insert("atol".into(), json!(expect.atol));
+    }
+    if let Some(n) = settings.batch_size {
+        s.insert("batch_size".into(), json!(n));
+    }
+    if !settings.gpus.is_empty() {
+        s.insert("gpus".into(), json!(settings.gpus));
+        s.insert("workers_per_gpu".into(), json!(args.workers_per_gpu));
+    }
+    if let Some(fraction) = settings.session.gpu_memory_fraction {
+        s.insert("gpu_memory_fraction".into(), json!(fraction));
+    }
+    Value::Object(s)
+}

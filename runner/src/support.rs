@@ -1,0 +1,57 @@
+//! Helpers every command shares, in one place so that no command calls
+//! into another's module: errors as one line with their causes, seconds
+//! from flags, the signal thread, the supervisor's own memory.
+
+use isorun_engine::CancelToken;
+use std::io;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// An error and its causes, as one line: `file.npy: cannot read: No such file or directory`.
+/// A cause whose text the message already ends with is not repeated.
+pub fn with_causes(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.ends_with(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
+}
+
+/// A positive number of seconds given for `flag`, or a usage error.
+pub fn seconds(flag: &str, value: Option<f64>) -> Result<Option<Duration>, String> {
+    match value {
+        None => Ok(None),
+        Some(s) if s.is_finite() && s > 0.0 => Ok(Some(Duration::from_secs_f64(s))),
+        Some(s) => Err(format!("{flag} {s}: expected a positive number of seconds")),
+    }
+}
+
+/// First SIGINT/SIGTERM: stop starting work and terminate the workers.
+/// Second: kill them at once.
+pub fn watch_signals(stop: Arc<CancelToken>) -> io::Result<signal_hook::iterator::backend::Handle> {
+    let mut signals = signal_hook::iterator::Signals::new([libc::SIGINT, libc::SIGTERM])?;
+    let handle = signals.handle();
+    std::thread::Builder::new().name("signals".into()).spawn(move || {
+        for signal in signals.forever() {
+            if stop.requested() {
+                eprintln!("isorun: killing workers");
+                stop.escalate();
+            } else {
+                eprintln!("isorun: interrupted; stopping workers (again to kill them at once)");
+                stop.request(signal);
+            }
+        }
+    })?;
+    Ok(handle)
+}
+
+/// This process's peak resident memory so far.
+pub fn own_peak_rss() -> Option<u64> {
+    isorun_engine::memory_fields("self", &["VmHWM:"])
+}
