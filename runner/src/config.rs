@@ -617,17 +617,7 @@ fn suggest<'a>(unknown: &str, known: impl Iterator<Item = &'a str>) -> Option<&'
 
 /// Levenshtein distance, in characters.
 fn edit_distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut previous: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut current = vec![i + 1];
-        for (j, cb) in b.iter().enumerate() {
-            let substitution = previous[j] + usize::from(ca != *cb);
-            current.push(substitution.min(previous[j + 1] + 1).min(current[j] + 1));
-        }
-        previous = current;
-    }
-    previous[b.len()]
+    strsim::levenshtein(a, b)
 }
 
 // ---------------------------------------------------------------------------
@@ -695,75 +685,16 @@ fn descendant_folders(folder: &Path, found: &mut Vec<PathBuf>) {
 }
 
 /// Whether `name` (one path component) matches `pattern`: `*` any run of
-/// characters, `?` one, `[abc]`, `[a-z]`, `[!a]` / `[^a]` one of a set. A
-/// leading `.` must be matched by a literal `.`.
+/// characters, `?` one, `[abc]`, `[a-z]`, `[!a]` / `[^a]` one of a set
+/// (`globset`'s syntax); a pattern `globset` refuses (an unclosed `[`) is
+/// taken literally. A leading `.` must be matched by a literal `.`.
 fn glob_match(pattern: &str, name: &str) -> bool {
     if name.starts_with('.') && !pattern.starts_with('.') {
         return false;
     }
-    let pattern: Vec<char> = pattern.chars().collect();
-    let name: Vec<char> = name.chars().collect();
-    // Iterative matching with one backtrack point for the last `*`.
-    let (mut p, mut n) = (0, 0);
-    let mut star: Option<(usize, usize)> = None;
-    while n < name.len() {
-        let step = match pattern.get(p) {
-            Some('*') => {
-                star = Some((p, n));
-                p += 1;
-                continue;
-            }
-            Some('?') => Some(1),
-            Some('[') => match class_match(&pattern[p..], name[n]) {
-                Some((true, length)) => Some(length),
-                Some((false, _)) => None,
-                None if name[n] == '[' => Some(1),
-                None => None,
-            },
-            Some(c) if *c == name[n] => Some(1),
-            _ => None,
-        };
-        match (step, star) {
-            (Some(length), _) => {
-                p += length;
-                n += 1;
-            }
-            (None, Some((star_p, star_n))) => {
-                p = star_p + 1;
-                n = star_n + 1;
-                star = Some((star_p, star_n + 1));
-            }
-            (None, None) => return false,
-        }
-    }
-    pattern[p..].iter().all(|c| *c == '*')
-}
-
-/// Matches `c` against the class at the start of `pattern` (`[...]`):
-/// whether it matched and the class's length; `None` if the class is not
-/// closed (then `[` is a plain character).
-fn class_match(pattern: &[char], c: char) -> Option<(bool, usize)> {
-    let mut i = 1;
-    let negated = matches!(pattern.get(i), Some('!' | '^'));
-    if negated {
-        i += 1;
-    }
-    let mut matched = false;
-    let mut first = true;
-    loop {
-        let current = *pattern.get(i)?;
-        if current == ']' && !first {
-            return Some((matched != negated, i + 1));
-        }
-        first = false;
-        if pattern.get(i + 1) == Some(&'-') && pattern.get(i + 2).is_some_and(|end| *end != ']') {
-            let end = pattern[i + 2];
-            matched |= (current..=end).contains(&c);
-            i += 3;
-        } else {
-            matched |= current == c;
-            i += 1;
-        }
+    match globset::GlobBuilder::new(pattern).literal_separator(true).backslash_escape(false).build() {
+        Ok(glob) => glob.compile_matcher().is_match(name),
+        Err(_) => pattern == name,
     }
 }
 

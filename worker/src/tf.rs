@@ -1,5 +1,7 @@
-//! The only unsafe code in isorun: a SavedModel session through TensorFlow's
-//! C API (`tensorflow-sys`). The `tensorflow` crate's safe API cannot carry
+//! All of isorun's TensorFlow FFI: a SavedModel session through TensorFlow's
+//! C API (`tensorflow-sys`). (Other unsafe code is system calls: the
+//! sandbox, the zygote's fork and fd passing, process signalling and reaping
+//! in `isorun-engine`, the frame reader's buffer.) The `tensorflow` crate's safe API cannot carry
 //! byte strings that are not UTF-8 and hides the raw pointers, so isorun
 //! talks to the C API directly and keeps every pointer inside this module.
 //! Nothing here panics on TensorFlow's behalf: a failed status becomes a
