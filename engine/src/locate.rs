@@ -29,13 +29,22 @@ pub fn libtensorflow_dir(asked: Option<&Path>) -> Option<PathBuf> {
     dir.join("libtensorflow_cc.so.2").exists().then_some(dir)
 }
 
-/// The worker binary: the one asked for, else `isorun-worker` next to this executable.
+/// The worker binary: the one asked for, else `isorun-worker` next to this
+/// executable (or one folder up, for a program cargo built into
+/// `target/<profile>/examples/` or `deps/`, such as an embedding example).
 pub fn worker_binary(asked: Option<&Path>) -> Result<PathBuf, String> {
     let path = match asked {
         Some(path) => path.to_path_buf(),
-        None => std::env::current_exe()
-            .map_err(|e| format!("cannot find this executable's folder: {e}"))?
-            .with_file_name("isorun-worker"),
+        None => {
+            let exe = std::env::current_exe().map_err(|e| format!("cannot find this executable's folder: {e}"))?;
+            let beside = exe.with_file_name("isorun-worker");
+            let in_cargo_subfolder =
+                exe.parent().and_then(Path::file_name).is_some_and(|name| name == "examples" || name == "deps");
+            match exe.parent().and_then(Path::parent) {
+                Some(up) if in_cargo_subfolder && !beside.is_file() => up.join("isorun-worker"),
+                _ => beside,
+            }
+        }
     };
     if path.is_file() {
         Ok(path)

@@ -174,6 +174,13 @@ impl SettingsBuilder {
         retry_on: Vec<String>,
     }
 
+    /// The folder holding libtensorflow for the workers (first on their
+    /// library path); `None` leaves the worker's own RUNPATH to find it.
+    pub fn libtensorflow_dir(mut self, dir: Option<PathBuf>) -> Self {
+        self.settings.spawn.lib_dir = dir;
+        self
+    }
+
     /// The settings.
     pub fn build(self) -> Settings {
         self.settings
