@@ -380,8 +380,8 @@ impl Slot<'_> {
             Vec::new()
         };
         if report.outcome.is_ok() {
-            match self.sink.accept(model, &outputs) {
-                Ok(()) => report.outputs = self.describe_outputs(&outputs),
+            match self.sink.accept(model, &outputs).and_then(|()| self.describe_outputs(&outputs)) {
+                Ok(described) => report.outputs = described,
                 Err(outcome) => report.outcome = outcome,
             }
         }
@@ -389,14 +389,18 @@ impl Slot<'_> {
     }
 
     /// Describes a unit's outputs for its report, with their values if asked.
-    fn describe_outputs(&self, outputs: &[(String, Tensor)]) -> Vec<OutputInfo> {
+    /// An output whose values are too many to give as JSON is the unit's error.
+    fn describe_outputs(&self, outputs: &[(String, Tensor)]) -> Result<Vec<OutputInfo>, Outcome> {
         outputs
             .iter()
-            .map(|(name, tensor)| OutputInfo {
-                name: name.clone(),
-                dtype: tensor.dtype,
-                shape: tensor.shape.clone(),
-                values: self.settings.values.then(|| tensor_values(tensor)),
+            .map(|(name, tensor)| {
+                let values = match self.settings.values {
+                    true => Some(tensor_values(tensor).map_err(|message| {
+                        Outcome::Error(ModelError::new(ErrorKind::OutputWrite, format!("output {name}: {message}")))
+                    })?),
+                    false => None,
+                };
+                Ok(OutputInfo { name: name.clone(), dtype: tensor.dtype, shape: tensor.shape.clone(), values })
             })
             .collect()
     }

@@ -195,14 +195,26 @@ pub fn shutdown(worker: &mut WorkerProcess, grace: Duration) -> Exit {
     }
 }
 
-/// Output names must be safe file names and unique; data must fit shapes.
-fn check_outputs(outputs: &[(String, Tensor)]) -> Result<(), Outcome> {
+/// The highest rank TensorFlow allows (`TensorShape`'s limit); deeper shapes
+/// come only from a lying worker, and would recurse through every reader.
+pub const MAX_RANK: usize = 254;
+
+/// The gate for everything a worker returns: output names must be safe file
+/// names and unique, ranks at most TensorFlow's, data must fit shapes.
+/// Linear in the number of outputs and their sizes.
+pub fn check_outputs(outputs: &[(String, Tensor)]) -> Result<(), Outcome> {
+    let mut seen = std::collections::HashSet::with_capacity(outputs.len());
     for (name, tensor) in outputs {
         if name.is_empty() || name.contains('/') || name.contains('\0') || name == "." || name == ".." {
             return Err(Outcome::ProtocolError { message: format!("output name {name:?} is not a safe file name") });
         }
-        if outputs.iter().filter(|(n, _)| n == name).count() > 1 {
+        if !seen.insert(name.as_str()) {
             return Err(Outcome::ProtocolError { message: format!("output {name} is sent twice") });
+        }
+        if tensor.shape.len() > MAX_RANK {
+            return Err(Outcome::ProtocolError {
+                message: format!("output {name} has rank {}, more than TensorFlow's {MAX_RANK}", tensor.shape.len()),
+            });
         }
         tensor.validate(|_| None).map_err(|e| Outcome::ProtocolError { message: format!("output {name}: {e}") })?;
     }

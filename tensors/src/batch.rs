@@ -93,6 +93,13 @@ pub fn join(mut parts: Vec<Named>, rows: &[u64]) -> Result<Named, String> {
                         joined.shape, tensor.shape
                     ));
                 }
+                if tensor.dtype != joined.dtype {
+                    return Err(format!(
+                        "output '{name}' changes dtype between batches ({} and {}); run without --batch-size",
+                        joined.dtype.name(),
+                        tensor.dtype.name()
+                    ));
+                }
                 joined.shape[0] += tensor.shape[0];
                 match (&mut joined.data, &tensor.data) {
                     (TensorData::Dense(a), TensorData::Dense(b)) => a.extend_from_slice(b),

@@ -267,11 +267,40 @@ fn trim_nuls(bytes: &[u8]) -> &[u8] {
     &bytes[..end]
 }
 
+/// The most padding a fixed-width string `.npy` (`|S<width>`, every string
+/// padded to the longest) may add beyond the strings' own bytes: past it,
+/// one long string among millions of short ones would cost the supervisor
+/// (and the disk) width × count bytes.
+pub const MAX_STRING_PADDING: u64 = 256 << 20;
+
+/// Whether `write_npy` can write the tensor: a string tensor must not need
+/// more than [`MAX_STRING_PADDING`] bytes of padding. Checked for every
+/// output before any is written, so a unit's outputs are written whole or
+/// not at all.
+pub fn check_writable(tensor: &Tensor) -> io::Result<()> {
+    let TensorData::Strings(strings) = &tensor.data else { return Ok(()) };
+    let width = strings.iter().map(|s| s.len()).max().unwrap_or(0).max(1);
+    let own: u64 = strings.iter().map(|s| s.len() as u64).sum();
+    let padded = (width as u64).saturating_mul(strings.len() as u64);
+    if padded.saturating_sub(own) > MAX_STRING_PADDING {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!(
+                "{} strings of up to {width} bytes ({own} bytes in all) would take {padded} bytes as a fixed-width \
+                 .npy (|S{width}), more than {MAX_STRING_PADDING} bytes of padding",
+                strings.len()
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// `descr` and raw bytes for writing a tensor (bfloat16 widened to float32).
-fn npy_body(tensor: &Tensor) -> (String, Vec<u8>) {
-    match (&tensor.data, tensor.dtype) {
+fn npy_body(tensor: &Tensor) -> io::Result<(String, Vec<u8>)> {
+    Ok(match (&tensor.data, tensor.dtype) {
         (TensorData::Strings(strings), _) => {
             let width = strings.iter().map(|s| s.len()).max().unwrap_or(0).max(1);
+            check_writable(tensor)?;
             let mut data = Vec::with_capacity(width * strings.len());
             for s in strings {
                 data.extend_from_slice(s);
@@ -303,12 +332,12 @@ fn npy_body(tensor: &Tensor) -> (String, Vec<u8>) {
             (descr.into(), bytes.to_vec())
         }
         (TensorData::Shared(_), _) => unreachable!("outputs are never in shared memory"),
-    }
+    })
 }
 
 /// Writes a tensor in `.npy` format (version 1.0, or 2.0 for a huge header).
 pub fn write_npy(mut writer: impl Write, tensor: &Tensor) -> io::Result<()> {
-    let (descr, data) = npy_body(tensor);
+    let (descr, data) = npy_body(tensor)?;
     let shape = match tensor.shape.as_slice() {
         [] => "()".to_string(),
         [d] => format!("({d},)"),
@@ -343,7 +372,20 @@ mod tests {
     }
 
     fn tensor_bytes(tensor: &Tensor) -> usize {
-        npy_body(tensor).1.len()
+        npy_body(tensor).unwrap().1.len()
+    }
+
+    #[test]
+    fn strings_that_would_pad_to_gigabytes_are_refused() {
+        // One 10 KB string among 3,000,000 empty ones: |S10000 would be 30 GB.
+        let mut strings = vec![Vec::new(); 3_000_000];
+        strings[0] = vec![b'x'; 10_000];
+        let t = Tensor::strings(vec![3_000_000], strings);
+        let error = write_npy(&mut Vec::new(), &t).unwrap_err().to_string();
+        assert!(error.contains("3000000 strings of up to 10000 bytes"), "{error}");
+        // Many strings of similar length are fine.
+        let t = Tensor::strings(vec![1000], vec![vec![b'y'; 100]; 1000]);
+        assert_eq!(round_trip(&t), t);
     }
 
     #[test]

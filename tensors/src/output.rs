@@ -18,6 +18,9 @@ use std::path::{Path, PathBuf};
 pub fn write_outputs(dir: &Path, model_id: &str, outputs: &[(String, Tensor)]) -> io::Result<()> {
     let folder = model_folder(dir, model_id)?;
     for (name, tensor) in outputs {
+        crate::npy::check_writable(tensor).map_err(|e| annotate(e, &folder.join(format!("{name}.npy"))))?;
+    }
+    for (name, tensor) in outputs {
         let target = folder.join(format!("{name}.npy"));
         let temporary = folder.join(format!(".{name}.npy.tmp-{}", std::process::id()));
         let result = (|| {

@@ -9,14 +9,40 @@ use half::{bf16, f16};
 use isorun_protocol::{DType, Tensor, TensorData};
 use serde_json::{Number, Value};
 
-/// The tensor's elements as nested JSON lists (a bare value for a scalar).
-pub fn tensor_values(tensor: &Tensor) -> Value {
+/// The most JSON values (lists and elements) one tensor's `--values` may
+/// take: each costs the supervisor tens of bytes, and a worker chooses the
+/// shape (`[2^40, 0]` holds no element but 2^40 empty lists).
+pub const MAX_JSON_VALUES: u64 = 1 << 24;
+
+/// How many JSON values (every list at every level, and the elements) the
+/// tensor's nested form takes, saturating.
+pub fn json_value_count(shape: &[u64]) -> u64 {
+    let mut lists = 1u64;
+    let mut total = 0u64;
+    for &dim in shape {
+        total = total.saturating_add(lists);
+        lists = lists.saturating_mul(dim);
+    }
+    total.saturating_add(lists)
+}
+
+/// The tensor's elements as nested JSON lists (a bare value for a scalar),
+/// or why they are too many to give as JSON.
+pub fn tensor_values(tensor: &Tensor) -> Result<Value, String> {
+    let count = json_value_count(&tensor.shape);
+    if count > MAX_JSON_VALUES {
+        return Err(format!(
+            "shape {:?} makes {count} JSON values, more than the {MAX_JSON_VALUES} isorun gives as values; write the \
+             output as .npy instead (--output-dir)",
+            tensor.shape
+        ));
+    }
     let flat: Vec<Value> = match &tensor.data {
         TensorData::Strings(strings) => strings.iter().map(|s| string_value(s)).collect(),
         TensorData::Dense(bytes) => dense_values(tensor.dtype, bytes),
         TensorData::Shared(_) => Vec::new(),
     };
-    nest(&tensor.shape, &mut flat.into_iter())
+    Ok(nest(&tensor.shape, &mut flat.into_iter()))
 }
 
 fn nest(shape: &[u64], flat: &mut impl Iterator<Item = Value>) -> Value {
@@ -147,7 +173,7 @@ mod tests {
     fn floats_are_shortest_for_their_width_and_specials_are_strings() {
         let t = f32s(&[0.1, 1.0, f32::NAN, f32::INFINITY, f32::NEG_INFINITY, 1e-30], vec![2, 3]);
         assert_eq!(
-            serde_json::to_string(&tensor_values(&t)).unwrap(),
+            serde_json::to_string(&tensor_values(&t).unwrap()).unwrap(),
             r#"[[0.1,1.0,"NaN"],["Infinity","-Infinity",1e-30]]"#
         );
         let h = Tensor::dense(
@@ -155,20 +181,32 @@ mod tests {
             vec![2],
             [f16::from_f32(0.1), f16::from_f32(-2.5)].iter().flat_map(|v| v.to_le_bytes()).collect(),
         );
-        assert_eq!(serde_json::to_string(&tensor_values(&h)).unwrap(), "[0.1,-2.5]");
+        assert_eq!(serde_json::to_string(&tensor_values(&h).unwrap()).unwrap(), "[0.1,-2.5]");
     }
 
     #[test]
     fn int64_exact_bools_and_scalars() {
         let t = Tensor::dense(DType::Int64, vec![2], [i64::MAX, -1].iter().flat_map(|v| v.to_le_bytes()).collect());
-        assert_eq!(serde_json::to_string(&tensor_values(&t)).unwrap(), "[9223372036854775807,-1]");
+        assert_eq!(serde_json::to_string(&tensor_values(&t).unwrap()).unwrap(), "[9223372036854775807,-1]");
         let b = Tensor::dense(DType::Bool, vec![], vec![1]);
-        assert_eq!(tensor_values(&b), Value::Bool(true));
+        assert_eq!(tensor_values(&b).unwrap(), Value::Bool(true));
     }
 
     #[test]
     fn strings_are_utf8_or_base64() {
         let t = Tensor::strings(vec![2], vec![b"caf\xc3\xa9".to_vec(), b"\xff\xfe".to_vec()]);
-        assert_eq!(serde_json::to_string(&tensor_values(&t)).unwrap(), r#"["café",{"base64":"//4="}]"#);
+        assert_eq!(serde_json::to_string(&tensor_values(&t).unwrap()).unwrap(), r#"["café",{"base64":"//4="}]"#);
+    }
+
+    #[test]
+    fn shapes_that_make_too_many_json_values_are_refused() {
+        let empty = Tensor::dense(DType::Float32, vec![1 << 40, 0], Vec::new());
+        let error = tensor_values(&empty).unwrap_err();
+        assert!(error.contains("[1099511627776, 0]") && error.contains("--output-dir"), "{error}");
+        assert_eq!(json_value_count(&[]), 1);
+        assert_eq!(json_value_count(&[2, 3]), 1 + 2 + 6);
+        assert_eq!(json_value_count(&[u64::MAX, u64::MAX, 2]), u64::MAX);
+        let fine = Tensor::dense(DType::Float32, vec![3, 0], Vec::new());
+        assert_eq!(tensor_values(&fine).unwrap().to_string(), "[[],[],[]]");
     }
 }

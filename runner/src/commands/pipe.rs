@@ -191,9 +191,15 @@ fn answer_line(server: &mut Server, line: &[u8]) -> (Value, bool) {
         (Outcome::Ok, outputs) => {
             let mut answer = Map::new();
             for (name, tensor) in &outputs {
+                let values = match tensor_values(tensor) {
+                    Ok(values) => values,
+                    Err(message) => {
+                        return (error_line(id, "output_write", None, &format!("output {name}: {message}")), false)
+                    }
+                };
                 answer.insert(
                     name.clone(),
-                    json!({ "dtype": tensor.dtype.name(), "shape": tensor.shape, "values": tensor_values(tensor) }),
+                    json!({ "dtype": tensor.dtype.name(), "shape": tensor.shape, "values": values }),
                 );
             }
             (json!({ "id": id, "outputs": answer }), false)

@@ -36,6 +36,7 @@
 //! Any other model is good: its outputs are its inputs, under the same names.
 
 use ipc_channel::ipc::IpcOneShotServer;
+use isorun_protocol::DType;
 use isorun_protocol::{
     ErrorKind, Hello, ModelError, RunRequest, Tensor, ToWorker, UnitResult, WorkerMessage, ENV_IPC_FD, PROTOCOL_VERSION,
 };
@@ -325,6 +326,34 @@ fn run(socket: &mut UnixStream, request: &RunRequest, shared: &[ipc_channel::ipc
             let value = std::env::var(name).unwrap_or_else(|_| "<unset>".into());
             outputs.push((name.into(), Tensor::strings(vec![1], vec![value.into_bytes()])));
         }
+    }
+    // Hostile but well-formed outputs: every one is legal on the wire.
+    match mode {
+        // Zero elements, 2^40 rows: nothing to send, much to nest.
+        "zero-huge" => outputs.push(("y".into(), Tensor::dense(DType::Float32, vec![1 << 40, 0], Vec::new()))),
+        // One 10 KB string among 3,000,000 empty ones.
+        "wide-strings" => {
+            let mut strings = vec![Vec::new(); 3_000_000];
+            strings[0] = vec![b'x'; 10_000];
+            outputs.push(("text".into(), Tensor::strings(vec![3_000_000], strings)));
+        }
+        // Rank 100,000 of ones: one element, a shape deeper than TensorFlow allows.
+        "deep-rank" => outputs.push(("y".into(), Tensor::dense(DType::Float32, vec![1; 100_000], vec![0; 4]))),
+        // `amount` distinct names.
+        "many-names" => {
+            for i in 0..amount {
+                outputs.push((format!("o{i}"), Tensor::dense(DType::Float32, vec![], vec![0; 4])));
+            }
+        }
+        // With --batch-size: the second request answers int32 where the first answered float32.
+        "dtype-flip" => {
+            for (_, out) in outputs.iter_mut() {
+                if served_before % 2 == 1 && out.dtype == DType::Float32 {
+                    out.dtype = DType::Int32;
+                }
+            }
+        }
+        _ => {}
     }
     let answered = if mode == "wrong-unit" { unit + 1000 } else { unit };
     write_frame(socket, &WorkerMessage::Finished { unit: answered, run_ms: 0, result: UnitResult::Ok { outputs } })

@@ -159,3 +159,19 @@ fn workers_are_recycled_after_n_requests_or_past_a_memory_size() {
     distinct.dedup();
     assert_eq!(distinct.len(), 6, "every worker is over 1 KiB, so each serves one request: {by_memory:?}");
 }
+
+#[test]
+fn an_output_of_zero_elements_in_two_to_the_forty_rows_gets_an_error_line_and_pipe_goes_on() {
+    let tmp = tempfile::tempdir().unwrap();
+    let model = fault_model(tmp.path(), "fault-zero-huge");
+    let lines = [r#"{"id": 1, "inputs": {"x": [[1, 2, 3]]}}"#, r#"{"id": 2, "inputs": {"x": [[4, 5, 6]]}}"#];
+    let piped = pipe(&mut fault_pipe(&model), &lines.join("\n"));
+    assert_eq!(piped.code, Some(0), "the supervisor survives: {}", piped.stderr);
+    assert_eq!(piped.answers.len(), 2);
+    for (answer, id) in piped.answers.iter().zip([1, 2]) {
+        assert_eq!(answer["id"], id);
+        assert_eq!(answer["error"]["kind"], "output_write", "{answer}");
+        let message = answer["error"]["message"].as_str().unwrap();
+        assert!(message.starts_with("output y: shape [1099511627776, 0]"), "{message}");
+    }
+}
