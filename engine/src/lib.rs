@@ -55,6 +55,7 @@ pub use engine::{Engine, Event, RunSummary, SetupError};
 pub use inputs::PreparedInputs;
 pub use isorun_protocol::Outcome;
 pub use process::{library_path, memory_fields, SpawnSpec};
+pub use session::{check_outputs, MAX_RANK};
 pub use settings::{Settings, SettingsBuilder, SpawnMode, STATUSES};
 pub use sink::{Discard, OutputSink, Sinks, WriteNpy};
 pub use unit::{Attempt, OutputInfo, UnitReport};

@@ -3,8 +3,8 @@
 
 #![no_main]
 
-use isorun_tensors::json_input::tensor_from_json;
 use isorun_protocol::{DType, TensorSpec};
+use isorun_tensors::json_input::tensor_from_json;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
