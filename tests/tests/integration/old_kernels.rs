@@ -4,7 +4,7 @@
 //! those kernels do (EINVAL), and each test asserts what users rely on: the
 //! worker's pid is gone soon after its timeout, memory limit or Ctrl-C.
 
-use crate::util::{bin, fake_models, isorun_fault, processes_mentioning, ran, write_input, Ran};
+use crate::util::{bin, fake_models, isorun, isorun_fault, processes_mentioning, ran, write_input, Ran};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -176,4 +176,34 @@ fn ctrl_c_leaves_no_forked_worker_behind() {
     let ran = run.finish();
     assert_eq!(ran.code, Some(130), "{}", ran.stderr);
     assert_eq!(ran.record("a-fault-hang")["reason"], "interrupted");
+}
+
+/// The `worker signals` detail of `isorun doctor`, run as `command` has it.
+fn doctor_signals(command: Command) -> String {
+    let output = Running::start(command).finish();
+    let line = output.stdout.lines().find(|l| l.starts_with("worker signals  ")).map(str::to_string);
+    line.unwrap_or_else(|| panic!("no 'worker signals' line in:\n{}", output.stdout))
+}
+
+/// `(major, minor)` of the running kernel.
+fn kernel_version() -> (u32, u32) {
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
+    let mut numbers = release.trim().split(|c: char| !c.is_ascii_digit()).map(|n| n.parse().unwrap_or(0));
+    (numbers.next().unwrap_or(0), numbers.next().unwrap_or(0))
+}
+
+#[test]
+fn doctor_says_how_workers_are_signalled() {
+    let mut doctor = isorun();
+    doctor.arg("doctor");
+    let filtered = doctor_signals(as_on_an_old_kernel(&doctor));
+    assert!(filtered.contains("through the zygote"), "{filtered}");
+    assert!(filtered.contains("PIDFD_SIGNAL_PROCESS_GROUP unsupported"), "{filtered}");
+    doctor.stdout(Stdio::piped()).stderr(Stdio::piped());
+    let plain = doctor_signals(doctor);
+    if kernel_version() >= (6, 9) {
+        assert!(plain.contains("pidfd to the process group"), "{plain}");
+    } else {
+        assert!(plain.contains("through the zygote"), "{plain}");
+    }
 }
