@@ -56,6 +56,11 @@ impl Running {
         }
     }
 
+    /// Whether `worker` was forked by a zygote (else exec'd by the supervisor).
+    fn forked(&self, worker: u32) -> bool {
+        parent(worker).is_some_and(|parent| parent != self.pid())
+    }
+
     fn finish(mut self) -> Ran {
         ran(self.0.take().expect("running").wait_with_output().unwrap())
     }
@@ -125,6 +130,7 @@ fn hung_worker_is_gone_after_the_timeout(spawn: &str, worker_args: &[&str]) {
     let run = start(tmp.path(), "a-fault-hang", &args, &["--timeout", &timeout, "--spawn", spawn]);
     let worker = run.wait_for_worker(&marker);
     let seen = Instant::now();
+    assert_eq!(run.forked(worker), spawn == "zygote", "worker {worker} under --spawn {spawn}");
     let within = TIMEOUT + GRACE + SLACK;
     assert!(gone_within(worker, within), "{spawn} worker {worker} still exists {within:?} after it started");
     let waited = seen.elapsed();
@@ -155,8 +161,10 @@ fn a_forked_worker_over_the_memory_limit_is_gone() {
     let marker = marker("memory");
     // Grows by 16 MiB steps to 2 GiB, then hangs; killed at once past 1 GB
     // (a limit that takes a while to reach, so the test sees the worker first).
-    let run = start(tmp.path(), "a-fault-hog-2048", &[&marker], &["--memory-limit", "1G", "--timeout", "60"]);
+    let limit = ["--memory-limit", "1G", "--timeout", "60", "--spawn", "zygote"];
+    let run = start(tmp.path(), "a-fault-hog-2048", &[&marker], &limit);
     let worker = run.wait_for_worker(&marker);
+    assert!(run.forked(worker), "worker {worker} was not forked");
     assert!(gone_within(worker, SLACK + SLACK), "worker {worker} still exists {:?} after it started", SLACK + SLACK);
     let ran = run.finish();
     assert_eq!(ran.record("a-fault-hog-2048")["status"], "memory_limit", "{}", ran.stdout);
@@ -166,9 +174,10 @@ fn a_forked_worker_over_the_memory_limit_is_gone() {
 fn ctrl_c_leaves_no_forked_worker_behind() {
     let tmp = tempfile::tempdir().unwrap();
     let marker = marker("ctrl-c");
-    let run = start(tmp.path(), "a-fault-hang", &[&marker], &[]);
+    let run = start(tmp.path(), "a-fault-hang", &[&marker], &["--spawn", "zygote"]);
     // A worker, not only its zygote, exists before the Ctrl-C.
     let worker = run.wait_for_worker(&marker);
+    assert!(run.forked(worker), "worker {worker} was not forked");
     // SAFETY: a signal to our own child.
     unsafe { libc::kill(run.pid() as i32, libc::SIGINT) };
     let within = GRACE + SLACK;
