@@ -1,8 +1,14 @@
 //! The zygote's side: wait for fork requests and child exits, on one
 //! thread, forever. Nothing here may start a thread, or forking stops
 //! being safe; every fork is preceded by a check of `/proc/self/task`.
+//!
+//! Where the kernel cannot signal a process group through a pidfd (before
+//! Linux 6.9), the supervisor asks the zygote to (`Signal`): the zygote has
+//! not reaped the child, so neither its pid nor its group id can have been
+//! reused, and it knows children by fork token, never by a pid it was told.
 
 use crate::wire::{receive, send, ExitReport, Message};
+use std::collections::HashMap;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
@@ -42,6 +48,8 @@ fn serve(control: &OwnedFd, child_main: fn(UnixStream) -> i32) -> io::Result<()>
     };
     // SAFETY: getpid has no preconditions.
     let zygote_pid = unsafe { libc::getpid() };
+    // Children not yet reaped, by the token of the fork that made them.
+    let mut children: HashMap<u64, libc::pid_t> = HashMap::new();
     loop {
         let mut polls = [
             libc::pollfd { fd: control.as_raw_fd(), events: libc::POLLIN, revents: 0 },
@@ -57,19 +65,33 @@ fn serve(control: &OwnedFd, child_main: fn(UnixStream) -> i32) -> io::Result<()>
         }
         if polls[1].revents != 0 {
             drain_signals(&signals);
-            reap_children(control)?;
+            reap_children(control, &mut children)?;
         }
         if polls[0].revents != 0 {
             let Some((bytes, fds)) = receive(control)? else {
                 return Ok(()); // the supervisor is gone; children die with us (PDEATHSIG)
             };
             match (Message::decode(&bytes), <[OwnedFd; 2]>::try_from(fds)) {
-                (Some(Message::Fork { token }), Ok([ipc, stderr])) => {
-                    fork_worker(control, &signals, &old_mask, zygote_pid, token, ipc, stderr, child_main)?
-                }
+                (Some(Message::Fork { token }), Ok([ipc, stderr])) => fork_worker(
+                    control,
+                    &signals,
+                    &old_mask,
+                    zygote_pid,
+                    &mut children,
+                    token,
+                    ipc,
+                    stderr,
+                    child_main,
+                )?,
                 (Some(Message::Fork { token }), Err(_)) => {
                     let refused = Message::Refused { token, reason: "a fork request needs two descriptors".into() };
                     send(control, &refused.encode(), &[])?;
+                }
+                (Some(Message::Signal { token, signal }), _) => {
+                    // A child already reaped has had its group killed; nothing is left to signal.
+                    if let Some(&pid) = children.get(&token) {
+                        signal_group(pid, signal);
+                    }
                 }
                 _ => return Err(io::Error::other("unexpected message on the control socket")),
             }
@@ -83,9 +105,22 @@ fn drain_signals(signals: &OwnedFd) {
     while unsafe { libc::read(signals.as_raw_fd(), info.as_mut_ptr().cast(), info.len()) } > 0 {}
 }
 
+/// Sends `signal` to the process group of `pid`, an unreaped child, and to
+/// the child itself should it have moved to another group.
+fn signal_group(pid: libc::pid_t, signal: i32) {
+    // SAFETY: `pid` is our child and not yet reaped, so neither it nor its
+    // group id can have been reused.
+    unsafe {
+        libc::kill(-pid, signal);
+        if libc::getpgid(pid) != pid {
+            libc::kill(pid, signal);
+        }
+    }
+}
+
 /// Reaps every exited child: first kills what is left of its process group
 /// (the pid is not reusable until reaped), then reports its exit.
-fn reap_children(control: &OwnedFd) -> io::Result<()> {
+fn reap_children(control: &OwnedFd, children: &mut HashMap<u64, libc::pid_t>) -> io::Result<()> {
     loop {
         // SAFETY: waitid/kill/wait4 write only into the given structures.
         let report = unsafe {
@@ -99,6 +134,7 @@ fn reap_children(control: &OwnedFd) -> io::Result<()> {
             let mut status = 0;
             let mut usage: libc::rusage = std::mem::zeroed();
             libc::wait4(pid, &mut status, 0, &mut usage);
+            children.retain(|_, child| *child != pid);
             let micros = |t: libc::timeval| (t.tv_sec as u64) * 1_000_000 + t.tv_usec as u64;
             ExitReport {
                 pid,
@@ -118,6 +154,7 @@ fn fork_worker(
     signals: &OwnedFd,
     old_mask: &libc::sigset_t,
     zygote_pid: libc::pid_t,
+    children: &mut HashMap<u64, libc::pid_t>,
     token: u64,
     ipc: OwnedFd,
     stderr: OwnedFd,
@@ -155,6 +192,7 @@ fn fork_worker(
     }
     // SAFETY: pidfd is a new descriptor owned here.
     let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd) };
+    children.insert(token, pid);
     send(control, &Message::Forked { token, pid }.encode(), &[pidfd.as_raw_fd()])
 }
 

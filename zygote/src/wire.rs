@@ -12,6 +12,10 @@ pub const FORKED: u8 = 2;
 pub const REFUSED: u8 = 3;
 /// Zygote to supervisor: child `pid` exited.
 pub const EXITED: u8 = 4;
+/// Supervisor to zygote: send `signal` to the process group of the child
+/// forked for `token`, if it is not yet reaped (kernels before 6.9, where
+/// `pidfd_send_signal` cannot reach a process group).
+pub const SIGNAL: u8 = 5;
 
 /// A message of the zygote protocol.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -20,6 +24,7 @@ pub enum Message {
     Forked { token: u64, pid: i32 },
     Refused { token: u64, reason: String },
     Exited(ExitReport),
+    Signal { token: u64, signal: i32 },
 }
 
 /// How a child ended, from the zygote's `wait4`.
@@ -59,6 +64,11 @@ impl Message {
                 out.extend(e.user_us.to_le_bytes());
                 out.extend(e.system_us.to_le_bytes());
             }
+            Message::Signal { token, signal } => {
+                out.push(SIGNAL);
+                out.extend(token.to_le_bytes());
+                out.extend(signal.to_le_bytes());
+            }
         }
         out
     }
@@ -79,6 +89,7 @@ impl Message {
                 user_us: u64_at(17)?,
                 system_us: u64_at(25)?,
             })),
+            SIGNAL if bytes.len() == 13 => Some(Message::Signal { token: u64_at(1)?, signal: i32_at(9)? }),
             _ => None,
         }
     }
@@ -185,6 +196,7 @@ mod tests {
             Message::Forked { token: 7, pid: 1234 },
             Message::Refused { token: 7, reason: "3 threads".into() },
             Message::Exited(ExitReport { pid: 1, wait_status: 9, max_rss_kib: 2, user_us: 3, system_us: 4 }),
+            Message::Signal { token: 7, signal: 15 },
         ];
         for m in messages {
             assert_eq!(Message::decode(&m.encode()), Some(m));

@@ -3,6 +3,11 @@
 //! killer), how its messages, stderr and exit are collected without ever
 //! blocking the supervisor on it, and how it is stopped (SIGTERM to the
 //! group, a grace period, SIGKILL). Linux only.
+//!
+//! A forked worker is signalled through its pidfd with
+//! `PIDFD_SIGNAL_PROCESS_GROUP` where the kernel has it (Linux 6.9); older
+//! kernels refuse the flag (EINVAL) and would signal nothing, so there the
+//! zygote, which has not reaped the worker, kills its group on request.
 
 use super::spec::{worker_environment, SpawnSpec};
 use super::zygote::Zygote;
@@ -17,7 +22,7 @@ use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::process::{Child, Command, Stdio};
-use std::sync::{mpsc, Arc, Mutex};
+use std::sync::{mpsc, Arc, Mutex, OnceLock};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -94,8 +99,9 @@ pub struct WorkerProcess {
 enum Kind {
     /// Exec'd by the supervisor: its child, signalled by process group, reaped with `wait4`.
     Exec(#[expect(dead_code, reason = "held so the handle lives as long as the worker")] Child),
-    /// Forked by a zygote: signalled through a pidfd, reaped by the zygote.
-    Forked { pidfd: OwnedFd, zygote: Arc<Zygote> },
+    /// Forked by a zygote: signalled through a pidfd (or, before Linux 6.9,
+    /// through the zygote, by the fork's `token`), reaped by the zygote.
+    Forked { pidfd: OwnedFd, zygote: Arc<Zygote>, token: u64 },
 }
 
 impl WorkerProcess {
@@ -153,8 +159,9 @@ impl WorkerProcess {
         }
         // SAFETY: both are new descriptors owned here.
         let (read, write) = unsafe { (OwnedFd::from_raw_fd(pipe[0]), OwnedFd::from_raw_fd(pipe[1])) };
-        let (pid, pidfd) = zygote.fork(theirs.into(), write)?;
-        WorkerProcess::watch(pid, ours, Some(read), spec.max_frame, Kind::Forked { pidfd, zygote: Arc::clone(zygote) })
+        let (pid, pidfd, token) = zygote.fork(theirs.into(), write)?;
+        let kind = Kind::Forked { pidfd, zygote: Arc::clone(zygote), token };
+        WorkerProcess::watch(pid, ours, Some(read), spec.max_frame, kind)
     }
 
     /// Starts the threads that watch a started worker.
@@ -339,18 +346,19 @@ impl WorkerProcess {
             Kind::Exec(_) => unsafe {
                 libc::kill(-self.pid, signal);
             },
-            // SAFETY: the pidfd names this very process, whatever its pid
-            // becomes; PIDFD_SIGNAL_PROCESS_GROUP (Linux 6.9) reaches its group.
-            Kind::Forked { pidfd, .. } => unsafe {
-                const PIDFD_SIGNAL_PROCESS_GROUP: libc::c_uint = 1 << 2;
-                libc::syscall(
-                    libc::SYS_pidfd_send_signal,
-                    pidfd.as_raw_fd(),
-                    signal,
-                    std::ptr::null::<libc::siginfo_t>(),
-                    PIDFD_SIGNAL_PROCESS_GROUP,
-                );
-            },
+            Kind::Forked { pidfd, zygote, token } => {
+                if pidfd_signals_process_group() {
+                    // The pidfd names this very process, whatever its pid
+                    // becomes; the flag reaches its group.
+                    let sent = pidfd_send_signal(pidfd, signal, PIDFD_SIGNAL_PROCESS_GROUP);
+                    if sent == 0 || io::Error::last_os_error().raw_os_error() != Some(libc::EINVAL) {
+                        return;
+                    }
+                }
+                // Before Linux 6.9: the zygote kills the group. If it is
+                // gone, so is the worker (PR_SET_PDEATHSIG).
+                let _ = zygote.signal_group(*token, signal);
+            }
         }
     }
 
@@ -434,6 +442,44 @@ impl Drop for WorkerProcess {
             self.kill();
         }
     }
+}
+
+/// `pidfd_send_signal`'s flag for the process group of the pidfd's process (Linux 6.9).
+const PIDFD_SIGNAL_PROCESS_GROUP: libc::c_uint = 1 << 2;
+
+/// `pidfd_send_signal(pidfd, signal, NULL, flags)`: 0, or -1 with errno set.
+fn pidfd_send_signal(pidfd: &OwnedFd, signal: i32, flags: libc::c_uint) -> libc::c_long {
+    // SAFETY: no siginfo is passed; the kernel checks the descriptor is a pidfd.
+    unsafe {
+        libc::syscall(
+            libc::SYS_pidfd_send_signal,
+            pidfd.as_raw_fd(),
+            signal,
+            std::ptr::null::<libc::siginfo_t>(),
+            flags,
+        )
+    }
+}
+
+/// Whether the kernel signals a process group through a pidfd
+/// (`PIDFD_SIGNAL_PROCESS_GROUP`, Linux 6.9; older kernels answer EINVAL).
+/// Asked once, with signal 0 (a permission check only) through a pidfd of
+/// this process: success, or ESRCH where it leads no group, means the flag
+/// is known.
+pub fn pidfd_signals_process_group() -> bool {
+    static SUPPORTED: OnceLock<bool> = OnceLock::new();
+    *SUPPORTED.get_or_init(|| {
+        // SAFETY: pidfd_open of ourselves; the descriptor is owned at once.
+        let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, libc::getpid(), 0) };
+        if pidfd < 0 {
+            return false;
+        }
+        // SAFETY: a new descriptor, owned here.
+        let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd as i32) };
+        // Signal 0 sends nothing.
+        let sent = pidfd_send_signal(&pidfd, 0, PIDFD_SIGNAL_PROCESS_GROUP);
+        sent == 0 || !matches!(io::Error::last_os_error().raw_os_error(), Some(libc::EINVAL | libc::ENOSYS))
+    })
 }
 
 /// The sum, in bytes, of memory fields (in KiB) of `/proc/<pid>/status`

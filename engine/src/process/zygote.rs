@@ -98,8 +98,8 @@ impl Zygote {
     }
 
     /// Forks a worker on `ipc` (its socket to the supervisor) and `stderr`;
-    /// returns its pid and a pidfd for it.
-    pub fn fork(&self, ipc: OwnedFd, stderr: OwnedFd) -> io::Result<(i32, OwnedFd)> {
+    /// returns its pid, a pidfd for it, and the fork's token (which names it to `signal_group`).
+    pub fn fork(&self, ipc: OwnedFd, stderr: OwnedFd) -> io::Result<(i32, OwnedFd, u64)> {
         let token = self.tokens.fetch_add(1, Ordering::SeqCst);
         send(&self.control, &Message::Fork { token }.encode(), &[ipc.as_raw_fd(), stderr.as_raw_fd()])?;
         drop((ipc, stderr));
@@ -108,7 +108,7 @@ impl Zygote {
         loop {
             if let Some(reply) = state.replies.remove(&token) {
                 return match reply {
-                    Reply::Forked(pid, pidfd) => Ok((pid, pidfd)),
+                    Reply::Forked(pid, pidfd) => Ok((pid, pidfd, token)),
                     Reply::Refused(reason) => Err(io::Error::other(format!("the zygote refused to fork: {reason}"))),
                 };
             }
@@ -119,6 +119,13 @@ impl Zygote {
             state =
                 self.shared.changed.wait_timeout(state, deadline - now).map_err(|_| io::Error::other("poisoned"))?.0;
         }
+    }
+
+    /// Asks the zygote to send `signal` to the process group of the child
+    /// forked for `token` (where pidfds cannot reach a group, before Linux
+    /// 6.9). Race-free: the zygote signals only a child it has not reaped.
+    pub fn signal_group(&self, token: u64, signal: i32) -> io::Result<()> {
+        send(&self.control, &Message::Signal { token, signal }.encode(), &[])
     }
 
     /// The exit report of child `pid`, waiting up to `timeout`; `None` if the zygote died first.

@@ -84,6 +84,7 @@ pub fn main(args: &DoctorArgs) -> Result<i32, String> {
         worker_start,
         sandbox_check(),
         memory_limit_check(),
+        worker_signals_check(),
         gpu_check(),
         slurm_check(),
     ];
@@ -289,6 +290,21 @@ fn memory_limit_check() -> Check {
         Err(_) => "no cgroup v2 at /sys/fs/cgroup",
     };
     Check::new(NAME, Status::Ok, format!("worker RSS polling (no delegated cgroup; {cgroup})"))
+}
+
+/// How forked workers are signalled (timeouts, memory limit, Ctrl-C):
+/// either way works, and a support thread needs to know which is in force.
+fn worker_signals_check() -> Check {
+    const NAME: &str = "worker signals";
+    if isorun_engine::pidfd_signals_process_group() {
+        Check::new(NAME, Status::Ok, "pidfd to the process group (Linux ≥ 6.9)")
+    } else {
+        Check::new(
+            NAME,
+            Status::Ok,
+            "through the zygote (kill of the process group; PIDFD_SIGNAL_PROCESS_GROUP unsupported)",
+        )
+    }
 }
 
 /// NVIDIA devices and driver library; never a problem when absent.

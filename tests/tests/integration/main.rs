@@ -11,6 +11,7 @@ mod gpu;
 mod hostile;
 mod lifecycle;
 mod nightly;
+mod old_kernels;
 mod outputs;
 mod pipe;
 mod reports;
