@@ -17,5 +17,6 @@ mod run_cli;
 mod sandbox;
 mod slurm;
 mod soak;
+mod tf1;
 mod usage;
 mod util;
