@@ -8,6 +8,8 @@ whatever was there:
   tests/fixtures/expected/<case>/         inputs/<name>.npy, outputs/<name>.npy,
                                           inputs.npz (np.savez, keys = input names)
   tests/fixtures/manifest.json            the list of cases
+  tests/fixtures/tf1/<model>/             TF1 SavedModels (graph mode, reference
+                                          variables), checked here, not in the manifest
   examples/models/<model>/                SavedModels for the demo
   examples/inputs.npz                     key "x": float32 [8, 4] in [0, 1)
 
@@ -219,6 +221,95 @@ def build_file_ops(path):
 
 
 HOSTILE_MODELS = {"file_ops": build_file_ops}
+
+
+# TF1 models: built in graph mode with reference variables (`VariableV2`,
+# whose outputs have reference dtypes, DT_FLOAT_REF = 101, in the signatures)
+# and saved with TF1's SavedModel builder, as TF Serving's own test model
+# saved_model_counter is. Python's TF2 loader cannot load every such model;
+# the C API, which isorun uses, can. Kept apart in tests/fixtures/tf1: they
+# have no serving_default, and their signatures are stateful (the tests
+# assert their outputs themselves).
+
+COUNTER_SAVED_VALUE = 42.0
+DT_FLOAT_REF = 101
+
+
+def build_counter(path):
+    """A counter: get_counter returns the variable (its saved value is 42.0),
+    incr_counter_by adds the scalar input `delta` and returns the new value.
+    as_complex returns complex64, a dtype isorun cannot carry, so that the
+    tests see the other signatures run all the same."""
+    v1 = tf.compat.v1
+    graph = tf.Graph()
+    with graph.as_default():
+        counter = v1.Variable(COUNTER_SAVED_VALUE, dtype=tf.float32, name="counter", use_resource=False)
+        delta = v1.placeholder(tf.float32, shape=[], name="delta")
+        incremented = v1.assign_add(counter, delta, name="incr_counter_by")
+        info = v1.saved_model.utils.build_tensor_info
+        signature = v1.saved_model.signature_def_utils.build_signature_def
+        predict = v1.saved_model.signature_constants.PREDICT_METHOD_NAME
+        signatures = {
+            # The variable's ref tensor itself, as TF Serving's counter returns it.
+            "get_counter": signature(inputs={}, outputs={"output": info(counter._ref())}, method_name=predict),
+            "incr_counter_by": signature(
+                inputs={"delta": info(delta)}, outputs={"output": info(incremented)}, method_name=predict
+            ),
+            "as_complex": signature(
+                inputs={"delta": info(delta)},
+                outputs={"output": info(tf.complex(delta, 0.0, name="as_complex"))},
+                method_name=predict,
+            ),
+        }
+        with v1.Session(graph=graph) as session:
+            session.run(v1.global_variables_initializer())
+            builder = v1.saved_model.Builder(path)
+            builder.add_meta_graph_and_variables(
+                session, [v1.saved_model.tag_constants.SERVING], signature_def_map=signatures,
+                strip_default_attrs=True,
+            )
+            builder.save()
+    check_counter(path)
+
+
+def check_counter(path):
+    """Reads the counter back: its outputs really are DT_FLOAT_REF in
+    saved_model.pb, and TensorFlow (TF1 loader) runs both signatures."""
+    sm = saved_model_pb2.SavedModel()
+    with open(os.path.join(path, "saved_model.pb"), "rb") as f:
+        sm.ParseFromString(f.read())
+    sigs = sm.meta_graphs[0].signature_def
+    for key in ("get_counter", "incr_counter_by"):
+        dtype = sigs[key].outputs["output"].dtype
+        if dtype != DT_FLOAT_REF:
+            raise RuntimeError(f"{path}: {key} output has dtype {dtype}, not DT_FLOAT_REF")
+    v1 = tf.compat.v1
+    with tf.Graph().as_default(), v1.Session() as session:
+        meta = v1.saved_model.loader.load(session, ["serve"], path)
+        get = meta.signature_def["get_counter"].outputs["output"].name
+        incr = meta.signature_def["incr_counter_by"]
+        got = session.run(get)
+        added = session.run(incr.outputs["output"].name, {incr.inputs["delta"].name: 1.5})
+    if (got, added) != (COUNTER_SAVED_VALUE, COUNTER_SAVED_VALUE + 1.5):
+        raise RuntimeError(f"{path}: get_counter gave {got}, incr_counter_by(1.5) gave {added}")
+
+
+def quiet_tf1(build):
+    """Runs a TF1 builder without TensorFlow's warnings that TF1 APIs are deprecated."""
+
+    def quietly(path):
+        logger = tf.get_logger()
+        level = logger.level
+        logger.setLevel("ERROR")
+        try:
+            build(path)
+        finally:
+            logger.setLevel(level)
+
+    return quietly
+
+
+TF1_MODELS = {"counter": quiet_tf1(build_counter)}
 
 
 # Example (demo) models: all take x float32 [None, 4].
@@ -582,12 +673,30 @@ def replace(tmp_path, final_path, trash_dir):
     os.rename(tmp_path, final_path)
 
 
+def build_tf1_only(fixtures):
+    """Rebuilds tests/fixtures/tf1 alone (everything else stays as it is)."""
+    os.makedirs(fixtures, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix=".make-fixtures-", dir=fixtures)
+    try:
+        build_models(TF1_MODELS, os.path.join(tmp, "tf1"))
+        trash = os.path.join(tmp, ".old")
+        os.makedirs(trash)
+        replace(os.path.join(tmp, "tf1"), os.path.join(fixtures, "tf1"), trash)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 # --------------------------------------------------------------------------
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repo", required=True, help="repository root")
+    ap.add_argument(
+        "--tf1-only",
+        action="store_true",
+        help="rebuild only tests/fixtures/tf1, leaving the other fixtures and examples as they are",
+    )
     args = ap.parse_args()
     repo = os.path.abspath(args.repo)
     started = time.monotonic()
@@ -595,6 +704,13 @@ def main():
     make_keras_export_stable()
 
     fixtures = os.path.join(repo, "tests", "fixtures")
+    if args.tf1_only:
+        build_tf1_only(fixtures)
+        print(
+            f"make-fixtures: {len(TF1_MODELS)} TF1 models in {time.monotonic() - started:.1f}s",
+            file=sys.stderr,
+        )
+        return
     examples = os.path.join(repo, "examples")
     os.makedirs(fixtures, exist_ok=True)
     os.makedirs(examples, exist_ok=True)
@@ -610,6 +726,7 @@ def main():
         with open(os.path.join(tmp_fix, "manifest.json"), "w") as f:
             f.write(to_json(manifest))
         build_models(HOSTILE_MODELS, os.path.join(tmp_fix, "hostile"))
+        build_models(TF1_MODELS, os.path.join(tmp_fix, "tf1"))
 
         # Examples.
         ex_models = os.path.join(tmp_ex, "models")
@@ -642,7 +759,7 @@ def main():
         trash_ex = os.path.join(tmp_ex, ".old")
         os.makedirs(trash)
         os.makedirs(trash_ex)
-        for part in ("models", "expected", "manifest.json", "hostile"):
+        for part in ("models", "expected", "manifest.json", "hostile", "tf1"):
             replace(os.path.join(tmp_fix, part), os.path.join(fixtures, part), trash)
         for part in ("models", "inputs.npz"):
             replace(os.path.join(tmp_ex, part), os.path.join(examples, part), trash_ex)

@@ -1,6 +1,9 @@
 //! Element types, with one name each that is used everywhere: JSON records,
 //! error messages, the CLI. The numeric codes are TensorFlow's `DataType`
 //! enum, so that the worker and the SavedModel reader convert without tables.
+//! TF1 graphs also have reference dtypes (`DT_FLOAT_REF` = `DT_FLOAT` + 100,
+//! the dtype of a `VariableV2`'s output) in their signatures; TensorFlow
+//! feeds and fetches them as the base dtype, and so does isorun.
 
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -98,22 +101,53 @@ impl DType {
         }
     }
 
+    /// The dtype of a TensorFlow `DataType` code; a reference code
+    /// (`DT_FLOAT_REF`, 101) gives its base dtype (`Float32`), as TensorFlow
+    /// fetches it.
     pub fn from_tf_code(code: i32) -> Option<DType> {
-        DType::ALL.into_iter().find(|d| d.tf_code() == code)
+        let base = base_tf_code(code);
+        DType::ALL.into_iter().find(|d| d.tf_code() == base)
     }
 }
 
-/// The name of a TensorFlow `DataType` code isorun cannot carry, for messages.
+/// TensorFlow's `kDataTypeRefOffset`: `DT_FLOAT_REF` is `DT_FLOAT` + 100.
+const REF_OFFSET: i32 = 100;
+
+/// True for TensorFlow's reference dtypes (`DT_*_REF`, 101 to 199), as
+/// TensorFlow's `IsRefType` says.
+fn is_ref_tf_code(code: i32) -> bool {
+    code > REF_OFFSET && code < 2 * REF_OFFSET
+}
+
+/// The code with a reference dtype's offset taken off (`BaseType`): 101 gives 1.
+fn base_tf_code(code: i32) -> i32 {
+    if is_ref_tf_code(code) {
+        code - REF_OFFSET
+    } else {
+        code
+    }
+}
+
+/// The name of any TensorFlow `DataType` code, for messages and `inspect`:
+/// isorun's name where it has one, TensorFlow's where isorun cannot carry
+/// the dtype (`resource`), with `_ref` after a reference dtype's base name
+/// (`float32_ref`).
 pub fn tf_code_name(code: i32) -> String {
-    match DType::from_tf_code(code) {
-        Some(d) => d.name().to_string(),
-        None => match code {
-            8 => "complex64".into(),
-            18 => "complex128".into(),
-            20 => "resource".into(),
-            21 => "variant".into(),
-            _ => format!("tensorflow dtype {code}"),
+    let base = base_tf_code(code);
+    let name = match DType::from_tf_code(base) {
+        Some(d) => d.name(),
+        None => match base {
+            8 => "complex64",
+            18 => "complex128",
+            20 => "resource",
+            21 => "variant",
+            _ => return format!("tensorflow dtype {code}"),
         },
+    };
+    if is_ref_tf_code(code) {
+        format!("{name}_ref")
+    } else {
+        name.to_string()
     }
 }
 
@@ -135,5 +169,22 @@ mod tests {
         }
         assert_eq!(DType::from_name("float"), None);
         assert_eq!(tf_code_name(20), "resource");
+    }
+
+    #[test]
+    fn reference_dtypes_are_their_base_dtype_with_a_ref_name() {
+        // DT_FLOAT_REF, DT_INT64_REF, DT_STRING_REF: fed and fetched as the base.
+        assert_eq!(DType::from_tf_code(101), Some(DType::Float32));
+        assert_eq!(DType::from_tf_code(109), Some(DType::Int64));
+        assert_eq!(DType::from_tf_code(107), Some(DType::String));
+        assert_eq!(tf_code_name(101), "float32_ref");
+        assert_eq!(tf_code_name(120), "resource_ref");
+        assert_eq!(tf_code_name(1), "float32");
+        // DT_INVALID_REF (100) is no dtype; nor are codes past the ref range.
+        assert_eq!(DType::from_tf_code(100), None);
+        assert_eq!(DType::from_tf_code(201), None);
+        assert_eq!(tf_code_name(100), "tensorflow dtype 100");
+        assert_eq!(tf_code_name(199), "tensorflow dtype 199");
+        assert_eq!(tf_code_name(201), "tensorflow dtype 201");
     }
 }

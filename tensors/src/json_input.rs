@@ -14,21 +14,12 @@ use std::path::Path;
 /// The signature `key` of the meta graph tagged `tags`, read from
 /// `saved_model.pb` without TensorFlow (JSON inputs need its dtypes).
 pub fn signature_of(dir: &Path, tags: &[String], key: &str) -> Result<SignatureInfo, ModelError> {
-    let load_failed = |e: &dyn std::fmt::Display| ModelError::new(ErrorKind::LoadFailed, e.to_string());
-    let graphs = isorun_tfproto::read_saved_model(dir).map_err(|e| load_failed(&e))?;
-    let graph = isorun_tfproto::find_meta_graph(&graphs, tags, dir).map_err(|e| load_failed(&e))?;
-    let signatures = isorun_tfproto::signatures(&graph.def)
-        .map_err(|e| ModelError::new(ErrorKind::UnsupportedDtype, e.to_string()))?;
-    let keys: Vec<String> = signatures.iter().map(|(info, _)| info.key.clone()).collect();
-    signatures.into_iter().map(|(info, _)| info).find(|info| info.key == key).ok_or_else(|| {
-        ModelError::new(
-            ErrorKind::SignatureNotFound,
-            format!(
-                "no signature '{key}'; the model has: {}",
-                if keys.is_empty() { "none".into() } else { keys.join(", ") }
-            ),
-        )
-    })
+    let model_error = |e: isorun_tfproto::SavedModelError| ModelError::new(e.kind(), e.to_string());
+    let graphs = isorun_tfproto::read_saved_model(dir).map_err(model_error)?;
+    let graph = isorun_tfproto::find_meta_graph(&graphs, tags, dir).map_err(model_error)?;
+    // Only the signature asked for: others may hold dtypes isorun cannot carry.
+    let (info, _) = isorun_tfproto::signature(&graph.def, key).map_err(model_error)?;
+    Ok(info)
 }
 
 /// Converts JSON inputs for a signature. The name `""` stands for a bare

@@ -10,7 +10,8 @@ mod saved_model;
 
 pub use config::session_config_proto;
 pub use saved_model::{
-    decode_meta_graph, find_meta_graph, read_saved_model, signatures, MetaGraph, SavedModelError, SignatureTensors,
+    decode_meta_graph, find_meta_graph, read_saved_model, signature, signatures, MetaGraph, SavedModelError,
+    SignatureTensors,
 };
 
 /// TensorFlow's own protobuf messages (the subset isorun reads).

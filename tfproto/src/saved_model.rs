@@ -1,7 +1,7 @@
 //! Signatures out of `saved_model.pb` (or out of the `MetaGraphDef` that
 //! `TF_LoadSessionFromSavedModel` returns), in isorun's own types.
 
-use isorun_protocol::{tf_code_name, DType, SignatureInfo, TensorSpec};
+use isorun_protocol::{tf_code_name, DType, ErrorKind, SignatureInfo, TensorSpec};
 use prost::Message;
 use std::path::{Path, PathBuf};
 
@@ -82,6 +82,21 @@ pub enum SavedModelError {
     NoMetaGraph { path: PathBuf, tags: Vec<String>, available: String },
     #[error("signature {key}: {name} has dtype {dtype}, which isorun cannot carry")]
     UnsupportedDtype { key: String, name: String, dtype: String },
+    #[error("no signature '{key}'; the model has: {available}")]
+    NoSignature { key: String, available: String },
+}
+
+impl SavedModelError {
+    /// The kind of model error this is on a unit's record.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            SavedModelError::UnsupportedDtype { .. } => ErrorKind::UnsupportedDtype,
+            SavedModelError::NoSignature { .. } => ErrorKind::SignatureNotFound,
+            SavedModelError::Read { .. } | SavedModelError::Decode { .. } | SavedModelError::NoMetaGraph { .. } => {
+                ErrorKind::LoadFailed
+            }
+        }
+    }
 }
 
 /// One meta graph: its tags and signatures (sorted by key).
@@ -109,21 +124,32 @@ pub fn read_saved_model(dir: &Path) -> Result<Vec<MetaGraph>, SavedModelError> {
 
 /// The signatures of a meta graph in isorun's types, sorted by key, with the
 /// graph tensor name of each input and output alongside. Inputs and outputs
-/// are sorted by name. TensorFlow's internal `__saved_model_init_op` is left out.
+/// are sorted by name. TensorFlow's internal `__saved_model_init_op` is left
+/// out. Fails if any signature has a dtype isorun cannot carry; to run one
+/// signature, [`signature`] checks that one only.
 pub fn signatures(def: &proto::MetaGraphDef) -> Result<Vec<(SignatureInfo, SignatureTensors)>, SavedModelError> {
-    let mut keys: Vec<&String> = def.signature_def.keys().filter(|k| *k != "__saved_model_init_op").collect();
-    keys.sort();
-    keys.into_iter()
-        .map(|key| {
-            let sig = &def.signature_def[key];
-            let (inputs, input_names) = specs(key, &sig.inputs)?;
-            let (outputs, output_names) = specs(key, &sig.outputs)?;
-            Ok((
-                SignatureInfo { key: key.clone(), inputs, outputs },
-                SignatureTensors { inputs: input_names, outputs: output_names },
-            ))
-        })
-        .collect()
+    def.signature_keys(false).into_iter().map(|key| signature(def, key)).collect()
+}
+
+/// The signature `key` in isorun's types, as in [`signatures`]. Only its own
+/// inputs and outputs are checked: a model runs the signatures isorun can
+/// carry even when another of its signatures has a dtype isorun cannot
+/// (a `resource` handle, say). An unknown key (or an internal one) names the
+/// keys there are.
+pub fn signature(def: &proto::MetaGraphDef, key: &str) -> Result<(SignatureInfo, SignatureTensors), SavedModelError> {
+    let sig = def.signature_def.get(key).filter(|_| !proto::SignatureDef::is_internal(key)).ok_or_else(|| {
+        let keys = def.signature_keys(false);
+        SavedModelError::NoSignature {
+            key: key.to_string(),
+            available: if keys.is_empty() { "none".into() } else { keys.join(", ") },
+        }
+    })?;
+    let (inputs, input_names) = specs(key, &sig.inputs)?;
+    let (outputs, output_names) = specs(key, &sig.outputs)?;
+    Ok((
+        SignatureInfo { key: key.to_string(), inputs, outputs },
+        SignatureTensors { inputs: input_names, outputs: output_names },
+    ))
 }
 
 /// TensorFlow's own signature, run once at load time to initialize tables
@@ -276,6 +302,49 @@ mod tests {
         def.signature_def.insert("s".into(), sig);
         let err = signatures(&def).unwrap_err().to_string();
         assert_eq!(err, "signature s: handle has dtype resource, which isorun cannot carry");
+    }
+
+    #[test]
+    fn one_signature_is_checked_alone() {
+        let mut def = MetaGraphDef::default();
+        let mut handle = SignatureDef::default();
+        handle.outputs.insert("h".into(), info("h:0", 20, &[]));
+        def.signature_def.insert("handle".into(), handle);
+        let mut add = SignatureDef::default();
+        add.inputs.insert("x".into(), info("x:0", 1, &[-1]));
+        add.outputs.insert("y".into(), info("y:0", 1, &[-1]));
+        def.signature_def.insert("add".into(), add);
+        def.signature_def.insert("__saved_model_init_op".into(), SignatureDef::default());
+
+        let (add, tensors) = signature(&def, "add").unwrap();
+        assert_eq!(
+            (add.key.as_str(), add.inputs[0].dtype, tensors.outputs[0].as_str()),
+            ("add", DType::Float32, "y:0")
+        );
+        let err = signature(&def, "handle").unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::UnsupportedDtype);
+        assert_eq!(err.to_string(), "signature handle: h has dtype resource, which isorun cannot carry");
+        for missing in ["nope", "__saved_model_init_op"] {
+            let err = signature(&def, missing).unwrap_err();
+            assert_eq!(err.kind(), ErrorKind::SignatureNotFound);
+            assert_eq!(err.to_string(), format!("no signature '{missing}'; the model has: add, handle"));
+        }
+        let empty = MetaGraphDef::default();
+        assert_eq!(signature(&empty, "x").unwrap_err().to_string(), "no signature 'x'; the model has: none");
+    }
+
+    #[test]
+    fn reference_dtypes_are_read_as_their_base_dtype() {
+        // A TF1 counter: `VariableV2` outputs are DT_FLOAT_REF (101).
+        let mut def = MetaGraphDef::default();
+        let mut get = SignatureDef::default();
+        get.outputs.insert("output".into(), info("counter:0", 101, &[]));
+        def.signature_def.insert("get_counter".into(), get);
+        let (get, tensors) = signature(&def, "get_counter").unwrap();
+        assert_eq!(get.outputs[0].dtype, DType::Float32);
+        assert_eq!(get.outputs[0].shape, Some(vec![]));
+        assert_eq!(tensors.outputs, ["counter:0"]);
+        assert_eq!(info("counter:0", 101, &[]).dtype_name(), "float32_ref");
     }
 
     #[test]

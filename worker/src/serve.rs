@@ -128,7 +128,7 @@ fn run_signature(
     shared: &[IpcSharedMemory],
 ) -> Result<Vec<(String, isorun_protocol::Tensor)>, ModelError> {
     let (info, _) = model.signature(&request.signature)?;
-    let ordered = match_inputs(info, &request.inputs)?;
+    let ordered = match_inputs(&info, &request.inputs)?;
     let with_bytes: Vec<_> = ordered.into_iter().map(|t| (t, dense_bytes(t, shared))).collect();
     model.run(&request.signature, &with_bytes)
 }

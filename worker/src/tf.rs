@@ -8,7 +8,7 @@
 //! `ModelError` with TensorFlow's code name and message.
 
 use isorun_protocol::{tf_code_name, DType, ErrorKind, ModelError, SessionConfig, SignatureInfo, Tensor, TensorData};
-use isorun_tfproto::{decode_meta_graph, proto, signatures, SignatureTensors};
+use isorun_tfproto::{decode_meta_graph, proto, SignatureTensors};
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::path::Path;
 use std::ptr;
@@ -128,11 +128,14 @@ impl Drop for Tensors {
     }
 }
 
-/// A loaded SavedModel: its graph, its session and its signatures.
+/// A loaded SavedModel: its graph, its session and its meta graph, whose
+/// signatures are read one at a time, as requests name them (a model runs a
+/// signature isorun can carry even when another of its signatures has a
+/// dtype isorun cannot).
 pub struct SavedModel {
     graph: *mut tf::TF_Graph,
     session: *mut tf::TF_Session,
-    signatures: Vec<(SignatureInfo, SignatureTensors)>,
+    meta_graph: proto::MetaGraphDef,
 }
 
 impl SavedModel {
@@ -184,11 +187,8 @@ impl SavedModel {
             let decoded = decode_meta_graph(bytes);
             tf::TF_DeleteBuffer(meta);
             // Owned from here on: an early return below closes the session.
-            let mut model = SavedModel { graph, session, signatures: Vec::new() };
-            let def: proto::MetaGraphDef =
-                decoded.map_err(|e| load_failed(format!("cannot decode the MetaGraphDef: {e}")))?;
-            model.signatures =
-                signatures(&def).map_err(|e| ModelError::new(ErrorKind::UnsupportedDtype, e.to_string()))?;
+            let mut model = SavedModel { graph, session, meta_graph: proto::MetaGraphDef::default() };
+            model.meta_graph = decoded.map_err(|e| load_failed(format!("cannot decode the MetaGraphDef: {e}")))?;
             // TensorFlow loads a model whose variables/ is missing (it skips the
             // restore) and fails only when a run reads a variable: say so now.
             let index = dir.join("variables").join("variables.index");
@@ -219,18 +219,10 @@ impl SavedModel {
         }
     }
 
-    /// The signature with `key`, or an error listing the keys there are.
-    pub fn signature(&self, key: &str) -> Result<&(SignatureInfo, SignatureTensors), ModelError> {
-        self.signatures.iter().find(|(info, _)| info.key == key).ok_or_else(|| {
-            let keys: Vec<&str> = self.signatures.iter().map(|(i, _)| i.key.as_str()).collect();
-            ModelError::new(
-                ErrorKind::SignatureNotFound,
-                format!(
-                    "no signature '{key}'; the model has: {}",
-                    if keys.is_empty() { "none".into() } else { keys.join(", ") }
-                ),
-            )
-        })
+    /// The signature with `key`, or an error listing the keys there are, or
+    /// naming its tensor whose dtype isorun cannot carry.
+    pub fn signature(&self, key: &str) -> Result<(SignatureInfo, SignatureTensors), ModelError> {
+        isorun_tfproto::signature(&self.meta_graph, key).map_err(|e| ModelError::new(e.kind(), e.to_string()))
     }
 
     /// Runs signature `key`. `inputs` must already be validated against it

@@ -1,7 +1,9 @@
 //! `isorun inspect`: what a SavedModel offers (meta graphs, signatures, the
 //! dtype and shape of every input and output), read from `saved_model.pb`
 //! with `isorun-tfproto`, so it works where libtensorflow is not installed
-//! and shows dtypes isorun cannot carry under TensorFlow's own names.
+//! and shows dtypes isorun cannot carry under TensorFlow's own names and
+//! TF1 reference dtypes with `_ref` (`float32_ref`, which `run` carries as
+//! `float32`).
 
 use crate::cli::InspectArgs;
 use isorun_tfproto::proto::{MetaGraphDef, SignatureDef, TensorInfo};

@@ -19,5 +19,6 @@ mod run_cli;
 mod sandbox;
 mod slurm;
 mod soak;
+mod tf1;
 mod usage;
 mod util;

@@ -226,11 +226,12 @@ fn html_records() -> Vec<Value> {
     records
 }
 
-/// The Chromium binary, installed with apt-get when missing and running as
-/// root; `None` (after a loud message) when it is missing and cannot be.
+/// The Chromium binary; `None` (after a loud message) when it is missing.
+/// Tests install nothing: `scripts/test-deps`, which `scripts/test` runs
+/// first, installs it (tests that each ran apt-get raced for dpkg's lock).
 fn chromium() -> Option<&'static Path> {
     static FOUND: OnceLock<Option<PathBuf>> = OnceLock::new();
-    FOUND.get_or_init(find_or_install_chromium).as_deref()
+    FOUND.get_or_init(find_chromium_or_say_so).as_deref()
 }
 
 fn find_chromium() -> Option<PathBuf> {
@@ -241,27 +242,19 @@ fn find_chromium() -> Option<PathBuf> {
         .find(|candidate| candidate.is_file())
 }
 
-fn find_or_install_chromium() -> Option<PathBuf> {
-    if let Some(found) = find_chromium() {
-        return Some(found);
-    }
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
+fn find_chromium_or_say_so() -> Option<PathBuf> {
+    let found = find_chromium();
+    if found.is_none() {
         eprintln!(
             "\n\
              ************************************************************************\n\
-             * SKIPPED: the HTML report is not rendered: chromium is not installed  *\n\
-             * and this test is not root, so it cannot install it.                  *\n\
-             * Install it (Debian: apt-get install chromium) to run this check.     *\n\
+             * SKIPPED: the HTML report is not rendered: chromium is not on PATH.   *\n\
+             * Install it with scripts/test-deps (as root; scripts/test runs it),   *\n\
+             * or apt-get install chromium, to run this check.                      *\n\
              ************************************************************************\n"
         );
-        return None;
     }
-    let install = "apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y chromium";
-    eprintln!("reports: chromium is not installed and this test runs as root; installing it: {install}");
-    let status = Command::new("sh").args(["-c", install]).stdin(Stdio::null()).status().expect("run apt-get");
-    assert!(status.success(), "`{install}` failed ({status}); install chromium by hand to run this test");
-    Some(find_chromium().expect("apt-get installed chromium, but it is not on PATH"))
+    found
 }
 
 /// What one headless Chromium run printed.

@@ -1,7 +1,8 @@
 //! `isorun slurm submit` on a real Slurm cluster: a private single-node one
-//! that `scripts/slurm-cluster` starts in a temporary folder (installing
-//! slurm-wlm and munge with apt on first use, so this needs root; elsewhere
-//! the test says loudly that it skipped). Sharded through Slurm, a run must
+//! that `scripts/slurm-cluster` starts in a temporary folder. It needs root
+//! and slurm-wlm and munge, which `scripts/test-deps` installs before
+//! `scripts/test` runs the tests (the test installs nothing); without them
+//! the test says loudly that it skipped. Sharded through Slurm, a run must
 //! report what the same run reports locally; a lost task's models must show
 //! as `not_run` (`shard_task_lost`); submitting again must resume.
 
@@ -20,8 +21,8 @@ fn skip(why: &str) {
         "\n\
          ************************************************************************\n\
          * SKIPPED: the Slurm test needs a private Slurm cluster, and {why}.\n\
-         * It runs as root on a machine with apt-get (as in CI), or where\n\
-         * slurm-wlm and munge are installed and it runs as root.\n\
+         * It runs as root where slurm-wlm and munge are installed:\n\
+         * scripts/test-deps (as root; scripts/test runs it) installs them.\n\
          ************************************************************************\n"
     );
 }
@@ -34,7 +35,7 @@ fn cluster_script() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/slurm-cluster")
 }
 
-/// One cluster at a time: two would race for ports, and for apt's lock on first use.
+/// One cluster at a time: two would race for ports.
 static ONE_CLUSTER: Mutex<()> = Mutex::new(());
 
 /// A running private cluster; dropping it brings the cluster down (also when
@@ -53,8 +54,8 @@ impl Cluster {
             return None;
         }
         let installed = ["slurmctld", "slurmd", "sbatch", "munged"].iter().all(|p| on_path(p));
-        if !installed && !on_path("apt-get") {
-            skip("slurm-wlm and munge are not installed, and there is no apt-get to install them");
+        if !installed {
+            skip("slurm-wlm and munge are not installed (slurmctld, slurmd, sbatch or munged is not on PATH)");
             return None;
         }
         let turn = ONE_CLUSTER.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
