@@ -4,7 +4,7 @@
 //! with a dtype isorun cannot carry refuses that signature only.
 
 use crate::util::{fixtures, isorun, npy_bytes, run, Ran};
-use isorun::npy::read_npy_file;
+use isorun_tensors::npy::read_npy_file;
 use isorun_protocol::{DType, Tensor};
 use serde_json::{json, Value};
 use std::ffi::OsString;
