@@ -4,8 +4,8 @@
 //! with a dtype isorun cannot carry refuses that signature only.
 
 use crate::util::{fixtures, isorun, npy_bytes, run, Ran};
-use isorun_tensors::npy::read_npy_file;
 use isorun_protocol::{DType, Tensor};
+use isorun_tensors::npy::read_npy_file;
 use serde_json::{json, Value};
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
