@@ -5,9 +5,9 @@
 
 use serde_json::Value;
 
-/// Every status a record can have, in the order summaries list them.
-pub const STATUSES: [&str; 9] =
-    ["ok", "error", "crashed", "timeout", "memory_limit", "protocol_error", "spawn_failed", "mismatch", "not_run"];
+/// Every status a record can have, in the order summaries list them (the
+/// engine's one list).
+pub use isorun_engine::STATUSES;
 
 /// How a unit counts in a report: the status, folded into three.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
