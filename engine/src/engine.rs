@@ -5,7 +5,8 @@
 
 use crate::cancel::CancelToken;
 use crate::discover::Model;
-use crate::executor::run_all;
+use crate::executor::{run_all, Work};
+use crate::feed::Feed;
 use crate::inputs::PreparedInputs;
 use crate::settings::{Settings, STATUSES};
 use crate::sink::OutputSink;
@@ -98,7 +99,25 @@ impl Engine {
         on_event: &mut dyn FnMut(Event),
         sink: &dyn OutputSink,
     ) -> RunSummary {
-        let tensorflow_version = run_all(models, inputs, &self.settings, cancel, on_event, sink);
+        let tensorflow_version =
+            run_all(models, Work::Inputs { inputs, sink }, &self.settings, cancel, on_event);
+        RunSummary { tensorflow_version }
+    }
+
+    /// Runs every model as [`Engine::run`] does, each unit fed batch after
+    /// batch by the stream `feed` opens for it (in one worker that keeps
+    /// the model loaded); the stream scores each batch's outputs and its
+    /// summary goes in the unit's [`UnitReport::stream`]. Limits, retries
+    /// (from the first batch), crash handling and cancellation are those of
+    /// [`Engine::run`]; `batch_timeout` bounds each batch.
+    pub fn run_feed(
+        &self,
+        models: &[Model],
+        feed: &dyn Feed,
+        cancel: &CancelToken,
+        on_event: &mut dyn FnMut(Event),
+    ) -> RunSummary {
+        let tensorflow_version = run_all(models, Work::Feed(feed), &self.settings, cancel, on_event);
         RunSummary { tensorflow_version }
     }
 }

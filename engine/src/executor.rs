@@ -7,6 +7,7 @@
 use crate::cancel::CancelToken;
 use crate::discover::Model;
 use crate::engine::Event;
+use crate::feed::{latency_percentiles, Feed, StreamReport};
 use crate::gpu::{self, slot_device, slots_on_device, GpuWatch};
 use crate::inputs::PreparedInputs;
 use crate::process::{Exit, SpawnSpec, WorkerProcess, Zygote};
@@ -17,7 +18,9 @@ use crate::unit::{Attempt, OutputInfo, UnitReport};
 use isorun_protocol::{ErrorKind, ModelError, Outcome, RunRequest, Tensor, ToWorker};
 use isorun_tensors::batch;
 use isorun_tensors::values::tensor_values;
-use isorun_transport::RequestEnvelope;
+use ipc_channel::ipc::IpcSharedMemory;
+use isorun_protocol::TensorData;
+use isorun_transport::{RequestEnvelope, SHARED_THRESHOLD};
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex, OnceLock};
@@ -28,11 +31,10 @@ use std::time::{Duration, Instant};
 /// reported.
 pub(crate) fn run_all(
     models: &[Model],
-    inputs: &PreparedInputs,
+    work: Work<'_>,
     settings: &Settings,
     stop: &CancelToken,
     on_event: &mut dyn FnMut(Event),
-    sink: &dyn OutputSink,
 ) -> Option<String> {
     let tensorflow_version = &OnceLock::new();
     let per_worker = settings.models_per_worker.max(1);
@@ -54,13 +56,12 @@ pub(crate) fn run_all(
             }
             let slot_ctx = Slot {
                 models,
-                inputs,
+                work,
                 settings,
                 spawn,
                 gpu_alone: slots_on_device(&settings.gpus, jobs, slot) == 1,
                 gpu,
                 stop,
-                sink,
                 worker_ids: &worker_ids,
                 tensorflow_version,
                 zygote_broken: &zygote_broken,
@@ -89,9 +90,17 @@ pub(crate) fn run_all(
     tensorflow_version.get().cloned()
 }
 
+/// What the units of a run are given: one set of inputs for every model,
+/// whose outputs go to a sink, or a stream of batches per unit.
+#[derive(Clone, Copy)]
+pub(crate) enum Work<'a> {
+    Inputs { inputs: &'a PreparedInputs, sink: &'a dyn OutputSink },
+    Feed(&'a dyn Feed),
+}
+
 struct Slot<'a> {
     models: &'a [Model],
-    inputs: &'a PreparedInputs,
+    work: Work<'a>,
     settings: &'a Settings,
     /// How this slot starts workers: the settings' spec, with its device.
     spawn: SpawnSpec,
@@ -99,7 +108,6 @@ struct Slot<'a> {
     gpu: Option<String>,
     gpu_alone: bool,
     stop: &'a CancelToken,
-    sink: &'a dyn OutputSink,
     worker_ids: &'a AtomicU64,
     tensorflow_version: &'a OnceLock<String>,
     /// Set when zygotes do not work here: every slot then execs workers.
@@ -306,9 +314,123 @@ impl Slot<'_> {
     }
 
     fn run_unit(&self, worker: &mut WorkerProcess, index: usize, batch: &[usize], started: Instant) -> UnitEnd {
+        match self.work {
+            Work::Inputs { inputs, sink } => self.run_with_inputs(worker, index, batch, started, inputs, sink),
+            Work::Feed(feed) => self.run_fed(worker, index, batch, started, feed),
+        }
+    }
+
+    /// The request for one of the unit's batches.
+    fn request(&self, index: usize, batch: &[usize], inputs: Vec<(String, Tensor)>) -> RunRequest {
+        RunRequest {
+            unit: index as u64,
+            model_dir: self.models[index].path.to_string_lossy().into_owned(),
+            tags: self.settings.tags.clone(),
+            signature: self.settings.signature.clone(),
+            inputs,
+            config: self.settings.session,
+            load_only: false,
+            libraries: self.settings.libraries.clone(),
+            sandbox: self.settings.sandbox.as_ref().map(|spec| {
+                let mut spec = spec.clone();
+                spec.read_paths.extend(batch.iter().map(|&i| self.models[i].path.to_string_lossy().into_owned()));
+                spec
+            }),
+        }
+    }
+
+    fn deadlines(&self, started: Instant) -> Deadlines {
+        Deadlines {
+            unit: self.settings.timeout.map(|t| started + t),
+            load: self.settings.load_timeout.map(|t| started + t),
+            run: self.settings.batch_timeout,
+            grace: self.settings.grace,
+            memory_limit: self.settings.memory_limit,
+        }
+    }
+
+    /// A unit fed batch after batch by its stream, in one worker that keeps
+    /// the model loaded; the outputs of each batch go back to the stream.
+    fn run_fed(
+        &self,
+        worker: &mut WorkerProcess,
+        index: usize,
+        batch: &[usize],
+        started: Instant,
+        feed: &dyn Feed,
+    ) -> UnitEnd {
+        let mut report = UnitReport::new(index, Outcome::Ok);
+        let mut stream = match feed.open(&self.models[index]) {
+            Ok(stream) => stream,
+            Err(outcome) => {
+                report.outcome = outcome;
+                return UnitEnd { report, worker_usable: true };
+            }
+        };
+        let deadlines = self.deadlines(started);
+        let mut worker_usable = true;
+        let mut latencies: Vec<f64> = Vec::new();
+        let mut batches_time = Duration::ZERO;
+        loop {
+            let inputs = match stream.next_batch() {
+                None => break,
+                Some(Err(outcome)) => {
+                    report.outcome = outcome;
+                    break;
+                }
+                Some(Ok(inputs)) => inputs,
+            };
+            let (inputs, shared) = place_shared(inputs);
+            let envelope = RequestEnvelope::new(&ToWorker::Run(self.request(index, batch, inputs)), shared);
+            let sent = Instant::now();
+            let end = run_request(worker, envelope, index as u64, self.stop, deadlines);
+            report.load_ms = report.load_ms.or(end.load_ms);
+            report.sandbox = worker.sandbox().cloned();
+            worker_usable = end.worker_usable;
+            if !end.outcome.is_ok() {
+                report.outcome = end.outcome;
+                break;
+            }
+            // The first batch's time includes loading; its latency is the warm-up.
+            let latency = sent.elapsed().saturating_sub(Duration::from_millis(end.load_ms.unwrap_or(0)));
+            report.run_ms = Some(report.run_ms.unwrap_or(0) + end.run_ms.unwrap_or(0));
+            latencies.push(latency.as_secs_f64() * 1000.0);
+            batches_time += latency;
+            if let Err(outcome) = stream.accept(end.outputs) {
+                report.outcome = outcome;
+                break;
+            }
+        }
+        worker.sample_gpu();
+        report.gpu_peak_bytes = worker.take_gpu_peak();
+        let summary = stream.finish();
+        let ok = report.outcome.is_ok();
+        if let (true, Some(outcome)) = (ok, summary.outcome) {
+            report.outcome = outcome;
+        }
+        let seconds = batches_time.as_secs_f64();
+        report.stream = Some(StreamReport {
+            examples: summary.examples,
+            batches: latencies.len() as u64,
+            examples_per_second: (seconds > 0.0).then(|| summary.examples as f64 / seconds),
+            latency_ms: latency_percentiles(&latencies),
+            fields: if ok { summary.fields } else { Default::default() },
+        });
+        UnitEnd { report, worker_usable }
+    }
+
+    fn run_with_inputs(
+        &self,
+        worker: &mut WorkerProcess,
+        index: usize,
+        batch: &[usize],
+        started: Instant,
+        prepared: &PreparedInputs,
+        sink: &dyn OutputSink,
+    ) -> UnitEnd {
         let model = &self.models[index];
         let mut report = UnitReport::new(index, Outcome::Ok);
-        let inputs = match self.inputs.for_model(model, &self.settings.signature, &self.settings.tags) {
+        let inputs = match prepared.for_model(model, &self.settings.signature, &self.settings.tags) {
             Ok(inputs) => inputs,
             Err(error) => {
                 report.outcome = Outcome::Error(error);
@@ -316,7 +438,7 @@ impl Slot<'_> {
             }
         };
         let chunks = match self.settings.batch_size {
-            Some(rows) => match batch::split(&inputs, &self.inputs.shared, rows) {
+            Some(rows) => match batch::split(&inputs, &prepared.shared, rows) {
                 Ok(chunks) => chunks,
                 Err(message) => {
                     report.outcome = Outcome::Error(ModelError::new(ErrorKind::InputMismatch, message));
@@ -325,32 +447,13 @@ impl Slot<'_> {
             },
             None => vec![inputs],
         };
-        let deadlines = Deadlines {
-            unit: self.settings.timeout.map(|t| started + t),
-            load: self.settings.load_timeout.map(|t| started + t),
-            grace: self.settings.grace,
-            memory_limit: self.settings.memory_limit,
-        };
+        let deadlines = self.deadlines(started);
         let rows: Vec<u64> = chunks.iter().map(|c| batch::rows(c)).collect();
         let mut parts = Vec::with_capacity(chunks.len());
         let mut worker_usable = true;
         for inputs in chunks {
-            let request = RunRequest {
-                unit: index as u64,
-                model_dir: model.path.to_string_lossy().into_owned(),
-                tags: self.settings.tags.clone(),
-                signature: self.settings.signature.clone(),
-                inputs,
-                config: self.settings.session,
-                load_only: false,
-                libraries: self.settings.libraries.clone(),
-                sandbox: self.settings.sandbox.as_ref().map(|spec| {
-                    let mut spec = spec.clone();
-                    spec.read_paths.extend(batch.iter().map(|&i| self.models[i].path.to_string_lossy().into_owned()));
-                    spec
-                }),
-            };
-            let envelope = RequestEnvelope::new(&ToWorker::Run(request), self.inputs.shared.clone());
+            let envelope =
+                RequestEnvelope::new(&ToWorker::Run(self.request(index, batch, inputs)), prepared.shared.clone());
             let end = run_request(worker, envelope, index as u64, self.stop, deadlines);
             report.load_ms = report.load_ms.or(end.load_ms);
             report.sandbox = worker.sandbox().cloned();
@@ -380,7 +483,7 @@ impl Slot<'_> {
             Vec::new()
         };
         if report.outcome.is_ok() {
-            match self.sink.accept(model, &outputs).and_then(|()| self.describe_outputs(&outputs)) {
+            match sink.accept(model, &outputs).and_then(|()| self.describe_outputs(&outputs)) {
                 Ok(described) => report.outputs = described,
                 Err(outcome) => report.outcome = outcome,
             }
@@ -404,6 +507,25 @@ impl Slot<'_> {
             })
             .collect()
     }
+}
+
+/// Moves a batch's large dense tensors into shared memory, which the
+/// worker maps instead of reading them through the socket.
+fn place_shared(inputs: Vec<(String, Tensor)>) -> (Vec<(String, Tensor)>, Vec<IpcSharedMemory>) {
+    let mut shared = Vec::new();
+    let inputs = inputs
+        .into_iter()
+        .map(|(name, mut tensor)| {
+            if let TensorData::Dense(bytes) = &tensor.data {
+                if bytes.len() >= SHARED_THRESHOLD {
+                    shared.push(IpcSharedMemory::from_bytes(bytes));
+                    tensor.data = TensorData::Shared(shared.len() as u32 - 1);
+                }
+            }
+            (name, tensor)
+        })
+        .collect();
+    (inputs, shared)
 }
 
 /// Wall time, CPU time and peak memory of a unit. With an `exit`, the

@@ -18,6 +18,9 @@
 //!   [`Engine::run`] runs every model, [`Event::Finished`] carrying each
 //!   unit's [`UnitReport`] (its closed [`Outcome`], timings, peak memory,
 //!   attempts).
+//! - [`Engine::run_feed`] runs every model on a stream of batches from a
+//!   [`Feed`] (what `isorun eval` uses): one worker per unit serves batch
+//!   after batch, and the feed scores each batch's outputs.
 //! - [`WorkerSession`] keeps one worker serving request after request
 //!   (what `isorun pipe` uses).
 //! - Tensor files and values are `isorun-tensors`; records and reports
@@ -39,6 +42,7 @@ mod cancel;
 mod discover;
 mod engine;
 mod executor;
+mod feed;
 mod gpu;
 mod inputs;
 mod locate;
@@ -52,6 +56,7 @@ mod worker_session;
 pub use cancel::CancelToken;
 pub use discover::{discover, is_saved_model, latest_versions, DiscoverError, Model};
 pub use engine::{Engine, Event, RunSummary, SetupError};
+pub use feed::{Feed, FeedStream, FeedSummary, StreamReport};
 pub use inputs::PreparedInputs;
 pub use isorun_protocol::Outcome;
 pub use process::{library_path, memory_fields, pidfd_signals_process_group, SpawnSpec};

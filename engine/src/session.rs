@@ -64,6 +64,8 @@ pub struct Deadlines {
     pub unit: Option<Instant>,
     /// End of loading (start included).
     pub load: Option<Instant>,
+    /// Time the run may take once the model is loaded (`--batch-timeout`).
+    pub run: Option<Duration>,
     /// Time between SIGTERM and SIGKILL.
     pub grace: Duration,
     /// Limit on the worker's private memory, checked every tick.
@@ -103,6 +105,7 @@ pub fn run_request(
         return fail(end, Outcome::ProtocolError { message });
     }
     let mut phase = Phase::Load;
+    let mut run_deadline = None;
     let mut peak_private = 0;
     loop {
         // GPU memory, where watched (`--gpus` with NVML): sampled like the memory limit.
@@ -126,7 +129,7 @@ pub fn run_request(
         }
         let deadline = match phase {
             Phase::Load => [deadlines.unit, deadlines.load].into_iter().flatten().min(),
-            _ => deadlines.unit,
+            _ => [deadlines.unit, run_deadline].into_iter().flatten().min(),
         };
         if deadline.is_some_and(|d| Instant::now() >= d) {
             worker.terminate(deadlines.grace);
@@ -139,6 +142,7 @@ pub fn run_request(
             Some(Event::Message(WorkerMessage::Loaded { unit: u, load_ms })) if u == unit && phase == Phase::Load => {
                 end.load_ms = Some(load_ms);
                 phase = Phase::Run;
+                run_deadline = deadlines.run.map(|d| Instant::now() + d);
             }
             Some(Event::Message(WorkerMessage::Finished { unit: u, run_ms, result })) if u == unit => {
                 if phase == Phase::Run {

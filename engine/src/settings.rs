@@ -21,8 +21,8 @@ pub enum SpawnMode {
 }
 
 /// The statuses a unit can end with, for retries and failure policies.
-pub const STATUSES: [&str; 9] =
-    ["ok", "error", "crashed", "timeout", "memory_limit", "protocol_error", "spawn_failed", "mismatch", "not_run"];
+pub const STATUSES: [&str; 10] =
+    ["ok", "error", "crashed", "timeout", "memory_limit", "protocol_error", "spawn_failed", "mismatch", "below_threshold", "not_run"];
 
 /// Everything that shapes how units run. Read its fields; build it with
 /// [`Settings::builder`].
@@ -52,6 +52,9 @@ pub struct Settings {
     pub timeout: Option<Duration>,
     /// Limit on starting the worker and loading the model.
     pub load_timeout: Option<Duration>,
+    /// Limit on each request once the model is loaded (each batch of a
+    /// fed unit, each `batch_size` chunk).
+    pub batch_timeout: Option<Duration>,
     /// Limit on a worker's start, up to its `Hello`.
     pub start_timeout: Duration,
     /// Time between SIGTERM and SIGKILL.
@@ -101,6 +104,7 @@ impl Settings {
                 jobs: 1,
                 timeout: None,
                 load_timeout: None,
+                batch_timeout: None,
                 start_timeout: Duration::from_secs(60),
                 grace: Duration::from_secs(2),
                 values: false,
@@ -156,6 +160,8 @@ impl SettingsBuilder {
         timeout: Option<Duration>,
         /// Limit on start and load.
         load_timeout: Option<Duration>,
+        /// Limit on each request after loading.
+        batch_timeout: Option<Duration>,
         /// Limit on a worker's start.
         start_timeout: Duration,
         /// SIGTERM to SIGKILL.

@@ -2,6 +2,7 @@
 //! caller for every unit, exactly once. Records and reports
 //! (`isorun-report`) are built from these.
 
+use crate::feed::StreamReport;
 use crate::gpu::GpuReturn;
 use isorun_protocol::{DType, Outcome};
 use std::time::Duration;
@@ -41,6 +42,8 @@ pub struct UnitReport {
     /// Every attempt, the last one included (more than one after retries
     /// or after a crash in a shared worker was run again alone).
     pub attempts: Vec<Attempt>,
+    /// A unit fed batch after batch ([`Engine::run_feed`](crate::Engine::run_feed)): examples, speed, the feed's fields.
+    pub stream: Option<StreamReport>,
 }
 
 /// One attempt at a unit, as kept in its record.
@@ -81,6 +84,7 @@ impl UnitReport {
             stderr_tail: Vec::new(),
             sandbox: None,
             attempts: Vec::new(),
+            stream: None,
         }
     }
 }

@@ -87,7 +87,7 @@ impl WorkerSession {
         request.unit = unit;
         let envelope = RequestEnvelope::new(&ToWorker::Run(request), Vec::new());
         let deadlines =
-            Deadlines { unit: timeout.map(|t| started + t), load: None, grace: self.grace, memory_limit: None };
+            Deadlines { unit: timeout.map(|t| started + t), load: None, run: None, grace: self.grace, memory_limit: None };
         let end = run_request(&mut worker, envelope, unit, cancel, deadlines);
         if end.worker_usable {
             self.served_by_worker += 1;

@@ -23,6 +23,12 @@ pub enum ErrorKind {
     WorkerPanic,
     /// The supervisor could not write the outputs (disk full, permissions).
     OutputWrite,
+    /// The evaluation data could not be read or does not fit the model
+    /// (corrupt record, missing feature): `isorun eval`.
+    Dataset,
+    /// The outputs cannot be scored against the labels (shape, a label
+    /// outside the classes): `isorun eval`.
+    Evaluation,
 }
 
 impl ErrorKind {
@@ -35,6 +41,8 @@ impl ErrorKind {
             ErrorKind::UnsupportedDtype => "unsupported_dtype",
             ErrorKind::WorkerPanic => "worker_panic",
             ErrorKind::OutputWrite => "output_write",
+            ErrorKind::Dataset => "dataset",
+            ErrorKind::Evaluation => "evaluation",
         }
     }
 }
@@ -137,6 +145,18 @@ pub enum Outcome {
         max_rel_error: Option<f64>,
         index: Option<Vec<u64>>,
     },
+    /// A metric of an evaluation missed its bound (`--threshold`) or fell
+    /// further than allowed below the baseline's (`--max-drop`).
+    BelowThreshold {
+        metric: String,
+        /// The rule as given: `accuracy>=0.9`, `max drop accuracy=2%`.
+        rule: String,
+        /// The value the metric had to reach.
+        bound: f64,
+        value: f64,
+        /// The baseline's value, for a drop.
+        baseline: Option<f64>,
+    },
     /// The unit was never run to an end.
     NotRun { reason: NotRunReason },
 }
@@ -153,6 +173,7 @@ impl Outcome {
             Outcome::ProtocolError { .. } => "protocol_error",
             Outcome::SpawnFailed { .. } => "spawn_failed",
             Outcome::Mismatch { .. } => "mismatch",
+            Outcome::BelowThreshold { .. } => "below_threshold",
             Outcome::NotRun { .. } => "not_run",
         }
     }
@@ -203,6 +224,10 @@ impl fmt::Display for Outcome {
             Outcome::ProtocolError { message } => write!(f, "protocol error: {message}"),
             Outcome::SpawnFailed { message } => write!(f, "worker could not be started: {message}"),
             Outcome::Mismatch { output, message, .. } => write!(f, "mismatch in output {output}: {message}"),
+            Outcome::BelowThreshold { rule, value, baseline: Some(baseline), .. } => {
+                write!(f, "below threshold: {rule} not met: {value} against the baseline's {baseline}")
+            }
+            Outcome::BelowThreshold { rule, value, .. } => write!(f, "below threshold: {rule} not met: {value}"),
             Outcome::NotRun { reason } => write!(f, "not run: {}", reason.name()),
         }
     }

@@ -2,7 +2,7 @@
 //! `null`), dtypes use the one vocabulary, times are milliseconds. The same
 //! record goes to stdout, the journal and the reports.
 
-use isorun_engine::{Attempt, Model, UnitReport};
+use isorun_engine::{Attempt, Model, StreamReport, UnitReport};
 use isorun_protocol::{signal_name, Outcome};
 use serde_json::{json, Map, Value};
 
@@ -26,6 +26,9 @@ pub fn unit_record(model: &Model, report: &UnitReport) -> Value {
         r.insert("outputs".into(), Value::Object(outputs));
     }
     outcome_fields(&mut r, &report.outcome);
+    if let Some(stream) = &report.stream {
+        stream_fields(&mut r, stream);
+    }
     r.insert("wall_ms".into(), json!(report.wall.as_millis() as u64));
     if let Some(ms) = report.load_ms {
         r.insert("load_ms".into(), json!(ms));
@@ -62,6 +65,26 @@ pub fn unit_record(model: &Model, report: &UnitReport) -> Value {
         r.insert("stderr_tail".into(), json!(report.stderr_tail));
     }
     Value::Object(r)
+}
+
+/// A fed unit (`isorun eval`): how many examples went through, how fast,
+/// and what the feed made of them (`metrics`, `slices`, ...).
+fn stream_fields(r: &mut Map<String, Value>, stream: &StreamReport) {
+    r.insert("examples".into(), json!(stream.examples));
+    for (key, value) in &stream.fields {
+        r.insert(key.clone(), value.clone());
+    }
+    r.insert("batches".into(), json!(stream.batches));
+    if let Some(rate) = stream.examples_per_second {
+        r.insert("examples_per_second".into(), json!(round3(rate)));
+    }
+    if let Some([p50, p90, p99]) = stream.latency_ms {
+        r.insert("batch_latency_ms".into(), json!({"p50": round3(p50), "p90": round3(p90), "p99": round3(p99)}));
+    }
+}
+
+fn round3(x: f64) -> f64 {
+    (x * 1000.0).round() / 1000.0
 }
 
 /// The unit's device (`--gpus` only) and, where NVML measured them, the
@@ -147,6 +170,17 @@ fn outcome_fields(r: &mut Map<String, Value>, outcome: &Outcome) {
                 m.insert("index".into(), json!(index));
             }
             r.insert("mismatch".into(), Value::Object(m));
+        }
+        Outcome::BelowThreshold { metric, rule, bound, value, baseline } => {
+            let mut b = Map::new();
+            b.insert("metric".into(), json!(metric));
+            b.insert("rule".into(), json!(rule));
+            b.insert("bound".into(), json!(bound));
+            b.insert("value".into(), json!(value));
+            if let Some(baseline) = baseline {
+                b.insert("baseline".into(), json!(baseline));
+            }
+            r.insert("breach".into(), Value::Object(b));
         }
         _ => {}
     }

@@ -362,6 +362,10 @@ pub struct RunArgs {
     #[arg(long, value_name = "SECONDS", allow_negative_numbers = true, help_heading = "Workers")]
     pub load_timeout: Option<f64>,
 
+    /// Limit on each batch once the model is loaded (eval's batches, run's --batch-size chunks), in seconds [default: none].
+    #[arg(long, value_name = "SECONDS", allow_negative_numbers = true, help_heading = "Workers")]
+    pub batch_timeout: Option<f64>,
+
     /// Limit on a worker's start, until it says hello, in seconds.
     #[arg(
         long,
@@ -537,4 +541,88 @@ pub struct SlurmSubmitArgs {
     /// The arguments of `isorun run`: models and run options.
     #[arg(value_name = "RUN ARGS", required = true, trailing_var_arg = true, allow_hyphen_values = true)]
     pub run_args: Vec<std::ffi::OsString>,
+}
+
+/// `isorun eval`: `run`'s models, workers, limits and reports, fed a labelled dataset.
+#[derive(Debug, Args)]
+#[command(after_help = "Examples:
+  isorun eval models/ --data test.tfrecord --label label
+  isorun eval models/ --data 'shards/*.tfrecord.gz' --label label --metric accuracy --metric auc --slice country
+  isorun eval models/ --data test.npz --label y --threshold 'accuracy>=0.9' --report eval.json
+  isorun eval models/ --data test.tfrecord --label label --baseline last-night.json --max-drop accuracy=1%
+
+Each record is run's, plus \"examples\", \"metrics\" (and \"slices\", \"task\", \"output\").
+A metric below a --threshold bound or dropped past --max-drop ends the model below_threshold.
+Exit codes: 0 every model ok; 1 some model not ok; 2 usage error (nothing run);
+130/143 interrupted by Ctrl-C/SIGTERM.")]
+pub struct EvalArgs {
+    #[command(flatten)]
+    pub eval: EvalOptions,
+
+    #[command(flatten)]
+    pub run: RunArgs,
+}
+
+/// What `eval` adds to `run`'s flags.
+#[derive(Debug, Args)]
+pub struct EvalOptions {
+    /// The dataset: TFRecord files of tf.Example (.tfrecord, .tfrecords, .gz), .npz files, folders
+    /// of them or of NAME.npy arrays, or globs (repeatable; read in order).
+    #[arg(long, value_name = "PATH", required = true, help_heading = "Evaluation")]
+    pub data: Vec<PathBuf>,
+
+    /// The label: a tf.Example feature or an array name. It never goes to the model.
+    #[arg(long, value_name = "KEY", required = true, help_heading = "Evaluation")]
+    pub label: String,
+
+    /// A per-example weight (feature or array), as scikit-learn's sample_weight.
+    #[arg(long, value_name = "KEY", help_heading = "Evaluation")]
+    pub weight: Option<String>,
+
+    /// A metric (repeatable): accuracy, top_k_accuracy, auc, pr_auc, log_loss, precision, recall,
+    /// f1, mse, mae, rmse, mean_prediction, mean_label [default: chosen from the task].
+    #[arg(long = "metric", value_name = "NAME", help_heading = "Evaluation")]
+    pub metrics: Vec<String>,
+
+    /// The output to score [default: the signature's only output].
+    #[arg(long, value_name = "NAME", help_heading = "Evaluation")]
+    pub output: Option<String>,
+
+    /// Metrics per value of this feature too (repeatable).
+    #[arg(long = "slice", value_name = "FEATURE", help_heading = "Evaluation")]
+    pub slices: Vec<String>,
+
+    /// Feed the signature input INPUT from the feature FEATURE (repeatable).
+    #[arg(long = "feature", value_name = "INPUT=FEATURE", help_heading = "Evaluation")]
+    pub features: Vec<String>,
+
+    /// Evaluate the first N examples only.
+    #[arg(long, value_name = "N", help_heading = "Evaluation")]
+    pub limit: Option<u64>,
+
+    /// Skip corrupt TFRecord records (counted) instead of ending the model with an error.
+    #[arg(long, help_heading = "Evaluation")]
+    pub skip_corrupt: bool,
+
+    /// k of top_k_accuracy.
+    #[arg(long, value_name = "K", default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..), help_heading = "Evaluation")]
+    pub top_k: u64,
+
+    /// Outputs are logits: sigmoid (binary) or softmax (multiclass) before probabilities.
+    #[arg(long, help_heading = "Evaluation")]
+    pub from_logits: bool,
+
+    /// A number: the binary decision threshold [default: 0.5]. METRIC>=X or METRIC<=X: a bound
+    /// the model must meet, else it ends below_threshold (repeatable).
+    #[arg(long = "threshold", value_name = "X|RULE", help_heading = "Evaluation")]
+    pub thresholds: Vec<String>,
+
+    /// An earlier eval --report: --max-drop compares each model's metrics with it.
+    #[arg(long, value_name = "REPORT.json", help_heading = "Evaluation")]
+    pub baseline: Option<PathBuf>,
+
+    /// METRIC=X (absolute) or METRIC=X% (relative): how much worse than the baseline a metric
+    /// may get, in its own direction (repeatable).
+    #[arg(long = "max-drop", value_name = "METRIC=X", requires = "baseline", help_heading = "Evaluation")]
+    pub max_drops: Vec<String>,
 }

@@ -6,6 +6,7 @@
 mod cli;
 mod commands;
 mod config;
+mod drive;
 mod printer;
 mod settings;
 mod size;

@@ -121,6 +121,7 @@ pub fn run_settings(args: &RunArgs) -> Result<RunSettings, String> {
         .jobs(jobs)
         .timeout(seconds("--timeout", args.timeout)?)
         .load_timeout(seconds("--load-timeout", args.load_timeout)?)
+        .batch_timeout(seconds("--batch-timeout", args.batch_timeout)?)
         .start_timeout(seconds("--start-timeout", Some(args.start_timeout))?.expect("given"))
         .grace(Duration::from_secs(2))
         .values(args.values)

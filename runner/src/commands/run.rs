@@ -3,20 +3,12 @@
 //! run every model and print one JSON line per model in the order the
 //! models were found, each as soon as the ones before it are done.
 
-use crate::cli::{Format, RunArgs};
-use crate::printer::{print_summary, progress_bar, Printer};
-use crate::settings::{report_settings, run_settings, statuses};
-use crate::support::{watch_signals, with_causes};
-use isorun_engine::{discover, latest_versions, CancelToken, Engine, Event, Model, PreparedInputs, STATUSES};
-use isorun_protocol::{exit_code, Outcome};
-use isorun_report::journal::{read_journal, unit_key, Journal, KeyParts};
-use isorun_report::record::unit_record;
-use isorun_report::{build as build_report, write_files as write_report_files, RunInfo};
+use crate::cli::RunArgs;
+use crate::drive::{discover_models, execute, Plan, Work};
+use crate::settings::{report_settings, run_settings};
+use crate::support::with_causes;
+use isorun_engine::PreparedInputs;
 use isorun_tensors::inputs::load_inputs;
-use serde_json::Value;
-use std::collections::BTreeMap;
-use std::io::{self, IsTerminal};
-use std::sync::Arc;
 use std::time::Instant;
 
 /// Runs the command; `Err` is a usage error (exit 2).
@@ -25,19 +17,7 @@ pub fn main(args: RunArgs, quiet: bool) -> Result<i32, String> {
     let started_at = std::time::SystemTime::now();
     let run_settings = run_settings(&args)?;
     let settings = &run_settings.engine;
-    let fail_on = if args.fail_on.is_empty() {
-        STATUSES[1..].iter().map(|s| s.to_string()).collect()
-    } else {
-        statuses("--fail-on", &args.fail_on)?
-    };
-    let mut models =
-        discover(&args.models, &mut |warning| eprintln!("isorun: warning: {warning}")).map_err(|e| with_causes(&e))?;
-    if args.latest_version {
-        models = latest_versions(models);
-    }
-    if let Some(shard) = args.shard {
-        models.retain(|m| shard.owns(&m.id));
-    }
+    let models = discover_models(&args)?;
     let inputs = load_inputs(&args.input, &args.inputs).map_err(|e| with_causes(&e))?;
     if let Some(dir) = &run_settings.output_dir {
         std::fs::create_dir_all(dir).map_err(|e| format!("--output-dir {}: cannot create: {e}", dir.display()))?;
@@ -46,122 +26,20 @@ pub fn main(args: RunArgs, quiet: bool) -> Result<i32, String> {
         return Err(format!("--inputs-dir {}: not a folder", dir.display()));
     }
     let inputs = PreparedInputs::new(inputs, args.inputs_dir.clone());
-    let format = match (args.json, args.format) {
-        (true, _) => Format::Jsonl,
-        (false, Some(format)) => format,
-        (false, None) if io::stdout().is_terminal() => Format::Table,
-        (false, None) => Format::Jsonl,
-    };
-
-    // The journal: keys for every model, and the units already done.
-    let mut keys: Vec<Option<String>> = vec![None; models.len()];
-    let mut resumed: BTreeMap<usize, Value> = BTreeMap::new();
-    let mut journal = None;
-    if let Some(path) = &args.journal {
-        let settings_text =
-            format!("{}\0{:?}\0{:?}\0{:?}", settings.signature, settings.tags, settings.batch_size, settings.libraries);
-        let digest = inputs.digest();
-        let parts = KeyParts { inputs: &digest, settings: &settings_text, inputs_dir: args.inputs_dir.as_deref() };
-        for (model, key) in models.iter().zip(keys.iter_mut()) {
-            *key = Some(
-                unit_key(model, &parts).map_err(|e| format!("{}: cannot read the model: {e}", model.path.display()))?,
-            );
-        }
-        if args.resume {
-            let done = read_journal(path)?;
-            for (index, key) in keys.iter().enumerate() {
-                if let Some(mut record) = key.as_ref().and_then(|k| done.get(k)).cloned() {
-                    record["resumed"] = Value::Bool(true);
-                    resumed.insert(index, record);
-                }
-            }
-        }
-        journal = Some(Journal::open(path)?);
-    }
-    let to_run: Vec<usize> = (0..models.len()).filter(|i| !resumed.contains_key(i)).collect();
-    let run_models: Vec<Model> = to_run.iter().map(|&i| models[i].clone()).collect();
-    tracing::info!(models = models.len(), resumed = resumed.len(), jobs = settings.jobs, "starting");
-
-    let engine = Engine::new(settings.clone()).map_err(|e| with_causes(&e))?;
-    let stop = Arc::new(CancelToken::new());
-    let signals = watch_signals(Arc::clone(&stop)).map_err(|e| format!("cannot install signal handlers: {e}"))?;
-    let bar = (!quiet && io::stderr().is_terminal()).then(|| progress_bar(models.len() as u64));
-    let mut printer = Printer::new(&models, format, bar, fail_on);
-    printer.keep_records = args.summary || args.report.is_some() || args.junit.is_some() || args.html.is_some();
-    for (index, record) in resumed {
-        printer.accept(index, record);
-    }
-    let mut journal_error = None;
-    let mut sandbox_warned = false;
     let sinks = run_settings.sinks();
-    let on_event = &mut |event| {
-        match event {
-            Event::Started(i) => printer.started(to_run[i]),
-            Event::Finished(report) => {
-                let index = to_run[report.index];
-                let record = unit_record(&models[index], &report);
-                if let (Some(journal), Some(key)) = (journal.as_mut(), &keys[index]) {
-                    // Done means journaled: a unit not run to its end is not.
-                    if !matches!(report.outcome, Outcome::NotRun { .. }) {
-                        if let Err(e) = journal.append(key, &record) {
-                            journal_error.get_or_insert(e);
-                            stop.request(0);
-                        }
-                    }
-                }
-                if let (false, Some(missing)) = (sandbox_warned, record.get("sandbox_missing")) {
-                    sandbox_warned = true;
-                    eprintln!("isorun: warning: the worker sandbox is incomplete here; not in force: {missing}");
-                }
-                printer.accept(index, record);
-            }
-            _ => {}
-        }
-        if printer.broken_pipe {
-            // Nobody reads any more (`isorun run ... | head -1`): stop the run quietly.
-            stop.request(0);
-        }
-        if args.max_failures.is_some_and(|n| printer.failures as u64 >= n) {
-            stop.drain();
-        }
+    let key_settings =
+        format!("{}\0{:?}\0{:?}\0{:?}", settings.signature, settings.tags, settings.batch_size, settings.libraries);
+    let plan = Plan {
+        args: &args,
+        quiet,
+        started,
+        started_at,
+        engine: settings.clone(),
+        models,
+        work: Work::Inputs { inputs: &inputs, sinks: &sinks },
+        key_inputs: inputs.digest(),
+        key_settings,
+        report_settings: report_settings(&args, &run_settings),
     };
-    let tensorflow_version = engine.run(&run_models, &inputs, &stop, on_event, &sinks).tensorflow_version;
-    signals.close();
-    if let Some(bar) = &printer.bar {
-        bar.finish_and_clear();
-    }
-    if let Some(e) = &journal_error {
-        eprintln!("isorun: error: {e}");
-    }
-
-    let records = printer.records;
-    let mut report_failed = journal_error.is_some();
-    if args.report.is_some() || args.junit.is_some() || args.html.is_some() {
-        let info = RunInfo {
-            started_at,
-            finished_at: std::time::SystemTime::now(),
-            command: std::env::args().collect(),
-            settings: report_settings(&args, &run_settings),
-            tensorflow_version,
-        };
-        let report = build_report(&records, &info);
-        if let Err(e) = write_report_files(&report, args.report.as_deref(), args.junit.as_deref(), args.html.as_deref())
-            .map_err(|e| with_causes(&e))
-        {
-            // The work is done and its records printed: a lost report fails the run, not its usage.
-            eprintln!("isorun: error: {e}");
-            report_failed = true;
-        }
-    }
-    if args.summary {
-        print_summary(&records, started.elapsed());
-    }
-    let failed = printer.failures > 0;
-    Ok(match stop.signal() {
-        libc::SIGINT => exit_code::INTERRUPTED,
-        libc::SIGTERM => exit_code::TERMINATED,
-        _ if printer.broken_pipe => exit_code::OK,
-        _ if failed || report_failed => exit_code::SOME_FAILED,
-        _ => exit_code::OK,
-    })
+    execute(plan)
 }

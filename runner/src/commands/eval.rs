@@ -1,0 +1,313 @@
+//! `isorun eval`: `run`'s models, workers, limits, journal and reports, each
+//! model fed a labelled dataset batch after batch instead of one set of
+//! inputs. The supervisor reads the data (`isorun-eval`), keeps the labels,
+//! scores each batch's outputs as they come back and keeps only metric
+//! state; the worker sees inputs only. Everything that can be checked before
+//! work starts (the data's files and first example, metric names, rules,
+//! the baseline) is a usage error (exit 2); what goes wrong for one model
+//! (its signature wants a feature the data lacks, a corrupt record
+//! mid-file) is that model's outcome.
+
+use crate::cli::{EvalArgs, EvalOptions, RunArgs};
+use crate::drive::{discover_models, execute, Plan, Work};
+use crate::settings::{report_settings, run_settings};
+use crate::support::with_causes;
+use isorun_engine::{Feed, FeedStream, FeedSummary, Model};
+use isorun_eval::{check, BatchReader, Bound, DataSpec, Dataset, Evaluator, MaxDrop, Metric, MetricsSpec, Targets};
+use isorun_protocol::{ErrorKind, ModelError, Outcome, Tensor};
+use isorun_tensors::json_input::signature_of;
+use serde_json::{json, Map, Value};
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+use std::time::Instant;
+
+/// Rows per batch when `--batch-size` is not given.
+const DEFAULT_BATCH_SIZE: u64 = 256;
+
+/// Runs the command; `Err` is a usage error (exit 2).
+pub fn main(args: EvalArgs, quiet: bool) -> Result<i32, String> {
+    let started = Instant::now();
+    let started_at = std::time::SystemTime::now();
+    let EvalArgs { eval, mut run } = args;
+    refuse_run_only_flags(&run)?;
+    let batch_size = *run.batch_size.get_or_insert(DEFAULT_BATCH_SIZE);
+    let run_settings = run_settings(&run)?;
+    let mut engine = run_settings.engine.clone();
+    // Batches are the feed's; the engine must not split them again.
+    engine.batch_size = None;
+    let rules = Rules::parse(&eval)?;
+    let metrics = eval.metrics.iter().map(|m| Metric::parse(m).map_err(|e| format!("--metric {m}: {e}"))).collect::<Result<Vec<_>, _>>()?;
+    let spec = MetricsSpec {
+        metrics,
+        output: eval.output.clone(),
+        top_k: eval.top_k as usize,
+        threshold: rules.decision,
+        from_logits: eval.from_logits,
+    };
+    let renames = eval
+        .features
+        .iter()
+        .map(|pair| match pair.split_once('=') {
+            Some((input, feature)) if !input.is_empty() && !feature.is_empty() => {
+                Ok((input.to_string(), feature.to_string()))
+            }
+            _ => Err(format!("--feature {pair}: expected INPUT=FEATURE")),
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let models = discover_models(&run)?;
+    let dataset = Dataset::open(DataSpec {
+        paths: eval.data.clone(),
+        label: eval.label.clone(),
+        weight: eval.weight.clone(),
+        slices: eval.slices.clone(),
+        renames,
+        limit: eval.limit,
+        batch_size: batch_size as usize,
+        skip_corrupt: eval.skip_corrupt,
+    })
+    .map_err(|e| format!("--data: {}", with_causes(&e)))?;
+    let baseline = match &eval.baseline {
+        Some(path) => Some(read_baseline(path)?),
+        None => None,
+    };
+    let key_settings = format!(
+        "eval v1\0{}\0{:?}\0{batch_size}\0{:?}\0{}\0{:?}\0{:?}\0{:?}\0{:?}\0{}\0{}\0{:?}\0{:?}\0{:?}\0{:?}",
+        engine.signature,
+        engine.tags,
+        engine.libraries,
+        eval.label,
+        eval.weight,
+        eval.metrics,
+        eval.output,
+        eval.slices,
+        eval.top_k,
+        eval.from_logits,
+        eval.thresholds,
+        eval.max_drops,
+        eval.limit,
+        baseline.as_ref().map(|b| b.digest.clone()),
+    );
+    let mut settings = report_settings(&run, &run_settings);
+    settings["eval"] = eval_settings(&eval, &dataset, batch_size);
+    let feed = EvalFeed {
+        dataset,
+        spec,
+        slices: eval.slices.clone(),
+        rules,
+        baseline,
+        signature: engine.signature.clone(),
+        tags: engine.tags.clone(),
+    };
+    let key_inputs = feed.dataset.digest().into_bytes();
+    let plan = Plan {
+        args: &run,
+        quiet,
+        started,
+        started_at,
+        engine,
+        models,
+        work: Work::Feed(&feed),
+        key_inputs,
+        key_settings,
+        report_settings: settings,
+    };
+    execute(plan)
+}
+
+/// `run`'s flags that give inputs or keep outputs have no meaning here.
+fn refuse_run_only_flags(run: &RunArgs) -> Result<(), String> {
+    let given = [
+        ("--input", !run.input.is_empty()),
+        ("--inputs", !run.inputs.is_empty()),
+        ("--inputs-dir", run.inputs_dir.is_some()),
+        ("--expect", run.expect.is_some()),
+        ("--values", run.values),
+        ("--output-dir", run.output_dir.is_some()),
+    ];
+    match given.iter().find(|(_, given)| *given) {
+        Some((flag, _)) => Err(format!(
+            "eval does not take {flag}: its inputs come from --data, and it keeps metrics, not outputs"
+        )),
+        None => Ok(()),
+    }
+}
+
+/// `--threshold` (a number, or bounds) and `--max-drop`, parsed.
+struct Rules {
+    decision: f64,
+    bounds: Vec<Bound>,
+    drops: Vec<MaxDrop>,
+}
+
+impl Rules {
+    fn parse(eval: &EvalOptions) -> Result<Rules, String> {
+        let mut decision = None;
+        let mut bounds = Vec::new();
+        for given in &eval.thresholds {
+            if let Ok(x) = given.trim().parse::<f64>() {
+                if !x.is_finite() {
+                    return Err(format!("--threshold {given}: expected a finite number"));
+                }
+                if decision.replace(x).is_some() {
+                    return Err(format!("--threshold {given}: a second decision threshold (give one number)"));
+                }
+            } else {
+                bounds.push(given.parse::<Bound>().map_err(|e| format!("--threshold {given}: {e}"))?);
+            }
+        }
+        let drops = eval
+            .max_drops
+            .iter()
+            .map(|given| given.parse::<MaxDrop>().map_err(|e| format!("--max-drop {given}: {e}")))
+            .collect::<Result<_, _>>()?;
+        Ok(Rules { decision: decision.unwrap_or(0.5), bounds, drops })
+    }
+}
+
+/// The metrics of each model in an earlier eval report.
+struct Baseline {
+    models: HashMap<String, BTreeMap<String, f64>>,
+    digest: String,
+}
+
+fn read_baseline(path: &Path) -> Result<Baseline, String> {
+    let report = isorun_report::read_report(path).map_err(|e| format!("--baseline: {}", with_causes(&e)))?;
+    let mut models = HashMap::new();
+    for unit in report["units"].as_array().into_iter().flatten() {
+        let (Some(model), Some(metrics)) = (unit["model"].as_str(), unit["metrics"].as_object()) else { continue };
+        let metrics: BTreeMap<String, f64> =
+            metrics.iter().filter_map(|(name, value)| Some((name.clone(), value.as_f64()?))).collect();
+        models.insert(model.to_string(), metrics);
+    }
+    if models.is_empty() {
+        return Err(format!("--baseline {}: no model in it has metrics (is it a report of isorun eval?)", path.display()));
+    }
+    let mut names: Vec<_> = models.iter().collect();
+    names.sort_by(|a, b| a.0.cmp(b.0));
+    let digest = format!("{names:?}");
+    Ok(Baseline { models, digest })
+}
+
+/// The evaluation's settings, as reports show them.
+fn eval_settings(eval: &EvalOptions, dataset: &Dataset, batch_size: u64) -> Value {
+    let files: Vec<String> = dataset.files().iter().map(|(path, _)| path.to_string_lossy().into_owned()).collect();
+    let mut s = Map::new();
+    s.insert("data".into(), json!(files));
+    s.insert("label".into(), json!(eval.label));
+    if let Some(weight) = &eval.weight {
+        s.insert("weight".into(), json!(weight));
+    }
+    s.insert("batch_size".into(), json!(batch_size));
+    if !eval.metrics.is_empty() {
+        s.insert("metrics".into(), json!(eval.metrics));
+    }
+    if !eval.slices.is_empty() {
+        s.insert("slices".into(), json!(eval.slices));
+    }
+    if let Some(limit) = eval.limit {
+        s.insert("limit".into(), json!(limit));
+    }
+    if !eval.thresholds.is_empty() {
+        s.insert("thresholds".into(), json!(eval.thresholds));
+    }
+    if let Some(baseline) = &eval.baseline {
+        s.insert("baseline".into(), json!(baseline.to_string_lossy()));
+        s.insert("max_drops".into(), json!(eval.max_drops));
+    }
+    Value::Object(s)
+}
+
+/// Opens each model's stream: its signature decides how the data feeds it.
+struct EvalFeed {
+    dataset: Dataset,
+    spec: MetricsSpec,
+    slices: Vec<String>,
+    rules: Rules,
+    baseline: Option<Baseline>,
+    signature: String,
+    tags: Vec<String>,
+}
+
+impl Feed for EvalFeed {
+    fn open(&self, model: &Model) -> Result<Box<dyn FeedStream + '_>, Outcome> {
+        let info = signature_of(&model.path, &self.tags, &self.signature).map_err(Outcome::Error)?;
+        let dataset_error = |e: &dyn std::error::Error| Outcome::Error(ModelError::new(ErrorKind::Dataset, with_causes(e)));
+        let reader = self.dataset.reader(&info).map_err(|e| dataset_error(&e))?.prefetch(2);
+        let evaluator = Evaluator::new(&self.spec, &info, &self.slices)
+            .map_err(|e| Outcome::Error(ModelError::new(ErrorKind::Evaluation, with_causes(&e))))?;
+        let baseline = self.baseline.as_ref().map(|b| b.models.get(&model.id).cloned());
+        Ok(Box::new(EvalStream { reader, evaluator, targets: None, rules: &self.rules, baseline }))
+    }
+}
+
+/// One model's pass over the data.
+struct EvalStream<'a> {
+    reader: BatchReader,
+    evaluator: Evaluator,
+    /// The labels (weights, slice values) of the batch the worker has.
+    targets: Option<Targets>,
+    rules: &'a Rules,
+    /// `None`: no baseline given; `Some(None)`: the model is new.
+    baseline: Option<Option<BTreeMap<String, f64>>>,
+}
+
+impl FeedStream for EvalStream<'_> {
+    fn next_batch(&mut self) -> Option<Result<Vec<(String, Tensor)>, Outcome>> {
+        Some(match self.reader.next_batch()? {
+            Ok(batch) => {
+                self.targets = Some(batch.targets);
+                Ok(batch.inputs)
+            }
+            Err(e) => Err(Outcome::Error(ModelError::new(ErrorKind::Dataset, with_causes(&e)))),
+        })
+    }
+
+    fn accept(&mut self, outputs: Vec<(String, Tensor)>) -> Result<(), Outcome> {
+        let Some(targets) = self.targets.take() else {
+            return Err(Outcome::ProtocolError { message: "outputs for a batch that was not sent".into() });
+        };
+        self.evaluator
+            .update(&outputs, &targets)
+            .map_err(|e| Outcome::Error(ModelError::new(ErrorKind::Evaluation, with_causes(&e))))
+    }
+
+    fn finish(&mut self) -> FeedSummary {
+        let evaluation = self.evaluator.finish();
+        let mut fields = match evaluation.to_json() {
+            Value::Object(map) => map,
+            _ => Map::new(),
+        };
+        // `examples` is the engine's field; the rest is the evaluation's.
+        fields.remove("examples");
+        if self.reader.skipped() > 0 {
+            fields.insert("skipped_corrupt".into(), json!(self.reader.skipped()));
+        }
+        let baseline = match &self.baseline {
+            None => None,
+            Some(None) => {
+                fields.insert("baseline".into(), json!("new"));
+                None
+            }
+            Some(Some(metrics)) => {
+                let change: Map<String, Value> = evaluation
+                    .metrics
+                    .iter()
+                    .filter_map(|(name, value)| Some((name.clone(), json!(value - metrics.get(name)?))))
+                    .collect();
+                fields.insert("baseline_metrics".into(), json!(metrics));
+                fields.insert("change".into(), Value::Object(change));
+                Some(metrics)
+            }
+        };
+        let outcome = check(&evaluation, &self.rules.bounds, &self.rules.drops, baseline).map(|breach| {
+            Outcome::BelowThreshold {
+                metric: breach.metric,
+                rule: breach.rule,
+                bound: breach.bound,
+                value: breach.value,
+                baseline: breach.baseline,
+            }
+        });
+        FeedSummary { examples: evaluation.examples, fields, outcome }
+    }
+}
