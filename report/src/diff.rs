@@ -32,6 +32,9 @@ pub enum Finding {
     Slower { model: String, old_wall_ms: u64, new_wall_ms: u64 },
     /// Passed both times, and its peak memory grew by more than `memory_ratio`.
     Bigger { model: String, old_peak_rss_bytes: u64, new_peak_rss_bytes: u64 },
+    /// An evaluation metric changed (`isorun eval` reports); `worse` in
+    /// the metric's own direction (lower is better for losses and errors).
+    Metric { model: String, metric: String, old: f64, new: f64, worse: bool },
     /// Only in the new report.
     Added { model: String, status: String },
     /// Only in the old report.
@@ -46,6 +49,8 @@ impl Finding {
             Finding::NewlyPassing { .. } => "newly_passing",
             Finding::Slower { .. } => "slower",
             Finding::Bigger { .. } => "bigger",
+            Finding::Metric { worse: true, .. } => "metric_worse",
+            Finding::Metric { worse: false, .. } => "metric_better",
             Finding::Added { .. } => "added",
             Finding::Removed { .. } => "removed",
         }
@@ -57,6 +62,7 @@ impl Finding {
             | Finding::NewlyPassing { model, .. }
             | Finding::Slower { model, .. }
             | Finding::Bigger { model, .. }
+            | Finding::Metric { model, .. }
             | Finding::Added { model, .. }
             | Finding::Removed { model, .. } => model,
         }
@@ -80,6 +86,7 @@ impl Finding {
                 bytes_text(*new_peak_rss_bytes),
                 ratio(*old_peak_rss_bytes, *new_peak_rss_bytes)
             ),
+            Finding::Metric { metric, old, new, .. } => format!("{metric} {old} -> {new} ({:+})", new - old),
             Finding::Added { status, .. } => status.clone(),
             Finding::Removed { old_status, .. } => format!("was {old_status}"),
         };
@@ -104,6 +111,9 @@ impl Finding {
                 "change": self.change(), "model": model,
                 "old_peak_rss_bytes": old_peak_rss_bytes, "new_peak_rss_bytes": new_peak_rss_bytes,
                 "ratio": rounded_ratio(*old_peak_rss_bytes, *new_peak_rss_bytes),
+            }),
+            Finding::Metric { metric, old, new, .. } => json!({
+                "change": self.change(), "model": model, "metric": metric, "old": old, "new": new, "delta": new - old,
             }),
             Finding::Added { status, .. } => json!({"change": self.change(), "model": model, "status": status}),
             Finding::Removed { old_status, .. } => {
@@ -174,6 +184,7 @@ pub fn diff(old: &Value, new: &Value, thresholds: Thresholds) -> Vec<Finding> {
             }
             _ => {}
         }
+        metric_changes(model, &old_unit, &new_unit, &mut findings);
     }
     for (model, new_unit) in &new_units {
         if !old_units.contains_key(model) {
@@ -181,12 +192,32 @@ pub fn diff(old: &Value, new: &Value, thresholds: Thresholds) -> Vec<Finding> {
         }
     }
     findings.sort_by_key(|finding| {
-        let rank = ["newly_failing", "newly_passing", "slower", "bigger", "added", "removed"]
+        let rank = ["newly_failing", "newly_passing", "slower", "bigger", "metric_worse", "metric_better", "added", "removed"]
             .iter()
             .position(|change| *change == finding.change());
         (rank, finding.model().to_string())
     });
     findings
+}
+
+/// Metrics (of `isorun eval`) lower values of which are better.
+const LOWER_IS_BETTER: [&str; 4] = ["log_loss", "mse", "mae", "rmse"];
+
+/// Every metric both units have, whose value changed.
+fn metric_changes(model: &str, old: &Unit<'_>, new: &Unit<'_>, findings: &mut Vec<Finding>) {
+    let (Some(Value::Object(old_metrics)), Some(Value::Object(new_metrics))) = (old.0.get("metrics"), new.0.get("metrics"))
+    else {
+        return;
+    };
+    for (metric, new_value) in new_metrics {
+        let (Some(old), Some(new)) = (old_metrics.get(metric).and_then(Value::as_f64), new_value.as_f64()) else {
+            continue;
+        };
+        if old != new {
+            let worse = if LOWER_IS_BETTER.contains(&metric.as_str()) { new > old } else { new < old };
+            findings.push(Finding::Metric { model: model.to_string(), metric: metric.clone(), old, new, worse });
+        }
+    }
 }
 
 #[cfg(test)]
@@ -197,6 +228,22 @@ mod tests {
 
     fn report(units: Value) -> Value {
         json!({"schema_version": 1, "units": units})
+    }
+
+    #[test]
+    fn metric_changes_are_worse_or_better_in_the_metric_s_direction() {
+        let old = report(json!([{"model": "m", "status": "ok", "metrics": {"accuracy": 0.9, "log_loss": 0.3, "auc": 0.8}}]));
+        let new = report(json!([{"model": "m", "status": "ok", "metrics": {"accuracy": 0.85, "log_loss": 0.2, "auc": 0.8}}]));
+        let findings = diff(&old, &new, THRESHOLDS);
+        let changes: Vec<(&str, &str)> = findings
+            .iter()
+            .map(|f| match f {
+                Finding::Metric { metric, .. } => (f.change(), metric.as_str()),
+                _ => (f.change(), ""),
+            })
+            .collect();
+        assert_eq!(changes, [("metric_worse", "accuracy"), ("metric_better", "log_loss")]);
+        assert_eq!(findings[0].json()["delta"].as_f64().unwrap(), 0.85 - 0.9);
     }
 
     #[test]

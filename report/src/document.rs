@@ -8,9 +8,15 @@ use super::unit::{Unit, STATUSES};
 use serde_json::{json, Map, Value};
 use std::time::SystemTime;
 
-/// The `schema_version` this isorun writes and reads. A change that would
-/// break a reader of reports increases it.
-pub const SCHEMA_VERSION: u64 = 1;
+/// The `schema_version` this isorun writes. A change that would break a
+/// reader of reports increases it. Version 2 (`isorun eval`) added, per
+/// unit, `examples`, `metrics`, `slices`, `task`, `output`, `breach` (of
+/// status `below_threshold`), `baseline_metrics` and `change`; a version 1
+/// report is a version 2 report without them, so both are read.
+pub const SCHEMA_VERSION: u64 = 2;
+
+/// The oldest `schema_version` this isorun reads.
+pub const OLDEST_SCHEMA_VERSION: u64 = 1;
 
 /// What the report says about the run as a whole.
 #[derive(Debug, Clone)]
@@ -188,7 +194,7 @@ mod tests {
                 "units"
             ]
         );
-        assert_eq!(report["schema_version"], 1);
+        assert_eq!(report["schema_version"], 2);
         assert_eq!(report["started_at"], "2023-11-14T22:13:20.000Z");
         assert_eq!(report["finished_at"], "2023-11-14T22:13:22.500Z");
         assert_eq!(report["wall_ms"], 2500);

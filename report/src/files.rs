@@ -3,7 +3,7 @@
 //! the target, so a reader (a CI job picking up `report.xml`, a browser)
 //! never sees half a file, even when isorun is killed while writing.
 
-use super::document::SCHEMA_VERSION;
+use super::document::{OLDEST_SCHEMA_VERSION, SCHEMA_VERSION};
 use super::{html, junit, ReportError};
 use serde_json::Value;
 use std::io::Write;
@@ -74,7 +74,7 @@ pub fn read_report(path: &Path) -> Result<Value, ReportError> {
     }
     match report.get("schema_version") {
         None => return Err(not_a_report("no schema_version")),
-        Some(version) if version.as_u64() != Some(SCHEMA_VERSION) => {
+        Some(version) if !version.as_u64().is_some_and(|v| (OLDEST_SCHEMA_VERSION..=SCHEMA_VERSION).contains(&v)) => {
             return Err(ReportError::SchemaVersion { path: path.to_path_buf(), found: version.to_string() })
         }
         Some(_) => {}
@@ -126,9 +126,9 @@ mod tests {
         assert!(error.starts_with(&format!("{}: cannot write: ", unwritable.display())), "{error}");
 
         let old = folder.path().join("old.json");
-        std::fs::write(&old, r#"{"schema_version": 2, "units": []}"#).unwrap();
+        std::fs::write(&old, r#"{"schema_version": 3, "units": []}"#).unwrap();
         let error = read_report(&old).unwrap_err().to_string();
-        assert_eq!(error, format!("{}: report schema_version 2, but this isorun reads version 1", old.display()));
+        assert_eq!(error, format!("{}: report schema_version 3, but this isorun reads versions 1 to 2", old.display()));
         std::fs::write(&old, r#"{"units": []}"#).unwrap();
         let error = read_report(&old).unwrap_err().to_string();
         assert_eq!(error, format!("{}: not an isorun report: no schema_version", old.display()));

@@ -50,6 +50,7 @@ pub fn html_page(report: &Value) -> String {
     page.push_str("</header>\n<main>\n");
     page.push_str(&failures(&units));
     page.push_str(&units_table(&units));
+    page.push_str(&evaluation(&units));
     page.push_str("<section id=\"charts\">\n<h2>Peak memory per model</h2>\n");
     page.push_str(&bar_chart("memory", &units, |unit| unit.peak_rss_bytes(), bytes_text));
     page.push_str("<h2>Wall time per model</h2>\n");
@@ -239,6 +240,95 @@ fn units_table(units: &[Unit<'_>]) -> String {
     table
 }
 
+/// `isorun eval` reports: a metrics table (with the change against the
+/// baseline, where one was given), one chart per metric across models, and
+/// each model's slices. Nothing when no unit has metrics.
+fn evaluation(units: &[Unit<'_>]) -> String {
+    let metrics_of = |unit: &Unit<'_>| unit.0.get("metrics").and_then(Value::as_object).cloned();
+    let mut names: Vec<String> = Vec::new();
+    for unit in units {
+        for name in metrics_of(unit).into_iter().flat_map(|m| m.keys().cloned().collect::<Vec<_>>()) {
+            if !names.contains(&name) {
+                names.push(name);
+            }
+        }
+    }
+    if names.is_empty() {
+        return String::new();
+    }
+    let number = |v: &Value| v.as_f64().map_or_else(|| "–".to_string(), |x| format!("{x:.4}"));
+    let mut html = String::from("<section id=\"evaluation\">\n<h2>Metrics</h2>\n<table id=\"metrics\">\n<thead><tr><th>Model</th><th class=\"number\">Examples</th>");
+    for name in &names {
+        let _ = write!(html, "<th class=\"number\">{}</th>", escape_html(name));
+    }
+    html.push_str("</tr></thead>\n<tbody>\n");
+    for unit in units {
+        let metrics = metrics_of(unit).unwrap_or_default();
+        let _ = write!(
+            html,
+            "<tr class=\"{}\"><td class=\"model\"><code>{}</code></td><td class=\"number\">{}</td>",
+            verdict_class(unit),
+            escape_html(unit.model()),
+            unit.0.get("examples").and_then(Value::as_u64).map_or_else(|| "–".to_string(), |n| n.to_string())
+        );
+        for name in &names {
+            let value = metrics.get(name).map_or_else(|| "–".to_string(), number);
+            let change = match unit.0.get("change").and_then(|c| c.get(name)).and_then(Value::as_f64) {
+                Some(delta) => format!(" <span class=\"change\">({delta:+.4})</span>"),
+                None if unit.0.get("baseline").and_then(Value::as_str) == Some("new") => {
+                    " <span class=\"change\">(new)</span>".to_string()
+                }
+                None => String::new(),
+            };
+            let _ = write!(html, "<td class=\"number\">{value}{change}</td>");
+        }
+        html.push_str("</tr>\n");
+    }
+    html.push_str("</tbody>\n</table>\n");
+    // Bars need whole numbers: metrics are scaled by a billion and shown back as decimals.
+    const SCALE: f64 = 1e9;
+    for name in &names {
+        let _ = writeln!(html, "<h3>{} per model</h3>", escape_html(name));
+        html.push_str(&bar_chart(
+            &format!("metric-{}", escape_html(name)),
+            units,
+            |unit| metrics_of(unit)?.get(name)?.as_f64().filter(|x| *x >= 0.0).map(|x| (x * SCALE).round() as u64),
+            |scaled| format!("{:.4}", scaled as f64 / SCALE),
+        ));
+    }
+    for unit in units {
+        let Some(Value::Object(slices)) = unit.0.get("slices") else { continue };
+        for (feature, values) in slices {
+            let Value::Object(values) = values else { continue };
+            let _ = write!(
+                html,
+                "<h3>Slices of <code>{}</code> by {}</h3>\n<table class=\"slices\"><thead><tr><th>{}</th>",
+                escape_html(unit.model()),
+                escape_html(feature),
+                escape_html(feature)
+            );
+            for name in &names {
+                let _ = write!(html, "<th class=\"number\">{}</th>", escape_html(name));
+            }
+            html.push_str("</tr></thead>\n<tbody>\n");
+            for (value, metrics) in values {
+                let _ = write!(html, "<tr><td><code>{}</code></td>", escape_html(value));
+                for name in &names {
+                    let _ = write!(
+                        html,
+                        "<td class=\"number\">{}</td>",
+                        metrics.get(name).map_or_else(|| "–".to_string(), number)
+                    );
+                }
+                html.push_str("</tr>\n");
+            }
+            html.push_str("</tbody>\n</table>\n");
+        }
+    }
+    html.push_str("</section>\n");
+    html
+}
+
 /// A horizontal bar chart, one bar per unit, scaled to the largest value;
 /// a unit without a value gets a label and no bar.
 fn bar_chart(
@@ -342,6 +432,7 @@ tr.failed td.model code { color: var(--failed); }
 tbody tr:hover { background: #f5f9ff; }
 .model code { overflow-wrap: anywhere; }
 .chart { display: block; max-width: 100%; height: auto; }
+.change { color: #56606b; font-size: 0.9em; }
 .chart text { font-size: 12px; fill: #1d2329; }
 .chart .label { font-family: ui-monospace, Menlo, Consolas, "DejaVu Sans Mono", monospace; }
 .chart .value { fill: #56606b; }
@@ -459,6 +550,22 @@ mod tests {
         let page = html_page(&json!({"units": [{"model": "a", "status": "not_run"}]}));
         assert!(page.contains(">n/a</text>"), "{page}");
         assert!(page.contains("peak memory max unknown"));
+    }
+
+    #[test]
+    fn an_eval_report_has_metrics_changes_charts_and_slices() {
+        let report = json!({"units": [
+            {"model": "a", "status": "ok", "examples": 10, "metrics": {"accuracy": 0.75},
+             "change": {"accuracy": -0.05}, "slices": {"country": {"<fr>": {"accuracy": 0.5}}}},
+            {"model": "b", "status": "ok", "examples": 10, "metrics": {"accuracy": 0.5}, "baseline": "new"}
+        ]});
+        let page = html_page(&report);
+        assert!(page.contains("<h2>Metrics</h2>"), "{page}");
+        assert!(page.contains(">0.7500 <span class=\"change\">(-0.0500)</span>"), "{page}");
+        assert!(page.contains("(new)"), "{page}");
+        assert!(page.contains("id=\"chart-metric-accuracy\""), "{page}");
+        assert!(page.contains("<code>&lt;fr&gt;</code>"), "{page}");
+        assert!(!html_page(&json!({"units": [{"model": "a", "status": "ok"}]})).contains("<h2>Metrics</h2>"));
     }
 
     #[test]

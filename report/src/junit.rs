@@ -117,6 +117,15 @@ fn test_case(unit: Unit<'_>) -> TestCase {
     if let Some(attempts) = unit.attempt_count().filter(|&n| n > 1) {
         case.add_property(Property::new("attempts", attempts.to_string()));
     }
+    // An evaluation's numbers, for CI dashboards that chart properties.
+    if let Some(examples) = unit.0.get("examples").and_then(Value::as_u64) {
+        case.add_property(Property::new("examples", examples.to_string()));
+    }
+    if let Some(Value::Object(metrics)) = unit.0.get("metrics") {
+        for (name, value) in metrics {
+            case.add_property(Property::new(format!("metric.{name}"), value.to_string()));
+        }
+    }
     case
 }
 
@@ -185,5 +194,25 @@ mod tests {
             "{xml}"
         );
         assert!(xml.contains(r#"<property name="flaky" value="true"/>"#), "{xml}");
+    }
+
+    #[test]
+    fn metrics_are_properties_and_a_breach_is_a_failure() {
+        let report = json!({
+            "units": [
+                {"model": "a", "status": "ok", "examples": 1000, "metrics": {"accuracy": 0.75, "auc": 0.5}},
+                {"model": "b", "status": "below_threshold", "examples": 1000, "metrics": {"accuracy": 0.5},
+                 "error": {"kind": "below_threshold", "message": "below threshold: accuracy>=0.9 not met: 0.5"},
+                 "breach": {"metric": "accuracy", "rule": "accuracy>=0.9", "bound": 0.9, "value": 0.5}}
+            ]
+        });
+        let xml = junit_xml(&report).unwrap();
+        assert!(xml.contains(r#"<property name="metric.accuracy" value="0.75"/>"#), "{xml}");
+        assert!(xml.contains(r#"<property name="examples" value="1000"/>"#), "{xml}");
+        assert!(xml.contains(r#"failures="1""#), "{xml}");
+        assert!(
+            xml.contains(r#"<failure message="below threshold: accuracy&gt;=0.9 not met: 0.5" type="below_threshold""#),
+            "{xml}"
+        );
     }
 }

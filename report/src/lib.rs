@@ -23,7 +23,7 @@ mod timestamp;
 mod unit;
 
 pub use diff::{diff, Finding, Thresholds};
-pub use document::{build, summary, RunInfo, SCHEMA_VERSION};
+pub use document::{build, summary, RunInfo, OLDEST_SCHEMA_VERSION, SCHEMA_VERSION};
 pub use files::{read_report, write_files};
 pub use html::{escape_html, html_page};
 pub use junit::junit_xml;
@@ -49,7 +49,7 @@ pub enum ReportError {
     },
     #[error("{}: not an isorun report: {what}", path.display())]
     NotAReport { path: PathBuf, what: String },
-    #[error("{}: report schema_version {found}, but this isorun reads version {SCHEMA_VERSION}", path.display())]
+    #[error("{}: report schema_version {found}, but this isorun reads versions {OLDEST_SCHEMA_VERSION} to {SCHEMA_VERSION}", path.display())]
     SchemaVersion { path: PathBuf, found: String },
     #[error("model {model} is in two reports: {} and {}", first.display(), second.display())]
     DuplicateModel { model: String, first: PathBuf, second: PathBuf },

@@ -97,7 +97,7 @@ fn a_report_of_a_real_run_holds_every_record_without_output_values() {
     write_report(&path, &ran.records, &info);
     let report = read_json(&path);
 
-    assert_eq!(report["schema_version"], 1);
+    assert_eq!(report["schema_version"], 2);
     assert_eq!(report["isorun_version"], env!("CARGO_PKG_VERSION"));
     assert!(report.get("tensorflow_version").is_none(), "keys that do not apply are left out: {report}");
     for key in ["started_at", "finished_at"] {
@@ -478,14 +478,14 @@ fn report_commands_refuse_files_that_are_not_reports() {
     std::fs::write(&records, r#"{"model": "a", "status": "ok"}"#).unwrap();
     let future = tmp.path().join("future.json");
     let mut report = read_json(&old);
-    report["schema_version"] = json!(2);
+    report["schema_version"] = json!(3);
     std::fs::write(&future, report.to_string()).unwrap();
 
     for (bad, says) in [
         (&missing, "cannot read"),
         (&not_json, "not JSON"),
         (&records, "not an isorun report: no schema_version"),
-        (&future, "report schema_version 2, but this isorun reads version 1"),
+        (&future, "report schema_version 3, but this isorun reads versions 1 to 2"),
     ] {
         let expected = format!("isorun: error: {}: {says}", bad.display());
         let ran = run(isorun().args(["report", "diff"]).arg(&old).arg(bad));
@@ -612,7 +612,7 @@ fn run_writes_the_reports_it_is_asked_for() {
         return;
     }
     let report = read_json(&json_path);
-    assert_eq!(report["schema_version"], 1);
+    assert_eq!(report["schema_version"], 2);
     let expected: Vec<Value> = ran.records.iter().map(without_values).collect();
     assert_eq!(units(&report), &expected);
     assert_eq!(report["summary"]["by_status"]["crashed"], 1);
