@@ -10,6 +10,8 @@ numbers scikit-learn and NumPy give on Python TensorFlow's own predictions.
                     as TF Serving's predict-on-Example signatures) -> probability [?,1]
       fails_late    x [?,4] -> probability [?,1]; fails (tf.debugging) on a
                     batch holding an example with x[0] > 3 (mid-dataset error)
+      echo          x [?,1] -> x [?,1] (identity: what the fault worker
+                    returns too, and cheap enough to stream big datasets)
   tests/fixtures/eval/data/
       data.tfrecord, data.tfrecord.gz, shards/part-0000{0,1,2}.tfrecord,
       data.npz, npy/<name>.npy: the same 1000 examples (features x float 4,
@@ -104,6 +106,12 @@ class FailsLate(tf.Module):
         check = tf.debugging.assert_less_equal(x[:, 0], 3.0, message="fails_late expects x[:, 0] <= 3")
         with tf.control_dependencies([check]):
             return {"probability": tf.sigmoid(tf.matmul(x, self.w) + self.b)}
+
+
+class Echo(tf.Module):
+    @tf.function(input_signature=[spec([None, 1], tf.float32, "x")])
+    def serve(self, x):
+        return {"x": tf.identity(x)}
 
 
 def save(module, path):
@@ -231,6 +239,7 @@ def main():
     models = {
         "binary": Binary(), "multiclass": Multiclass(True), "logits": Multiclass(False),
         "regressor": Regressor(), "raw_examples": RawExamples(), "fails_late": FailsLate(),
+        "echo": Echo(),
     }
     for name, module in models.items():
         save(module, os.path.join(tmp, "models", name))

@@ -12,7 +12,8 @@ pub fn unit_record(model: &Model, report: &UnitReport) -> Value {
     r.insert("model".into(), json!(model.id));
     r.insert("path".into(), json!(model.path.to_string_lossy()));
     r.insert("status".into(), json!(report.outcome.status()));
-    if report.outcome.is_ok() {
+    // A fed unit (eval) keeps metrics, not outputs.
+    if report.outcome.is_ok() && report.stream.is_none() {
         let mut outputs = Map::new();
         for output in &report.outputs {
             let mut o = Map::new();

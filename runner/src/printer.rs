@@ -128,13 +128,24 @@ impl<'a> Printer<'a> {
                 "status",
                 "time",
                 "peak mem",
-                "outputs / error",
+                "outputs, metrics / error",
                 w = self.id_width
             )
         } else {
             String::new()
         };
+        let metrics = record.get("metrics").and_then(Value::as_object).filter(|_| record["status"] == "ok");
         let detail = match record.get("outputs").and_then(Value::as_object) {
+            _ if metrics.is_some() => {
+                let metrics = metrics.into_iter().flatten().map(|(name, value)| match value.as_f64() {
+                    Some(x) => format!("{name} {x:.4}"),
+                    None => format!("{name} {value}"),
+                });
+                std::iter::once(format!("{} examples", record["examples"].as_u64().unwrap_or(0)))
+                    .chain(metrics)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            }
             Some(outputs) => outputs
                 .iter()
                 .map(|(name, o)| {
