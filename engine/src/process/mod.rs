@@ -5,6 +5,6 @@ mod spec;
 mod worker;
 mod zygote;
 
-pub use spec::{library_path, SpawnSpec};
+pub use spec::{library_path, worker_version, SpawnSpec};
 pub use worker::{memory_fields, pidfd_signals_process_group, Event, Exit, ExitStatus, WorkerProcess};
 pub use zygote::Zygote;

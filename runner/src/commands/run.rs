@@ -7,9 +7,11 @@ use crate::cli::{Format, RunArgs};
 use crate::printer::{print_summary, progress_bar, Printer};
 use crate::settings::{report_settings, run_settings, statuses};
 use crate::support::{watch_signals, with_causes};
-use isorun_engine::{discover, latest_versions, CancelToken, Engine, Event, Model, PreparedInputs, STATUSES};
+use isorun_engine::{
+    discover, latest_versions, worker_version, CancelToken, Engine, Event, Model, PreparedInputs, STATUSES,
+};
 use isorun_protocol::{exit_code, Outcome};
-use isorun_report::journal::{read_journal, unit_key, Journal, KeyParts};
+use isorun_report::journal::{read_journal, runtime_identity, unit_key, Journal, KeyParts};
 use isorun_report::record::unit_record;
 use isorun_report::{build as build_report, write_files as write_report_files, RunInfo};
 use isorun_tensors::inputs::load_inputs;
@@ -17,7 +19,7 @@ use serde_json::Value;
 use std::collections::BTreeMap;
 use std::io::{self, IsTerminal};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// Runs the command; `Err` is a usage error (exit 2).
 pub fn main(args: RunArgs, quiet: bool) -> Result<i32, String> {
@@ -58,10 +60,25 @@ pub fn main(args: RunArgs, quiet: bool) -> Result<i32, String> {
     let mut resumed: BTreeMap<usize, Value> = BTreeMap::new();
     let mut journal = None;
     if let Some(path) = &args.journal {
-        let settings_text =
-            format!("{}\0{:?}\0{:?}\0{:?}", settings.signature, settings.tags, settings.batch_size, settings.libraries);
+        let tolerances = run_settings.expect.as_ref().map(|e| (e.rtol, e.atol));
+        let settings_text = format!(
+            "{}\0{:?}\0{:?}\0{:?}\0{:?}",
+            settings.signature, settings.tags, settings.batch_size, settings.libraries, tolerances
+        );
         let digest = inputs.digest();
-        let parts = KeyParts { inputs: &digest, settings: &settings_text, inputs_dir: args.inputs_dir.as_deref() };
+        // The worker and TensorFlow that will compute: asked once, before any key.
+        let version = worker_version(&settings.spawn, Duration::from_secs(60));
+        if let Err(e) = &version {
+            tracing::warn!("cannot ask the worker its version for the journal's keys: {e}");
+        }
+        let runtime = runtime_identity(&settings.spawn.worker, &version)?;
+        let parts = KeyParts {
+            inputs: &digest,
+            settings: &settings_text,
+            inputs_dir: args.inputs_dir.as_deref(),
+            expect_dir: run_settings.expect.as_ref().map(|e| e.dir.as_path()),
+            runtime: &runtime,
+        };
         for (model, key) in models.iter().zip(keys.iter_mut()) {
             *key = Some(
                 unit_key(model, &parts).map_err(|e| format!("{}: cannot read the model: {e}", model.path.display()))?,
@@ -76,7 +93,7 @@ pub fn main(args: RunArgs, quiet: bool) -> Result<i32, String> {
                 }
             }
         }
-        journal = Some(Journal::open(path)?);
+        journal = Some(Journal::open(path, settings.values)?);
     }
     let to_run: Vec<usize> = (0..models.len()).filter(|i| !resumed.contains_key(i)).collect();
     let run_models: Vec<Model> = to_run.iter().map(|&i| models[i].clone()).collect();

@@ -13,7 +13,8 @@
 //! pid (also answer an output `worker_pid`), hog-N (grow by 16 MiB steps
 //! to N MiB, then hang), flaky (crash unless the model folder holds
 //! `.crashed-once`, which it creates first), crash-if-not-first (crash if
-//! this worker already ran a unit), gpu-hold-N (take N GiB of GPU memory
+//! this worker already ran a unit), error (answer a model error, as
+//! TensorFlow's own failures come back), gpu-hold-N (take N GiB of GPU memory
 //! through the CUDA driver API, `libcuda.so.1` loaded at run time, and hold
 //! it until this worker exits; without libcuda the unit fails with an
 //! error saying so), env (also answer string outputs `CUDA_VISIBLE_DEVICES`
@@ -33,6 +34,9 @@
 //! environment drops), every run appends the model folder's name to
 //! that file, so tests can count how often each model was computed.
 //! With --ignore-term, it ignores SIGTERM (only SIGKILL stops it).
+//! `--version` prints a version line, as `isorun-worker --version`, naming
+//! the TensorFlow version in TF_FAULT_VERSION (journal keys use it; a
+//! `TF_` name, so a cleared sandbox environment keeps it).
 //! Any other model is good: its outputs are its inputs, under the same names.
 
 use ipc_channel::ipc::IpcOneShotServer;
@@ -54,6 +58,12 @@ fn sleep_forever() -> ! {
 }
 
 fn main() {
+    if std::env::args().nth(1).as_deref() == Some("--version") {
+        // As `isorun-worker --version`; the TensorFlow it claims comes from the environment.
+        let tensorflow = std::env::var("TF_FAULT_VERSION").unwrap_or_else(|_| "none".into());
+        println!("isorun-fault-worker (TensorFlow {tensorflow})");
+        return;
+    }
     if std::env::args().any(|a| a == "--zygote") {
         // Fork-server mode, as `isorun-worker --zygote`: each child runs `worker_main`.
         let fd: i32 = std::env::var(isorun_zygote::ENV_ZYGOTE_FD).expect("ISORUN_ZYGOTE_FD").parse().expect("fd");
@@ -208,6 +218,11 @@ fn run(socket: &mut UnixStream, request: &RunRequest, shared: &[ipc_channel::ipc
             }
         }
         "crash-if-not-first" if served_before > 0 => crash(),
+        "error" => {
+            let error = ModelError::new(ErrorKind::Tensorflow, "fault-error: the model failed, as asked".to_string());
+            write_frame(socket, &WorkerMessage::Finished { unit, run_ms: 0, result: UnitResult::Err(error) }).unwrap();
+            return;
+        }
         "gpu-hold" => {
             if let Err(message) = hold_gpu_memory(amount) {
                 let error = ModelError::new(ErrorKind::Tensorflow, format!("gpu-hold-{amount}: {message}"));
