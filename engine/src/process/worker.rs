@@ -84,7 +84,7 @@ impl StderrTail {
 pub struct WorkerProcess {
     pub pid: i32,
     events: mpsc::Receiver<Event>,
-    events_tx: mpsc::Sender<Event>,
+    events_tx: mpsc::SyncSender<Event>,
     requests: Option<mpsc::Sender<RequestEnvelope>>,
     stderr: Arc<Mutex<StderrTail>>,
     exit: Option<Exit>,
@@ -172,7 +172,7 @@ impl WorkerProcess {
         max_frame: u64,
         kind: Kind,
     ) -> io::Result<WorkerProcess> {
-        let (events_tx, events) = mpsc::channel();
+        let (events_tx, events) = mpsc::sync_channel(EVENTS_AHEAD);
         let stderr = Arc::new(Mutex::new(StderrTail::default()));
         if let Some(pipe) = stderr_pipe {
             let tail = Arc::clone(&stderr);
@@ -544,7 +544,15 @@ fn collect_stderr(pipe: impl Read, tail: &Mutex<StderrTail>) {
     }
 }
 
-fn read_messages(mut socket: UnixStream, max_frame: u64, events: mpsc::Sender<Event>) {
+/// How many events may wait for the slot thread: the reader then blocks
+/// (and the worker with it, once its socket buffer is full), so a worker
+/// streaming maximal frames holds at most this many decoded frames plus the
+/// one in the reader's hands, not as many as it can send. Nothing else
+/// waits on the reader: deadlines are checked between events, killing and
+/// reaping need no event, and dropping the worker's receiver unblocks it.
+const EVENTS_AHEAD: usize = 1;
+
+fn read_messages(mut socket: UnixStream, max_frame: u64, events: mpsc::SyncSender<Event>) {
     let result = catch_unwind(AssertUnwindSafe(|| loop {
         match read_frame::<WorkerMessage>(&mut socket, max_frame) {
             Ok(message) => {
@@ -588,6 +596,32 @@ mod tests {
         let mut command = Command::new("/bin/true");
         worker_environment(&mut command, spec);
         command.get_envs().find(|(n, _)| *n == name).map(|(_, v)| v.map(ToOwned::to_owned))
+    }
+
+    #[test]
+    fn the_reader_waits_for_a_slow_consumer_and_ends_when_it_leaves() {
+        let (mut worker_side, ours) = UnixStream::pair().unwrap();
+        let peek = ours.try_clone().unwrap();
+        for unit in 0..64 {
+            isorun_transport::write_frame(&mut worker_side, &WorkerMessage::Loaded { unit, load_ms: 1 }).unwrap();
+        }
+        let (tx, rx) = mpsc::sync_channel(EVENTS_AHEAD);
+        let reader = thread::spawn(move || read_messages(ours, 1 << 20, tx));
+        thread::sleep(Duration::from_millis(300));
+        // Nobody has taken an event: the reader has decoded only what the channel holds.
+        let mut unread: libc::c_int = 0;
+        // SAFETY: FIONREAD writes one int: the bytes queued for reading.
+        assert_eq!(unsafe { libc::ioctl(peek.as_raw_fd(), libc::FIONREAD, &mut unread) }, 0);
+        assert!(unread > 0, "the reader read every frame ahead of its consumer");
+        assert!(matches!(rx.recv().unwrap(), Event::Message(WorkerMessage::Loaded { unit: 0, .. })));
+        // A consumer that goes away (the worker is dropped) frees a blocked reader.
+        drop(rx);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !reader.is_finished() {
+            assert!(Instant::now() < deadline, "the blocked reader did not end when its consumer left");
+            thread::sleep(Duration::from_millis(10));
+        }
+        drop(worker_side);
     }
 
     #[test]
