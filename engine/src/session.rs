@@ -246,6 +246,8 @@ fn crash_outcome(exit: Exit, before_hello: bool, stderr: &[String]) -> Outcome {
                 .unwrap_or_else(|| "the worker exited with code 127 before it started".into()),
         },
         ExitStatus::Code(code) => Outcome::Crashed { signal: None, core_dumped: false, exit_code: Some(code) },
+        // Only a killed worker can be left unreaped; one that exited by itself never is.
+        ExitStatus::Unreaped => Outcome::Crashed { signal: Some(libc::SIGKILL), core_dumped: false, exit_code: None },
     }
 }
 

@@ -6,5 +6,7 @@ mod worker;
 mod zygote;
 
 pub use spec::{library_path, worker_version, SpawnSpec};
-pub use worker::{memory_fields, pidfd_signals_process_group, Event, Exit, ExitStatus, WorkerProcess};
+pub use worker::{
+    memory_fields, pidfd_signals_process_group, Event, Exit, ExitStatus, WorkerProcess, DEFAULT_REAP_TIMEOUT,
+};
 pub use zygote::Zygote;

@@ -19,7 +19,8 @@
 //! it until this worker exits; without libcuda the unit fails with an
 //! error saying so), env (also answer string outputs `CUDA_VISIBLE_DEVICES`
 //! and `CUDA_DEVICE_ORDER`: their values, or `<unset>`).
-//! With --zygote it is a fork server, as `isorun-worker --zygote`.
+//! With --zygote it is a fork server, as `isorun-worker --zygote`; with
+//! --zygote-fail too, that zygote says so on stderr and exits 1 at once.
 //! Hostile run faults (tests/integration/hostile.rs): vec-claim (a frame
 //! whose payload claims 2^60 outputs), bytes-claim (a small frame claiming a
 //! 7 GiB output name), split-N (a good answer written in two halves N ms
@@ -65,6 +66,10 @@ fn main() {
         return;
     }
     if std::env::args().any(|a| a == "--zygote") {
+        if std::env::args().any(|a| a == "--zygote-fail") {
+            eprintln!("isorun-fault-worker: this zygote fails at once, as asked (--zygote-fail)");
+            std::process::exit(1);
+        }
         // Fork-server mode, as `isorun-worker --zygote`: each child runs `worker_main`.
         let fd: i32 = std::env::var(isorun_zygote::ENV_ZYGOTE_FD).expect("ISORUN_ZYGOTE_FD").parse().expect("fd");
         // SAFETY: the supervisor passed this descriptor to us.

@@ -169,3 +169,14 @@ fn a_worker_that_cannot_be_started_is_spawn_failed() {
     );
     assert!(ran.record("m1")["error"]["message"].as_str().unwrap().contains("worker"), "{}", ran.stdout);
 }
+
+#[test]
+fn a_zygote_that_fails_says_why_and_workers_are_exec_d_instead() {
+    let tmp = tempfile::tempdir().unwrap();
+    fake_models(&tmp.path().join("models"), &["good"]);
+    let ran = run_faults(tmp.path(), &["--zygote-fail"], &["--spawn", "zygote", "--json"]);
+    assert_good(&ran, "good");
+    // The fallback's warning carries the zygote's own words, from its stderr.
+    assert!(ran.stderr.contains("exec'ing each worker instead"), "{}", ran.stderr);
+    assert!(ran.stderr.contains("this zygote fails at once, as asked"), "{}", ran.stderr);
+}
