@@ -10,7 +10,7 @@ use crate::engine::Event;
 use crate::gpu::{self, slot_device, slots_on_device, GpuWatch};
 use crate::inputs::PreparedInputs;
 use crate::process::{Exit, ExitStatus, SpawnSpec, WorkerProcess, Zygote};
-use crate::session::{run_request, shutdown, wait_hello, Deadlines};
+use crate::session::{run_request, shutdown, terminate, wait_hello, Deadlines};
 use crate::settings::{Settings, SpawnMode};
 use crate::sink::OutputSink;
 use crate::unit::{Attempt, OutputInfo, UnitReport};
@@ -215,7 +215,7 @@ impl Slot<'_> {
                 }
                 Err(outcome) => {
                     pending.pop_front();
-                    let exit = worker.terminate(self.settings.grace);
+                    let exit = terminate(&mut worker, self.settings.grace, self.stop);
                     let mut report = UnitReport::new(first, outcome);
                     finish_metrics(&mut report, &worker, Some(exit), started, (Duration::ZERO, Duration::ZERO));
                     report.worker_id = Some(worker_id);

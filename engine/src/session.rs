@@ -121,7 +121,7 @@ pub fn run_request(
             return fail(end, Outcome::NotRun { reason: NotRunReason::Interrupted });
         }
         if stop.requested() {
-            worker.terminate(deadlines.grace);
+            terminate(worker, deadlines.grace, stop);
             return fail(end, Outcome::NotRun { reason: NotRunReason::Interrupted });
         }
         let deadline = match phase {
@@ -129,7 +129,7 @@ pub fn run_request(
             _ => deadlines.unit,
         };
         if deadline.is_some_and(|d| Instant::now() >= d) {
-            worker.terminate(deadlines.grace);
+            terminate(worker, deadlines.grace, stop);
             return fail(end, Outcome::Timeout { phase });
         }
         match worker.next_event(TICK) {
@@ -182,6 +182,22 @@ pub fn run_request(
                     return fail(end, outcome);
                 }
             }
+        }
+    }
+}
+
+/// SIGTERM to the worker's group, `grace` to exit, then SIGKILL; reaps it.
+/// A second Ctrl-C (`stop.immediate()`) during the grace kills it at once.
+pub fn terminate(worker: &mut WorkerProcess, grace: Duration, stop: &CancelToken) -> Exit {
+    worker.ask_to_stop();
+    let deadline = Instant::now() + grace;
+    loop {
+        let now = Instant::now();
+        if now >= deadline || stop.immediate() {
+            return worker.kill();
+        }
+        if let Some(exit) = worker.wait_exit(TICK.min(deadline - now)) {
+            return exit;
         }
     }
 }

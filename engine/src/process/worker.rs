@@ -335,6 +335,13 @@ impl WorkerProcess {
         self.kill()
     }
 
+    /// SIGTERM to the worker's group, unless it has exited; does not wait.
+    pub fn ask_to_stop(&mut self) {
+        if self.try_exit().is_none() {
+            self.signal_group(libc::SIGTERM);
+        }
+    }
+
     /// SIGKILL to the worker's group; reaps it.
     pub fn kill(&mut self) -> Exit {
         if let Some(exit) = self.try_exit() {
