@@ -10,8 +10,8 @@ use crate::engine::Event;
 use crate::feed::{latency_percentiles, Feed, StreamReport};
 use crate::gpu::{self, slot_device, slots_on_device, GpuWatch};
 use crate::inputs::PreparedInputs;
-use crate::process::{Exit, SpawnSpec, WorkerProcess, Zygote};
-use crate::session::{run_request, shutdown, wait_hello, Deadlines};
+use crate::process::{Exit, ExitStatus, SpawnSpec, WorkerProcess, Zygote};
+use crate::session::{run_request, shutdown, terminate, wait_hello, Deadlines};
 use crate::settings::{Settings, SpawnMode};
 use crate::sink::OutputSink;
 use crate::unit::{Attempt, OutputInfo, UnitReport};
@@ -134,23 +134,41 @@ impl Slot<'_> {
     /// Starts a worker: forked from the slot's zygote (started or replaced
     /// as needed), or exec'd when asked or when zygotes do not work here.
     fn spawn_worker(&self, zygote: &mut Option<Arc<Zygote>>) -> std::io::Result<WorkerProcess> {
+        let mut worker = self.spawn_worker_process(zygote)?;
+        worker.set_reap_timeout(self.settings.reap_timeout);
+        Ok(worker)
+    }
+
+    fn spawn_worker_process(&self, zygote: &mut Option<Arc<Zygote>>) -> std::io::Result<WorkerProcess> {
         if self.settings.spawn_mode == SpawnMode::Zygote && !self.zygote_broken.load(Ordering::SeqCst) {
+            let mut reason = String::new();
             for _ in 0..2 {
                 if !zygote.as_ref().is_some_and(|z| z.alive()) {
-                    *zygote = Zygote::start(&self.spawn).ok().map(Arc::new);
+                    *zygote = match Zygote::start(&self.spawn) {
+                        Ok(z) => Some(Arc::new(z)),
+                        Err(e) => {
+                            reason = format!("cannot start the zygote: {e}");
+                            tracing::info!("{reason}");
+                            None
+                        }
+                    };
                 }
                 if let Some(z) = zygote.as_ref() {
                     match WorkerProcess::spawn_forked(z, &self.spawn) {
                         Ok(worker) => return Ok(worker),
                         Err(e) => {
-                            tracing::info!("zygote failed: {e}; starting a new one");
+                            reason = match z.stderr_tail() {
+                                tail if tail.is_empty() => format!("{e}"),
+                                tail => format!("{e}; its stderr: {tail}"),
+                            };
+                            tracing::info!("zygote failed: {reason}; starting a new one");
                             *zygote = None;
                         }
                     }
                 }
             }
             if !self.zygote_broken.swap(true, Ordering::SeqCst) {
-                tracing::warn!("workers cannot be forked from a zygote here; exec'ing each worker instead");
+                tracing::warn!("workers cannot be forked from a zygote here ({reason}); exec'ing each worker instead");
             }
         }
         WorkerProcess::spawn(&self.spawn)
@@ -205,7 +223,7 @@ impl Slot<'_> {
                 }
                 Err(outcome) => {
                     pending.pop_front();
-                    let exit = worker.terminate(self.settings.grace);
+                    let exit = terminate(&mut worker, self.settings.grace, self.stop);
                     let mut report = UnitReport::new(first, outcome);
                     finish_metrics(&mut report, &worker, Some(exit), started, (Duration::ZERO, Duration::ZERO));
                     report.worker_id = Some(worker_id);
@@ -541,7 +559,10 @@ fn finish_metrics(
     if report.stderr_tail.is_empty() && !report.outcome.is_ok() {
         report.stderr_tail = worker.stderr_tail();
     }
-    let (peak, cpu) = match exit {
+    if exit.is_some_and(|e| e.status == ExitStatus::Unreaped) {
+        report.worker_unreaped = true;
+    }
+    let (peak, cpu) = match exit.filter(|e| e.status != ExitStatus::Unreaped) {
         Some(exit) => (Some(exit.max_rss_bytes), Some((exit.user, exit.system))),
         None => (worker.peak_rss_now(), worker.cpu_now()),
     };

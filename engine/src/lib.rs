@@ -59,7 +59,7 @@ pub use engine::{Engine, Event, RunSummary, SetupError};
 pub use feed::{Feed, FeedStream, FeedSummary, StreamReport};
 pub use inputs::PreparedInputs;
 pub use isorun_protocol::Outcome;
-pub use process::{library_path, memory_fields, pidfd_signals_process_group, SpawnSpec};
+pub use process::{library_path, memory_fields, pidfd_signals_process_group, worker_version, SpawnSpec};
 pub use session::{check_outputs, MAX_RANK};
 pub use settings::{Settings, SettingsBuilder, SpawnMode, STATUSES};
 pub use sink::{Discard, OutputSink, Sinks, WriteNpy};

@@ -124,7 +124,7 @@ pub fn run_request(
             return fail(end, Outcome::NotRun { reason: NotRunReason::Interrupted });
         }
         if stop.requested() {
-            worker.terminate(deadlines.grace);
+            terminate(worker, deadlines.grace, stop);
             return fail(end, Outcome::NotRun { reason: NotRunReason::Interrupted });
         }
         let deadline = match phase {
@@ -132,7 +132,7 @@ pub fn run_request(
             _ => [deadlines.unit, run_deadline].into_iter().flatten().min(),
         };
         if deadline.is_some_and(|d| Instant::now() >= d) {
-            worker.terminate(deadlines.grace);
+            terminate(worker, deadlines.grace, stop);
             return fail(end, Outcome::Timeout { phase });
         }
         match worker.next_event(TICK) {
@@ -186,6 +186,22 @@ pub fn run_request(
                     return fail(end, outcome);
                 }
             }
+        }
+    }
+}
+
+/// SIGTERM to the worker's group, `grace` to exit, then SIGKILL; reaps it.
+/// A second Ctrl-C (`stop.immediate()`) during the grace kills it at once.
+pub fn terminate(worker: &mut WorkerProcess, grace: Duration, stop: &CancelToken) -> Exit {
+    worker.ask_to_stop();
+    let deadline = Instant::now() + grace;
+    loop {
+        let now = Instant::now();
+        if now >= deadline || stop.immediate() {
+            return worker.kill();
+        }
+        if let Some(exit) = worker.wait_exit(TICK.min(deadline - now)) {
+            return exit;
         }
     }
 }
@@ -250,6 +266,8 @@ fn crash_outcome(exit: Exit, before_hello: bool, stderr: &[String]) -> Outcome {
                 .unwrap_or_else(|| "the worker exited with code 127 before it started".into()),
         },
         ExitStatus::Code(code) => Outcome::Crashed { signal: None, core_dumped: false, exit_code: Some(code) },
+        // Only a killed worker can be left unreaped; one that exited by itself never is.
+        ExitStatus::Unreaped => Outcome::Crashed { signal: Some(libc::SIGKILL), core_dumped: false, exit_code: None },
     }
 }
 

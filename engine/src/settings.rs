@@ -59,6 +59,11 @@ pub struct Settings {
     pub start_timeout: Duration,
     /// Time between SIGTERM and SIGKILL.
     pub grace: Duration,
+    /// How long a worker may take to be reaped after SIGKILL before it is
+    /// reported (`worker_unreaped`) and left to a background reaper, so a
+    /// process stuck in uninterruptible sleep (a GPU driver, NFS) cannot
+    /// hold its slot.
+    pub reap_timeout: Duration,
     /// Put each output's values (JSON) in the unit's report.
     pub values: bool,
     /// Feed the inputs in chunks of this many rows and join the outputs.
@@ -107,6 +112,7 @@ impl Settings {
                 batch_timeout: None,
                 start_timeout: Duration::from_secs(60),
                 grace: Duration::from_secs(2),
+                reap_timeout: crate::process::DEFAULT_REAP_TIMEOUT,
                 values: false,
                 batch_size: None,
                 libraries: Vec::new(),
@@ -166,6 +172,8 @@ impl SettingsBuilder {
         start_timeout: Duration,
         /// SIGTERM to SIGKILL.
         grace: Duration,
+        /// SIGKILL to reaped, at most.
+        reap_timeout: Duration,
         /// Values in reports.
         values: bool,
         /// Rows per request.

@@ -37,6 +37,9 @@ pub struct UnitReport {
     /// What the device got back when the worker exited, and its used memory then (NVML).
     pub gpu_return: Option<GpuReturn>,
     pub stderr_tail: Vec<String>,
+    /// The worker was not reaped within the reap timeout after SIGKILL
+    /// (uninterruptible sleep); its slot moved on and it is reaped later.
+    pub worker_unreaped: bool,
     /// Protections in force in the worker, and those it could not apply.
     pub sandbox: Option<(Vec<String>, Vec<String>)>,
     /// Every attempt, the last one included (more than one after retries
@@ -81,6 +84,7 @@ impl UnitReport {
             gpu: None,
             gpu_peak_bytes: None,
             gpu_return: None,
+            worker_unreaped: false,
             stderr_tail: Vec::new(),
             sandbox: None,
             attempts: Vec::new(),

@@ -6,7 +6,7 @@
 
 use crate::cancel::CancelToken;
 use crate::process::{SpawnSpec, WorkerProcess};
-use crate::session::{run_request, shutdown, wait_hello, Deadlines};
+use crate::session::{run_request, shutdown, terminate, wait_hello, Deadlines};
 use isorun_protocol::{Outcome, RunRequest, Tensor, ToWorker};
 use isorun_transport::RequestEnvelope;
 use std::time::{Duration, Instant};
@@ -70,7 +70,7 @@ impl WorkerSession {
             None => match WorkerProcess::spawn(&self.spawn) {
                 Ok(mut worker) => {
                     if let Err(outcome) = wait_hello(&mut worker, cancel, started + self.start_timeout) {
-                        worker.terminate(self.grace);
+                        terminate(&mut worker, self.grace, cancel);
                         return answer(outcome);
                     }
                     self.served_by_worker = 0;

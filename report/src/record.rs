@@ -59,6 +59,10 @@ pub fn unit_record(model: &Model, report: &UnitReport) -> Value {
             r.insert("sandbox_missing".into(), json!(missing));
         }
     }
+    if report.worker_unreaped {
+        // Killed, but not gone within the reap timeout: a process stuck in the kernel.
+        r.insert("worker_unreaped".into(), json!(true));
+    }
     if report.flaky() {
         r.insert("flaky".into(), json!(true));
     }

@@ -97,7 +97,11 @@ pub struct LsArgs {
 
 #[derive(Debug, Args)]
 #[command(after_help = "Examples:
-  printf '%s\\n' '{\"id\": 1, \"inputs\": {\"x\": [[1, 2, 3, 4]]}}' | isorun pipe models/linear")]
+  printf '%s\\n' '{\"id\": 1, \"inputs\": {\"x\": [[1, 2, 3, 4]]}}' | isorun pipe models/linear
+
+Exit codes: 0 end of input (or a closed stdout); 1 --max-restarts reached, or stdin unreadable;
+2 usage error (the model cannot load; nothing read); 130/143 interrupted by Ctrl-C/SIGTERM,
+even while waiting for a line (the worker is stopped first).")]
 pub struct PipeArgs {
     /// The SavedModel folder to serve.
     #[arg(value_name = "MODEL")]

@@ -8,17 +8,17 @@ use crate::printer::{print_summary, progress_bar, Printer};
 use crate::settings::statuses;
 use crate::support::{watch_signals, with_causes};
 use isorun_engine::{
-    discover, latest_versions, CancelToken, Engine, Event, Feed, Model, PreparedInputs, Settings, Sinks, STATUSES,
+    discover, latest_versions, worker_version, CancelToken, Engine, Event, Feed, Model, PreparedInputs, Settings, Sinks, STATUSES,
 };
 use isorun_protocol::{exit_code, Outcome};
-use isorun_report::journal::{read_journal, unit_key, Journal, KeyParts};
+use isorun_report::journal::{read_journal, runtime_identity, unit_key, Journal, KeyParts};
 use isorun_report::record::unit_record;
 use isorun_report::{build as build_report, write_files as write_report_files, RunInfo};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::io::{self, IsTerminal};
 use std::sync::Arc;
-use std::time::{Instant, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 /// What the units are given.
 pub enum Work<'a> {
@@ -41,6 +41,8 @@ pub struct Plan<'a> {
     /// a digest of the inputs (or data) and the settings that matter.
     pub key_inputs: Vec<u8>,
     pub key_settings: String,
+    /// `--expect`: the golden files of each model are part of its key.
+    pub expect_dir: Option<std::path::PathBuf>,
     /// The settings as reports show them.
     pub report_settings: Value,
 }
@@ -61,8 +63,19 @@ pub fn discover_models(args: &RunArgs) -> Result<Vec<Model>, String> {
 /// Runs the plan: resumes from the journal, runs the rest, prints a record
 /// per model in model order, writes the reports; the exit code.
 pub fn execute(plan: Plan) -> Result<i32, String> {
-    let Plan { args, quiet, started, started_at, engine: settings, models, work, key_inputs, key_settings, report_settings } =
-        plan;
+    let Plan {
+        args,
+        quiet,
+        started,
+        started_at,
+        engine: settings,
+        models,
+        work,
+        key_inputs,
+        key_settings,
+        expect_dir,
+        report_settings,
+    } = plan;
     let settings = &settings;
     let fail_on = if args.fail_on.is_empty() {
         STATUSES[1..].iter().map(|s| s.to_string()).collect()
@@ -81,7 +94,19 @@ pub fn execute(plan: Plan) -> Result<i32, String> {
     let mut resumed: BTreeMap<usize, Value> = BTreeMap::new();
     let mut journal = None;
     if let Some(path) = &args.journal {
-        let parts = KeyParts { inputs: &key_inputs, settings: &key_settings, inputs_dir: args.inputs_dir.as_deref() };
+        // The worker and TensorFlow that will compute: asked once, before any key.
+        let version = worker_version(&settings.spawn, Duration::from_secs(60));
+        if let Err(e) = &version {
+            tracing::warn!("cannot ask the worker its version for the journal's keys: {e}");
+        }
+        let runtime = runtime_identity(&settings.spawn.worker, &version)?;
+        let parts = KeyParts {
+            inputs: &key_inputs,
+            settings: &key_settings,
+            inputs_dir: args.inputs_dir.as_deref(),
+            expect_dir: expect_dir.as_deref(),
+            runtime: &runtime,
+        };
         for (model, key) in models.iter().zip(keys.iter_mut()) {
             *key = Some(
                 unit_key(model, &parts).map_err(|e| format!("{}: cannot read the model: {e}", model.path.display()))?,
@@ -96,7 +121,7 @@ pub fn execute(plan: Plan) -> Result<i32, String> {
                 }
             }
         }
-        journal = Some(Journal::open(path)?);
+        journal = Some(Journal::open(path, settings.values)?);
     }
     let to_run: Vec<usize> = (0..models.len()).filter(|i| !resumed.contains_key(i)).collect();
     let run_models: Vec<Model> = to_run.iter().map(|&i| models[i].clone()).collect();

@@ -5,6 +5,8 @@ mod spec;
 mod worker;
 mod zygote;
 
-pub use spec::{library_path, SpawnSpec};
-pub use worker::{memory_fields, pidfd_signals_process_group, Event, Exit, ExitStatus, WorkerProcess};
+pub use spec::{library_path, worker_version, SpawnSpec};
+pub use worker::{
+    memory_fields, pidfd_signals_process_group, Event, Exit, ExitStatus, WorkerProcess, DEFAULT_REAP_TIMEOUT,
+};
 pub use zygote::Zygote;

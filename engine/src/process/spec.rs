@@ -71,3 +71,42 @@ pub fn library_path(lib_dir: &Path) -> std::ffi::OsString {
     }
     value
 }
+
+/// What `WORKER --version` prints, run as a worker would be (same library
+/// path and environment): the worker's own version and the TensorFlow
+/// version it loads. `Err` says why there is no answer (it failed to start,
+/// exited with an error, or took more than `timeout`).
+pub fn worker_version(spec: &SpawnSpec, timeout: std::time::Duration) -> Result<String, String> {
+    use std::io::Read;
+    let mut command = Command::new(&spec.worker);
+    command
+        .arg("--version")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null());
+    worker_environment(&mut command, spec);
+    let mut child = command.spawn().map_err(|e| format!("cannot start {}: {e}", spec.worker.display()))?;
+    let deadline = std::time::Instant::now() + timeout;
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break status,
+            Ok(None) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            Ok(None) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(format!("{} --version took more than {timeout:?}", spec.worker.display()));
+            }
+            Err(e) => return Err(format!("{} --version: {e}", spec.worker.display())),
+        }
+    };
+    let mut out = String::new();
+    if let Some(mut stdout) = child.stdout.take() {
+        let _ = stdout.read_to_string(&mut out);
+    }
+    if !status.success() {
+        return Err(format!("{} --version failed ({status})", spec.worker.display()));
+    }
+    Ok(out.trim().to_string())
+}

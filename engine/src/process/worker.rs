@@ -42,8 +42,25 @@ pub enum Event {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ExitStatus {
     Code(i32),
-    Signal { signal: i32, core_dumped: bool },
+    Signal {
+        signal: i32,
+        core_dumped: bool,
+    },
+    /// Not reaped within the reap timeout after SIGKILL (a process in
+    /// uninterruptible sleep: a GPU driver, NFS); a background thread (or
+    /// the zygote) reaps it whenever it dies, and nobody waits for that.
+    Unreaped,
 }
+
+impl Exit {
+    /// The exit of a worker that was not reaped in time: nothing measured.
+    fn unreaped() -> Exit {
+        Exit { status: ExitStatus::Unreaped, max_rss_bytes: 0, user: Duration::ZERO, system: Duration::ZERO }
+    }
+}
+
+/// How long a killed worker may take to be reaped, unless the settings say otherwise.
+pub const DEFAULT_REAP_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A reaped worker: its status and resource usage.
 #[derive(Debug, Clone, Copy)]
@@ -84,7 +101,7 @@ impl StderrTail {
 pub struct WorkerProcess {
     pub pid: i32,
     events: mpsc::Receiver<Event>,
-    events_tx: mpsc::Sender<Event>,
+    events_tx: mpsc::SyncSender<Event>,
     requests: Option<mpsc::Sender<RequestEnvelope>>,
     stderr: Arc<Mutex<StderrTail>>,
     exit: Option<Exit>,
@@ -93,6 +110,8 @@ pub struct WorkerProcess {
     sandbox: Option<(Vec<String>, Vec<String>)>,
     /// Its GPU memory, watched through NVML (`--gpus`, where NVML is present).
     gpu: Option<GpuWatch>,
+    /// How long reaping may wait after SIGKILL.
+    reap_timeout: Duration,
 }
 
 /// How a worker was started, which decides how it is signalled and reaped.
@@ -172,7 +191,7 @@ impl WorkerProcess {
         max_frame: u64,
         kind: Kind,
     ) -> io::Result<WorkerProcess> {
-        let (events_tx, events) = mpsc::channel();
+        let (events_tx, events) = mpsc::sync_channel(EVENTS_AHEAD);
         let stderr = Arc::new(Mutex::new(StderrTail::default()));
         if let Some(pipe) = stderr_pipe {
             let tail = Arc::clone(&stderr);
@@ -183,7 +202,18 @@ impl WorkerProcess {
         thread::Builder::new()
             .name(format!("reader-{pid}"))
             .spawn(move || read_messages(socket, max_frame, reader_tx))?;
-        Ok(WorkerProcess { pid, events, events_tx, requests: None, stderr, exit: None, kind, sandbox: None, gpu: None })
+        Ok(WorkerProcess {
+            pid,
+            events,
+            events_tx,
+            requests: None,
+            stderr,
+            exit: None,
+            kind,
+            sandbox: None,
+            gpu: None,
+            reap_timeout: DEFAULT_REAP_TIMEOUT,
+        })
     }
 
     /// Connects to the worker's request channel (named in its `Hello`).
@@ -211,6 +241,12 @@ impl WorkerProcess {
         if spawned.is_ok() {
             self.requests = Some(tx);
         }
+    }
+
+    /// How long reaping may wait after SIGKILL before the worker is
+    /// reported unreaped and left to a background reaper.
+    pub fn set_reap_timeout(&mut self, timeout: Duration) {
+        self.reap_timeout = timeout;
     }
 
     /// Queues a request for delivery.
@@ -299,6 +335,13 @@ impl WorkerProcess {
         self.kill()
     }
 
+    /// SIGTERM to the worker's group, unless it has exited; does not wait.
+    pub fn ask_to_stop(&mut self) {
+        if self.try_exit().is_none() {
+            self.signal_group(libc::SIGTERM);
+        }
+    }
+
     /// SIGKILL to the worker's group; reaps it.
     pub fn kill(&mut self) -> Exit {
         if let Some(exit) = self.try_exit() {
@@ -384,14 +427,17 @@ impl WorkerProcess {
     }
 
     /// Kills what is left of the group (grandchildren), then reaps the
-    /// worker with its resource usage. Blocks until the worker has exited.
+    /// worker with its resource usage. Waits at most the reap timeout: a
+    /// worker still there then (it was sent SIGKILL before any caller
+    /// reaps; only uninterruptible sleep outlasts that) is reported
+    /// `Unreaped` and left to a background reaper, so its slot moves on.
     fn reap(&mut self) {
         if self.exit.is_some() {
             return;
         }
         if let Kind::Forked { zygote, .. } = &self.kind {
             // The zygote reaps its children (killing their group first) and reports.
-            let report = zygote.wait_exit(self.pid, Duration::from_secs(30));
+            let report = zygote.wait_exit(self.pid, self.reap_timeout);
             let duration = |us: u64| Duration::from_micros(us);
             self.exit = Some(match report {
                 Some(r) => Exit {
@@ -400,6 +446,15 @@ impl WorkerProcess {
                     user: duration(r.user_us),
                     system: duration(r.system_us),
                 },
+                None if zygote.alive() => {
+                    tracing::warn!(
+                        pid = self.pid,
+                        "worker not reaped {:?} after SIGKILL (uninterruptible sleep?); its zygote reaps it later",
+                        self.reap_timeout
+                    );
+                    zygote.forget_exit(self.pid);
+                    Exit::unreaped()
+                }
                 // The zygote died, and its children with it (PR_SET_PDEATHSIG).
                 None => Exit {
                     status: ExitStatus::Signal { signal: libc::SIGKILL, core_dumped: false },
@@ -413,26 +468,71 @@ impl WorkerProcess {
         if self.has_exited() {
             self.signal_group(libc::SIGKILL);
         }
-        // SAFETY: wait4 writes only into status and usage.
-        let (status, usage) = unsafe {
-            let mut status = 0;
-            let mut usage: libc::rusage = std::mem::zeroed();
-            loop {
-                let r = libc::wait4(self.pid, &mut status, 0, &mut usage);
-                if r == self.pid || io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
-                    break;
+        self.exit = Some(match wait_within(self.pid, self.reap_timeout) {
+            Some((status, usage)) => {
+                let duration = |t: libc::timeval| Duration::new(t.tv_sec as u64, (t.tv_usec as u32) * 1000);
+                Exit {
+                    status: wait_status(status),
+                    max_rss_bytes: (usage.ru_maxrss as u64) * 1024,
+                    user: duration(usage.ru_utime),
+                    system: duration(usage.ru_stime),
                 }
             }
-            (status, usage)
-        };
-        let status = wait_status(status);
-        let duration = |t: libc::timeval| Duration::new(t.tv_sec as u64, (t.tv_usec as u32) * 1000);
-        self.exit = Some(Exit {
-            status,
-            max_rss_bytes: (usage.ru_maxrss as u64) * 1024,
-            user: duration(usage.ru_utime),
-            system: duration(usage.ru_stime),
+            None => {
+                tracing::warn!(
+                    pid = self.pid,
+                    "worker not reaped {:?} after SIGKILL (uninterruptible sleep?); reaping it in the background",
+                    self.reap_timeout
+                );
+                reap_in_background(self.pid);
+                Exit::unreaped()
+            }
         });
+    }
+}
+
+/// `wait4` on child `pid` without blocking past `timeout`: its raw status
+/// and usage, or `None` if it is still there then. A child that is gone
+/// already (ECHILD) counts as exited with status 0.
+fn wait_within(pid: i32, timeout: Duration) -> Option<(i32, libc::rusage)> {
+    let deadline = Instant::now() + timeout;
+    let mut pause = Duration::from_micros(200);
+    loop {
+        // SAFETY: wait4 writes only into status and usage.
+        let (r, status, usage) = unsafe {
+            let mut status = 0;
+            let mut usage: libc::rusage = std::mem::zeroed();
+            let r = libc::wait4(pid, &mut status, libc::WNOHANG, &mut usage);
+            (r, status, usage)
+        };
+        if r == pid {
+            return Some((status, usage));
+        }
+        if r < 0 && io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+            return Some((0, usage));
+        }
+        let now = Instant::now();
+        if now >= deadline {
+            return None;
+        }
+        thread::sleep(pause.min(deadline - now));
+        pause = (pause * 2).min(Duration::from_millis(10));
+    }
+}
+
+/// Reaps child `pid` on a thread of its own, whenever it exits, so that no
+/// zombie is left and no slot waits for it.
+fn reap_in_background(pid: i32) {
+    let spawned = thread::Builder::new().name(format!("reaper-{pid}")).spawn(move || loop {
+        let mut status = 0;
+        // SAFETY: wait4 writes only into status; no usage asked.
+        let r = unsafe { libc::wait4(pid, &mut status, 0, std::ptr::null_mut()) };
+        if r == pid || io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+            return;
+        }
+    });
+    if let Err(e) = spawned {
+        tracing::warn!(pid, "cannot start a reaper thread ({e}); the worker stays a zombie until isorun exits");
     }
 }
 
@@ -503,7 +603,7 @@ fn wait_status(status: i32) -> ExitStatus {
     }
 }
 
-fn collect_stderr(pipe: impl Read, tail: &Mutex<StderrTail>) {
+pub(super) fn collect_stderr(pipe: impl Read, tail: &Mutex<StderrTail>) {
     // Reads lines of any length without holding more than a capped prefix
     // of each, so a worker that floods stderr neither blocks nor bloats us.
     let mut reader = BufReader::with_capacity(64 * 1024, pipe);
@@ -544,7 +644,15 @@ fn collect_stderr(pipe: impl Read, tail: &Mutex<StderrTail>) {
     }
 }
 
-fn read_messages(mut socket: UnixStream, max_frame: u64, events: mpsc::Sender<Event>) {
+/// How many events may wait for the slot thread: the reader then blocks
+/// (and the worker with it, once its socket buffer is full), so a worker
+/// streaming maximal frames holds at most this many decoded frames plus the
+/// one in the reader's hands, not as many as it can send. Nothing else
+/// waits on the reader: deadlines are checked between events, killing and
+/// reaping need no event, and dropping the worker's receiver unblocks it.
+const EVENTS_AHEAD: usize = 1;
+
+fn read_messages(mut socket: UnixStream, max_frame: u64, events: mpsc::SyncSender<Event>) {
     let result = catch_unwind(AssertUnwindSafe(|| loop {
         match read_frame::<WorkerMessage>(&mut socket, max_frame) {
             Ok(message) => {
@@ -588,6 +696,69 @@ mod tests {
         let mut command = Command::new("/bin/true");
         worker_environment(&mut command, spec);
         command.get_envs().find(|(n, _)| *n == name).map(|(_, v)| v.map(ToOwned::to_owned))
+    }
+
+    /// State letter of a process in `/proc/PID/stat`, `None` once it is gone (reaped).
+    fn process_state(pid: i32) -> Option<char> {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        stat.rsplit_once(')')?.1.trim_start().chars().next()
+    }
+
+    /// Starts a child that the code under test, not `Child::wait`, reaps.
+    fn spawn_unwaited(command: &mut Command) -> i32 {
+        #[expect(clippy::zombie_processes, reason = "wait_within and the background reaper reap it")]
+        let child = command.spawn().unwrap();
+        child.id() as i32
+    }
+
+    #[test]
+    fn reaping_waits_no_longer_than_its_bound_and_the_background_reaper_finishes() {
+        // A child that outlives the bound (as one in uninterruptible sleep
+        // would outlive SIGKILL): the wait gives up on time...
+        let pid = spawn_unwaited(Command::new("sleep").arg("30"));
+        let started = Instant::now();
+        assert!(wait_within(pid, Duration::from_millis(300)).is_none());
+        let waited = started.elapsed();
+        assert!(waited >= Duration::from_millis(300) && waited < Duration::from_secs(3), "waited {waited:?}");
+        // ...and once it dies, the background reaper leaves no zombie.
+        reap_in_background(pid);
+        // SAFETY: our own child, not yet reaped.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while process_state(pid).is_some() {
+            assert!(Instant::now() < deadline, "pid {pid} left as {:?}", process_state(pid));
+            thread::sleep(Duration::from_millis(10));
+        }
+        // A child that exits within the bound is reaped with its status.
+        let pid = spawn_unwaited(Command::new("sh").args(["-c", "exit 7"]));
+        let (status, _) = wait_within(pid, Duration::from_secs(5)).expect("reaped");
+        assert_eq!(wait_status(status), ExitStatus::Code(7));
+    }
+
+    #[test]
+    fn the_reader_waits_for_a_slow_consumer_and_ends_when_it_leaves() {
+        let (mut worker_side, ours) = UnixStream::pair().unwrap();
+        let peek = ours.try_clone().unwrap();
+        for unit in 0..64 {
+            isorun_transport::write_frame(&mut worker_side, &WorkerMessage::Loaded { unit, load_ms: 1 }).unwrap();
+        }
+        let (tx, rx) = mpsc::sync_channel(EVENTS_AHEAD);
+        let reader = thread::spawn(move || read_messages(ours, 1 << 20, tx));
+        thread::sleep(Duration::from_millis(300));
+        // Nobody has taken an event: the reader has decoded only what the channel holds.
+        let mut unread: libc::c_int = 0;
+        // SAFETY: FIONREAD writes one int: the bytes queued for reading.
+        assert_eq!(unsafe { libc::ioctl(peek.as_raw_fd(), libc::FIONREAD, &mut unread) }, 0);
+        assert!(unread > 0, "the reader read every frame ahead of its consumer");
+        assert!(matches!(rx.recv().unwrap(), Event::Message(WorkerMessage::Loaded { unit: 0, .. })));
+        // A consumer that goes away (the worker is dropped) frees a blocked reader.
+        drop(rx);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !reader.is_finished() {
+            assert!(Instant::now() < deadline, "the blocked reader did not end when its consumer left");
+            thread::sleep(Duration::from_millis(10));
+        }
+        drop(worker_side);
     }
 
     #[test]

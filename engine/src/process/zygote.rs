@@ -4,16 +4,22 @@
 //! IPC socket and its own stderr pipe). A reader thread collects the
 //! zygote's answers and the exit reports of its children, which the
 //! supervisor cannot `wait4` itself.
+//!
+//! Nothing is kept for nobody: a fork reply that comes after its fork gave
+//! up is dropped (and the child killed), as is the exit report of a worker
+//! whose reaping gave up. The zygote's stderr is kept (its last lines), so
+//! that a zygote that dies says why.
 
 use super::spec::{worker_environment, SpawnSpec};
+use super::worker::{collect_stderr, StderrTail};
 use isorun_zygote::wire::{receive, send, seqpacket_pair, ExitReport, Message};
 use isorun_zygote::ENV_ZYGOTE_FD;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -29,7 +35,53 @@ enum Reply {
 struct State {
     replies: HashMap<u64, Reply>,
     exits: HashMap<i32, ExitReport>,
+    /// Forks nobody waits for any more (they timed out).
+    abandoned_forks: HashSet<u64>,
+    /// Workers whose exit nobody waits for any more (their reaping timed out).
+    forgotten_exits: HashSet<i32>,
     dead: bool,
+}
+
+impl State {
+    /// Takes in one message from the zygote; what nobody waits for is dropped.
+    fn accept(&mut self, message: Message, pidfd: Option<OwnedFd>) {
+        match (message, pidfd) {
+            (Message::Forked { token, pid }, Some(pidfd)) => {
+                if self.abandoned_forks.remove(&token) {
+                    // Too late: nobody will talk to this worker. Kill it, and expect no one to reap it.
+                    kill_through_pidfd(&pidfd);
+                    self.forgotten_exits.insert(pid);
+                } else {
+                    self.replies.insert(token, Reply::Forked(pid, pidfd));
+                }
+            }
+            (Message::Refused { token, reason }, _) => {
+                if !self.abandoned_forks.remove(&token) {
+                    self.replies.insert(token, Reply::Refused(reason));
+                }
+            }
+            (Message::Exited(report), _) => {
+                if !self.forgotten_exits.remove(&report.pid) {
+                    self.exits.insert(report.pid, report);
+                }
+            }
+            _ => self.dead = true,
+        }
+    }
+}
+
+/// SIGKILL to the process of `pidfd` (the zygote kills the rest of its group as it reaps it).
+fn kill_through_pidfd(pidfd: &OwnedFd) {
+    // SAFETY: no siginfo is passed; the kernel checks the descriptor is a pidfd.
+    unsafe {
+        libc::syscall(
+            libc::SYS_pidfd_send_signal,
+            pidfd.as_raw_fd(),
+            libc::SIGKILL,
+            std::ptr::null::<libc::siginfo_t>(),
+            0,
+        );
+    }
 }
 
 #[derive(Default)]
@@ -44,6 +96,9 @@ pub struct Zygote {
     control: OwnedFd,
     shared: Arc<Shared>,
     tokens: AtomicU64,
+    /// The zygote's last stderr lines, and whether its stderr has ended.
+    stderr: Arc<Mutex<StderrTail>>,
+    stderr_ended: Arc<AtomicBool>,
 }
 
 impl Zygote {
@@ -60,7 +115,7 @@ impl Zygote {
             .args(&spec.args)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(Stdio::piped())
             .process_group(0);
         worker_environment(&mut command, spec);
         command.env(ENV_ZYGOTE_FD, "3");
@@ -83,13 +138,32 @@ impl Zygote {
                 Ok(())
             });
         }
-        let process = command.spawn()?;
+        let mut process = command.spawn()?;
         drop(theirs);
+        let stderr = Arc::new(Mutex::new(StderrTail::default()));
+        let stderr_ended = Arc::new(AtomicBool::new(false));
+        if let Some(pipe) = process.stderr.take() {
+            let (tail, ended) = (Arc::clone(&stderr), Arc::clone(&stderr_ended));
+            std::thread::Builder::new().name("zygote-stderr".into()).spawn(move || {
+                collect_stderr(pipe, &tail);
+                ended.store(true, Ordering::SeqCst);
+            })?;
+        }
         let shared = Arc::new(Shared::default());
         let reader = ours.try_clone()?;
         let reader_shared = Arc::clone(&shared);
         std::thread::Builder::new().name("zygote-reader".into()).spawn(move || read_replies(reader, &reader_shared))?;
-        Ok(Zygote { process, control: ours, shared, tokens: AtomicU64::new(0) })
+        Ok(Zygote { process, control: ours, shared, tokens: AtomicU64::new(0), stderr, stderr_ended })
+    }
+
+    /// The zygote's last stderr lines, joined (empty if it wrote none). Of a
+    /// dead zygote, waits a little for the last of its stderr to be read.
+    pub fn stderr_tail(&self) -> String {
+        let deadline = Instant::now() + Duration::from_millis(500);
+        while !self.alive() && !self.stderr_ended.load(Ordering::SeqCst) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        self.stderr.lock().map(|t| t.lines().join(" | ")).unwrap_or_default()
     }
 
     /// False once the zygote has closed its side.
@@ -113,8 +187,13 @@ impl Zygote {
                 };
             }
             let now = Instant::now();
-            if state.dead || now >= deadline {
+            if state.dead {
                 return Err(io::Error::other("the zygote is gone"));
+            }
+            if now >= deadline {
+                // A reply may still come: it is then dropped, and its worker killed.
+                state.abandoned_forks.insert(token);
+                return Err(io::Error::other(format!("the zygote did not answer a fork within {FORK_TIMEOUT:?}")));
             }
             state =
                 self.shared.changed.wait_timeout(state, deadline - now).map_err(|_| io::Error::other("poisoned"))?.0;
@@ -126,6 +205,15 @@ impl Zygote {
     /// 6.9). Race-free: the zygote signals only a child it has not reaped.
     pub fn signal_group(&self, token: u64, signal: i32) -> io::Result<()> {
         send(&self.control, &Message::Signal { token, signal }.encode(), &[])
+    }
+
+    /// Nobody will wait for the exit report of child `pid`: drop it when it comes.
+    pub fn forget_exit(&self, pid: i32) {
+        if let Ok(mut state) = self.shared.state.lock() {
+            if state.exits.remove(&pid).is_none() {
+                state.forgotten_exits.insert(pid);
+            }
+        }
     }
 
     /// The exit report of child `pid`, waiting up to `timeout`; `None` if the zygote died first.
@@ -162,21 +250,56 @@ fn read_replies(control: OwnedFd, shared: &Shared) {
         };
         let Ok(mut state) = shared.state.lock() else { return };
         match message {
-            Some((Message::Forked { token, pid }, Some(pidfd))) => {
-                state.replies.insert(token, Reply::Forked(pid, pidfd));
-            }
-            Some((Message::Refused { token, reason }, _)) => {
-                state.replies.insert(token, Reply::Refused(reason));
-            }
-            Some((Message::Exited(report), _)) => {
-                state.exits.insert(report.pid, report);
-            }
-            _ => {
-                state.dead = true;
-                shared.changed.notify_all();
-                return;
-            }
+            Some((message, pidfd)) => state.accept(message, pidfd),
+            None => state.dead = true,
         }
+        let dead = state.dead;
         shared.changed.notify_all();
+        if dead {
+            return;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use isorun_zygote::wire::ExitReport;
+
+    fn exit_of(pid: i32) -> Message {
+        Message::Exited(ExitReport { pid, wait_status: 0, max_rss_kib: 0, user_us: 0, system_us: 0 })
+    }
+
+    fn a_pidfd() -> OwnedFd {
+        // A pidfd of a short-lived child of ours, to stand for a forked worker.
+        let child = std::process::Command::new("sleep").arg("30").spawn().unwrap();
+        // SAFETY: pidfd_open of our own child; the descriptor is owned at once.
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, child.id() as libc::c_int, 0) };
+        assert!(fd >= 0);
+        std::mem::forget(child);
+        // SAFETY: a new descriptor, owned here.
+        unsafe { std::os::fd::FromRawFd::from_raw_fd(fd as i32) }
+    }
+
+    #[test]
+    fn late_replies_and_exit_reports_nobody_waits_for_are_not_kept() {
+        let mut state = State::default();
+        // Replies someone waits for are kept.
+        state.accept(Message::Refused { token: 1, reason: "no".into() }, None);
+        state.accept(exit_of(100), None);
+        assert_eq!((state.replies.len(), state.exits.len()), (1, 1));
+        // A fork that timed out: its late answers are dropped.
+        state.abandoned_forks.extend([2, 3]);
+        state.accept(Message::Refused { token: 2, reason: "late".into() }, None);
+        state.accept(Message::Forked { token: 3, pid: 300 }, Some(a_pidfd()));
+        assert_eq!(state.replies.len(), 1, "late fork replies are dropped");
+        assert!(state.abandoned_forks.is_empty());
+        // The late worker's exit, and that of one whose reaping gave up, are dropped too.
+        state.forgotten_exits.insert(200);
+        state.accept(exit_of(300), None);
+        state.accept(exit_of(200), None);
+        assert_eq!(state.exits.len(), 1, "exit reports nobody waits for are dropped");
+        assert!(state.forgotten_exits.is_empty());
+        assert!(!state.dead);
     }
 }

@@ -14,9 +14,9 @@ use isorun_tensors::json_input::{signature_of, tensors_for_signature};
 use isorun_tensors::values::tensor_values;
 use isorun_transport::DEFAULT_MAX_FRAME;
 use serde_json::{json, Map, Value};
-use std::io::{self, BufRead, Write};
+use std::io::{self, BufRead, Read, Write};
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
 /// The model being served, and the worker session serving it.
@@ -106,7 +106,8 @@ pub fn main(args: &PipeArgs) -> Result<i32, String> {
         }
     }
 
-    let code = serve_lines(&mut server, &mut io::stdin().lock(), &mut io::stdout().lock());
+    let lines = read_lines_on_a_thread(io::stdin());
+    let code = serve_lines(&mut server, &lines, &mut io::stdout().lock());
     server.session.close();
     signals.close();
     Ok(match stop.signal() {
@@ -116,20 +117,70 @@ pub fn main(args: &PipeArgs) -> Result<i32, String> {
     })
 }
 
-/// Answers every non-blank line; returns the exit code.
-fn serve_lines(server: &mut Server, input: &mut impl BufRead, output: &mut impl Write) -> i32 {
-    let mut crashes_in_a_row = 0u32;
-    let mut line = Vec::new();
+/// How often the wait for the next line looks at the user's interrupts.
+const TICK: Duration = Duration::from_millis(20);
+
+/// Reads lines of `input` on a thread of its own, one line ahead at most, so
+/// that the wait for a line can also watch for Ctrl-C and SIGTERM (a read
+/// of a terminal or pipe is not interrupted by them: the signal thread
+/// catches them). At the end of input the channel closes; a read error is
+/// its last item. The thread may still be blocked in a read when the
+/// command ends; it holds nothing but stdin.
+fn read_lines_on_a_thread(input: impl Read + Send + 'static) -> mpsc::Receiver<io::Result<Vec<u8>>> {
+    let (tx, rx) = mpsc::sync_channel(1);
+    let spawned = std::thread::Builder::new().name("stdin".into()).spawn(move || {
+        let mut input = io::BufReader::new(input);
+        loop {
+            let mut line = Vec::new();
+            match input.read_until(b'\n', &mut line) {
+                Ok(0) => return,
+                Ok(_) => {
+                    if tx.send(Ok(line)).is_err() {
+                        return;
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    let _ = tx.send(Err(e));
+                    return;
+                }
+            }
+        }
+    });
+    if let Err(e) = spawned {
+        let (tx, rx) = mpsc::sync_channel(1);
+        let _ = tx.send(Err(e));
+        return rx;
+    }
+    rx
+}
+
+/// The next line, or `None` at the end of input or once the user interrupts.
+fn next_line(lines: &mpsc::Receiver<io::Result<Vec<u8>>>, stop: &CancelToken) -> Option<io::Result<Vec<u8>>> {
     loop {
-        line.clear();
-        match input.read_until(b'\n', &mut line) {
-            Ok(0) => break,
-            Ok(_) => {}
-            Err(e) => {
+        if stop.requested() {
+            return None;
+        }
+        match lines.recv_timeout(TICK) {
+            Ok(line) => return Some(line),
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+            Err(mpsc::RecvTimeoutError::Disconnected) => return None,
+        }
+    }
+}
+
+/// Answers every non-blank line; returns the exit code.
+fn serve_lines(server: &mut Server, lines: &mpsc::Receiver<io::Result<Vec<u8>>>, output: &mut impl Write) -> i32 {
+    let mut crashes_in_a_row = 0u32;
+    loop {
+        let line = match next_line(lines, server.stop) {
+            None => break,
+            Some(Ok(line)) => line,
+            Some(Err(e)) => {
                 eprintln!("isorun: error: cannot read stdin: {e}");
                 return exit_code::SOME_FAILED;
             }
-        }
+        };
         if line.iter().all(u8::is_ascii_whitespace) {
             continue;
         }

@@ -27,8 +27,11 @@ pub fn main(args: RunArgs, quiet: bool) -> Result<i32, String> {
     }
     let inputs = PreparedInputs::new(inputs, args.inputs_dir.clone());
     let sinks = run_settings.sinks();
-    let key_settings =
-        format!("{}\0{:?}\0{:?}\0{:?}", settings.signature, settings.tags, settings.batch_size, settings.libraries);
+    let tolerances = run_settings.expect.as_ref().map(|e| (e.rtol, e.atol));
+    let key_settings = format!(
+        "{}\0{:?}\0{:?}\0{:?}\0{:?}",
+        settings.signature, settings.tags, settings.batch_size, settings.libraries, tolerances
+    );
     let plan = Plan {
         args: &args,
         quiet,
@@ -39,6 +42,7 @@ pub fn main(args: RunArgs, quiet: bool) -> Result<i32, String> {
         work: Work::Inputs { inputs: &inputs, sinks: &sinks },
         key_inputs: inputs.digest(),
         key_settings,
+        expect_dir: run_settings.expect.as_ref().map(|e| e.dir.clone()),
         report_settings: report_settings(&args, &run_settings),
     };
     execute(plan)

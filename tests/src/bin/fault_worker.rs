@@ -13,12 +13,14 @@
 //! pid (also answer an output `worker_pid`), hog-N (grow by 16 MiB steps
 //! to N MiB, then hang), flaky (crash unless the model folder holds
 //! `.crashed-once`, which it creates first), crash-if-not-first (crash if
-//! this worker already ran a unit), gpu-hold-N (take N GiB of GPU memory
+//! this worker already ran a unit), error (answer a model error, as
+//! TensorFlow's own failures come back), gpu-hold-N (take N GiB of GPU memory
 //! through the CUDA driver API, `libcuda.so.1` loaded at run time, and hold
 //! it until this worker exits; without libcuda the unit fails with an
 //! error saying so), env (also answer string outputs `CUDA_VISIBLE_DEVICES`
 //! and `CUDA_DEVICE_ORDER`: their values, or `<unset>`).
-//! With --zygote it is a fork server, as `isorun-worker --zygote`.
+//! With --zygote it is a fork server, as `isorun-worker --zygote`; with
+//! --zygote-fail too, that zygote says so on stderr and exits 1 at once.
 //! Hostile run faults (tests/integration/hostile.rs): vec-claim (a frame
 //! whose payload claims 2^60 outputs), bytes-claim (a small frame claiming a
 //! 7 GiB output name), split-N (a good answer written in two halves N ms
@@ -33,6 +35,9 @@
 //! environment drops), every run appends the model folder's name to
 //! that file, so tests can count how often each model was computed.
 //! With --ignore-term, it ignores SIGTERM (only SIGKILL stops it).
+//! `--version` prints a version line, as `isorun-worker --version`, naming
+//! the TensorFlow version in TF_FAULT_VERSION (journal keys use it; a
+//! `TF_` name, so a cleared sandbox environment keeps it).
 //! Any other model is good: its outputs are its inputs, under the same names.
 
 use ipc_channel::ipc::IpcOneShotServer;
@@ -54,7 +59,17 @@ fn sleep_forever() -> ! {
 }
 
 fn main() {
+    if std::env::args().nth(1).as_deref() == Some("--version") {
+        // As `isorun-worker --version`; the TensorFlow it claims comes from the environment.
+        let tensorflow = std::env::var("TF_FAULT_VERSION").unwrap_or_else(|_| "none".into());
+        println!("isorun-fault-worker (TensorFlow {tensorflow})");
+        return;
+    }
     if std::env::args().any(|a| a == "--zygote") {
+        if std::env::args().any(|a| a == "--zygote-fail") {
+            eprintln!("isorun-fault-worker: this zygote fails at once, as asked (--zygote-fail)");
+            std::process::exit(1);
+        }
         // Fork-server mode, as `isorun-worker --zygote`: each child runs `worker_main`.
         let fd: i32 = std::env::var(isorun_zygote::ENV_ZYGOTE_FD).expect("ISORUN_ZYGOTE_FD").parse().expect("fd");
         // SAFETY: the supervisor passed this descriptor to us.
@@ -208,6 +223,11 @@ fn run(socket: &mut UnixStream, request: &RunRequest, shared: &[ipc_channel::ipc
             }
         }
         "crash-if-not-first" if served_before > 0 => crash(),
+        "error" => {
+            let error = ModelError::new(ErrorKind::Tensorflow, "fault-error: the model failed, as asked".to_string());
+            write_frame(socket, &WorkerMessage::Finished { unit, run_ms: 0, result: UnitResult::Err(error) }).unwrap();
+            return;
+        }
         "gpu-hold" => {
             if let Err(message) = hold_gpu_memory(amount) {
                 let error = ModelError::new(ErrorKind::Tensorflow, format!("gpu-hold-{amount}: {message}"));

@@ -2,7 +2,7 @@
 //! its own unit: each run mixes faulty models with a good one, whose result
 //! must come through unharmed.
 
-use crate::util::{fake_models, isorun, isorun_fault, run, write_input, Ran};
+use crate::util::{fake_models, gone_within, isorun, isorun_fault, run, wait_for_fault_workers, write_input, Ran};
 use serde_json::Value;
 use std::path::Path;
 
@@ -168,4 +168,69 @@ fn a_worker_that_cannot_be_started_is_spawn_failed() {
         [("m1", "spawn_failed"), ("m2", "spawn_failed")].map(|(m, s)| (m.to_string(), s.to_string()))
     );
     assert!(ran.record("m1")["error"]["message"].as_str().unwrap().contains("worker"), "{}", ran.stdout);
+}
+
+#[test]
+fn a_zygote_that_fails_says_why_and_workers_are_exec_d_instead() {
+    let tmp = tempfile::tempdir().unwrap();
+    fake_models(&tmp.path().join("models"), &["good"]);
+    let ran = run_faults(tmp.path(), &["--zygote-fail"], &["--spawn", "zygote", "--json"]);
+    assert_good(&ran, "good");
+    // The fallback's warning carries the zygote's own words, from its stderr.
+    assert!(ran.stderr.contains("exec'ing each worker instead"), "{}", ran.stderr);
+    assert!(ran.stderr.contains("this zygote fails at once, as asked"), "{}", ran.stderr);
+}
+
+/// A worker past `--timeout 1` (hanging; with `--ignore-term`, also deaf to
+/// SIGTERM) is gone, reaped, while the run goes on, within the timeout and
+/// the grace; returns how long after it was first seen.
+fn timed_out_worker_is_gone(spawn: &str, worker_args: &[&str]) -> std::time::Duration {
+    use std::time::{Duration, Instant};
+    let tmp = tempfile::tempdir().unwrap();
+    fake_models(&tmp.path().join("models"), &["a-fault-hang", "b-fault-slow-800"]);
+    let input = write_input(tmp.path());
+    let marker = format!("marker-{}-timeout-{spawn}-{}", std::process::id(), worker_args.len());
+    let mut args = vec![marker.as_str()];
+    args.extend_from_slice(worker_args);
+    let mut child = isorun_fault(&args)
+        .arg(tmp.path().join("models"))
+        .arg(format!("--input=x={}", input.display()))
+        .args(["--timeout", "1", "-j", "1", "--json", "--spawn", spawn])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let worker = wait_for_fault_workers(&marker, child.id(), 1).and_then(|w| w.first().copied());
+    let seen = Instant::now();
+    // Timeout 1 s + grace 2 s, and what a loaded machine adds.
+    let gone = worker.map(|pid| gone_within(pid, Duration::from_secs(1 + 2 + 5)));
+    let took = seen.elapsed();
+    let still_running = child.try_wait().unwrap().is_none();
+    let ran = crate::util::ran(child.wait_with_output().unwrap());
+    let worker = worker.unwrap_or_else(|| panic!("no worker seen: {}", ran.stderr));
+    assert_eq!(gone, Some(true), "{spawn} worker {worker} still there {took:?} after it was seen");
+    assert!(still_running, "the run had ended: the worker may have died with it");
+    let hang = ran.record("a-fault-hang");
+    assert_eq!((hang["status"].as_str(), hang["phase"].as_str()), (Some("timeout"), Some("run")), "{hang}");
+    assert_eq!(ran.record("b-fault-slow-800")["status"], "ok");
+    eprintln!("{spawn} {worker_args:?}: timed-out worker gone {took:?} after it was seen");
+    took
+}
+
+#[test]
+fn a_timed_out_worker_is_gone_while_the_run_goes_on() {
+    for spawn in ["zygote", "exec"] {
+        let took = timed_out_worker_is_gone(spawn, &[]);
+        // It dies of the SIGTERM at the timeout, long before the grace ends.
+        assert!(took < std::time::Duration::from_secs(1 + 2), "{spawn}: {took:?}");
+    }
+}
+
+#[test]
+fn a_timed_out_worker_deaf_to_sigterm_is_killed_after_the_grace() {
+    for spawn in ["zygote", "exec"] {
+        let took = timed_out_worker_is_gone(spawn, &["--ignore-term"]);
+        // SIGKILL comes only when the grace (2 s) after the timeout (1 s) is over.
+        assert!(took >= std::time::Duration::from_millis(2500), "{spawn}: killed before the grace ended: {took:?}");
+    }
 }

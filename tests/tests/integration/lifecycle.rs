@@ -3,7 +3,10 @@
 //! its memory does not grow with the number of units.
 
 use crate::util::copy_dir;
-use crate::util::{bin, fake_models, fixtures, isorun, isorun_fault, processes_mentioning, ran, write_input};
+use crate::util::{
+    bin, fake_models, fixtures, gone_within, isorun, isorun_fault, processes_mentioning, ran, wait_for_fault_workers,
+    write_input,
+};
 
 /// Live fault workers started with `marker` among their arguments.
 fn workers(marker: &str) -> Vec<String> {
@@ -27,8 +30,9 @@ fn signal(child: &Child, signal: i32) {
 }
 
 /// Starts `isorun` on three hanging models with a marker in the workers'
-/// command lines, and waits until two workers run.
-fn start_hanging_run(tmp: &std::path::Path, marker: &str, extra_worker_args: &[&str]) -> Child {
+/// command lines, and waits until two workers (not zygotes: each has
+/// received its unit) run; their pids.
+fn start_hanging_run(tmp: &std::path::Path, marker: &str, extra_worker_args: &[&str]) -> (Child, Vec<u32>) {
     fake_models(&tmp.join("models"), &["a-fault-hang", "b-fault-hang", "c-fault-hang"]);
     let input = write_input(tmp);
     let mut worker_args = vec![marker];
@@ -41,24 +45,19 @@ fn start_hanging_run(tmp: &std::path::Path, marker: &str, extra_worker_args: &[&
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    // Two workers (and, in zygote mode, the two zygotes they were forked from).
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while workers(marker).len() < 2 {
-        if Instant::now() >= deadline {
-            // Leave nothing running behind a failed test.
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("timed out waiting for two workers");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    child
+    let Some(pids) = wait_for_fault_workers(marker, child.id(), 2) else {
+        // Leave nothing running behind a failed test.
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("timed out waiting for two workers");
+    };
+    (child, pids)
 }
 
 fn interrupted(sig: i32, expected_code: i32) {
     let tmp = tempfile::tempdir().unwrap();
     let marker = format!("marker-{}-{sig}", std::process::id());
-    let child = start_hanging_run(tmp.path(), &marker, &[]);
+    let (child, pids) = start_hanging_run(tmp.path(), &marker, &[]);
     signal(&child, sig);
     let ran = ran(child.wait_with_output().unwrap());
     assert_eq!(ran.code, Some(expected_code), "{}", ran.stderr);
@@ -69,6 +68,9 @@ fn interrupted(sig: i32, expected_code: i32) {
         assert_eq!(record["reason"], "interrupted");
     }
     assert_eq!(workers(&marker), Vec::<String>::new(), "no worker left behind");
+    for pid in pids {
+        assert!(gone_within(pid, Duration::ZERO), "worker {pid} left behind");
+    }
 }
 
 #[test]
@@ -81,24 +83,36 @@ fn sigterm_exits_143_and_leaves_no_process_behind() {
     interrupted(libc::SIGTERM, 143);
 }
 
+/// The supervisor's grace between SIGTERM and SIGKILL (`runner/src/settings.rs`).
+const GRACE: Duration = Duration::from_secs(2);
+
 #[test]
 fn a_worker_ignoring_sigterm_is_killed_and_a_second_ctrl_c_does_not_wait() {
     let tmp = tempfile::tempdir().unwrap();
     let marker = format!("marker-{}-stubborn", std::process::id());
-    let mut child = start_hanging_run(tmp.path(), &marker, &["--ignore-term"]);
+    let (mut child, pids) = start_hanging_run(tmp.path(), &marker, &["--ignore-term"]);
     signal(&child, libc::SIGINT);
     std::thread::sleep(Duration::from_millis(100));
     signal(&child, libc::SIGINT);
+    let second = Instant::now();
     let status = child.wait().unwrap();
+    let took = second.elapsed();
     assert_eq!(status.code(), Some(130));
+    // The workers ignore SIGTERM: waiting out the grace would take another
+    // 1.9 s; the second Ctrl-C kills them at once.
+    eprintln!("second Ctrl-C to exit: {took:?}");
+    assert!(took < GRACE * 3 / 4, "the second Ctrl-C waited {took:?}, near the {GRACE:?} grace");
     assert_eq!(workers(&marker), Vec::<String>::new(), "no worker left behind");
+    for pid in pids {
+        assert!(gone_within(pid, Duration::ZERO), "worker {pid} left behind");
+    }
 }
 
 #[test]
 fn the_supervisor_never_maps_libtensorflow() {
     let tmp = tempfile::tempdir().unwrap();
     let marker = format!("marker-{}-maps", std::process::id());
-    let mut child = start_hanging_run(tmp.path(), &marker, &[]);
+    let (mut child, _) = start_hanging_run(tmp.path(), &marker, &[]);
     let maps = std::fs::read_to_string(format!("/proc/{}/maps", child.id())).unwrap();
     signal(&child, libc::SIGKILL);
     child.wait().unwrap();

@@ -4,7 +4,7 @@
 //! those kernels do (EINVAL), and each test asserts what users rely on: the
 //! worker's pid is gone soon after its timeout, memory limit or Ctrl-C.
 
-use crate::util::{bin, fake_models, isorun, isorun_fault, processes_mentioning, ran, write_input, Ran};
+use crate::util::{bin, fake_models, fault_workers, gone_within, isorun, isorun_fault, parent, ran, write_input, Ran};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -48,7 +48,7 @@ impl Running {
     fn wait_for_worker(&self, marker: &str) -> u32 {
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
-            if let Some(pid) = workers(marker, self.pid()).first() {
+            if let Some(pid) = fault_workers(marker, self.pid()).first() {
                 return *pid;
             }
             assert!(Instant::now() < deadline, "no worker started in 20 s");
@@ -73,37 +73,6 @@ impl Drop for Running {
             let _ = child.wait();
         }
     }
-}
-
-/// Live fault workers with `marker` in their command line. A forked worker
-/// has its zygote's command line (`--zygote` included) but the zygote as
-/// its parent; zygotes are children of the supervisor.
-fn workers(marker: &str, supervisor: u32) -> Vec<u32> {
-    processes_mentioning(marker)
-        .into_iter()
-        .filter(|line| line.contains("isorun-fault-worker"))
-        .filter_map(|line| line.split_once(':').and_then(|(pid, _)| pid.parse::<u32>().ok()).map(|pid| (pid, line)))
-        .filter(|(pid, line)| !(line.contains("--zygote") && parent(*pid) == Some(supervisor)))
-        .map(|(pid, _)| pid)
-        .collect()
-}
-
-/// The parent of `pid`, from `/proc/<pid>/stat` (the field after the state).
-fn parent(pid: u32) -> Option<u32> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    stat[stat.rfind(')')? + 2..].split_whitespace().nth(1)?.parse().ok()
-}
-
-/// Waits until no process has pid `pid`; false if it still exists after `within`.
-fn gone_within(pid: u32, within: Duration) -> bool {
-    let deadline = Instant::now() + within;
-    while Path::new(&format!("/proc/{pid}")).exists() {
-        if Instant::now() >= deadline {
-            return false;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    true
 }
 
 /// Starts `isorun run` on one fake model under the filter.

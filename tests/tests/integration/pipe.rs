@@ -175,3 +175,61 @@ fn an_output_of_zero_elements_in_two_to_the_forty_rows_gets_an_error_line_and_pi
         assert!(message.starts_with("output y: shape [1099511627776, 0]"), "{message}");
     }
 }
+
+/// Whether process `pid` is gone (or only a zombie nobody has reaped yet).
+fn gone(pid: i64) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => stat.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
+    }
+}
+
+/// `isorun pipe` waiting for its next line (stdin open, nothing written)
+/// gets `signal`: it ends promptly with `code`, and its worker is gone.
+fn interrupted_while_waiting(signal: i32, code: i32) {
+    use std::io::{BufRead, BufReader};
+    let tmp = tempfile::tempdir().unwrap();
+    let model = fault_model(tmp.path(), "fault-pid");
+    let mut child =
+        fault_pipe(&model).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let mut input = child.stdin.take().unwrap();
+    writeln!(input, r#"{{"id": 1, "inputs": {{"x": [[1, 0, 0]]}}}}"#).unwrap();
+    let mut answers = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    answers.read_line(&mut line).unwrap();
+    let answer: Value = serde_json::from_str(&line).unwrap();
+    let worker = answer["outputs"]["worker_pid"]["values"].as_i64().unwrap();
+    assert!(!gone(worker), "the worker waits for the next request");
+    // stdin stays open: isorun is blocked waiting for a line.
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let sent = std::time::Instant::now();
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(child.id() as i32, signal) };
+    let deadline = sent + std::time::Duration::from_secs(10);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if std::time::Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("isorun pipe did not end within 10 s of signal {signal} while waiting for a line");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    };
+    let took = sent.elapsed();
+    assert_eq!(status.code(), Some(code));
+    assert!(gone(worker), "worker {worker} is left behind");
+    eprintln!("signal {signal} to exit: {took:?}");
+    drop(input);
+}
+
+#[test]
+fn ctrl_c_while_waiting_for_a_line_exits_130_and_stops_the_worker() {
+    interrupted_while_waiting(libc::SIGINT, 130);
+}
+
+#[test]
+fn sigterm_while_waiting_for_a_line_exits_143_and_stops_the_worker() {
+    interrupted_while_waiting(libc::SIGTERM, 143);
+}

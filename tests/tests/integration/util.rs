@@ -152,3 +152,51 @@ pub fn processes_mentioning(needle: &str) -> Vec<String> {
     }
     found
 }
+
+/// Live fault workers with `marker` in their command line, never zygotes:
+/// a forked worker has its zygote's command line (`--zygote` included) but
+/// the zygote as its parent; zygotes are children of the supervisor.
+pub fn fault_workers(marker: &str, supervisor: u32) -> Vec<u32> {
+    processes_mentioning(marker)
+        .into_iter()
+        .filter(|line| line.contains("isorun-fault-worker"))
+        .filter_map(|line| line.split_once(':').and_then(|(pid, _)| pid.parse::<u32>().ok()).map(|pid| (pid, line)))
+        .filter(|(pid, line)| !(line.contains("--zygote") && parent(*pid) == Some(supervisor)))
+        .map(|(pid, _)| pid)
+        .collect()
+}
+
+/// Waits until `count` fault workers (never zygotes) with `marker` run
+/// under `supervisor`; their pids, or `None` after 20 s.
+pub fn wait_for_fault_workers(marker: &str, supervisor: u32, count: usize) -> Option<Vec<u32>> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let found = fault_workers(marker, supervisor);
+        if found.len() >= count {
+            return Some(found);
+        }
+        if std::time::Instant::now() >= deadline {
+            return None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
+/// The parent of `pid`, from `/proc/<pid>/stat` (the field after the state).
+pub fn parent(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat[stat.rfind(')')? + 2..].split_whitespace().nth(1)?.parse().ok()
+}
+
+/// Waits until no process has pid `pid` (not even a zombie: it was
+/// reaped); false if it still exists after `within`.
+pub fn gone_within(pid: u32, within: std::time::Duration) -> bool {
+    let deadline = std::time::Instant::now() + within;
+    while Path::new(&format!("/proc/{pid}")).exists() {
+        if std::time::Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    true
+}
