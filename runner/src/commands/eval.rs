@@ -109,6 +109,7 @@ pub fn main(args: EvalArgs, quiet: bool) -> Result<i32, String> {
         work: Work::Feed(&feed),
         key_inputs,
         key_settings,
+        expect_dir: None,
         report_settings: settings,
     };
     execute(plan)
