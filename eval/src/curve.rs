@@ -77,11 +77,11 @@ impl Curve {
         entry.0 += pos;
         entry.1 += neg;
         if self.exact.len() > self.cap {
-            self.to_buckets();
+            self.switch_to_buckets();
         }
     }
 
-    fn to_buckets(&mut self) {
+    fn switch_to_buckets(&mut self) {
         let scores = self.exact.keys().map(|&k| unkey(k));
         let (low, high) = scores.fold((f64::INFINITY, f64::NEG_INFINITY), |(l, h), s| (l.min(s), h.max(s)));
         let (low, high) = if low >= 0.0 && high <= 1.0 { (0.0, 1.0) } else { (low, high) };

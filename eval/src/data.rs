@@ -519,7 +519,7 @@ impl InputPlan {
                 let unknown = dims.iter().filter(|d| d.is_none()).count();
                 let fits = match unknown {
                     0 => known == count as u64,
-                    1 => known > 0 && count as u64 % known == 0,
+                    1 => (count as u64).checked_rem(known) == Some(0),
                     _ => false,
                 };
                 if !fits {
@@ -744,11 +744,12 @@ impl BatchReader {
         if !finished {
             std::thread::Builder::new()
                 .name("isorun-eval-prefetch".into())
-                .spawn(move || loop {
-                    let Some(result) = direct.fill().transpose() else { break };
-                    let failed = result.is_err();
-                    if sender.send(result).is_err() || failed {
-                        break;
+                .spawn(move || {
+                    while let Some(result) = direct.fill().transpose() {
+                        let failed = result.is_err();
+                        if sender.send(result).is_err() || failed {
+                            break;
+                        }
                     }
                 })
                 .expect("spawn the prefetch thread");

@@ -12,10 +12,10 @@
 //!   multiclass accuracy, top_k_accuracy (when C > k), log_loss; regression
 //!   mse, mae, rmse. `Evaluation::defaulted` says when these were used.
 //! - `--from-logits`: binary outputs go through a sigmoid, multiclass through
-//!   a softmax, before anything else. Without it binary outputs are P(class
-//!   1) and multiclass rows are probabilities as given: scikit-learn 1.9's
-//!   `log_loss` no longer renormalizes rows (it warns), and neither does
-//!   this; AUC ranks the scores as given.
+//!   a softmax, before anything else. Without it binary outputs are the
+//!   probability of class 1 and multiclass rows are probabilities as given:
+//!   scikit-learn 1.9's `log_loss` no longer renormalizes rows (it warns),
+//!   and neither does this; AUC ranks the scores as given.
 //! - Binary decisions: class 1 when p > threshold (Keras's `BinaryAccuracy`).
 //!   Multiclass: argmax (the first of tied maxima, like NumPy); top-k: the
 //!   true class is a hit when fewer than k classes score strictly higher.

@@ -117,7 +117,10 @@ fn tfrecord_shards_plain_gzip_and_globs_read_in_order() {
         assert_eq!(x.1.shape, vec![4, 3]);
         assert_eq!(f32s(&x.1)[..3], [4.0, 2.0, -1.0]);
         assert_eq!(batches[0].targets.weights.as_deref(), Some(&[1.0, 2.0, 3.0, 4.0][..]));
-        assert_eq!(batches[0].targets.slices, vec![("group".to_string(), vec!["a".into(), "b".into(), "b".into(), "a".into()])]);
+        assert_eq!(
+            batches[0].targets.slices,
+            vec![("group".to_string(), vec!["a".into(), "b".into(), "b".into(), "a".into()])]
+        );
     }
 }
 
@@ -244,7 +247,10 @@ fn a_single_string_input_gets_the_serialized_records() {
     assert_eq!(reader.feeding(), &Feeding::Features);
     let batch = reader.next_batch().unwrap().unwrap();
     let TensorData::Strings(strings) = &batch.inputs[0].1.data else { panic!("strings") };
-    assert_eq!(strings.iter().map(|s| s.to_vec()).collect::<Vec<_>>(), vec![b"a".to_vec(), b"b".to_vec(), b"b".to_vec()]);
+    assert_eq!(
+        strings.iter().map(|s| s.to_vec()).collect::<Vec<_>>(),
+        vec![b"a".to_vec(), b"b".to_vec(), b"b".to_vec()]
+    );
 }
 
 fn npy(dtype: &str, shape: &[u64], data: &[u8]) -> Vec<u8> {
@@ -268,7 +274,8 @@ fn npz(path: &Path, arrays: &[(&str, Vec<u8>)], deflate: bool) {
     let mut zip = zip::ZipWriter::new(std::fs::File::create(path).unwrap());
     let method = if deflate { zip::CompressionMethod::Deflated } else { zip::CompressionMethod::Stored };
     for (name, bytes) in arrays {
-        zip.start_file(format!("{name}.npy"), zip::write::SimpleFileOptions::default().compression_method(method)).unwrap();
+        zip.start_file(format!("{name}.npy"), zip::write::SimpleFileOptions::default().compression_method(method))
+            .unwrap();
         zip.write_all(bytes).unwrap();
     }
     zip.finish().unwrap();
@@ -292,7 +299,10 @@ fn npz_shards_stream_stored_and_deflated_and_folders_of_npy() {
         write(&folder.join(format!("{name}.npy")), &bytes);
     }
     let dataset = Dataset::open(spec(vec![dir.path().to_path_buf()])).unwrap();
-    assert_eq!(dataset.files().iter().map(|f| f.1).collect::<Vec<_>>(), vec![Format::Npz, Format::Npz, Format::NpyFolder]);
+    assert_eq!(
+        dataset.files().iter().map(|f| f.1).collect::<Vec<_>>(),
+        vec![Format::Npz, Format::Npz, Format::NpyFolder]
+    );
     let batches = read_all(&dataset, &x_signature()).unwrap();
     assert_eq!(batches.iter().map(|b| b.targets.rows).collect::<Vec<_>>(), vec![4, 4, 2]);
     assert_eq!(int_labels(&batches), (0..10).map(|i| i % 2).collect::<Vec<_>>());

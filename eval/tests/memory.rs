@@ -58,7 +58,8 @@ fn reading_and_scoring_a_large_tfrecord_keeps_peak_rss_bounded() {
         outputs: vec![TensorSpec { name: "p".into(), dtype: DType::Float32, shape: Some(vec![None]) }],
     };
     let dataset = Dataset::open(spec).unwrap();
-    let metrics = MetricsSpec { metrics: vec![Metric::Accuracy, Metric::Auc, Metric::LogLoss], ..MetricsSpec::default() };
+    let metrics =
+        MetricsSpec { metrics: vec![Metric::Accuracy, Metric::Auc, Metric::LogLoss], ..MetricsSpec::default() };
     let mut evaluator = Evaluator::new(&metrics, &signature, &[]).unwrap();
     let mut reader = dataset.reader(&signature).unwrap().prefetch(2);
     let mut rows = 0u64;

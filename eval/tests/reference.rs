@@ -55,9 +55,7 @@ fn load(case: &Value) -> Case {
     let metrics = case
         .get("metrics")
         .map(|m| m.as_array().unwrap().iter().map(|n| Metric::parse(n.as_str().unwrap()).unwrap()).collect())
-        .unwrap_or_else(|| {
-            case["expected"].as_object().unwrap().keys().map(|k| Metric::parse(k).unwrap()).collect()
-        });
+        .unwrap_or_else(|| case["expected"].as_object().unwrap().keys().map(|k| Metric::parse(k).unwrap()).collect());
     Case {
         name: case["name"].as_str().unwrap().into(),
         task: case["task"].as_str().unwrap().into(),
