@@ -67,9 +67,9 @@ pub fn read_npz(archive: impl Read + io::Seek, path: &Path) -> Result<Vec<(Strin
     Ok(arrays)
 }
 
-/// The parsed `descr` of a header.
+/// The parsed `descr` of a header: what one element of the array is.
 #[derive(Debug, Clone, Copy, PartialEq)]
-enum Element {
+pub enum Element {
     /// A dtype TensorFlow shares, with its byte order (true: big-endian).
     Dense(DType, bool),
     /// `|S<n>`: fixed-width bytes.
@@ -79,7 +79,8 @@ enum Element {
 }
 
 impl Element {
-    fn item_size(self) -> usize {
+    /// Bytes per element in the file.
+    pub fn item_size(self) -> usize {
         match self {
             Element::Dense(d, _) => d.element_size().expect("dense"),
             Element::Bytes(n) => n,
@@ -159,8 +160,19 @@ fn parse_header(header: &str) -> Result<(String, bool, Vec<u64>), String> {
     Ok((descr, fortran, shape))
 }
 
-/// Reads an `.npy` stream of `total_len` bytes.
-pub fn read_npy(mut reader: impl Read, total_len: u64, path: &Path) -> Result<Tensor, NpyError> {
+/// What an `.npy` header says, checked against the stream's length: for
+/// readers that stream the data that follows themselves (row by row).
+#[derive(Debug, Clone, PartialEq)]
+pub struct NpyHeader {
+    pub element: Element,
+    pub shape: Vec<u64>,
+    /// Bytes of data after the header (elements × item size), no more than the stream holds.
+    pub data_len: u64,
+}
+
+/// Reads an `.npy` header from a stream of `total_len` bytes, leaving the
+/// reader at the first data byte.
+pub fn read_npy_header(mut reader: impl Read, total_len: u64, path: &Path) -> Result<NpyHeader, NpyError> {
     let io_error = |source| NpyError::Io { path: path.to_path_buf(), source };
     let mut prefix = [0u8; 10];
     reader.read_exact(&mut prefix).map_err(|_| format_error(path, "not an .npy file (too short)"))?;
@@ -216,6 +228,14 @@ pub fn read_npy(mut reader: impl Read, total_len: u64, path: &Path) -> Result<Te
             ))
         }
     };
+    Ok(NpyHeader { element, shape, data_len })
+}
+
+/// Reads an `.npy` stream of `total_len` bytes.
+pub fn read_npy(mut reader: impl Read, total_len: u64, path: &Path) -> Result<Tensor, NpyError> {
+    let io_error = |source| NpyError::Io { path: path.to_path_buf(), source };
+    let NpyHeader { element, shape, data_len } = read_npy_header(&mut reader, total_len, path)?;
+    let count = Tensor::element_count(&shape).expect("checked by read_npy_header");
     // Grows with the bytes that arrive (an `.npz` entry's claimed size may lie).
     let mut data = Vec::with_capacity(data_len.min(1 << 20) as usize);
     reader.take(data_len).read_to_end(&mut data).map_err(io_error)?;

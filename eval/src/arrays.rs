@@ -1,0 +1,286 @@
+//! `.npz` files and folders of `.npy` files as shards of examples, read a
+//! range of rows at a time.
+//!
+//! Every array of a shard is one column: its first axis is the examples, and
+//! all arrays of a shard must agree on it (an error names both). Nothing is
+//! read whole: each array gets its own reader positioned at its data (its
+//! own file in a folder; for an `.npz`, its own file handle seeked to the zip
+//! entry's data, decompressed as a stream when the entry is deflated), and a
+//! batch reads `rows × row bytes` from each into a reused buffer. The zip
+//! archive is only used to list the entries; their CRCs are not checked
+//! (the `.npy` header and lengths are). Headers are parsed by
+//! `isorun_tensors::npy::read_npy_header`, with the same checks as a whole read.
+
+use crate::data::DataError;
+use isorun_protocol::DType;
+use isorun_tensors::npy::{read_npy_header, Element, NpyError, NpyHeader};
+use std::fs::File;
+use std::io::{BufReader, Read, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
+
+/// Buffer of each array's reader.
+const ARRAY_BUFFER: usize = 64 << 10;
+
+/// One array of a shard, as its header describes it.
+#[derive(Debug, Clone)]
+pub struct ArrayInfo {
+    pub name: String,
+    pub element: Element,
+    pub shape: Vec<u64>,
+    /// Where it is, for errors: `shard.npz/NAME.npy` or `folder/NAME.npy`.
+    pub path: PathBuf,
+    location: Location,
+}
+
+impl ArrayInfo {
+    /// Elements per example (the product of the dimensions after the first).
+    pub fn row_elements(&self) -> u64 {
+        self.shape[1..].iter().product()
+    }
+
+    /// A short description for messages: `int64 [100, 3]`.
+    pub fn describe(&self) -> String {
+        let kind = match self.element {
+            Element::Dense(d, _) => d.name().to_string(),
+            Element::Bytes(n) => format!("bytes{n}"),
+            Element::Unicode(n, _) => format!("unicode{n}"),
+        };
+        format!("{kind} {:?}", self.shape)
+    }
+}
+
+#[derive(Debug, Clone)]
+enum Location {
+    File,
+    Zip { data_start: u64, compressed: u64, size: u64, deflated: bool },
+}
+
+/// A shard: its arrays and its number of examples.
+#[derive(Debug, Clone)]
+pub struct Shard {
+    pub path: PathBuf,
+    pub rows: u64,
+    pub arrays: Vec<ArrayInfo>,
+}
+
+fn npy_error(e: NpyError) -> DataError {
+    match e {
+        NpyError::Io { path, source } => DataError::Io { path, source },
+        NpyError::Format { path, reason } => DataError::Array { path, reason },
+    }
+}
+
+/// Reads the headers of every array of a shard and checks their first axes agree.
+pub fn open_shard(path: &Path, npz: bool) -> Result<Shard, DataError> {
+    let io = |source| DataError::Io { path: path.to_path_buf(), source };
+    let mut arrays = Vec::new();
+    if npz {
+        let file = File::open(path).map_err(io)?;
+        let mut archive = zip::ZipArchive::new(BufReader::new(file)).map_err(|e| DataError::Array {
+            path: path.to_path_buf(),
+            reason: format!("not a valid .npz (zip) archive: {e}"),
+        })?;
+        for i in 0..archive.len() {
+            let entry = archive
+                .by_index_raw(i)
+                .map_err(|e| DataError::Array { path: path.to_path_buf(), reason: format!("entry {i}: {e}") })?;
+            let name = entry.name().to_string();
+            let Some(key) = name.strip_suffix(".npy") else {
+                return Err(DataError::Array {
+                    path: path.to_path_buf(),
+                    reason: format!("entry '{name}' is not an .npy array"),
+                });
+            };
+            let deflated = match entry.compression() {
+                zip::CompressionMethod::Stored => false,
+                zip::CompressionMethod::Deflated => true,
+                other => {
+                    return Err(DataError::Array {
+                        path: path.to_path_buf(),
+                        reason: format!("entry '{name}' uses compression {other}; only stored and deflated are read"),
+                    })
+                }
+            };
+            let location = Location::Zip {
+                data_start: entry.data_start(),
+                compressed: entry.compressed_size(),
+                size: entry.size(),
+                deflated,
+            };
+            arrays.push((key.to_string(), path.join(&name), location));
+        }
+    } else {
+        for entry in std::fs::read_dir(path).map_err(io)? {
+            let entry = entry.map_err(io)?.path();
+            if entry.is_file() && entry.extension().is_some_and(|e| e == "npy") {
+                let key = entry.file_stem().expect("has a name").to_string_lossy().into_owned();
+                arrays.push((key, entry, Location::File));
+            }
+        }
+    }
+    arrays.sort_by(|a, b| a.0.cmp(&b.0));
+    let mut infos: Vec<ArrayInfo> = Vec::with_capacity(arrays.len());
+    for (name, array_path, location) in arrays {
+        let (header, _) = open_array(path, &array_path, &location)?;
+        if header.shape.is_empty() {
+            return Err(DataError::Array {
+                path: array_path,
+                reason: "a 0-d array has no examples axis; arrays must be [examples, ...]".into(),
+            });
+        }
+        if let Some(first) = infos.first() {
+            if first.shape[0] != header.shape[0] {
+                return Err(DataError::RowMismatch {
+                    path: array_path,
+                    rows: header.shape[0],
+                    other: first.path.clone(),
+                    other_rows: first.shape[0],
+                });
+            }
+        }
+        infos.push(ArrayInfo { name, element: header.element, shape: header.shape, path: array_path, location });
+    }
+    if infos.is_empty() {
+        return Err(DataError::Array { path: path.to_path_buf(), reason: "holds no arrays".into() });
+    }
+    Ok(Shard { path: path.to_path_buf(), rows: infos[0].shape[0], arrays: infos })
+}
+
+/// Opens an array's reader at its data; its header.
+fn open_array(
+    shard: &Path,
+    array_path: &Path,
+    location: &Location,
+) -> Result<(NpyHeader, Box<dyn Read + Send>), DataError> {
+    let (file_path, start, len, deflated) = match location {
+        Location::File => (array_path, 0, None, false),
+        Location::Zip { data_start, compressed, size, deflated } => {
+            (shard, *data_start, Some((*compressed, *size)), *deflated)
+        }
+    };
+    let io = |source| DataError::Io { path: file_path.to_path_buf(), source };
+    let mut file = File::open(file_path).map_err(io)?;
+    let (mut reader, total): (Box<dyn Read + Send>, u64) = match len {
+        None => {
+            let size = file.metadata().map_err(io)?.len();
+            (Box::new(BufReader::with_capacity(ARRAY_BUFFER, file)), size)
+        }
+        Some((compressed, size)) => {
+            file.seek(SeekFrom::Start(start)).map_err(io)?;
+            let raw = BufReader::with_capacity(ARRAY_BUFFER, file).take(compressed);
+            if deflated {
+                let inflated = flate2::read::DeflateDecoder::new(raw);
+                (Box::new(BufReader::with_capacity(ARRAY_BUFFER, inflated)), size)
+            } else {
+                (Box::new(raw), size)
+            }
+        }
+    };
+    let header = read_npy_header(&mut reader, total, array_path).map_err(npy_error)?;
+    Ok((header, reader))
+}
+
+/// One array read a range of rows at a time.
+pub struct ArrayStream {
+    pub info: ArrayInfo,
+    reader: Box<dyn Read + Send>,
+    row_bytes: usize,
+    scratch: Vec<u8>,
+}
+
+impl ArrayStream {
+    /// Opens the array `info` of `shard`.
+    pub fn open(shard: &Shard, info: &ArrayInfo) -> Result<ArrayStream, DataError> {
+        let (_, reader) = open_array(&shard.path, &info.path, &info.location)?;
+        let row_bytes = (info.row_elements() as usize).saturating_mul(info.element.item_size());
+        Ok(ArrayStream { info: info.clone(), reader, row_bytes, scratch: Vec::new() })
+    }
+
+    /// The bytes of the next `rows` rows (reusing one buffer).
+    pub fn read_rows(&mut self, rows: usize) -> Result<&[u8], DataError> {
+        let len = rows.saturating_mul(self.row_bytes);
+        self.scratch.resize(len, 0);
+        self.reader.read_exact(&mut self.scratch).map_err(|e| DataError::Array {
+            path: self.info.path.clone(),
+            reason: format!("ended before its data ({e})"),
+        })?;
+        Ok(&self.scratch)
+    }
+}
+
+/// A number read from a dense element.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Number {
+    Int(i64),
+    /// A `uint64` past `i64::MAX`.
+    BigUnsigned(u64),
+    Float(f64),
+}
+
+impl Number {
+    /// As a float.
+    pub fn as_f64(self) -> f64 {
+        match self {
+            Number::Int(i) => i as f64,
+            Number::BigUnsigned(u) => u as f64,
+            Number::Float(f) => f,
+        }
+    }
+}
+
+/// The number in `bytes` (one element); `None` for string elements.
+pub fn number(element: Element, bytes: &[u8]) -> Option<Number> {
+    let Element::Dense(dtype, big_endian) = element else { return None };
+    let mut raw = [0u8; 8];
+    let n = bytes.len().min(8);
+    raw[..n].copy_from_slice(&bytes[..n]);
+    if big_endian {
+        raw[..n].reverse();
+    }
+    let b2 = [raw[0], raw[1]];
+    let b4 = [raw[0], raw[1], raw[2], raw[3]];
+    Some(match dtype {
+        DType::Float32 => Number::Float(f64::from(f32::from_le_bytes(b4))),
+        DType::Float64 => Number::Float(f64::from_le_bytes(raw)),
+        DType::Float16 => Number::Float(f64::from(half::f16::from_le_bytes(b2).to_f32())),
+        DType::BFloat16 => Number::Float(f64::from(half::bf16::from_le_bytes(b2).to_f32())),
+        DType::Int8 => Number::Int(i64::from(raw[0] as i8)),
+        DType::Int16 => Number::Int(i64::from(i16::from_le_bytes(b2))),
+        DType::Int32 => Number::Int(i64::from(i32::from_le_bytes(b4))),
+        DType::Int64 => Number::Int(i64::from_le_bytes(raw)),
+        DType::UInt8 => Number::Int(i64::from(raw[0])),
+        DType::UInt16 => Number::Int(i64::from(u16::from_le_bytes(b2))),
+        DType::UInt32 => Number::Int(i64::from(u32::from_le_bytes(b4))),
+        DType::UInt64 => {
+            let u = u64::from_le_bytes(raw);
+            i64::try_from(u).map_or(Number::BigUnsigned(u), Number::Int)
+        }
+        DType::Bool => Number::Int(i64::from(raw[0] != 0)),
+        DType::String => return None,
+    })
+}
+
+/// The byte string in `bytes` (one element of a string array); `None` for numbers.
+pub fn string(element: Element, bytes: &[u8]) -> Option<Vec<u8>> {
+    match element {
+        Element::Bytes(_) => {
+            let end = bytes.iter().rposition(|&b| b != 0).map_or(0, |i| i + 1);
+            Some(bytes[..end].to_vec())
+        }
+        Element::Unicode(_, big_endian) => {
+            let mut s = String::new();
+            for unit in bytes.chunks_exact(4) {
+                let raw = [unit[0], unit[1], unit[2], unit[3]];
+                let code = if big_endian { u32::from_be_bytes(raw) } else { u32::from_le_bytes(raw) };
+                s.push(char::from_u32(code).unwrap_or(char::REPLACEMENT_CHARACTER));
+            }
+            Some(s.trim_end_matches('\0').as_bytes().to_vec())
+        }
+        Element::Dense(..) => None,
+    }
+}
+
+/// Whether the element holds integers (or bools).
+pub fn is_integer(element: Element) -> bool {
+    matches!(element, Element::Dense(d, _) if !matches!(d, DType::Float16 | DType::Float32 | DType::Float64 | DType::BFloat16 | DType::String))
+}

@@ -1,0 +1,28 @@
+//! Evaluation for isorun: labelled datasets streamed in batches and the
+//! metrics computed from a model's outputs, without TensorFlow, processes
+//! or a command line (the engine and `isorun eval` drive it).
+//!
+//! - [`Dataset`] checks the data (TFRecord of `tf.Example`, plain or gzip;
+//!   `.npz`; folders of `.npy`) before any work, and [`Dataset::reader`]
+//!   makes a [`BatchReader`] for one model's signature: inputs for the
+//!   worker, [`Targets`] (labels, weights, slices) for the supervisor.
+//! - [`Evaluator`] keeps metric state (never predictions) batch by batch and
+//!   gives an [`Evaluation`].
+//! - [`check`] compares an evaluation with [`Bound`]s and [`MaxDrop`]s
+//!   against a baseline.
+//!
+//! Memory does not grow with the dataset: records and rows are streamed,
+//! and ranking metrics (AUC) keep counts per distinct score, capped.
+
+mod arrays;
+mod curve;
+pub mod data;
+pub mod example;
+pub mod metrics;
+mod paths;
+pub mod tfrecord;
+pub mod thresholds;
+
+pub use data::{Batch, BatchReader, DataError, DataSpec, Dataset, Feeding, Format, Labels, Targets, MISSING_SLICE};
+pub use metrics::{EvalError, Evaluation, Evaluator, Metric, MetricsSpec, Task};
+pub use thresholds::{check, Bound, BoundOp, Breach, MaxDrop};

@@ -1,0 +1,1037 @@
+//! Metrics computed batch by batch from a model's outputs and the targets,
+//! keeping state (sums, counts, per-score counts), never predictions.
+//!
+//! Meanings follow Keras and scikit-learn, and the reference test checks
+//! them against scikit-learn 1.9 to 1e-6 relative:
+//! - Task, decided at the first batch and kept: an output `[N]`/`[N, 1]`
+//!   with integer labels all 0 or 1 is binary (other integer labels:
+//!   regression); `[N, C]`, C ≥ 2, with integer labels or `Matrix` labels of
+//!   C columns (one-hot: argmax, like Keras's categorical metrics) is
+//!   multiclass; float labels are regression.
+//! - Default metrics: binary accuracy, auc, log_loss, precision, recall, f1;
+//!   multiclass accuracy, top_k_accuracy (when C > k), log_loss; regression
+//!   mse, mae, rmse. `Evaluation::defaulted` says when these were used.
+//! - `--from-logits`: binary outputs go through a sigmoid, multiclass through
+//!   a softmax, before anything else. Without it binary outputs are the
+//!   probability of class 1 and multiclass rows are probabilities as given:
+//!   scikit-learn 1.9's `log_loss` no longer renormalizes rows (it warns),
+//!   and neither does this; AUC ranks the scores as given.
+//! - Binary decisions: class 1 when p > threshold (Keras's `BinaryAccuracy`).
+//!   Multiclass: argmax (the first of tied maxima, like NumPy); top-k: the
+//!   true class is a hit when fewer than k classes score strictly higher.
+//! - Precision, recall, f1: binary for class 1; multiclass macro averages over
+//!   the classes present in the labels or the predictions (sklearn's
+//!   `average='macro'`); 0 where a denominator is 0 (sklearn's
+//!   `zero_division` default). auc: ROC AUC, multiclass one-vs-rest macro
+//!   (`multi_class='ovr'`) over classes with positives and negatives;
+//!   pr_auc: average precision (`average_precision_score`), multiclass the
+//!   macro average over binarized classes. Both exact per distinct score up
+//!   to a cap (2^18 distinct scores over all classes of the whole dataset,
+//!   at least 2^12 per class), then bucketed (2^16 buckets), reported as
+//!   `auc_exact: false`; for slices, binary tasks only, exact up to 2^10
+//!   distinct scores per slice value, then 2^10 buckets (`slices_auc_exact`).
+//! - log_loss: probabilities clipped to [eps, 1 − eps], eps the machine
+//!   epsilon of the output's dtype (float32's for float32 and bfloat16, float16's for float16,
+//!   float64's for float64 and integers), as sklearn 1.9 does.
+//! - Weights weight every metric as sklearn's `sample_weight` does. The
+//!   confusion matrix counts examples, unweighted (rows: true class).
+//! - mse, mae, rmse (and r2) on binary tasks score the probability against
+//!   the 0/1 label (mse is then the Brier score). rmse is √mse; r2 is
+//!   sklearn's `r2_score` (1 − SS_res/SS_tot; 1 or 0 when SS_tot is 0).
+//!   mean_prediction and mean_label are weighted means; calibration is
+//!   their ratio (TFMA's).
+//! - Slices: each value of each slice feature gets its own state; past 1000
+//!   distinct values of one feature, further values share `__other__`.
+//!   A metric that cannot be computed (AUC with one class only) is NaN,
+//!   written as `null` in JSON.
+
+use crate::curve::Curve;
+use crate::data::{Labels, Targets};
+use isorun_protocol::{DType, SignatureInfo, Tensor, TensorData};
+use std::collections::{BTreeMap, HashMap};
+
+/// The slice value that collects values past [`MAX_SLICE_VALUES`].
+pub const OTHER_SLICE: &str = "__other__";
+/// Distinct values kept per slice feature.
+pub const MAX_SLICE_VALUES: usize = 1000;
+/// Distinct scores kept exactly, over all classes, before AUC is bucketed.
+pub const AUC_EXACT_CAP: usize = 1 << 18;
+/// Buckets of a bucketed AUC.
+pub const AUC_BUCKETS: usize = 1 << 16;
+/// Distinct scores (and then buckets) per slice value.
+pub const SLICE_AUC_CAP: usize = 1 << 10;
+
+/// A metric name of the fixed vocabulary.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Metric {
+    Accuracy,
+    TopKAccuracy,
+    Auc,
+    PrAuc,
+    LogLoss,
+    Precision,
+    Recall,
+    F1,
+    Mse,
+    Mae,
+    Rmse,
+    MeanPrediction,
+    MeanLabel,
+    /// mean_prediction / mean_label.
+    Calibration,
+    /// Coefficient of determination.
+    R2,
+}
+
+impl Metric {
+    /// Every metric, in the vocabulary's order.
+    pub const ALL: [Metric; 15] = [
+        Metric::Accuracy,
+        Metric::TopKAccuracy,
+        Metric::Auc,
+        Metric::PrAuc,
+        Metric::LogLoss,
+        Metric::Precision,
+        Metric::Recall,
+        Metric::F1,
+        Metric::Mse,
+        Metric::Mae,
+        Metric::Rmse,
+        Metric::MeanPrediction,
+        Metric::MeanLabel,
+        Metric::Calibration,
+        Metric::R2,
+    ];
+
+    /// The metric of a name; an unknown name's error lists the vocabulary
+    /// and the closest name.
+    pub fn parse(name: &str) -> Result<Metric, String> {
+        let wanted = name.trim().to_ascii_lowercase().replace('-', "_");
+        if let Some(m) = Metric::ALL.into_iter().find(|m| m.name() == wanted) {
+            return Ok(m);
+        }
+        let names: Vec<&str> = Metric::ALL.iter().map(|m| m.name()).collect();
+        let closest = names.iter().map(|n| (edit_distance(&wanted, n), *n)).min().filter(|(d, _)| *d <= 3);
+        let hint = closest.map_or(String::new(), |(_, n)| format!(" (did you mean '{n}'?)"));
+        Err(format!("unknown metric '{name}'{hint}; metrics are: {}", names.join(", ")))
+    }
+
+    /// The name in the vocabulary (and in reports).
+    pub fn name(&self) -> &'static str {
+        match self {
+            Metric::Accuracy => "accuracy",
+            Metric::TopKAccuracy => "top_k_accuracy",
+            Metric::Auc => "auc",
+            Metric::PrAuc => "pr_auc",
+            Metric::LogLoss => "log_loss",
+            Metric::Precision => "precision",
+            Metric::Recall => "recall",
+            Metric::F1 => "f1",
+            Metric::Mse => "mse",
+            Metric::Mae => "mae",
+            Metric::Rmse => "rmse",
+            Metric::MeanPrediction => "mean_prediction",
+            Metric::MeanLabel => "mean_label",
+            Metric::Calibration => "calibration",
+            Metric::R2 => "r2",
+        }
+    }
+
+    /// False for losses and errors (log_loss, mse, mae, rmse). mean_prediction,
+    /// mean_label and calibration have no better direction and count as
+    /// higher-is-better for bounds and drops.
+    pub fn higher_is_better(&self) -> bool {
+        !matches!(self, Metric::LogLoss | Metric::Mse | Metric::Mae | Metric::Rmse)
+    }
+
+    /// Whether the metric applies to a task.
+    pub fn applies_to(&self, task: Task) -> bool {
+        use Metric::*;
+        match task {
+            Task::Binary => !matches!(self, TopKAccuracy | R2),
+            Task::Multiclass { .. } => {
+                matches!(self, Accuracy | TopKAccuracy | Auc | PrAuc | LogLoss | Precision | Recall | F1)
+            }
+            Task::Regression => matches!(self, Mse | Mae | Rmse | R2 | MeanPrediction | MeanLabel | Calibration),
+        }
+    }
+}
+
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut prev = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let here = row[j + 1];
+            row[j + 1] = (prev + usize::from(ca != *cb)).min(row[j] + 1).min(here + 1);
+            prev = here;
+        }
+    }
+    row[b.len()]
+}
+
+impl std::fmt::Display for Metric {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// What to compute, and how to read the output.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MetricsSpec {
+    /// Empty: the task's default.
+    pub metrics: Vec<Metric>,
+    /// Which output to score. `None`: the only output; with several, the
+    /// one named (case-insensitively) `probabilities`, `probs`,
+    /// `predictions`, `scores`, `logits`, `output`, `outputs`, `output_0`,
+    /// in that order of preference; else an error listing them.
+    pub output: Option<String>,
+    /// k of top_k_accuracy (default 5).
+    pub top_k: usize,
+    /// Binary decision threshold (default 0.5).
+    pub threshold: f64,
+    /// Outputs are logits (sigmoid/softmax them first).
+    pub from_logits: bool,
+}
+
+impl Default for MetricsSpec {
+    fn default() -> MetricsSpec {
+        MetricsSpec { metrics: Vec::new(), output: None, top_k: 5, threshold: 0.5, from_logits: false }
+    }
+}
+
+/// Output names preferred when a signature has several outputs.
+const PREFERRED_OUTPUTS: [&str; 8] =
+    ["probabilities", "probs", "predictions", "scores", "logits", "output", "outputs", "output_0"];
+
+/// What kind of problem the model solves, as decided from the first batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Task {
+    Binary,
+    Multiclass { classes: usize },
+    Regression,
+}
+
+impl Task {
+    /// `binary`, `multiclass` or `regression`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Task::Binary => "binary",
+            Task::Multiclass { .. } => "multiclass",
+            Task::Regression => "regression",
+        }
+    }
+
+    /// The metrics used when none are asked for.
+    pub fn default_metrics(&self, top_k: usize) -> Vec<Metric> {
+        use Metric::*;
+        match self {
+            Task::Binary => vec![Accuracy, Auc, LogLoss, Precision, Recall, F1],
+            Task::Multiclass { classes } if *classes > top_k => vec![Accuracy, TopKAccuracy, LogLoss],
+            Task::Multiclass { .. } => vec![Accuracy, LogLoss],
+            Task::Regression => vec![Mse, Mae, Rmse],
+        }
+    }
+}
+
+/// Why outputs could not be scored.
+#[derive(Debug, thiserror::Error)]
+pub enum EvalError {
+    #[error("signature '{signature}' has no output '{output}'; outputs are: {available}")]
+    NoOutput { signature: String, output: String, available: String },
+    #[error("signature '{signature}' has several outputs ({available}); say which to score (--output NAME)")]
+    AmbiguousOutput { signature: String, available: String },
+    #[error("output '{output}' is {dtype}; metrics need numbers")]
+    NotNumeric { output: String, dtype: DType },
+    #[error("output '{output}' has shape {shape:?}; metrics take [N], [N, 1] or [N, C]")]
+    BadShape { output: String, shape: Vec<u64> },
+    #[error("output '{output}' has {output_rows} rows but the batch has {rows} examples")]
+    Rows { output: String, output_rows: u64, rows: usize },
+    #[error("{what} has {len} rows but the batch has {rows} examples")]
+    TargetRows { what: String, len: usize, rows: usize },
+    #[error("output '{output}' holds a non-finite value ({value}) at row {row} of the batch")]
+    NotFinite { output: String, row: usize, value: f64 },
+    #[error("label {label} at row {row} of the batch is outside {range} for a {task} task")]
+    LabelOutOfRange { label: String, row: usize, range: String, task: &'static str },
+    #[error("output '{output}' {reason}")]
+    Mismatch { output: String, reason: String },
+    #[error("metric {metric} does not apply to a {task} task; it takes: {applicable}")]
+    NotApplicable { metric: Metric, task: &'static str, applicable: String },
+    #[error("invalid metrics spec: {reason}")]
+    InvalidSpec { reason: String },
+}
+
+/// The metrics of one model on one dataset.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Evaluation {
+    pub examples: u64,
+    /// The task (a guess from the output's declared shape when no batch came).
+    pub task: Task,
+    pub output: String,
+    /// The metrics were the task's default, not asked for.
+    pub defaulted: bool,
+    /// Metric name -> value (NaN where it cannot be computed).
+    pub metrics: BTreeMap<String, f64>,
+    /// Slice feature -> value -> metric name -> value (plus `examples`).
+    pub slices: BTreeMap<String, BTreeMap<String, BTreeMap<String, f64>>>,
+    /// Classification tasks: example counts, rows = true class.
+    pub confusion_matrix: Option<Vec<Vec<u64>>>,
+    /// Whether auc and pr_auc are exact (not bucketed).
+    pub auc_exact: bool,
+    /// Whether the slices' auc and pr_auc are exact.
+    pub slices_auc_exact: bool,
+    /// k of top_k_accuracy.
+    pub top_k: usize,
+    /// The binary decision threshold.
+    pub threshold: f64,
+    pub from_logits: bool,
+}
+
+fn json_number(v: f64) -> serde_json::Value {
+    serde_json::Number::from_f64(v).map_or(serde_json::Value::Null, serde_json::Value::Number)
+}
+
+fn json_metrics(m: &BTreeMap<String, f64>) -> serde_json::Value {
+    serde_json::Value::Object(m.iter().map(|(k, v)| (k.clone(), json_number(*v))).collect())
+}
+
+impl Evaluation {
+    /// `{"examples", "task", "classes"?, "output", "metrics_defaulted",
+    /// "metrics": {..}, "slices": {..}, "confusion_matrix": [[..]] | null,
+    /// "auc_exact", "slices_auc_exact", "top_k", "threshold", "from_logits"}`; NaN is `null`.
+    pub fn to_json(&self) -> serde_json::Value {
+        let mut object = serde_json::Map::new();
+        object.insert("examples".into(), self.examples.into());
+        object.insert("task".into(), self.task.name().into());
+        if let Task::Multiclass { classes } = self.task {
+            object.insert("classes".into(), classes.into());
+        }
+        object.insert("output".into(), self.output.clone().into());
+        object.insert("metrics_defaulted".into(), self.defaulted.into());
+        object.insert("metrics".into(), json_metrics(&self.metrics));
+        let slices = self
+            .slices
+            .iter()
+            .map(|(feature, values)| {
+                let values = values.iter().map(|(v, m)| (v.clone(), json_metrics(m))).collect();
+                (feature.clone(), serde_json::Value::Object(values))
+            })
+            .collect();
+        object.insert("slices".into(), serde_json::Value::Object(slices));
+        object.insert(
+            "confusion_matrix".into(),
+            self.confusion_matrix.as_ref().map_or(serde_json::Value::Null, |m| serde_json::json!(m)),
+        );
+        object.insert("auc_exact".into(), self.auc_exact.into());
+        object.insert("slices_auc_exact".into(), self.slices_auc_exact.into());
+        object.insert("top_k".into(), self.top_k.into());
+        object.insert("threshold".into(), json_number(self.threshold));
+        object.insert("from_logits".into(), self.from_logits.into());
+        serde_json::Value::Object(object)
+    }
+}
+
+/// Metric state of one task over some examples.
+#[derive(Debug, Clone)]
+enum State {
+    Binary(BinaryState),
+    Multiclass(MulticlassState),
+    Regression(RegressionState),
+}
+
+#[derive(Debug, Clone, Default)]
+struct Sums {
+    examples: u64,
+    weight: f64,
+    log_loss: f64,
+    sum_prediction: f64,
+    sum_label: f64,
+    squared_error: f64,
+    absolute_error: f64,
+    /// Σ w (y − shift), Σ w (y − shift)² for r2.
+    shifted_label: f64,
+    shifted_label_squared: f64,
+    shift: Option<f64>,
+}
+
+impl Sums {
+    fn add(&mut self, prediction: f64, label: f64, weight: f64) {
+        self.examples += 1;
+        self.weight += weight;
+        self.sum_prediction += weight * prediction;
+        self.sum_label += weight * label;
+        let error = prediction - label;
+        self.squared_error += weight * error * error;
+        self.absolute_error += weight * error.abs();
+        let shift = *self.shift.get_or_insert(label);
+        let y = label - shift;
+        self.shifted_label += weight * y;
+        self.shifted_label_squared += weight * y * y;
+    }
+
+    fn r2(&self) -> f64 {
+        let total = self.shifted_label_squared - self.shifted_label * self.shifted_label / self.weight;
+        if total == 0.0 {
+            return if self.squared_error == 0.0 { 1.0 } else { 0.0 };
+        }
+        1.0 - self.squared_error / total
+    }
+}
+
+#[derive(Debug, Clone)]
+struct BinaryState {
+    sums: Sums,
+    tp: f64,
+    fp: f64,
+    tn: f64,
+    fn_: f64,
+    curve: Option<Curve>,
+}
+
+#[derive(Debug, Clone)]
+struct MulticlassState {
+    sums: Sums,
+    correct: f64,
+    top_k: f64,
+    tp: Vec<f64>,
+    fp: Vec<f64>,
+    fn_: Vec<f64>,
+    present: Vec<bool>,
+    curves: Option<Vec<Curve>>,
+}
+
+#[derive(Debug, Clone)]
+struct RegressionState {
+    sums: Sums,
+}
+
+fn ratio(a: f64, b: f64) -> f64 {
+    if b == 0.0 {
+        0.0
+    } else {
+        a / b
+    }
+}
+
+fn divide(a: f64, b: f64) -> f64 {
+    if b == 0.0 {
+        f64::NAN
+    } else {
+        a / b
+    }
+}
+
+fn mean(values: impl Iterator<Item = f64>) -> f64 {
+    let (sum, n) = values.filter(|v| !v.is_nan()).fold((0.0, 0usize), |(s, n), v| (s + v, n + 1));
+    if n == 0 {
+        f64::NAN
+    } else {
+        sum / n as f64
+    }
+}
+
+impl State {
+    fn new(task: Task, curves: Option<(usize, usize)>) -> State {
+        match task {
+            Task::Binary => State::Binary(BinaryState {
+                sums: Sums::default(),
+                tp: 0.0,
+                fp: 0.0,
+                tn: 0.0,
+                fn_: 0.0,
+                curve: curves.map(|(cap, buckets)| Curve::new(cap, buckets)),
+            }),
+            Task::Multiclass { classes } => State::Multiclass(MulticlassState {
+                sums: Sums::default(),
+                correct: 0.0,
+                top_k: 0.0,
+                tp: vec![0.0; classes],
+                fp: vec![0.0; classes],
+                fn_: vec![0.0; classes],
+                present: vec![false; classes],
+                curves: curves.map(|(cap, buckets)| (0..classes).map(|_| Curve::new(cap, buckets)).collect()),
+            }),
+            Task::Regression => State::Regression(RegressionState { sums: Sums::default() }),
+        }
+    }
+
+    fn add(&mut self, row: &Row<'_>, threshold: f64, top_k: usize, eps: f64) {
+        match self {
+            State::Binary(s) => {
+                let p = row.scores[0];
+                let positive = row.label == 1.0;
+                let predicted = p > threshold;
+                match (positive, predicted) {
+                    (true, true) => s.tp += row.weight,
+                    (false, true) => s.fp += row.weight,
+                    (false, false) => s.tn += row.weight,
+                    (true, false) => s.fn_ += row.weight,
+                }
+                let q = if positive { p } else { 1.0 - p };
+                s.sums.log_loss -= row.weight * q.clamp(eps, 1.0 - eps).ln();
+                s.sums.add(p, row.label, row.weight);
+                if let Some(curve) = &mut s.curve {
+                    curve.add(p, positive, row.weight);
+                }
+            }
+            State::Multiclass(s) => {
+                let class = row.class;
+                let scores = row.scores;
+                s.sums.examples += 1;
+                s.sums.weight += row.weight;
+                if row.predicted == class {
+                    s.correct += row.weight;
+                    s.tp[class] += row.weight;
+                } else {
+                    s.fn_[class] += row.weight;
+                    s.fp[row.predicted] += row.weight;
+                }
+                s.present[class] = true;
+                s.present[row.predicted] = true;
+                let higher = scores.iter().filter(|&&v| v > scores[class]).count();
+                if higher < top_k {
+                    s.top_k += row.weight;
+                }
+                let loss = match row.soft_label {
+                    Some(soft) => soft
+                        .iter()
+                        .zip(scores)
+                        .filter(|(y, _)| **y != 0.0)
+                        .map(|(y, p)| -y * p.clamp(eps, 1.0 - eps).ln())
+                        .sum(),
+                    None => -scores[class].clamp(eps, 1.0 - eps).ln(),
+                };
+                s.sums.log_loss += row.weight * loss;
+                if let Some(curves) = &mut s.curves {
+                    for (c, curve) in curves.iter_mut().enumerate() {
+                        curve.add(scores[c], c == class, row.weight);
+                    }
+                }
+            }
+            State::Regression(s) => s.sums.add(row.scores[0], row.label, row.weight),
+        }
+    }
+
+    fn exact(&self) -> bool {
+        match self {
+            State::Binary(s) => s.curve.as_ref().is_none_or(Curve::exact),
+            State::Multiclass(s) => s.curves.iter().flatten().all(Curve::exact),
+            State::Regression(_) => true,
+        }
+    }
+
+    fn value(&self, metric: Metric) -> f64 {
+        let sums = match self {
+            State::Binary(s) => &s.sums,
+            State::Multiclass(s) => &s.sums,
+            State::Regression(s) => &s.sums,
+        };
+        let w = sums.weight;
+        match (self, metric) {
+            (_, Metric::LogLoss) => divide(sums.log_loss, w),
+            (_, Metric::Mse) => divide(sums.squared_error, w),
+            (_, Metric::Rmse) => divide(sums.squared_error, w).sqrt(),
+            (_, Metric::Mae) => divide(sums.absolute_error, w),
+            (_, Metric::MeanPrediction) => divide(sums.sum_prediction, w),
+            (_, Metric::MeanLabel) => divide(sums.sum_label, w),
+            (_, Metric::Calibration) => divide(sums.sum_prediction, sums.sum_label),
+            (_, Metric::R2) => sums.r2(),
+            (State::Binary(s), Metric::Accuracy) => divide(s.tp + s.tn, w),
+            (State::Binary(s), Metric::Precision) => ratio(s.tp, s.tp + s.fp),
+            (State::Binary(s), Metric::Recall) => ratio(s.tp, s.tp + s.fn_),
+            (State::Binary(s), Metric::F1) => ratio(2.0 * s.tp, 2.0 * s.tp + s.fp + s.fn_),
+            (State::Binary(s), Metric::Auc) => s.curve.as_ref().map_or(f64::NAN, Curve::roc_auc),
+            (State::Binary(s), Metric::PrAuc) => s.curve.as_ref().map_or(f64::NAN, Curve::average_precision),
+            (State::Multiclass(s), Metric::Accuracy) => divide(s.correct, w),
+            (State::Multiclass(s), Metric::TopKAccuracy) => divide(s.top_k, w),
+            (State::Multiclass(s), Metric::Precision) => s.macro_average(|c| ratio(s.tp[c], s.tp[c] + s.fp[c])),
+            (State::Multiclass(s), Metric::Recall) => s.macro_average(|c| ratio(s.tp[c], s.tp[c] + s.fn_[c])),
+            (State::Multiclass(s), Metric::F1) => {
+                s.macro_average(|c| ratio(2.0 * s.tp[c], 2.0 * s.tp[c] + s.fp[c] + s.fn_[c]))
+            }
+            (State::Multiclass(s), Metric::Auc) => {
+                s.curves.as_ref().map_or(f64::NAN, |c| mean(c.iter().map(Curve::roc_auc)))
+            }
+            (State::Multiclass(s), Metric::PrAuc) => {
+                s.curves.as_ref().map_or(f64::NAN, |c| mean(c.iter().map(Curve::average_precision)))
+            }
+            _ => f64::NAN,
+        }
+    }
+
+    fn examples(&self) -> u64 {
+        match self {
+            State::Binary(s) => s.sums.examples,
+            State::Multiclass(s) => s.sums.examples,
+            State::Regression(s) => s.sums.examples,
+        }
+    }
+}
+
+impl MulticlassState {
+    fn macro_average(&self, per_class: impl Fn(usize) -> f64) -> f64 {
+        mean((0..self.present.len()).filter(|&c| self.present[c]).map(per_class))
+    }
+}
+
+/// One example as every state needs it.
+struct Row<'a> {
+    /// Probabilities (after sigmoid/softmax); binary and regression: one value.
+    scores: &'a [f64],
+    /// Binary/regression label.
+    label: f64,
+    /// Multiclass true class and predicted class.
+    class: usize,
+    predicted: usize,
+    /// Multiclass `Matrix` labels.
+    soft_label: Option<&'a [f64]>,
+    weight: f64,
+}
+
+/// One slice feature's states.
+#[derive(Debug, Clone, Default)]
+struct SliceStates {
+    values: HashMap<String, State>,
+    other: Option<State>,
+}
+
+/// Scores batches of one model's outputs.
+#[derive(Debug, Clone)]
+pub struct Evaluator {
+    spec: MetricsSpec,
+    output: String,
+    output_dtype: DType,
+    output_columns: Option<u64>,
+    slice_names: Vec<String>,
+    task: Option<Task>,
+    metrics: Vec<Metric>,
+    overall: Option<State>,
+    slices: Vec<SliceStates>,
+    confusion: Option<Vec<Vec<u64>>>,
+    examples: u64,
+    values: Vec<f64>,
+}
+
+/// The machine epsilon sklearn clips log loss with: float64's for float64
+/// (and integer) outputs, float16's for float16, float32's otherwise.
+fn epsilon(dtype: DType) -> f64 {
+    match dtype {
+        DType::Float32 | DType::BFloat16 => f64::from(f32::EPSILON),
+        DType::Float16 => f64::from(half::f16::EPSILON.to_f32()),
+        _ => f64::EPSILON,
+    }
+}
+
+fn numeric(dtype: DType) -> bool {
+    !matches!(dtype, DType::String | DType::Bool)
+}
+
+/// The tensor's elements as f64, into `out`.
+fn to_f64(tensor: &Tensor, output: &str, out: &mut Vec<f64>) -> Result<(), EvalError> {
+    let TensorData::Dense(bytes) = &tensor.data else {
+        return Err(EvalError::Mismatch { output: output.into(), reason: "is not a dense tensor in memory".into() });
+    };
+    if !numeric(tensor.dtype) {
+        return Err(EvalError::NotNumeric { output: output.into(), dtype: tensor.dtype });
+    }
+    let size = tensor.dtype.element_size().expect("dense");
+    out.clear();
+    out.reserve(bytes.len() / size);
+    let element = isorun_tensors::npy::Element::Dense(tensor.dtype, false);
+    if tensor.dtype == DType::Float32 {
+        out.extend(bytes.chunks_exact(4).map(|c| f64::from(f32::from_le_bytes([c[0], c[1], c[2], c[3]]))));
+    } else if tensor.dtype == DType::Float64 {
+        out.extend(bytes.chunks_exact(8).map(|c| f64::from_le_bytes(c.try_into().expect("8 bytes"))));
+    } else {
+        out.extend(
+            bytes.chunks_exact(size).map(|c| crate::arrays::number(element, c).map_or(f64::NAN, |n| n.as_f64())),
+        );
+    }
+    Ok(())
+}
+
+fn sigmoid(x: f64) -> f64 {
+    if x >= 0.0 {
+        1.0 / (1.0 + (-x).exp())
+    } else {
+        let e = x.exp();
+        e / (1.0 + e)
+    }
+}
+
+fn softmax(row: &mut [f64]) {
+    let max = row.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    let mut sum = 0.0;
+    for v in row.iter_mut() {
+        *v = (*v - max).exp();
+        sum += *v;
+    }
+    for v in row.iter_mut() {
+        *v /= sum;
+    }
+}
+
+fn argmax(row: &[f64]) -> usize {
+    let mut best = 0;
+    for (i, v) in row.iter().enumerate() {
+        if *v > row[best] {
+            best = i;
+        }
+    }
+    best
+}
+
+impl Evaluator {
+    /// Checks the spec against the signature (the output exists; its dtype
+    /// is numeric) before any batch. `slices` are the slice feature names,
+    /// in the order of `Targets::slices`.
+    pub fn new(spec: &MetricsSpec, signature: &SignatureInfo, slices: &[String]) -> Result<Evaluator, EvalError> {
+        if spec.top_k == 0 {
+            return Err(EvalError::InvalidSpec { reason: "top k must be at least 1".into() });
+        }
+        if !spec.threshold.is_finite() {
+            return Err(EvalError::InvalidSpec { reason: format!("threshold {} is not a number", spec.threshold) });
+        }
+        let available = || signature.outputs.iter().map(|o| o.describe()).collect::<Vec<_>>().join(", ");
+        let chosen = match &spec.output {
+            Some(name) => signature.outputs.iter().find(|o| &o.name == name).ok_or_else(|| EvalError::NoOutput {
+                signature: signature.key.clone(),
+                output: name.clone(),
+                available: available(),
+            })?,
+            None => match signature.outputs.as_slice() {
+                [only] => only,
+                [] => {
+                    return Err(EvalError::NoOutput {
+                        signature: signature.key.clone(),
+                        output: "(any)".into(),
+                        available: "none".into(),
+                    })
+                }
+                outputs => PREFERRED_OUTPUTS
+                    .iter()
+                    .find_map(|p| outputs.iter().find(|o| o.name.eq_ignore_ascii_case(p)))
+                    .ok_or_else(|| EvalError::AmbiguousOutput {
+                        signature: signature.key.clone(),
+                        available: available(),
+                    })?,
+            },
+        };
+        if !numeric(chosen.dtype) {
+            return Err(EvalError::NotNumeric { output: chosen.name.clone(), dtype: chosen.dtype });
+        }
+        let output_columns = match &chosen.shape {
+            Some(dims) if dims.len() > 2 || dims.is_empty() => {
+                return Err(EvalError::BadShape {
+                    output: chosen.name.clone(),
+                    shape: dims.iter().map(|d| d.unwrap_or(0)).collect(),
+                })
+            }
+            Some(dims) if dims.len() == 2 => dims[1],
+            Some(_) => Some(1),
+            None => None,
+        };
+        Ok(Evaluator {
+            spec: spec.clone(),
+            output: chosen.name.clone(),
+            output_dtype: chosen.dtype,
+            output_columns,
+            slice_names: slices.to_vec(),
+            task: None,
+            metrics: Vec::new(),
+            overall: None,
+            slices: vec![SliceStates::default(); slices.len()],
+            confusion: None,
+            examples: 0,
+            values: Vec::new(),
+        })
+    }
+
+    /// The output scored.
+    pub fn output(&self) -> &str {
+        &self.output
+    }
+
+    /// The task, once the first batch decided it.
+    pub fn task(&self) -> Option<Task> {
+        self.task
+    }
+
+    fn decide(&mut self, columns: usize, labels: &Labels) -> Result<Task, EvalError> {
+        let output = self.output.clone();
+        let task = match labels {
+            Labels::Float(_) if columns == 1 => Task::Regression,
+            Labels::Float(_) => {
+                return Err(EvalError::Mismatch {
+                    output,
+                    reason: format!("has {columns} values per example but the labels are one float each (regression)"),
+                })
+            }
+            Labels::Int(values) if columns == 1 => {
+                if values.iter().all(|v| *v == 0 || *v == 1) {
+                    Task::Binary
+                } else {
+                    Task::Regression
+                }
+            }
+            Labels::Int(_) => Task::Multiclass { classes: columns },
+            Labels::Matrix { columns: label_columns, .. } if *label_columns == columns => {
+                Task::Multiclass { classes: columns }
+            }
+            Labels::Matrix { columns: label_columns, .. } => {
+                return Err(EvalError::Mismatch {
+                    output,
+                    reason: format!("has {columns} values per example but the labels have {label_columns}"),
+                })
+            }
+        };
+        let defaulted = self.spec.metrics.is_empty();
+        let metrics = if defaulted { task.default_metrics(self.spec.top_k) } else { self.spec.metrics.clone() };
+        for metric in &metrics {
+            if !metric.applies_to(task) {
+                let applicable: Vec<&str> =
+                    Metric::ALL.iter().filter(|m| m.applies_to(task)).map(|m| m.name()).collect();
+                return Err(EvalError::NotApplicable {
+                    metric: *metric,
+                    task: task.name(),
+                    applicable: applicable.join(", "),
+                });
+            }
+        }
+        let mut unique = Vec::new();
+        for m in metrics {
+            if !unique.contains(&m) {
+                unique.push(m);
+            }
+        }
+        self.metrics = unique;
+        self.task = Some(task);
+        let wants_curves = self.metrics.iter().any(|m| matches!(m, Metric::Auc | Metric::PrAuc));
+        let curve_count = match task {
+            Task::Multiclass { classes } => classes,
+            _ => 1,
+        };
+        let overall_curves = wants_curves.then(|| {
+            let cap = (AUC_EXACT_CAP / curve_count).max(1 << 12);
+            let buckets = (AUC_BUCKETS * 16 / curve_count).clamp(1 << 10, AUC_BUCKETS);
+            (cap, buckets)
+        });
+        self.overall = Some(State::new(task, overall_curves));
+        if matches!(task, Task::Binary | Task::Multiclass { .. }) {
+            self.confusion = Some(vec![vec![0; curve_count.max(2)]; curve_count.max(2)]);
+        }
+        Ok(task)
+    }
+
+    fn slice_state(&self) -> State {
+        let task = self.task.expect("decided");
+        let wants_curves = self.metrics.iter().any(|m| matches!(m, Metric::Auc | Metric::PrAuc));
+        State::new(task, (wants_curves && task == Task::Binary).then_some((SLICE_AUC_CAP, SLICE_AUC_CAP)))
+    }
+
+    /// Scores one batch. `outputs` are the worker's outputs for it. Decides
+    /// the task at the first batch and keeps it. Errors: rows differ from the
+    /// targets', a label outside [0, classes), a non-numeric output, a metric
+    /// that does not apply to the task; a failed batch adds nothing.
+    pub fn update(&mut self, outputs: &[(String, Tensor)], targets: &Targets) -> Result<(), EvalError> {
+        let output = self.output.clone();
+        let (_, tensor) = outputs.iter().find(|(n, _)| *n == output).ok_or_else(|| EvalError::NoOutput {
+            signature: "(the batch's outputs)".into(),
+            output: output.clone(),
+            available: outputs.iter().map(|(n, _)| n.clone()).collect::<Vec<_>>().join(", "),
+        })?;
+        let columns = match tensor.shape.as_slice() {
+            [_] => 1,
+            [_, c] if *c >= 1 => *c as usize,
+            shape => return Err(EvalError::BadShape { output, shape: shape.to_vec() }),
+        };
+        let rows = targets.rows;
+        if tensor.shape[0] != rows as u64 {
+            return Err(EvalError::Rows { output, output_rows: tensor.shape[0], rows });
+        }
+        if targets.labels.len() != rows {
+            return Err(EvalError::TargetRows { what: "the labels".into(), len: targets.labels.len(), rows });
+        }
+        if let Some(w) = &targets.weights {
+            if w.len() != rows {
+                return Err(EvalError::TargetRows { what: "the weights".into(), len: w.len(), rows });
+            }
+        }
+        if targets.slices.len() != self.slice_names.len() {
+            return Err(EvalError::TargetRows {
+                what: format!("the slices ({} features, expected {})", targets.slices.len(), self.slice_names.len()),
+                len: targets.slices.len(),
+                rows,
+            });
+        }
+        for (name, values) in &targets.slices {
+            if values.len() != rows {
+                return Err(EvalError::TargetRows { what: format!("slice '{name}'"), len: values.len(), rows });
+            }
+        }
+        let mut values = std::mem::take(&mut self.values);
+        let result = self.score(tensor, columns, targets, &mut values);
+        self.values = values;
+        result
+    }
+
+    fn score(
+        &mut self,
+        tensor: &Tensor,
+        columns: usize,
+        targets: &Targets,
+        values: &mut Vec<f64>,
+    ) -> Result<(), EvalError> {
+        let output = self.output.clone();
+        to_f64(tensor, &output, values)?;
+        if let Some((row, value)) = values.iter().enumerate().find(|(_, v)| !v.is_finite()) {
+            return Err(EvalError::NotFinite { output, row: row / columns, value: *value });
+        }
+        let task = match self.task {
+            Some(task) => task,
+            None => self.decide(columns, &targets.labels)?,
+        };
+        let expected_columns = match task {
+            Task::Multiclass { classes } => classes,
+            _ => 1,
+        };
+        if columns != expected_columns {
+            return Err(EvalError::Mismatch {
+                output,
+                reason: format!("has {columns} values per example; earlier batches had {expected_columns}"),
+            });
+        }
+        // Check every label before any state changes: a failed batch adds nothing.
+        let rows = targets.rows;
+        match (&targets.labels, task) {
+            (Labels::Int(labels), Task::Binary) => {
+                if let Some((row, l)) = labels.iter().enumerate().find(|(_, l)| **l != 0 && **l != 1) {
+                    return Err(EvalError::LabelOutOfRange {
+                        label: l.to_string(),
+                        row,
+                        range: "{0, 1}".into(),
+                        task: "binary",
+                    });
+                }
+            }
+            (Labels::Int(labels), Task::Multiclass { classes }) => {
+                if let Some((row, l)) = labels.iter().enumerate().find(|(_, l)| **l < 0 || **l >= classes as i64) {
+                    return Err(EvalError::LabelOutOfRange {
+                        label: l.to_string(),
+                        row,
+                        range: format!("[0, {classes})"),
+                        task: "multiclass",
+                    });
+                }
+            }
+            (Labels::Matrix { columns: c, .. }, Task::Multiclass { classes }) if *c == classes => {}
+            (Labels::Int(_) | Labels::Float(_), Task::Regression) => {}
+            (labels, task) => {
+                let kind = match labels {
+                    Labels::Int(_) => "integer",
+                    Labels::Float(_) => "float",
+                    Labels::Matrix { .. } => "multi-value",
+                };
+                return Err(EvalError::Mismatch {
+                    output,
+                    reason: format!("was scored as a {} task but this batch has {kind} labels", task.name()),
+                });
+            }
+        }
+        if self.spec.from_logits {
+            match task {
+                Task::Binary => values.iter_mut().for_each(|v| *v = sigmoid(*v)),
+                Task::Multiclass { .. } => values.chunks_exact_mut(columns).for_each(softmax),
+                Task::Regression => {}
+            }
+        }
+        let eps = epsilon(self.output_dtype);
+        let (threshold, top_k) = (self.spec.threshold, self.spec.top_k);
+        let mut overall = self.overall.take().expect("decided");
+        let mut slices = std::mem::take(&mut self.slices);
+        for r in 0..rows {
+            let scores = &values[r * columns..(r + 1) * columns];
+            let weight = targets.weights.as_ref().map_or(1.0, |w| w[r]);
+            let (label, class, soft_label) = match &targets.labels {
+                Labels::Int(l) => (l[r] as f64, l[r].max(0) as usize, None),
+                Labels::Float(l) => (l[r], 0, None),
+                Labels::Matrix { columns: c, values: v } => {
+                    let soft = &v[r * c..(r + 1) * c];
+                    (0.0, argmax(soft), Some(soft))
+                }
+            };
+            let predicted = if columns > 1 { argmax(scores) } else { 0 };
+            let row = Row { scores, label, class, predicted, soft_label, weight };
+            overall.add(&row, threshold, top_k, eps);
+            if let Some(confusion) = &mut self.confusion {
+                let (truth, guess) = match task {
+                    Task::Binary => (label as usize, usize::from(scores[0] > threshold)),
+                    _ => (class, predicted),
+                };
+                confusion[truth][guess] += 1;
+            }
+            for (states, (_, values)) in slices.iter_mut().zip(&targets.slices) {
+                let value = values[r].as_str();
+                let state = if states.values.contains_key(value) {
+                    states.values.get_mut(value).expect("present")
+                } else if states.values.len() < MAX_SLICE_VALUES {
+                    states.values.entry(value.to_string()).or_insert_with(|| self.slice_state())
+                } else {
+                    states.other.get_or_insert_with(|| self.slice_state())
+                };
+                state.add(&row, threshold, top_k, eps);
+            }
+        }
+        self.overall = Some(overall);
+        self.slices = slices;
+        self.examples += rows as u64;
+        Ok(())
+    }
+
+    /// Examples scored so far.
+    pub fn examples(&self) -> u64 {
+        self.examples
+    }
+
+    /// The metrics so far (cheap enough to call once at the end).
+    pub fn finish(&self) -> Evaluation {
+        let task = self.task.unwrap_or(match self.output_columns {
+            Some(c) if c >= 2 => Task::Multiclass { classes: c as usize },
+            _ => Task::Binary,
+        });
+        let values = |state: &State| -> BTreeMap<String, f64> {
+            self.metrics.iter().map(|m| (m.name().to_string(), state.value(*m))).collect()
+        };
+        let metrics = self.overall.as_ref().map(values).unwrap_or_default();
+        let mut slices = BTreeMap::new();
+        let mut slices_exact = true;
+        for (name, states) in self.slice_names.iter().zip(&self.slices) {
+            let mut by_value = BTreeMap::new();
+            for (value, state) in
+                states.values.iter().map(|(v, s)| (v.as_str(), s)).chain(states.other.iter().map(|s| (OTHER_SLICE, s)))
+            {
+                let mut m = values(state);
+                m.insert("examples".into(), state.examples() as f64);
+                slices_exact &= state.exact();
+                by_value.insert(value.to_string(), m);
+            }
+            slices.insert(name.clone(), by_value);
+        }
+        Evaluation {
+            examples: self.examples,
+            task,
+            output: self.output.clone(),
+            defaulted: self.spec.metrics.is_empty(),
+            metrics,
+            slices,
+            confusion_matrix: self.confusion.clone(),
+            auc_exact: self.overall.as_ref().is_none_or(State::exact),
+            slices_auc_exact: slices_exact,
+            top_k: self.spec.top_k,
+            threshold: self.spec.threshold,
+            from_logits: self.spec.from_logits,
+        }
+    }
+}

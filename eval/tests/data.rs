@@ -1,0 +1,402 @@
+//! Reading datasets: TFRecord (plain, gzip, shards, globs), corrupt and
+//! hostile files, tf.Example errors, raw-record feeding, npz/npy shards,
+//! limits and prefetching, each through the public API.
+
+use isorun_eval::example::{Example, Feature};
+use isorun_eval::tfrecord::write_record;
+use isorun_eval::{Batch, DataError, DataSpec, Dataset, Feeding, Format, Labels};
+use isorun_protocol::{DType, SignatureInfo, Tensor, TensorData, TensorSpec};
+use prost::Message;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+fn spec(paths: Vec<PathBuf>) -> DataSpec {
+    DataSpec {
+        paths,
+        label: "label".into(),
+        weight: None,
+        slices: vec![],
+        renames: vec![],
+        limit: None,
+        batch_size: 4,
+        skip_corrupt: false,
+    }
+}
+
+fn example(i: i64) -> Example {
+    Example::new([
+        ("x".to_string(), Feature::floats(vec![i as f32, 0.5 * i as f32, -1.0])),
+        ("label".to_string(), Feature::ints(vec![i % 2])),
+        ("w".to_string(), Feature::floats(vec![1.0 + i as f32])),
+        ("group".to_string(), Feature::bytes(vec![if i % 3 == 0 { b"a".to_vec() } else { b"b".to_vec() }])),
+    ])
+}
+
+fn records(range: std::ops::Range<i64>) -> Vec<u8> {
+    let mut out = Vec::new();
+    for i in range {
+        write_record(&mut out, &example(i).encode_to_vec());
+    }
+    out
+}
+
+fn write(path: &Path, bytes: &[u8]) {
+    std::fs::write(path, bytes).unwrap();
+}
+
+fn gzip(bytes: &[u8]) -> Vec<u8> {
+    let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    e.write_all(bytes).unwrap();
+    e.finish().unwrap()
+}
+
+fn signature(inputs: Vec<TensorSpec>) -> SignatureInfo {
+    SignatureInfo {
+        key: "serving_default".into(),
+        inputs,
+        outputs: vec![TensorSpec { name: "p".into(), dtype: DType::Float32, shape: Some(vec![None]) }],
+    }
+}
+
+fn input(name: &str, dtype: DType, shape: Vec<Option<u64>>) -> TensorSpec {
+    TensorSpec { name: name.into(), dtype, shape: Some(shape) }
+}
+
+fn x_signature() -> SignatureInfo {
+    signature(vec![input("x", DType::Float32, vec![None, Some(3)])])
+}
+
+fn read_all(dataset: &Dataset, sig: &SignatureInfo) -> Result<Vec<Batch>, DataError> {
+    let mut reader = dataset.reader(sig)?;
+    let mut batches = Vec::new();
+    while let Some(batch) = reader.next_batch() {
+        batches.push(batch?);
+    }
+    Ok(batches)
+}
+
+fn f32s(t: &Tensor) -> Vec<f32> {
+    let TensorData::Dense(b) = &t.data else { panic!("dense") };
+    b.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect()
+}
+
+fn int_labels(batches: &[Batch]) -> Vec<i64> {
+    batches
+        .iter()
+        .flat_map(|b| match &b.targets.labels {
+            Labels::Int(v) => v.clone(),
+            other => panic!("int labels, not {other:?}"),
+        })
+        .collect()
+}
+
+#[test]
+fn tfrecord_shards_plain_gzip_and_globs_read_in_order() {
+    let dir = tempfile::tempdir().unwrap();
+    write(&dir.path().join("part-0.tfrecord"), &records(0..5));
+    write(&dir.path().join("part-1.tfrecord.gz"), &gzip(&records(5..11)));
+    write(&dir.path().join("README"), b"not data");
+    for paths in [
+        vec![dir.path().to_path_buf()],
+        vec![dir.path().join("part-*")],
+        vec![dir.path().join("part-0.tfrecord"), dir.path().join("part-1.tfrecord.gz")],
+    ] {
+        let mut s = spec(paths);
+        s.weight = Some("w".into());
+        s.slices = vec!["group".into()];
+        let dataset = Dataset::open(s).unwrap();
+        assert_eq!(
+            dataset.files().iter().map(|(p, f)| (p.file_name().unwrap().to_owned(), *f)).collect::<Vec<_>>(),
+            vec![("part-0.tfrecord".into(), Format::TfRecord), ("part-1.tfrecord.gz".into(), Format::TfRecordGzip)]
+        );
+        let batches = read_all(&dataset, &x_signature()).unwrap();
+        assert_eq!(batches.iter().map(|b| b.targets.rows).collect::<Vec<_>>(), vec![4, 4, 3]);
+        assert_eq!(int_labels(&batches), (0..11).map(|i| i % 2).collect::<Vec<_>>());
+        let x = &batches[1].inputs[0];
+        assert_eq!(x.0, "x");
+        assert_eq!(x.1.shape, vec![4, 3]);
+        assert_eq!(f32s(&x.1)[..3], [4.0, 2.0, -1.0]);
+        assert_eq!(batches[0].targets.weights.as_deref(), Some(&[1.0, 2.0, 3.0, 4.0][..]));
+        assert_eq!(
+            batches[0].targets.slices,
+            vec![("group".to_string(), vec!["a".into(), "b".into(), "b".into(), "a".into()])]
+        );
+    }
+}
+
+#[test]
+fn a_flipped_data_byte_names_file_and_offset_and_skip_corrupt_counts_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("data.tfrecord");
+    let mut bytes = records(0..6);
+    let one = records(0..1).len();
+    // The third record's data: 2 records in, past its 12-byte header.
+    bytes[2 * one + 14] ^= 0x40;
+    write(&path, &bytes);
+    let dataset = Dataset::open(spec(vec![path.clone()])).unwrap();
+    let err = read_all(&dataset, &x_signature()).unwrap_err();
+    let message = err.to_string();
+    assert!(message.contains(&path.display().to_string()), "{message}");
+    assert!(message.contains(&format!("byte offset {}", 2 * one)), "{message}");
+    assert!(message.contains("data CRC32C mismatch"), "{message}");
+
+    let mut s = spec(vec![path]);
+    s.skip_corrupt = true;
+    let dataset = Dataset::open(s).unwrap();
+    let mut reader = dataset.reader(&x_signature()).unwrap();
+    let mut labels = Vec::new();
+    while let Some(batch) = reader.next_batch() {
+        labels.extend(int_labels(&[batch.unwrap()]));
+    }
+    assert_eq!(labels, vec![0, 1, 1, 0, 1], "record 2 skipped, the rest read");
+    assert_eq!(reader.skipped(), 1);
+}
+
+#[test]
+fn truncated_files_and_hostile_lengths_are_errors_not_panics() {
+    let dir = tempfile::tempdir().unwrap();
+    let full = records(0..3);
+    let one = records(0..1).len();
+    let truncated = dir.path().join("truncated.tfrecord");
+    write(&truncated, &full[..full.len() - 5]);
+    let dataset = Dataset::open(spec(vec![truncated.clone()])).unwrap();
+    let message = read_all(&dataset, &x_signature()).unwrap_err().to_string();
+    assert!(message.contains("truncated record") && message.contains(&format!("byte offset {}", 2 * one)), "{message}");
+
+    // A length of 2^63 with a valid length CRC, in a plain and in a gzip file.
+    let mut hostile = records(0..1);
+    let len = (1u64 << 63).to_le_bytes();
+    hostile.extend_from_slice(&len);
+    hostile.extend_from_slice(&isorun_eval::tfrecord::masked_crc32c(&len).to_le_bytes());
+    hostile.extend_from_slice(&[0; 32]);
+    let plain = dir.path().join("hostile.tfrecord");
+    write(&plain, &hostile);
+    let gz = dir.path().join("hostile.gz");
+    write(&gz, &gzip(&hostile));
+    for path in [&plain, &gz] {
+        let dataset = Dataset::open(spec(vec![path.clone()])).unwrap();
+        let message = read_all(&dataset, &x_signature()).unwrap_err().to_string();
+        assert!(message.contains(&format!("byte offset {one}")), "{message}");
+        assert!(message.contains(&path.display().to_string()), "{message}");
+    }
+    // With skip_corrupt the rest of the file is skipped and counted once.
+    let mut s = spec(vec![plain, truncated]);
+    s.skip_corrupt = true;
+    let dataset = Dataset::open(s).unwrap();
+    let mut reader = dataset.reader(&x_signature()).unwrap();
+    let mut rows = 0;
+    while let Some(batch) = reader.next_batch() {
+        rows += batch.unwrap().targets.rows;
+    }
+    assert_eq!((rows, reader.skipped()), (1 + 2, 2));
+}
+
+#[test]
+fn example_errors_name_the_example_the_file_and_the_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bad.tfrecord");
+    let mut bytes = records(0..3);
+    let mut missing = example(3);
+    missing.features.as_mut().unwrap().feature.remove("x");
+    write_record(&mut bytes, &missing.encode_to_vec());
+    write(&path, &bytes);
+    let dataset = Dataset::open(spec(vec![path.clone()])).unwrap();
+    let message = read_all(&dataset, &x_signature()).unwrap_err().to_string();
+    assert!(message.contains("example 3") && message.contains("'x' is missing"), "{message}");
+    assert!(message.contains(&path.display().to_string()), "{message}");
+
+    let wrong_length = signature(vec![input("x", DType::Float32, vec![None, Some(4)])]);
+    let message = read_all(&dataset, &wrong_length).unwrap_err().to_string();
+    assert!(message.contains("example 0") && message.contains("has 3 values per example"), "{message}");
+
+    let wrong_kind = signature(vec![input("x", DType::Int64, vec![None, Some(3)])]);
+    let message = read_all(&dataset, &wrong_kind).unwrap_err().to_string();
+    assert!(message.contains("is float_list, expected int64_list"), "{message}");
+
+    let absent = signature(vec![input("pixels", DType::Float32, vec![None, Some(3)])]);
+    let message = dataset.reader(&absent).unwrap_err().to_string();
+    assert!(message.contains("input 'pixels'") && message.contains("x (float_list, 3 values)"), "{message}");
+
+    let mut renamed = spec(vec![path]);
+    renamed.renames = vec![("pixels".into(), "x".into())];
+    let batches = read_all(&Dataset::open(renamed).unwrap(), &absent).unwrap_err().to_string();
+    assert!(batches.contains("example 3"), "renamed input reads until the bad example: {batches}");
+
+    let mut no_label = spec(vec![dir.path().join("bad.tfrecord")]);
+    no_label.label = "target".into();
+    let message = Dataset::open(no_label).unwrap_err().to_string();
+    assert!(message.contains("no label 'target'") && message.contains("label (int64_list, 1 values)"), "{message}");
+}
+
+#[test]
+fn a_single_string_input_gets_the_serialized_records() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("data.tfrecords");
+    write(&path, &records(0..3));
+    let dataset = Dataset::open(spec(vec![path])).unwrap();
+    let sig = signature(vec![input("examples", DType::String, vec![None])]);
+    let mut reader = dataset.reader(&sig).unwrap();
+    assert_eq!(reader.feeding(), &Feeding::RawRecords { input: "examples".into() });
+    let batch = reader.next_batch().unwrap().unwrap();
+    let TensorData::Strings(strings) = &batch.inputs[0].1.data else { panic!("strings") };
+    assert_eq!(batch.inputs[0].1.shape, vec![3]);
+    assert_eq!(Example::decode(strings[1].as_slice()).unwrap(), example(1));
+    // A string input named like a bytes feature gets that feature.
+    let sig = signature(vec![input("group", DType::String, vec![None])]);
+    let mut reader = dataset.reader(&sig).unwrap();
+    assert_eq!(reader.feeding(), &Feeding::Features);
+    let batch = reader.next_batch().unwrap().unwrap();
+    let TensorData::Strings(strings) = &batch.inputs[0].1.data else { panic!("strings") };
+    assert_eq!(
+        strings.iter().map(|s| s.to_vec()).collect::<Vec<_>>(),
+        vec![b"a".to_vec(), b"b".to_vec(), b"b".to_vec()]
+    );
+}
+
+fn npy(dtype: &str, shape: &[u64], data: &[u8]) -> Vec<u8> {
+    let shape_text = match shape {
+        [n] => format!("({n},)"),
+        dims => format!("({})", dims.iter().map(u64::to_string).collect::<Vec<_>>().join(", ")),
+    };
+    let mut header = format!("{{'descr': '{dtype}', 'fortran_order': False, 'shape': {shape_text}, }}");
+    while (10 + header.len() + 1) % 64 != 0 {
+        header.push(' ');
+    }
+    header.push('\n');
+    let mut out = b"\x93NUMPY\x01\x00".to_vec();
+    out.extend_from_slice(&(header.len() as u16).to_le_bytes());
+    out.extend_from_slice(header.as_bytes());
+    out.extend_from_slice(data);
+    out
+}
+
+fn npz(path: &Path, arrays: &[(&str, Vec<u8>)], deflate: bool) {
+    let mut zip = zip::ZipWriter::new(std::fs::File::create(path).unwrap());
+    let method = if deflate { zip::CompressionMethod::Deflated } else { zip::CompressionMethod::Stored };
+    for (name, bytes) in arrays {
+        zip.start_file(format!("{name}.npy"), zip::write::SimpleFileOptions::default().compression_method(method))
+            .unwrap();
+        zip.write_all(bytes).unwrap();
+    }
+    zip.finish().unwrap();
+}
+
+fn shard(rows: std::ops::Range<i64>) -> Vec<(&'static str, Vec<u8>)> {
+    let n = rows.end - rows.start;
+    let x: Vec<u8> = rows.clone().flat_map(|i| [i as f32, 1.0, 2.0]).flat_map(f32::to_le_bytes).collect();
+    let label: Vec<u8> = rows.flat_map(|i| (i % 2).to_le_bytes()).collect();
+    vec![("x", npy("<f4", &[n as u64, 3], &x)), ("label", npy("<i8", &[n as u64], &label))]
+}
+
+#[test]
+fn npz_shards_stream_stored_and_deflated_and_folders_of_npy() {
+    let dir = tempfile::tempdir().unwrap();
+    npz(&dir.path().join("a.npz"), &shard(0..5), false);
+    npz(&dir.path().join("b.npz"), &shard(5..7), true);
+    let folder = dir.path().join("c");
+    std::fs::create_dir(&folder).unwrap();
+    for (name, bytes) in shard(7..10) {
+        write(&folder.join(format!("{name}.npy")), &bytes);
+    }
+    let dataset = Dataset::open(spec(vec![dir.path().to_path_buf()])).unwrap();
+    assert_eq!(
+        dataset.files().iter().map(|f| f.1).collect::<Vec<_>>(),
+        vec![Format::Npz, Format::Npz, Format::NpyFolder]
+    );
+    let batches = read_all(&dataset, &x_signature()).unwrap();
+    assert_eq!(batches.iter().map(|b| b.targets.rows).collect::<Vec<_>>(), vec![4, 4, 2]);
+    assert_eq!(int_labels(&batches), (0..10).map(|i| i % 2).collect::<Vec<_>>());
+    let x: Vec<f32> = batches.iter().flat_map(|b| f32s(&b.inputs[0].1)).collect();
+    assert_eq!(x.chunks(3).map(|r| r[0]).collect::<Vec<_>>(), (0..10).map(|i| i as f32).collect::<Vec<_>>());
+    // A float64 input takes the float32 array, converted.
+    let wide = signature(vec![input("x", DType::Float64, vec![None, Some(3)])]);
+    assert_eq!(read_all(&dataset, &wide).unwrap()[0].inputs[0].1.dtype, DType::Float64);
+
+    let bad = dir.path().join("bad.npz");
+    let mut arrays = shard(0..5);
+    arrays[1] = ("label", npy("<i8", &[4], &[0; 32]));
+    npz(&bad, &arrays, false);
+    let message = Dataset::open(spec(vec![bad])).unwrap_err().to_string();
+    assert!(message.contains("5 examples (first axis)") && message.contains("has 4"), "{message}");
+    assert!(message.contains("bad.npz/x.npy") && message.contains("bad.npz/label.npy"), "{message}");
+}
+
+#[test]
+fn limit_stops_mid_batch_and_prefetch_gives_the_same_batches() {
+    let dir = tempfile::tempdir().unwrap();
+    for i in 0..3 {
+        write(&dir.path().join(format!("s{i}.tfrecord")), &records(i * 10..i * 10 + 10));
+    }
+    let mut s = spec(vec![dir.path().join("s*.tfrecord")]);
+    s.limit = Some(23);
+    s.batch_size = 5;
+    let dataset = Dataset::open(s).unwrap();
+    let direct = read_all(&dataset, &x_signature()).unwrap();
+    assert_eq!(direct.iter().map(|b| b.targets.rows).collect::<Vec<_>>(), vec![5, 5, 5, 5, 3]);
+    for depth in [0, 1, 2, 8] {
+        let mut reader = dataset.reader(&x_signature()).unwrap().prefetch(depth);
+        let mut prefetched = Vec::new();
+        while let Some(b) = reader.next_batch() {
+            prefetched.push(b.unwrap());
+        }
+        assert!(reader.next_batch().is_none());
+        assert_eq!(prefetched, direct, "depth {depth}");
+    }
+    // An error ends a prefetching reader too.
+    let path = dir.path().join("s1.tfrecord");
+    let mut bytes = std::fs::read(&path).unwrap();
+    bytes.truncate(bytes.len() - 3);
+    write(&path, &bytes);
+    let mut reader = dataset.reader(&x_signature()).unwrap().prefetch(2);
+    let results: Vec<_> = std::iter::from_fn(|| reader.next_batch()).collect();
+    assert!(results.last().unwrap().is_err() && results[..results.len() - 1].iter().all(Result::is_ok));
+}
+
+#[test]
+fn open_checks_paths_patterns_and_formats_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("nope.tfrecord");
+    assert!(matches!(Dataset::open(spec(vec![missing])), Err(DataError::NotFound { .. })));
+    let pattern = dir.path().join("*.tfrecord");
+    let message = Dataset::open(spec(vec![pattern])).unwrap_err().to_string();
+    assert!(message.contains("matches no file"), "{message}");
+    let csv = dir.path().join("data.txt");
+    write(&csv, b"a,b\n");
+    assert!(matches!(Dataset::open(spec(vec![csv])), Err(DataError::UnknownFormat { .. })));
+    let fake_gz = dir.path().join("data.gz");
+    write(&fake_gz, b"plain text");
+    let message = Dataset::open(spec(vec![fake_gz])).unwrap_err().to_string();
+    assert!(message.contains("data.gz") && message.contains("cannot read"), "{message}");
+    let empty = dir.path().join("empty.tfrecord");
+    write(&empty, b"");
+    assert!(matches!(Dataset::open(spec(vec![empty.clone()])), Err(DataError::Empty { .. })));
+    // The digest changes with the files.
+    let good = dir.path().join("good.tfrecord");
+    write(&good, &records(0..2));
+    let a = Dataset::open(spec(vec![good.clone()])).unwrap().digest();
+    write(&good, &records(0..3));
+    let b = Dataset::open(spec(vec![good])).unwrap().digest();
+    assert_ne!(a, b);
+    assert_eq!(a.len(), 64);
+}
+
+#[test]
+fn reading_100k_small_examples_is_fast() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("big.tfrecord");
+    write(&path, &records(0..100_000));
+    let mut s = spec(vec![path]);
+    s.batch_size = 256;
+    let dataset = Dataset::open(s).unwrap();
+    let start = std::time::Instant::now();
+    let mut reader = dataset.reader(&x_signature()).unwrap();
+    let mut rows = 0;
+    while let Some(b) = reader.next_batch() {
+        rows += b.unwrap().targets.rows;
+    }
+    let elapsed = start.elapsed();
+    assert_eq!(rows, 100_000);
+    eprintln!("read 100k examples in {elapsed:?}");
+    // Generous: an unoptimized test build on a shared machine.
+    assert!(elapsed.as_secs() < 20, "{elapsed:?}");
+}

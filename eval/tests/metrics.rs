@@ -1,0 +1,165 @@
+//! The evaluator's decisions and errors, and the threshold rules.
+
+use isorun_eval::{check, Bound, BoundOp, EvalError, Evaluator, Labels, MaxDrop, Metric, MetricsSpec, Targets, Task};
+use isorun_protocol::{DType, SignatureInfo, Tensor, TensorSpec};
+use std::collections::BTreeMap;
+
+fn signature(outputs: &[(&str, DType, Vec<Option<u64>>)]) -> SignatureInfo {
+    SignatureInfo {
+        key: "serving_default".into(),
+        inputs: vec![],
+        outputs: outputs
+            .iter()
+            .map(|(n, d, s)| TensorSpec { name: n.to_string(), dtype: *d, shape: Some(s.clone()) })
+            .collect(),
+    }
+}
+
+fn f32_output(name: &str, shape: Vec<u64>, values: &[f32]) -> Vec<(String, Tensor)> {
+    vec![(name.into(), Tensor::dense(DType::Float32, shape, values.iter().flat_map(|v| v.to_le_bytes()).collect()))]
+}
+
+fn targets(labels: Labels) -> Targets {
+    Targets { rows: labels.len(), labels, weights: None, slices: vec![] }
+}
+
+#[test]
+fn the_task_and_default_metrics_follow_output_shape_and_label_kind() {
+    let sig = signature(&[("p", DType::Float32, vec![None])]);
+    let mut binary = Evaluator::new(&MetricsSpec::default(), &sig, &[]).unwrap();
+    binary.update(&f32_output("p", vec![4], &[0.9, 0.2, 0.6, 0.4]), &targets(Labels::Int(vec![1, 0, 0, 1]))).unwrap();
+    let e = binary.finish();
+    assert_eq!(e.task, Task::Binary);
+    assert!(e.defaulted);
+    assert_eq!(e.metrics.keys().collect::<Vec<_>>(), ["accuracy", "auc", "f1", "log_loss", "precision", "recall"]);
+    assert_eq!(e.metrics["accuracy"], 0.5);
+    assert_eq!(e.confusion_matrix, Some(vec![vec![1, 1], vec![1, 1]]));
+    let json = e.to_json();
+    assert_eq!(json["task"], "binary");
+    assert_eq!(json["metrics_defaulted"], true);
+    assert_eq!(json["confusion_matrix"], serde_json::json!([[1, 1], [1, 1]]));
+
+    let mut regression = Evaluator::new(&MetricsSpec::default(), &sig, &[]).unwrap();
+    regression.update(&f32_output("p", vec![2], &[1.0, 3.0]), &targets(Labels::Float(vec![0.0, 1.0]))).unwrap();
+    let e = regression.finish();
+    assert_eq!(e.task, Task::Regression);
+    assert_eq!(e.metrics["mse"], 2.5);
+    assert_eq!(e.metrics["rmse"], 2.5f64.sqrt());
+    assert_eq!(e.confusion_matrix, None);
+
+    let sig3 =
+        signature(&[("probabilities", DType::Float32, vec![None, Some(3)]), ("classes", DType::Int64, vec![None])]);
+    let mut multiclass = Evaluator::new(&MetricsSpec::default(), &sig3, &[]).unwrap();
+    assert_eq!(multiclass.output(), "probabilities", "named like probabilities, chosen among several");
+    let one_hot = Labels::Matrix { columns: 3, values: vec![0.0, 0.0, 1.0, 1.0, 0.0, 0.0] };
+    multiclass
+        .update(&f32_output("probabilities", vec![2, 3], &[0.1, 0.2, 0.7, 0.3, 0.6, 0.1]), &targets(one_hot))
+        .unwrap();
+    let e = multiclass.finish();
+    assert_eq!(e.task, Task::Multiclass { classes: 3 });
+    assert_eq!(e.metrics.keys().collect::<Vec<_>>(), ["accuracy", "log_loss"], "no top-5 of 3 classes");
+    assert_eq!(e.metrics["accuracy"], 0.5);
+    assert_eq!(e.confusion_matrix, Some(vec![vec![0, 1, 0], vec![0, 0, 0], vec![0, 0, 1]]));
+}
+
+#[test]
+fn bad_outputs_labels_and_metrics_are_errors_naming_them() {
+    let two = signature(&[("a", DType::Float32, vec![None]), ("b", DType::Float32, vec![None])]);
+    let err = Evaluator::new(&MetricsSpec::default(), &two, &[]).unwrap_err();
+    assert!(matches!(err, EvalError::AmbiguousOutput { .. }) && err.to_string().contains("a (float32, [?])"), "{err}");
+    let named = MetricsSpec { output: Some("c".into()), ..MetricsSpec::default() };
+    assert!(Evaluator::new(&named, &two, &[]).unwrap_err().to_string().contains("no output 'c'"));
+    let strings = signature(&[("s", DType::String, vec![None])]);
+    assert!(matches!(Evaluator::new(&MetricsSpec::default(), &strings, &[]), Err(EvalError::NotNumeric { .. })));
+
+    let sig = signature(&[("p", DType::Float32, vec![None, Some(3)])]);
+    let mut e = Evaluator::new(&MetricsSpec::default(), &sig, &[]).unwrap();
+    let err = e.update(&f32_output("p", vec![1, 3], &[0.2, 0.3, 0.5]), &targets(Labels::Int(vec![3]))).unwrap_err();
+    assert_eq!(err.to_string(), "label 3 at row 0 of the batch is outside [0, 3) for a multiclass task");
+    let err = e.update(&f32_output("p", vec![2, 3], &[0.2; 6]), &targets(Labels::Int(vec![1]))).unwrap_err();
+    assert!(matches!(err, EvalError::Rows { output_rows: 2, rows: 1, .. }), "{err}");
+
+    let auc = MetricsSpec { metrics: vec![Metric::Auc], ..MetricsSpec::default() };
+    let mut e = Evaluator::new(&auc, &signature(&[("p", DType::Float32, vec![None])]), &[]).unwrap();
+    let err = e.update(&f32_output("p", vec![1], &[0.5]), &targets(Labels::Float(vec![0.3]))).unwrap_err();
+    assert!(err.to_string().starts_with("metric auc does not apply to a regression task"), "{err}");
+
+    let mut e = Evaluator::new(&MetricsSpec::default(), &signature(&[("p", DType::Float32, vec![None])]), &[]).unwrap();
+    e.update(&f32_output("p", vec![2], &[0.5, 0.1]), &targets(Labels::Int(vec![0, 1]))).unwrap();
+    let err = e.update(&f32_output("p", vec![1], &[0.5]), &targets(Labels::Int(vec![2]))).unwrap_err();
+    assert!(err.to_string().contains("outside {0, 1} for a binary task"), "{err}");
+    let err = e.update(&f32_output("p", vec![1], &[f32::NAN]), &targets(Labels::Int(vec![1]))).unwrap_err();
+    assert!(matches!(err, EvalError::NotFinite { row: 0, .. }), "{err}");
+    assert_eq!(e.examples(), 2, "failed batches add nothing");
+
+    assert!(Metric::parse("acuracy").unwrap_err().contains("did you mean 'accuracy'"));
+    assert_eq!(Metric::parse("PR-AUC"), Ok(Metric::PrAuc));
+}
+
+#[test]
+fn slices_have_their_own_metrics_and_log_loss_clips_like_sklearn() {
+    let sig = signature(&[("p", DType::Float64, vec![None])]);
+    let spec = MetricsSpec { metrics: vec![Metric::Accuracy, Metric::LogLoss], ..MetricsSpec::default() };
+    let mut e = Evaluator::new(&spec, &sig, &["country".into()]).unwrap();
+    let outputs = vec![(
+        "p".to_string(),
+        Tensor::dense(DType::Float64, vec![3], [1.0f64, 0.0, 0.8].iter().flat_map(|v| v.to_le_bytes()).collect()),
+    )];
+    let t = Targets {
+        rows: 3,
+        labels: Labels::Int(vec![0, 0, 1]),
+        weights: Some(vec![1.0, 1.0, 2.0]),
+        slices: vec![("country".into(), vec!["fr".into(), "de".into(), "fr".into()])],
+    };
+    e.update(&outputs, &t).unwrap();
+    let eval = e.finish();
+    // p = 1 for a negative: clipped to 1 - eps(float64), as sklearn does.
+    let worst = -(f64::EPSILON).ln();
+    let expected = (worst + 0.0 + 2.0 * -(0.8f64.ln())) / 4.0;
+    assert!((eval.metrics["log_loss"] - expected).abs() < 1e-12, "{}", eval.metrics["log_loss"]);
+    assert_eq!(eval.slices["country"]["fr"]["accuracy"], 2.0 / 3.0);
+    assert_eq!(eval.slices["country"]["de"]["accuracy"], 1.0);
+    assert_eq!(eval.slices["country"]["de"]["examples"], 1.0);
+}
+
+#[test]
+fn bounds_and_drops_parse_and_check_in_the_metrics_direction() {
+    let bound: Bound = "accuracy>=0.9".parse().unwrap();
+    assert_eq!(bound, Bound { metric: Metric::Accuracy, op: BoundOp::AtLeast, value: 0.9 });
+    assert_eq!("log_loss <= 0.3".parse::<Bound>().unwrap().op, BoundOp::AtMost);
+    assert!("accuracy>0.9".parse::<Bound>().unwrap_err().contains("'>' and '<' and '=' alone are not bounds"));
+    assert!("acc>=0.9".parse::<Bound>().unwrap_err().contains("unknown metric 'acc'"));
+    assert!("accuracy>=high".parse::<Bound>().unwrap_err().contains("'high' is not a number"));
+    let relative: MaxDrop = "accuracy=2%".parse().unwrap();
+    assert_eq!(relative, MaxDrop { metric: Metric::Accuracy, amount: 0.02, relative: true });
+    assert!("accuracy=-1".parse::<MaxDrop>().is_err());
+
+    let sig = signature(&[("p", DType::Float32, vec![None])]);
+    let mut e = Evaluator::new(&MetricsSpec::default(), &sig, &[]).unwrap();
+    e.update(&f32_output("p", vec![4], &[0.9, 0.2, 0.6, 0.1]), &targets(Labels::Int(vec![1, 0, 0, 0]))).unwrap();
+    let eval = e.finish();
+    assert_eq!(eval.metrics["accuracy"], 0.75);
+    assert_eq!(check(&eval, &["accuracy>=0.75".parse().unwrap()], &[], None), None);
+    let breach = check(&eval, &["accuracy>=0.8".parse().unwrap()], &[], None).unwrap();
+    assert_eq!(
+        (breach.metric.as_str(), breach.rule.as_str(), breach.bound, breach.value),
+        ("accuracy", "accuracy>=0.8", 0.8, 0.75)
+    );
+
+    let baseline: BTreeMap<String, f64> = [("accuracy".to_string(), 0.76), ("log_loss".to_string(), 0.30)].into();
+    let drops: Vec<MaxDrop> = vec!["accuracy=2%".parse().unwrap()];
+    assert_eq!(check(&eval, &[], &drops, Some(&baseline)), None, "0.75 >= 0.76 - 2%");
+    let drops: Vec<MaxDrop> = vec!["accuracy=0.005".parse().unwrap()];
+    let breach = check(&eval, &[], &drops, Some(&baseline)).unwrap();
+    assert_eq!((breach.rule.as_str(), breach.baseline), ("max drop accuracy=0.005", Some(0.76)));
+    assert!((breach.bound - 0.755).abs() < 1e-12);
+    // Lower is better for log loss: a rise is the drop.
+    let ll = eval.metrics["log_loss"];
+    let tight: BTreeMap<String, f64> = [("log_loss".to_string(), ll - 0.1)].into();
+    let breach = check(&eval, &[], &["log_loss=0.05".parse().unwrap()], Some(&tight)).unwrap();
+    assert!((breach.bound - (ll - 0.05)).abs() < 1e-12);
+    assert!(check(&eval, &[], &["log_loss=0.05".parse().unwrap()], None).is_none(), "no baseline: a new model");
+    assert!(check(&eval, &[], &["mse=0.05".parse().unwrap()], Some(&tight)).is_none(), "metric not in the baseline");
+    // A bound on a metric not computed does not pass.
+    assert!(check(&eval, &["rmse<=1".parse().unwrap()], &[], None).unwrap().value.is_nan());
+}
