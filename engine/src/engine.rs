@@ -99,8 +99,7 @@ impl Engine {
         on_event: &mut dyn FnMut(Event),
         sink: &dyn OutputSink,
     ) -> RunSummary {
-        let tensorflow_version =
-            run_all(models, Work::Inputs { inputs, sink }, &self.settings, cancel, on_event);
+        let tensorflow_version = run_all(models, Work::Inputs { inputs, sink }, &self.settings, cancel, on_event);
         RunSummary { tensorflow_version }
     }
 

@@ -21,8 +21,18 @@ pub enum SpawnMode {
 }
 
 /// The statuses a unit can end with, for retries and failure policies.
-pub const STATUSES: [&str; 10] =
-    ["ok", "error", "crashed", "timeout", "memory_limit", "protocol_error", "spawn_failed", "mismatch", "below_threshold", "not_run"];
+pub const STATUSES: [&str; 10] = [
+    "ok",
+    "error",
+    "crashed",
+    "timeout",
+    "memory_limit",
+    "protocol_error",
+    "spawn_failed",
+    "mismatch",
+    "below_threshold",
+    "not_run",
+];
 
 /// Everything that shapes how units run. Read its fields; build it with
 /// [`Settings::builder`].

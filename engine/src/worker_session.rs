@@ -86,8 +86,13 @@ impl WorkerSession {
         self.next_unit += 1;
         request.unit = unit;
         let envelope = RequestEnvelope::new(&ToWorker::Run(request), Vec::new());
-        let deadlines =
-            Deadlines { unit: timeout.map(|t| started + t), load: None, run: None, grace: self.grace, memory_limit: None };
+        let deadlines = Deadlines {
+            unit: timeout.map(|t| started + t),
+            load: None,
+            run: None,
+            grace: self.grace,
+            memory_limit: None,
+        };
         let end = run_request(&mut worker, envelope, unit, cancel, deadlines);
         if end.worker_usable {
             self.served_by_worker += 1;

@@ -192,9 +192,10 @@ pub fn diff(old: &Value, new: &Value, thresholds: Thresholds) -> Vec<Finding> {
         }
     }
     findings.sort_by_key(|finding| {
-        let rank = ["newly_failing", "newly_passing", "slower", "bigger", "metric_worse", "metric_better", "added", "removed"]
-            .iter()
-            .position(|change| *change == finding.change());
+        let rank =
+            ["newly_failing", "newly_passing", "slower", "bigger", "metric_worse", "metric_better", "added", "removed"]
+                .iter()
+                .position(|change| *change == finding.change());
         (rank, finding.model().to_string())
     });
     findings
@@ -205,7 +206,8 @@ const LOWER_IS_BETTER: [&str; 4] = ["log_loss", "mse", "mae", "rmse"];
 
 /// Every metric both units have, whose value changed.
 fn metric_changes(model: &str, old: &Unit<'_>, new: &Unit<'_>, findings: &mut Vec<Finding>) {
-    let (Some(Value::Object(old_metrics)), Some(Value::Object(new_metrics))) = (old.0.get("metrics"), new.0.get("metrics"))
+    let (Some(Value::Object(old_metrics)), Some(Value::Object(new_metrics))) =
+        (old.0.get("metrics"), new.0.get("metrics"))
     else {
         return;
     };
@@ -232,8 +234,10 @@ mod tests {
 
     #[test]
     fn metric_changes_are_worse_or_better_in_the_metric_s_direction() {
-        let old = report(json!([{"model": "m", "status": "ok", "metrics": {"accuracy": 0.9, "log_loss": 0.3, "auc": 0.8}}]));
-        let new = report(json!([{"model": "m", "status": "ok", "metrics": {"accuracy": 0.85, "log_loss": 0.2, "auc": 0.8}}]));
+        let old =
+            report(json!([{"model": "m", "status": "ok", "metrics": {"accuracy": 0.9, "log_loss": 0.3, "auc": 0.8}}]));
+        let new =
+            report(json!([{"model": "m", "status": "ok", "metrics": {"accuracy": 0.85, "log_loss": 0.2, "auc": 0.8}}]));
         let findings = diff(&old, &new, THRESHOLDS);
         let changes: Vec<(&str, &str)> = findings
             .iter()

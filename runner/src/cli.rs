@@ -33,6 +33,8 @@ const EXAMPLES: &str = "Examples:
 pub enum Command {
     /// Run every model with the same inputs, one JSON line per model on stdout.
     Run(Box<RunArgs>),
+    /// Evaluate every model on a labelled dataset: metrics, slices, thresholds, a baseline.
+    Eval(Box<EvalArgs>),
     /// Show a SavedModel's meta graphs, signatures, inputs and outputs (no TensorFlow needed).
     Inspect(InspectArgs),
     /// List the SavedModels found under folders, one per line as `id<TAB>path`.

@@ -8,7 +8,8 @@ use crate::printer::{print_summary, progress_bar, Printer};
 use crate::settings::statuses;
 use crate::support::{watch_signals, with_causes};
 use isorun_engine::{
-    discover, latest_versions, worker_version, CancelToken, Engine, Event, Feed, Model, PreparedInputs, Settings, Sinks, STATUSES,
+    discover, latest_versions, worker_version, CancelToken, Engine, Event, Feed, Model, PreparedInputs, Settings,
+    Sinks, STATUSES,
 };
 use isorun_protocol::{exit_code, Outcome};
 use isorun_report::journal::{read_journal, runtime_identity, unit_key, Journal, KeyParts};

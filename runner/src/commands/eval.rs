@@ -36,7 +36,11 @@ pub fn main(args: EvalArgs, quiet: bool) -> Result<i32, String> {
     // Batches are the feed's; the engine must not split them again.
     engine.batch_size = None;
     let rules = Rules::parse(&eval)?;
-    let metrics = eval.metrics.iter().map(|m| Metric::parse(m).map_err(|e| format!("--metric {m}: {e}"))).collect::<Result<Vec<_>, _>>()?;
+    let metrics = eval
+        .metrics
+        .iter()
+        .map(|m| Metric::parse(m).map_err(|e| format!("--metric {m}: {e}")))
+        .collect::<Result<Vec<_>, _>>()?;
     let spec = MetricsSpec {
         metrics,
         output: eval.output.clone(),
@@ -126,9 +130,9 @@ fn refuse_run_only_flags(run: &RunArgs) -> Result<(), String> {
         ("--output-dir", run.output_dir.is_some()),
     ];
     match given.iter().find(|(_, given)| *given) {
-        Some((flag, _)) => Err(format!(
-            "eval does not take {flag}: its inputs come from --data, and it keeps metrics, not outputs"
-        )),
+        Some((flag, _)) => {
+            Err(format!("eval does not take {flag}: its inputs come from --data, and it keeps metrics, not outputs"))
+        }
         None => Ok(()),
     }
 }
@@ -181,7 +185,10 @@ fn read_baseline(path: &Path) -> Result<Baseline, String> {
         models.insert(model.to_string(), metrics);
     }
     if models.is_empty() {
-        return Err(format!("--baseline {}: no model in it has metrics (is it a report of isorun eval?)", path.display()));
+        return Err(format!(
+            "--baseline {}: no model in it has metrics (is it a report of isorun eval?)",
+            path.display()
+        ));
     }
     let mut names: Vec<_> = models.iter().collect();
     names.sort_by(|a, b| a.0.cmp(b.0));
@@ -232,7 +239,8 @@ struct EvalFeed {
 impl Feed for EvalFeed {
     fn open(&self, model: &Model) -> Result<Box<dyn FeedStream + '_>, Outcome> {
         let info = signature_of(&model.path, &self.tags, &self.signature).map_err(Outcome::Error)?;
-        let dataset_error = |e: &dyn std::error::Error| Outcome::Error(ModelError::new(ErrorKind::Dataset, with_causes(e)));
+        let dataset_error =
+            |e: &dyn std::error::Error| Outcome::Error(ModelError::new(ErrorKind::Dataset, with_causes(e)));
         let reader = self.dataset.reader(&info).map_err(|e| dataset_error(&e))?.prefetch(2);
         let evaluator = Evaluator::new(&self.spec, &info, &self.slices)
             .map_err(|e| Outcome::Error(ModelError::new(ErrorKind::Evaluation, with_causes(&e))))?;
@@ -300,15 +308,14 @@ impl FeedStream for EvalStream<'_> {
                 Some(metrics)
             }
         };
-        let outcome = check(&evaluation, &self.rules.bounds, &self.rules.drops, baseline).map(|breach| {
-            Outcome::BelowThreshold {
+        let outcome =
+            check(&evaluation, &self.rules.bounds, &self.rules.drops, baseline).map(|breach| Outcome::BelowThreshold {
                 metric: breach.metric,
                 rule: breach.rule,
                 bound: breach.bound,
                 value: breach.value,
                 baseline: breach.baseline,
-            }
-        });
+            });
         FeedSummary { examples: evaluation.examples, fields, outcome }
     }
 }

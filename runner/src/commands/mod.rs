@@ -2,6 +2,7 @@
 //! through `crate::support` only, never through each other.
 
 mod doctor;
+mod eval;
 mod inspect;
 mod ls;
 mod pipe;
@@ -16,6 +17,7 @@ use isorun_protocol::exit_code;
 pub fn dispatch(cli: Cli) -> Result<i32, String> {
     match cli.command {
         Command::Run(args) => run::main(*args, cli.quiet),
+        Command::Eval(args) => eval::main(*args, cli.quiet),
         Command::Inspect(args) => inspect::main(&args),
         Command::Ls(args) => ls::main(&args),
         Command::Pipe(args) => pipe::main(&args),

@@ -5,6 +5,7 @@
 mod bad_input;
 mod commands;
 mod config;
+mod eval;
 mod faults;
 mod fixtures;
 mod gpu;

@@ -1,0 +1,464 @@
+//! `isorun eval` on models and datasets made by Python TensorFlow
+//! (`scripts/make_eval_fixtures.py`): every metric equals what scikit-learn
+//! and NumPy computed on Python TensorFlow's own predictions (the numbers
+//! are in `tests/fixtures/eval/expected.json`); every data source gives the
+//! same numbers; corrupt data, failures and crashes mid-dataset, thresholds,
+//! baselines and resume behave as users rely on.
+
+use crate::util::{bin, copy_dir, fixtures, isorun, npy_bytes, ran, run, Ran};
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+fn eval_dir() -> PathBuf {
+    fixtures().join("eval")
+}
+
+fn model(name: &str) -> PathBuf {
+    eval_dir().join("models").join(name)
+}
+
+fn data(name: &str) -> PathBuf {
+    eval_dir().join("data").join(name)
+}
+
+fn expected() -> Value {
+    let text = std::fs::read_to_string(eval_dir().join("expected.json")).unwrap();
+    serde_json::from_str(&text).unwrap()
+}
+
+fn case(name: &str) -> Value {
+    expected()["cases"].as_array().unwrap().iter().find(|c| c["name"] == name).cloned().unwrap()
+}
+
+fn case_flags(case: &Value) -> Vec<String> {
+    case["flags"].as_array().unwrap().iter().map(|f| f.as_str().unwrap().to_string()).collect()
+}
+
+/// `isorun eval MODELS --data DATA --label LABEL ARGS -j 1 --json`.
+fn eval(models: &[PathBuf], data: &Path, label: &str, args: &[String]) -> Ran {
+    run(isorun()
+        .arg("eval")
+        .args(models)
+        .arg("--data")
+        .arg(data)
+        .args(["--label", label, "-j", "1", "--json"])
+        .args(args))
+}
+
+fn close(a: f64, b: f64) -> bool {
+    (a - b).abs() <= 1e-6 * b.abs().max(1e-12) || (a - b).abs() < 1e-12
+}
+
+/// Every metric of `expected` is in `got`, within 1e-6 relative.
+fn assert_metrics(got: &Value, expected: &Value, what: &str) {
+    for (name, want) in expected.as_object().unwrap() {
+        let value = got[name].as_f64().unwrap_or_else(|| panic!("{what}: no metric {name} in {got}"));
+        let want = want.as_f64().unwrap();
+        assert!(close(value, want), "{what}: {name} is {value}, scikit-learn says {want}");
+    }
+}
+
+fn ok_record<'a>(ran: &'a Ran, id: &str) -> &'a Value {
+    assert_eq!(ran.code, Some(0), "stdout:\n{}\nstderr:\n{}", ran.stdout, ran.stderr);
+    let record = ran.record(id);
+    assert_eq!(record["status"], "ok", "{record}");
+    record
+}
+
+#[test]
+fn every_metric_matches_scikit_learn_on_tensorflow_s_predictions() {
+    let expected = expected();
+    for case in expected["cases"].as_array().unwrap() {
+        let name = case["name"].as_str().unwrap();
+        let id = case["model"].as_str().unwrap();
+        let ran = eval(&[model(id)], &data("data.tfrecord"), case["label"].as_str().unwrap(), &case_flags(case));
+        let record = ok_record(&ran, id);
+        assert_eq!(record["examples"], expected["examples"], "{name}: {record}");
+        assert_eq!(record["task"], case["task"], "{name}: {record}");
+        assert_metrics(&record["metrics"], &case["metrics"], name);
+        let asked = case_flags(case).iter().filter(|f| *f == "--metric").count();
+        if asked > 0 {
+            assert_eq!(record["metrics"].as_object().unwrap().len(), asked, "{name}: only the metrics asked for");
+        } else {
+            assert_eq!(record["metrics_defaulted"], true, "{name}: {record}");
+        }
+        for (feature, values) in case["slices"].as_object().unwrap() {
+            for (value, metrics) in values.as_object().unwrap() {
+                assert_metrics(&record["slices"][feature][value], metrics, &format!("{name} slice {feature}={value}"));
+            }
+        }
+        // Throughput and latency are measured per model.
+        assert!(record["examples_per_second"].as_f64().unwrap() > 0.0, "{record}");
+        assert!(
+            record["batch_latency_ms"]["p99"].as_f64().unwrap() >= record["batch_latency_ms"]["p50"].as_f64().unwrap()
+        );
+        assert!(record.get("outputs").is_none(), "an evaluation keeps metrics, not outputs: {record}");
+    }
+}
+
+#[test]
+fn every_data_source_gives_the_same_numbers() {
+    let case = case("binary");
+    let glob = data("shards").join("*.tfrecord");
+    for source in [data("data.tfrecord.gz"), data("shards"), glob, data("data.npz"), data("npy")] {
+        let ran = eval(&[model("binary")], &source, "label_bin", &case_flags(&case));
+        let record = ok_record(&ran, "binary");
+        assert_eq!(record["examples"], 1000, "{}: {record}", source.display());
+        assert_metrics(&record["metrics"], &case["metrics"], &source.display().to_string());
+    }
+    // Several --data are read in order, as one dataset.
+    let ran = run(isorun()
+        .arg("eval")
+        .arg(model("binary"))
+        .args(["--label", "label_bin", "-j", "1", "--json"])
+        .args(case_flags(&case))
+        .arg("--data")
+        .arg(data("shards/part-00000.tfrecord"))
+        .arg("--data")
+        .arg(data("shards/part-00001.tfrecord"))
+        .arg("--data")
+        .arg(data("shards/part-00002.tfrecord")));
+    assert_metrics(&ok_record(&ran, "binary")["metrics"], &case["metrics"], "three --data");
+}
+
+#[test]
+fn a_string_input_signature_is_fed_the_serialized_records() {
+    let case = case("raw_examples");
+    let ran = eval(&[model("raw_examples")], &data("data.tfrecord"), "label_bin", &case_flags(&case));
+    let record = ok_record(&ran, "raw_examples");
+    assert_metrics(&record["metrics"], &case["metrics"], "raw_examples");
+    // The model parses the examples itself: its numbers are the binary model's.
+    assert_metrics(&record["metrics"], &case["metrics"], "binary");
+}
+
+#[test]
+fn limit_evaluates_the_first_examples_only() {
+    let ran = eval(&[model("binary")], &data("data.tfrecord"), "label_bin", &["--limit".into(), "250".into()]);
+    assert_eq!(ok_record(&ran, "binary")["examples"], 250);
+}
+
+#[test]
+fn a_corrupt_record_is_the_model_s_error_naming_file_and_offset() {
+    let expected = expected();
+    let offset = expected["corrupt_offset"].as_u64().unwrap();
+    let ran = eval(&[model("binary"), model("multiclass")], &data("corrupt.tfrecord"), "label_bin", &[]);
+    assert_eq!(ran.code, Some(1), "{}", ran.stderr);
+    for id in ["binary", "multiclass"] {
+        let record = ran.record(id);
+        assert_eq!(record["status"], "error", "{record}");
+        assert_eq!(record["error"]["kind"], "dataset", "{record}");
+        let message = record["error"]["message"].as_str().unwrap();
+        assert!(message.contains("corrupt.tfrecord"), "{message}");
+        assert!(message.contains(&offset.to_string()), "the offset {offset} is not in: {message}");
+        // The batches before the corrupt record were evaluated.
+        assert!(record["examples"].as_u64().unwrap() < 300, "{record}");
+    }
+    // --skip-corrupt goes on, and counts what it skipped.
+    let ran = eval(&[model("binary")], &data("corrupt.tfrecord"), "label_bin", &["--skip-corrupt".into()]);
+    let record = ok_record(&ran, "binary");
+    assert_eq!(record["examples"], 999, "{record}");
+    assert_eq!(record["skipped_corrupt"], 1, "{record}");
+    // A file cut in the middle of a record.
+    let truncated = expected["truncated_offset"].as_u64().unwrap();
+    let ran = eval(&[model("binary")], &data("truncated.tfrecord"), "label_bin", &[]);
+    let record = ran.record("binary");
+    assert_eq!(record["status"], "error", "{record}");
+    let message = record["error"]["message"].as_str().unwrap();
+    assert!(message.contains("truncated.tfrecord") && message.contains(&truncated.to_string()), "{message}");
+}
+
+#[test]
+fn a_model_that_fails_mid_dataset_reports_how_far_it_got() {
+    // Example 750 makes fails_late fail: batches of 100 get through 700 examples.
+    let ran = eval(
+        &[model("fails_late"), model("binary")],
+        &data("data.tfrecord"),
+        "label_bin",
+        &["--batch-size".into(), "100".into()],
+    );
+    assert_eq!(ran.code, Some(1));
+    let record = ran.record("fails_late");
+    assert_eq!(record["status"], "error", "{record}");
+    assert_eq!(record["examples"], 700, "{record}");
+    assert!(record["error"]["message"].as_str().unwrap().contains("fails_late expects"), "{record}");
+    // The other model is not touched by it.
+    assert_eq!(ran.record("binary")["status"], "ok");
+    assert_eq!(ran.record("binary")["examples"], 1000);
+}
+
+/// A folder of NAME.npy arrays: `x` float32 [n, 1] (row `crash_row` holds 7.0, every other 0.25 or 0.75) and `label` int64 [n].
+fn npy_dataset(dir: &Path, n: usize, crash_row: Option<usize>) -> PathBuf {
+    let data = dir.join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    let x: Vec<u8> = (0..n)
+        .map(|i| {
+            if Some(i) == crash_row {
+                7.0f32
+            } else if i % 3 == 0 {
+                0.75
+            } else {
+                0.25
+            }
+        })
+        .flat_map(f32::to_le_bytes)
+        .collect();
+    let label: Vec<u8> = (0..n as i64).map(|i| i64::from(i % 2 == 0)).flat_map(i64::to_le_bytes).collect();
+    let header =
+        |descr: &str, shape: &str| format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': {shape}, }}");
+    std::fs::write(data.join("x.npy"), npy_bytes(&header("<f4", &format!("({n}, 1)")), &x)).unwrap();
+    std::fs::write(data.join("label.npy"), npy_bytes(&header("<i8", &format!("({n},)")), &label)).unwrap();
+    data
+}
+
+#[test]
+fn a_crash_mid_dataset_is_the_unit_s_outcome_and_a_retry_starts_from_the_first_example() {
+    let dir = tempfile::tempdir().unwrap();
+    // The fault worker echoes its inputs, as the echo model does; it crashes on
+    // a batch whose first value is 7.0 (row 500: the sixth batch of 100).
+    let crashing = dir.path().join("fault-crash-at-7");
+    copy_dir(&model("echo"), &crashing);
+    let data = npy_dataset(dir.path(), 1000, Some(500));
+    let log = dir.path().join("served.log");
+    let ran = run(isorun()
+        .env("ISORUN_WORKER", bin("isorun-fault-worker"))
+        .arg("eval")
+        .arg(format!("--worker-arg=--log={}", log.display()))
+        .args(["--sandbox", "off"])
+        .arg(&crashing)
+        .arg("--data")
+        .arg(&data)
+        .args([
+            "--label",
+            "label",
+            "--batch-size",
+            "100",
+            "-j",
+            "1",
+            "--json",
+            "--retries",
+            "1",
+            "--retry-on",
+            "crashed",
+        ]));
+    assert_eq!(ran.code, Some(1), "{}", ran.stderr);
+    let record = ran.record("fault-crash-at-7");
+    assert_eq!(record["status"], "crashed", "{record}");
+    assert_eq!(record["examples"], 500, "{record}");
+    assert_eq!(record["attempts"].as_array().unwrap().len(), 2, "{record}");
+    // Each attempt sent batches 0..=5 (the sixth crashed): twelve requests, not six.
+    let served = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(served.lines().count(), 12, "{served}");
+}
+
+#[test]
+fn thresholds_and_baselines_decide_below_threshold() {
+    let dir = tempfile::tempdir().unwrap();
+    let binary = case("binary");
+    let accuracy = binary["metrics"]["accuracy"].as_f64().unwrap();
+    // A bound the model misses: below_threshold, exit 1, the breach in the record.
+    let ran =
+        eval(&[model("binary")], &data("data.tfrecord"), "label_bin", &["--threshold".into(), "accuracy>=0.9".into()]);
+    assert_eq!(ran.code, Some(1), "{}", ran.stderr);
+    let record = ran.record("binary");
+    assert_eq!(record["status"], "below_threshold", "{record}");
+    assert_eq!(record["breach"]["metric"], "accuracy");
+    assert_eq!(record["breach"]["bound"], 0.9);
+    assert!(close(record["breach"]["value"].as_f64().unwrap(), accuracy), "{record}");
+    assert!(close(record["metrics"]["accuracy"].as_f64().unwrap(), accuracy), "the metrics stay in the record");
+    // A bound it meets, and a loss bound in its own direction.
+    let ran = eval(
+        &[model("binary")],
+        &data("data.tfrecord"),
+        "label_bin",
+        &["--threshold".into(), "accuracy>=0.8".into(), "--threshold".into(), "log_loss<=0.5".into()],
+    );
+    ok_record(&ran, "binary");
+
+    // Last night's report, with accuracy 0.05 higher than today's for binary.
+    let report = dir.path().join("baseline.json");
+    let ran = run(isorun()
+        .arg("eval")
+        .arg(model("binary"))
+        .arg(model("multiclass"))
+        .arg("--data")
+        .arg(data("data.tfrecord"))
+        .args(["--label", "label_bin", "-j", "1", "--json", "--metric", "accuracy", "--report"])
+        .arg(&report));
+    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    let mut baseline: Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    assert_eq!(baseline["schema_version"], 2);
+    let units = baseline["units"].as_array_mut().unwrap();
+    units.retain(|u| u["model"] == "binary");
+    units[0]["metrics"] = json!({"accuracy": accuracy + 0.05});
+    std::fs::write(&report, baseline.to_string()).unwrap();
+    let with_baseline = |drop: &str| {
+        run(isorun()
+            .arg("eval")
+            .arg(model("binary"))
+            .arg(model("multiclass"))
+            .arg("--data")
+            .arg(data("data.tfrecord"))
+            .args(["--label", "label_bin", "-j", "1", "--json", "--metric", "accuracy", "--baseline"])
+            .arg(&report)
+            .args(["--max-drop", drop]))
+    };
+    let ran = with_baseline("accuracy=0.01");
+    let record = ran.record("binary");
+    assert_eq!(record["status"], "below_threshold", "{record}");
+    assert!(close(record["breach"]["baseline"].as_f64().unwrap(), accuracy + 0.05), "{record}");
+    assert!(close(record["change"]["accuracy"].as_f64().unwrap(), -0.05), "{record}");
+    // A model the baseline does not have is new, not failed.
+    assert_eq!(ran.record("multiclass")["status"], "ok");
+    assert_eq!(ran.record("multiclass")["baseline"], "new");
+    // 10% relative allows the 0.05 drop from about 0.86.
+    let ran = with_baseline("accuracy=10%");
+    assert_eq!(ran.record("binary")["status"], "ok", "{}", ran.stdout);
+}
+
+#[test]
+fn bad_eval_arguments_are_usage_errors_before_any_work() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases: Vec<(Vec<String>, &str)> = vec![
+        (
+            vec![
+                "--data".into(),
+                dir.path().join("missing.tfrecord").display().to_string(),
+                "--label".into(),
+                "label_bin".into(),
+            ],
+            "missing.tfrecord",
+        ),
+        (vec!["--data".into(), data("data.tfrecord").display().to_string(), "--label".into(), "nope".into()], "nope"),
+        (
+            vec![
+                "--data".into(),
+                data("data.tfrecord").display().to_string(),
+                "--label".into(),
+                "label_bin".into(),
+                "--metric".into(),
+                "acuracy".into(),
+            ],
+            "acuracy",
+        ),
+        (
+            vec![
+                "--data".into(),
+                data("data.tfrecord").display().to_string(),
+                "--label".into(),
+                "label_bin".into(),
+                "--threshold".into(),
+                "accuracy=>0.9".into(),
+            ],
+            "accuracy=>0.9",
+        ),
+        (
+            vec![
+                "--data".into(),
+                data("data.tfrecord").display().to_string(),
+                "--label".into(),
+                "label_bin".into(),
+                "--input".into(),
+                "x=x.npy".into(),
+            ],
+            "--input",
+        ),
+        (
+            vec![
+                "--data".into(),
+                data("data.tfrecord").display().to_string(),
+                "--label".into(),
+                "label_bin".into(),
+                "--feature".into(),
+                "x".into(),
+            ],
+            "INPUT=FEATURE",
+        ),
+    ];
+    for (args, named) in cases {
+        let report = dir.path().join("report.json");
+        let ran = run(isorun().arg("eval").arg(model("binary")).args(&args).arg("--report").arg(&report));
+        assert_eq!(ran.code, Some(2), "{args:?}: {}", ran.stderr);
+        assert!(ran.stderr.contains(named), "{args:?}: the error does not name {named}: {}", ran.stderr);
+        assert!(ran.records.is_empty() && !report.exists(), "{args:?}: nothing is run or written");
+    }
+}
+
+#[test]
+fn resume_after_sigkill_gives_each_model_s_metrics_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let journal = dir.path().join("journal.jsonl");
+    let models = [model("binary"), model("multiclass"), model("regressor")];
+    let args = |command: &mut std::process::Command| {
+        command
+            .arg("eval")
+            .args(&models)
+            .arg("--data")
+            .arg(data("data.tfrecord"))
+            .args(["--label", "label_bin", "-j", "1", "--json", "--metric", "accuracy", "--journal"])
+            .arg(&journal);
+    };
+    let mut command = isorun();
+    args(&mut command);
+    let mut child = command.stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while std::fs::read_to_string(&journal).map_or(0, |j| j.lines().count()) == 0 {
+        assert!(Instant::now() < deadline, "no unit was journaled");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let journaled = std::fs::read_to_string(&journal).unwrap().lines().count();
+    assert!(journaled < 3, "SIGKILL came too late to test resume ({journaled} done)");
+    let mut command = isorun();
+    args(&mut command);
+    let resumed = ran(command.arg("--resume").output().unwrap());
+    assert_eq!(resumed.code, Some(0), "{}", resumed.stderr);
+    assert_eq!(resumed.records.len(), 3, "{}", resumed.stdout);
+    let fresh = eval(&models, &data("data.tfrecord"), "label_bin", &["--metric".into(), "accuracy".into()]);
+    for (id, count) in [("binary", 1), ("multiclass", 1), ("regressor", 1)] {
+        assert_eq!(resumed.records.iter().filter(|r| r["model"] == id).count(), count);
+        assert_eq!(resumed.record(id)["metrics"], fresh.record(id)["metrics"], "{id}");
+    }
+    assert_eq!(resumed.records.iter().filter(|r| r["resumed"] == true).count(), journaled);
+    // The journal holds each model once more than it was run again: never twice by a resume.
+    let lines = std::fs::read_to_string(&journal).unwrap().lines().count();
+    assert_eq!(lines, 3, "each model journaled once");
+}
+
+#[test]
+fn the_supervisor_s_memory_does_not_grow_with_the_dataset() {
+    // 40M examples (160 MB of float32 features, 320 MB of int64 labels),
+    // several times the supervisor's bound, through the cheap echo model.
+    let dir = tempfile::tempdir().unwrap();
+    let n = 40_000_000;
+    let data = npy_dataset(dir.path(), n, None);
+    let ran = run(isorun().arg("eval").arg(model("echo")).arg("--data").arg(&data).args([
+        "--label",
+        "label",
+        "--batch-size",
+        "65536",
+        "-j",
+        "1",
+        "--json",
+        "--summary",
+        "--metric",
+        "accuracy",
+        "--metric",
+        "auc",
+    ]));
+    let record = ok_record(&ran, "echo");
+    assert_eq!(record["examples"], n as u64);
+    let peak_mib: f64 = ran
+        .stderr
+        .split("supervisor peak memory ")
+        .nth(1)
+        .and_then(|rest| rest.split(" MiB").next())
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no supervisor peak in:\n{}", ran.stderr));
+    let dataset_mib = (n * (4 + 8)) as f64 / (1024.0 * 1024.0);
+    eprintln!("supervisor peak {peak_mib} MiB for a {dataset_mib:.0} MiB dataset");
+    // 64 MiB, plus a few batches of 65536 rows (768 KiB each), plus slack.
+    assert!(peak_mib < 96.0, "the supervisor peaked at {peak_mib} MiB for a {dataset_mib:.0} MiB dataset");
+}
