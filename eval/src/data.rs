@@ -29,12 +29,16 @@
 //! - Slices: a slice feature's value as text (ints decimal, floats Rust's
 //!   shortest round trip, bytes UTF-8 lossy, several values joined by `,`);
 //!   an example without the feature is in slice `__missing__`.
+//! - CSV rows become examples of one-value features (see the `csv` module)
+//!   and go through the same conversions.
 //! - Example indices in errors are 0-based over the dataset (records skipped
-//!   as corrupt are not counted), with the record's index within its file.
+//!   as corrupt are not counted), with the record's (or CSV data row's)
+//!   0-based index within its file.
 //! - Memory: nothing grows with the dataset. Records are read into one
 //!   reused buffer, arrays a batch of rows at a time.
 
 use crate::arrays::{self, ArrayInfo, ArrayStream, Number, Shard};
+use crate::csv::{CsvFault, CsvReader};
 use crate::example::{Example, Feature, Kind};
 use crate::tfrecord::{RecordFault, RecordReader};
 use isorun_protocol::{DType, SignatureInfo, Tensor, TensorData, TensorSpec};
@@ -81,6 +85,8 @@ pub enum Format {
     Npz,
     /// A folder of `NAME.npy` arrays.
     NpyFolder,
+    /// `.csv`: a header row, then one example per row (see the `csv` module).
+    Csv,
 }
 
 impl Format {
@@ -91,6 +97,21 @@ impl Format {
             Format::TfRecordGzip => "tfrecord-gzip",
             Format::Npz => "npz",
             Format::NpyFolder => "npy-folder",
+            Format::Csv => "csv",
+        }
+    }
+
+    /// Whether the file holds arrays (`.npz`, a folder of `.npy`).
+    pub fn is_arrays(self) -> bool {
+        matches!(self, Format::Npz | Format::NpyFolder)
+    }
+
+    /// Files of one family can be one dataset: TFRecord, arrays, CSV.
+    pub(crate) fn family(self) -> &'static str {
+        match self {
+            Format::TfRecord | Format::TfRecordGzip => "TFRecord",
+            Format::Npz | Format::NpyFolder => ".npz/.npy",
+            Format::Csv => "CSV",
         }
     }
 
@@ -125,8 +146,10 @@ pub enum DataError {
     UnknownFormat { path: PathBuf },
     #[error("{path}: no data files (.tfrecord, .tfrecords, .tfrec, .gz, .npz, or .npy arrays) in this folder")]
     NoData { path: PathBuf },
-    #[error("{first} is TFRecord but {other} is not: one dataset is all TFRecord or all .npz/.npy")]
-    MixedFormats { first: PathBuf, other: PathBuf },
+    #[error("{first} is {first_family} but {other} is {other_family}: one dataset's files are all TFRecord, all .npz/.npy or all CSV")]
+    MixedFormats { first: PathBuf, first_family: &'static str, other: PathBuf, other_family: &'static str },
+    #[error("{path}: line {line}: {reason}")]
+    Csv { path: PathBuf, line: u64, reason: String },
     #[error("{path}: cannot read")]
     Io {
         path: PathBuf,
@@ -259,6 +282,8 @@ impl Dataset {
         }
         let first = if files[0].1.is_tfrecord() {
             first_example(&files, spec.skip_corrupt)?
+        } else if files[0].1 == Format::Csv {
+            first_row(&files)?
         } else {
             FirstLook::Arrays(arrays::open_shard(&files[0].0, files[0].1 == Format::Npz)?)
         };
@@ -340,7 +365,7 @@ impl Dataset {
                         available: inner.first.available(),
                     });
                 }
-                plans.push(InputPlan::new(spec, feature, &path, inner.files[0].1.is_tfrecord())?);
+                plans.push(InputPlan::new(spec, feature, &path, !inner.files[0].1.is_arrays())?);
             }
             (Feeding::Features, plans)
         };
@@ -370,6 +395,27 @@ fn digest(spec: &DataSpec, files: &[(PathBuf, Format)]) -> Result<String, DataEr
         hasher.update(format!("\0{}\0{}\0{}\0{}", path.display(), format.name(), meta.len(), mtime.as_nanos()));
     }
     Ok(hasher.finalize().iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// The first row of the first CSV file that has one, as an example.
+fn first_row(files: &[(PathBuf, Format)]) -> Result<FirstLook, DataError> {
+    for (path, _) in files {
+        let csv_error =
+            |(path, fault): (PathBuf, CsvFault)| DataError::Csv { path, line: fault.line, reason: fault.reason };
+        let mut reader = CsvReader::open(path).map_err(csv_error)?;
+        let mut example = Example::default();
+        if reader.next_row(&mut example).map_err(|f| csv_error((path.clone(), f)))?.is_some() {
+            let mut features: Vec<(String, &'static str, usize)> = example
+                .features
+                .iter()
+                .flat_map(|f| f.feature.iter())
+                .map(|(k, f)| (k.clone(), kind_of(f), f.len()))
+                .collect();
+            features.sort();
+            return Ok(FirstLook::Example { path: path.clone(), features });
+        }
+    }
+    Err(DataError::Empty { path: files[0].0.clone() })
 }
 
 /// The first example of the first file that has one.
@@ -457,7 +503,7 @@ struct InputPlan {
 }
 
 impl InputPlan {
-    fn new(spec: &TensorSpec, source: String, path: &Path, tfrecord: bool) -> Result<InputPlan, DataError> {
+    fn new(spec: &TensorSpec, source: String, path: &Path, examples: bool) -> Result<InputPlan, DataError> {
         let dims = match &spec.shape {
             None => None,
             Some(dims) if dims.is_empty() => {
@@ -468,7 +514,7 @@ impl InputPlan {
             }
             Some(dims) => {
                 let tail = dims[1..].to_vec();
-                if tfrecord && tail.iter().filter(|d| d.is_none()).count() > 1 {
+                if examples && tail.iter().filter(|d| d.is_none()).count() > 1 {
                     return Err(DataError::Unsupported {
                         path: path.to_path_buf(),
                         reason: format!(
@@ -658,6 +704,7 @@ impl Labels {
 /// Where rows come from now.
 enum Source {
     Records { reader: RecordReader, record: u64 },
+    Csv { reader: CsvReader, row: u64 },
     Arrays { streams: Vec<ArrayStream>, remaining: u64 },
 }
 
@@ -796,7 +843,7 @@ impl Direct {
                 break;
             }
             match self.source.as_mut().expect("opened") {
-                Source::Records { .. } => {
+                Source::Records { .. } | Source::Csv { .. } => {
                     if !self.read_record(&mut columns, &mut targets)? {
                         self.source = None;
                         continue;
@@ -842,7 +889,14 @@ impl Direct {
     fn open_next(&mut self) -> Result<bool, DataError> {
         let Some((path, format)) = self.data.files.get(self.next_file).cloned() else { return Ok(false) };
         self.next_file += 1;
-        self.source = Some(if format.is_tfrecord() {
+        self.source = Some(if format == Format::Csv {
+            let reader = CsvReader::open(&path).map_err(|(path, fault)| DataError::Csv {
+                path,
+                line: fault.line,
+                reason: fault.reason,
+            })?;
+            Source::Csv { reader, row: 0 }
+        } else if format.is_tfrecord() {
             let reader = RecordReader::open(&path, format == Format::TfRecordGzip)
                 .map_err(|source| DataError::Io { path: path.clone(), source })?;
             Source::Records { reader, record: 0 }
@@ -873,40 +927,58 @@ impl Direct {
         Ok(true)
     }
 
-    /// Reads one record into the batch; false at the end of the file.
+    /// Reads one record (or CSV row) into the batch; false at the end of the file.
     fn read_record(&mut self, columns: &mut [Column], targets: &mut TargetsOut) -> Result<bool, DataError> {
-        let Some(Source::Records { reader, record }) = self.source.as_mut() else { unreachable!("records") };
-        let offset = loop {
-            match reader.next_record(&mut self.record) {
-                Ok(None) => return Ok(false),
-                Ok(Some(offset)) => break offset,
-                Err((_, fault)) if self.data.spec.skip_corrupt => {
-                    self.skipped.fetch_add(1, Ordering::Relaxed);
-                    if !fault.resumable() {
-                        return Ok(false);
-                    }
-                    *record += 1;
+        let data = Arc::clone(&self.data);
+        let path = data.files[self.next_file - 1].0.as_path();
+        let index = match self.source.as_mut() {
+            Some(Source::Csv { reader, row }) => {
+                let line = reader.next_row(&mut self.example).map_err(|fault| DataError::Csv {
+                    path: path.to_path_buf(),
+                    line: fault.line,
+                    reason: fault.reason,
+                })?;
+                if line.is_none() {
+                    return Ok(false);
                 }
-                Err((offset, fault)) => {
-                    return Err(DataError::Corrupt {
-                        path: reader.path().to_path_buf(),
-                        offset,
-                        gzip: reader.gzip(),
-                        fault,
-                    })
-                }
+                *row += 1;
+                *row - 1
             }
+            Some(Source::Records { reader, record }) => {
+                let offset = loop {
+                    match reader.next_record(&mut self.record) {
+                        Ok(None) => return Ok(false),
+                        Ok(Some(offset)) => break offset,
+                        Err((_, fault)) if data.spec.skip_corrupt => {
+                            self.skipped.fetch_add(1, Ordering::Relaxed);
+                            if !fault.resumable() {
+                                return Ok(false);
+                            }
+                            *record += 1;
+                        }
+                        Err((offset, fault)) => {
+                            return Err(DataError::Corrupt {
+                                path: path.to_path_buf(),
+                                offset,
+                                gzip: reader.gzip(),
+                                fault,
+                            })
+                        }
+                    }
+                };
+                let index = *record;
+                *record += 1;
+                self.example.clear();
+                self.example.merge(self.record.as_slice()).map_err(|source| DataError::NotAnExample {
+                    path: path.to_path_buf(),
+                    record: index,
+                    offset,
+                    source,
+                })?;
+                index
+            }
+            _ => unreachable!("examples"),
         };
-        let index = *record;
-        *record += 1;
-        let path = reader.path();
-        self.example.clear();
-        self.example.merge(self.record.as_slice()).map_err(|source| DataError::NotAnExample {
-            path: path.to_path_buf(),
-            record: index,
-            offset,
-            source,
-        })?;
         let example_index = self.example_index;
         self.example_index += 1;
         let error = |key: &str, problem: String| DataError::Example {

@@ -4,7 +4,8 @@
 //! Meanings follow Keras and scikit-learn, and the reference test checks
 //! them against scikit-learn 1.9 to 1e-6 relative:
 //! - Task, decided at the first batch and kept: an output `[N]`/`[N, 1]`
-//!   with integer labels all 0 or 1 is binary (other integer labels:
+//!   with integer labels all 0 or 1 in that batch is binary (a later label
+//!   2 is then an error; other integer labels in the first batch make it
 //!   regression); `[N, C]`, C ≥ 2, with integer labels or `Matrix` labels of
 //!   C columns (one-hot: argmax, like Keras's categorical metrics) is
 //!   multiclass; float labels are regression.
@@ -243,6 +244,8 @@ pub enum EvalError {
     NoOutput { signature: String, output: String, available: String },
     #[error("signature '{signature}' has several outputs ({available}); say which to score (--output NAME)")]
     AmbiguousOutput { signature: String, available: String },
+    #[error("the batch's outputs have no '{output}'; they are: {available}")]
+    MissingOutput { output: String, available: String },
     #[error("output '{output}' is {dtype}; metrics need numbers")]
     NotNumeric { output: String, dtype: DType },
     #[error("output '{output}' has shape {shape:?}; metrics take [N], [N, 1] or [N, C]")]
@@ -837,8 +840,7 @@ impl Evaluator {
     /// that does not apply to the task; a failed batch adds nothing.
     pub fn update(&mut self, outputs: &[(String, Tensor)], targets: &Targets) -> Result<(), EvalError> {
         let output = self.output.clone();
-        let (_, tensor) = outputs.iter().find(|(n, _)| *n == output).ok_or_else(|| EvalError::NoOutput {
-            signature: "(the batch's outputs)".into(),
+        let (_, tensor) = outputs.iter().find(|(n, _)| *n == output).ok_or_else(|| EvalError::MissingOutput {
             output: output.clone(),
             available: outputs.iter().map(|(n, _)| n.clone()).collect::<Vec<_>>().join(", "),
         })?;

@@ -7,10 +7,10 @@
 //! nothing is an error. Matches and folder entries are sorted bytewise. A
 //! folder holding `.npy` files is one shard of arrays (`Format::NpyFolder`);
 //! any other folder is a folder of shards: its `.tfrecord`/`.tfrecords`/
-//! `.tfrec`/`.gz`/`.npz` files and its subfolders of `.npy` files, one level
+//! `.tfrec`/`.gz`/`.npz`/`.csv` files and its subfolders of `.npy` files, one level
 //! deep, other entries (`_SUCCESS`, READMEs, hidden files) ignored. A file
-//! named explicitly must have a known extension. TFRecord and array formats
-//! are not mixed in one dataset: they are fed differently.
+//! named explicitly must have a known extension. TFRecord, array and CSV
+//! files are not mixed in one dataset: they are fed differently.
 
 use crate::data::{DataError, Format};
 use std::os::unix::ffi::OsStrExt;
@@ -37,11 +37,14 @@ pub fn expand(paths: &[PathBuf]) -> Result<Vec<(PathBuf, Format)>, DataError> {
     if files.is_empty() {
         return Err(DataError::NoData { path: paths.first().cloned().unwrap_or_default() });
     }
-    let tfrecords = files.iter().filter(|(_, f)| f.is_tfrecord()).count();
-    if tfrecords != 0 && tfrecords != files.len() {
-        let first = files.iter().find(|(_, f)| f.is_tfrecord()).expect("one").0.clone();
-        let other = files.iter().find(|(_, f)| !f.is_tfrecord()).expect("one").0.clone();
-        return Err(DataError::MixedFormats { first, other });
+    let family = files[0].1.family();
+    if let Some((other, format)) = files.iter().find(|(_, f)| f.family() != family) {
+        return Err(DataError::MixedFormats {
+            first: files[0].0.clone(),
+            first_family: family,
+            other: other.clone(),
+            other_family: format.family(),
+        });
     }
     Ok(files)
 }
@@ -60,6 +63,8 @@ pub fn format_of(path: &Path) -> Option<Format> {
         Some(Format::TfRecordGzip)
     } else if ends(b".npz") {
         Some(Format::Npz)
+    } else if ends(b".csv") {
+        Some(Format::Csv)
     } else {
         None
     }

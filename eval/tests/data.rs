@@ -400,3 +400,97 @@ fn reading_100k_small_examples_is_fast() {
     // Generous: an unoptimized test build on a shared machine.
     assert!(elapsed.as_secs() < 20, "{elapsed:?}");
 }
+
+#[test]
+fn a_truncated_gzip_file_is_an_error_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("cut.tfrecord.gz");
+    let full = gzip(&records(0..50));
+    write(&path, &full[..full.len() / 2]);
+    let dataset = Dataset::open(spec(vec![path.clone()])).unwrap();
+    let message = read_all(&dataset, &x_signature()).unwrap_err().to_string();
+    assert!(
+        message.contains(&path.display().to_string()) && message.contains("of the decompressed stream"),
+        "{message}"
+    );
+}
+
+#[test]
+fn multi_value_labels_are_a_matrix_and_scalar_inputs_are_one_value_per_row() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("onehot.tfrecord");
+    let mut bytes = Vec::new();
+    for i in 0..3i64 {
+        let mut one_hot = vec![0.0f32; 3];
+        one_hot[i as usize] = 1.0;
+        let e = Example::new([
+            ("age".to_string(), Feature::ints(vec![20 + i])),
+            ("label".to_string(), Feature::floats(one_hot)),
+        ]);
+        write_record(&mut bytes, &e.encode_to_vec());
+    }
+    write(&path, &bytes);
+    let dataset = Dataset::open(spec(vec![path])).unwrap();
+    let sig = signature(vec![input("age", DType::Float32, vec![None])]);
+    let batch = read_all(&dataset, &sig).unwrap().remove(0);
+    assert_eq!(batch.inputs[0].1.shape, vec![3]);
+    assert_eq!(f32s(&batch.inputs[0].1), vec![20.0, 21.0, 22.0]);
+    assert_eq!(
+        batch.targets.labels,
+        Labels::Matrix { columns: 3, values: vec![1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0] }
+    );
+    // An int32 input takes int64_list values, range-checked.
+    let sig = signature(vec![input("age", DType::Int8, vec![None, Some(1)])]);
+    assert_eq!(read_all(&dataset, &sig).unwrap()[0].inputs[0].1.shape, vec![3, 1]);
+}
+
+#[test]
+fn datasets_readers_and_evaluators_cross_threads() {
+    fn send_sync<T: Send + Sync + Clone>() {}
+    fn send<T: Send>() {}
+    send_sync::<Dataset>();
+    send::<isorun_eval::BatchReader>();
+    send::<isorun_eval::Evaluator>();
+}
+
+#[test]
+fn csv_rows_are_examples_with_quoting_and_kind_errors_by_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("data.csv");
+    write(&path, b"\xef\xbb\xbfx,label,city\r\n1.5,1,\"Paris, FR\"\r\n2,0,\"multi\nline \"\"q\"\"\"\n\n-3,1,Rome\n");
+    let mut s = spec(vec![path.clone()]);
+    s.slices = vec!["city".into()];
+    let dataset = Dataset::open(s).unwrap();
+    assert_eq!(dataset.files()[0].1, Format::Csv);
+    let sig = signature(vec![input("x", DType::Float64, vec![None])]);
+    let batch = read_all(&dataset, &sig).unwrap().remove(0);
+    assert_eq!(batch.targets.labels, Labels::Int(vec![1, 0, 1]));
+    assert_eq!(batch.inputs[0].1.shape, vec![3]);
+    assert_eq!(
+        batch.targets.slices[0].1,
+        vec!["Paris, FR".to_string(), "multi\nline \"q\"".to_string(), "Rome".to_string()]
+    );
+
+    let bad = dir.path().join("bad.csv");
+    // Within the first 1000 rows a word makes the column bytes: not a label.
+    write(&bad, b"x,label\n1,0\n2,1\n3,yes\n");
+    let message = Dataset::open(spec(vec![bad.clone()])).unwrap_err().to_string();
+    assert!(message.contains("(the label) is bytes_list"), "{message}");
+    // Past them, a cell that does not fit its column is an error naming its line.
+    let mut text = b"x,label\n".to_vec();
+    for i in 0..1000 {
+        text.extend_from_slice(format!("{i},{}\n", i % 2).as_bytes());
+    }
+    text.extend_from_slice(b"7,yes\n");
+    write(&bad, &text);
+    let message = read_all(&Dataset::open(spec(vec![bad.clone()])).unwrap(), &sig).unwrap_err().to_string();
+    assert!(message.contains("bad.csv: line 1002") && message.contains("column 'label' is 'yes'"), "{message}");
+    write(&bad, b"x,label\n1,0\n2\n");
+    let message = read_all(&Dataset::open(spec(vec![bad.clone()])).unwrap(), &sig).unwrap_err().to_string();
+    assert!(message.contains("line 3: row has 1 cells but the header has 2"), "{message}");
+    // One dataset is one family of formats.
+    let tf = dir.path().join("a.tfrecord");
+    write(&tf, &records(0..1));
+    let message = Dataset::open(spec(vec![tf, path])).unwrap_err().to_string();
+    assert!(message.contains("is TFRecord but") && message.contains("is CSV"), "{message}");
+}
