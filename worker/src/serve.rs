@@ -56,7 +56,7 @@ pub fn serve(mut socket: UnixStream) -> io::Result<()> {
                 let unit = request.unit;
                 if let (false, Some(spec)) = (sandboxed, &request.sandbox) {
                     // Before any model is loaded and before TensorFlow starts a thread.
-                    let applied = crate::sandbox::apply(spec);
+                    let applied = isorun_sandbox::apply(spec);
                     sandboxed = true;
                     let message =
                         WorkerMessage::Sandboxed { protections: applied.protections, missing: applied.missing };
