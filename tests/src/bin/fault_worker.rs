@@ -4,8 +4,20 @@
 //!
 //! Start faults (before or instead of `Hello`), from its arguments:
 //!   --start MODE [--once MARKER]   MODE: never-connect, exit-early, close,
-//!   garbage, huge, half, wrong-version, hello-twice. With --once, only the
-//!   worker that creates the file MARKER misbehaves; the others are good.
+//!   garbage, huge, half, wrong-version, hello-twice, old-hello (a `Hello`
+//!   of protocol 4's shape, naming a request channel with a NUL in it, but
+//!   claiming today's version). With --once, only the worker that creates
+//!   the file MARKER misbehaves; the others are good.
+//! With --apply-sandbox it confines itself with the real worker's sandbox
+//! (`isorun-sandbox`) when a request carries one (`--sandbox strict`), and
+//! reports it, as `isorun-worker` does; without it, it ignores the spec
+//! (its other faults write files and run programs).
+//! Attacks (tests/integration/sandbox.rs), run faults whose target is the
+//! first line of the file `target` in the model folder: kill (SIGKILL to
+//! that pid), connect-path (connect to that pathname UNIX socket),
+//! connect-abstract (connect to that abstract UNIX socket name); the answer
+//! is good when the attack went through, a `tensorflow` error naming the
+//! errno when it was refused.
 //! Run faults, from a model folder name holding `fault-MODE[-N]`: segfault,
 //! abort, exit3, hang, alloc-N (touch N MiB, then answer), slow-N (sleep N
 //! ms, then answer), garbage, huge, half, wrong-unit, bad-shape, hang-load,
@@ -35,12 +47,11 @@
 //! With --ignore-term, it ignores SIGTERM (only SIGKILL stops it).
 //! Any other model is good: its outputs are its inputs, under the same names.
 
-use ipc_channel::ipc::IpcOneShotServer;
 use isorun_protocol::DType;
 use isorun_protocol::{
     ErrorKind, Hello, ModelError, RunRequest, Tensor, ToWorker, UnitResult, WorkerMessage, ENV_IPC_FD, PROTOCOL_VERSION,
 };
-use isorun_transport::{dense_bytes, write_frame, RequestEnvelope};
+use isorun_transport::{dense_bytes, write_frame, FrameError, RequestEnvelope, SharedMemory, DEFAULT_MAX_FRAME};
 use std::io::Write;
 use std::os::fd::FromRawFd;
 use std::os::unix::net::UnixStream;
@@ -80,14 +91,12 @@ fn worker_main(mut socket: UnixStream) -> i32 {
             start = None;
         }
     }
-    let (server, name) = IpcOneShotServer::<RequestEnvelope>::new().expect("one-shot server");
     let hello = |version| {
         WorkerMessage::Hello(Hello {
             protocol_version: version,
             worker_version: "fault".into(),
             tensorflow_version: "none".into(),
             pid: std::process::id(),
-            request_channel: name.clone(),
         })
     };
     match start.as_deref() {
@@ -119,6 +128,31 @@ fn worker_main(mut socket: UnixStream) -> i32 {
             write_frame(&mut socket, &hello(999)).unwrap();
             sleep_forever()
         }
+        Some("old-hello") => {
+            // Protocol 4's Hello: version, worker and TensorFlow versions, pid,
+            // then the name of a channel for the supervisor to connect to.
+            #[derive(serde::Serialize)]
+            struct OldHello {
+                protocol_version: u32,
+                worker_version: String,
+                tensorflow_version: String,
+                pid: u32,
+                request_channel: String,
+            }
+            #[derive(serde::Serialize)]
+            enum OldMessage {
+                Hello(OldHello),
+            }
+            let old = OldMessage::Hello(OldHello {
+                protocol_version: PROTOCOL_VERSION,
+                worker_version: "fault".into(),
+                tensorflow_version: "none".into(),
+                pid: std::process::id(),
+                request_channel: "/tmp/not\0a-path".into(),
+            });
+            write_frame(&mut socket, &old).unwrap();
+            sleep_forever()
+        }
         Some("hello-twice") => {
             write_frame(&mut socket, &hello(PROTOCOL_VERSION)).unwrap();
             write_frame(&mut socket, &hello(PROTOCOL_VERSION)).unwrap();
@@ -128,20 +162,27 @@ fn worker_main(mut socket: UnixStream) -> i32 {
     if start.as_deref() != Some("hello-twice") {
         write_frame(&mut socket, &hello(PROTOCOL_VERSION)).unwrap();
     }
-    let (receiver, first) = server.accept().expect("accept");
-    let mut next = Some(first);
+    let apply_sandbox = args.iter().any(|a| a == "--apply-sandbox");
+    let mut sandboxed = false;
     loop {
-        let envelope = match next.take() {
-            Some(e) => e,
-            None => match receiver.recv() {
-                Ok(e) => e,
-                Err(_) => std::process::exit(0),
-            },
+        let envelope = match RequestEnvelope::receive(&socket, DEFAULT_MAX_FRAME) {
+            Ok(e) => e,
+            Err(FrameError::Closed) => std::process::exit(0),
+            Err(e) => panic!("bad request: {e}"),
         };
         let (message, shared) = envelope.open().expect("valid envelope");
         match message {
             ToWorker::Shutdown => std::process::exit(0),
-            ToWorker::Run(request) => run(&mut socket, &request, &shared),
+            ToWorker::Run(request) => {
+                if let (true, false, Some(spec)) = (apply_sandbox, sandboxed, &request.sandbox) {
+                    let applied = isorun_sandbox::apply(spec);
+                    sandboxed = true;
+                    let message =
+                        WorkerMessage::Sandboxed { protections: applied.protections, missing: applied.missing };
+                    write_frame(&mut socket, &message).unwrap();
+                }
+                run(&mut socket, &request, &shared)
+            }
         }
     }
 }
@@ -154,7 +195,7 @@ fn crash() -> ! {
     unreachable!()
 }
 
-fn run(socket: &mut UnixStream, request: &RunRequest, shared: &[ipc_channel::ipc::IpcSharedMemory]) {
+fn run(socket: &mut UnixStream, request: &RunRequest, shared: &[SharedMemory]) {
     let model = Path::new(&request.model_dir).file_name().unwrap().to_string_lossy().into_owned();
     let fault = model.split_once("fault-").map_or("", |(_, f)| f);
     let (mode, amount) = match fault.rsplit_once('-') {
@@ -208,6 +249,15 @@ fn run(socket: &mut UnixStream, request: &RunRequest, shared: &[ipc_channel::ipc
             }
         }
         "crash-if-not-first" if served_before > 0 => crash(),
+        "kill" | "connect-path" | "connect-abstract" => {
+            let target = std::fs::read_to_string(Path::new(&request.model_dir).join("target")).unwrap();
+            if let Err(refused) = attack(mode, target.lines().next().unwrap_or_default()) {
+                let error = ModelError::new(ErrorKind::Tensorflow, format!("{mode}: {refused}"));
+                write_frame(socket, &WorkerMessage::Finished { unit, run_ms: 0, result: UnitResult::Err(error) })
+                    .unwrap();
+                return;
+            }
+        }
         "gpu-hold" => {
             if let Err(message) = hold_gpu_memory(amount) {
                 let error = ModelError::new(ErrorKind::Tensorflow, format!("gpu-hold-{amount}: {message}"));
@@ -464,7 +514,7 @@ fn random_bytes(seed: u64, len: usize) -> Vec<u8> {
 }
 
 /// The frame of a correct `Finished` answer (outputs are the inputs).
-fn good_answer(request: &RunRequest, shared: &[ipc_channel::ipc::IpcSharedMemory], unit: u64) -> Vec<u8> {
+fn good_answer(request: &RunRequest, shared: &[SharedMemory], unit: u64) -> Vec<u8> {
     let outputs = request
         .inputs
         .iter()
@@ -505,5 +555,27 @@ fn spawn_descendants(count: u64) {
                 }
             }
         }
+    }
+}
+
+/// What a hostile model would try: signal a process outside the worker, or
+/// reach a UNIX socket; `Err` with the errno when the kernel refused.
+fn attack(mode: &str, target: &str) -> Result<(), std::io::Error> {
+    use std::os::unix::net::SocketAddr;
+    match mode {
+        "kill" => {
+            let pid: i32 = target.trim().parse().expect("a pid in target");
+            // SAFETY: a signal to a process the test started to be killed.
+            if unsafe { libc::kill(pid, libc::SIGKILL) } != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        }
+        "connect-path" => UnixStream::connect(target).map(drop),
+        "connect-abstract" => {
+            use std::os::linux::net::SocketAddrExt;
+            UnixStream::connect_addr(&SocketAddr::from_abstract_name(target.as_bytes())?).map(drop)
+        }
+        other => unreachable!("no attack {other}"),
     }
 }
