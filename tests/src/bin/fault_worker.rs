@@ -29,7 +29,8 @@
 //! through the CUDA driver API, `libcuda.so.1` loaded at run time, and hold
 //! it until this worker exits; without libcuda the unit fails with an
 //! error saying so), env (also answer string outputs `CUDA_VISIBLE_DEVICES`
-//! and `CUDA_DEVICE_ORDER`: their values, or `<unset>`).
+//! and `CUDA_DEVICE_ORDER`: their values, or `<unset>`), cwd (also answer
+//! `cwd`, its working folder, with `cwd_mode` and `cwd_entries`).
 //! With --zygote it is a fork server, as `isorun-worker --zygote`.
 //! Hostile run faults (tests/integration/hostile.rs): vec-claim (a frame
 //! whose payload claims 2^60 outputs), bytes-claim (a small frame claiming a
@@ -370,6 +371,15 @@ fn run(socket: &mut UnixStream, request: &RunRequest, shared: &[SharedMemory]) {
             "worker_pid".into(),
             Tensor::dense(isorun_protocol::DType::Int64, vec![], pid.to_le_bytes().to_vec()),
         ));
+    }
+    if mode == "cwd" {
+        use std::os::unix::fs::PermissionsExt;
+        let cwd = std::env::current_dir().unwrap();
+        let mode = std::fs::metadata(&cwd).map_or(-1, |m| i64::from(m.permissions().mode()));
+        let entries = std::fs::read_dir(&cwd).map_or(-1, |d| d.count() as i64);
+        outputs.push(("cwd".into(), Tensor::strings(vec![], vec![cwd.to_string_lossy().as_bytes().to_vec()])));
+        outputs.push(("cwd_mode".into(), Tensor::dense(DType::Int64, vec![], mode.to_le_bytes().to_vec())));
+        outputs.push(("cwd_entries".into(), Tensor::dense(DType::Int64, vec![], entries.to_le_bytes().to_vec())));
     }
     if mode == "env" {
         for name in ["CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER"] {
