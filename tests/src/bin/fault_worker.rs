@@ -69,11 +69,16 @@ fn main() {
     if std::env::args().any(|a| a == "--zygote") {
         // Fork-server mode, as `isorun-worker --zygote`: each child runs `worker_main`.
         let fd: i32 = std::env::var(isorun_zygote::ENV_ZYGOTE_FD).expect("ISORUN_ZYGOTE_FD").parse().expect("fd");
+        // SAFETY: single-threaded here.
+        unsafe { std::env::remove_var(isorun_zygote::ENV_ZYGOTE_FD) };
         // SAFETY: the supervisor passed this descriptor to us.
         let control = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
         std::process::exit(isorun_zygote::server::run(control, worker_main));
     }
     let fd: i32 = std::env::var(ENV_IPC_FD).expect("ISORUN_IPC_FD").parse().expect("fd");
+    // As `isorun-worker` does, so that a sandbox finds its environment clean.
+    // SAFETY: single-threaded here.
+    unsafe { std::env::remove_var(ENV_IPC_FD) };
     // SAFETY: the supervisor passed this descriptor to us.
     worker_main(unsafe { UnixStream::from_raw_fd(fd) });
 }
