@@ -288,6 +288,11 @@ fn without_landlock_the_scopes_are_reported_missing_and_unix_sockets_stay_refuse
         assert!(protections.contains(&kept.to_string()), "{kept} not in force: {protections:?}");
     }
     assert!(ran.stderr.contains("not in force") && ran.stderr.contains("signal_scope"), "{}", ran.stderr);
+    let mut doctor = Command::new(bin("isorun-deny-landlock"));
+    doctor.arg(bin("isorun")).arg("doctor").stdin(Stdio::null());
+    let doctor = run(&mut doctor);
+    let line = doctor.stdout.lines().find(|l| l.starts_with("sandbox ")).unwrap_or_default().to_string();
+    assert!(line.contains("unavailable") && line.contains("missing landlock, signal_scope"), "{}", doctor.stdout);
 
     let tmp = tempfile::tempdir().unwrap();
     let path = tmp.path().join("agent.sock");
