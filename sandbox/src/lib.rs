@@ -9,7 +9,8 @@
 //! few named files TensorFlow reads; write nothing but `/dev/null`),
 //! `signal_scope` and `abstract_unix_scope` (Landlock ABI 6, Linux 6.12: no
 //! signal to, and no connection to an abstract UNIX socket of, any process
-//! outside the worker's own Landlock domain), `no_unix_sockets` (seccomp:
+//! outside the worker's own Landlock domain; on older kernels seccomp's
+//! `signal_filter` lets it signal only itself), `no_unix_sockets` (seccomp:
 //! no new `AF_UNIX` socket, so no connection to a pathname socket such as
 //! `/run/user/$UID/bus` or `/var/run/docker.sock`, which neither Landlock's
 //! file rules nor the network namespace stop), `no_network` (a new network
@@ -134,7 +135,7 @@ pub fn apply(spec: &SandboxSpec) -> Applied {
     // SAFETY: prctl with constant arguments.
     record("no_new_privs", unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } == 0);
 
-    match restrict_files(spec) {
+    let scoped = match restrict_files(spec) {
         Ok(status) => {
             let abi = match status.landlock {
                 LandlockStatus::Available { effective_abi, .. } if status.ruleset != RulesetStatus::NotEnforced => {
@@ -152,12 +153,19 @@ pub fn apply(spec: &SandboxSpec) -> Applied {
             let scoped = abi >= ABI::V6;
             record("signal_scope", scoped);
             record("abstract_unix_scope", scoped);
+            scoped
         }
         Err(_) => {
             record("landlock", false);
             record("signal_scope", false);
             record("abstract_unix_scope", false);
+            false
         }
+    };
+    // Without the scope, seccomp keeps signals in (abstract sockets are
+    // kept in by `no_unix_sockets` and the network namespace's own names).
+    if !scoped {
+        record("signal_filter", seccomp::deny_foreign_signals().is_ok());
     }
     // Last: nothing after this may need a new UNIX socket. The worker's
     // only channel to the supervisor is the socket it inherited.

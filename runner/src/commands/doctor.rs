@@ -284,13 +284,15 @@ fn sandbox_detail(abi: Result<i64, String>) -> Check {
             Check::new(
                 NAME,
                 Status::Available,
-                format!("Landlock ABI {abi}: {files}, {ALWAYS}; missing {SCOPES} (--sandbox strict warns)"),
+                format!("Landlock ABI {abi}: {files}, {ALWAYS}, signal_filter (seccomp); missing {SCOPES} (--sandbox strict warns)"),
             )
         }
         Err(why) => Check::new(
             NAME,
             Status::Unavailable,
-            format!("Landlock unavailable ({why}): {ALWAYS}; missing landlock, {SCOPES} (--sandbox strict warns)"),
+            format!(
+                "Landlock unavailable ({why}): {ALWAYS}, signal_filter (seccomp); missing landlock, {SCOPES} (--sandbox strict warns)"
+            ),
         ),
     }
 }
@@ -438,6 +440,7 @@ mod tests {
         assert!(said(Ok(3)).contains("landlock_partial"));
         let none = said(Err("Function not implemented".into()));
         assert!(none.contains("missing landlock, signal_scope") && none.contains("no_unix_sockets"), "{none}");
+        assert!(none.contains("signal_filter") && six_ten.contains("signal_filter") && !new.contains("signal_filter"));
         assert_eq!(sandbox_detail(Err(String::new())).status, Status::Unavailable);
     }
 

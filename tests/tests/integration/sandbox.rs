@@ -208,6 +208,8 @@ fn a_worker_cannot_signal_a_process_outside_it_under_strict() {
     assert!(message.contains("Operation not permitted"), "{message}");
     assert!(victim.alive_after(Duration::from_millis(500)), "the victim was killed from inside the sandbox");
 
+    let listed = strict.records[0].to_string();
+    assert!(!listed.contains("signal_filter"), "the filter stands in only where the scope is missing: {listed}");
     let off = attack("kill", &victim.pid(), "off");
     assert_eq!(off.records[0]["status"], "ok", "{}", off.stdout);
     assert!(!victim.alive_after(Duration::from_secs(5)), "without the sandbox the worker can kill it");
@@ -284,7 +286,7 @@ fn without_landlock_the_scopes_are_reported_missing_and_unix_sockets_stay_refuse
     for gone in ["landlock", "signal_scope", "abstract_unix_scope"] {
         assert!(missing.contains(&gone.to_string()), "{gone} not reported missing: {missing:?}");
     }
-    for kept in ["no_unix_sockets", "no_network", "no_new_privs", "clean_env", "work_dir"] {
+    for kept in ["no_unix_sockets", "signal_filter", "no_network", "no_new_privs", "clean_env", "work_dir"] {
         assert!(protections.contains(&kept.to_string()), "{kept} not in force: {protections:?}");
     }
     assert!(ran.stderr.contains("not in force") && ran.stderr.contains("signal_scope"), "{}", ran.stderr);
@@ -309,6 +311,22 @@ fn without_landlock_the_scopes_are_reported_missing_and_unix_sockets_stay_refuse
     let ran = run(&mut command);
     assert_eq!(ran.records[0]["status"], "error", "{}", ran.stdout);
     assert!(!connection_arrived(&listener), "without Landlock the seccomp rule still refuses the socket");
+
+    // And the seccomp signal filter stands in for the missing signal scope.
+    let mut victim = Victim::start();
+    fake_models(tmp.path(), &["fault-kill"]);
+    std::fs::write(tmp.path().join("fault-kill/target"), victim.pid()).unwrap();
+    let mut command = Command::new(bin("isorun-deny-landlock"));
+    command
+        .arg(bin("isorun"))
+        .args(["run", "--json", "--worker-arg=--apply-sandbox"])
+        .arg(tmp.path().join("fault-kill"))
+        .env("ISORUN_WORKER", bin("isorun-fault-worker"))
+        .stdin(Stdio::null());
+    let ran = run(&mut command);
+    assert_eq!(ran.records[0]["status"], "error", "{}", ran.stdout);
+    assert!(ran.records[0]["error"]["message"].as_str().unwrap().contains("Operation not permitted"), "{}", ran.stdout);
+    assert!(victim.alive_after(Duration::from_millis(500)), "the victim was killed from inside the sandbox");
 }
 
 #[test]
