@@ -67,6 +67,9 @@ pub fn private_work_dir() -> Result<tempfile::TempDir, String> {
         .permissions(std::fs::Permissions::from_mode(0o700))
         .tempdir()
         .map_err(|e| {
-            format!("cannot make a private working folder for sandboxed workers in {}: {e}", std::env::temp_dir().display())
+            format!(
+                "cannot make a private working folder for sandboxed workers in {}: {e}",
+                std::env::temp_dir().display()
+            )
         })
 }

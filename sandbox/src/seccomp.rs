@@ -63,7 +63,12 @@ impl Program {
     }
 
     fn load(&mut self, offset: u32) {
-        self.code.push(libc::sock_filter { code: (libc::BPF_LD | libc::BPF_W | libc::BPF_ABS) as u16, jt: 0, jf: 0, k: offset });
+        self.code.push(libc::sock_filter {
+            code: (libc::BPF_LD | libc::BPF_W | libc::BPF_ABS) as u16,
+            jt: 0,
+            jf: 0,
+            k: offset,
+        });
     }
 
     /// Jumps to `target` if the loaded word `op` k (`BPF_JEQ`, `BPF_JGE`), else goes on.

@@ -83,11 +83,8 @@ impl RequestEnvelope {
         if fds.len() != count {
             return Err(FrameError::Decode(format!("expected {count} shared regions, got {}", fds.len())));
         }
-        let shared = fds
-            .into_iter()
-            .map(SharedMemory::from_fd)
-            .collect::<io::Result<Vec<_>>>()
-            .map_err(FrameError::Io)?;
+        let shared =
+            fds.into_iter().map(SharedMemory::from_fd).collect::<io::Result<Vec<_>>>().map_err(FrameError::Io)?;
         let mut reader = socket;
         let message = read_frame_bytes(&mut reader, max_frame)?;
         Ok(RequestEnvelope { message, shared })
@@ -234,7 +231,9 @@ mod tests {
         let regions: Vec<SharedMemory> =
             (0..FDS_PER_MESSAGE + 3).map(|i| SharedMemory::from_bytes(&(i as u32).to_le_bytes()).unwrap()).collect();
         let inputs = (0..regions.len())
-            .map(|i| (format!("x{i}"), Tensor { dtype: DType::Float32, shape: vec![1], data: TensorData::Shared(i as u32) }))
+            .map(|i| {
+                (format!("x{i}"), Tensor { dtype: DType::Float32, shape: vec![1], data: TensorData::Shared(i as u32) })
+            })
             .collect();
         let sender = std::thread::spawn(move || {
             RequestEnvelope::new(&request(inputs), regions).send(&ours).unwrap();

@@ -21,5 +21,5 @@ mod frame;
 mod shared;
 
 pub use envelope::{dense_bytes, RequestEnvelope, FDS_PER_MESSAGE, SHARED_THRESHOLD};
-pub use shared::SharedMemory;
 pub use frame::{decode, encode, read_frame, write_frame, FrameError, DEFAULT_MAX_FRAME};
+pub use shared::SharedMemory;

@@ -71,9 +71,8 @@ impl SharedMemory {
             std::ptr::NonNull::<u8>::dangling().as_ptr().cast_const()
         } else {
             // SAFETY: a fresh read-only shared mapping of the whole file.
-            let address = unsafe {
-                libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ, libc::MAP_SHARED, fd.as_raw_fd(), 0)
-            };
+            let address =
+                unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ, libc::MAP_SHARED, fd.as_raw_fd(), 0) };
             if address == libc::MAP_FAILED {
                 return Err(io::Error::last_os_error());
             }
