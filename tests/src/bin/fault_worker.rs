@@ -17,7 +17,10 @@
 //! that pid), connect-path (connect to that pathname UNIX socket),
 //! connect-abstract (connect to that abstract UNIX socket name); the answer
 //! is good when the attack went through, a `tensorflow` error naming the
-//! errno when it was refused.
+//! errno when it was refused. With --socket-before-sandbox, connect-abstract
+//! uses a UNIX socket made before the sandbox (in the first network
+//! namespace, and past the seccomp rule), so that only Landlock's abstract
+//! scope stands in its way.
 //! Run faults, from a model folder name holding `fault-MODE[-N]`: segfault,
 //! abort, exit3, hang, alloc-N (touch N MiB, then answer), slow-N (sleep N
 //! ms, then answer), garbage, huge, half, wrong-unit, bad-shape, hang-load,
@@ -169,6 +172,12 @@ fn worker_main(mut socket: UnixStream) -> i32 {
         write_frame(&mut socket, &hello(PROTOCOL_VERSION)).unwrap();
     }
     let apply_sandbox = args.iter().any(|a| a == "--apply-sandbox");
+    if args.iter().any(|a| a == "--socket-before-sandbox") {
+        // SAFETY: a new socket, owned by the static from here on.
+        let fd = unsafe { libc::socket(libc::AF_UNIX, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
+        assert!(fd >= 0, "socket: {}", std::io::Error::last_os_error());
+        EARLY_SOCKET.store(fd, std::sync::atomic::Ordering::SeqCst);
+    }
     let mut sandboxed = false;
     loop {
         let envelope = match RequestEnvelope::receive(&socket, DEFAULT_MAX_FRAME) {
@@ -194,6 +203,9 @@ fn worker_main(mut socket: UnixStream) -> i32 {
 }
 
 static UNITS_SERVED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// A UNIX socket made before the sandbox (`--socket-before-sandbox`), or -1.
+static EARLY_SOCKET: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(-1);
 
 fn crash() -> ! {
     // SAFETY: none; crashing is the point.
@@ -589,7 +601,24 @@ fn attack(mode: &str, target: &str) -> Result<(), std::io::Error> {
         "connect-path" => UnixStream::connect(target).map(drop),
         "connect-abstract" => {
             use std::os::linux::net::SocketAddrExt;
-            UnixStream::connect_addr(&SocketAddr::from_abstract_name(target.as_bytes())?).map(drop)
+            let early = EARLY_SOCKET.load(std::sync::atomic::Ordering::SeqCst);
+            if early < 0 {
+                return UnixStream::connect_addr(&SocketAddr::from_abstract_name(target.as_bytes())?).map(drop);
+            }
+            // sockaddr_un with a leading NUL: the abstract name.
+            // SAFETY: a zeroed sockaddr_un is valid; the name fits (checked).
+            let mut address: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+            address.sun_family = libc::AF_UNIX as libc::sa_family_t;
+            assert!(target.len() < address.sun_path.len() - 1, "name too long");
+            for (slot, byte) in address.sun_path[1..].iter_mut().zip(target.bytes()) {
+                *slot = byte as libc::c_char;
+            }
+            let length = (std::mem::size_of::<libc::sa_family_t>() + 1 + target.len()) as libc::socklen_t;
+            // SAFETY: connect with an address that outlives the call.
+            if unsafe { libc::connect(early, (&address as *const libc::sockaddr_un).cast(), length) } != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
         }
         other => unreachable!("no attack {other}"),
     }

@@ -153,11 +153,15 @@ fn in_force(ran: &Ran, protection: &str) -> bool {
 
 /// One fault-worker attack (`fault-MODE`) on `target`, under `sandbox`.
 fn attack(mode: &str, target: &str, sandbox: &str) -> Ran {
+    attack_with(mode, target, sandbox, &[])
+}
+
+fn attack_with(mode: &str, target: &str, sandbox: &str, worker_args: &[&str]) -> Ran {
     let tmp = tempfile::tempdir().unwrap();
     let model = format!("fault-{mode}");
     fake_models(tmp.path(), &[&model]);
     std::fs::write(tmp.path().join(&model).join("target"), target).unwrap();
-    let mut command = isorun_fault(&["--apply-sandbox"]);
+    let mut command = isorun_fault(&[&["--apply-sandbox"], worker_args].concat());
     command.arg(tmp.path()).args(["--json", "-j", "1", "--sandbox", sandbox]);
     run(&mut command)
 }
@@ -259,6 +263,30 @@ fn a_worker_cannot_connect_to_an_abstract_unix_socket_under_strict() {
     assert!(!connection_arrived(&listener), "a sandboxed worker reached the socket");
 
     let off = attack("connect-abstract", &name, "off");
+    assert_eq!(off.records[0]["status"], "ok", "{}", off.stdout);
+    assert!(connection_arrived(&listener), "without the sandbox the worker reaches it");
+}
+
+#[test]
+fn landlocks_abstract_scope_alone_stops_a_socket_made_before_the_sandbox() {
+    // A socket made before the sandbox is past the seccomp rule and stays
+    // in the first network namespace, whose abstract names the test's
+    // listener shares: only the Landlock scope is left to refuse it.
+    use std::os::linux::net::SocketAddrExt;
+    let name = format!("isorun-test-early-{}-{:?}", std::process::id(), Instant::now());
+    let address = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes()).unwrap();
+    let listener = UnixListener::bind_addr(&address).unwrap();
+    let early = ["--socket-before-sandbox"];
+    let strict = attack_with("connect-abstract", &name, "strict", &early);
+    if !in_force(&strict, "abstract_unix_scope") {
+        return;
+    }
+    assert_eq!(strict.records[0]["status"], "error", "{}", strict.stdout);
+    let message = strict.records[0]["error"]["message"].as_str().unwrap();
+    assert!(message.contains("Operation not permitted"), "{message}");
+    assert!(!connection_arrived(&listener), "a sandboxed worker reached the socket");
+
+    let off = attack_with("connect-abstract", &name, "off", &early);
     assert_eq!(off.records[0]["status"], "ok", "{}", off.stdout);
     assert!(connection_arrived(&listener), "without the sandbox the worker reaches it");
 }
