@@ -15,12 +15,11 @@ use crate::session::{run_request, shutdown, terminate, wait_hello, Deadlines};
 use crate::settings::{Settings, SpawnMode};
 use crate::sink::OutputSink;
 use crate::unit::{Attempt, OutputInfo, UnitReport};
-use ipc_channel::ipc::IpcSharedMemory;
 use isorun_protocol::TensorData;
 use isorun_protocol::{ErrorKind, ModelError, Outcome, RunRequest, Tensor, ToWorker};
 use isorun_tensors::batch;
 use isorun_tensors::values::tensor_values;
-use isorun_transport::{RequestEnvelope, SHARED_THRESHOLD};
+use isorun_transport::{RequestEnvelope, SharedMemory, SHARED_THRESHOLD};
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex, OnceLock};
@@ -529,14 +528,17 @@ impl Slot<'_> {
 
 /// Moves a batch's large dense tensors into shared memory, which the
 /// worker maps instead of reading them through the socket.
-fn place_shared(inputs: Vec<(String, Tensor)>) -> (Vec<(String, Tensor)>, Vec<IpcSharedMemory>) {
+fn place_shared(inputs: Vec<(String, Tensor)>) -> (Vec<(String, Tensor)>, Vec<SharedMemory>) {
     let mut shared = Vec::new();
     let inputs = inputs
         .into_iter()
         .map(|(name, mut tensor)| {
             if let TensorData::Dense(bytes) = &tensor.data {
-                if bytes.len() >= SHARED_THRESHOLD {
-                    shared.push(IpcSharedMemory::from_bytes(bytes));
+                // Where no memfd can be made, the tensor goes through the socket instead.
+                if let Some(region) =
+                    (bytes.len() >= SHARED_THRESHOLD).then(|| SharedMemory::from_bytes(bytes).ok()).flatten()
+                {
+                    shared.push(region);
                     tensor.data = TensorData::Shared(shared.len() as u32 - 1);
                 }
             }

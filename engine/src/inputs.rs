@@ -4,11 +4,10 @@
 //! `--inputs-dir` adds each model's own files.
 
 use crate::discover::Model;
-use ipc_channel::ipc::IpcSharedMemory;
 use isorun_protocol::{ErrorKind, ModelError, Tensor, TensorData};
 use isorun_tensors::inputs::Inputs;
 use isorun_tensors::json_input::{signature_of, tensors_for_signature};
-use isorun_transport::SHARED_THRESHOLD;
+use isorun_transport::{SharedMemory, SHARED_THRESHOLD};
 use std::path::PathBuf;
 
 /// The inputs, prepared once for every worker: large dense tensors are
@@ -17,7 +16,7 @@ use std::path::PathBuf;
 pub struct PreparedInputs {
     tensors: Vec<(String, Tensor)>,
     json: Vec<(String, serde_json::Value)>,
-    pub(crate) shared: Vec<IpcSharedMemory>,
+    pub(crate) shared: Vec<SharedMemory>,
     /// `--inputs-dir`: per-model input files, before the shared ones.
     per_model_dir: Option<PathBuf>,
 }
@@ -30,8 +29,11 @@ impl PreparedInputs {
             .into_iter()
             .map(|(name, mut tensor)| {
                 if let TensorData::Dense(bytes) = &tensor.data {
-                    if bytes.len() >= SHARED_THRESHOLD {
-                        shared.push(IpcSharedMemory::from_bytes(bytes));
+                    // Where no memfd can be made, the tensor is copied to each worker instead.
+                    if let Some(region) =
+                        (bytes.len() >= SHARED_THRESHOLD).then(|| SharedMemory::from_bytes(bytes).ok()).flatten()
+                    {
+                        shared.push(region);
                         tensor.data = TensorData::Shared(shared.len() as u32 - 1);
                     }
                 }

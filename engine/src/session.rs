@@ -16,7 +16,8 @@ use std::time::{Duration, Instant};
 /// How often a waiting loop looks at deadlines, interrupts and the worker's exit.
 const TICK: Duration = Duration::from_millis(20);
 
-/// Waits for the worker's `Hello` until `deadline`, and connects to its request channel.
+/// Waits for the worker's `Hello` until `deadline`. Requests go down the
+/// socket the supervisor made, so nothing in a `Hello` says where to send.
 pub fn wait_hello(worker: &mut WorkerProcess, stop: &CancelToken, deadline: Instant) -> Result<Hello, Outcome> {
     loop {
         if stop.requested() {
@@ -36,7 +37,6 @@ pub fn wait_hello(worker: &mut WorkerProcess, stop: &CancelToken, deadline: Inst
                     });
                 }
                 tracing::debug!(pid = hello.pid, tensorflow = %hello.tensorflow_version, "worker ready");
-                worker.connect(hello.request_channel.clone());
                 return Ok(hello);
             }
             Some(Event::Message(other)) => {

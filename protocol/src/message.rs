@@ -1,7 +1,8 @@
-//! The messages between supervisor and worker. A worker's life: it connects
-//! and says `Hello` (carrying the name of the channel on which it takes
-//! requests), then for each `Run` it answers `Loaded` and `Finished`, and it
-//! exits after `Shutdown` or when the supervisor goes away.
+//! The messages between supervisor and worker. A worker's life: it says
+//! `Hello` on the socket it inherited (on which it also takes requests:
+//! since protocol version 5 a `Hello` names no channel), then for each
+//! `Run` it answers `Loaded` and `Finished`, and it exits after `Shutdown`
+//! or when the supervisor goes away.
 
 use crate::{DType, ModelError, Tensor};
 use serde::{Deserialize, Serialize};
@@ -13,9 +14,6 @@ pub struct Hello {
     pub worker_version: String,
     pub tensorflow_version: String,
     pub pid: u32,
-    /// Name of the worker's `ipc-channel` one-shot server, to which the
-    /// supervisor connects to send requests (the way back).
-    pub request_channel: String,
 }
 
 /// TensorFlow session settings chosen by the supervisor. The default is

@@ -133,7 +133,7 @@ pub struct PipeArgs {
     #[arg(long, value_name = "SECONDS", allow_negative_numbers = true)]
     pub timeout: Option<f64>,
 
-    /// Confine the worker (Landlock, no network, no new privileges, clean environment).
+    /// Confine the worker (Landlock, no signals out, no UNIX sockets, no network, no new privileges, clean environment).
     #[arg(long, value_enum, value_name = "MODE", default_value = "strict", env = "ISORUN_SANDBOX")]
     pub sandbox: SandboxMode,
 
@@ -335,7 +335,7 @@ pub struct RunArgs {
     )]
     pub spawn: SpawnMode,
 
-    /// Confine each worker (Landlock, no network, no new privileges, clean environment) before it loads a model.
+    /// Confine each worker (Landlock, no signals out, no UNIX sockets, no network, no new privileges, clean environment) before it loads a model.
     #[arg(
         long,
         value_enum,

@@ -4,7 +4,7 @@
 //! work starts.
 
 use crate::cli::{RunArgs, SandboxMode, SpawnMode as SpawnFlag};
-use crate::support::seconds;
+use crate::support::{private_work_dir, seconds};
 use isorun_engine::gpus::{self, nvml};
 use isorun_engine::locations::{default_libtensorflow_dir_for, libtensorflow_dir, worker_binary};
 use isorun_engine::{OutputSink, Settings, Sinks, SpawnMode, SpawnSpec, WriteNpy, STATUSES};
@@ -23,6 +23,10 @@ pub struct RunSettings {
     pub output_dir: Option<PathBuf>,
     /// `--expect`, `--rtol`, `--atol`.
     pub expect: Option<Expect>,
+    /// The sandboxed workers' private empty working folder, removed when
+    /// the run's settings are dropped (`--sandbox strict` only).
+    #[expect(dead_code, reason = "held so the folder lives as long as the run")]
+    pub work_dir: Option<tempfile::TempDir>,
 }
 
 impl RunSettings {
@@ -37,15 +41,6 @@ impl RunSettings {
         }
         Sinks(sinks)
     }
-}
-
-/// An empty folder for sandboxed workers to stand in (read only for them),
-/// shared by the workers of every isorun run of this user.
-fn empty_work_dir() -> Option<String> {
-    // SAFETY: getuid has no preconditions.
-    let dir = std::env::temp_dir().join(format!("isorun-empty-{}", unsafe { libc::getuid() }));
-    std::fs::create_dir_all(&dir).ok()?;
-    Some(dir.to_string_lossy().into_owned())
 }
 
 /// Validates `run`'s flags.
@@ -77,6 +72,7 @@ pub fn run_settings(args: &RunArgs) -> Result<RunSettings, String> {
         // Without --gpus, workers see no GPU unless the user's environment names some.
         gpu: (gpus.is_empty() && std::env::var_os("CUDA_VISIBLE_DEVICES").is_none()).then(String::new),
     };
+    let work_dir = (args.sandbox == SandboxMode::Strict).then(private_work_dir).transpose()?;
     let sandbox = (args.sandbox == SandboxMode::Strict).then(|| SandboxSpec {
         read_paths: args
             .load_library
@@ -85,7 +81,7 @@ pub fn run_settings(args: &RunArgs) -> Result<RunSettings, String> {
             .chain(args.worker.libtensorflow_dir.iter().cloned())
             .map(|p| p.to_string_lossy().into_owned())
             .collect(),
-        work_dir: empty_work_dir(),
+        work_dir: work_dir.as_ref().map(|d| d.path().to_string_lossy().into_owned()),
         core_dumps: args.core_dumps,
     });
     let session = SessionConfig {
@@ -136,7 +132,7 @@ pub fn run_settings(args: &RunArgs) -> Result<RunSettings, String> {
         Some(dir) => Some(Expect { dir: dir.clone(), rtol: args.rtol, atol: args.atol }),
         None => None,
     };
-    Ok(RunSettings { engine, output_dir: args.output_dir.clone(), expect })
+    Ok(RunSettings { engine, output_dir: args.output_dir.clone(), expect, work_dir })
 }
 
 /// The libtensorflow folder for workers: the one asked for; with `--gpus`

@@ -55,3 +55,21 @@ pub fn watch_signals(stop: Arc<CancelToken>) -> io::Result<signal_hook::iterator
 pub fn own_peak_rss() -> Option<u64> {
     isorun_engine::memory_fields("self", &["VmHWM:"])
 }
+
+/// A fresh, private (mode 0700, `mkdtemp`) empty folder in the temporary
+/// folder for sandboxed workers to stand in, removed when dropped. Never a
+/// name chosen in advance: another user could create that first, own it,
+/// and fill it.
+pub fn private_work_dir() -> Result<tempfile::TempDir, String> {
+    use std::os::unix::fs::PermissionsExt;
+    tempfile::Builder::new()
+        .prefix("isorun-empty-")
+        .permissions(std::fs::Permissions::from_mode(0o700))
+        .tempdir()
+        .map_err(|e| {
+            format!(
+                "cannot make a private working folder for sandboxed workers in {}: {e}",
+                std::env::temp_dir().display()
+            )
+        })
+}

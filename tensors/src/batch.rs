@@ -2,16 +2,15 @@
 //! runs of at most N rows, and the outputs of those runs are joined back
 //! along their first dimension, so the user sees one result per model.
 
-use ipc_channel::ipc::IpcSharedMemory;
 use isorun_protocol::{Tensor, TensorData};
-use isorun_transport::dense_bytes;
+use isorun_transport::{dense_bytes, SharedMemory};
 
 type Named = Vec<(String, Tensor)>;
 
 /// Splits every input into chunks of at most `batch` rows. All inputs must
 /// share their first dimension. One chunk (the inputs as they are) when
 /// nothing needs splitting.
-pub fn split(inputs: &[(String, Tensor)], shared: &[IpcSharedMemory], batch: usize) -> Result<Vec<Named>, String> {
+pub fn split(inputs: &[(String, Tensor)], shared: &[SharedMemory], batch: usize) -> Result<Vec<Named>, String> {
     let mut rows = None;
     for (name, tensor) in inputs {
         let Some(&first) = tensor.shape.first() else {
@@ -44,7 +43,7 @@ pub fn split(inputs: &[(String, Tensor)], shared: &[IpcSharedMemory], batch: usi
     Ok(chunks)
 }
 
-fn slice_rows(tensor: &Tensor, shared: &[IpcSharedMemory], start: u64, end: u64, rows: u64) -> Tensor {
+fn slice_rows(tensor: &Tensor, shared: &[SharedMemory], start: u64, end: u64, rows: u64) -> Tensor {
     let mut shape = tensor.shape.clone();
     shape[0] = end - start;
     let per_row = Tensor::element_count(&tensor.shape[1..]).unwrap_or(0) as usize;

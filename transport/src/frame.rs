@@ -85,18 +85,27 @@ fn decode_under<T: DeserializeOwned, const LIMIT: usize>(
 
 /// Writes one message as a frame.
 pub fn write_frame<T: Serialize>(writer: &mut impl Write, message: &T) -> io::Result<()> {
-    let payload = encode(message);
+    write_frame_bytes(writer, &encode(message))
+}
+
+/// Writes an encoded message as a frame.
+pub(crate) fn write_frame_bytes(writer: &mut impl Write, payload: &[u8]) -> io::Result<()> {
     let mut header = [0u8; 12];
     header[..4].copy_from_slice(&MAGIC);
     header[4..].copy_from_slice(&(payload.len() as u64).to_le_bytes());
     writer.write_all(&header)?;
-    writer.write_all(&payload)?;
+    writer.write_all(payload)?;
     writer.flush()
 }
 
 /// Reads one frame and decodes it. Memory grows with the bytes that arrive,
 /// never with the length a peer claims.
 pub fn read_frame<T: DeserializeOwned>(reader: &mut impl Read, max_frame: u64) -> Result<T, FrameError> {
+    decode(&read_frame_bytes(reader, max_frame)?)
+}
+
+/// Reads one frame's payload, not decoded; never reads past its end.
+pub(crate) fn read_frame_bytes(reader: &mut impl Read, max_frame: u64) -> Result<Vec<u8>, FrameError> {
     let mut header = [0u8; 12];
     let got = read_full(reader, &mut header)?;
     if got == 0 {
@@ -118,7 +127,7 @@ pub fn read_frame<T: DeserializeOwned>(reader: &mut impl Read, max_frame: u64) -
     if received < claimed {
         return Err(FrameError::Truncated { received, expected: claimed });
     }
-    decode(&payload)
+    Ok(payload)
 }
 
 /// Reads until `buf` is full or the stream ends; returns the bytes read.

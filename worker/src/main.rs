@@ -6,7 +6,6 @@
 //! `--in-process` the benchmark floor (`in_process.rs`).
 
 mod in_process;
-mod sandbox;
 mod serve;
 mod tf;
 mod validate;

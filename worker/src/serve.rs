@@ -1,15 +1,14 @@
 //! The worker's life: say `Hello` on the socket it inherited, take requests
-//! from the supervisor's `ipc-channel` connection, answer each with `Loaded`
-//! and `Finished`, and exit. A model loaded once stays loaded for the next
+//! from the supervisor on the same socket, answer each with `Loaded` and
+//! `Finished`, and exit. A model loaded once stays loaded for the next
 //! request for the same folder and tags; a different model replaces it.
 
 use crate::tf::{load_library, tensorflow_version, SavedModel};
 use crate::validate::match_inputs;
-use ipc_channel::ipc::{IpcOneShotServer, IpcSharedMemory};
 use isorun_protocol::{
     ErrorKind, Hello, ModelError, RunRequest, ToWorker, UnitResult, WorkerMessage, PROTOCOL_VERSION,
 };
-use isorun_transport::{dense_bytes, write_frame, RequestEnvelope};
+use isorun_transport::{dense_bytes, write_frame, FrameError, RequestEnvelope, SharedMemory, DEFAULT_MAX_FRAME};
 use std::collections::HashSet;
 use std::io;
 use std::os::unix::net::UnixStream;
@@ -26,28 +25,22 @@ struct Loaded {
 
 /// Serves the supervisor until it says `Shutdown` or goes away.
 pub fn serve(mut socket: UnixStream) -> io::Result<()> {
-    let (server, name) = IpcOneShotServer::<RequestEnvelope>::new()?;
     let hello = Hello {
         protocol_version: PROTOCOL_VERSION,
         worker_version: env!("CARGO_PKG_VERSION").to_string(),
         tensorflow_version: tensorflow_version(),
         pid: std::process::id(),
-        request_channel: name,
     };
     write_frame(&mut socket, &WorkerMessage::Hello(hello))?;
-    let (receiver, first) = server.accept().map_err(|e| io::Error::other(format!("accept: {e:?}")))?;
     let mut loaded: Option<Loaded> = None;
     let mut sandboxed = false;
     let mut libraries: HashSet<String> = HashSet::new();
-    let mut next = Some(first);
     loop {
-        let envelope = match next.take() {
-            Some(envelope) => envelope,
-            None => match receiver.recv() {
-                Ok(envelope) => envelope,
-                // The supervisor is gone: nothing is left to do.
-                Err(_) => return Ok(()),
-            },
+        let envelope = match RequestEnvelope::receive(&socket, DEFAULT_MAX_FRAME) {
+            Ok(envelope) => envelope,
+            // The supervisor is gone: nothing is left to do.
+            Err(FrameError::Closed) => return Ok(()),
+            Err(e) => return Err(io::Error::other(e.to_string())),
         };
         let (message, shared) = envelope.open().map_err(|e| io::Error::other(e.to_string()))?;
         match message {
@@ -56,7 +49,7 @@ pub fn serve(mut socket: UnixStream) -> io::Result<()> {
                 let unit = request.unit;
                 if let (false, Some(spec)) = (sandboxed, &request.sandbox) {
                     // Before any model is loaded and before TensorFlow starts a thread.
-                    let applied = crate::sandbox::apply(spec);
+                    let applied = isorun_sandbox::apply(spec);
                     sandboxed = true;
                     let message =
                         WorkerMessage::Sandboxed { protections: applied.protections, missing: applied.missing };
@@ -87,7 +80,7 @@ fn run_unit(
     socket: &mut UnixStream,
     loaded: &mut Option<Loaded>,
     request: &RunRequest,
-    shared: &[IpcSharedMemory],
+    shared: &[SharedMemory],
 ) -> io::Result<(u64, UnitResult)> {
     let started = Instant::now();
     let reuse = matches!(loaded, Some(l) if l.dir == request.model_dir && l.tags == request.tags);
@@ -125,7 +118,7 @@ fn run_unit(
 fn run_signature(
     model: &SavedModel,
     request: &RunRequest,
-    shared: &[IpcSharedMemory],
+    shared: &[SharedMemory],
 ) -> Result<Vec<(String, isorun_protocol::Tensor)>, ModelError> {
     let (info, _) = model.signature(&request.signature)?;
     let ordered = match_inputs(&info, &request.inputs)?;

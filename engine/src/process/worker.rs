@@ -12,7 +12,6 @@
 use super::spec::{worker_environment, SpawnSpec};
 use super::zygote::Zygote;
 use crate::gpu::{GpuReturn, GpuWatch};
-use ipc_channel::ipc::IpcSender;
 use isorun_protocol::{WorkerMessage, ENV_IPC_FD};
 use isorun_transport::{read_frame, FrameError, RequestEnvelope};
 use std::collections::VecDeque;
@@ -101,8 +100,7 @@ impl StderrTail {
 pub struct WorkerProcess {
     pub pid: i32,
     events: mpsc::Receiver<Event>,
-    events_tx: mpsc::SyncSender<Event>,
-    requests: Option<mpsc::Sender<RequestEnvelope>>,
+    requests: mpsc::Sender<RequestEnvelope>,
     stderr: Arc<Mutex<StderrTail>>,
     exit: Option<Exit>,
     kind: Kind,
@@ -198,6 +196,21 @@ impl WorkerProcess {
             let pipe = std::fs::File::from(pipe);
             thread::Builder::new().name(format!("stderr-{pid}")).spawn(move || collect_stderr(pipe, &tail))?;
         }
+        // Requests go down the same socket, the other way: the supervisor
+        // made it, so it sends only where it chose to. Delivery happens on a
+        // thread of its own, so a worker that stops reading stalls only that
+        // thread, until the worker is killed.
+        let sending = socket.try_clone()?;
+        let (requests, queued) = mpsc::channel::<RequestEnvelope>();
+        let sender_tx = events_tx.clone();
+        thread::Builder::new().name(format!("sender-{pid}")).spawn(move || {
+            for envelope in queued {
+                if let Err(e) = envelope.send(&sending) {
+                    let _ = sender_tx.send(Event::SendFailed(format!("cannot send to the worker: {e}")));
+                    return;
+                }
+            }
+        })?;
         let reader_tx = events_tx.clone();
         thread::Builder::new()
             .name(format!("reader-{pid}"))
@@ -205,8 +218,7 @@ impl WorkerProcess {
         Ok(WorkerProcess {
             pid,
             events,
-            events_tx,
-            requests: None,
+            requests,
             stderr,
             exit: None,
             kind,
@@ -214,33 +226,6 @@ impl WorkerProcess {
             gpu: None,
             reap_timeout: DEFAULT_REAP_TIMEOUT,
         })
-    }
-
-    /// Connects to the worker's request channel (named in its `Hello`).
-    /// Delivery happens on a thread of its own, so a worker that stops
-    /// reading stalls only that thread, until the worker is killed.
-    pub fn connect(&mut self, channel: String) {
-        let (tx, rx) = mpsc::channel::<RequestEnvelope>();
-        let events = self.events_tx.clone();
-        let pid = self.pid;
-        let spawned = thread::Builder::new().name(format!("sender-{pid}")).spawn(move || {
-            let sender = match IpcSender::<RequestEnvelope>::connect(channel) {
-                Ok(sender) => sender,
-                Err(e) => {
-                    let _ = events.send(Event::SendFailed(format!("cannot connect to the worker's channel: {e}")));
-                    return;
-                }
-            };
-            for envelope in rx {
-                if let Err(e) = sender.send(envelope) {
-                    let _ = events.send(Event::SendFailed(format!("cannot send to the worker: {e}")));
-                    return;
-                }
-            }
-        });
-        if spawned.is_ok() {
-            self.requests = Some(tx);
-        }
     }
 
     /// How long reaping may wait after SIGKILL before the worker is
@@ -251,10 +236,7 @@ impl WorkerProcess {
 
     /// Queues a request for delivery.
     pub fn send(&self, envelope: RequestEnvelope) -> Result<(), String> {
-        match &self.requests {
-            Some(tx) => tx.send(envelope).map_err(|_| "the worker's channel is closed".to_string()),
-            None => Err("not connected to the worker".into()),
-        }
+        self.requests.send(envelope).map_err(|_| "the worker's channel is closed".to_string())
     }
 
     /// The next event, waiting at most `timeout`.

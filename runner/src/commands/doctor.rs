@@ -249,9 +249,9 @@ fn failure_text(ran: &Finished) -> String {
 }
 
 /// Landlock confines sandboxed workers (`--sandbox strict`, the default) to
-/// the model and the files TensorFlow needs. Asks the kernel for its ABI.
+/// the model and the files TensorFlow needs, and (ABI 6) keeps their
+/// signals and abstract-socket connections inside. Asks the kernel for its ABI.
 fn sandbox_check() -> Check {
-    const NAME: &str = "sandbox";
     const LANDLOCK_CREATE_RULESET_VERSION: libc::c_uint = 1;
     // SAFETY: with a null attribute and size 0, this only returns the ABI version.
     let abi = unsafe {
@@ -262,19 +262,38 @@ fn sandbox_check() -> Check {
             LANDLOCK_CREATE_RULESET_VERSION,
         )
     };
-    if abi > 0 {
-        Check::new(
+    let abi = if abi > 0 { Ok(abi) } else { Err(std::io::Error::last_os_error().to_string()) };
+    sandbox_detail(abi)
+}
+
+/// What `isorun doctor` says of a kernel with this Landlock ABI (or without
+/// Landlock, and why): the protections a strict worker gets, by the names
+/// records use, and those it will report missing.
+fn sandbox_detail(abi: Result<i64, String>) -> Check {
+    const NAME: &str = "sandbox";
+    const ALWAYS: &str = "no_unix_sockets (seccomp), no_network, no_new_privs, clean_env, work_dir";
+    const SCOPES: &str = "signal_scope, abstract_unix_scope (Landlock ABI 6, Linux 6.12)";
+    match abi {
+        Ok(abi) if abi >= 6 => Check::new(
             NAME,
             Status::Available,
-            format!("Landlock ABI {abi}: workers are confined by default (--sandbox strict), plus a network namespace"),
-        )
-    } else {
-        let why = std::io::Error::last_os_error();
-        Check::new(
+            format!("Landlock ABI {abi}: landlock, signal_scope, abstract_unix_scope, {ALWAYS} (--sandbox strict)"),
+        ),
+        Ok(abi) => {
+            let files = if abi >= 5 { "landlock" } else { "landlock_partial" };
+            Check::new(
+                NAME,
+                Status::Available,
+                format!("Landlock ABI {abi}: {files}, {ALWAYS}, signal_filter (seccomp); missing {SCOPES} (--sandbox strict warns)"),
+            )
+        }
+        Err(why) => Check::new(
             NAME,
             Status::Unavailable,
-            format!("Landlock unavailable ({why}): workers get only the other protections (--sandbox strict warns)"),
-        )
+            format!(
+                "Landlock unavailable ({why}): {ALWAYS}, signal_filter (seccomp); missing landlock, {SCOPES} (--sandbox strict warns)"
+            ),
+        ),
     }
 }
 
@@ -408,6 +427,21 @@ mod tests {
              gpu            none         none found\n\
              sandbox        unavailable  no\n"
         );
+    }
+
+    #[test]
+    fn the_sandbox_line_names_what_each_landlock_abi_gives_and_lacks() {
+        let said = |abi| sandbox_detail(abi).detail;
+        let new = said(Ok(7));
+        assert!(new.contains("signal_scope, abstract_unix_scope") && !new.contains("missing"), "{new}");
+        let six_ten = said(Ok(5));
+        assert!(six_ten.starts_with("Landlock ABI 5: landlock,"), "{six_ten}");
+        assert!(six_ten.contains("missing signal_scope, abstract_unix_scope"), "{six_ten}");
+        assert!(said(Ok(3)).contains("landlock_partial"));
+        let none = said(Err("Function not implemented".into()));
+        assert!(none.contains("missing landlock, signal_scope") && none.contains("no_unix_sockets"), "{none}");
+        assert!(none.contains("signal_filter") && six_ten.contains("signal_filter") && !new.contains("signal_filter"));
+        assert_eq!(sandbox_detail(Err(String::new())).status, Status::Unavailable);
     }
 
     #[test]

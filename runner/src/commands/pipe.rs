@@ -6,7 +6,7 @@
 //! every remaining line gets an error line and the exit code is 1.
 
 use crate::cli::{PipeArgs, SandboxMode};
-use crate::support::{seconds, watch_signals};
+use crate::support::{private_work_dir, seconds, watch_signals};
 use isorun_engine::locations::{libtensorflow_dir, worker_binary};
 use isorun_engine::{is_saved_model, CancelToken, SpawnSpec, WorkerSession};
 use isorun_protocol::{exit_code, Outcome, RunRequest, SandboxSpec, SessionConfig, SignatureInfo, Tensor};
@@ -29,8 +29,9 @@ struct Server<'a> {
     stop: &'a CancelToken,
     /// Limit on each request.
     timeout: Option<Duration>,
-    /// Confine the worker (`--sandbox strict`).
-    sandbox: bool,
+    /// Confine the worker (`--sandbox strict`) to this private empty
+    /// working folder (removed when the server is dropped).
+    sandbox: Option<tempfile::TempDir>,
 }
 
 impl Server<'_> {
@@ -44,9 +45,9 @@ impl Server<'_> {
             config: self.config,
             load_only,
             libraries: Vec::new(),
-            sandbox: self.sandbox.then(|| SandboxSpec {
+            sandbox: self.sandbox.as_ref().map(|work_dir| SandboxSpec {
                 read_paths: vec![self.model_dir.to_string_lossy().into_owned()],
-                work_dir: None,
+                work_dir: Some(work_dir.path().to_string_lossy().into_owned()),
                 core_dumps: false,
             }),
         }
@@ -94,7 +95,7 @@ pub fn main(args: &PipeArgs) -> Result<i32, String> {
         },
         stop: &stop,
         timeout,
-        sandbox: args.sandbox == SandboxMode::Strict,
+        sandbox: (args.sandbox == SandboxMode::Strict).then(private_work_dir).transpose()?,
     };
 
     // Load once before reading stdin: a model that cannot load at all is a usage error.

@@ -4,8 +4,23 @@
 //!
 //! Start faults (before or instead of `Hello`), from its arguments:
 //!   --start MODE [--once MARKER]   MODE: never-connect, exit-early, close,
-//!   garbage, huge, half, wrong-version, hello-twice. With --once, only the
-//!   worker that creates the file MARKER misbehaves; the others are good.
+//!   garbage, huge, half, wrong-version, hello-twice, old-hello (a `Hello`
+//!   of protocol 4's shape, naming a request channel with a NUL in it, but
+//!   claiming today's version). With --once, only the worker that creates
+//!   the file MARKER misbehaves; the others are good.
+//! With --apply-sandbox it confines itself with the real worker's sandbox
+//! (`isorun-sandbox`) when a request carries one (`--sandbox strict`), and
+//! reports it, as `isorun-worker` does; without it, it ignores the spec
+//! (its other faults write files and run programs).
+//! Attacks (tests/integration/sandbox.rs), run faults whose target is the
+//! first line of the file `target` in the model folder: kill (SIGKILL to
+//! that pid), connect-path (connect to that pathname UNIX socket),
+//! connect-abstract (connect to that abstract UNIX socket name); the answer
+//! is good when the attack went through, a `tensorflow` error naming the
+//! errno when it was refused. With --socket-before-sandbox, connect-abstract
+//! uses a UNIX socket made before the sandbox (in the first network
+//! namespace, and past the seccomp rule), so that only Landlock's abstract
+//! scope stands in its way.
 //! Run faults, from a model folder name holding `fault-MODE[-N]`: segfault,
 //! abort, exit3, hang, alloc-N (touch N MiB, then answer), slow-N (sleep N
 //! ms, then answer), garbage, huge, half, wrong-unit, bad-shape, hang-load,
@@ -18,7 +33,8 @@
 //! through the CUDA driver API, `libcuda.so.1` loaded at run time, and hold
 //! it until this worker exits; without libcuda the unit fails with an
 //! error saying so), env (also answer string outputs `CUDA_VISIBLE_DEVICES`
-//! and `CUDA_DEVICE_ORDER`: their values, or `<unset>`).
+//! and `CUDA_DEVICE_ORDER`: their values, or `<unset>`), cwd (also answer
+//! `cwd`, its working folder, with `cwd_mode` and `cwd_entries`).
 //! With --zygote it is a fork server, as `isorun-worker --zygote`; with
 //! --zygote-fail too, that zygote says so on stderr and exits 1 at once.
 //! Hostile run faults (tests/integration/hostile.rs): vec-claim (a frame
@@ -40,12 +56,11 @@
 //! `TF_` name, so a cleared sandbox environment keeps it).
 //! Any other model is good: its outputs are its inputs, under the same names.
 
-use ipc_channel::ipc::IpcOneShotServer;
 use isorun_protocol::DType;
 use isorun_protocol::{
     ErrorKind, Hello, ModelError, RunRequest, Tensor, ToWorker, UnitResult, WorkerMessage, ENV_IPC_FD, PROTOCOL_VERSION,
 };
-use isorun_transport::{dense_bytes, write_frame, RequestEnvelope};
+use isorun_transport::{dense_bytes, write_frame, FrameError, RequestEnvelope, SharedMemory, DEFAULT_MAX_FRAME};
 use std::io::Write;
 use std::os::fd::FromRawFd;
 use std::os::unix::net::UnixStream;
@@ -72,11 +87,16 @@ fn main() {
         }
         // Fork-server mode, as `isorun-worker --zygote`: each child runs `worker_main`.
         let fd: i32 = std::env::var(isorun_zygote::ENV_ZYGOTE_FD).expect("ISORUN_ZYGOTE_FD").parse().expect("fd");
+        // SAFETY: single-threaded here.
+        unsafe { std::env::remove_var(isorun_zygote::ENV_ZYGOTE_FD) };
         // SAFETY: the supervisor passed this descriptor to us.
         let control = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
         std::process::exit(isorun_zygote::server::run(control, worker_main));
     }
     let fd: i32 = std::env::var(ENV_IPC_FD).expect("ISORUN_IPC_FD").parse().expect("fd");
+    // As `isorun-worker` does, so that a sandbox finds its environment clean.
+    // SAFETY: single-threaded here.
+    unsafe { std::env::remove_var(ENV_IPC_FD) };
     // SAFETY: the supervisor passed this descriptor to us.
     worker_main(unsafe { UnixStream::from_raw_fd(fd) });
 }
@@ -95,14 +115,12 @@ fn worker_main(mut socket: UnixStream) -> i32 {
             start = None;
         }
     }
-    let (server, name) = IpcOneShotServer::<RequestEnvelope>::new().expect("one-shot server");
     let hello = |version| {
         WorkerMessage::Hello(Hello {
             protocol_version: version,
             worker_version: "fault".into(),
             tensorflow_version: "none".into(),
             pid: std::process::id(),
-            request_channel: name.clone(),
         })
     };
     match start.as_deref() {
@@ -134,6 +152,31 @@ fn worker_main(mut socket: UnixStream) -> i32 {
             write_frame(&mut socket, &hello(999)).unwrap();
             sleep_forever()
         }
+        Some("old-hello") => {
+            // Protocol 4's Hello: version, worker and TensorFlow versions, pid,
+            // then the name of a channel for the supervisor to connect to.
+            #[derive(serde::Serialize)]
+            struct OldHello {
+                protocol_version: u32,
+                worker_version: String,
+                tensorflow_version: String,
+                pid: u32,
+                request_channel: String,
+            }
+            #[derive(serde::Serialize)]
+            enum OldMessage {
+                Hello(OldHello),
+            }
+            let old = OldMessage::Hello(OldHello {
+                protocol_version: PROTOCOL_VERSION,
+                worker_version: "fault".into(),
+                tensorflow_version: "none".into(),
+                pid: std::process::id(),
+                request_channel: "/tmp/not\0a-path".into(),
+            });
+            write_frame(&mut socket, &old).unwrap();
+            sleep_forever()
+        }
         Some("hello-twice") => {
             write_frame(&mut socket, &hello(PROTOCOL_VERSION)).unwrap();
             write_frame(&mut socket, &hello(PROTOCOL_VERSION)).unwrap();
@@ -143,25 +186,41 @@ fn worker_main(mut socket: UnixStream) -> i32 {
     if start.as_deref() != Some("hello-twice") {
         write_frame(&mut socket, &hello(PROTOCOL_VERSION)).unwrap();
     }
-    let (receiver, first) = server.accept().expect("accept");
-    let mut next = Some(first);
+    let apply_sandbox = args.iter().any(|a| a == "--apply-sandbox");
+    if args.iter().any(|a| a == "--socket-before-sandbox") {
+        // SAFETY: a new socket, owned by the static from here on.
+        let fd = unsafe { libc::socket(libc::AF_UNIX, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
+        assert!(fd >= 0, "socket: {}", std::io::Error::last_os_error());
+        EARLY_SOCKET.store(fd, std::sync::atomic::Ordering::SeqCst);
+    }
+    let mut sandboxed = false;
     loop {
-        let envelope = match next.take() {
-            Some(e) => e,
-            None => match receiver.recv() {
-                Ok(e) => e,
-                Err(_) => std::process::exit(0),
-            },
+        let envelope = match RequestEnvelope::receive(&socket, DEFAULT_MAX_FRAME) {
+            Ok(e) => e,
+            Err(FrameError::Closed) => std::process::exit(0),
+            Err(e) => panic!("bad request: {e}"),
         };
         let (message, shared) = envelope.open().expect("valid envelope");
         match message {
             ToWorker::Shutdown => std::process::exit(0),
-            ToWorker::Run(request) => run(&mut socket, &request, &shared),
+            ToWorker::Run(request) => {
+                if let (true, false, Some(spec)) = (apply_sandbox, sandboxed, &request.sandbox) {
+                    let applied = isorun_sandbox::apply(spec);
+                    sandboxed = true;
+                    let message =
+                        WorkerMessage::Sandboxed { protections: applied.protections, missing: applied.missing };
+                    write_frame(&mut socket, &message).unwrap();
+                }
+                run(&mut socket, &request, &shared)
+            }
         }
     }
 }
 
 static UNITS_SERVED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// A UNIX socket made before the sandbox (`--socket-before-sandbox`), or -1.
+static EARLY_SOCKET: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(-1);
 
 fn crash() -> ! {
     // SAFETY: none; crashing is the point.
@@ -169,7 +228,7 @@ fn crash() -> ! {
     unreachable!()
 }
 
-fn run(socket: &mut UnixStream, request: &RunRequest, shared: &[ipc_channel::ipc::IpcSharedMemory]) {
+fn run(socket: &mut UnixStream, request: &RunRequest, shared: &[SharedMemory]) {
     let model = Path::new(&request.model_dir).file_name().unwrap().to_string_lossy().into_owned();
     let fault = model.split_once("fault-").map_or("", |(_, f)| f);
     let (mode, amount) = match fault.rsplit_once('-') {
@@ -227,6 +286,15 @@ fn run(socket: &mut UnixStream, request: &RunRequest, shared: &[ipc_channel::ipc
             let error = ModelError::new(ErrorKind::Tensorflow, "fault-error: the model failed, as asked".to_string());
             write_frame(socket, &WorkerMessage::Finished { unit, run_ms: 0, result: UnitResult::Err(error) }).unwrap();
             return;
+        }
+        "kill" | "connect-path" | "connect-abstract" => {
+            let target = std::fs::read_to_string(Path::new(&request.model_dir).join("target")).unwrap();
+            if let Err(refused) = attack(mode, target.lines().next().unwrap_or_default()) {
+                let error = ModelError::new(ErrorKind::Tensorflow, format!("{mode}: {refused}"));
+                write_frame(socket, &WorkerMessage::Finished { unit, run_ms: 0, result: UnitResult::Err(error) })
+                    .unwrap();
+                return;
+            }
         }
         "gpu-hold" => {
             if let Err(message) = hold_gpu_memory(amount) {
@@ -340,6 +408,15 @@ fn run(socket: &mut UnixStream, request: &RunRequest, shared: &[ipc_channel::ipc
             "worker_pid".into(),
             Tensor::dense(isorun_protocol::DType::Int64, vec![], pid.to_le_bytes().to_vec()),
         ));
+    }
+    if mode == "cwd" {
+        use std::os::unix::fs::PermissionsExt;
+        let cwd = std::env::current_dir().unwrap();
+        let mode = std::fs::metadata(&cwd).map_or(-1, |m| i64::from(m.permissions().mode()));
+        let entries = std::fs::read_dir(&cwd).map_or(-1, |d| d.count() as i64);
+        outputs.push(("cwd".into(), Tensor::strings(vec![], vec![cwd.to_string_lossy().as_bytes().to_vec()])));
+        outputs.push(("cwd_mode".into(), Tensor::dense(DType::Int64, vec![], mode.to_le_bytes().to_vec())));
+        outputs.push(("cwd_entries".into(), Tensor::dense(DType::Int64, vec![], entries.to_le_bytes().to_vec())));
     }
     if mode == "env" {
         for name in ["CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER"] {
@@ -484,7 +561,7 @@ fn random_bytes(seed: u64, len: usize) -> Vec<u8> {
 }
 
 /// The frame of a correct `Finished` answer (outputs are the inputs).
-fn good_answer(request: &RunRequest, shared: &[ipc_channel::ipc::IpcSharedMemory], unit: u64) -> Vec<u8> {
+fn good_answer(request: &RunRequest, shared: &[SharedMemory], unit: u64) -> Vec<u8> {
     let outputs = request
         .inputs
         .iter()
@@ -525,5 +602,44 @@ fn spawn_descendants(count: u64) {
                 }
             }
         }
+    }
+}
+
+/// What a hostile model would try: signal a process outside the worker, or
+/// reach a UNIX socket; `Err` with the errno when the kernel refused.
+fn attack(mode: &str, target: &str) -> Result<(), std::io::Error> {
+    use std::os::unix::net::SocketAddr;
+    match mode {
+        "kill" => {
+            let pid: i32 = target.trim().parse().expect("a pid in target");
+            // SAFETY: a signal to a process the test started to be killed.
+            if unsafe { libc::kill(pid, libc::SIGKILL) } != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        }
+        "connect-path" => UnixStream::connect(target).map(drop),
+        "connect-abstract" => {
+            use std::os::linux::net::SocketAddrExt;
+            let early = EARLY_SOCKET.load(std::sync::atomic::Ordering::SeqCst);
+            if early < 0 {
+                return UnixStream::connect_addr(&SocketAddr::from_abstract_name(target.as_bytes())?).map(drop);
+            }
+            // sockaddr_un with a leading NUL: the abstract name.
+            // SAFETY: a zeroed sockaddr_un is valid; the name fits (checked).
+            let mut address: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+            address.sun_family = libc::AF_UNIX as libc::sa_family_t;
+            assert!(target.len() < address.sun_path.len() - 1, "name too long");
+            for (slot, byte) in address.sun_path[1..].iter_mut().zip(target.bytes()) {
+                *slot = byte as libc::c_char;
+            }
+            let length = (std::mem::size_of::<libc::sa_family_t>() + 1 + target.len()) as libc::socklen_t;
+            // SAFETY: connect with an address that outlives the call.
+            if unsafe { libc::connect(early, (&address as *const libc::sockaddr_un).cast(), length) } != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        }
+        other => unreachable!("no attack {other}"),
     }
 }

@@ -501,6 +501,8 @@ fn doctor_says_this_machine_can_run_models() {
     }
     let sandbox = doctor_line(&ran, "sandbox").1;
     assert!(sandbox.contains("Landlock"), "{sandbox}");
+    // Every protection a strict worker gets here is named as records name it.
+    assert!(sandbox.contains("no_unix_sockets"), "{sandbox}");
     assert_eq!(ran.stdout.lines().count(), 8, "{}", ran.stdout);
 }
 

@@ -127,6 +127,17 @@ fn worker_that_dies_or_babbles_before_hello_is_reported() {
 }
 
 #[test]
+fn a_hello_naming_a_channel_cannot_steer_the_supervisor() {
+    // Protocol 4's Hello named a path for the supervisor to connect to (one
+    // with a NUL in it panicked a thread inside ipc-channel); now a Hello
+    // names nothing, and one that tries is a protocol error of its unit.
+    let (first, ran) = start_fault("old-hello");
+    assert_eq!(first["status"], "protocol_error", "{first}");
+    assert!(first["error"]["message"].as_str().unwrap().contains("left over"), "{first}");
+    assert!(!ran.stderr.contains("panicked"), "{}", ran.stderr);
+}
+
+#[test]
 fn a_crash_with_several_models_per_worker_costs_only_its_model() {
     let tmp = tempfile::tempdir().unwrap();
     fake_models(&tmp.path().join("models"), &["a", "b", "c-fault-segfault", "d", "e"]);

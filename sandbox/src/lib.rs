@@ -1,22 +1,35 @@
 //! Confines a worker before it loads a model or starts a thread: a
 //! SavedModel is a program (its graph may hold `ReadFile`, `WriteFile`,
-//! `MatchingFiles`...), and isorun runs models from many hands.
+//! `MatchingFiles`...), and isorun runs models from many hands. A crate of
+//! its own so that the real worker and the test suite's fault worker apply
+//! the very same sandbox, and the tests attack the real one.
 //!
 //! In force where the kernel allows, each reported by name: `landlock`
 //! (read only beneath the models, libtensorflow, system libraries and the
 //! few named files TensorFlow reads; write nothing but `/dev/null`),
-//! `no_network` (a new network namespace: no interface but a down
-//! loopback), `no_new_privs`, `no_core_dumps`, `clean_env` (an allow-list:
-//! `TF_*`, `CUDA_*`, locale, the library path), `fd_limit`, and `work_dir`
-//! (its own empty working folder). Where the worker may see a GPU
-//! (`CUDA_VISIBLE_DEVICES` not empty), Landlock also lets it use the
-//! `/dev/nvidia*` devices there are. Landlock binds this thread and the
-//! threads it starts later, which is why this runs before TensorFlow
-//! starts any. Whatever cannot be applied is reported as missing, so the
-//! supervisor can say so.
+//! `signal_scope` and `abstract_unix_scope` (Landlock ABI 6, Linux 6.12: no
+//! signal to, and no connection to an abstract UNIX socket of, any process
+//! outside the worker's own Landlock domain; on older kernels seccomp's
+//! `signal_filter` lets it signal only itself), `no_unix_sockets` (seccomp:
+//! no new `AF_UNIX` socket, so no connection to a pathname socket such as
+//! `/run/user/$UID/bus` or `/var/run/docker.sock`, which neither Landlock's
+//! file rules nor the network namespace stop), `no_network` (a new network
+//! namespace: no interface but a down loopback), `no_new_privs`,
+//! `no_core_dumps`, `clean_env` (an allow-list: `TF_*`, `CUDA_*`, locale,
+//! the library path), `fd_limit`, and `work_dir` (its own empty working
+//! folder). Where the worker may see a GPU (`CUDA_VISIBLE_DEVICES` not
+//! empty), Landlock also lets it use the `/dev/nvidia*` devices there are.
+//! Landlock and seccomp bind this thread and the threads it starts later,
+//! which is why this runs before TensorFlow starts any. Whatever cannot be
+//! applied is reported as missing, so the supervisor can say so.
 
 use isorun_protocol::SandboxSpec;
-use landlock::{path_beneath_rules, Access, AccessFs, Ruleset, RulesetAttr, RulesetCreatedAttr, RulesetStatus, ABI};
+mod seccomp;
+
+use landlock::{
+    path_beneath_rules, Access, AccessFs, LandlockStatus, RestrictionStatus, Ruleset, RulesetAttr, RulesetCreatedAttr,
+    RulesetStatus, Scope, ABI,
+};
 
 /// Files TensorFlow and the C library read at run time (named, not whole folders).
 const READ_FILES: &[&str] = &[
@@ -117,28 +130,53 @@ pub fn apply(spec: &SandboxSpec) -> Applied {
     };
     record("no_network", no_network);
 
-    match restrict_files(spec) {
-        Ok((status, no_new_privs)) => {
-            record("no_new_privs", no_new_privs);
-            match status {
-                RulesetStatus::FullyEnforced => record("landlock", true),
-                RulesetStatus::PartiallyEnforced => {
-                    record("landlock_partial", true);
+    // Before Landlock and seccomp, which both need it (and so that a
+    // kernel without Landlock still refuses new privileges).
+    // SAFETY: prctl with constant arguments.
+    record("no_new_privs", unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } == 0);
+
+    let scoped = match restrict_files(spec) {
+        Ok(status) => {
+            let abi = match status.landlock {
+                LandlockStatus::Available { effective_abi, .. } if status.ruleset != RulesetStatus::NotEnforced => {
+                    effective_abi
                 }
-                RulesetStatus::NotEnforced => record("landlock", false),
+                _ => ABI::Unsupported,
+            };
+            // Every file right isorun asks for exists from ABI 5 (`IoctlDev`);
+            // before it, what the kernel knows is enforced.
+            match abi {
+                ABI::Unsupported => record("landlock", false),
+                abi if abi >= ABI::V5 => record("landlock", true),
+                _ => record("landlock_partial", true),
             }
+            let scoped = abi >= ABI::V6;
+            record("signal_scope", scoped);
+            record("abstract_unix_scope", scoped);
+            scoped
         }
         Err(_) => {
             record("landlock", false);
-            // Still refuse new privileges.
-            // SAFETY: prctl with constant arguments.
-            record("no_new_privs", unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } == 0);
+            record("signal_scope", false);
+            record("abstract_unix_scope", false);
+            false
         }
+    };
+    // Without the scope, seccomp keeps signals in (abstract sockets are
+    // kept in by `no_unix_sockets` and the network namespace's own names).
+    if !scoped {
+        record("signal_filter", seccomp::deny_foreign_signals().is_ok());
     }
+    // Last: nothing after this may need a new UNIX socket. The worker's
+    // only channel to the supervisor is the socket it inherited.
+    record("no_unix_sockets", seccomp::deny_unix_sockets().is_ok());
     applied
 }
 
-fn restrict_files(spec: &SandboxSpec) -> Result<(RulesetStatus, bool), landlock::RulesetError> {
+/// Landlock: the file rules, and the signal and abstract-socket scopes
+/// (ABI 6; on older kernels the crate leaves out what they do not know, and
+/// the status says how far the kernel went).
+fn restrict_files(spec: &SandboxSpec) -> Result<RestrictionStatus, landlock::RulesetError> {
     let abi = ABI::V5;
     let read = AccessFs::from_read(abi);
     let exe = std::env::current_exe().ok().and_then(|p| p.parent().map(|d| d.to_path_buf()));
@@ -156,10 +194,11 @@ fn restrict_files(spec: &SandboxSpec) -> Result<(RulesetStatus, bool), landlock:
     readable.extend(gpu_read);
     let status = Ruleset::default()
         .handle_access(AccessFs::from_all(abi))?
+        .scope(Scope::from_all(ABI::V6))?
         .create()?
         .add_rules(path_beneath_rules(readable, read))?
         .add_rules(path_beneath_rules(["/dev/null"], read | AccessFs::WriteFile))?
         .add_rules(path_beneath_rules(gpu_devices, read | AccessFs::WriteFile | AccessFs::IoctlDev))?
         .restrict_self()?;
-    Ok((status.ruleset, status.no_new_privs))
+    Ok(status)
 }
