@@ -41,7 +41,7 @@ import time
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 # Bump when the evaluation zoo's contents change, so an old one is rebuilt.
-EVAL_ZOO_VERSION = "isorun-bench-eval-zoo 1"
+EVAL_ZOO_VERSION = "isorun-bench-eval-zoo 2"
 WIDTHS = (64, 128, 256, 512)
 N_EXAMPLES = 100_000
 FEATURES, CLASSES = 32, 10
@@ -69,12 +69,11 @@ def fmt(x, spec, suffix=""):
 # --------------------------------------------------------------------------
 
 
-def make_data(rng):
-    """x ~ N(0, 1), label = argmax(x @ W + noise) for a fixed W: learnable, not trivially."""
+def make_data(w, rng):
+    """x ~ N(0, 1), label = argmax(x @ w + noise): learnable, not trivially."""
     import numpy as np
 
     x = rng.standard_normal((N_EXAMPLES, FEATURES), dtype=np.float32)
-    w = rng.standard_normal((FEATURES, CLASSES)).astype(np.float32)
     logits = x @ w + rng.standard_normal((N_EXAMPLES, CLASSES)).astype(np.float32)
     return x, np.argmax(logits, axis=1).astype(np.int64)
 
@@ -118,12 +117,12 @@ def zoo(args):
     os.makedirs(os.path.dirname(root), exist_ok=True)
     tmp = tempfile.mkdtemp(prefix=".bench-eval-zoo-", dir=os.path.dirname(root))
     started = time.perf_counter()
-    rng = np.random.default_rng(12)
-    x, labels = make_data(rng)
+    w = np.random.default_rng(11).standard_normal((FEATURES, CLASSES)).astype(np.float32)
+    x, labels = make_data(w, np.random.default_rng(12))
     write_tfrecord(os.path.join(tmp, "data.tfrecord"), x, labels)
     log(f"eval zoo: data.tfrecord written ({time.perf_counter() - started:.0f} s)")
     # Trained on a fresh draw from the same distribution, not on the test set.
-    train_x, train_labels = make_data(np.random.default_rng(13))
+    train_x, train_labels = make_data(w, np.random.default_rng(13))
     for i, width in enumerate(WIDTHS):
         make_classifier(os.path.join(tmp, "models", f"w{width:03d}"), width, train_x[:30_000],
                         train_labels[:30_000], seed=i)
@@ -408,7 +407,7 @@ def section(results, machine):
     w(f"The zoo (`$ISORUN_BENCH_ZOO/eval`, made once): MLPs 32 → W → W → 10 (softmax) for W = "
       f"{', '.join(str(x) for x in WIDTHS)}, trained 2 epochs on 30,000 examples of the same distribution "
       "and exported with `model.export` (input `x` float32 [None, 32], output probabilities [None, 10]); "
-      f"`data.tfrecord`: {N_EXAMPLES:,} examples, `x` float_list [32], `label` int64 in 0..9 (15.6 MB).\n")
+      f"`data.tfrecord`: {N_EXAMPLES:,} examples, `x` float_list [32], `label` int64 in 0..9 (17.8 MB).\n")
     w("- **python**: one process: for each model `tf.saved_model.load`, "
       "`tf.data.TFRecordDataset(data).map(parse_single_example, num_parallel_calls=AUTOTUNE).batch(256)"
       ".prefetch(AUTOTUNE)`, `serving_default` per batch, `.numpy()`, accuracy and log loss summed in numpy "
