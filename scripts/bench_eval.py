@@ -463,6 +463,7 @@ def section(results, machine):
             w(f"| {size} | {m['wall_s']:.2f} | {median([x['examples_per_second'] for x in m['models']]):,.0f} | "
               f"{median([x['batch_latency_ms']['p50'] for x in m['models']]):.2f} |")
         w("")
+    bounds(w, results, by)
     ratio = by["isorun -j 1"]["ratio"]
     met = ratio <= 0.5
     w(f"**Target: isorun `-j 1` at most 0.5× Python's time: {'met' if met else '**missed**'}** "
@@ -472,6 +473,46 @@ def section(results, machine):
     if notes:
         w(notes.rstrip() + "\n")
     return "\n".join(out)
+
+
+def bounds(w, results, by):
+    """Where each way's time goes, from the measurements."""
+    rounds = results["rounds"]
+    n = len(results["models"])
+    py_wall = median([r["python"]["wall_s"] for r in rounds])
+    py_loop = median([r["python"]["loop_s"] for r in rounds])
+    py_models = [m for r in rounds for m in r["python"]["models"]]
+    py_batch = median([m["examples"] / m["examples_per_second"] for m in py_models])
+    py_model = median([m["wall_s"] for m in py_models])
+    py_load = median([m["load_s"] for m in py_models])
+    j1 = [m for r in rounds for m in r["isorun -j 1"]["models"]]
+    iso_wall = by["isorun -j 1"]["median_s"]
+    unit = median([m["wall_ms"] / 1e3 for m in j1])
+    load = median([(m["load_ms"] or 0) / 1e3 for m in j1])
+    batch = median([m["examples"] / m["examples_per_second"] for m in j1])
+    run = median([(m["run_ms"] or 0) / 1e3 for m in j1])
+    units = median([sum(m["wall_ms"] for m in r["isorun -j 1"]["models"]) / 1e3 for r in rounds])
+    w("**What bounds it.** "
+      f"*Python* ({py_wall:.1f} s): {py_wall - py_loop:.1f} s pass before the first model (the interpreter "
+      f"and `import tensorflow`), {py_loop:.1f} s in the loop over {n} models: per model (median) {py_model:.2f} s, "
+      f"of which {py_load:.2f} s `tf.saved_model.load` and {py_batch:.2f} s in the signature calls and "
+      f"`.numpy()`; the rest, {py_model - py_load - py_batch:.2f} s, is waiting on `tf.data` (parsing "
+      "`tf.Example`s one by one, batching) and the numpy scoring, in Python between batches. "
+      f"*isorun -j 1* ({iso_wall:.1f} s): the {n} units take {units:.1f} s together, the rest is the "
+      f"supervisor's start, the zygote's (loading libtensorflow) and reading the first example to check the "
+      f"data. A unit (median) {unit:.2f} s: {load:.2f} s loading the model in the worker, {batch:.2f} s in "
+      f"batches (request sent to outputs back), of which the worker's own `run_ms` is {run:.2f} s (whole "
+      f"milliseconds per batch, so an undercount of up to 1 ms a batch) and the rest sending the batch, the "
+      f"outputs' way back and their checks; the remaining {max(0.0, unit - load - batch):.2f} s is the worker's "
+      "start and waiting on the supervisor's reader (a prefetch thread parsing the next batch while the worker "
+      "runs this one) and scoring. Both ways run the same TensorFlow kernels on the same batches (the metrics "
+      "agree); isorun is faster because it never imports TensorFlow's Python package (a C API worker forked "
+      "from a zygote that has loaded libtensorflow), parses records in Rust on a thread beside the worker "
+      "rather than one `tf.Example` at a time through `tf.data`, and scores in the supervisor with no Python "
+      "between batches. "
+      + (f"-j 2 ({by['isorun -j 2']['median_s']:.1f} s) gains little: the machine has "
+         f"{results['machine']['cores']} cores, shared with other work, and much of the run is fixed costs "
+         "(the supervisor's and zygotes' start, loading each model).\n" if by["isorun -j 2"]["median_s"] > 0.75 * iso_wall else "\n"))
 
 
 def machine_info(repo):
