@@ -24,7 +24,6 @@ The driver uses only the standard library; `zoo` and `python` import TensorFlow.
 """
 
 import argparse
-import datetime
 import gc
 import json
 import math
