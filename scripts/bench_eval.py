@@ -1,0 +1,594 @@
+"""scripts/bench's evaluation row: `isorun eval` against the Python loop users write.
+
+Run by scripts/bench (all of it, or `scripts/bench --eval-only`) under the
+bench's interpreter (tensorflow-cpu==2.21.0, numpy). Subcommands:
+
+  zoo DIR        make the evaluation zoo in DIR/eval (reused when complete):
+                   DIR/eval/models/w064..w512/  4 Keras MLPs 32 -> W -> W -> 10
+                                                (softmax), W = 64, 128, 256, 512,
+                                                trained 2 epochs, `model.export`
+                   DIR/eval/data.tfrecord       100,000 tf.Example: x float_list
+                                                [32], label int64 (0..9)
+  python DATA MODEL...
+                 the Python baseline, one process: for each model
+                 `tf.saved_model.load`, `tf.data.TFRecordDataset(DATA)
+                 .map(parse, AUTOTUNE).batch(256).prefetch(AUTOTUNE)`, the
+                 signature per batch, accuracy and log loss streamed in
+                 numpy, then `del`, `clear_session()`, `gc.collect()`; JSON on
+                 stdout (metrics, timings, the process's VmHWM)
+  bench ...      the driver: rounds alternating Python / isorun -j 1 /
+                 isorun -j 2, a batch-size sweep, and the "Evaluation"
+                 section of the Markdown (see `bench --help`)
+
+The driver uses only the standard library; `zoo` and `python` import TensorFlow.
+"""
+
+import argparse
+import gc
+import json
+import math
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+# Bump when the evaluation zoo's contents change, so an old one is rebuilt.
+EVAL_ZOO_VERSION = "isorun-bench-eval-zoo 2"
+WIDTHS = (64, 128, 256, 512)
+N_EXAMPLES = 100_000
+FEATURES, CLASSES = 32, 10
+BATCH = 256
+QUICK_LIMIT = 20_000
+MIB = 1024 * 1024
+SECTION = "## Evaluation"
+
+
+def log(message):
+    print(f"bench: {message}", file=sys.stderr, flush=True)
+
+
+def median(values):
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
+
+
+def fmt(x, spec, suffix=""):
+    return "–" if x is None else f"{x:{spec}}{suffix}"
+
+
+# --------------------------------------------------------------------------
+# The zoo
+# --------------------------------------------------------------------------
+
+
+def make_data(w, rng):
+    """x ~ N(0, 1), label = argmax(x @ w + noise): learnable, not trivially."""
+    import numpy as np
+
+    x = rng.standard_normal((N_EXAMPLES, FEATURES), dtype=np.float32)
+    logits = x @ w + rng.standard_normal((N_EXAMPLES, CLASSES)).astype(np.float32)
+    return x, np.argmax(logits, axis=1).astype(np.int64)
+
+
+def write_tfrecord(path, x, labels):
+    import tensorflow as tf
+
+    with tf.io.TFRecordWriter(path) as writer:
+        for row, label in zip(x, labels):
+            example = tf.train.Example(features=tf.train.Features(feature={
+                "x": tf.train.Feature(float_list=tf.train.FloatList(value=row)),
+                "label": tf.train.Feature(int64_list=tf.train.Int64List(value=[int(label)])),
+            }))
+            writer.write(example.SerializeToString())
+
+
+def make_classifier(path, width, x, labels, seed):
+    import tensorflow as tf
+
+    tf.keras.utils.set_random_seed(seed)
+    inp = tf.keras.Input(shape=(FEATURES,), dtype="float32", name="x")
+    h = tf.keras.layers.Dense(width, activation="relu")(inp)
+    h = tf.keras.layers.Dense(width, activation="relu")(h)
+    out = tf.keras.layers.Dense(CLASSES, activation="softmax", name="probabilities")(h)
+    model = tf.keras.Model(inp, out)
+    model.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
+    model.fit(x, labels, batch_size=256, epochs=2, verbose=0)
+    model.export(path, verbose=False)
+    tf.keras.backend.clear_session()
+
+
+def zoo(args):
+    import numpy as np
+
+    root = os.path.join(os.path.abspath(args.dir), "eval")
+    stamp = os.path.join(root, "COMPLETE")
+    if os.path.exists(stamp) and open(stamp).read().strip() == EVAL_ZOO_VERSION:
+        log(f"eval zoo: reusing {root}")
+        return 0
+    log(f"eval zoo: making {root} (4 classifiers, a 100,000-example TFRecord; a minute or two)")
+    os.makedirs(os.path.dirname(root), exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix=".bench-eval-zoo-", dir=os.path.dirname(root))
+    started = time.perf_counter()
+    w = np.random.default_rng(11).standard_normal((FEATURES, CLASSES)).astype(np.float32)
+    x, labels = make_data(w, np.random.default_rng(12))
+    write_tfrecord(os.path.join(tmp, "data.tfrecord"), x, labels)
+    log(f"eval zoo: data.tfrecord written ({time.perf_counter() - started:.0f} s)")
+    # Trained on a fresh draw from the same distribution, not on the test set.
+    train_x, train_labels = make_data(w, np.random.default_rng(13))
+    for i, width in enumerate(WIDTHS):
+        make_classifier(os.path.join(tmp, "models", f"w{width:03d}"), width, train_x[:30_000],
+                        train_labels[:30_000], seed=i)
+    with open(os.path.join(tmp, "COMPLETE"), "w") as f:
+        f.write(EVAL_ZOO_VERSION + "\n")
+    if os.path.exists(root):
+        shutil.rmtree(root)
+    os.rename(tmp, root)
+    log(f"eval zoo: done in {time.perf_counter() - started:.0f} s")
+    return 0
+
+
+# --------------------------------------------------------------------------
+# The Python baseline
+# --------------------------------------------------------------------------
+
+
+def vm_hwm():
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    return None
+
+
+def percentiles(latencies):
+    """p50, p90, p99 (nearest rank) after the first, warm-up batch: isorun's definition."""
+    warm = sorted(latencies[1:] if len(latencies) > 1 else latencies)
+    if not warm:
+        return None
+    rank = lambda p: warm[min(len(warm), max(1, math.ceil(p * len(warm)))) - 1]  # noqa: E731
+    return {"p50": rank(0.5), "p90": rank(0.9), "p99": rank(0.99)}
+
+
+def python_eval(args):
+    import numpy as np
+    import tensorflow as tf
+
+    spec = {"x": tf.io.FixedLenFeature([FEATURES], tf.float32), "label": tf.io.FixedLenFeature([], tf.int64)}
+
+    def parse(record):
+        return tf.io.parse_single_example(record, spec)
+
+    # sklearn's log_loss clips with the machine epsilon of the predictions' dtype.
+    eps = float(np.finfo(np.float32).eps)
+    started = time.perf_counter()
+    models = []
+    for model_dir in args.models:
+        t0 = time.perf_counter()
+        model = tf.saved_model.load(model_dir)
+        fn = model.signatures["serving_default"]
+        load_s = time.perf_counter() - t0
+        ds = tf.data.TFRecordDataset(args.data)
+        if args.limit:
+            ds = ds.take(args.limit)
+        ds = ds.map(parse, num_parallel_calls=tf.data.AUTOTUNE).batch(args.batch_size).prefetch(tf.data.AUTOTUNE)
+        n = correct = 0
+        loss = 0.0
+        latencies = []
+        for batch in ds:
+            t = time.perf_counter()
+            out = fn(x=batch["x"])
+            (probs,) = [v.numpy() for v in out.values()]
+            latencies.append((time.perf_counter() - t) * 1e3)
+            labels = batch["label"].numpy()
+            correct += int((probs.argmax(axis=1) == labels).sum())
+            q = probs[np.arange(len(labels)), labels].astype(np.float64)
+            loss += float(-np.log(np.clip(q, eps, 1 - eps)).sum())
+            n += len(labels)
+        wall_s = time.perf_counter() - t0
+        models.append({
+            "model": model_dir, "examples": n, "accuracy": correct / n, "log_loss": loss / n,
+            "load_s": load_s, "wall_s": wall_s, "batches": len(latencies),
+            "examples_per_second": n / (sum(latencies) / 1e3), "batch_latency_ms": percentiles(latencies),
+        })
+        del fn, model, ds, out
+        tf.keras.backend.clear_session()
+        gc.collect()
+    print(json.dumps({"models": models, "loop_s": time.perf_counter() - started, "vmhwm_bytes": vm_hwm()}))
+    return 0
+
+
+# --------------------------------------------------------------------------
+# The driver
+# --------------------------------------------------------------------------
+
+
+class HwmSampler(threading.Thread):
+    """The highest VmHWM of a process read while it runs (every 20 ms)."""
+
+    def __init__(self, pid):
+        super().__init__(daemon=True)
+        self.pid, self.peak, self.stop = pid, 0, threading.Event()
+
+    def run(self):
+        while not self.stop.is_set():
+            try:
+                with open(f"/proc/{self.pid}/status") as f:
+                    for line in f:
+                        if line.startswith("VmHWM:"):
+                            self.peak = max(self.peak, int(line.split()[1]) * 1024)
+            except OSError:
+                return
+            self.stop.wait(0.02)
+
+
+def machine_busy():
+    with open("/proc/stat") as f:
+        fields = [int(x) for x in f.readline().split()[1:]]
+    user, nice, system, _idle, _iowait, irq, softirq = fields[:7]
+    return (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")
+
+
+def children_cpu():
+    import resource
+
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+class EvalBench:
+    def __init__(self, args):
+        self.args = args
+        self.repo = os.path.abspath(args.repo)
+        self.isorun = os.path.join(self.repo, "target/release/isorun")
+        self.root = os.path.join(os.path.abspath(args.zoo), "eval")
+        self.data = os.path.join(self.root, "data.tfrecord")
+        models = os.path.join(self.root, "models")
+        self.models = [os.path.join(models, m) for m in sorted(os.listdir(models))]
+        self.limit = QUICK_LIMIT if args.quick else None
+        self.env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+        self.results = {"quick": args.quick, "rounds_n": args.rounds, "limit": self.limit,
+                        "models": [os.path.basename(m) for m in self.models], "rounds": [], "sweep": {}}
+
+    def timed(self, cmd, what, sample=False):
+        """Runs cmd; returns (wall s, stdout, stderr, sampled VmHWM, own CPU s, other processes' cores)."""
+        cpu0, busy0 = children_cpu(), machine_busy()
+        started = time.perf_counter()
+        p = subprocess.Popen(cmd, env=self.env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+        sampler = HwmSampler(p.pid) if sample else None
+        if sampler:
+            sampler.start()
+        out, err = p.communicate()
+        wall = time.perf_counter() - started
+        if sampler:
+            sampler.stop.set()
+            sampler.join()
+        own = children_cpu() - cpu0
+        others = max(0.0, machine_busy() - busy0 - own) / wall
+        if p.returncode != 0:
+            raise SystemExit(f"bench: {what} failed with exit code {p.returncode}:\n{err[-3000:]}")
+        return wall, out, err, (sampler.peak if sampler else None), own, others
+
+    def python(self):
+        cmd = [sys.executable, os.path.abspath(__file__), "python", self.data, *self.models]
+        if self.limit:
+            cmd += ["--limit", str(self.limit)]
+        wall, out, _, _, own, others = self.timed(cmd, "python eval")
+        m = json.loads(out.strip().splitlines()[-1])
+        m.update(wall_s=wall, own_cpu_s=own, others_cores=others)
+        return m
+
+    def isorun_eval(self, jobs, batch_size=BATCH):
+        cmd = [self.isorun, "eval", *self.models, "--data", self.data, "--label", "label",
+               "--metric", "accuracy", "--metric", "log_loss", "-j", str(jobs), "--json", "--summary",
+               "--batch-size", str(batch_size)]
+        if self.limit:
+            cmd += ["--limit", str(self.limit)]
+        wall, out, err, hwm, own, others = self.timed(cmd, f"isorun eval -j {jobs}", sample=True)
+        records = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+        records = [r for r in records if "model" in r]
+        bad = [r for r in records if r.get("status") != "ok"]
+        if bad or len(records) != len(self.models):
+            raise SystemExit(f"bench: isorun eval -j {jobs}: {len(records)} records, not ok: {bad}\n{err[-2000:]}")
+        m = re.search(r"supervisor peak memory (\d+) MiB", err)
+        return {
+            "wall_s": wall, "own_cpu_s": own, "others_cores": others,
+            "supervisor_peak_mib": int(m.group(1)) if m else None, "supervisor_vmhwm_bytes": hwm,
+            "models": [{
+                "model": r["model"], "examples": r.get("examples"),
+                "accuracy": r["metrics"]["accuracy"], "log_loss": r["metrics"]["log_loss"],
+                **{k: r.get(k) for k in ("wall_ms", "load_ms", "run_ms", "user_ms", "sys_ms", "peak_rss_bytes",
+                                         "examples_per_second", "batch_latency_ms")},
+            } for r in sorted(records, key=lambda r: r["model"])],
+        }
+
+    def warm_up(self):
+        log("eval warm-up (not measured): page cache, libtensorflow, Python imports")
+        self.timed([self.isorun, "eval", self.models[0], "--data", self.data, "--label", "label", "--limit", "2560",
+                    "-q"], "warm-up isorun eval")
+        self.timed([sys.executable, "-c", "import tensorflow"], "warm-up python")
+        with open(self.data, "rb") as f:
+            while f.read(1 << 24):
+                pass
+
+    def rounds(self):
+        ways = {"python": self.python, "isorun -j 1": lambda: self.isorun_eval(1),
+                "isorun -j 2": lambda: self.isorun_eval(2)}
+        for r in range(self.args.rounds):
+            round_ = {}
+            for name, fn in ways.items():
+                log(f"eval round {r + 1}/{self.args.rounds}: {name} ({len(self.models)} models) ...")
+                round_[name] = fn()
+                log(f"eval round {r + 1}/{self.args.rounds}: {name}: {round_[name]['wall_s']:.2f} s")
+            self.results["rounds"].append(round_)
+
+    def sweep(self):
+        """Where the time goes: isorun -j 1 at other batch sizes (one run each)."""
+        for size in (1024, 4096):
+            log(f"eval batch-size sweep: isorun -j 1 --batch-size {size} ...")
+            m = self.isorun_eval(1, batch_size=size)
+            self.results["sweep"][str(size)] = m
+            log(f"eval batch-size sweep: --batch-size {size}: {m['wall_s']:.2f} s")
+
+
+def analyse(results):
+    rounds = results["rounds"]
+    names = list(rounds[0].keys())
+    rows = []
+    for name in names:
+        runs = [r[name]["wall_s"] for r in rounds]
+        row = {"way": name, "runs": runs, "median_s": median(runs),
+               "ratio": median([r[name]["wall_s"] / r["python"]["wall_s"] for r in rounds]),
+               "own_cpu_s": median([r[name].get("own_cpu_s") for r in rounds]),
+               "others_cores": median([r[name].get("others_cores") for r in rounds])}
+        if name == "python":
+            row["python_peak_mib"] = median([r[name]["vmhwm_bytes"] for r in rounds]) / MIB
+        else:
+            row["supervisor_peak_mib"] = max(r[name]["supervisor_peak_mib"] or 0 for r in rounds)
+            row["supervisor_vmhwm_mib"] = max(r[name]["supervisor_vmhwm_bytes"] or 0 for r in rounds) / MIB
+            row["worker_peak_mib"] = median([m["peak_rss_bytes"] for r in rounds for m in r[name]["models"]]) / MIB
+            row["worker_peak_max_mib"] = max(m["peak_rss_bytes"] for r in rounds for m in r[name]["models"]) / MIB
+        examples = sum(m["examples"] for m in rounds[0][name]["models"])
+        row["examples"] = examples
+        row["end_to_end_eps"] = examples / row["median_s"]
+        rows.append(row)
+    per_model = {}
+    for name in names:
+        for i, model in enumerate(results["models"]):
+            ms = [r[name]["models"][i] for r in rounds]
+            per_model.setdefault(model, {})[name] = {
+                "examples_per_second": median([m["examples_per_second"] for m in ms]),
+                **{p: median([m["batch_latency_ms"][p] for m in ms]) for p in ("p50", "p90", "p99")},
+                "accuracy": ms[0]["accuracy"], "log_loss": ms[0]["log_loss"],
+                "wall_s": median([m["wall_s"] if "wall_s" in m else m["wall_ms"] / 1e3 for m in ms]),
+                "load_s": median([m["load_s"] if "load_s" in m else (m["load_ms"] or 0) / 1e3 for m in ms]),
+                "run_s": median([m["run_ms"] / 1e3 for m in ms]) if "run_ms" in ms[0] else None,
+            }
+    return rows, per_model
+
+
+def agreement(per_model):
+    """The largest differences between Python's and isorun's metrics, over models."""
+    acc = max(abs(v["python"]["accuracy"] - v["isorun -j 1"]["accuracy"]) for v in per_model.values())
+    ll = max(abs(v["python"]["log_loss"] - v["isorun -j 1"]["log_loss"]) / max(abs(v["python"]["log_loss"]), 1e-12)
+             for v in per_model.values())
+    return acc, ll
+
+
+def section(results, machine):
+    rows, per_model = analyse(results)
+    by = {r["way"]: r for r in rows}
+    examples = results["limit"] or N_EXAMPLES
+    out = []
+    w = out.append
+    w(f"{SECTION}\n")
+    if results["quick"]:
+        w(f"**A `--quick` smoke run: 1 round, {examples:,} examples; not figures to quote.**\n")
+    w(f"`isorun eval` against the loop Python users write, over {len(results['models'])} Keras classifiers and one "
+      f"TFRecord of {examples:,} `tf.Example`s (written by `scripts/bench_eval.py`; run with "
+      f"`scripts/bench --eval-only`, which rewrites only this section).\n")
+    w(f"- machine: {machine['cpu']}, {machine['cores']} cores, {fmt(machine.get('memory_gib'), '.1f')} GiB; "
+      f"kernel {machine['kernel']}; {machine['date']}; isorun commit `{machine['commit']}`")
+    others = [r[n].get("others_cores") for r in results["rounds"] for n in r]
+    others = [x for x in others if x is not None]
+    if others:
+        w(f"- other processes used a median of {median(others):.2f} cores (at most {max(others):.2f}) during "
+          f"the timed runs (`/proc/stat`, this bench excluded)"
+          + (" — the machine was shared; read medians and side-by-side ratios" if median(others) > 0.25 else ""))
+    w(f"- the evaluation part took {results['elapsed_s'] / 60:.1f} min\n")
+    w(f"The zoo (`$ISORUN_BENCH_ZOO/eval`, made once): MLPs 32 → W → W → 10 (softmax) for W = "
+      f"{', '.join(str(x) for x in WIDTHS)}, trained 2 epochs on 30,000 examples of the same distribution "
+      "and exported with `model.export` (input `x` float32 [None, 32], output probabilities [None, 10]); "
+      f"`data.tfrecord`: {N_EXAMPLES:,} examples, `x` float_list [32], `label` int64 in 0..9 (17.8 MB).\n")
+    w("- **python**: one process: for each model `tf.saved_model.load`, "
+      "`tf.data.TFRecordDataset(data).map(parse_single_example, num_parallel_calls=AUTOTUNE).batch(256)"
+      ".prefetch(AUTOTUNE)`, `serving_default` per batch, `.numpy()`, accuracy and log loss summed in numpy "
+      "(clipped like scikit-learn), then `del`, `tf.keras.backend.clear_session()`, `gc.collect()`. Peak: the "
+      "process's VmHWM at its end.")
+    w("- **isorun -j N**: `isorun eval MODELS --data data.tfrecord --label label --metric accuracy --metric "
+      "log_loss -j N --json --summary` (batch size 256, `--spawn zygote`). Supervisor peak: `--summary`'s "
+      "\"supervisor peak memory\" (its VmHWM also sampled from `/proc` every 20 ms); worker peak: each record's "
+      "`peak_rss_bytes` (`ru_maxrss`).")
+    w(f"\nThe ways alternate (python, -j 1, -j 2, python, …), {results['rounds_n']} round(s); a figure is the "
+      "median of the rounds, a ratio the median of per-round ratios. Wall time is the whole command (imports, "
+      "library loading, every model's load included).\n")
+    w("| way | runs (s) | median (s) | ratio to python | examples/s end to end | CPU it used (s) | "
+      "Python peak (MiB) | supervisor peak (MiB) | worker peak RSS, median / max (MiB) |")
+    w("|---|---|---:|---:|---:|---:|---:|---:|---:|")
+    for r in rows:
+        w(f"| {r['way']} | {', '.join(f'{x:.2f}' for x in r['runs'])} | {r['median_s']:.2f} | {r['ratio']:.2f}× | "
+          f"{r['end_to_end_eps']:,.0f} | {fmt(r['own_cpu_s'], '.1f')} | {fmt(r.get('python_peak_mib'), '.0f')} | "
+          + (f"{r['supervisor_peak_mib']} (VmHWM {r['supervisor_vmhwm_mib']:.1f}) | "
+             f"{r['worker_peak_mib']:.0f} / {r['worker_peak_max_mib']:.0f} |" if "supervisor_peak_mib" in r else "– | – |"))
+    w(f"\n(Examples end to end: {len(results['models'])} models × {examples:,} examples over the command's wall time.)\n")
+
+    acc, ll = agreement(per_model)
+    w(f"**Same numbers.** Python's and isorun's metrics per model (largest difference over the models: accuracy "
+      f"{acc:.2g}, log loss {ll:.2g} relative):\n")
+    w("| model | accuracy python | accuracy isorun | log loss python | log loss isorun |")
+    w("|---|---:|---:|---:|---:|")
+    for model, v in per_model.items():
+        w(f"| {model} | {v['python']['accuracy']:.6f} | {v['isorun -j 1']['accuracy']:.6f} | "
+          f"{v['python']['log_loss']:.6f} | {v['isorun -j 1']['log_loss']:.6f} |")
+    w("")
+    w("**Per model** (medians over the rounds). examples/s is over the batches' time (request sent to outputs "
+      "back; isorun's `examples_per_second`, Python's the signature call plus `.numpy()`), load and reading "
+      "excluded; per-batch latency p50/p90/p99 in ms after the first (warm-up) batch; model wall: isorun's unit "
+      "`wall_ms` (worker start to end), Python's load + the whole dataset loop.\n")
+    w("| model | way | examples/s | p50 (ms) | p90 (ms) | p99 (ms) | model wall (s) | load (s) |")
+    w("|---|---|---:|---:|---:|---:|---:|---:|")
+    for model, v in per_model.items():
+        for name, m in v.items():
+            w(f"| {model} | {name} | {m['examples_per_second']:,.0f} | {m['p50']:.2f} | {m['p90']:.2f} | "
+              f"{m['p99']:.2f} | {m['wall_s']:.2f} | {m['load_s']:.2f} |")
+    w("")
+    sweep = results.get("sweep") or {}
+    if sweep:
+        base = by["isorun -j 1"]["median_s"]
+        w("**Batch size** (isorun -j 1, one run each beside the 256 median):\n")
+        w("| --batch-size | wall (s) | examples/s, median over models | p50 per batch (ms), median |")
+        w("|---:|---:|---:|---:|")
+        j1 = [m for r in results["rounds"] for m in r["isorun -j 1"]["models"]]
+        w(f"| 256 | {base:.2f} | {median([m['examples_per_second'] for m in j1]):,.0f} | "
+          f"{median([m['batch_latency_ms']['p50'] for m in j1]):.2f} |")
+        for size, m in sweep.items():
+            w(f"| {size} | {m['wall_s']:.2f} | {median([x['examples_per_second'] for x in m['models']]):,.0f} | "
+              f"{median([x['batch_latency_ms']['p50'] for x in m['models']]):.2f} |")
+        w("")
+    bounds(w, results, by)
+    ratio = by["isorun -j 1"]["ratio"]
+    met = ratio <= 0.5
+    w(f"**Target: isorun `-j 1` at most 0.5× Python's time: {'met' if met else '**missed**'}** "
+      f"({ratio:.2f}×; `-j 2` {by['isorun -j 2']['ratio']:.2f}×).\n")
+    results["target"] = {"target": "isorun eval -j 1 ≤ 0.5× Python's time", "met": met, "measured": ratio}
+    notes = results.get("notes")
+    if notes:
+        w(notes.rstrip() + "\n")
+    return "\n".join(out)
+
+
+def bounds(w, results, by):
+    """Where each way's time goes, from the measurements."""
+    rounds = results["rounds"]
+    n = len(results["models"])
+    py_wall = median([r["python"]["wall_s"] for r in rounds])
+    py_loop = median([r["python"]["loop_s"] for r in rounds])
+    py_models = [m for r in rounds for m in r["python"]["models"]]
+    py_batch = median([m["examples"] / m["examples_per_second"] for m in py_models])
+    py_model = median([m["wall_s"] for m in py_models])
+    py_load = median([m["load_s"] for m in py_models])
+    j1 = [m for r in rounds for m in r["isorun -j 1"]["models"]]
+    iso_wall = by["isorun -j 1"]["median_s"]
+    unit = median([m["wall_ms"] / 1e3 for m in j1])
+    load = median([(m["load_ms"] or 0) / 1e3 for m in j1])
+    batch = median([m["examples"] / m["examples_per_second"] for m in j1])
+    run = median([(m["run_ms"] or 0) / 1e3 for m in j1])
+    units = median([sum(m["wall_ms"] for m in r["isorun -j 1"]["models"]) / 1e3 for r in rounds])
+    w("**What bounds it.** "
+      f"*Python* ({py_wall:.1f} s): {py_wall - py_loop:.1f} s pass before the first model (the interpreter "
+      f"and `import tensorflow`), {py_loop:.1f} s in the loop over {n} models: per model (median) {py_model:.2f} s, "
+      f"of which {py_load:.2f} s `tf.saved_model.load` and {py_batch:.2f} s in the signature calls and "
+      f"`.numpy()`; the rest, {py_model - py_load - py_batch:.2f} s, is waiting on `tf.data` (parsing "
+      "`tf.Example`s one by one, batching) and the numpy scoring, in Python between batches. "
+      f"*isorun -j 1* ({iso_wall:.1f} s): the {n} units take {units:.1f} s together, the rest is the "
+      f"supervisor's start, the zygote's (loading libtensorflow) and reading the first example to check the "
+      f"data. A unit (median) {unit:.2f} s: {load:.2f} s loading the model in the worker, {batch:.2f} s in "
+      f"batches (request sent to outputs back), of which the worker's own `run_ms` is {run:.2f} s (whole "
+      f"milliseconds per batch, so an undercount of up to 1 ms a batch) and the rest sending the batch, the "
+      f"outputs' way back and their checks; the remaining {max(0.0, unit - load - batch):.2f} s is the worker's "
+      "start and waiting on the supervisor's reader (a prefetch thread parsing the next batch while the worker "
+      "runs this one) and scoring. Both ways run the same TensorFlow kernels on the same batches (the metrics "
+      "agree); isorun is faster because it never imports TensorFlow's Python package (a C API worker forked "
+      "from a zygote that has loaded libtensorflow), parses records in Rust on a thread beside the worker "
+      "rather than one `tf.Example` at a time through `tf.data`, and scores in the supervisor with no Python "
+      "between batches. "
+      + (f"-j 2 ({by['isorun -j 2']['median_s']:.1f} s) gains little: the machine has "
+         f"{results['machine']['cores']} cores, shared with other work, and much of the run is fixed costs "
+         "(the supervisor's and zygotes' start, loading each model).\n" if by["isorun -j 2"]["median_s"] > 0.75 * iso_wall else "\n"))
+
+
+def machine_info(repo):
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import bench_run
+
+    return bench_run.machine(repo)
+
+
+def splice(path, text):
+    """Replaces the Evaluation section of the Markdown at path (or adds it before ## Targets / at the end)."""
+    old = open(path).read() if os.path.exists(path) else "# Benchmarks\n"
+    start = old.find(f"\n{SECTION}\n")
+    if start >= 0:
+        end = old.find("\n## ", start + 1)
+        new = old[: start + 1] + text.rstrip() + "\n" + (old[end:] if end >= 0 else "")
+    else:
+        at = old.find("\n## Targets\n")
+        new = (old[: at + 1] + text.rstrip() + "\n" + old[at:]) if at >= 0 else old.rstrip() + "\n\n" + text.rstrip() + "\n"
+    with open(path, "w") as f:
+        f.write(new)
+
+
+def bench(args):
+    if args.only_write:
+        with open(args.results) as f:
+            results = json.load(f)
+    else:
+        started = time.perf_counter()
+        b = EvalBench(args)
+        b.warm_up()
+        b.rounds()
+        if not args.quick:
+            b.sweep()
+        results = b.results
+        results["machine"] = machine_info(b.repo)
+        results["elapsed_s"] = time.perf_counter() - started
+    if args.notes and os.path.exists(args.notes):
+        results["notes"] = open(args.notes).read()
+    text = section(results, results["machine"])
+    os.makedirs(os.path.dirname(os.path.abspath(args.results)), exist_ok=True)
+    with open(args.results, "w") as f:
+        json.dump(results, f, indent=1)
+    if args.standalone:
+        with open(args.output, "w") as f:
+            f.write("# Benchmarks: evaluation\n\nWritten by `./scripts/bench --eval-only --quick`.\n\n" + text + "\n")
+    else:
+        splice(args.output, text)
+    print(text, file=sys.stderr)
+    log(f"wrote the evaluation section of {args.output} (raw measurements: {args.results}); "
+        f"target {'met' if results['target']['met'] else 'missed'}: -j 1 at {results['target']['measured']:.2f}× Python")
+    return 0
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("zoo")
+    p.add_argument("dir")
+    p = sub.add_parser("python")
+    p.add_argument("data")
+    p.add_argument("models", nargs="+")
+    p.add_argument("--limit", type=int)
+    p.add_argument("--batch-size", type=int, default=BATCH)
+    p = sub.add_parser("bench")
+    p.add_argument("--repo", required=True)
+    p.add_argument("--zoo", required=True)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--quick", action="store_true", help=f"1 round, the first {QUICK_LIMIT:,} examples, no sweep")
+    p.add_argument("--output", required=True, help="the Markdown whose Evaluation section is (re)written")
+    p.add_argument("--standalone", action="store_true", help="write only the Evaluation section to --output")
+    p.add_argument("--results", required=True, help="raw measurements, JSON")
+    p.add_argument("--notes", help="a Markdown file appended to the section (analysis written by hand)")
+    p.add_argument("--only-write", action="store_true", help="rewrite the section from --results, measure nothing")
+    args = parser.parse_args()
+    return {"zoo": zoo, "python": python_eval, "bench": bench}[args.command](args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
