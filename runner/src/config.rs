@@ -1,5 +1,7 @@
-//! `isorun run --config nightly.toml`: the settings of a run kept in a TOML
-//! file, so a nightly job is a reviewed file rather than a long command line.
+//! `isorun run --config nightly.toml` (and `isorun eval --config
+//! eval.toml`, whose keys are run's and eval's own: `data`, `label`,
+//! `metric`, `baseline`, ...): the settings of a run kept in a TOML file, so
+//! a nightly job is a reviewed file rather than a long command line.
 //!
 //! The file is turned into command-line arguments before clap sees anything,
 //! so clap stays the one parser and validator of every setting, and the keys
@@ -49,8 +51,9 @@ use std::fmt;
 use std::path::{Component, Path, PathBuf};
 use toml_edit::{ImDocument, Item, Value};
 
-/// The only subcommand with `--config`.
-const SUBCOMMAND: &str = "run";
+/// The subcommands with `--config`: `run`, and `eval`, which has every
+/// flag of `run` and its own (`data`, `label`, `metric`, ...).
+const SUBCOMMANDS: [&str; 2] = ["run", "eval"];
 /// The id of `--config` in [`crate::cli::RunArgs`].
 const CONFIG_ID: &str = "config";
 
@@ -101,13 +104,14 @@ pub enum ConfigError {
 /// refuse on the command line is left for clap to report.
 pub fn expand_command_line(raw: Vec<OsString>) -> Result<Vec<OsString>, ConfigError> {
     let Ok(matches) = relaxed_cli(true).try_get_matches_from(&raw) else { return Ok(raw) };
-    let Some((SUBCOMMAND, run_matches)) = matches.subcommand() else { return Ok(raw) };
+    let Some((subcommand, run_matches)) = matches.subcommand() else { return Ok(raw) };
+    let Some(subcommand) = SUBCOMMANDS.into_iter().find(|s| *s == subcommand) else { return Ok(raw) };
     let Some(path) = run_matches.get_one::<PathBuf>(CONFIG_ID).cloned() else { return Ok(raw) };
     let text = std::fs::read_to_string(&path).map_err(|source| ConfigError::Read { path: path.clone(), source })?;
     let given = |id: &str| given_outside_file(&matches, run_matches, id);
-    let file_args = file_arguments(&path, &text, &given)?;
-    // Global flags take no values, so the first `run` is the subcommand.
-    let run_index = raw.iter().skip(1).position(|arg| arg == SUBCOMMAND).map_or(raw.len(), |i| i + 1);
+    let file_args = file_arguments(subcommand, &path, &text, &given)?;
+    // Global flags take no values, so the first `run` (or `eval`) is the subcommand.
+    let run_index = raw.iter().skip(1).position(|arg| arg == subcommand).map_or(raw.len(), |i| i + 1);
     let mut args = raw;
     let tail = args.split_off((run_index + 1).min(args.len()));
     args.extend(file_args);
@@ -118,8 +122,13 @@ pub fn expand_command_line(raw: Vec<OsString>) -> Result<Vec<OsString>, ConfigEr
 /// The arguments the file at `path` (holding `text`) stands for, to go right
 /// after `run`, leaving out every key for which `given(clap id)` says the
 /// command line or the environment has a value.
-fn file_arguments(path: &Path, text: &str, given: &dyn Fn(&str) -> bool) -> Result<Vec<OsString>, ConfigError> {
-    let keys = known_keys();
+fn file_arguments(
+    subcommand: &'static str,
+    path: &Path,
+    text: &str,
+    given: &dyn Fn(&str) -> bool,
+) -> Result<Vec<OsString>, ConfigError> {
+    let keys = known_keys(subcommand);
     let validator = relaxed_cli(false);
     let base = path.parent().unwrap_or(Path::new(""));
     let at = |line| Location { file: path.to_path_buf(), line };
@@ -252,14 +261,16 @@ struct KeySpec {
     choices: Vec<String>,
     /// Ids of the arguments that cannot be given with this one (both ways).
     conflicts: Vec<String>,
+    /// The subcommand whose flag it is (`run`, `eval`).
+    subcommand: &'static str,
 }
 
 /// The keys of the file: every visible argument of `isorun run`, its global
 /// flags included, in clap's order.
-fn known_keys() -> Vec<KeySpec> {
+fn known_keys(subcommand: &'static str) -> Vec<KeySpec> {
     let mut cli = crate::cli::Cli::command();
     cli.build();
-    let run = cli.find_subcommand(SUBCOMMAND).expect("isorun has a run subcommand");
+    let run = cli.find_subcommand(subcommand).expect("isorun has the subcommand");
     let arguments: Vec<&Arg> = run
         .get_arguments()
         .filter(|a| !a.is_hide_set() && !["help", "version", CONFIG_ID].contains(&a.get_id().as_str()))
@@ -287,6 +298,7 @@ fn known_keys() -> Vec<KeySpec> {
                 _ => Shape::Single,
             };
             KeySpec {
+                subcommand,
                 name,
                 id: arg.get_id().to_string(),
                 long,
@@ -466,7 +478,7 @@ impl KeySpec {
             None if text.starts_with('-') => return Ok(()),
             None => OsString::from(text),
         };
-        validator.clone().try_get_matches_from([OsString::from("isorun"), SUBCOMMAND.into(), argument]).map(drop)
+        validator.clone().try_get_matches_from([OsString::from("isorun"), self.subcommand.into(), argument]).map(drop)
     }
 
     /// The command-line arguments for one checked value.
@@ -533,7 +545,9 @@ fn relaxed_cli(keep_env: bool) -> Command {
             arg.env(None)
         }
     };
-    crate::cli::Cli::command().mut_args(relax).mut_subcommand(SUBCOMMAND, |run| run.mut_args(relax))
+    SUBCOMMANDS.into_iter().fold(crate::cli::Cli::command().mut_args(relax), |cli, name| {
+        cli.mut_subcommand(name, |sub| sub.mut_args(relax))
+    })
 }
 
 /// True when `id` has a value from the command line or the environment.
@@ -708,7 +722,34 @@ mod tests {
 
     fn args_given(path: &Path, text: &str, given: &[&str]) -> Result<Vec<String>, ConfigError> {
         let given = |id: &str| given.contains(&id);
-        Ok(file_arguments(path, text, &given)?.into_iter().map(|a| a.into_string().unwrap()).collect())
+        Ok(file_arguments("run", path, text, &given)?.into_iter().map(|a| a.into_string().unwrap()).collect())
+    }
+
+    #[test]
+    fn eval_has_run_s_keys_and_its_own() {
+        let text = "models = 'models'\ndata = ['test/*.tfrecord', 'more.npz']\nlabel = 'y'\nmetric = ['accuracy', 'auc']\njobs = 2\nbaseline = 'last.json'\n";
+        let given = |_: &str| false;
+        let got: Vec<String> = file_arguments("eval", Path::new("/cfg/eval.toml"), text, &given)
+            .unwrap()
+            .into_iter()
+            .map(|a| a.into_string().unwrap())
+            .collect();
+        assert_eq!(
+            got,
+            [
+                "/cfg/models",
+                "--data=/cfg/test/*.tfrecord",
+                "--data=/cfg/more.npz",
+                "--label=y",
+                "--metric=accuracy",
+                "--metric=auc",
+                "--jobs=2",
+                "--baseline=/cfg/last.json"
+            ]
+        );
+        // run has no such keys.
+        let error = file_arguments("run", Path::new("/cfg/run.toml"), "label = 'y'\n", &given).unwrap_err();
+        assert!(error.to_string().contains("unknown key 'label'"), "{error}");
     }
 
     fn error(text: &str) -> String {
@@ -717,7 +758,7 @@ mod tests {
 
     #[test]
     fn keys_come_from_clap() {
-        let keys = known_keys();
+        let keys = known_keys("run");
         let key = |name: &str| keys.iter().find(|k| k.name == name).unwrap_or_else(|| panic!("no key {name}"));
         assert_eq!((key("models").shape, key("models").kind), (Shape::List, Kind::Path));
         assert_eq!((key("input").shape, key("input").kind), (Shape::List, Kind::NamedPath));
