@@ -420,8 +420,8 @@ impl Slot<'_> {
         }
         worker.sample_gpu();
         report.gpu_peak_bytes = worker.take_gpu_peak();
-        let summary = stream.finish();
         let ok = report.outcome.is_ok();
+        let summary = stream.finish(ok);
         if let (true, Some(outcome)) = (ok, summary.outcome) {
             report.outcome = outcome;
         }

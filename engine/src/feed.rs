@@ -26,8 +26,9 @@ pub trait FeedStream: Send {
     /// cannot be scored) ends the unit with that outcome.
     fn accept(&mut self, outputs: Vec<(String, Tensor)>) -> Result<(), Outcome>;
     /// What the stream made of the batches it scored, called once at the
-    /// end, also after a failure (then only `examples` is reported).
-    fn finish(&mut self) -> FeedSummary;
+    /// end, also after a failure (then only `examples` is reported). `ok`:
+    /// every batch went through, so the stream may commit what it wrote.
+    fn finish(&mut self, ok: bool) -> FeedSummary;
 }
 
 /// A stream's result, for the unit's report.

@@ -316,7 +316,7 @@ pub fn check_writable(tensor: &Tensor) -> io::Result<()> {
 }
 
 /// `descr` and raw bytes for writing a tensor (bfloat16 widened to float32).
-fn npy_body(tensor: &Tensor) -> io::Result<(String, Vec<u8>)> {
+pub(crate) fn npy_body(tensor: &Tensor) -> io::Result<(String, Vec<u8>)> {
     Ok(match (&tensor.data, tensor.dtype) {
         (TensorData::Strings(strings), _) => {
             let width = strings.iter().map(|s| s.len()).max().unwrap_or(0).max(1);
@@ -353,6 +353,30 @@ fn npy_body(tensor: &Tensor) -> io::Result<(String, Vec<u8>)> {
         }
         (TensorData::Shared(_), _) => unreachable!("outputs are never in shared memory"),
     })
+}
+
+/// A version 1.0 `.npy` header (magic to newline) for `descr` and `shape`,
+/// padded with spaces to at least `min_len` bytes (then to a multiple of
+/// 64): rewriting a header in place with another first dimension keeps the
+/// data where it is. `None` when it does not fit version 1.0.
+pub(crate) fn header_v1(descr: &str, shape: &[u64], min_len: usize) -> Option<Vec<u8>> {
+    let shape = match shape {
+        [] => "()".to_string(),
+        [d] => format!("({d},)"),
+        dims => format!("({})", dims.iter().map(u64::to_string).collect::<Vec<_>>().join(", ")),
+    };
+    let mut header = format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': {shape}, }}");
+    let total = (10 + header.len() + 1).max(min_len).div_ceil(64) * 64;
+    if total - 10 > u16::MAX as usize {
+        return None;
+    }
+    header.push_str(&" ".repeat(total - 10 - header.len() - 1));
+    header.push('\n');
+    let mut bytes = MAGIC.to_vec();
+    bytes.extend_from_slice(&[1, 0]);
+    bytes.extend_from_slice(&(header.len() as u16).to_le_bytes());
+    bytes.extend_from_slice(header.as_bytes());
+    Some(bytes)
 }
 
 /// Writes a tensor in `.npy` format (version 1.0, or 2.0 for a huge header).

@@ -1,6 +1,7 @@
 //! Writing outputs as `DIR/<model id>/<output name>.npy`: each file is
 //! written under a temporary name in the same folder and renamed into place,
-//! so a reader never sees half a file.
+//! so a reader never sees half a file. [`StreamedOutputs`] writes an
+//! evaluation's outputs batch by batch the same way.
 //!
 //! Nothing is written through a symbolic link found below `DIR`: a link
 //! planted as `DIR/<model id>` (or any folder of a nested id) would send a
@@ -9,9 +10,10 @@
 //! the link itself, and the temporary file is created anew, never opened
 //! through a link. `DIR` itself is the user's choice and may be a link.
 
-use crate::npy::write_npy;
-use isorun_protocol::Tensor;
-use std::io::{self, Write};
+use crate::npy::{header_v1, npy_body, write_npy};
+use isorun_protocol::{Tensor, TensorData};
+use std::fs::File;
+use std::io::{self, Seek, Write};
 use std::path::{Path, PathBuf};
 
 /// Writes every output of one model.
@@ -82,6 +84,182 @@ fn model_folder(dir: &Path, model_id: &str) -> io::Result<PathBuf> {
 
 fn annotate(e: io::Error, path: &Path) -> io::Error {
     io::Error::new(e.kind(), format!("{}: {e}", path.display()))
+}
+
+/// Outputs written batch by batch (`isorun eval --output-dir`), so that
+/// nothing is kept in memory: each output's rows go to a temporary `.npy`
+/// in `DIR/<model id>/` whose header, written first with room for any row
+/// count, is rewritten with the final count by [`StreamedOutputs::finish`],
+/// which then renames every file into place. Dropped unfinished (a unit
+/// that failed part-way), it removes its temporary files: a failed unit
+/// leaves no output, as with `run`.
+pub struct StreamedOutputs {
+    folder: PathBuf,
+    files: Vec<Appended>,
+    finished: bool,
+}
+
+struct Appended {
+    name: String,
+    temporary: PathBuf,
+    file: io::BufWriter<File>,
+    descr: String,
+    /// Every dimension but the first.
+    row_shape: Vec<u64>,
+    rows: u64,
+    header_len: usize,
+}
+
+/// Room for a first dimension of any `u64`.
+const ROWS_ROOM: u64 = u64::MAX;
+
+impl StreamedOutputs {
+    /// Outputs of `model_id` under `dir` (created as [`write_outputs`] does).
+    pub fn create(dir: &Path, model_id: &str) -> io::Result<StreamedOutputs> {
+        Ok(StreamedOutputs { folder: model_folder(dir, model_id)?, files: Vec::new(), finished: false })
+    }
+
+    /// Appends one batch's outputs: the same names, dtypes and row shapes
+    /// every batch; strings (whose fixed width the first batch cannot know)
+    /// and scalars (which have no rows) are refused, naming the output.
+    pub fn append(&mut self, outputs: &[(String, Tensor)]) -> io::Result<()> {
+        let invalid = |message: String| io::Error::new(io::ErrorKind::InvalidData, message);
+        if !self.files.is_empty() && self.files.len() != outputs.len() {
+            return Err(invalid(format!("a batch has {} outputs, the first had {}", outputs.len(), self.files.len())));
+        }
+        for (index, (name, tensor)) in outputs.iter().enumerate() {
+            let target = self.folder.join(format!("{name}.npy"));
+            if matches!(tensor.data, TensorData::Strings(_)) {
+                return Err(annotate(
+                    invalid(format!("output {name} holds strings, which cannot be written batch by batch")),
+                    &target,
+                ));
+            }
+            let Some((&rows, row_shape)) = tensor.shape.split_first() else {
+                return Err(annotate(
+                    invalid(format!("output {name} is a scalar: it has no rows to write batch by batch")),
+                    &target,
+                ));
+            };
+            let (descr, data) = npy_body(tensor).map_err(|e| annotate(e, &target))?;
+            if index == self.files.len() {
+                let mut reserved = vec![ROWS_ROOM];
+                reserved.extend_from_slice(row_shape);
+                let header = header_v1(&descr, &reserved, 0).ok_or_else(|| {
+                    annotate(invalid(format!("output {name}: shape too long for a .npy header")), &target)
+                })?;
+                let temporary = self.folder.join(format!(".{name}.npy.tmp-{}", std::process::id()));
+                match std::fs::remove_file(&temporary) {
+                    Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(annotate(e, &temporary)),
+                    _ => {}
+                }
+                let file = std::fs::OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .open(&temporary)
+                    .map_err(|e| annotate(e, &temporary))?;
+                let mut file = io::BufWriter::new(file);
+                file.write_all(&header).map_err(|e| annotate(e, &temporary))?;
+                self.files.push(Appended {
+                    name: name.clone(),
+                    temporary,
+                    file,
+                    descr: descr.clone(),
+                    row_shape: row_shape.to_vec(),
+                    rows: 0,
+                    header_len: header.len(),
+                });
+            }
+            let appended = &mut self.files[index];
+            if appended.name != *name || appended.descr != descr || appended.row_shape != row_shape {
+                return Err(annotate(
+                    invalid(format!(
+                        "output {name} ({descr}, rows of {:?}) differs from the first batch's {} ({}, rows of {:?})",
+                        row_shape, appended.name, appended.descr, appended.row_shape
+                    )),
+                    &target,
+                ));
+            }
+            appended.file.write_all(&data).map_err(|e| annotate(e, &appended.temporary))?;
+            appended.rows += rows;
+        }
+        Ok(())
+    }
+
+    /// Fixes each header's row count, syncs, and renames every file into place.
+    pub fn finish(mut self) -> io::Result<()> {
+        self.finished = true;
+        for appended in &mut self.files {
+            let mut shape = vec![appended.rows];
+            shape.extend_from_slice(&appended.row_shape);
+            let header = header_v1(&appended.descr, &shape, appended.header_len).expect("fits: room was reserved");
+            debug_assert_eq!(header.len(), appended.header_len);
+            let result = (|| {
+                appended.file.flush()?;
+                let file = appended.file.get_mut();
+                file.seek(io::SeekFrom::Start(0))?;
+                file.write_all(&header)?;
+                file.sync_all()?;
+                std::fs::rename(&appended.temporary, self.folder.join(format!("{}.npy", appended.name)))
+            })();
+            result.map_err(|e| annotate(e, &appended.temporary))?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for StreamedOutputs {
+    fn drop(&mut self) {
+        if !self.finished {
+            for appended in &self.files {
+                let _ = std::fs::remove_file(&appended.temporary);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod streamed_tests {
+    use super::*;
+    use crate::npy::read_npy_file;
+    use isorun_protocol::DType;
+
+    fn rows(values: &[f32]) -> Tensor {
+        Tensor::dense(
+            DType::Float32,
+            vec![values.len() as u64 / 2, 2],
+            values.iter().flat_map(|v| v.to_le_bytes()).collect(),
+        )
+    }
+
+    #[test]
+    fn batches_become_one_npy_with_every_row() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut streamed = StreamedOutputs::create(dir.path(), "m").unwrap();
+        streamed.append(&[("y".into(), rows(&[1.0, 2.0, 3.0, 4.0]))]).unwrap();
+        streamed.append(&[("y".into(), rows(&[5.0, 6.0]))]).unwrap();
+        assert!(!dir.path().join("m/y.npy").exists(), "nothing in place before the end");
+        streamed.finish().unwrap();
+        let tensor = read_npy_file(&dir.path().join("m/y.npy")).unwrap();
+        assert_eq!(tensor.shape, [3, 2]);
+        assert_eq!(tensor, rows(&[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]));
+        assert_eq!(std::fs::read_dir(dir.path().join("m")).unwrap().count(), 1, "no temporary left");
+    }
+
+    #[test]
+    fn an_unfinished_or_inconsistent_stream_leaves_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut streamed = StreamedOutputs::create(dir.path(), "m").unwrap();
+        streamed.append(&[("y".into(), rows(&[1.0, 2.0]))]).unwrap();
+        let other = Tensor::dense(DType::Float32, vec![1, 3], vec![0; 12]);
+        let error = streamed.append(&[("y".into(), other)]).unwrap_err().to_string();
+        assert!(error.contains("differs from the first batch"), "{error}");
+        drop(streamed);
+        assert_eq!(std::fs::read_dir(dir.path().join("m")).unwrap().count(), 0);
+        let mut streamed = StreamedOutputs::create(dir.path(), "m").unwrap();
+        let error = streamed.append(&[("s".into(), Tensor::strings(vec![1], vec![b"a".to_vec()]))]).unwrap_err();
+        assert!(error.to_string().contains("holds strings"), "{error}");
+    }
 }
 
 #[cfg(test)]

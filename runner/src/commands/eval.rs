@@ -16,6 +16,7 @@ use isorun_engine::{Feed, FeedStream, FeedSummary, Model};
 use isorun_eval::{check, BatchReader, Bound, DataSpec, Dataset, Evaluator, MaxDrop, Metric, MetricsSpec, Targets};
 use isorun_protocol::{ErrorKind, ModelError, Outcome, Tensor};
 use isorun_tensors::json_input::signature_of;
+use isorun_tensors::output::StreamedOutputs;
 use serde_json::{json, Map, Value};
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
@@ -93,7 +94,11 @@ pub fn main(args: EvalArgs, quiet: bool) -> Result<i32, String> {
     );
     let mut settings = report_settings(&run, &run_settings);
     settings["eval"] = eval_settings(&eval, &dataset, batch_size);
+    if let Some(dir) = &run.output_dir {
+        std::fs::create_dir_all(dir).map_err(|e| format!("--output-dir {}: cannot create: {e}", dir.display()))?;
+    }
     let feed = EvalFeed {
+        output_dir: run.output_dir.clone(),
         dataset,
         spec,
         slices: eval.slices.clone(),
@@ -127,11 +132,10 @@ fn refuse_run_only_flags(run: &RunArgs) -> Result<(), String> {
         ("--inputs-dir", run.inputs_dir.is_some()),
         ("--expect", run.expect.is_some()),
         ("--values", run.values),
-        ("--output-dir", run.output_dir.is_some()),
     ];
     match given.iter().find(|(_, given)| *given) {
         Some((flag, _)) => {
-            Err(format!("eval does not take {flag}: its inputs come from --data, and it keeps metrics, not outputs"))
+            Err(format!("eval does not take {flag}: its inputs come from --data (--output-dir writes the outputs)"))
         }
         None => Ok(()),
     }
@@ -227,6 +231,8 @@ fn eval_settings(eval: &EvalOptions, dataset: &Dataset, batch_size: u64) -> Valu
 
 /// Opens each model's stream: its signature decides how the data feeds it.
 struct EvalFeed {
+    /// `--output-dir`: every batch's outputs, appended as they come.
+    output_dir: Option<std::path::PathBuf>,
     dataset: Dataset,
     spec: MetricsSpec,
     slices: Vec<String>,
@@ -245,7 +251,11 @@ impl Feed for EvalFeed {
         let evaluator = Evaluator::new(&self.spec, &info, &self.slices)
             .map_err(|e| Outcome::Error(ModelError::new(ErrorKind::Evaluation, with_causes(&e))))?;
         let baseline = self.baseline.as_ref().map(|b| b.models.get(&model.id).cloned());
-        Ok(Box::new(EvalStream { reader, evaluator, targets: None, rules: &self.rules, baseline }))
+        let outputs = match &self.output_dir {
+            Some(dir) => Some(StreamedOutputs::create(dir, &model.id).map_err(output_error)?),
+            None => None,
+        };
+        Ok(Box::new(EvalStream { reader, evaluator, targets: None, rules: &self.rules, baseline, outputs }))
     }
 }
 
@@ -258,6 +268,12 @@ struct EvalStream<'a> {
     rules: &'a Rules,
     /// `None`: no baseline given; `Some(None)`: the model is new.
     baseline: Option<Option<BTreeMap<String, f64>>>,
+    /// `--output-dir`: the outputs so far, put in place when the unit ends well.
+    outputs: Option<StreamedOutputs>,
+}
+
+fn output_error(e: std::io::Error) -> Outcome {
+    Outcome::Error(ModelError::new(ErrorKind::OutputWrite, e.to_string()))
 }
 
 impl FeedStream for EvalStream<'_> {
@@ -277,10 +293,19 @@ impl FeedStream for EvalStream<'_> {
         };
         self.evaluator
             .update(&outputs, &targets)
-            .map_err(|e| Outcome::Error(ModelError::new(ErrorKind::Evaluation, with_causes(&e))))
+            .map_err(|e| Outcome::Error(ModelError::new(ErrorKind::Evaluation, with_causes(&e))))?;
+        match &mut self.outputs {
+            Some(streamed) => streamed.append(&outputs).map_err(output_error),
+            None => Ok(()),
+        }
     }
 
-    fn finish(&mut self) -> FeedSummary {
+    fn finish(&mut self, ok: bool) -> FeedSummary {
+        // Outputs go in place only for a unit that went through every batch.
+        let written = match (ok, self.outputs.take()) {
+            (true, Some(streamed)) => streamed.finish().map_err(output_error).err(),
+            _ => None,
+        };
         let evaluation = self.evaluator.finish();
         let mut fields = match evaluation.to_json() {
             Value::Object(map) => map,
@@ -308,7 +333,7 @@ impl FeedStream for EvalStream<'_> {
                 Some(metrics)
             }
         };
-        let outcome =
+        let breach =
             check(&evaluation, &self.rules.bounds, &self.rules.drops, baseline).map(|breach| Outcome::BelowThreshold {
                 metric: breach.metric,
                 rule: breach.rule,
@@ -316,6 +341,7 @@ impl FeedStream for EvalStream<'_> {
                 value: breach.value,
                 baseline: breach.baseline,
             });
+        let outcome = written.or(breach);
         FeedSummary { examples: evaluation.examples, fields, outcome }
     }
 }

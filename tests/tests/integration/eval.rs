@@ -462,3 +462,35 @@ fn the_supervisor_s_memory_does_not_grow_with_the_dataset() {
     // 64 MiB, plus a few batches of 65536 rows (768 KiB each), plus slack.
     assert!(peak_mib < 96.0, "the supervisor peaked at {peak_mib} MiB for a {dataset_mib:.0} MiB dataset");
 }
+
+#[test]
+fn output_dir_writes_every_batch_s_outputs_and_a_failed_model_leaves_none() {
+    let dir = tempfile::tempdir().unwrap();
+    let dataset = npy_dataset(dir.path(), 1000, None);
+    let out = dir.path().join("out");
+    let ran = run(isorun()
+        .arg("eval")
+        .arg(model("echo"))
+        .arg("--data")
+        .arg(&dataset)
+        .args(["--label", "label", "--batch-size", "64", "-j", "1", "--json", "--metric", "accuracy", "--output-dir"])
+        .arg(&out));
+    assert_eq!(ran.record("echo")["status"], "ok", "{}", ran.stdout);
+    // The echo model's output is its input: the file holds the 1000 rows, in order.
+    let written = isorun_tensors::npy::read_npy_file(&out.join("echo").join("x.npy")).unwrap();
+    let given = isorun_tensors::npy::read_npy_file(&dataset.join("x.npy")).unwrap();
+    assert_eq!(written, given);
+    // fails_late gets through 700 examples (seven batches written) before it fails: nothing stays.
+    let out = dir.path().join("out-failed");
+    let ran = run(isorun()
+        .arg("eval")
+        .arg(model("fails_late"))
+        .arg("--data")
+        .arg(data("data.tfrecord"))
+        .args(["--label", "label_bin", "--batch-size", "100", "-j", "1", "--json", "--output-dir"])
+        .arg(&out));
+    let record = ran.record("fails_late");
+    assert_eq!((record["status"].as_str(), record["examples"].as_u64()), (Some("error"), Some(700)), "{record}");
+    let left: Vec<_> = std::fs::read_dir(out.join("fails_late")).unwrap().flatten().map(|e| e.file_name()).collect();
+    assert!(left.is_empty(), "a failed model leaves no output, not even a temporary: {left:?}");
+}
