@@ -494,3 +494,42 @@ fn output_dir_writes_every_batch_s_outputs_and_a_failed_model_leaves_none() {
     let left: Vec<_> = std::fs::read_dir(out.join("fails_late")).unwrap().flatten().map(|e| e.file_name()).collect();
     assert!(left.is_empty(), "a failed model leaves no output, not even a temporary: {left:?}");
 }
+
+#[test]
+fn batch_timeout_bounds_each_batch_and_timeout_the_whole_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let dataset = npy_dataset(dir.path(), 1000, None);
+    // The fault worker echoes, like the echo model, after sleeping this many ms per batch.
+    let slow = |ms: u64| {
+        let folder = dir.path().join(format!("fault-slow-{ms}"));
+        copy_dir(&model("echo"), &folder);
+        folder
+    };
+    let eval_slow = |folder: &Path, limits: &[&str]| {
+        let started = Instant::now();
+        let ran = run(isorun()
+            .env("ISORUN_WORKER", bin("isorun-fault-worker"))
+            .arg("eval")
+            .arg(folder)
+            .arg("--data")
+            .arg(&dataset)
+            .args(["--label", "label", "--batch-size", "100", "-j", "1", "--json", "--metric", "accuracy"])
+            .args(limits));
+        (ran, started.elapsed())
+    };
+    // Each batch takes 3 s; a batch may take 1 s.
+    let (ran, took) = eval_slow(&slow(3000), &["--batch-timeout", "1"]);
+    let record = ran.record("fault-slow-3000");
+    assert_eq!((record["status"].as_str(), record["phase"].as_str()), (Some("timeout"), Some("run")), "{record}");
+    assert_eq!(record["examples"], 0, "{record}");
+    assert!(took < Duration::from_secs(10), "took {took:?}");
+    // Each of the ten batches takes 0.4 s: fine for --batch-timeout 1, not for --timeout 2 over the whole model.
+    let (ran, _) = eval_slow(&slow(400), &["--batch-timeout", "1"]);
+    assert_eq!(ran.record("fault-slow-400")["status"], "ok", "{}", ran.stdout);
+    let (ran, took) = eval_slow(&slow(400), &["--timeout", "2"]);
+    let record = ran.record("fault-slow-400");
+    assert_eq!(record["status"], "timeout", "{record}");
+    let examples = record["examples"].as_u64().unwrap();
+    assert!((100..1000).contains(&examples), "part of the data went through: {record}");
+    assert!(took < Duration::from_secs(10), "took {took:?}");
+}

@@ -619,3 +619,39 @@ fn run_writes_the_reports_it_is_asked_for() {
     assert!(roxmltree::Document::parse(&std::fs::read_to_string(&junit).unwrap()).is_ok());
     assert!(std::fs::read_to_string(&html).unwrap().starts_with("<!DOCTYPE html>"));
 }
+
+#[test]
+fn an_eval_report_renders_its_metrics_charts_and_slices_in_headless_chromium() {
+    let Some(chromium) = chromium() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/eval");
+    let page = tmp.path().join("eval.html");
+    let ran = run(isorun()
+        .arg("eval")
+        .arg(examples.join("models"))
+        .arg("--data")
+        .arg(examples.join("iris.tfrecord"))
+        .args(["--label", "species", "--slice", "petal", "--metric", "accuracy", "--metric", "log_loss", "--json"])
+        .arg("--html")
+        .arg(&page));
+    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    let url = format!("file://{}", page.display());
+    let dumped = headless_chromium(chromium, tmp.path(), "eval-dom", &["--dump-dom".into()], &url);
+    assert_eq!(console_messages(&dumped.stderr), Vec::<&str>::new(), "{}", dumped.stderr);
+    let dom = dumped.stdout;
+    assert!(dom.contains("data-isorun-ready=\"2\""), "the script did not finish");
+    let metrics = &dom[dom.find("<table id=\"metrics\">").expect("a metrics table")..];
+    let metrics = &metrics[..metrics.find("</table>").unwrap()];
+    for model in ["iris_e002", "iris_e100"] {
+        assert!(metrics.contains(&format!("<code>{model}</code>")), "{metrics}");
+    }
+    let accuracy = ran.record("iris_e100")["metrics"]["accuracy"].as_f64().unwrap();
+    assert!(metrics.contains(&format!("{accuracy:.4}")), "{metrics}");
+    for chart in ["chart-metric-accuracy", "chart-metric-log_loss"] {
+        let svg = &dom[dom.find(&format!("id=\"{chart}\"")).unwrap_or_else(|| panic!("no {chart}"))..];
+        let svg = &svg[..svg.find("</svg>").unwrap()];
+        assert_eq!(svg.matches("<rect class=\"bar").count(), 2, "a bar per model in {chart}");
+    }
+    assert_eq!(dom.matches("<table class=\"slices\">").count(), 2, "each model's slices by petal");
+    assert!(dom.contains("<code>long</code>") && dom.contains("<code>short</code>"));
+}
