@@ -312,7 +312,9 @@ impl FeedStream for EvalStream<'_> {
             _ => Map::new(),
         };
         // `examples` is the engine's field; the rest is the evaluation's.
+        // Keys that do not apply are left out, as everywhere in records.
         fields.remove("examples");
+        fields.retain(|_, value| !value.is_null() && *value != json!({}));
         if self.reader.skipped() > 0 {
             fields.insert("skipped_corrupt".into(), json!(self.reader.skipped()));
         }
