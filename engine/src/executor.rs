@@ -39,6 +39,7 @@ pub(crate) fn run_all(
     let per_worker = settings.models_per_worker.max(1);
     let batches: VecDeque<Vec<usize>> =
         (0..models.len()).collect::<Vec<_>>().chunks(per_worker).map(<[usize]>::to_vec).collect();
+    let few_units = batches.len() <= settings.jobs.max(1);
     let queue = Mutex::new(batches);
     let worker_ids = AtomicU64::new(0);
     let zygote_broken = AtomicBool::new(false);
@@ -64,6 +65,7 @@ pub(crate) fn run_all(
                 worker_ids: &worker_ids,
                 tensorflow_version,
                 zygote_broken: &zygote_broken,
+                few_units,
             };
             let queue = &queue;
             std::thread::Builder::new()
@@ -111,6 +113,9 @@ struct Slot<'a> {
     tensorflow_version: &'a OnceLock<String>,
     /// Set when zygotes do not work here: every slot then execs workers.
     zygote_broken: &'a AtomicBool,
+    /// No more worker batches than slots: each slot starts at most one
+    /// worker (retries aside), so `SpawnMode::Auto` execs it.
+    few_units: bool,
 }
 
 /// How a unit in a live worker ended: the report, and whether the worker can take another.
@@ -139,7 +144,23 @@ impl Slot<'_> {
     }
 
     fn spawn_worker_process(&self, zygote: &mut Option<Arc<Zygote>>) -> std::io::Result<WorkerProcess> {
-        if self.settings.spawn_mode == SpawnMode::Zygote && !self.zygote_broken.load(Ordering::SeqCst) {
+        let forking = match self.settings.spawn_mode {
+            SpawnMode::Exec => false,
+            SpawnMode::Zygote => true,
+            SpawnMode::Auto if self.few_units => false,
+            SpawnMode::Auto => {
+                if zygote.is_none() && !self.zygote_broken.load(Ordering::SeqCst) {
+                    // The zygote loads libtensorflow while this first worker, exec'd, runs.
+                    match Zygote::start(&self.spawn) {
+                        Ok(z) => *zygote = Some(Arc::new(z)),
+                        Err(e) => tracing::info!("cannot start the zygote: {e}"),
+                    }
+                    return WorkerProcess::spawn(&self.spawn);
+                }
+                true
+            }
+        };
+        if forking && !self.zygote_broken.load(Ordering::SeqCst) {
             let mut reason = String::new();
             for _ in 0..2 {
                 if !zygote.as_ref().is_some_and(|z| z.alive()) {
@@ -252,6 +273,7 @@ impl Slot<'_> {
                 let mut report = end.report;
                 report.worker_id = Some(worker_id);
                 report.worker_pid = Some(worker.pid);
+                report.worker_forked = Some(worker.forked());
                 last = Some((report, unit_started, cpu_before));
                 cpu_before = cpu_now;
                 if !end.worker_usable {

@@ -12,9 +12,14 @@ use std::time::Duration;
 /// How workers are started.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum SpawnMode {
+    /// The first result as fast as exec, the rest as fast as a fork: a run
+    /// with no more units than slots execs its workers (a zygote would only
+    /// add its start to the first result); otherwise each slot execs its
+    /// first worker while its zygote starts, and forks the rest from it.
+    #[default]
+    Auto,
     /// Fork each worker from a per-slot zygote that has loaded libtensorflow
     /// once (fast); falls back to exec where forking does not work.
-    #[default]
     Zygote,
     /// Exec each worker.
     Exec,
@@ -105,7 +110,7 @@ impl Settings {
                     gpu: None,
                 },
                 gpus: Vec::new(),
-                spawn_mode: SpawnMode::Zygote,
+                spawn_mode: SpawnMode::Auto,
                 sandbox: None,
                 signature: "serving_default".into(),
                 tags: vec!["serve".into()],

@@ -30,6 +30,8 @@ pub struct UnitReport {
     pub peak_rss_bytes: Option<u64>,
     pub worker_id: Option<u64>,
     pub worker_pid: Option<i32>,
+    /// The worker was forked from a zygote (`false`: exec'd).
+    pub worker_forked: Option<bool>,
     /// The device the unit's worker was bound to (`--gpus` only).
     pub gpu: Option<String>,
     /// The worker's highest GPU memory during the unit (NVML).
@@ -81,6 +83,7 @@ impl UnitReport {
             peak_rss_bytes: None,
             worker_id: None,
             worker_pid: None,
+            worker_forked: None,
             gpu: None,
             gpu_peak_bytes: None,
             gpu_return: None,

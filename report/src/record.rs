@@ -49,6 +49,9 @@ pub fn unit_record(model: &Model, report: &UnitReport) -> Value {
     if let Some(id) = report.worker_id {
         r.insert("worker_id".into(), json!(id));
     }
+    if let Some(forked) = report.worker_forked {
+        r.insert("worker_start".into(), json!(if forked { "fork" } else { "exec" }));
+    }
     gpu_fields(&mut r, report);
     if !report.attempts.is_empty() {
         r.insert("attempts".into(), Value::Array(report.attempts.iter().map(attempt_record).collect()));

@@ -225,6 +225,9 @@ pub enum SandboxMode {
 /// How workers are started.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum SpawnMode {
+    /// Exec when there are no more models than slots, else exec each slot's first worker while its
+    /// zygote starts and fork the rest: the first result as fast as exec, the rest as fast as fork.
+    Auto,
     /// Fork each worker from a per-slot zygote (falls back to exec where that fails).
     Zygote,
     /// Exec a fresh worker process for each unit.
@@ -329,7 +332,7 @@ pub struct RunArgs {
         long,
         value_enum,
         value_name = "MODE",
-        default_value = "zygote",
+        default_value = "auto",
         env = "ISORUN_SPAWN",
         help_heading = "Workers"
     )]

@@ -106,6 +106,7 @@ pub fn run_settings(args: &RunArgs) -> Result<RunSettings, String> {
         .spawn(spawn)
         .gpus(gpus)
         .spawn_mode(match args.spawn {
+            SpawnFlag::Auto => SpawnMode::Auto,
             SpawnFlag::Zygote => SpawnMode::Zygote,
             SpawnFlag::Exec => SpawnMode::Exec,
         })

@@ -234,6 +234,11 @@ impl WorkerProcess {
         self.reap_timeout = timeout;
     }
 
+    /// Forked from a zygote (rather than exec'd).
+    pub fn forked(&self) -> bool {
+        matches!(self.kind, Kind::Forked { .. })
+    }
+
     /// Queues a request for delivery.
     pub fn send(&self, envelope: RequestEnvelope) -> Result<(), String> {
         self.requests.send(envelope).map_err(|_| "the worker's channel is closed".to_string())

@@ -2,9 +2,10 @@
 //! files, stdin and the command line, TF Serving versions, a closed stdout,
 //! and the generated completions and man page.
 
-use crate::util::{bin, fake_models, fixtures, isorun, isorun_fault, processes_mentioning, run, write_input};
+use crate::util::{bin, fake_models, fixtures, isorun, isorun_fault, processes_mentioning, run, write_input, Ran};
 use serde_json::json;
 use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 
 #[test]
@@ -234,4 +235,32 @@ fn a_large_input_travels_through_shared_memory_intact() {
     for (i, chunk) in y.chunks_exact(4).enumerate() {
         assert_eq!(f32::from_le_bytes(chunk.try_into().unwrap()), values[i] * 2.0 + 1.0, "element {i}");
     }
+}
+
+/// How each unit's worker started, in model order.
+fn worker_starts(ran: &Ran) -> Vec<String> {
+    ran.records.iter().map(|r| r["worker_start"].as_str().unwrap_or("?").to_string()).collect()
+}
+
+#[test]
+fn spawn_auto_execs_a_lone_model_and_forks_the_rest_after_the_first() {
+    let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples");
+    let inputs = examples.join("inputs.npz");
+    let spawn = |models: &[PathBuf], mode: Option<&str>| {
+        let mut command = isorun();
+        command.arg("run").args(models).arg("--inputs").arg(&inputs).args(["-j", "1", "--json"]);
+        if let Some(mode) = mode {
+            command.args(["--spawn", mode]);
+        }
+        run(&mut command)
+    };
+    let one = [examples.join("models/linear_regressor")];
+    let three = [examples.join("models")];
+    // The default: one model, one slot: exec'd, no zygote on the first result's path.
+    assert_eq!(worker_starts(&spawn(&one, None)), ["exec"]);
+    // More models than slots: the first exec'd while the zygote starts, the rest forked.
+    assert_eq!(worker_starts(&spawn(&three, None)), ["exec", "fork", "fork"]);
+    // --spawn still forces either.
+    assert_eq!(worker_starts(&spawn(&one, Some("zygote"))), ["fork"]);
+    assert_eq!(worker_starts(&spawn(&three, Some("exec"))), ["exec", "exec", "exec"]);
 }
