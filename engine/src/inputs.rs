@@ -23,7 +23,8 @@ pub struct PreparedInputs {
 
 impl PreparedInputs {
     pub fn new(inputs: Inputs, per_model_dir: Option<PathBuf>) -> PreparedInputs {
-        let mut shared = Vec::new();
+        // Regions already made from large `.npy` files come first; their tensors name them.
+        let mut shared = inputs.shared;
         let tensors = inputs
             .tensors
             .into_iter()
@@ -54,7 +55,13 @@ impl PreparedInputs {
             hasher.update(format!("{:?}", tensor.shape).as_bytes());
             match &tensor.data {
                 TensorData::Dense(bytes) => hasher.update(bytes),
-                TensorData::Shared(i) => hasher.update(&self.shared[*i as usize][..]),
+                // Read through the region's descriptor: hashing a large input
+                // must not make it resident in the supervisor.
+                TensorData::Shared(i) => {
+                    if self.shared[*i as usize].read_chunks(|chunk| hasher.update(chunk)).is_err() {
+                        hasher.update(&self.shared[*i as usize][..]);
+                    }
+                }
                 TensorData::Strings(strings) => {
                     for s in strings {
                         hasher.update((s.len() as u64).to_le_bytes());

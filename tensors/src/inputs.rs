@@ -1,10 +1,13 @@
 //! The inputs given on the command line, read once before any work starts:
 //! a bad file is a usage error (exit 2) naming it, not a failure of every
-//! model. `.npy` and `.npz` become tensors at once; JSON (files, stdin,
-//! inline `@JSON`) waits for each model's signature, which gives its dtypes.
+//! model. `.npy` and `.npz` become tensors at once (a large `.npy` straight
+//! into the shared region every worker maps, never through this process's
+//! memory); JSON (files, stdin, inline `@JSON`) waits for each model's
+//! signature, which gives its dtypes.
 
-use crate::npy::{read_npy_file, read_npz_file, NpyError};
-use isorun_protocol::Tensor;
+use crate::npy::{read_npy_file_shared, read_npz_file_shared, NpyError};
+use isorun_protocol::{Tensor, TensorData};
+use isorun_transport::{SharedMemory, SHARED_THRESHOLD};
 use serde_json::Value;
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -34,6 +37,9 @@ pub enum InputError {
 pub struct Inputs {
     pub tensors: Vec<(String, Tensor)>,
     pub json: Vec<(String, Value)>,
+    /// Regions of the large `.npy` inputs read straight into shared
+    /// memory, which their tensors name as `TensorData::Shared(index)`.
+    pub shared: Vec<SharedMemory>,
 }
 
 /// Reads `--inputs` files (or `-` for stdin) and `--input NAME=...` pairs.
@@ -59,7 +65,11 @@ pub fn load_inputs(pairs: &[String], files: &[PathBuf]) -> Result<Inputs, InputE
                 inputs.json.push((name, value));
             }
         } else if has_extension(file, "npz") {
-            for (name, tensor) in read_npz_file(file)? {
+            for (name, mut tensor, region) in read_npz_file_shared(file, SHARED_THRESHOLD as u64)? {
+                if let Some(region) = region {
+                    inputs.shared.push(region);
+                    tensor.data = TensorData::Shared(inputs.shared.len() as u32 - 1);
+                }
                 claim(&name, source.clone())?;
                 inputs.tensors.push((name, tensor));
             }
@@ -88,7 +98,11 @@ pub fn load_inputs(pairs: &[String], files: &[PathBuf]) -> Result<Inputs, InputE
         let path = Path::new(what);
         let source = path.display().to_string();
         if has_extension(path, "npy") {
-            let tensor = read_npy_file(path)?;
+            let (mut tensor, region) = read_npy_file_shared(path, SHARED_THRESHOLD as u64)?;
+            if let Some(region) = region {
+                inputs.shared.push(region);
+                tensor.data = TensorData::Shared(inputs.shared.len() as u32 - 1);
+            }
             claim(name, source)?;
             inputs.tensors.push((name.to_string(), tensor));
         } else if has_extension(path, "json") {

@@ -40,11 +40,99 @@ pub fn read_npy_file(path: &Path) -> Result<Tensor, NpyError> {
     read_npy(io::BufReader::new(file), len, path)
 }
 
+/// Reads one `.npy` file whose data (at least `threshold` bytes, in a
+/// byte order and dtype that need no conversion) goes straight into a
+/// sealed shared region, which the kernel fills from the file: the tensor
+/// comes back as `TensorData::Shared(0)` with that region, and the
+/// caller's memory does not grow with it. Other files are read as
+/// [`read_npy_file`] reads them (no region).
+pub fn read_npy_file_shared(
+    path: &Path,
+    threshold: u64,
+) -> Result<(Tensor, Option<isorun_transport::SharedMemory>), NpyError> {
+    let io_error = |source| NpyError::Io { path: path.to_path_buf(), source };
+    let file = File::open(path).map_err(io_error)?;
+    let len = file.metadata().map_err(io_error)?.len();
+    let mut reader = io::BufReader::new(&file);
+    let NpyHeader { element, shape, data_len } = read_npy_header(&mut reader, len, path)?;
+    let data_start = io::Seek::stream_position(&mut reader).map_err(io_error)?;
+    match element {
+        Element::Dense(dtype, false) if dtype != DType::Bool && data_len >= threshold => {
+            let region = isorun_transport::SharedMemory::from_file(&file, data_start, data_len).map_err(io_error)?;
+            let tensor = Tensor { dtype, shape, data: TensorData::Shared(0) };
+            Ok((tensor, Some(region)))
+        }
+        _ => Ok((read_npy_file(path)?, None)),
+    }
+}
+
 /// Reads every array of an `.npz` file, as `(key, tensor)` sorted by key.
 pub fn read_npz_file(path: &Path) -> Result<Vec<(String, Tensor)>, NpyError> {
     let io_error = |source| NpyError::Io { path: path.to_path_buf(), source };
     let file = File::open(path).map_err(io_error)?;
     read_npz(io::BufReader::new(file), path)
+}
+
+/// Reads every array of an `.npz` file, as [`read_npz_file`] does, except
+/// that a large array stored uncompressed (`np.savez`, not
+/// `np.savez_compressed`) in a byte order and dtype that need no
+/// conversion goes straight from the file into a sealed shared region, as
+/// [`read_npy_file_shared`] does: its tensor is `TensorData::Shared(0)`,
+/// with the region beside it.
+pub fn read_npz_file_shared(
+    path: &Path,
+    threshold: u64,
+) -> Result<Vec<(String, Tensor, Option<isorun_transport::SharedMemory>)>, NpyError> {
+    let io_error = |source| NpyError::Io { path: path.to_path_buf(), source };
+    let file = File::open(path).map_err(io_error)?;
+    let mut archive = zip::ZipArchive::new(io::BufReader::new(&file))
+        .map_err(|e| format_error(path, format!("not a valid .npz (zip) archive: {e}")))?;
+    let mut arrays = Vec::new();
+    for i in 0..archive.len() {
+        let mut entry = archive.by_index(i).map_err(|e| format_error(path, format!("entry {i}: {e}")))?;
+        let name = entry.name().to_string();
+        let Some(key) = name.strip_suffix(".npy") else {
+            return Err(format_error(path, format!("entry '{name}' is not an .npy array")));
+        };
+        let (size, entry_path) = (entry.size(), path.join(&name));
+        let stored = entry.compression() == zip::CompressionMethod::Stored && entry.compressed_size() == size;
+        if stored && size >= threshold {
+            let data_start = entry.data_start();
+            let mut counted = CountingReader { inner: &mut entry, read: 0 };
+            let NpyHeader { element, shape, data_len } = read_npy_header(&mut counted, size, &entry_path)?;
+            let header_len = counted.read;
+            if let Element::Dense(dtype, false) = element {
+                if dtype != DType::Bool && data_len >= threshold {
+                    let region = isorun_transport::SharedMemory::from_file(&file, data_start + header_len, data_len)
+                        .map_err(io_error)?;
+                    arrays.push((key.to_string(), Tensor { dtype, shape, data: TensorData::Shared(0) }, Some(region)));
+                    continue;
+                }
+            }
+            drop(entry);
+            // Not one to share: read it as usual, from its start.
+            let entry = archive.by_index(i).map_err(|e| format_error(path, format!("entry {i}: {e}")))?;
+            arrays.push((key.to_string(), read_npy(entry, size, &entry_path)?, None));
+            continue;
+        }
+        arrays.push((key.to_string(), read_npy(entry, size, &entry_path)?, None));
+    }
+    arrays.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(arrays)
+}
+
+/// Counts the bytes read through it (an `.npy` header's length in an entry).
+struct CountingReader<R> {
+    inner: R,
+    read: u64,
+}
+
+impl<R: Read> Read for CountingReader<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.read += n as u64;
+        Ok(n)
+    }
 }
 
 /// Reads every array of an `.npz` archive (named `path` in errors), as
@@ -417,6 +505,51 @@ mod tests {
 
     fn tensor_bytes(tensor: &Tensor) -> usize {
         npy_body(tensor).unwrap().1.len()
+    }
+
+    #[test]
+    fn large_stored_npz_and_npy_arrays_go_straight_to_shared_memory_with_the_same_bytes() {
+        let dir = tempfile::tempdir().unwrap();
+        let big = Tensor::dense(
+            DType::Float32,
+            vec![50_000],
+            (0..50_000u32).flat_map(|i| (i as f32).to_le_bytes()).collect(),
+        );
+        let flags = Tensor::dense(DType::Bool, vec![100_000], vec![1; 100_000]);
+        let small = Tensor::dense(DType::Int32, vec![2], vec![1, 0, 0, 0, 2, 0, 0, 0]);
+        let npz = dir.path().join("inputs.npz");
+        for method in [zip::CompressionMethod::Stored, zip::CompressionMethod::Deflated] {
+            let mut writer = zip::ZipWriter::new(File::create(&npz).unwrap());
+            let options = zip::write::SimpleFileOptions::default().compression_method(method);
+            for (name, tensor) in [("big", &big), ("flags", &flags), ("small", &small)] {
+                writer.start_file(format!("{name}.npy"), options).unwrap();
+                write_npy(&mut writer, tensor).unwrap();
+            }
+            writer.finish().unwrap();
+            let plain = read_npz_file(&npz).unwrap();
+            let shared = read_npz_file_shared(&npz, 65_536).unwrap();
+            assert_eq!(shared.len(), 3);
+            for ((name, dense), (shared_name, tensor, region)) in plain.iter().zip(&shared) {
+                assert_eq!(name, shared_name);
+                match (name.as_str(), method, region) {
+                    // Only a large, stored, conversion-free array is shared.
+                    ("big", zip::CompressionMethod::Stored, Some(region)) => {
+                        assert_eq!(tensor.data, TensorData::Shared(0));
+                        assert_eq!((tensor.dtype, &tensor.shape), (dense.dtype, &dense.shape));
+                        let TensorData::Dense(bytes) = &dense.data else { panic!() };
+                        assert_eq!(&region[..], &bytes[..]);
+                    }
+                    (_, _, None) => assert_eq!(tensor, dense, "{name} ({method:?}) is read as usual"),
+                    other => panic!("{name} ({method:?}): unexpected {:?}", other.2),
+                }
+            }
+        }
+        let npy = dir.path().join("big.npy");
+        write_npy(File::create(&npy).unwrap(), &big).unwrap();
+        let (tensor, region) = read_npy_file_shared(&npy, 65_536).unwrap();
+        let TensorData::Dense(bytes) = &big.data else { panic!() };
+        assert_eq!(&region.expect("shared")[..], &bytes[..]);
+        assert_eq!(tensor.shape, big.shape);
     }
 
     #[test]

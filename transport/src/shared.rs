@@ -5,7 +5,7 @@
 //! fault by truncating the file behind its mapping. It travels as a file
 //! descriptor (`SCM_RIGHTS`) on the worker's socket (`request.rs`).
 
-use std::io::{self, Write};
+use std::io::{self, Read, Write};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::sync::Arc;
 
@@ -58,6 +58,63 @@ impl SharedMemory {
         SharedMemory::from_fd(file.into())
     }
 
+    /// A new sealed region holding `len` bytes of `file` from `offset`,
+    /// copied by the kernel (`sendfile`, or a 1 MiB buffer where it cannot
+    /// be used): the caller's memory does not grow with `len`, since the
+    /// region's pages are mapped here but never touched. What `.npy` inputs
+    /// use, so that the supervisor never holds a large input twice.
+    pub fn from_file(file: &std::fs::File, offset: u64, len: u64) -> io::Result<SharedMemory> {
+        // SAFETY: a constant name; the descriptor is owned at once.
+        let fd = unsafe { libc::memfd_create(c"isorun-input".as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: a new descriptor, ours alone.
+        let region = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(fd) });
+        let mut position = libc::off_t::try_from(offset).map_err(|_| io::Error::other("offset too large"))?;
+        let mut left = len;
+        while left > 0 {
+            let chunk = left.min(1 << 30) as usize;
+            // SAFETY: both descriptors are open; sendfile writes `position`.
+            let sent = unsafe { libc::sendfile(region.as_raw_fd(), file.as_raw_fd(), &mut position, chunk) };
+            if sent < 0 {
+                let error = io::Error::last_os_error();
+                if matches!(error.raw_os_error(), Some(libc::EINVAL | libc::ENOSYS)) {
+                    copy_with_buffer(file, &region, position as u64, left)?;
+                    break;
+                }
+                return Err(error);
+            }
+            if sent == 0 {
+                return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "the file ended before its data"));
+            }
+            left -= sent as u64;
+        }
+        // SAFETY: fcntl on a descriptor we own.
+        if unsafe { libc::fcntl(region.as_raw_fd(), libc::F_ADD_SEALS, SEALS) } < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        SharedMemory::from_fd(region.into())
+    }
+
+    /// Feeds the region's bytes to `each` in chunks read through its
+    /// descriptor, without touching the mapping (so without making the
+    /// region resident in this process): for digests of large inputs.
+    pub fn read_chunks(&self, mut each: impl FnMut(&[u8])) -> io::Result<()> {
+        let mut buffer = vec![0u8; (1 << 20).min(self.mapping.len.max(1))];
+        let mut offset = 0u64;
+        let file = std::fs::File::from(self.mapping.fd.try_clone()?);
+        while offset < self.mapping.len as u64 {
+            let n = std::os::unix::fs::FileExt::read_at(&file, &mut buffer, offset)?;
+            if n == 0 {
+                break;
+            }
+            each(&buffer[..n]);
+            offset += n as u64;
+        }
+        Ok(())
+    }
+
     /// Maps a region received from the supervisor (read only, its whole size).
     pub fn from_fd(fd: OwnedFd) -> io::Result<SharedMemory> {
         // SAFETY: fstat writes only into stat.
@@ -102,6 +159,17 @@ impl std::fmt::Debug for SharedMemory {
     }
 }
 
+/// `len` bytes of `from` at `offset`, appended to `to` through a 1 MiB buffer.
+fn copy_with_buffer(from: &std::fs::File, mut to: &std::fs::File, offset: u64, len: u64) -> io::Result<()> {
+    let mut reader = io::BufReader::with_capacity(1 << 20, from.try_clone()?);
+    io::Seek::seek(&mut reader, io::SeekFrom::Start(offset))?;
+    let copied = io::copy(&mut reader.take(len), &mut to)?;
+    if copied < len {
+        return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "the file ended before its data"));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -118,5 +186,20 @@ mod tests {
         assert_eq!(&again[..], b"hello shared");
         let empty = SharedMemory::from_bytes(b"").unwrap();
         assert!(empty.is_empty());
+    }
+
+    #[test]
+    fn a_region_made_from_part_of_a_file_holds_that_part_sealed() {
+        let mut file = tempfile::tempfile().unwrap();
+        let data: Vec<u8> = (0..3_000_000u32).map(|i| (i % 251) as u8).collect();
+        file.write_all(&data).unwrap();
+        let region = SharedMemory::from_file(&file, 1000, 2_000_000).unwrap();
+        assert_eq!(&region[..], &data[1000..2_001_000]);
+        let mut chunks = Vec::new();
+        region.read_chunks(|chunk| chunks.extend_from_slice(chunk)).unwrap();
+        assert_eq!(chunks, &data[1000..2_001_000]);
+        let mut writable = std::fs::File::from(region.fd().try_clone_to_owned().unwrap());
+        assert!(writable.write_all(b"x").is_err(), "sealed against writes");
+        assert!(SharedMemory::from_file(&file, 2_999_000, 2000).is_err(), "past the end of the file");
     }
 }

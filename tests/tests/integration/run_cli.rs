@@ -266,3 +266,33 @@ fn spawn_auto_execs_a_lone_model_and_forks_the_rest_after_the_first() {
     assert_eq!(worker_starts(&spawn(&one, Some("zygote"))), ["fork"]);
     assert_eq!(worker_starts(&spawn(&three, Some("exec"))), ["exec", "exec", "exec"]);
 }
+
+#[test]
+fn a_one_gib_npy_input_goes_to_the_worker_without_passing_through_the_supervisor_s_memory() {
+    let dir = tempfile::tempdir().unwrap();
+    // float32 [262144, 1024] of zeros: a header, then a 1 GiB hole (sparse, so cheap to make).
+    let path = dir.path().join("m.npy");
+    let header = crate::util::npy_bytes("{'descr': '<f4', 'fortran_order': False, 'shape': (262144, 1024), }", &[]);
+    std::fs::write(&path, &header).unwrap();
+    let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+    file.set_len(header.len() as u64 + (1 << 30)).unwrap();
+    let ran = run(isorun()
+        .arg("run")
+        .arg(fixtures().join("models/dynamic"))
+        .arg("--input")
+        .arg(format!("m={}", path.display()))
+        .args(["-j", "1", "--json", "--summary"]));
+    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    let record = &ran.records[0];
+    assert_eq!(record["outputs"]["row_sums"]["shape"], json!([262144]), "{record}");
+    let peak_mib: f64 = ran
+        .stderr
+        .split("supervisor peak memory ")
+        .nth(1)
+        .and_then(|rest| rest.split(" MiB").next())
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no supervisor peak in:\n{}", ran.stderr));
+    // The worker mapped the whole gibibyte; the supervisor never held it (it peaks at ~8 MiB here).
+    assert!(record["peak_rss_bytes"].as_u64().unwrap() > 1 << 30, "{record}");
+    assert!(peak_mib < 64.0, "the supervisor peaked at {peak_mib} MiB with a 1 GiB input");
+}
