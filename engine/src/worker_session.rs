@@ -5,10 +5,11 @@
 //! was running gets the crash as its outcome).
 
 use crate::cancel::CancelToken;
-use crate::process::{SpawnSpec, WorkerProcess};
+use crate::process::{SpawnSpec, WorkerProcess, Zygote};
 use crate::session::{run_request, shutdown, terminate, wait_hello, Deadlines};
 use isorun_protocol::{Outcome, RunRequest, Tensor, ToWorker};
 use isorun_transport::RequestEnvelope;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// The worker serving a model, started on demand.
@@ -21,6 +22,11 @@ pub struct WorkerSession {
     worker: Option<WorkerProcess>,
     served_by_worker: u64,
     next_unit: u64,
+    /// Fork replacement workers from a zygote (`fork_from_zygote`).
+    fork: bool,
+    zygote: Option<Arc<Zygote>>,
+    /// Set once a zygote failed: every later worker is exec'd.
+    zygote_failed: bool,
 }
 
 /// How one request ended: `Ok` with its checked outputs, the model's
@@ -45,7 +51,51 @@ impl WorkerSession {
             worker: None,
             served_by_worker: 0,
             next_unit: 0,
+            fork: false,
+            zygote: None,
+            zygote_failed: false,
         }
+    }
+
+    /// Fork workers from a zygote: the first worker is exec'd (the first
+    /// answer does not wait for a zygote) while the zygote starts; every
+    /// worker after it (recycled, or restarted after a crash) is forked,
+    /// which costs milliseconds instead of an exec. Where forking fails the
+    /// session execs from then on. Call `run` from a thread that lives as
+    /// long as the session (the zygote dies with the thread that started it).
+    pub fn fork_from_zygote(mut self, fork: bool) -> Self {
+        self.fork = fork;
+        self
+    }
+
+    /// A new worker: forked where a zygote is ready, else exec'd (starting
+    /// the zygote beside it the first time).
+    fn start_worker(&mut self) -> std::io::Result<WorkerProcess> {
+        if self.fork && !self.zygote_failed {
+            match self.zygote.as_ref() {
+                Some(zygote) if zygote.alive() => match WorkerProcess::spawn_forked(zygote, &self.spawn) {
+                    Ok(worker) => return Ok(worker),
+                    Err(e) => {
+                        tracing::warn!("cannot fork a worker from the zygote ({e}); exec'ing workers instead");
+                        self.zygote = None;
+                        self.zygote_failed = true;
+                    }
+                },
+                Some(_) => {
+                    tracing::warn!("the zygote died; exec'ing workers instead");
+                    self.zygote = None;
+                    self.zygote_failed = true;
+                }
+                None => match Zygote::start(&self.spawn) {
+                    Ok(zygote) => self.zygote = Some(Arc::new(zygote)),
+                    Err(e) => {
+                        tracing::warn!("cannot start a zygote ({e}); exec'ing workers instead");
+                        self.zygote_failed = true;
+                    }
+                },
+            }
+        }
+        WorkerProcess::spawn(&self.spawn)
     }
 
     /// Start a fresh worker after this many requests.
@@ -67,7 +117,7 @@ impl WorkerSession {
         let answer = |outcome| Answer { outcome, outputs: Vec::new() };
         let mut worker = match self.worker.take() {
             Some(worker) => worker,
-            None => match WorkerProcess::spawn(&self.spawn) {
+            None => match self.start_worker() {
                 Ok(mut worker) => {
                     if let Err(outcome) = wait_hello(&mut worker, cancel, started + self.start_timeout) {
                         terminate(&mut worker, self.grace, cancel);
@@ -108,11 +158,13 @@ impl WorkerSession {
         Answer { outcome: end.outcome, outputs: end.outputs }
     }
 
-    /// Asks the worker (if one is running) to leave, and makes sure it does.
+    /// Asks the worker (if one is running) to leave, and makes sure it
+    /// does; the zygote, if any, goes with the session.
     pub fn close(&mut self) {
         if let Some(mut worker) = self.worker.take() {
             shutdown(&mut worker, self.grace);
         }
+        self.zygote = None;
     }
 }
 

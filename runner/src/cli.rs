@@ -137,6 +137,11 @@ pub struct PipeArgs {
     #[arg(long, value_enum, value_name = "MODE", default_value = "strict", env = "ISORUN_SANDBOX")]
     pub sandbox: SandboxMode,
 
+    /// How workers start: `auto` and `zygote` exec the first and fork every later one (after a crash or a
+    /// recycle) from a zygote; `exec` execs each.
+    #[arg(long, value_enum, value_name = "MODE", default_value = "auto", env = "ISORUN_SPAWN")]
+    pub spawn: SpawnMode,
+
     #[command(flatten)]
     pub worker: WorkerArgs,
 }

@@ -5,7 +5,7 @@
 //! running gets an error line); after `--max-restarts` crashes in a row
 //! every remaining line gets an error line and the exit code is 1.
 
-use crate::cli::{PipeArgs, SandboxMode};
+use crate::cli::{PipeArgs, SandboxMode, SpawnMode};
 use crate::support::{private_work_dir, seconds, watch_signals};
 use isorun_engine::locations::{libtensorflow_dir, worker_binary};
 use isorun_engine::{is_saved_model, CancelToken, SpawnSpec, WorkerSession};
@@ -84,7 +84,11 @@ pub fn main(args: &PipeArgs) -> Result<i32, String> {
     let signals = watch_signals(Arc::clone(&stop)).map_err(|e| format!("cannot install signal handlers: {e}"))?;
     let mut server = Server {
         args,
-        session: WorkerSession::new(spawn).recycle_after(args.recycle_after).recycle_rss(args.recycle_rss),
+        // Restarts and recycled workers are forked, not exec'd (this thread serves to the end).
+        session: WorkerSession::new(spawn)
+            .recycle_after(args.recycle_after)
+            .recycle_rss(args.recycle_rss)
+            .fork_from_zygote(args.spawn != SpawnMode::Exec),
         model_dir,
         signature,
         config: SessionConfig {

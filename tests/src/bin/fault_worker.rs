@@ -408,6 +408,13 @@ fn run(socket: &mut UnixStream, request: &RunRequest, shared: &[SharedMemory]) {
             "worker_pid".into(),
             Tensor::dense(isorun_protocol::DType::Int64, vec![], pid.to_le_bytes().to_vec()),
         ));
+        // Its parent: the supervisor (exec'd) or a zygote (forked).
+        // SAFETY: getppid has no preconditions.
+        let parent = i64::from(unsafe { libc::getppid() });
+        outputs.push((
+            "worker_ppid".into(),
+            Tensor::dense(isorun_protocol::DType::Int64, vec![], parent.to_le_bytes().to_vec()),
+        ));
     }
     if mode == "cwd" {
         use std::os::unix::fs::PermissionsExt;

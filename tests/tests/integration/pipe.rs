@@ -233,3 +233,47 @@ fn ctrl_c_while_waiting_for_a_line_exits_130_and_stops_the_worker() {
 fn sigterm_while_waiting_for_a_line_exits_143_and_stops_the_worker() {
     interrupted_while_waiting(libc::SIGTERM, 143);
 }
+
+/// `pipe` with `stdin`, and the supervisor's pid.
+fn pipe_with_pid(command: &mut Command, stdin: &str) -> (i64, Piped) {
+    let mut child = command.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let supervisor = i64::from(child.id());
+    child.stdin.take().unwrap().write_all(stdin.as_bytes()).unwrap();
+    let output = child.wait_with_output().unwrap();
+    let piped = Piped {
+        code: output.status.code(),
+        answers: String::from_utf8_lossy(&output.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect(),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+    };
+    assert_eq!(piped.code, Some(0), "{}", piped.stderr);
+    (supervisor, piped)
+}
+
+fn parents_of(piped: &Piped) -> Vec<i64> {
+    piped.answers.iter().map(|a| a["outputs"]["worker_ppid"]["values"].as_i64().unwrap()).collect()
+}
+
+#[test]
+fn pipe_forks_every_worker_after_the_first_from_a_zygote() {
+    let tmp = tempfile::tempdir().unwrap();
+    let model = fault_model(tmp.path(), "fault-pid");
+    let lines: Vec<String> = (0..4).map(|i| format!(r#"{{"id": {i}, "inputs": {{"x": [[{i}, 0, 0]]}}}}"#)).collect();
+    let stdin = lines.join("\n");
+    // A fresh worker per request; the first worker, exec'd, did only the load check.
+    let (supervisor, piped) =
+        pipe_with_pid(fault_pipe(&model).env_remove("ISORUN_SPAWN").args(["--recycle-after", "1"]), &stdin);
+    let pids = worker_pids(&piped);
+    let mut distinct = pids.clone();
+    distinct.sort();
+    distinct.dedup();
+    assert_eq!(distinct.len(), 4, "{pids:?}");
+    let parents = parents_of(&piped);
+    assert!(
+        parents.iter().all(|&p| p == parents[0] && p != supervisor),
+        "every answering worker forked from one zygote, not isorun ({supervisor}): {parents:?}"
+    );
+    // --spawn exec: every worker is isorun's own child.
+    let (supervisor, piped) =
+        pipe_with_pid(fault_pipe(&model).args(["--recycle-after", "1", "--spawn", "exec"]), &stdin);
+    assert_eq!(parents_of(&piped), vec![supervisor; 4]);
+}
