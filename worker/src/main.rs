@@ -25,6 +25,12 @@ fn main() {
     }
     if std::env::args().nth(1).as_deref() == Some("--zygote") {
         // A fork server: libtensorflow is loaded (linked), nothing else runs.
+        // Warm what TensorFlow lets a process warm without starting a thread
+        // (the fork server refuses to fork a process with more than one).
+        let threads = tf::warm_before_fork();
+        if threads != 1 {
+            eprintln!("isorun-worker: the zygote has {threads} threads after warming up; it will not fork");
+        }
         let code = match take_fd(isorun_zygote::ENV_ZYGOTE_FD) {
             Some(control) => isorun_zygote::server::run(control, serve_socket),
             None => {

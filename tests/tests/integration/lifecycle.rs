@@ -168,3 +168,42 @@ fn two_hundred_real_units_do_not_grow_the_supervisor() {
     // A leak bound, not a timing: 185 more units may not add 16 MiB.
     assert!(late < after_ten + (16 << 20), "supervisor grew from {after_ten} to {late} bytes");
 }
+
+#[test]
+fn the_real_zygote_stays_single_threaded_after_warming_up_and_forks_its_workers() {
+    let dir = tempfile::tempdir().unwrap();
+    let examples = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples");
+    for i in 0..12 {
+        crate::util::copy_dir(&examples.join("models/iris_classifier"), &dir.path().join(format!("m{i:02}")));
+    }
+    let mut child = crate::util::isorun()
+        .arg("run")
+        .arg(dir.path())
+        .arg("--inputs")
+        .arg(examples.join("inputs.npz"))
+        .args(["--spawn", "zygote", "-j", "1", "--json"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let supervisor = child.id();
+    // The zygote: the supervisor's child running `isorun-worker --zygote`.
+    let mut threads_seen = Vec::new();
+    while child.try_wait().unwrap().is_none() {
+        for line in crate::util::processes_mentioning("--zygote") {
+            let Some(pid) = line.split_once(':').and_then(|(pid, _)| pid.parse::<u32>().ok()) else { continue };
+            if line.contains("isorun-worker") && crate::util::parent(pid) == Some(supervisor) {
+                if let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) {
+                    threads_seen.push(tasks.count());
+                }
+            }
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let output = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let forked = stdout.lines().filter(|l| l.contains("\"worker_start\":\"fork\"")).count();
+    assert_eq!(forked, 12, "every worker forked: {stdout}");
+    assert!(!threads_seen.is_empty(), "the zygote was never seen");
+    assert!(threads_seen.iter().all(|&n| n == 1), "the zygote had more than one thread: {threads_seen:?}");
+}
