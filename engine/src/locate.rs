@@ -225,8 +225,11 @@ pub fn site_packages_folders(prefixes: &[PathBuf]) -> Vec<PathBuf> {
             pythons.sort();
             for python in pythons {
                 for name in ["site-packages", "dist-packages"] {
+                    // A venv's lib64 is a link to lib: the same folder once.
                     let folder = python.join(name);
-                    if folder.is_dir() && !folders.contains(&folder) {
+                    let canonical = folder.canonicalize().ok();
+                    let seen = folders.iter().any(|f: &PathBuf| f.canonicalize().ok() == canonical);
+                    if folder.is_dir() && !seen {
                         folders.push(folder);
                     }
                 }
