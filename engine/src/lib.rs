@@ -74,6 +74,8 @@ pub mod gpus {
 /// Where the worker binary and libtensorflow are.
 pub mod locations {
     pub use crate::locate::{
-        default_libtensorflow_dir, default_libtensorflow_dir_for, libtensorflow_dir, worker_binary, TENSORFLOW_VERSION,
+        default_libtensorflow_dir, default_libtensorflow_dir_for, find_libtensorflow, libtensorflow_dir,
+        python_prefixes, site_packages_folders, tensorflow_package, worker_binary, FoundLibtensorflow,
+        LibtensorflowNotFound, LibtensorflowOrigin, TensorflowPackage, TENSORFLOW_VERSION,
     };
 }

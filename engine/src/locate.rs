@@ -1,7 +1,16 @@
 //! Where the worker binary and libtensorflow are. The supervisor passes the
 //! library folder to every worker it starts, so nobody sets
 //! `LD_LIBRARY_PATH` and the binaries keep working when moved.
+//!
+//! libtensorflow comes, in this order, from the folder asked for
+//! (`--libtensorflow-dir`), the `tensorflow`/`tensorflow-cpu` 2.x package of
+//! the Python environment isorun runs in (the wheel's `pip install isorun`
+//! beside TensorFlow: its `tensorflow/libtensorflow_cc.so.2`), or the cache
+//! that `fetch-libtensorflow` fills. The environment's package is found by
+//! looking at files only (its site-packages and `dist-info`), never by
+//! starting Python or importing TensorFlow in the supervisor.
 
+use std::fmt;
 use std::path::{Path, PathBuf};
 
 /// The TensorFlow version `scripts/fetch-libtensorflow` fetches.
@@ -22,11 +31,243 @@ pub fn default_libtensorflow_dir_for(variant: &str) -> Option<PathBuf> {
     Some(cache.join("isorun").join(format!("libtensorflow-{TENSORFLOW_VERSION}-{variant}")))
 }
 
+/// The two libraries a libtensorflow folder must hold.
+const LIBRARIES: [&str; 2] = ["libtensorflow_cc.so.2", "libtensorflow_framework.so.2"];
+
+/// The TensorFlow distributions whose wheels carry the C API libraries in
+/// `tensorflow/` (their `dist-info` names, normalized).
+const TENSORFLOW_DISTRIBUTIONS: [&str; 4] = ["tensorflow", "tensorflow_cpu", "tensorflow_intel", "tensorflow_gpu"];
+
+/// How to fill the cache, for messages.
+const FETCH: &str = "python -m isorun fetch-libtensorflow, or scripts/fetch-libtensorflow in a clone";
+
+/// Where a libtensorflow folder came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LibtensorflowOrigin {
+    /// `--libtensorflow-dir` or `ISORUN_LIBTENSORFLOW_DIR`.
+    Asked,
+    /// The `tensorflow` package of a Python environment.
+    PythonPackage(TensorflowPackage),
+    /// The cache of `fetch-libtensorflow`.
+    Cache,
+}
+
+/// An installed TensorFlow wheel that carries libtensorflow.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TensorflowPackage {
+    /// The distribution as pip names it: `tensorflow-cpu`, `tensorflow`.
+    pub distribution: String,
+    /// Its version, from `dist-info/METADATA` (`None` if unreadable).
+    pub version: Option<String>,
+    /// The site-packages folder it is installed in.
+    pub site_packages: PathBuf,
+}
+
+impl TensorflowPackage {
+    /// Whether its major version is 2, the C API the worker is built against.
+    pub fn is_2x(&self) -> bool {
+        self.version.as_deref().is_some_and(|v| v.split('.').next() == Some("2"))
+    }
+}
+
+/// A libtensorflow folder and where it came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FoundLibtensorflow {
+    pub dir: PathBuf,
+    pub origin: LibtensorflowOrigin,
+}
+
+/// No libtensorflow anywhere isorun looks; its message says where it looked
+/// and how to get one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LibtensorflowNotFound {
+    /// The folder asked for, if any (then nothing else was looked at).
+    pub asked: Option<PathBuf>,
+    /// TensorFlow packages found but not usable (not 2.x), with why.
+    pub unusable: Vec<(TensorflowPackage, &'static str)>,
+    /// The site-packages folders looked in.
+    pub site_packages: Vec<PathBuf>,
+    /// The cache folder looked in.
+    pub cache: Option<PathBuf>,
+}
+
+impl fmt::Display for LibtensorflowNotFound {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(asked) = &self.asked {
+            return write!(
+                f,
+                "no libtensorflow in {} (--libtensorflow-dir or ISORUN_LIBTENSORFLOW_DIR): it holds no {}; name a \
+                 folder that does, or leave it unset to use the Python environment's TensorFlow or the cache \
+                 ({FETCH})",
+                asked.display(),
+                LIBRARIES.join(" and ")
+            );
+        }
+        f.write_str("no libtensorflow found: ")?;
+        for (package, why) in &self.unusable {
+            write!(
+                f,
+                "{} {} in {} {why}; ",
+                package.distribution,
+                package.version.as_deref().unwrap_or("(version unknown)"),
+                package.site_packages.display()
+            )?;
+        }
+        if self.site_packages.is_empty() {
+            f.write_str(
+                "no Python environment found (none around this executable, no VIRTUAL_ENV, no python3 on PATH); ",
+            )?;
+        } else if self.unusable.is_empty() {
+            let folders: Vec<String> = self.site_packages.iter().map(|p| p.display().to_string()).collect();
+            write!(f, "no tensorflow or tensorflow-cpu package in {}; ", folders.join(", "))?;
+        }
+        match &self.cache {
+            Some(cache) => write!(f, "nothing in the cache {}; ", cache.display())?,
+            None => f.write_str("no cache folder (neither XDG_CACHE_HOME nor HOME is set); ")?,
+        }
+        write!(f, "install TensorFlow 2.x into this Python environment (pip install tensorflow-cpu), or fill the cache ({FETCH})")
+    }
+}
+
+impl std::error::Error for LibtensorflowNotFound {}
+
 /// The libtensorflow folder to give workers: the one asked for, else the
-/// default cache, if it holds the library.
+/// Python environment's TensorFlow package, else the default cache, if it
+/// holds the library.
 pub fn libtensorflow_dir(asked: Option<&Path>) -> Option<PathBuf> {
-    let dir = asked.map(Path::to_path_buf).or_else(default_libtensorflow_dir)?;
-    dir.join("libtensorflow_cc.so.2").exists().then_some(dir)
+    find_libtensorflow(asked).ok().map(|found| found.dir)
+}
+
+/// The libtensorflow folder to give workers, and where it came from; or
+/// where isorun looked. A folder asked for is the only one looked at.
+pub fn find_libtensorflow(asked: Option<&Path>) -> Result<FoundLibtensorflow, LibtensorflowNotFound> {
+    let holds_libraries = |dir: &Path| LIBRARIES.iter().all(|name| dir.join(name).exists());
+    if let Some(asked) = asked {
+        return if holds_libraries(asked) {
+            Ok(FoundLibtensorflow { dir: asked.to_path_buf(), origin: LibtensorflowOrigin::Asked })
+        } else {
+            Err(LibtensorflowNotFound {
+                asked: Some(asked.to_path_buf()),
+                unusable: Vec::new(),
+                site_packages: Vec::new(),
+                cache: None,
+            })
+        };
+    }
+    let site_packages = site_packages_folders(&python_prefixes());
+    let mut unusable = Vec::new();
+    for folder in &site_packages {
+        let Some(package) = tensorflow_package(folder) else { continue };
+        if package.is_2x() {
+            return Ok(FoundLibtensorflow {
+                dir: folder.join("tensorflow"),
+                origin: LibtensorflowOrigin::PythonPackage(package),
+            });
+        }
+        unusable.push((package, "is not TensorFlow 2.x"));
+    }
+    let cache = default_libtensorflow_dir();
+    match cache.as_deref() {
+        Some(dir) if holds_libraries(dir) => {
+            Ok(FoundLibtensorflow { dir: dir.to_path_buf(), origin: LibtensorflowOrigin::Cache })
+        }
+        _ => Err(LibtensorflowNotFound { asked: None, unusable, site_packages, cache }),
+    }
+}
+
+/// The prefixes of the Python environments isorun may be running in, first
+/// the likeliest, without duplicates: the one this executable is installed
+/// in (`<prefix>/bin/isorun`, as `pip install` puts it), `VIRTUAL_ENV`,
+/// `CONDA_PREFIX`, then that of the first `python3` (or `python`) on `PATH`.
+pub fn python_prefixes() -> Vec<PathBuf> {
+    let mut prefixes: Vec<PathBuf> = Vec::new();
+    let mut add = |prefix: Option<PathBuf>| {
+        if let Some(prefix) = prefix.filter(|p| p.is_dir()) {
+            if !prefixes.contains(&prefix) {
+                prefixes.push(prefix);
+            }
+        }
+    };
+    let of_bin_folder = |program: &Path| {
+        let bin = program.parent()?;
+        if bin.file_name()? != "bin" {
+            return None;
+        }
+        bin.parent().map(Path::to_path_buf)
+    };
+    add(std::env::current_exe().ok().as_deref().and_then(of_bin_folder));
+    for name in ["VIRTUAL_ENV", "CONDA_PREFIX"] {
+        add(std::env::var_os(name).filter(|v| !v.is_empty()).map(PathBuf::from));
+    }
+    let on_path = std::env::var_os("PATH")
+        .map(|paths| std::env::split_paths(&paths).collect::<Vec<_>>())
+        .unwrap_or_default()
+        .into_iter()
+        .find_map(|dir| ["python3", "python"].iter().map(|name| dir.join(name)).find(|p| p.is_file()));
+    add(on_path.as_deref().and_then(of_bin_folder));
+    prefixes
+}
+
+/// The site-packages folders of these prefixes: `lib/python3.*/site-packages`
+/// (and `dist-packages`, `lib64`, Debian's `lib/python3/dist-packages`),
+/// then the user's own (`~/.local/lib/python3.*/site-packages`).
+pub fn site_packages_folders(prefixes: &[PathBuf]) -> Vec<PathBuf> {
+    let user = std::env::var_os("HOME").map(|home| Path::new(&home).join(".local"));
+    let mut folders = Vec::new();
+    for prefix in prefixes.iter().chain(user.as_ref()) {
+        for lib in ["lib", "lib64"] {
+            let Ok(entries) = std::fs::read_dir(prefix.join(lib)) else { continue };
+            let mut pythons: Vec<PathBuf> = entries
+                .filter_map(|e| e.ok())
+                .filter(|e| e.file_name().to_string_lossy().starts_with("python3"))
+                .map(|e| e.path())
+                .collect();
+            pythons.sort();
+            for python in pythons {
+                for name in ["site-packages", "dist-packages"] {
+                    // A venv's lib64 is a link to lib: the same folder once.
+                    let folder = python.join(name);
+                    let canonical = folder.canonicalize().ok();
+                    let seen = folders.iter().any(|f: &PathBuf| f.canonicalize().ok() == canonical);
+                    if folder.is_dir() && !seen {
+                        folders.push(folder);
+                    }
+                }
+            }
+        }
+    }
+    folders
+}
+
+/// The TensorFlow wheel installed in `site_packages` whose `tensorflow/`
+/// folder holds the C API libraries, read from its `dist-info` (never imported).
+pub fn tensorflow_package(site_packages: &Path) -> Option<TensorflowPackage> {
+    let libraries = site_packages.join("tensorflow");
+    if !LIBRARIES.iter().all(|name| libraries.join(name).is_file()) {
+        return None;
+    }
+    let mut dist_infos: Vec<(String, PathBuf)> = std::fs::read_dir(site_packages)
+        .ok()?
+        .filter_map(|e| e.ok())
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let stem = name.strip_suffix(".dist-info")?;
+            let (distribution, _version) = stem.split_once('-')?;
+            let normalized = distribution.to_ascii_lowercase().replace(['-', '.'], "_");
+            TENSORFLOW_DISTRIBUTIONS.contains(&normalized.as_str()).then(|| (normalized, e.path()))
+        })
+        .collect();
+    // The CPU wheel before the others, for a stable choice when several are installed.
+    dist_infos.sort_by_key(|(name, _)| (name != "tensorflow_cpu", name.clone()));
+    let (distribution, version) = match dist_infos.first() {
+        Some((name, dist_info)) => {
+            let metadata = std::fs::read_to_string(dist_info.join("METADATA")).unwrap_or_default();
+            let version = metadata.lines().find_map(|l| l.strip_prefix("Version:")).map(|v| v.trim().to_string());
+            (name.replace('_', "-"), version)
+        }
+        None => ("tensorflow".to_string(), None),
+    };
+    Some(TensorflowPackage { distribution, version, site_packages: site_packages.to_path_buf() })
 }
 
 /// The worker binary: the one asked for, else `isorun-worker` next to this
@@ -53,5 +294,68 @@ pub fn worker_binary(asked: Option<&Path>) -> Result<PathBuf, String> {
             "worker binary not found at {}; build it (cargo build -p isorun-worker) or name one with --worker / ISORUN_WORKER",
             path.display()
         ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn install_tensorflow(site_packages: &Path, dist_info: &str, version: &str) {
+        std::fs::create_dir_all(site_packages.join("tensorflow")).unwrap();
+        for name in LIBRARIES {
+            std::fs::write(site_packages.join("tensorflow").join(name), b"").unwrap();
+        }
+        std::fs::create_dir_all(site_packages.join(dist_info)).unwrap();
+        std::fs::write(
+            site_packages.join(dist_info).join("METADATA"),
+            format!("Metadata-Version: 2.1\nName: x\nVersion: {version}\n"),
+        )
+        .unwrap();
+    }
+
+    #[test]
+    fn a_wheel_is_found_by_its_libraries_and_named_by_its_dist_info() {
+        let prefix = tempfile::tempdir().unwrap();
+        let site = prefix.path().join("lib/python3.11/site-packages");
+        std::fs::create_dir_all(&site).unwrap();
+        assert_eq!(site_packages_folders(&[prefix.path().to_path_buf()]).first(), Some(&site));
+        assert_eq!(tensorflow_package(&site), None, "no tensorflow folder");
+        install_tensorflow(&site, "tensorflow_cpu-2.21.0.dist-info", "2.21.0");
+        let package = tensorflow_package(&site).unwrap();
+        assert_eq!(package.distribution, "tensorflow-cpu");
+        assert_eq!(package.version.as_deref(), Some("2.21.0"));
+        assert!(package.is_2x());
+        std::fs::remove_file(site.join("tensorflow/libtensorflow_framework.so.2")).unwrap();
+        assert_eq!(tensorflow_package(&site), None, "one library missing");
+    }
+
+    #[test]
+    fn only_2x_counts_and_the_message_says_what_to_do() {
+        let site = tempfile::tempdir().unwrap();
+        install_tensorflow(site.path(), "tensorflow-1.15.5.dist-info", "1.15.5");
+        let package = tensorflow_package(site.path()).unwrap();
+        assert!(!package.is_2x());
+        let missing = LibtensorflowNotFound {
+            asked: None,
+            unusable: vec![(package, "is not TensorFlow 2.x")],
+            site_packages: vec![site.path().to_path_buf()],
+            cache: Some(PathBuf::from("/cache/libtensorflow-2.21.0-cpu")),
+        };
+        let text = missing.to_string();
+        assert!(text.contains("tensorflow 1.15.5 in") && text.contains("is not TensorFlow 2.x"), "{text}");
+        assert!(text.contains("nothing in the cache /cache/libtensorflow-2.21.0-cpu"), "{text}");
+        assert!(text.contains("pip install tensorflow-cpu") && text.contains("fetch-libtensorflow"), "{text}");
+    }
+
+    #[test]
+    fn a_folder_asked_for_is_the_only_one_looked_at() {
+        let empty = tempfile::tempdir().unwrap();
+        let missing = find_libtensorflow(Some(empty.path())).unwrap_err();
+        assert_eq!(missing.asked.as_deref(), Some(empty.path()));
+        assert!(missing.to_string().contains("holds no libtensorflow_cc.so.2"), "{missing}");
+        install_tensorflow(empty.path(), "unused.dist-info", "2.0.0");
+        let found = find_libtensorflow(Some(&empty.path().join("tensorflow"))).unwrap();
+        assert_eq!(found.origin, LibtensorflowOrigin::Asked);
     }
 }

@@ -3,7 +3,7 @@
 //! from flags, the signal thread, the supervisor's own memory.
 
 use isorun_engine::CancelToken;
-use std::io;
+use std::io::{self, Write};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -38,14 +38,18 @@ pub fn watch_signals(stop: Arc<CancelToken>) -> io::Result<signal_hook::iterator
     let mut signals = signal_hook::iterator::Signals::new([libc::SIGINT, libc::SIGTERM])?;
     let handle = signals.handle();
     std::thread::Builder::new().name("signals".into()).spawn(move || {
+        // Stop first, then say so, and never with eprintln!: it panics when
+        // stderr is closed (a parent that died), which would end this thread
+        // and leave the run unstoppable.
         for signal in signals.forever() {
-            if stop.requested() {
-                eprintln!("isorun: killing workers");
+            let said = if stop.requested() {
                 stop.escalate();
+                "isorun: killing workers"
             } else {
-                eprintln!("isorun: interrupted; stopping workers (again to kill them at once)");
                 stop.request(signal);
-            }
+                "isorun: interrupted; stopping workers (again to kill them at once)"
+            };
+            let _ = writeln!(io::stderr(), "{said}");
         }
     })?;
     Ok(handle)

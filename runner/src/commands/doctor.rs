@@ -4,7 +4,7 @@
 //! with `--version` and reads files, and changes nothing.
 
 use crate::cli::DoctorArgs;
-use isorun_engine::locations::{default_libtensorflow_dir, libtensorflow_dir, worker_binary};
+use isorun_engine::locations::{find_libtensorflow, worker_binary, FoundLibtensorflow, LibtensorflowOrigin};
 use isorun_protocol::exit_code;
 use std::fmt;
 use std::io::{Read, Write};
@@ -74,12 +74,13 @@ impl Check {
 
 pub fn main(args: &DoctorArgs) -> Result<i32, String> {
     let asked_libtensorflow = args.worker.libtensorflow_dir.as_deref();
-    let libtensorflow = libtensorflow_dir(asked_libtensorflow);
+    let libtensorflow = find_libtensorflow(asked_libtensorflow);
     let worker = worker_binary(args.worker.worker.as_deref());
-    let worker_start = worker_start_check(worker.as_ref().ok(), libtensorflow.as_deref());
+    let worker_start =
+        worker_start_check(worker.as_ref().ok(), libtensorflow.as_ref().ok().map(|found| found.dir.as_path()));
     let can_run_models = worker.is_ok() && worker_start.status == Status::Ok;
     let checks = [
-        libtensorflow_check(asked_libtensorflow, libtensorflow.as_deref()),
+        libtensorflow_check(&libtensorflow),
         worker_check(&worker, args.worker.worker.as_deref()),
         worker_start,
         sandbox_check(),
@@ -104,16 +105,34 @@ pub fn report(checks: &[Check]) -> String {
     checks.iter().map(|c| format!("{:name_width$}{:status_width$}{}\n", c.name, c.status.name(), c.detail)).collect()
 }
 
-fn libtensorflow_check(asked: Option<&Path>, found: Option<&Path>) -> Check {
+/// Which libtensorflow the workers get, where it came from and its version;
+/// when there is none, where isorun looked and how to get one.
+fn libtensorflow_check(found: &Result<FoundLibtensorflow, isorun_engine::locations::LibtensorflowNotFound>) -> Check {
     const NAME: &str = "libtensorflow";
     match found {
-        Some(dir) => Check::new(NAME, Status::Ok, format!("{} ({})", dir.display(), libtensorflow_version(dir))),
-        None => {
-            let looked_in = match asked.map(Path::to_path_buf).or_else(default_libtensorflow_dir) {
-                Some(dir) => format!("no libtensorflow_cc.so.2 in {}", dir.display()),
-                None => "no folder to look in (neither XDG_CACHE_HOME nor HOME is set)".to_string(),
-            };
-            Check::new(NAME, Status::Missing, format!("{looked_in}; run scripts/fetch-libtensorflow"))
+        Ok(found) => Check::new(NAME, Status::Ok, libtensorflow_detail(found)),
+        Err(missing) => Check::new(NAME, Status::Missing, missing.to_string()),
+    }
+}
+
+/// `DIR (TensorFlow 2.21.0, from the tensorflow-cpu package of this Python
+/// environment)`, or `(TensorFlow 2.21.0, cpu; the fetch-libtensorflow cache)`.
+pub fn libtensorflow_detail(found: &FoundLibtensorflow) -> String {
+    let dir = found.dir.display();
+    match &found.origin {
+        LibtensorflowOrigin::PythonPackage(package) => format!(
+            "{dir} (TensorFlow {}, from the {} package of the Python environment)",
+            package.version.as_deref().unwrap_or("version unknown"),
+            package.distribution
+        ),
+        LibtensorflowOrigin::Cache => {
+            format!("{dir} ({}; the fetch-libtensorflow cache)", libtensorflow_version(&found.dir))
+        }
+        LibtensorflowOrigin::Asked => {
+            format!(
+                "{dir} ({}; from --libtensorflow-dir or ISORUN_LIBTENSORFLOW_DIR)",
+                libtensorflow_version(&found.dir)
+            )
         }
     }
 }

@@ -83,6 +83,36 @@ fn sigterm_exits_143_and_leaves_no_process_behind() {
     interrupted(libc::SIGTERM, 143);
 }
 
+/// A parent that died (a Python program running isorun, killed) leaves
+/// isorun with closed stdout and stderr: Ctrl-C must still stop it, though
+/// it can no longer say so (the signal thread once died writing to stderr).
+#[test]
+fn ctrl_c_stops_a_run_whose_stdout_and_stderr_are_closed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let marker = format!("marker-{}-closed-pipes", std::process::id());
+    let (mut child, pids) = start_hanging_run(tmp.path(), &marker, &[]);
+    drop(child.stdout.take());
+    drop(child.stderr.take());
+    signal(&child, libc::SIGINT);
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("isorun did not stop within 15 s of Ctrl-C with its stdout and stderr closed");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(matches!(status.code(), Some(0 | 130)), "{status:?}");
+    assert_eq!(workers(&marker), Vec::<String>::new(), "no worker left behind");
+    for pid in pids {
+        assert!(gone_within(pid, Duration::from_secs(5)), "worker {pid} left behind");
+    }
+}
+
 /// The supervisor's grace between SIGTERM and SIGKILL (`runner/src/settings.rs`).
 const GRACE: Duration = Duration::from_secs(2);
 

@@ -1,0 +1,237 @@
+"""The Python API over the installed wheel: what a user of `import isorun`
+relies on. Run by scripts/test-wheel in a fresh venv with the wheel,
+tensorflow-cpu==2.21.0 and numpy."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import sysconfig
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import isorun
+from conftest import alive, descendants
+
+SCRIPTS = Path(sysconfig.get_path("scripts"))
+
+
+def cases(fixtures: Path) -> list[dict]:
+    return [c for c in json.loads((fixtures / "manifest.json").read_text()) if c["expect_error"] is None]
+
+
+def test_the_wheel_installs_both_binaries_side_by_side_and_the_supervisor_links_no_tensorflow():
+    for name in ("isorun", "isorun-worker"):
+        assert (SCRIPTS / name).is_file() and os.access(SCRIPTS / name, os.X_OK), name
+    assert isorun._binary.executable() == str(SCRIPTS / "isorun")
+    # The supervisor's own dynamic section: no libtensorflow among what it needs.
+    if shutil.which("readelf"):
+        needed = subprocess.run(["readelf", "-d", str(SCRIPTS / "isorun")], capture_output=True, text=True, check=True)
+        assert "tensorflow" not in needed.stdout, needed.stdout
+        worker = subprocess.run(["readelf", "-d", str(SCRIPTS / "isorun-worker")], capture_output=True, text=True)
+        assert "libtensorflow_cc.so.2" in worker.stdout, worker.stdout
+
+
+def test_doctor_says_workers_use_the_environments_tensorflow():
+    env = {k: v for k, v in os.environ.items() if k != "ISORUN_LIBTENSORFLOW_DIR"}
+    ran = subprocess.run([str(SCRIPTS / "isorun"), "doctor"], capture_output=True, text=True, env=env)
+    # `name  status  detail`, the columns two spaces apart or more.
+    lines = {m[1]: (m[2], m[3]) for m in re.finditer(r"^(\S+(?: \S+)?)\s{2,}(\S+)\s{2,}(.*)$", ran.stdout, re.M)}
+    site = sysconfig.get_path("purelib")
+    assert lines["libtensorflow"] == (
+        "ok",
+        f"{site}/tensorflow (TensorFlow 2.21.0, from the tensorflow-cpu package of the Python environment)",
+    ), ran.stdout
+    assert lines["worker"] == ("ok", str(SCRIPTS / "isorun-worker")), ran.stdout
+    assert lines["worker start"] == ("ok", "isorun-worker 0.1.0 (TensorFlow 2.21.0)"), ran.stdout
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+
+
+def test_the_seeds_loop_through_isorun_gives_the_clis_outputs(fixtures: Path, tmp_path: Path):
+    # The seed's loop was: for each model, tf.saved_model.load, call the
+    # signature, del, clear_session, gc.collect. Here: isorun.run per case.
+    checked = 0
+    for case in cases(fixtures):
+        model = fixtures / "models" / case["model"]
+        inputs = fixtures / "expected" / case["case"] / "inputs.npz"
+        results = list(isorun.run([model], inputs, signature=case["signature"], jobs=1))
+        assert [r.model for r in results] == [case["model"]]
+        result = results[0]
+        assert result.ok, (case["case"], result.status, result.error)
+        assert result.error is None and result.wall_ms is not None and result.peak_rss_bytes > 0
+        assert set(result.outputs) == set(case["outputs"]), case["case"]
+
+        cli_out = tmp_path / case["case"]
+        cli = subprocess.run(
+            [str(SCRIPTS / "isorun"), "run", str(model), "--inputs", str(inputs), "--signature", case["signature"],
+             "--json", "-j", "1", "--output-dir", str(cli_out)],
+            capture_output=True, text=True,
+        )
+        assert cli.returncode == 0, cli.stderr
+        for name, value in result.outputs.items():
+            from_cli = np.load(cli_out / case["model"] / f"{name}.npy")
+            assert value.dtype == from_cli.dtype and value.shape == from_cli.shape, (case["case"], name)
+            assert np.array_equal(value, from_cli), (case["case"], name)
+            expected = fixtures / "expected" / case["case"] / "outputs" / f"{name}.npy"
+            if expected.is_file() and value.dtype.kind == "f":
+                np.testing.assert_allclose(value, np.load(expected).astype(value.dtype), rtol=1e-5, atol=1e-6)
+        checked += 1
+    assert checked >= 8
+
+
+def test_many_models_stream_in_model_order_with_arrays_as_inputs(made_models: Path):
+    x = np.arange(5, dtype=np.float32)
+    results = isorun.run([made_models / "a_double", made_models / "b_abort"], {"x": x}, jobs=2)
+    first = next(results)
+    assert (first.model, first.status) == ("a_double", "ok")
+    np.testing.assert_array_equal(first.outputs["y"], x * 2)
+    rest = list(results)
+    assert [r.model for r in rest] == ["b_abort"]
+
+
+def test_a_crashing_model_is_a_result_and_the_next_model_still_runs(made_models: Path):
+    x = np.ones(3, np.float32)
+    results = list(isorun.run([made_models / "b_abort", made_models / "a_double"], {"x": x}, jobs=1, timeout=60))
+    by_model = {r.model: r for r in results}
+    assert set(by_model) == {"a_double", "b_abort"}
+    crashed = by_model["b_abort"]
+    assert crashed.status == "crashed", crashed
+    assert crashed.record.get("signal_name") == "SIGABRT", crashed.record
+    assert crashed.error is not None and "SIGABRT" in crashed.error.message
+    assert crashed.outputs == {}
+    assert by_model["a_double"].ok
+
+
+def test_a_timeout_is_a_result(made_models: Path):
+    [spun] = isorun.run(made_models / "c_spin", {"x": np.ones(1, np.float32)}, timeout=1.5)
+    assert spun.status == "timeout", spun
+    assert not spun.ok and spun.outputs == {}
+
+
+def test_leaving_the_loop_early_stops_isorun_and_its_workers(made_models: Path):
+    run = isorun.run([made_models / "a_double", made_models / "c_spin"], {"x": np.ones(2, np.float32)}, jobs=2)
+    first = next(run)
+    assert first.model == "a_double" and first.ok
+    deadline = time.monotonic() + 30
+    while not any(alive(p) for p in descendants(run.pid)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    below = descendants(run.pid)
+    assert below, "the spinning model's worker should be running"
+    pid = run.pid
+    run.close()
+    assert not alive(pid)
+    assert _all_gone(below), [p for p in below if alive(p)]
+    assert list(run) == []
+
+
+def test_ctrl_c_ends_the_run_and_leaves_no_process(made_models: Path, tmp_path: Path):
+    script = textwrap.dedent(f"""
+        import sys, numpy as np, isorun
+        run = isorun.run([{str(made_models / "c_spin")!r}], {{"x": np.ones(2, np.float32)}})
+        print(run.pid, flush=True)
+        try:
+            for result in run:
+                print("result", result.status, flush=True)
+        except KeyboardInterrupt:
+            print("interrupted", flush=True)
+            sys.exit(42)
+    """)
+    child = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    isorun_pid = int(child.stdout.readline())
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        workers = [p for p in descendants(isorun_pid) if alive(p)]
+        if workers:
+            break
+        time.sleep(0.05)
+    assert workers, "no worker started"
+    time.sleep(0.5)  # the worker is spinning in the model
+    below = descendants(isorun_pid)
+    child.send_signal(signal.SIGINT)
+    out, _ = child.communicate(timeout=30)
+    assert child.returncode == 42, out
+    assert "interrupted" in out and "result" not in out, out
+    assert not alive(isorun_pid)
+    assert _all_gone(below), [p for p in below if alive(p)]
+
+
+def _all_gone(pids: list[int], within: float = 10.0) -> bool:
+    deadline = time.monotonic() + within
+    while any(alive(p) for p in pids):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def test_bad_arguments_raise_with_isoruns_message(tmp_path: Path, made_models: Path):
+    with pytest.raises(isorun.UsageError, match="no such file or directory") as raised:
+        list(isorun.run(tmp_path / "missing"))
+    assert raised.value.exit_code == 2
+    with pytest.raises(isorun.UsageError, match="--no-such-option"):
+        list(isorun.run(made_models / "a_double", no_such_option=1))
+    with pytest.raises(isorun.UsageError, match="--jobs 0"):
+        list(isorun.run(made_models / "a_double", jobs=0))
+    with pytest.raises(isorun.UsageError):
+        list(isorun.run(made_models / "a_double", {"x": tmp_path / "missing.npy"}))
+    with pytest.raises(TypeError):
+        isorun.run(made_models / "a_double", inputs=[1, 2, 3])
+    with pytest.raises(TypeError):
+        isorun.run(made_models / "a_double", json=True)
+    with pytest.raises(isorun.UsageError):
+        isorun.run([])
+    with pytest.raises(isorun.UsageError, match="no such file"):
+        isorun.inspect(tmp_path / "missing")
+
+
+def test_a_missing_libtensorflow_is_a_usage_error_saying_how_to_get_one(made_models: Path, tmp_path: Path):
+    os.environ["ISORUN_LIBTENSORFLOW_DIR"] = str(tmp_path)
+    try:
+        with pytest.raises(isorun.UsageError, match="pip install tensorflow-cpu|fetch-libtensorflow"):
+            list(isorun.run(made_models / "a_double"))
+    finally:
+        del os.environ["ISORUN_LIBTENSORFLOW_DIR"]
+
+
+def test_inspect_reads_the_signatures(fixtures: Path):
+    described = isorun.inspect(fixtures / "models" / "multi_sig")
+    signatures = described["meta_graphs"][0]["signatures"]
+    assert {"add", "mixed", "serving_default"} <= set(signatures)
+    assert signatures["add"]["inputs"]["a"]["dtype"] == "int64"
+
+
+def test_evaluate_gives_the_metrics_of_isorun_eval(fixtures: Path):
+    eval_fixtures = fixtures / "eval"
+    expected = next(c for c in json.loads((eval_fixtures / "expected.json").read_text())["cases"] if c["name"] == "binary")
+    [result] = isorun.evaluate(
+        eval_fixtures / "models" / "binary",
+        data=eval_fixtures / "data" / "data.tfrecord",
+        label=expected["label"],
+        metrics=["accuracy", "auc"],
+        jobs=1,
+    )
+    assert result.ok, result
+    assert result.examples == expected["examples"]
+    assert result.metrics["accuracy"] == pytest.approx(expected["metrics"]["accuracy"], abs=1e-9)
+    assert result.metrics["auc"] == pytest.approx(expected["metrics"]["auc"], rel=1e-6)
+
+
+def test_python_m_isorun_is_the_binary():
+    ran = subprocess.run([sys.executable, "-m", "isorun", "--version"], capture_output=True, text=True)
+    assert ran.returncode == 0 and ran.stdout.startswith("isorun "), ran.stdout + ran.stderr
+
+
+def test_outputs_are_kept_only_when_an_output_dir_is_given(made_models: Path, tmp_path: Path):
+    [kept] = isorun.run(made_models / "a_double", {"x": np.ones(2, np.float32)}, output_dir=tmp_path / "out")
+    assert kept.ok and (tmp_path / "out" / "a_double" / "y.npy").is_file()
+    np.testing.assert_array_equal(np.load(tmp_path / "out" / "a_double" / "y.npy"), kept.outputs["y"])
+    shutil.rmtree(tmp_path / "out")
