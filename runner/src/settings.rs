@@ -4,9 +4,9 @@
 //! work starts.
 
 use crate::cli::{RunArgs, SandboxMode, SpawnMode as SpawnFlag};
-use crate::support::{private_work_dir, seconds};
+use crate::support::{private_work_dir, seconds, workers_libtensorflow};
 use isorun_engine::gpus::{self, nvml};
-use isorun_engine::locations::{default_libtensorflow_dir_for, find_libtensorflow, libtensorflow_dir, worker_binary};
+use isorun_engine::locations::{default_libtensorflow_dir_for, libtensorflow_dir, worker_binary};
 use isorun_engine::{OutputSink, Settings, Sinks, SpawnMode, SpawnSpec, WriteNpy, STATUSES};
 use isorun_protocol::{SandboxSpec, SessionConfig};
 use isorun_tensors::golden::Expect;
@@ -59,7 +59,7 @@ pub fn run_settings(args: &RunArgs) -> Result<RunSettings, String> {
     }
     let fair_share = (cpus / jobs).max(1) as u32;
     let worker = worker_binary(args.worker.worker.as_deref())?;
-    let lib_dir = Some(gpu_aware_libtensorflow_dir(args, !gpus.is_empty())?);
+    let lib_dir = gpu_aware_libtensorflow_dir(args, &worker, !gpus.is_empty())?;
     if !gpus.is_empty() {
         gpu_notes(&gpus, jobs);
     }
@@ -139,19 +139,21 @@ pub fn run_settings(args: &RunArgs) -> Result<RunSettings, String> {
 /// The libtensorflow folder for workers: the one asked for; with `--gpus`
 /// and none asked for, the GPU build of `scripts/fetch-libtensorflow --gpu`
 /// if it is there (else the CPU build, which cannot use a GPU: said once).
-fn gpu_aware_libtensorflow_dir(args: &RunArgs, gpus: bool) -> Result<std::path::PathBuf, String> {
-    let cpu_or_asked = || {
-        find_libtensorflow(args.worker.libtensorflow_dir.as_deref()).map(|found| found.dir).map_err(|e| e.to_string())
-    };
+fn gpu_aware_libtensorflow_dir(
+    args: &RunArgs,
+    worker: &std::path::Path,
+    gpus: bool,
+) -> Result<Option<std::path::PathBuf>, String> {
+    let cpu_or_asked = || workers_libtensorflow(args.worker.libtensorflow_dir.as_deref(), worker);
     if !gpus || args.worker.libtensorflow_dir.is_some() {
         return cpu_or_asked();
     }
     let gpu_dir = default_libtensorflow_dir_for("gpu");
     match gpu_dir.as_deref().and_then(|dir| libtensorflow_dir(Some(dir))) {
-        Some(dir) => Ok(dir),
+        Some(dir) => Ok(Some(dir)),
         None => {
             let cpu = cpu_or_asked()?;
-            if let Some(gpu_dir) = &gpu_dir {
+            if let (Some(gpu_dir), Some(cpu)) = (&gpu_dir, &cpu) {
                 eprintln!(
                     "isorun: warning: --gpus: no GPU build of libtensorflow in {} (scripts/fetch-libtensorflow --gpu \
                      fetches it); workers use {}, which may run on the CPU only",

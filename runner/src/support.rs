@@ -77,3 +77,33 @@ pub fn private_work_dir() -> Result<tempfile::TempDir, String> {
             )
         })
 }
+
+/// The libtensorflow folder for workers: `--libtensorflow-dir`, else the
+/// Python environment's TensorFlow, else the cache. Where none is found,
+/// `None` if the worker loads one by itself (its build-time RUNPATH, or a
+/// `--worker` that needs none), which one `--version` run tells; else the
+/// not-found error, which says how to get one (a usage error).
+pub fn workers_libtensorflow(
+    asked: Option<&std::path::Path>,
+    worker: &std::path::Path,
+) -> Result<Option<std::path::PathBuf>, String> {
+    use isorun_engine::locations::find_libtensorflow;
+    match find_libtensorflow(asked) {
+        Ok(found) => Ok(Some(found.dir)),
+        Err(e) if asked.is_some() => Err(e.to_string()),
+        Err(e) => {
+            let spec = isorun_engine::SpawnSpec {
+                worker: worker.to_path_buf(),
+                lib_dir: None,
+                args: Vec::new(),
+                max_frame: isorun_transport::DEFAULT_MAX_FRAME,
+                clean_env: false,
+                gpu: None,
+            };
+            match isorun_engine::worker_version(&spec, std::time::Duration::from_secs(30)) {
+                Ok(_) => Ok(None),
+                Err(_) => Err(e.to_string()),
+            }
+        }
+    }
+}

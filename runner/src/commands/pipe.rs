@@ -6,8 +6,8 @@
 //! every remaining line gets an error line and the exit code is 1.
 
 use crate::cli::{PipeArgs, SandboxMode, SpawnMode};
-use crate::support::{private_work_dir, seconds, watch_signals};
-use isorun_engine::locations::{find_libtensorflow, worker_binary};
+use crate::support::{private_work_dir, seconds, watch_signals, workers_libtensorflow};
+use isorun_engine::locations::worker_binary;
 use isorun_engine::{is_saved_model, CancelToken, SpawnSpec, WorkerSession};
 use isorun_protocol::{exit_code, Outcome, RunRequest, SandboxSpec, SessionConfig, SignatureInfo, Tensor};
 use isorun_tensors::json_input::{signature_of, tensors_for_signature};
@@ -71,9 +71,10 @@ pub fn main(args: &PipeArgs) -> Result<i32, String> {
         .map_err(|e| format!("{}: {}", model_dir.display(), e.message))?;
     let timeout = seconds("--timeout", args.timeout)?;
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as u32;
+    let worker = worker_binary(args.worker.worker.as_deref())?;
     let spawn = SpawnSpec {
-        worker: worker_binary(args.worker.worker.as_deref())?,
-        lib_dir: Some(find_libtensorflow(args.worker.libtensorflow_dir.as_deref()).map_err(|e| e.to_string())?.dir),
+        lib_dir: workers_libtensorflow(args.worker.libtensorflow_dir.as_deref(), &worker)?,
+        worker,
         args: args.worker.worker_arg.clone(),
         max_frame: DEFAULT_MAX_FRAME,
         clean_env: args.sandbox == SandboxMode::Strict,
