@@ -99,8 +99,9 @@ impl Engine {
         on_event: &mut dyn FnMut(Event),
         sink: &dyn OutputSink,
     ) -> RunSummary {
-        let tensorflow_version = run_all(models, Work::Inputs { inputs, sink }, &self.settings, cancel, on_event);
-        RunSummary { tensorflow_version }
+        self.staged(models, cancel, on_event, |models, on_event| {
+            run_all(models, Work::Inputs { inputs, sink }, &self.settings, cancel, on_event)
+        })
     }
 
     /// Runs every model as [`Engine::run`] does, each unit fed batch after
@@ -116,7 +117,32 @@ impl Engine {
         cancel: &CancelToken,
         on_event: &mut dyn FnMut(Event),
     ) -> RunSummary {
-        let tensorflow_version = run_all(models, Work::Feed(feed), &self.settings, cancel, on_event);
-        RunSummary { tensorflow_version }
+        self.staged(models, cancel, on_event, |models, on_event| {
+            run_all(models, Work::Feed(feed), &self.settings, cancel, on_event)
+        })
     }
+
+    /// Exports the Keras files among `models` (reporting those that fail),
+    /// then runs the rest with `run`, giving its events the indexes and
+    /// export reports of the models as the caller gave them.
+    fn staged(
+        &self,
+        models: &[Model],
+        cancel: &CancelToken,
+        on_event: &mut dyn FnMut(Event),
+        run: impl FnOnce(&[Model], &mut dyn FnMut(Event)) -> Option<String>,
+    ) -> RunSummary {
+        let staged = crate::keras::stage(models, &self.settings, cancel, on_event);
+        let mut exports = staged.exports;
+        let original = staged.original;
+        let tensorflow_version = run(&staged.models, &mut |event| match event {
+            Event::Started(index) => on_event(Event::Started(original[index])),
+            Event::Finished(mut report) => {
+                report.index = original[report.index];
+                report.export = exports[report.index].take();
+                on_event(Event::Finished(report));
+            }
+        });
+        RunSummary { tensorflow_version }
+}
 }

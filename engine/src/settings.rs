@@ -86,6 +86,8 @@ pub struct Settings {
     pub retries: u32,
     /// Statuses that are retried (from [`STATUSES`]).
     pub retry_on: Vec<String>,
+    /// How Keras model files are exported to SavedModels before they run.
+    pub keras: crate::keras::KerasSettings,
 }
 
 impl Settings {
@@ -129,6 +131,7 @@ impl Settings {
                 memory_limit: None,
                 retries: 0,
                 retry_on: Vec::new(),
+                keras: crate::keras::KerasSettings::default(),
             },
         }
     }
@@ -196,6 +199,7 @@ impl SettingsBuilder {
         retries: u32,
         /// Statuses that are retried.
         retry_on: Vec<String>,
+        keras: crate::keras::KerasSettings,
     }
 
     /// The folder holding libtensorflow for the workers (first on their

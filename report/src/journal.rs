@@ -178,12 +178,17 @@ pub fn unit_key(model: &Model, parts: &KeyParts) -> io::Result<String> {
     hasher.update([0]);
     hasher.update(parts.inputs);
     let binary = model.path.join("saved_model.pb");
-    if binary.exists() {
+    if model.format.is_keras_file() {
+        // A Keras file: its own bytes (its export is a function of them and the settings).
+        hash_file(&mut hasher, &model.path, "keras file")?;
+    } else if binary.exists() {
         hash_file(&mut hasher, &binary, "saved_model.pb")?;
     } else {
         hash_file(&mut hasher, &model.path.join("saved_model.pbtxt"), "saved_model.pbtxt")?;
     }
-    hash_tree(&mut hasher, &model.path.join("variables"), "variables")?;
+    if !model.format.is_keras_file() {
+        hash_tree(&mut hasher, &model.path.join("variables"), "variables")?;
+    }
     if let Some(dir) = parts.inputs_dir {
         hash_tree(&mut hasher, &dir.join(&model.id), "inputs")?;
     }
@@ -268,7 +273,7 @@ mod tests {
         std::fs::create_dir_all(dir.join("variables")).unwrap();
         std::fs::write(dir.join("saved_model.pb"), b"graph").unwrap();
         std::fs::write(dir.join("variables/variables.data-00000-of-00001"), b"weights").unwrap();
-        Model { id: "m".into(), path: dir }
+        Model::saved_model("m", dir)
     }
 
     #[test]
