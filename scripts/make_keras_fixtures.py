@@ -132,13 +132,11 @@ def main(repo):
     lam.save(os.path.join(out, "lambda.keras"))
     save_case(out, "lambda", lam, {"values": np.array([[1, 2], [3, 4]], dtype="float32")})
 
-    def escape(v):
-        # Runs whenever the layer is called (also while the export traces it).
-        open("/tmp/isorun-keras-lambda-escaped", "w").write("escaped")
-        return v
-
+    # A lambda (saved as bytecode) that writes outside whenever the layer is
+    # called, as it is while the export traces it.
+    escape = lambda v: (open("/tmp/isorun-keras-lambda-escaped", "w").write("escaped"), v)[1]  # noqa: E731
     e_in = keras.Input((2,), name="values")
-    esc = keras.Model(e_in, keras.layers.Lambda(escape, name="escape")(e_in), name="escape")
+    esc = keras.Model(e_in, keras.layers.Lambda(escape, output_shape=(2,), name="escape")(e_in), name="escape")
     esc.save(os.path.join(out, "lambda_escape.keras"))
     if os.path.exists(ESCAPE):
         os.remove(ESCAPE)

@@ -43,6 +43,9 @@ pub enum Command {
     Pipe(PipeArgs),
     /// Say what this machine offers isorun; exit 1 if it cannot run models here.
     Doctor(DoctorArgs),
+    /// The Keras export cache: list its SavedModels, or clear it.
+    #[command(subcommand)]
+    Cache(CacheCommand),
     /// Compare or merge run reports (`--report` files).
     #[command(subcommand)]
     Report(ReportCommand),
@@ -502,6 +505,21 @@ pub struct KerasArgs {
 
     /// The export cache (default: ~/.cache/isorun/keras).
     #[arg(long, value_name = "DIR", env = "ISORUN_KERAS_CACHE", help_heading = "Keras files")]
+    pub keras_cache: Option<PathBuf>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum CacheCommand {
+    /// One line per export: key, format, size, source file.
+    Ls(CacheArgs),
+    /// Remove every export (they are made again when needed).
+    Clear(CacheArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct CacheArgs {
+    /// The export cache (default: ~/.cache/isorun/keras).
+    #[arg(long, value_name = "DIR", env = "ISORUN_KERAS_CACHE")]
     pub keras_cache: Option<PathBuf>,
 }
 

@@ -236,6 +236,7 @@ impl Exporter<'_> {
         let job_limit = self.settings.load_timeout.or(self.settings.timeout);
         let mut current: Option<(usize, Instant)> = None;
         let mut said_hello = false;
+        let mut last_progress = Instant::now();
         let mut peak = 0u64;
         loop {
             if self.stop.requested() {
@@ -272,12 +273,15 @@ impl Exporter<'_> {
                     return job_failed(&mut child, run, current, said_hello, Outcome::MemoryLimit { peak_bytes: peak });
                 }
             }
-            let deadline = match current {
-                None => Some(start_deadline),
-                Some((_, since)) => job_limit.map(|l| since + l),
+            // Before Hello: the start limit. After it, each file (and the
+            // modules imported before the first) has the load limit.
+            let deadline = match (current, said_hello) {
+                (Some((_, since)), _) => job_limit.map(|l| since + l),
+                (None, true) => job_limit.map(|l| last_progress + l),
+                (None, false) => Some(start_deadline),
             };
             if deadline.is_some_and(|d| Instant::now() >= d) {
-                let phase = if current.is_some() { Phase::Load } else { Phase::Start };
+                let phase = if said_hello { Phase::Load } else { Phase::Start };
                 return job_failed(&mut child, run, current, said_hello, Outcome::Timeout { phase });
             }
             match lines.recv_timeout(TICK) {
@@ -289,6 +293,7 @@ impl Exporter<'_> {
                             return job_failed(&mut child, run, current, said_hello, outcome);
                         }
                     };
+                    last_progress = Instant::now();
                     if message.get("hello").is_some() {
                         said_hello = true;
                     } else if let Some(index) = message.get("start").and_then(Value::as_u64) {

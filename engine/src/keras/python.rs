@@ -143,7 +143,11 @@ fn ask(program: &Path) -> Result<Python, String> {
     let output = child.wait_with_output().map_err(|e| format!("{shown}: {e}"))?;
     if !status.success() {
         let stderr = String::from_utf8_lossy(&output.stderr);
-        return Err(format!("{shown} failed ({status}): {}", stderr.lines().last().unwrap_or("")));
+        return Err(format!(
+            "{shown} failed ({status}): {}; isorun exports Keras files with a Python that has Keras 3 and TensorFlow \
+             (pip install tensorflow-cpu): name it with --python or ISORUN_PYTHON",
+            stderr.lines().last().unwrap_or("")
+        ));
     }
     let answer: ProbeAnswer = serde_json::from_slice(&output.stdout)
         .map_err(|e| format!("{shown}: unexpected answer to the Keras probe: {e}"))?;
