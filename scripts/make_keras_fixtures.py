@@ -13,6 +13,8 @@ gives for the inputs beside them:
   lambda.keras         a Lambda layer (Python bytecode): refused in safe mode
   lambda_escape.keras  a Lambda that writes /tmp/isorun-keras-lambda-escaped when it runs
   truncated.keras      the first half of dense.keras
+  keras2/k2_seq.h5     Keras 2 (tf_keras) Sequential: Keras 3's legacy loader reads it
+  keras2/k2_local.h5   Keras 2 LocallyConnected1D, gone from Keras 3: only tf_keras reads it
   hang_layers.py       a --keras-module that never returns (load timeout)
   inputs/<model>.npz   inputs; expected/<model>/<output>.npy   model.predict's outputs
 
@@ -81,6 +83,30 @@ def save_case(out, name, model, inputs):
         np.save(os.path.join(exp, n + ".npy"), np.asarray(p))
 
 
+def keras2(out, rng):
+    """Files saved by Keras 2 (tf_keras 2.21, as TF <= 2.15 users have them)."""
+    import tf_keras as k2
+
+    k2.utils.set_random_seed(7)
+    folder = os.path.join(out, "keras2")
+    os.makedirs(folder)
+    seq = k2.Sequential(
+        [k2.layers.Dense(3, activation="relu", input_shape=(4,), name="hidden"), k2.layers.Dense(2, name="out")]
+    )
+    seq.save(os.path.join(folder, "k2_seq.h5"))
+    x = k2.Input((6, 2), name="sequence")
+    local = k2.layers.Flatten(name="flat")(k2.layers.LocallyConnected1D(2, 3, name="local")(x))
+    local = k2.Model(x, local)
+    local.save(os.path.join(folder, "k2_local.h5"))
+    for name, model, shape in [("k2_seq", seq, (3, 4)), ("k2_local", local, (2, 6, 2))]:
+        inputs = rng.standard_normal(shape).astype("float32")
+        os.makedirs(os.path.join(out, "inputs"), exist_ok=True)
+        np.savez(os.path.join(out, "inputs", name + ".npz"), **{model.input_names[0]: inputs})
+        exp = os.path.join(out, "expected", name)
+        os.makedirs(exp, exist_ok=True)
+        np.save(os.path.join(exp, model.output_names[0] + ".npy"), model.predict(inputs, verbose=0))
+
+
 def main(repo):
     keras.utils.set_random_seed(7)
     final = os.path.join(repo, "tests", "fixtures", "keras")
@@ -140,6 +166,8 @@ def main(repo):
     esc.save(os.path.join(out, "lambda_escape.keras"))
     if os.path.exists(ESCAPE):
         os.remove(ESCAPE)
+
+    keras2(out, rng)
 
     data = open(os.path.join(ckpts, "dense.keras"), "rb").read()
     open(os.path.join(out, "truncated.keras"), "wb").write(data[: len(data) // 2])

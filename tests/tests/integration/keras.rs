@@ -381,3 +381,33 @@ fn inspect_reads_keras_configs_without_tensorflow() {
         assert!(ran.stderr.contains(says), "{file}: {}", ran.stderr);
     }
 }
+
+#[test]
+fn keras_2_files_load_with_keras_3_or_else_with_tf_keras() {
+    let Some(python) = python("keras_2_files_load_with_keras_3_or_else_with_tf_keras") else { return };
+    let has_tf_keras = std::process::Command::new(&python)
+        .args(["-c", "import importlib.util, sys; sys.exit(importlib.util.find_spec('tf_keras') is None)"])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !has_tf_keras {
+        eprintln!("NOTE: keras::keras_2_files_load_with_keras_3_or_else_with_tf_keras SKIPPED: no tf_keras in {}", python.display());
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let k = keras_fixtures();
+    let cache = tmp.path().join("cache");
+    for (model, output, loader) in [("k2_seq", "out", "keras"), ("k2_local", "flat", "tf_keras")] {
+        let out = tmp.path().join(model);
+        let file = k.join("keras2").join(format!("{model}.h5"));
+        let inputs = k.join("inputs").join(format!("{model}.npz"));
+        let ran = keras_run(
+            &python,
+            &cache,
+            &[file.to_str().unwrap(), "--inputs", inputs.to_str().unwrap(), "--output-dir", out.to_str().unwrap()],
+        );
+        let id = format!("{model}.h5");
+        assert_eq!(ran.record(&id)["status"], "ok", "{}\n{}", ran.stdout, ran.stderr);
+        assert_eq!(ran.record(&id)["export"]["loader"], loader, "{}", ran.stdout);
+        assert_outputs_equal_predict(&out, &id, model, &[output]);
+    }
+}
