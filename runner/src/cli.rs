@@ -247,6 +247,10 @@ pub enum Format {
 pub struct DoctorArgs {
     #[command(flatten)]
     pub worker: WorkerArgs,
+
+    /// The Python to check for Keras files (default: python3 on PATH).
+    #[arg(long, value_name = "PATH", env = "ISORUN_PYTHON")]
+    pub python: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]

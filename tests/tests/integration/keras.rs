@@ -411,3 +411,14 @@ fn keras_2_files_load_with_keras_3_or_else_with_tf_keras() {
         assert_outputs_equal_predict(&out, &id, model, &[output]);
     }
 }
+
+#[test]
+fn doctor_names_the_python_keras_and_tensorflow_it_found() {
+    let Some(python) = python("doctor_names_the_python_keras_and_tensorflow_it_found") else { return };
+    let ran = run(isorun().arg("doctor").arg("--python").arg(&python));
+    let line = ran.stdout.lines().find(|l| l.starts_with("keras ")).unwrap_or_else(|| panic!("{}", ran.stdout));
+    assert!(line.contains("found") && line.contains("Keras 3.") && line.contains("TensorFlow 2."), "{line}");
+    let ran = run(isorun().args(["doctor", "--python", "/bin/false"]));
+    let line = ran.stdout.lines().find(|l| l.starts_with("keras ")).unwrap_or_else(|| panic!("{}", ran.stdout));
+    assert!(line.contains("none") && line.contains("--python"), "{line}");
+}
