@@ -13,6 +13,8 @@ gives for the inputs beside them:
   lambda.keras         a Lambda layer (Python bytecode): refused in safe mode
   lambda_escape.keras  a Lambda that writes /tmp/isorun-keras-lambda-escaped when it runs
   truncated.keras      the first half of dense.keras
+  iris.keras           an (untrained) iris classifier, input "x" [?, 4], output "probabilities",
+                       for isorun eval over examples/eval/iris.tfrecord
   keras2/k2_seq.h5     Keras 2 (tf_keras) Sequential: Keras 3's legacy loader reads it
   keras2/k2_local.h5   Keras 2 LocallyConnected1D, gone from Keras 3: only tf_keras reads it
   hang_layers.py       a --keras-module that never returns (load timeout)
@@ -166,6 +168,10 @@ def main(repo):
     esc.save(os.path.join(out, "lambda_escape.keras"))
     if os.path.exists(ESCAPE):
         os.remove(ESCAPE)
+
+    i_in = keras.Input((4,), name="x")
+    iris = keras.Model(i_in, keras.layers.Dense(3, activation="softmax", name="probabilities")(i_in), name="iris")
+    iris.save(os.path.join(out, "iris.keras"))
 
     keras2(out, rng)
 

@@ -422,3 +422,26 @@ fn doctor_names_the_python_keras_and_tensorflow_it_found() {
     let line = ran.stdout.lines().find(|l| l.starts_with("keras ")).unwrap_or_else(|| panic!("{}", ran.stdout));
     assert!(line.contains("none") && line.contains("--python"), "{line}");
 }
+
+#[test]
+fn isorun_eval_scores_a_keras_file_like_a_saved_model() {
+    let Some(python) = python("isorun_eval_scores_a_keras_file_like_a_saved_model") else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let ran = run(isorun()
+        .arg("eval")
+        .arg(keras_fixtures().join("iris.keras"))
+        .arg(repo.join("examples/eval/models/iris_e100"))
+        .arg("--data")
+        .arg(repo.join("examples/eval/iris.tfrecord"))
+        .args(["--label", "species", "--python"])
+        .arg(&python)
+        .arg("--keras-cache")
+        .arg(tmp.path()));
+    let record = ran.record("iris.keras");
+    assert_eq!(record["status"], "ok", "{}\n{}", ran.stdout, ran.stderr);
+    assert_eq!(record["examples"], 150);
+    assert_eq!(record["export"]["from"], "keras");
+    assert!(record["metrics"]["accuracy"].is_number(), "{record}");
+    assert_eq!(ran.record("iris_e100")["status"], "ok");
+}
