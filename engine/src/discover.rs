@@ -84,8 +84,12 @@ fn keras_model_file(path: &Path) -> Result<Option<ModelFormat>, DiscoverError> {
             match crate::keras::files::h5_is_full_model(path) {
                 Ok(true) => Ok(Some(ModelFormat::H5)),
                 Ok(false) => Err(DiscoverError::WeightsOnly(path.to_path_buf())),
-                Err(crate::keras::files::KerasFileError::NotHdf5 { .. }) => Err(DiscoverError::NotHdf5(path.to_path_buf())),
-                Err(e) => Err(DiscoverError::Io { path: path.to_path_buf(), source: std::io::Error::other(e.to_string()) }),
+                Err(crate::keras::files::KerasFileError::NotHdf5 { .. }) => {
+                    Err(DiscoverError::NotHdf5(path.to_path_buf()))
+                }
+                Err(e) => {
+                    Err(DiscoverError::Io { path: path.to_path_buf(), source: std::io::Error::other(e.to_string()) })
+                }
             }
         }
         other => Ok(other),
@@ -97,7 +101,9 @@ fn keras_model_file(path: &Path) -> Result<Option<ModelFormat>, DiscoverError> {
 pub enum DiscoverError {
     #[error("{0}: no such file or directory")]
     Missing(PathBuf),
-    #[error("{0}: not a model (a MODEL is a SavedModel folder, a .keras or full-model .h5 file, or a folder holding them)")]
+    #[error(
+        "{0}: not a model (a MODEL is a SavedModel folder, a .keras or full-model .h5 file, or a folder holding them)"
+    )]
     NotAFolder(PathBuf),
     #[error("{0}: holds weights only (no model_config); a model needs its architecture too: save it with model.save(\"model.keras\"), or load the weights into the model in Python and save that")]
     WeightsOnly(PathBuf),
@@ -386,7 +392,9 @@ mod tests {
         let err = discover(&[tmp.path().join("x/m"), tmp.path().join("y/m")], &mut |_| {}).unwrap_err();
         assert!(matches!(err, DiscoverError::DuplicateId { ref id, .. } if id == "m"), "{err}");
         let err = discover(&[tmp.path().join("empty")], &mut |_| {}).unwrap_err();
-        assert!(err.to_string().ends_with("empty: no model found (no SavedModel folder, .keras or full-model .h5 file under it)"));
+        assert!(err
+            .to_string()
+            .ends_with("empty: no model found (no SavedModel folder, .keras or full-model .h5 file under it)"));
         let err = discover(&[tmp.path().join("nope")], &mut |_| {}).unwrap_err();
         assert!(err.to_string().ends_with("nope: no such file or directory"));
     }

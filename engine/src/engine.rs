@@ -144,5 +144,5 @@ impl Engine {
             }
         });
         RunSummary { tensorflow_version }
-}
+    }
 }

@@ -43,7 +43,8 @@ pub(crate) fn hex(bytes: &[u8]) -> String {
 /// The entry's name: everything that decides what the export writes.
 pub fn entry_key(file_hash: &str, toolchain: &[&str], module_hashes: &[String], unsafe_code: bool) -> String {
     let mut hasher = Sha256::new();
-    for part in [file_hash].into_iter().chain(toolchain.iter().copied()).chain(module_hashes.iter().map(String::as_str)) {
+    for part in [file_hash].into_iter().chain(toolchain.iter().copied()).chain(module_hashes.iter().map(String::as_str))
+    {
         hasher.update(part.as_bytes());
         hasher.update([0]);
     }
@@ -115,7 +116,8 @@ pub fn list(cache: &Path) -> Vec<CacheEntry> {
         .filter_map(|e| {
             let key = e.file_name().to_string_lossy().into_owned();
             lookup(cache, &key)?;
-            let about = std::fs::read(e.path().join("export.json")).ok().and_then(|b| serde_json::from_slice(&b).ok())?;
+            let about =
+                std::fs::read(e.path().join("export.json")).ok().and_then(|b| serde_json::from_slice(&b).ok())?;
             Some(CacheEntry { bytes: tree_bytes(&e.path()), key, path: e.path(), about })
         })
         .collect();

@@ -169,20 +169,16 @@ impl Exporter<'_> {
         let result = self.supervise(jobs, &scratch, &mut run);
         let _ = std::fs::remove_dir_all(scratch.join("home"));
         let _ = std::fs::remove_dir_all(scratch.join("tmp"));
-        if let Err((outcome, stderr)) = result {
+        if let Err(failure) = result {
+            let (outcome, stderr) = *failure;
             fail_all(&mut run, outcome, stderr);
         }
         let _ = std::fs::remove_dir(&scratch);
         run
     }
 
-    fn supervise(
-        &self,
-        jobs: &[&Job],
-        scratch: &std::path::Path,
-        run: &mut ProcessRun,
-    ) -> Result<(), (Outcome, Vec<String>)> {
-        let spawn_failed = |message: String| (Outcome::SpawnFailed { message }, Vec::new());
+    fn supervise(&self, jobs: &[&Job], scratch: &std::path::Path, run: &mut ProcessRun) -> Result<(), ProcessFailure> {
+        let spawn_failed = |message: String| Box::new((Outcome::SpawnFailed { message }, Vec::new()));
         let mut command = self.command(jobs, scratch).map_err(spawn_failed)?;
         let mut child = command.spawn().map_err(|e| spawn_failed(format!("{}: {e}", self.python.program.display())))?;
         let pid = child.id() as i32;
@@ -242,7 +238,7 @@ impl Exporter<'_> {
             if self.stop.requested() {
                 kill(&mut child);
                 let outcome = Outcome::NotRun { reason: NotRunReason::Interrupted };
-                return Err((outcome, Vec::new()));
+                return Err(Box::new((outcome, Vec::new())));
             }
             // A failure during a job: blamed on it when alone, else it runs again alone.
             let job_failed = |child: &mut std::process::Child,
@@ -250,7 +246,7 @@ impl Exporter<'_> {
                               current: Option<(usize, Instant)>,
                               said_hello: bool,
                               outcome: Outcome|
-             -> Result<(), (Outcome, Vec<String>)> {
+             -> Result<(), ProcessFailure> {
                 kill(child);
                 let Some((index, _)) = current else {
                     if shared && said_hello {
@@ -258,7 +254,7 @@ impl Exporter<'_> {
                         run.shared_failure = true;
                         return Ok(());
                     }
-                    return Err((outcome, stderr_lines()));
+                    return Err(Box::new((outcome, stderr_lines())));
                 };
                 if shared {
                     run.shared_failure = true;
@@ -289,7 +285,8 @@ impl Exporter<'_> {
                     let message: Value = match serde_json::from_str(&line) {
                         Ok(message) => message,
                         Err(e) => {
-                            let outcome = Outcome::ProtocolError { message: format!("export process sent a bad line: {e}") };
+                            let outcome =
+                                Outcome::ProtocolError { message: format!("export process sent a bad line: {e}") };
                             return job_failed(&mut child, run, current, said_hello, outcome);
                         }
                     };
@@ -300,7 +297,9 @@ impl Exporter<'_> {
                         current = Some((index as usize, Instant::now()));
                     } else if let Some(index) = message.get("done").and_then(Value::as_u64).map(|i| i as usize) {
                         let Some(job) = jobs.get(index) else {
-                            let outcome = Outcome::ProtocolError { message: format!("export process finished job {index} of {}", jobs.len()) };
+                            let outcome = Outcome::ProtocolError {
+                                message: format!("export process finished job {index} of {}", jobs.len()),
+                            };
                             return job_failed(&mut child, run, current, said_hello, outcome);
                         };
                         let end = if message.get("ok").and_then(Value::as_bool) == Some(true) {
@@ -309,7 +308,8 @@ impl Exporter<'_> {
                             }
                         } else {
                             let text = message.get("error").and_then(Value::as_str).unwrap_or("unknown error");
-                            let error = ModelError::new(ErrorKind::ExportFailed, explain(&job.file, text, self.settings));
+                            let error =
+                                ModelError::new(ErrorKind::ExportFailed, explain(&job.file, text, self.settings));
                             JobEnd::Failed { outcome: Outcome::Error(error), stderr: stderr_lines() }
                         };
                         run.ends[index] = Some(end);
@@ -326,15 +326,25 @@ impl Exporter<'_> {
                         return Ok(());
                     }
                     let outcome = match status.signal() {
-                        Some(signal) => Outcome::Crashed { signal: Some(signal), core_dumped: status.core_dumped(), exit_code: None },
+                        Some(signal) => Outcome::Crashed {
+                            signal: Some(signal),
+                            core_dumped: status.core_dumped(),
+                            exit_code: None,
+                        },
                         None => Outcome::Crashed { signal: None, core_dumped: false, exit_code: status.code() },
                     };
                     if !said_hello {
                         // Python itself failed (a broken environment, or the sandbox refused it): every file's error.
                         let stderr = stderr_lines();
                         let last = stderr.iter().rev().find(|l| !l.trim().is_empty()).cloned().unwrap_or_default();
-                        let message = format!("the Keras export process ({}) exited before it started ({status}): {last}", self.python.program.display());
-                        return Err((Outcome::Error(ModelError::new(ErrorKind::ExportFailed, message)), stderr));
+                        let message = format!(
+                            "the Keras export process ({}) exited before it started ({status}): {last}",
+                            self.python.program.display()
+                        );
+                        return Err(Box::new((
+                            Outcome::Error(ModelError::new(ErrorKind::ExportFailed, message)),
+                            stderr,
+                        )));
                     }
                     return job_failed(&mut child, run, current, said_hello, outcome);
                 }
@@ -343,6 +353,9 @@ impl Exporter<'_> {
         }
     }
 }
+
+/// A process that failed for every file it had left: the outcome, its stderr.
+type ProcessFailure = Box<(Outcome, Vec<String>)>;
 
 struct ProcessRun {
     /// Per job: how it ended, or `None` to run it again.

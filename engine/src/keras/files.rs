@@ -93,9 +93,11 @@ pub fn read_keras(path: &Path) -> Result<KerasInfo, KerasFileError> {
             .take(64 << 20)
             .read_to_end(&mut text)
             .map_err(|e| KerasFileError::NotAnArchive { path: shown(), reason: format!("{name}: {e}") })?;
-        serde_json::from_slice(&text)
-            .map(Some)
-            .map_err(|e| KerasFileError::BadJson { path: shown(), member: name, reason: e.to_string() })
+        serde_json::from_slice(&text).map(Some).map_err(|e| KerasFileError::BadJson {
+            path: shown(),
+            member: name,
+            reason: e.to_string(),
+        })
     };
     let config = member("config.json")?
         .ok_or_else(|| KerasFileError::NotAnArchive { path: shown(), reason: "no config.json in it".into() })?;
@@ -122,14 +124,16 @@ pub fn read_h5(path: &Path) -> Result<KerasInfo, KerasFileError> {
     info.keras_version = strings
         .iter()
         .filter_map(|s| std::str::from_utf8(s).ok())
-        .find(|s| s.split('.').count() >= 2 && s.split('.').all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit())))
+        .find(|s| {
+            s.split('.').count() >= 2 && s.split('.').all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
+        })
         .map(Into::into);
     Ok(info)
 }
 
 fn read_head(path: &Path) -> Result<Vec<u8>, KerasFileError> {
-    let file = std::fs::File::open(path)
-        .map_err(|source| KerasFileError::Io { path: path.display().to_string(), source })?;
+    let file =
+        std::fs::File::open(path).map_err(|source| KerasFileError::Io { path: path.display().to_string(), source })?;
     let mut head = Vec::new();
     file.take(H5_SCAN_BYTES)
         .read_to_end(&mut head)
@@ -165,7 +169,8 @@ fn global_heap_strings(bytes: &[u8]) -> Vec<&[u8]> {
                 break; // free space: the rest of the collection
             }
             let data = object + 16;
-            let Some(stop) = usize::try_from(length).ok().and_then(|l| data.checked_add(l)).filter(|&s| s <= end) else {
+            let Some(stop) = usize::try_from(length).ok().and_then(|l| data.checked_add(l)).filter(|&s| s <= end)
+            else {
                 break;
             };
             found.push(&bytes[data..stop]);
@@ -180,7 +185,8 @@ fn global_heap_strings(bytes: &[u8]) -> Vec<&[u8]> {
 pub fn describe_config(config: &Value) -> KerasInfo {
     let class_name = config.get("class_name").and_then(Value::as_str).unwrap_or("").to_string();
     let body = config.get("config").unwrap_or(&Value::Null);
-    let layers: Vec<&Value> = body.get("layers").and_then(Value::as_array).map(|l| l.iter().collect()).unwrap_or_default();
+    let layers: Vec<&Value> =
+        body.get("layers").and_then(Value::as_array).map(|l| l.iter().collect()).unwrap_or_default();
     let layer_name = |layer: &Value| -> Option<String> {
         layer
             .get("name")
@@ -191,9 +197,11 @@ pub fn describe_config(config: &Value) -> KerasInfo {
     let input_layer = |layer: &Value| -> Option<KerasTensor> {
         (layer.get("class_name").and_then(Value::as_str) == Some("InputLayer")).then_some(())?;
         let c = layer.get("config")?;
-        let shape = c.get("batch_shape").or_else(|| c.get("batch_input_shape")).and_then(Value::as_array).map(|dims| {
-            dims.iter().map(Value::as_u64).collect::<Vec<_>>()
-        });
+        let shape = c
+            .get("batch_shape")
+            .or_else(|| c.get("batch_input_shape"))
+            .and_then(Value::as_array)
+            .map(|dims| dims.iter().map(Value::as_u64).collect::<Vec<_>>());
         let dtype = match c.get("dtype") {
             Some(Value::String(s)) => Some(s.as_str()),
             Some(policy) => policy.get("config").and_then(|c| c.get("name")).and_then(Value::as_str),
@@ -232,7 +240,8 @@ pub fn describe_config(config: &Value) -> KerasInfo {
                 }
             }
         }
-        info.outputs = layers.iter().rev().find(|l| input_layer(l).is_none()).and_then(|l| layer_name(l)).into_iter().collect();
+        info.outputs =
+            layers.iter().rev().find(|l| input_layer(l).is_none()).and_then(|l| layer_name(l)).into_iter().collect();
     } else {
         for (key, node) in named_inputs {
             let found = layers.iter().find(|l| layer_name(l).as_deref() == Some(&node)).and_then(|l| input_layer(l));
@@ -261,7 +270,10 @@ mod tests {
         )
         .unwrap();
         let info = describe_config(&functional);
-        assert_eq!(info.inputs, [KerasTensor { name: "a".into(), dtype: Some(DType::Float32), shape: Some(vec![None, Some(3)]) }]);
+        assert_eq!(
+            info.inputs,
+            [KerasTensor { name: "a".into(), dtype: Some(DType::Float32), shape: Some(vec![None, Some(3)]) }]
+        );
         assert_eq!(info.outputs, ["score"]);
         let sequential: Value = serde_json::from_str(
             r#"{"class_name": "Sequential", "config": {"layers": [

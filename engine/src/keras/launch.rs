@@ -32,7 +32,11 @@ pub fn launch(spec_json: &str) -> String {
         Ok(spec) => spec,
         Err(e) => return format!("{LAUNCH_ARG}: bad spec: {e}"),
     };
-    let sandbox = SandboxSpec { read_paths: spec.read_paths.clone(), work_dir: Some(spec.work_dir.clone()), core_dumps: spec.core_dumps };
+    let sandbox = SandboxSpec {
+        read_paths: spec.read_paths.clone(),
+        work_dir: Some(spec.work_dir.clone()),
+        core_dumps: spec.core_dumps,
+    };
     let writable: Vec<std::path::PathBuf> = spec.writable.iter().map(Into::into).collect();
     let applied = isorun_sandbox::apply_with_writable(&sandbox, &writable);
     let mut command = std::process::Command::new(&spec.program);

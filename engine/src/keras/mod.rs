@@ -118,8 +118,7 @@ pub(crate) fn stage(
         }
         return staged;
     }
-    let mut results: HashMap<usize, Result<(PathBuf, ExportReport), (Outcome, Vec<String>, ExportReport)>> =
-        HashMap::new();
+    let mut results: Prepared = HashMap::new();
     let failed_all = |message: String| Outcome::Error(ModelError::new(ErrorKind::ExportFailed, message));
     let report_of = |index: usize, cached: bool, ms: u64, loader: Option<String>| ExportReport {
         from: models[index].format,
@@ -158,14 +157,20 @@ type Prepared = HashMap<usize, Result<(PathBuf, ExportReport), (Outcome, Vec<Str
 
 /// Looks every Keras file up in the cache and exports the rest. `Err` is
 /// a reason every Keras file fails for (no Python with Keras, no cache).
-fn prepare_exports(models: &[Model], keras: &[usize], settings: &Settings, stop: &CancelToken) -> Result<Prepared, String> {
+fn prepare_exports(
+    models: &[Model],
+    keras: &[usize],
+    settings: &Settings,
+    stop: &CancelToken,
+) -> Result<Prepared, String> {
     let cache = settings
         .keras
         .cache_dir
         .clone()
         .or_else(cache::default_cache_dir)
         .ok_or("no cache folder for Keras exports (neither XDG_CACHE_HOME nor HOME is set)")?;
-    std::fs::create_dir_all(&cache).map_err(|e| format!("{}: cannot make the Keras export cache: {e}", cache.display()))?;
+    std::fs::create_dir_all(&cache)
+        .map_err(|e| format!("{}: cannot make the Keras export cache: {e}", cache.display()))?;
     cache::remove_stale(&cache);
     let program = python::choose(settings.keras.python.as_deref())?;
     let python = python::probe(&program, Some(&cache))?;
@@ -189,7 +194,10 @@ fn prepare_exports(models: &[Model], keras: &[usize], settings: &Settings, stop:
         let hash = match cache::hash_file(&model.path) {
             Ok(hash) => hash,
             Err(e) => {
-                let outcome = Outcome::Error(ModelError::new(ErrorKind::ExportFailed, format!("{}: cannot read: {e}", model.path.display())));
+                let outcome = Outcome::Error(ModelError::new(
+                    ErrorKind::ExportFailed,
+                    format!("{}: cannot read: {e}", model.path.display()),
+                ));
                 done.insert(index, Err((outcome, Vec::new(), report(false, None))));
                 continue;
             }
@@ -264,11 +272,20 @@ fn prepare_exports(models: &[Model], keras: &[usize], settings: &Settings, stop:
                         "source": model.path, "from": model.format.name(), "loader": loader,
                         "keras": python.keras, "tensorflow": python.tensorflow, "ms": ms,
                     });
-                    match cache::lookup(&cache, key).map(Ok).unwrap_or_else(|| cache::commit(&cache, key, dir, &about)) {
+                    match cache::lookup(&cache, key).map(Ok).unwrap_or_else(|| cache::commit(&cache, key, dir, &about))
+                    {
                         Ok(saved_model) => Ok((saved_model, report(Some(loader.clone())))),
                         Err(e) => {
-                            let message = format!("{}: cannot store the export in {}: {e}", model.path.display(), cache.display());
-                            Err((Outcome::Error(ModelError::new(ErrorKind::ExportFailed, message)), Vec::new(), report(None)))
+                            let message = format!(
+                                "{}: cannot store the export in {}: {e}",
+                                model.path.display(),
+                                cache.display()
+                            );
+                            Err((
+                                Outcome::Error(ModelError::new(ErrorKind::ExportFailed, message)),
+                                Vec::new(),
+                                report(None),
+                            ))
                         }
                     }
                 }

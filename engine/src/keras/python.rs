@@ -151,12 +151,14 @@ fn ask(program: &Path) -> Result<Python, String> {
     }
     let answer: ProbeAnswer = serde_json::from_slice(&output.stdout)
         .map_err(|e| format!("{shown}: unexpected answer to the Keras probe: {e}"))?;
-    let install = "pip install tensorflow-cpu (it brings Keras 3), or name another Python with --python / ISORUN_PYTHON";
+    let install =
+        "pip install tensorflow-cpu (it brings Keras 3), or name another Python with --python / ISORUN_PYTHON";
     let keras = answer.keras.ok_or_else(|| format!("{shown} has no Keras: {install}"))?;
     if keras.split('.').next().and_then(|m| m.parse::<u32>().ok()).is_none_or(|major| major < 3) {
         return Err(format!("{shown} has Keras {keras}; isorun needs Keras 3: {install}"));
     }
-    let tensorflow = answer.tensorflow.ok_or_else(|| format!("{shown} has Keras {keras} but no TensorFlow: {install}"))?;
+    let tensorflow =
+        answer.tensorflow.ok_or_else(|| format!("{shown} has Keras {keras} but no TensorFlow: {install}"))?;
     let mut read_paths: Vec<PathBuf> = answer.prefixes;
     read_paths.extend(answer.path.into_iter().filter(|p| p.exists()));
     read_paths.extend(answer.executable.parent().map(Path::to_path_buf));

@@ -14,14 +14,7 @@ pub fn main(command: &CacheCommand) -> Result<i32, String> {
             for entry in cache::list(&dir) {
                 let about = &entry.about;
                 let text = |key: &str| about.get(key).and_then(|v| v.as_str()).unwrap_or("-").to_string();
-                println!(
-                    "{}\t{}\t{}\t{}\t{}",
-                    entry.key,
-                    text("from"),
-                    text("loader"),
-                    entry.bytes,
-                    text("source")
-                );
+                println!("{}\t{}\t{}\t{}\t{}", entry.key, text("from"), text("loader"), entry.bytes, text("source"));
             }
         }
         CacheCommand::Clear(_) => {

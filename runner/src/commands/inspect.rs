@@ -108,9 +108,7 @@ fn keras_file(model: &Path) -> Result<Option<(ModelFormat, KerasInfo)>, KerasFil
 /// What `inspect` says of a Keras file: its inputs as the exported
 /// signature will take them, its outputs by name (shapes come with the export).
 fn keras_text(path: &Path, format: ModelFormat, info: &KerasInfo, json: bool) -> String {
-    let shape = |s: &Option<Vec<Option<u64>>>| -> Value {
-        s.as_ref().map_or(Value::Null, |dims| json!(dims))
-    };
+    let shape = |s: &Option<Vec<Option<u64>>>| -> Value { s.as_ref().map_or(Value::Null, |dims| json!(dims)) };
     if json {
         let inputs: Map<String, Value> = info
             .inputs
@@ -137,7 +135,10 @@ fn keras_text(path: &Path, format: ModelFormat, info: &KerasInfo, json: bool) ->
     for t in &info.inputs {
         let dims = match &t.shape {
             Some(dims) => {
-                format!("[{}]", dims.iter().map(|d| d.map_or("?".into(), |d| d.to_string())).collect::<Vec<_>>().join(", "))
+                format!(
+                    "[{}]",
+                    dims.iter().map(|d| d.map_or("?".into(), |d| d.to_string())).collect::<Vec<_>>().join(", ")
+                )
             }
             None => "unknown rank".into(),
         };

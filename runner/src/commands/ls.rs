@@ -32,6 +32,5 @@ pub fn text_line(model: &Model) -> String {
 
 /// `{"id": ..., "path": ..., "format": ...}`.
 pub fn json_line(model: &Model) -> String {
-    serde_json::json!({"id": model.id, "path": model.path.to_string_lossy(), "format": model.format.name()})
-        .to_string()
+    serde_json::json!({"id": model.id, "path": model.path.to_string_lossy(), "format": model.format.name()}).to_string()
 }

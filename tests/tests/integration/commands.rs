@@ -320,8 +320,10 @@ const FIXTURE_MODELS: [&str; 6] = ["asserting", "dtypes", "dynamic", "fixed_shap
 
 #[test]
 fn ls_lists_ids_absolute_paths_and_formats_sorted_and_tab_separated() {
-    let expected: String =
-        FIXTURE_MODELS.iter().map(|id| format!("{id}\t{}\tsaved_model\n", fixtures().join("models").join(id).display())).collect();
+    let expected: String = FIXTURE_MODELS
+        .iter()
+        .map(|id| format!("{id}\t{}\tsaved_model\n", fixtures().join("models").join(id).display()))
+        .collect();
     let ran = run_text(isorun().arg("ls").arg(fixtures().join("models")));
     assert_ok(&ran, "ls fixtures");
     assert_eq!(ran.stdout, expected);
@@ -338,7 +340,10 @@ fn ls_json_gives_one_object_per_line() {
     assert_ok(&ran, "ls --json");
     assert_eq!(ran.records.len(), FIXTURE_MODELS.len());
     for (record, id) in ran.records.iter().zip(FIXTURE_MODELS) {
-        assert_eq!(record, &serde_json::json!({"id": id, "path": fixtures().join("models").join(id), "format": "saved_model"}));
+        assert_eq!(
+            record,
+            &serde_json::json!({"id": id, "path": fixtures().join("models").join(id), "format": "saved_model"})
+        );
     }
 }
 

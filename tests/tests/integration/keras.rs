@@ -55,7 +55,8 @@ fn floats(path: &Path) -> (Vec<u64>, Vec<f32>) {
 fn assert_outputs_equal_predict(out: &Path, id: &str, case: &str, names: &[&str]) {
     for name in names {
         let (shape, got) = floats(&out.join(id).join(format!("{name}.npy")));
-        let (expected_shape, expected) = floats(&keras_fixtures().join("expected").join(case).join(format!("{name}.npy")));
+        let (expected_shape, expected) =
+            floats(&keras_fixtures().join("expected").join(case).join(format!("{name}.npy")));
         assert_eq!(shape, expected_shape, "{id}/{name}");
         for (g, e) in got.iter().zip(&expected) {
             assert!((g - e).abs() <= 1e-6, "{id}/{name}: {got:?} != {expected:?}");
@@ -97,7 +98,8 @@ fn ls_finds_the_models_of_a_checkpoint_folder_with_their_format() {
 
 #[test]
 fn a_mixed_folder_runs_with_keras_names_and_predict_outputs_then_comes_from_the_cache() {
-    let Some(python) = python("a_mixed_folder_runs_with_keras_names_and_predict_outputs_then_comes_from_the_cache") else {
+    let Some(python) = python("a_mixed_folder_runs_with_keras_names_and_predict_outputs_then_comes_from_the_cache")
+    else {
         return;
     };
     let tmp = tempfile::tempdir().unwrap();
@@ -131,7 +133,8 @@ fn a_mixed_folder_runs_with_keras_names_and_predict_outputs_then_comes_from_the_
     std::fs::set_permissions(&wrapper, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     let cache = tmp.path().join("cache");
     let out = tmp.path().join("out");
-    let args = ["--inputs-dir", inputs.to_str().unwrap(), "--output-dir", out.to_str().unwrap(), ckpts.to_str().unwrap()];
+    let args =
+        ["--inputs-dir", inputs.to_str().unwrap(), "--output-dir", out.to_str().unwrap(), ckpts.to_str().unwrap()];
     let first = keras_run(&wrapper, &cache, &args);
     assert_eq!(first.code, Some(0), "{}\n{}", first.stdout, first.stderr);
     assert_eq!(first.statuses().len(), 3);
@@ -222,7 +225,16 @@ fn custom_layers_need_their_module_and_lambdas_need_keras_unsafe() {
     let message = error("truncated.keras")["message"].as_str().unwrap().to_string();
     assert!(message.contains("truncated.keras"), "{message}");
     // One file's failure is not another's: dense runs beside a truncated file.
-    let ran = keras_run(&python, &cache, &[truncated.to_str().unwrap(), dense.to_str().unwrap(), "--inputs", k.join("inputs/dense.npz").to_str().unwrap()]);
+    let ran = keras_run(
+        &python,
+        &cache,
+        &[
+            truncated.to_str().unwrap(),
+            dense.to_str().unwrap(),
+            "--inputs",
+            k.join("inputs/dense.npz").to_str().unwrap(),
+        ],
+    );
     assert_eq!(ran.record("dense.keras")["status"], "ok", "{}", ran.stdout);
     assert_eq!(ran.record("truncated.keras")["status"], "error", "{}", ran.stdout);
     // With the module, and with --keras-unsafe: predict's outputs.
@@ -304,7 +316,9 @@ fn a_hanging_export_hits_the_load_timeout_and_leaves_no_process() {
 
 #[test]
 fn sigkill_of_the_supervisor_during_an_export_leaves_no_process_and_no_entry() {
-    let Some(python) = python("sigkill_of_the_supervisor_during_an_export_leaves_no_process_and_no_entry") else { return };
+    let Some(python) = python("sigkill_of_the_supervisor_during_an_export_leaves_no_process_and_no_entry") else {
+        return;
+    };
     let tmp = tempfile::tempdir().unwrap();
     let cache = tmp.path().join("cache");
     let dense = keras_fixtures().join("ckpts/dense.keras");
@@ -329,7 +343,10 @@ fn sigkill_of_the_supervisor_during_an_export_leaves_no_process_and_no_entry() {
     child.kill().unwrap();
     child.wait().unwrap();
     for pid in &pids {
-        assert!(crate::util::gone_within(pid.parse().unwrap(), Duration::from_secs(10)), "export process {pid} outlived the supervisor");
+        assert!(
+            crate::util::gone_within(pid.parse().unwrap(), Duration::from_secs(10)),
+            "export process {pid} outlived the supervisor"
+        );
     }
     let entries: Vec<String> = std::fs::read_dir(&cache)
         .unwrap()
@@ -349,7 +366,11 @@ fn without_python_keras_files_are_errors_and_saved_models_still_run() {
     std::fs::write(&no_keras, "#!/bin/sh\necho 'ModuleNotFoundError: No module named keras' >&2\nexit 1\n").unwrap();
     std::fs::set_permissions(&no_keras, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     let inputs = fixtures().join("expected/keras_mlp__serving_default/inputs.npz");
-    let ran = keras_run(&no_keras, &tmp.path().join("cache"), &[ckpts.to_str().unwrap(), "--inputs", inputs.to_str().unwrap()]);
+    let ran = keras_run(
+        &no_keras,
+        &tmp.path().join("cache"),
+        &[ckpts.to_str().unwrap(), "--inputs", inputs.to_str().unwrap()],
+    );
     assert_eq!(ran.record("saved")["status"], "ok", "{}\n{}", ran.stdout, ran.stderr);
     let error = &ran.record("dense.keras")["error"];
     assert_eq!(error["kind"], "export_failed");
@@ -375,7 +396,8 @@ fn inspect_reads_keras_configs_without_tensorflow() {
     assert_eq!(ran.records[0]["class_name"], "Sequential");
     assert_eq!(ran.records[0]["inputs"]["input_layer"]["shape"], serde_json::json!([null, 4]));
     assert_eq!(ran.records[0]["outputs"], serde_json::json!(["dense_1"]));
-    for (file, says) in [("ckpts/dense.weights.h5", "holds weights only"), ("truncated.keras", "not a .keras archive")] {
+    for (file, says) in [("ckpts/dense.weights.h5", "holds weights only"), ("truncated.keras", "not a .keras archive")]
+    {
         let ran = run(isorun().arg("inspect").arg(k.join(file)));
         assert_eq!(ran.code, Some(2), "{file}");
         assert!(ran.stderr.contains(says), "{file}: {}", ran.stderr);
@@ -390,7 +412,10 @@ fn keras_2_files_load_with_keras_3_or_else_with_tf_keras() {
         .status()
         .is_ok_and(|s| s.success());
     if !has_tf_keras {
-        eprintln!("NOTE: keras::keras_2_files_load_with_keras_3_or_else_with_tf_keras SKIPPED: no tf_keras in {}", python.display());
+        eprintln!(
+            "NOTE: keras::keras_2_files_load_with_keras_3_or_else_with_tf_keras SKIPPED: no tf_keras in {}",
+            python.display()
+        );
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
