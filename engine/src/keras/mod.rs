@@ -1,7 +1,7 @@
 //! Keras model files as a source format: before any worker starts, each
 //! `.keras` or full-model `.h5` file of a run becomes a SavedModel in the
 //! export cache, made by a short-lived, supervised and sandboxed Python
-//! process ([`export`]), and the unit then runs that SavedModel like any
+//! process (`keras/export.rs`), and the unit then runs that SavedModel like any
 //! other. The supervisor itself never starts TensorFlow: it reads the
 //! files' configs with [`files`], finds and asks Python with [`python`],
 //! and keeps exports by content hash in [`cache`]. An export's failure is
