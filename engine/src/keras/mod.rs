@@ -27,6 +27,10 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::Instant;
 
+/// The most files one export process converts by default (memory that
+/// `clear_session` does not give back grows with them).
+pub const MAX_FILES_PER_PROCESS: usize = 32;
+
 /// How Keras files are exported.
 #[derive(Debug, Clone, Default)]
 #[non_exhaustive]
@@ -42,7 +46,8 @@ pub struct KerasSettings {
     /// A program that applies the sandbox and execs Python ([`launch`]);
     /// without one, the export process runs unsandboxed.
     pub launcher: Option<PathBuf>,
-    /// Files one export process converts in a row (0: the default, 8).
+    /// Files one export process converts in a row (0: the default, the
+    /// files shared out over `jobs` processes, at most [`MAX_FILES_PER_PROCESS`] each).
     pub files_per_process: usize,
 }
 
@@ -230,7 +235,8 @@ fn prepare_exports(
     let per_process = match (settings.keras.unsafe_code, settings.keras.files_per_process) {
         // Code from a file runs: it gets a process of its own, so it cannot touch another file's export.
         (true, _) => 1,
-        (false, 0) => 8,
+        // Python with TensorFlow takes seconds to start: one process per slot, up to 32 files each.
+        (false, 0) => jobs.len().div_ceil(settings.jobs.max(1)).clamp(1, MAX_FILES_PER_PROCESS),
         (false, n) => n,
     };
     let exporter = Exporter { python: &python, settings, stop, scratch_root: cache.clone() };
