@@ -33,9 +33,11 @@ const TICK: Duration = Duration::from_millis(20);
 /// The longest line the export process may send.
 const MAX_LINE: u64 = 1 << 20;
 
-/// One file to export, into `out` (which must not exist yet).
+/// One file to export, into `out` (which must not exist yet); `id` is the
+/// caller's, handed back with its end.
 #[derive(Debug, Clone)]
 pub struct Job {
+    pub id: usize,
     pub file: PathBuf,
     pub out: PathBuf,
 }
@@ -43,7 +45,7 @@ pub struct Job {
 /// How one job ended.
 #[derive(Debug, Clone)]
 pub enum JobEnd {
-    Exported { loader: String },
+    Exported { loader: String, ms: u64 },
     Failed { outcome: Outcome, stderr: Vec<String> },
 }
 
@@ -54,28 +56,35 @@ pub struct Exporter<'a> {
     pub stop: &'a CancelToken,
     /// Where each process gets its own scratch folder (home, temporary files).
     pub scratch_root: PathBuf,
+    /// Told of each job's end as soon as it is known (a file exported early
+    /// in a process runs while the process goes on with the next).
+    pub on_end: &'a (dyn Fn(&Job, JobEnd) + Sync),
 }
 
 impl Exporter<'_> {
     /// Exports every job, `per_process` at a time, running a job that was
-    /// in progress when a shared process failed again alone.
-    pub fn export_all(&self, jobs: &[Job], per_process: usize) -> Vec<JobEnd> {
-        let mut ends: Vec<Option<JobEnd>> = vec![None; jobs.len()];
+    /// in progress when a shared process failed again alone; each end goes
+    /// to `on_end`, once.
+    pub fn export_all(&self, jobs: &[Job], per_process: usize) {
         let mut pending: VecDeque<usize> = (0..jobs.len()).collect();
         let mut solo = per_process <= 1;
         while !pending.is_empty() {
             if let Some(reason) = self.stop.not_starting() {
                 for index in pending.drain(..) {
-                    ends[index] = Some(JobEnd::Failed { outcome: Outcome::NotRun { reason }, stderr: Vec::new() });
+                    (self.on_end)(
+                        &jobs[index],
+                        JobEnd::Failed { outcome: Outcome::NotRun { reason }, stderr: Vec::new() },
+                    );
                 }
                 break;
             }
             let take = if solo { 1 } else { per_process.min(pending.len()) };
             let batch: Vec<usize> = pending.drain(..take).collect();
             let run = self.run_process(&batch.iter().map(|&i| &jobs[i]).collect::<Vec<_>>());
-            for (position, end) in run.ends.into_iter().enumerate() {
+            for (position, (end, reported)) in run.ends.into_iter().zip(run.reported).enumerate() {
                 match end {
-                    Some(end) => ends[batch[position]] = Some(end),
+                    Some(end) if !reported => (self.on_end)(&jobs[batch[position]], end),
+                    Some(_) => {}
                     None => pending.push_back(batch[position]),
                 }
             }
@@ -87,7 +96,6 @@ impl Exporter<'_> {
             order.sort_unstable();
             pending.extend(order);
         }
-        ends.into_iter().map(|e| e.expect("every job ends")).collect()
     }
 
     fn command(&self, jobs: &[&Job], scratch: &std::path::Path) -> Result<Command, String> {
@@ -152,7 +160,8 @@ impl Exporter<'_> {
 
     /// Runs one export process over `jobs`.
     fn run_process(&self, jobs: &[&Job]) -> ProcessRun {
-        let mut run = ProcessRun { ends: vec![None; jobs.len()], shared_failure: false };
+        let mut run =
+            ProcessRun { ends: vec![None; jobs.len()], reported: vec![false; jobs.len()], shared_failure: false };
         let fail_all = |run: &mut ProcessRun, outcome: Outcome, stderr: Vec<String>| {
             for end in run.ends.iter_mut().filter(|e| e.is_none()) {
                 *end = Some(JobEnd::Failed { outcome: outcome.clone(), stderr: stderr.clone() });
@@ -302,9 +311,11 @@ impl Exporter<'_> {
                             };
                             return job_failed(&mut child, run, current, said_hello, outcome);
                         };
+                        let ms = current.map_or(0, |(_, since)| since.elapsed().as_millis() as u64);
                         let end = if message.get("ok").and_then(Value::as_bool) == Some(true) {
                             JobEnd::Exported {
                                 loader: message.get("loader").and_then(Value::as_str).unwrap_or("keras").to_string(),
+                                ms,
                             }
                         } else {
                             let text = message.get("error").and_then(Value::as_str).unwrap_or("unknown error");
@@ -312,6 +323,8 @@ impl Exporter<'_> {
                                 ModelError::new(ErrorKind::ExportFailed, explain(&job.file, text, self.settings));
                             JobEnd::Failed { outcome: Outcome::Error(error), stderr: stderr_lines() }
                         };
+                        (self.on_end)(job, end.clone());
+                        run.reported[index] = true;
                         run.ends[index] = Some(end);
                         current = None;
                     }
@@ -360,6 +373,8 @@ type ProcessFailure = Box<(Outcome, Vec<String>)>;
 struct ProcessRun {
     /// Per job: how it ended, or `None` to run it again.
     ends: Vec<Option<JobEnd>>,
+    /// Per job: its end already went to `on_end`.
+    reported: Vec<bool>,
     /// The process failed during a job while holding several: run singly from now on.
     shared_failure: bool,
 }

@@ -19,12 +19,13 @@ pub use launch::{launch, LAUNCH_ARG};
 use crate::cancel::CancelToken;
 use crate::discover::{Model, ModelFormat};
 use crate::engine::Event;
+use crate::executor::UnitQueue;
 use crate::settings::Settings;
 use crate::unit::UnitReport;
 use export::{Exporter, Job, JobEnd};
 use isorun_protocol::{ErrorKind, ModelError, Outcome};
-use std::collections::HashMap;
 use std::path::PathBuf;
+use std::sync::{mpsc, Mutex};
 use std::time::Instant;
 
 /// The most files one export process converts by default (memory that
@@ -93,81 +94,235 @@ pub struct ExportReport {
     pub loader: Option<String>,
 }
 
-/// The models a run hands to workers, after the export stage.
+/// A run's models after planning the export stage: the same models, in
+/// the same order, a Keras file's path replaced by its SavedModel in the
+/// cache (where it is, or will be once exported).
 pub(crate) struct Staged {
-    /// Models to run, Keras files replaced by their SavedModels (ids unchanged).
     pub models: Vec<Model>,
-    /// For each of them, its index among the models given.
-    pub original: Vec<usize>,
-    /// For each model given, how it was exported (Keras files only).
-    pub exports: Vec<Option<ExportReport>>,
+    /// How each Keras file's unit got its SavedModel (filled as exports end).
+    pub exports: Mutex<Vec<Option<ExportReport>>>,
+    fates: Vec<Fate>,
+    work: Option<ExportWork>,
+    /// Each model's own file and format (before its path was replaced).
+    sources: Vec<(PathBuf, ModelFormat)>,
 }
 
-/// Exports what needs exporting; models whose export fails are reported
-/// through `on_event` at once, the rest come back ready to run.
-pub(crate) fn stage(
-    models: &[Model],
-    settings: &Settings,
-    stop: &CancelToken,
-    on_event: &mut dyn FnMut(Event),
-) -> Staged {
-    let mut staged = Staged { models: Vec::new(), original: Vec::new(), exports: vec![None; models.len()] };
-    let keras: Vec<usize> = (0..models.len()).filter(|&i| models[i].format.is_keras_file()).collect();
-    let ready = |staged: &mut Staged, index: usize, model: Model| {
-        staged.models.push(model);
-        staged.original.push(index);
-    };
-    if keras.is_empty() {
-        for (index, model) in models.iter().enumerate() {
-            ready(&mut staged, index, model.clone());
+/// What a unit waits for before it can run.
+enum Fate {
+    Ready,
+    Failed(Box<(Outcome, Vec<String>)>),
+    /// Exported as part of `ExportWork::keys[k]`.
+    Export,
+}
+
+/// The exports a run needs: one per distinct key.
+struct ExportWork {
+    cache: PathBuf,
+    python: python::Python,
+    /// Each key, the models it serves (the same bytes twice export once).
+    keys: Vec<(String, Vec<usize>)>,
+}
+
+impl Staged {
+    /// True when some unit waits for an export or a report (a producer is needed).
+    pub(crate) fn has_keras_files(&self) -> bool {
+        self.fates.iter().any(|f| !matches!(f, Fate::Ready))
+    }
+
+    /// The producer of a run: ready units go to the queue at once, failed
+    /// ones are reported, and each exported file's units join the queue as
+    /// soon as its SavedModel is in the cache, while later files export.
+    pub(crate) fn produce(
+        &self,
+        settings: &Settings,
+        stop: &CancelToken,
+        queue: &UnitQueue,
+        events: &mpsc::Sender<Event>,
+    ) {
+        let report_failure = |index: usize, outcome: Outcome, stderr: Vec<String>| {
+            let mut report = UnitReport::new(index, outcome);
+            report.stderr_tail = stderr;
+            report.export = self.exports.lock().expect("exports")[index].take();
+            if let Some(export) = &report.export {
+                report.wall = std::time::Duration::from_millis(export.ms);
+            }
+            let _ = events.send(Event::Finished(Box::new(report)));
+        };
+        for (index, fate) in self.fates.iter().enumerate() {
+            match fate {
+                Fate::Ready => queue.push(index),
+                Fate::Failed(failure) => report_failure(index, failure.0.clone(), failure.1.clone()),
+                Fate::Export => {}
+            }
         }
+        let Some(work) = &self.work else { return };
+        let mut jobs = Vec::new();
+        let mut staging = Vec::new();
+        for (id, (_, indexes)) in work.keys.iter().enumerate() {
+            let dir = match cache::staging_dir(&work.cache) {
+                Ok(dir) => dir,
+                Err(e) => {
+                    let message = format!("{}: cannot make a folder for the export: {e}", work.cache.display());
+                    for &index in indexes {
+                        report_failure(index, export_error(message.clone()), Vec::new());
+                    }
+                    continue;
+                }
+            };
+            jobs.push(Job { id, file: self.models_source(indexes[0]), out: dir.join("saved_model") });
+            staging.push(dir);
+        }
+        let per_process = match (settings.keras.unsafe_code, settings.keras.files_per_process) {
+            // Code from a file runs: it gets a process of its own, so it cannot touch another file's export.
+            (true, _) => 1,
+            // Python with TensorFlow takes seconds to start: one process per slot, up to 32 files each.
+            (false, 0) => jobs.len().div_ceil(settings.jobs.max(1)).clamp(1, MAX_FILES_PER_PROCESS),
+            (false, n) => n,
+        };
+        let on_end = |job: &Job, end: JobEnd| {
+            let (key, indexes) = &work.keys[job.id];
+            let staging = job.out.parent().expect("a staging folder").to_path_buf();
+            let result = match end {
+                JobEnd::Exported { loader, ms } => {
+                    let about = serde_json::json!({
+                        "source": job.file, "from": self.source_format(indexes[0]).name(), "loader": loader,
+                        "keras": work.python.keras, "tensorflow": work.python.tensorflow, "ms": ms,
+                    });
+                    match cache::lookup(&work.cache, key)
+                        .map(Ok)
+                        .unwrap_or_else(|| cache::commit(&work.cache, key, &staging, &about))
+                    {
+                        Ok(_) => Ok((loader, ms)),
+                        Err(e) => Err((
+                            export_error(format!(
+                                "{}: cannot store the export in {}: {e}",
+                                job.file.display(),
+                                work.cache.display()
+                            )),
+                            Vec::new(),
+                            ms,
+                        )),
+                    }
+                }
+                JobEnd::Failed { outcome, stderr } => Err((outcome, stderr, 0)),
+            };
+            let _ = std::fs::remove_dir_all(&staging);
+            for &index in indexes {
+                let format = self.source_format(index);
+                match &result {
+                    Ok((loader, ms)) => {
+                        self.exports.lock().expect("exports")[index] =
+                            Some(ExportReport { from: format, cached: false, ms: *ms, loader: Some(loader.clone()) });
+                        queue.push(index);
+                    }
+                    Err((outcome, stderr, ms)) => {
+                        self.exports.lock().expect("exports")[index] =
+                            Some(ExportReport { from: format, cached: false, ms: *ms, loader: None });
+                        report_failure(index, outcome.clone(), stderr.clone());
+                    }
+                }
+            }
+        };
+        let exporter =
+            Exporter { python: &work.python, settings, stop, scratch_root: work.cache.clone(), on_end: &on_end };
+        let began = Instant::now();
+        // Up to `jobs` export processes at a time, each on a thread that lives as long as it does.
+        let slots = settings.jobs.max(1).min(jobs.len().div_ceil(per_process)).max(1);
+        let chunk = jobs.len().div_ceil(slots).max(1);
+        std::thread::scope(|scope| {
+            for part in jobs.chunks(chunk) {
+                let exporter = &exporter;
+                scope.spawn(move || exporter.export_all(part, per_process));
+            }
+        });
+        for dir in staging {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+        tracing::info!(files = jobs.len(), ms = began.elapsed().as_millis() as u64, "Keras files exported");
+    }
+
+    fn models_source(&self, index: usize) -> PathBuf {
+        self.sources[index].0.clone()
+    }
+
+    fn source_format(&self, index: usize) -> ModelFormat {
+        self.sources[index].1
+    }
+}
+
+fn export_error(message: String) -> Outcome {
+    Outcome::Error(ModelError::new(ErrorKind::ExportFailed, message))
+}
+
+/// Plans the export stage: hashes every Keras file, finds Python (asked
+/// once, or remembered), looks each file up in the cache. Fast: no export
+/// runs here ([`Staged::produce`] runs them, during the run).
+pub(crate) fn plan(models: &[Model], settings: &Settings) -> Staged {
+    let mut staged = Staged {
+        models: models.to_vec(),
+        exports: Mutex::new(vec![None; models.len()]),
+        fates: models.iter().map(|_| Fate::Ready).collect(),
+        work: None,
+        sources: models.iter().map(|m| (m.path.clone(), m.format)).collect(),
+    };
+    let keras: Vec<usize> = (0..models.len()).filter(|&i| models[i].format.is_keras_file()).collect();
+    if keras.is_empty() {
         return staged;
     }
-    let mut results: Prepared = HashMap::new();
-    let failed_all = |message: String| Outcome::Error(ModelError::new(ErrorKind::ExportFailed, message));
-    let report_of = |index: usize, cached: bool, ms: u64, loader: Option<String>| ExportReport {
-        from: models[index].format,
-        cached,
-        ms,
-        loader,
+    let fail = |staged: &mut Staged, index: usize, message: String| {
+        staged.fates[index] = Fate::Failed(Box::new((export_error(message), Vec::new())));
+        staged.exports.get_mut().expect("exports")[index] =
+            Some(ExportReport { from: models[index].format, cached: false, ms: 0, loader: None });
     };
-    match prepare_exports(models, &keras, settings, stop) {
+    let (cache, python, module_hashes) = match toolchain(settings) {
+        Ok(found) => found,
         Err(message) => {
             for &index in &keras {
-                results.insert(index, Err((failed_all(message.clone()), Vec::new(), report_of(index, false, 0, None))));
+                fail(&mut staged, index, message.clone());
             }
+            return staged;
         }
-        Ok(done) => results.extend(done),
+    };
+    let versions = [python.keras.as_str(), python.tensorflow.as_str(), python.tf_keras.as_deref().unwrap_or("-")];
+    let mut keys: Vec<(String, Vec<usize>)> = Vec::new();
+    for &index in &keras {
+        let began = Instant::now();
+        let model = &models[index];
+        let hash = match cache::hash_file(&model.path) {
+            Ok(hash) => hash,
+            Err(e) => {
+                fail(&mut staged, index, format!("{}: cannot read: {e}", model.path.display()));
+                continue;
+            }
+        };
+        let key = cache::entry_key(&hash, &versions, &module_hashes, settings.keras.unsafe_code);
+        staged.models[index] =
+            Model { id: model.id.clone(), path: cache.join(&key).join("saved_model"), format: ModelFormat::SavedModel };
+        if cache::lookup(&cache, &key).is_some() {
+            let loader = std::fs::read(cache.join(&key).join("export.json"))
+                .ok()
+                .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+                .and_then(|v| v.get("loader").and_then(|l| l.as_str()).map(String::from));
+            let ms = began.elapsed().as_millis() as u64;
+            staged.exports.get_mut().expect("exports")[index] =
+                Some(ExportReport { from: model.format, cached: true, ms, loader });
+            continue;
+        }
+        staged.fates[index] = Fate::Export;
+        match keys.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, indexes)) => indexes.push(index),
+            None => keys.push((key, vec![index])),
+        }
     }
-    for (index, model) in models.iter().enumerate() {
-        match results.remove(&index) {
-            None => ready(&mut staged, index, model.clone()),
-            Some(Ok((path, export))) => {
-                staged.exports[index] = Some(export);
-                ready(&mut staged, index, Model { id: model.id.clone(), path, format: ModelFormat::SavedModel });
-            }
-            Some(Err((outcome, stderr, export))) => {
-                let mut report = UnitReport::new(index, outcome);
-                report.stderr_tail = stderr;
-                report.wall = std::time::Duration::from_millis(export.ms);
-                report.export = Some(export);
-                on_event(Event::Finished(Box::new(report)));
-            }
-        }
+    if !keys.is_empty() {
+        staged.work = Some(ExportWork { cache, python, keys });
     }
     staged
 }
 
-type Prepared = HashMap<usize, Result<(PathBuf, ExportReport), (Outcome, Vec<String>, ExportReport)>>;
-
-/// Looks every Keras file up in the cache and exports the rest. `Err` is
-/// a reason every Keras file fails for (no Python with Keras, no cache).
-fn prepare_exports(
-    models: &[Model],
-    keras: &[usize],
-    settings: &Settings,
-    stop: &CancelToken,
-) -> Result<Prepared, String> {
+/// The cache folder (made, stale staging removed), the Python and the
+/// `--keras-module` files' hashes; `Err` fails every Keras file of the run.
+fn toolchain(settings: &Settings) -> Result<(PathBuf, python::Python, Vec<String>), String> {
     let cache = settings
         .keras
         .cache_dir
@@ -183,123 +338,5 @@ fn prepare_exports(
     for module in &settings.keras.modules {
         module_hashes.push(cache::hash_file(module).map_err(|e| format!("--keras-module {}: {e}", module.display()))?);
     }
-    let toolchain = [python.keras.as_str(), python.tensorflow.as_str(), python.tf_keras.as_deref().unwrap_or("-")];
-    let mut done: Prepared = HashMap::new();
-    // Which files to export, one per key (the same bytes twice export once).
-    let mut to_export: Vec<(String, Vec<usize>)> = Vec::new();
-    for &index in keras {
-        let began = Instant::now();
-        let model = &models[index];
-        let report = |cached, loader| ExportReport {
-            from: model.format,
-            cached,
-            ms: began.elapsed().as_millis() as u64,
-            loader,
-        };
-        let hash = match cache::hash_file(&model.path) {
-            Ok(hash) => hash,
-            Err(e) => {
-                let outcome = Outcome::Error(ModelError::new(
-                    ErrorKind::ExportFailed,
-                    format!("{}: cannot read: {e}", model.path.display()),
-                ));
-                done.insert(index, Err((outcome, Vec::new(), report(false, None))));
-                continue;
-            }
-        };
-        let key = cache::entry_key(&hash, &toolchain, &module_hashes, settings.keras.unsafe_code);
-        if let Some(saved_model) = cache::lookup(&cache, &key) {
-            let loader = std::fs::read(cache.join(&key).join("export.json"))
-                .ok()
-                .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
-                .and_then(|v| v.get("loader").and_then(|l| l.as_str()).map(String::from));
-            done.insert(index, Ok((saved_model, report(true, loader))));
-            continue;
-        }
-        match to_export.iter_mut().find(|(k, _)| *k == key) {
-            Some((_, indexes)) => indexes.push(index),
-            None => to_export.push((key, vec![index])),
-        }
-    }
-    if to_export.is_empty() {
-        return Ok(done);
-    }
-    // Each job exports into a staging folder of its own, renamed into the cache when done.
-    let mut staging = Vec::new();
-    let mut jobs = Vec::new();
-    for (key, indexes) in &to_export {
-        let dir = cache::staging_dir(&cache).map_err(|e| format!("{}: {e}", cache.display()))?;
-        jobs.push(Job { file: models[indexes[0]].path.clone(), out: dir.join("saved_model") });
-        staging.push((key.clone(), dir));
-    }
-    let per_process = match (settings.keras.unsafe_code, settings.keras.files_per_process) {
-        // Code from a file runs: it gets a process of its own, so it cannot touch another file's export.
-        (true, _) => 1,
-        // Python with TensorFlow takes seconds to start: one process per slot, up to 32 files each.
-        (false, 0) => jobs.len().div_ceil(settings.jobs.max(1)).clamp(1, MAX_FILES_PER_PROCESS),
-        (false, n) => n,
-    };
-    let exporter = Exporter { python: &python, settings, stop, scratch_root: cache.clone() };
-    let began = Instant::now();
-    // Up to `jobs` export processes at a time, each on a thread that lives as long as it does.
-    let slots = settings.jobs.max(1).min(jobs.len().div_ceil(per_process));
-    let mut ends: Vec<Option<(JobEnd, u64)>> = vec![None; jobs.len()];
-    let chunk = jobs.len().div_ceil(slots);
-    std::thread::scope(|scope| {
-        let handles: Vec<_> = jobs
-            .chunks(chunk)
-            .map(|part| {
-                let exporter = &exporter;
-                scope.spawn(move || {
-                    let started = Instant::now();
-                    let ends = exporter.export_all(part, per_process);
-                    let ms = started.elapsed().as_millis() as u64 / part.len().max(1) as u64;
-                    ends.into_iter().map(|e| (e, ms)).collect::<Vec<_>>()
-                })
-            })
-            .collect();
-        let mut at = 0;
-        for handle in handles {
-            for end in handle.join().expect("export thread") {
-                ends[at] = Some(end);
-                at += 1;
-            }
-        }
-    });
-    tracing::info!(files = jobs.len(), ms = began.elapsed().as_millis() as u64, "Keras files exported");
-    for (((key, indexes), (_, dir)), end) in to_export.iter().zip(&staging).zip(ends) {
-        let (end, ms) = end.expect("every export ends");
-        for &index in indexes {
-            let model = &models[index];
-            let report = |loader| ExportReport { from: model.format, cached: false, ms, loader };
-            let result = match &end {
-                JobEnd::Exported { loader } => {
-                    let about = serde_json::json!({
-                        "source": model.path, "from": model.format.name(), "loader": loader,
-                        "keras": python.keras, "tensorflow": python.tensorflow, "ms": ms,
-                    });
-                    match cache::lookup(&cache, key).map(Ok).unwrap_or_else(|| cache::commit(&cache, key, dir, &about))
-                    {
-                        Ok(saved_model) => Ok((saved_model, report(Some(loader.clone())))),
-                        Err(e) => {
-                            let message = format!(
-                                "{}: cannot store the export in {}: {e}",
-                                model.path.display(),
-                                cache.display()
-                            );
-                            Err((
-                                Outcome::Error(ModelError::new(ErrorKind::ExportFailed, message)),
-                                Vec::new(),
-                                report(None),
-                            ))
-                        }
-                    }
-                }
-                JobEnd::Failed { outcome, stderr } => Err((outcome.clone(), stderr.clone(), report(None))),
-            };
-            done.insert(index, result);
-        }
-        let _ = std::fs::remove_dir_all(dir);
-    }
-    Ok(done)
+    Ok((cache, python, module_hashes))
 }
