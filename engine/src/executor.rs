@@ -35,7 +35,7 @@ pub(crate) struct UnitQueue {
 }
 
 impl UnitQueue {
-    fn new(per_worker: usize) -> UnitQueue {
+    pub(crate) fn new(per_worker: usize) -> UnitQueue {
         UnitQueue {
             state: Mutex::new((VecDeque::new(), false)),
             arrived: Condvar::new(),

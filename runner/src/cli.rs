@@ -142,6 +142,9 @@ pub struct PipeArgs {
 
     #[command(flatten)]
     pub worker: WorkerArgs,
+
+    #[command(flatten)]
+    pub keras: KerasArgs,
 }
 
 /// Where the worker and libtensorflow are.

@@ -236,7 +236,7 @@ pub fn report_settings(args: &RunArgs, run: &RunSettings) -> Value {
 
 /// `--python`, `--keras-module`, `--keras-unsafe`, `--keras-cache`; the
 /// sandbox launcher is this very binary (`isorun __isorun-export-sandbox`).
-fn keras_settings(args: &crate::cli::KerasArgs) -> Result<isorun_engine::keras::KerasSettings, String> {
+pub fn keras_settings(args: &crate::cli::KerasArgs) -> Result<isorun_engine::keras::KerasSettings, String> {
     let modules = args
         .keras_modules
         .iter()

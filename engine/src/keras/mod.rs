@@ -288,6 +288,13 @@ pub(crate) fn plan(models: &[Model], settings: &Settings) -> Staged {
     for &index in &keras {
         let began = Instant::now();
         let model = &models[index];
+        // A broken archive is said in isorun's words (Keras calls a truncated zip "File not found").
+        if model.format == ModelFormat::Keras {
+            if let Err(e) = files::read_keras(&model.path) {
+                fail(&mut staged, index, e.to_string());
+                continue;
+            }
+        }
         let hash = match cache::hash_file(&model.path) {
             Ok(hash) => hash,
             Err(e) => {
@@ -339,4 +346,27 @@ fn toolchain(settings: &Settings) -> Result<(PathBuf, python::Python, Vec<String
         module_hashes.push(cache::hash_file(module).map_err(|e| format!("--keras-module {}: {e}", module.display()))?);
     }
     Ok((cache, python, module_hashes))
+}
+
+/// The SavedModel of one model for a caller that runs it outside
+/// [`Engine::run`](crate::Engine::run) (`isorun pipe`): a SavedModel as it
+/// is, a Keras file exported (or found in the cache) under the settings'
+/// sandbox and limits; `Err` is the outcome that says why not.
+pub fn saved_model_for(
+    model: &Model,
+    settings: &Settings,
+    stop: &CancelToken,
+) -> Result<(PathBuf, Option<ExportReport>), Outcome> {
+    let staged = plan(std::slice::from_ref(model), settings);
+    if staged.has_keras_files() {
+        let queue = UnitQueue::new(1);
+        let (events, reports) = mpsc::channel();
+        staged.produce(settings, stop, &queue, &events);
+        drop(events);
+        if let Ok(Event::Finished(report)) = reports.try_recv() {
+            return Err(report.outcome);
+        }
+    }
+    let export = staged.exports.lock().expect("exports")[0].take();
+    Ok((staged.models[0].path.clone(), export))
 }

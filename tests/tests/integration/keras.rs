@@ -223,7 +223,7 @@ fn custom_layers_need_their_module_and_lambdas_need_keras_unsafe() {
     let message = error("lambda.keras")["message"].as_str().unwrap().to_string();
     assert!(message.contains("Lambda") && message.contains("--keras-unsafe"), "{message}");
     let message = error("truncated.keras")["message"].as_str().unwrap().to_string();
-    assert!(message.contains("truncated.keras"), "{message}");
+    assert!(message.contains("truncated.keras") && message.contains("not a .keras archive"), "{message}");
     // One file's failure is not another's: dense runs beside a truncated file.
     let ran = keras_run(
         &python,
@@ -469,4 +469,36 @@ fn isorun_eval_scores_a_keras_file_like_a_saved_model() {
     assert_eq!(record["export"]["from"], "keras");
     assert!(record["metrics"]["accuracy"].is_number(), "{record}");
     assert_eq!(ran.record("iris_e100")["status"], "ok");
+}
+
+#[test]
+fn pipe_serves_a_keras_file_and_refuses_a_broken_one() {
+    let Some(python) = python("pipe_serves_a_keras_file_and_refuses_a_broken_one") else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let mut child = isorun()
+        .arg("pipe")
+        .arg(keras_fixtures().join("ckpts/dense.keras"))
+        .arg("--python")
+        .arg(&python)
+        .arg("--keras-cache")
+        .arg(tmp.path())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    child.stdin.take().unwrap().write_all(b"{\"id\": 1, \"inputs\": {\"features\": [[1, 2, 3, 4]]}}\n").unwrap();
+    let ran = crate::util::ran(child.wait_with_output().unwrap());
+    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    assert_eq!(ran.records[0]["outputs"]["logits"]["shape"], serde_json::json!([1, 3]), "{}", ran.stdout);
+    let ran = run(isorun()
+        .arg("pipe")
+        .arg(keras_fixtures().join("truncated.keras"))
+        .arg("--python")
+        .arg(&python)
+        .arg("--keras-cache")
+        .arg(tmp.path()));
+    assert_eq!(ran.code, Some(2));
+    assert!(ran.stderr.contains("truncated.keras") && ran.stderr.contains("not a .keras archive"), "{}", ran.stderr);
 }
