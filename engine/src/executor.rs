@@ -649,3 +649,26 @@ fn finish_metrics(
         report.system = Some(system.saturating_sub(cpu_before.1));
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::UnitQueue;
+
+    #[test]
+    fn the_queue_hands_out_batches_as_units_arrive_and_ends_when_closed() {
+        let queue = UnitQueue::new(2);
+        for index in [0, 1, 2] {
+            queue.push(index);
+        }
+        assert_eq!(queue.next_batch(), Some(vec![0, 1]));
+        assert_eq!(queue.next_batch(), Some(vec![2]));
+        std::thread::scope(|scope| {
+            // A slot waits for the next unit rather than ending.
+            let waiting = scope.spawn(|| (queue.next_batch(), queue.next_batch()));
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            queue.push(7);
+            queue.close();
+            assert_eq!(waiting.join().unwrap(), (Some(vec![7]), None));
+        });
+    }
+}

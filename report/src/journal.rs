@@ -290,6 +290,19 @@ mod tests {
     }
 
     #[test]
+    fn a_keras_file_key_is_its_bytes() {
+        let tmp = tempfile::tempdir().unwrap();
+        let file = tmp.path().join("epoch_01.keras");
+        std::fs::write(&file, b"zip v1").unwrap();
+        let model =
+            Model { id: "epoch_01.keras".into(), path: file.clone(), format: isorun_engine::ModelFormat::Keras };
+        let first = unit_key(&model, &parts()).unwrap();
+        assert_eq!(first, unit_key(&model, &parts()).unwrap());
+        std::fs::write(&file, b"zip v2").unwrap();
+        assert_ne!(first, unit_key(&model, &parts()).unwrap(), "a new checkpoint in the same file, a new key");
+    }
+
+    #[test]
     fn golden_files_are_part_of_the_key() {
         let tmp = tempfile::tempdir().unwrap();
         let model = model(tmp.path());
