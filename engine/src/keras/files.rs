@@ -4,8 +4,12 @@
 //! `config.json` and `model.weights.h5`; a full-model HDF5 file keeps the
 //! same JSON in its root group's `model_config` attribute.
 //!
-//! No pure-Rust HDF5 crate reads attributes without linking libhdf5, so the
-//! `.h5` reader here is small and narrow: h5py stores a `str` attribute as
+//! The `.h5` reader here is small and narrow on purpose. `hdf5`/`hdf5-metno`
+//! link libhdf5; pure-Rust readers exist (`hdf5-reader`, `hdf5-pure`,
+//! `rustyhdf5`) but are young, and each is a whole format parser to run on
+//! untrusted files inside the supervisor, for one attribute (not tried
+//! here; worth a look if more than the config is ever needed). What the
+//! supervisor needs is little: h5py stores a `str` attribute as
 //! a variable-length string, whose bytes live in a global heap collection
 //! (`GCOL`); Keras writes `model_config` before any weight, so that
 //! collection is near the start of the file. The reader walks the heap
