@@ -1,5 +1,8 @@
-//! Finding SavedModels: each MODEL argument is a SavedModel folder (it holds
-//! `saved_model.pb`) or a folder searched recursively for them. Ids are
+//! Finding models: each MODEL argument is a SavedModel folder (it holds
+//! `saved_model.pb`), a Keras model file (`.keras`, or a full-model
+//! `.h5`/`.hdf5`), or a folder searched recursively for both (a weights-only
+//! HDF5 file, such as a `.weights.h5`, is skipped there). A Keras file's id
+//! keeps its extension, so `m.keras` and `m.h5` do not collide. Ids are
 //! paths relative to the argument they were found under, so they stay the
 //! same on every machine and make good keys for outputs and reports. In
 //! TensorFlow Serving's layout (`mymodel/1`, `mymodel/2`) a version's id
@@ -10,14 +13,87 @@ use std::collections::{HashMap, HashSet};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
-/// A SavedModel to run.
+/// A model to run.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Model {
     /// Its path relative to the folder argument it was found under, or the
-    /// folder's own name when the argument is the SavedModel itself.
+    /// folder's (file's) own name when the argument is the model itself.
     pub id: String,
-    /// Absolute path of the SavedModel folder.
+    /// Absolute path of the SavedModel folder or the Keras file.
     pub path: PathBuf,
+    /// What the path holds; Keras files are exported to SavedModels before a worker runs them.
+    pub format: ModelFormat,
+}
+
+impl Model {
+    /// A SavedModel folder.
+    pub fn saved_model(id: impl Into<String>, path: impl Into<PathBuf>) -> Model {
+        Model { id: id.into(), path: path.into(), format: ModelFormat::SavedModel }
+    }
+}
+
+/// The file formats isorun reads models from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ModelFormat {
+    /// A TensorFlow SavedModel folder.
+    SavedModel,
+    /// A Keras 3 `.keras` archive.
+    Keras,
+    /// A full-model HDF5 file (`model.save("m.h5")`, Keras 3 or Keras 2).
+    H5,
+}
+
+impl ModelFormat {
+    /// The name in records and listings: `saved_model`, `keras`, `h5`.
+    pub fn name(self) -> &'static str {
+        match self {
+            ModelFormat::SavedModel => "saved_model",
+            ModelFormat::Keras => "keras",
+            ModelFormat::H5 => "h5",
+        }
+    }
+
+    /// True for Keras files, which are exported before they run.
+    pub fn is_keras_file(self) -> bool {
+        self != ModelFormat::SavedModel
+    }
+}
+
+/// The Keras format a file's name says, if any: `.keras`, or `.h5`/`.hdf5`
+/// (which may still hold weights only).
+fn keras_file_format(path: &Path) -> Option<ModelFormat> {
+    let name = path.file_name()?.to_string_lossy().to_ascii_lowercase();
+    if name.ends_with(".keras") {
+        Some(ModelFormat::Keras)
+    } else if name.ends_with(".h5") || name.ends_with(".hdf5") {
+        Some(ModelFormat::H5)
+    } else {
+        None
+    }
+}
+
+/// Whether a Keras-named file is a model: `.keras` always (a broken one is
+/// that model's error later), `.h5` when it holds a `model_config`.
+fn keras_model_file(path: &Path) -> Result<Option<ModelFormat>, DiscoverError> {
+    match keras_file_format(path) {
+        Some(ModelFormat::H5) => {
+            let name = path.file_name().map(|n| n.to_string_lossy().to_ascii_lowercase()).unwrap_or_default();
+            if name.ends_with(".weights.h5") {
+                return Err(DiscoverError::WeightsOnly(path.to_path_buf()));
+            }
+            match crate::keras::files::h5_is_full_model(path) {
+                Ok(true) => Ok(Some(ModelFormat::H5)),
+                Ok(false) => Err(DiscoverError::WeightsOnly(path.to_path_buf())),
+                Err(crate::keras::files::KerasFileError::NotHdf5 { .. }) => {
+                    Err(DiscoverError::NotHdf5(path.to_path_buf()))
+                }
+                Err(e) => {
+                    Err(DiscoverError::Io { path: path.to_path_buf(), source: std::io::Error::other(e.to_string()) })
+                }
+            }
+        }
+        other => Ok(other),
+    }
 }
 
 /// Why the models could not be listed.
@@ -25,9 +101,15 @@ pub struct Model {
 pub enum DiscoverError {
     #[error("{0}: no such file or directory")]
     Missing(PathBuf),
-    #[error("{0}: not a folder (a MODEL is a SavedModel folder or a folder holding SavedModels)")]
+    #[error(
+        "{0}: not a model (a MODEL is a SavedModel folder, a .keras or full-model .h5 file, or a folder holding them)"
+    )]
     NotAFolder(PathBuf),
-    #[error("{0}: no SavedModel found (no folder under it holds saved_model.pb)")]
+    #[error("{0}: holds weights only (no model_config); a model needs its architecture too: save it with model.save(\"model.keras\"), or load the weights into the model in Python and save that")]
+    WeightsOnly(PathBuf),
+    #[error("{0}: not an HDF5 file (no HDF5 signature)")]
+    NotHdf5(PathBuf),
+    #[error("{0}: no model found (no SavedModel folder, .keras or full-model .h5 file under it)")]
     NoneFound(PathBuf),
     #[error("two models have the id '{id}': {first} and {second}")]
     DuplicateId { id: String, first: PathBuf, second: PathBuf },
@@ -50,13 +132,16 @@ pub fn discover(args: &[PathBuf], warn: &mut dyn FnMut(String)) -> Result<Vec<Mo
             std::io::ErrorKind::NotFound => DiscoverError::Missing(arg.clone()),
             _ => DiscoverError::Io { path: arg.clone(), source: e },
         })?;
-        if !meta.is_dir() {
-            return Err(DiscoverError::NotAFolder(arg.clone()));
-        }
         let root = std::path::absolute(arg).map_err(|e| DiscoverError::Io { path: arg.clone(), source: e })?;
         let mut found = Vec::new();
-        if is_saved_model(&root) {
-            found.push(Model { id: own_name(&root), path: root });
+        if !meta.is_dir() {
+            let Some(format) = keras_model_file(&root)? else {
+                return Err(DiscoverError::NotAFolder(arg.clone()));
+            };
+            let id = root.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "model".into());
+            found.push(Model { id, path: root, format });
+        } else if is_saved_model(&root) {
+            found.push(Model::saved_model(own_name(&root), root));
         } else {
             // A folder below the argument that cannot be read is skipped with
             // a warning; the argument itself is an error, not "no model found".
@@ -171,7 +256,7 @@ fn walk(
     }
     if dir != root && is_saved_model(dir) {
         let id = dir.strip_prefix(root).unwrap_or(dir).to_string_lossy().into_owned();
-        found.push(Model { id, path: dir.to_path_buf() });
+        found.push(Model::saved_model(id, dir));
         return; // never descend into a SavedModel's variables/ or assets/
     }
     let entries = match std::fs::read_dir(dir) {
@@ -181,10 +266,22 @@ fn walk(
             return;
         }
     };
-    let mut children: Vec<PathBuf> = entries.filter_map(|e| e.ok()).map(|e| e.path()).filter(|p| p.is_dir()).collect();
+    let mut children: Vec<PathBuf> = entries.filter_map(|e| e.ok()).map(|e| e.path()).collect();
     children.sort();
     for child in children {
-        walk(root, &child, visited, found, warn);
+        if child.is_dir() {
+            walk(root, &child, visited, found, warn);
+            continue;
+        }
+        // Keras files beside the folders; weights-only HDF5 files are not models.
+        match keras_model_file(&child) {
+            Ok(Some(format)) => {
+                let id = child.strip_prefix(root).unwrap_or(&child).to_string_lossy().into_owned();
+                found.push(Model { id, path: child, format });
+            }
+            Ok(None) | Err(DiscoverError::WeightsOnly(_)) => {}
+            Err(e) => warn(format!("skipped: {e}")),
+        }
     }
 }
 
@@ -195,6 +292,28 @@ mod tests {
     fn touch_model(dir: &Path) {
         std::fs::create_dir_all(dir.join("variables")).unwrap();
         std::fs::write(dir.join("saved_model.pb"), b"").unwrap();
+    }
+
+    #[test]
+    fn keras_files_keep_their_extension_and_weights_are_not_models() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path();
+        touch_model(&root.join("m"));
+        std::fs::write(root.join("m.keras"), b"PK").unwrap();
+        std::fs::write(root.join("m.h5"), b"\x89HDF\r\n\x1a\n attrs: model_config").unwrap();
+        std::fs::write(root.join("m.weights.h5"), b"\x89HDF\r\n\x1a\n model_config").unwrap();
+        std::fs::write(root.join("w.h5"), b"\x89HDF\r\n\x1a\n layer_names").unwrap();
+        std::fs::write(root.join("notes.txt"), b"").unwrap();
+        let models = discover(&[root.to_path_buf()], &mut |w| panic!("{w}")).unwrap();
+        let found: Vec<(&str, &str)> = models.iter().map(|m| (m.id.as_str(), m.format.name())).collect();
+        assert_eq!(found, [("m", "saved_model"), ("m.h5", "h5"), ("m.keras", "keras")]);
+        for weights in ["m.weights.h5", "w.h5"] {
+            let err = discover(&[root.join(weights)], &mut |_| {}).unwrap_err();
+            assert!(matches!(err, DiscoverError::WeightsOnly(_)), "{err}");
+            assert!(err.to_string().contains("holds weights only"), "{err}");
+        }
+        let err = discover(&[root.join("notes.txt")], &mut |_| {}).unwrap_err();
+        assert!(matches!(err, DiscoverError::NotAFolder(_)), "{err}");
     }
 
     #[test]
@@ -246,7 +365,7 @@ mod tests {
     }
 
     fn model(id: &str) -> Model {
-        Model { id: id.into(), path: PathBuf::from("/models").join(id) }
+        Model::saved_model(id, PathBuf::from("/models").join(id))
     }
 
     #[test]
@@ -273,7 +392,9 @@ mod tests {
         let err = discover(&[tmp.path().join("x/m"), tmp.path().join("y/m")], &mut |_| {}).unwrap_err();
         assert!(matches!(err, DiscoverError::DuplicateId { ref id, .. } if id == "m"), "{err}");
         let err = discover(&[tmp.path().join("empty")], &mut |_| {}).unwrap_err();
-        assert!(err.to_string().ends_with("empty: no SavedModel found (no folder under it holds saved_model.pb)"));
+        assert!(err
+            .to_string()
+            .ends_with("empty: no model found (no SavedModel folder, .keras or full-model .h5 file under it)"));
         let err = discover(&[tmp.path().join("nope")], &mut |_| {}).unwrap_err();
         assert!(err.to_string().ends_with("nope: no such file or directory"));
     }

@@ -5,7 +5,7 @@
 
 use crate::cancel::CancelToken;
 use crate::discover::Model;
-use crate::executor::{run_all, Work};
+use crate::executor::{run_all, Producer, UnitQueue, Work};
 use crate::feed::Feed;
 use crate::inputs::PreparedInputs;
 use crate::settings::{Settings, STATUSES};
@@ -99,8 +99,9 @@ impl Engine {
         on_event: &mut dyn FnMut(Event),
         sink: &dyn OutputSink,
     ) -> RunSummary {
-        let tensorflow_version = run_all(models, Work::Inputs { inputs, sink }, &self.settings, cancel, on_event);
-        RunSummary { tensorflow_version }
+        self.staged(models, cancel, on_event, |models, on_event, producer| {
+            run_all(models, Work::Inputs { inputs, sink }, &self.settings, cancel, on_event, producer)
+        })
     }
 
     /// Runs every model as [`Engine::run`] does, each unit fed batch after
@@ -116,7 +117,42 @@ impl Engine {
         cancel: &CancelToken,
         on_event: &mut dyn FnMut(Event),
     ) -> RunSummary {
-        let tensorflow_version = run_all(models, Work::Feed(feed), &self.settings, cancel, on_event);
+        self.staged(models, cancel, on_event, |models, on_event, producer| {
+            run_all(models, Work::Feed(feed), &self.settings, cancel, on_event, producer)
+        })
+    }
+
+    /// Runs `models` with `run`, Keras files exported on the way: a Keras
+    /// file's unit joins the queue as soon as its SavedModel is in the
+    /// cache (or at once, when it is there already), so exports and runs
+    /// overlap; one whose export fails is reported as such. Records carry
+    /// how each Keras file's SavedModel was made.
+    fn staged(
+        &self,
+        models: &[Model],
+        cancel: &CancelToken,
+        on_event: &mut dyn FnMut(Event),
+        run: impl FnOnce(&[Model], &mut dyn FnMut(Event), Option<Producer<'_>>) -> Option<String>,
+    ) -> RunSummary {
+        let staged = crate::keras::plan(models, &self.settings);
+        let settings = &self.settings;
+        let produce = |queue: &UnitQueue, events: &std::sync::mpsc::Sender<Event>| {
+            staged.produce(settings, cancel, queue, events);
+        };
+        let producer: Option<Producer<'_>> = staged.has_keras_files().then_some(&produce);
+        let tensorflow_version = run(
+            &staged.models,
+            &mut |event| match event {
+                Event::Finished(mut report) => {
+                    if report.export.is_none() {
+                        report.export = staged.exports.lock().expect("exports")[report.index].take();
+                    }
+                    on_event(Event::Finished(report));
+                }
+                other => on_event(other),
+            },
+            producer,
+        );
         RunSummary { tensorflow_version }
     }
 }

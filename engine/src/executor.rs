@@ -22,29 +22,105 @@ use isorun_tensors::values::tensor_values;
 use isorun_transport::{RequestEnvelope, SharedMemory, SHARED_THRESHOLD};
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{mpsc, Arc, Mutex, OnceLock};
+use std::sync::{mpsc, Arc, Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
+
+/// The units waiting for a slot, in order. Units may arrive while the run
+/// goes on (a Keras file's unit once its export is in the cache); slots wait
+/// for more until the queue is closed.
+pub(crate) struct UnitQueue {
+    state: Mutex<(VecDeque<usize>, bool)>,
+    arrived: Condvar,
+    per_worker: usize,
+}
+
+impl UnitQueue {
+    pub(crate) fn new(per_worker: usize) -> UnitQueue {
+        UnitQueue {
+            state: Mutex::new((VecDeque::new(), false)),
+            arrived: Condvar::new(),
+            per_worker: per_worker.max(1),
+        }
+    }
+
+    /// A unit ready to run.
+    pub(crate) fn push(&self, index: usize) {
+        self.state.lock().expect("queue").0.push_back(index);
+        self.arrived.notify_one();
+    }
+
+    /// No unit comes any more.
+    pub(crate) fn close(&self) {
+        self.state.lock().expect("queue").1 = true;
+        self.arrived.notify_all();
+    }
+
+    /// The next batch (up to `models_per_worker` units there are now);
+    /// `None` once the queue is closed and empty.
+    fn next_batch(&self) -> Option<Vec<usize>> {
+        let mut state = self.state.lock().expect("queue");
+        loop {
+            if !state.0.is_empty() {
+                let take = self.per_worker.min(state.0.len());
+                return Some(state.0.drain(..take).collect());
+            }
+            if state.1 {
+                return None;
+            }
+            state = self.arrived.wait(state).expect("queue");
+        }
+    }
+}
+
+/// What feeds units to a run while it goes on: called on a thread of its
+/// own with the queue (push units as they become ready) and the events
+/// channel (report units that will never be ready); the queue closes when
+/// it returns.
+pub(crate) type Producer<'p> = &'p (dyn Fn(&UnitQueue, &mpsc::Sender<Event>) + Sync);
 
 /// Runs every model; `on_event` sees each unit start and end. Returns
 /// when every model has a report, with the TensorFlow version the workers
-/// reported.
+/// reported. Without a `producer` every model is ready at once; with one,
+/// only the units it pushes run (it reports the others).
 pub(crate) fn run_all(
     models: &[Model],
     work: Work<'_>,
     settings: &Settings,
     stop: &CancelToken,
     on_event: &mut dyn FnMut(Event),
+    producer: Option<Producer<'_>>,
 ) -> Option<String> {
     let tensorflow_version = &OnceLock::new();
-    let per_worker = settings.models_per_worker.max(1);
-    let batches: VecDeque<Vec<usize>> =
-        (0..models.len()).collect::<Vec<_>>().chunks(per_worker).map(<[usize]>::to_vec).collect();
-    let few_units = batches.len() <= settings.jobs.max(1);
-    let queue = Mutex::new(batches);
+    // Each slot starts at most one worker when the units fit the slots (see SpawnMode::Auto).
+    let few_units = models.len().div_ceil(settings.models_per_worker.max(1)) <= settings.jobs.max(1);
+    let queue = UnitQueue::new(settings.models_per_worker);
+    if producer.is_none() {
+        for index in 0..models.len() {
+            queue.push(index);
+        }
+        queue.close();
+    }
     let worker_ids = AtomicU64::new(0);
     let zygote_broken = AtomicBool::new(false);
     let (tx, rx) = mpsc::channel::<Event>();
     std::thread::scope(|scope| {
+        if let Some(producer) = producer {
+            let (tx, queue) = (tx.clone(), &queue);
+            std::thread::Builder::new()
+                .name("producer".into())
+                .spawn_scoped(scope, move || {
+                    // Closed however the producer ends, so that slots never wait forever.
+                    struct CloseOnDrop<'q>(&'q UnitQueue);
+                    impl Drop for CloseOnDrop<'_> {
+                        fn drop(&mut self) {
+                            self.0.close();
+                        }
+                    }
+                    let _close = CloseOnDrop(queue);
+                    producer(queue, &tx);
+                })
+                .expect("spawn the producer thread");
+        }
         let jobs = settings.jobs.max(1);
         for slot in 0..jobs {
             let tx = tx.clone();
@@ -75,7 +151,7 @@ pub(crate) fn run_all(
                     // long as they do (PR_SET_PDEATHSIG follows the forking thread).
                     let mut zygote = None;
                     loop {
-                        let Some(batch) = queue.lock().expect("queue").pop_front() else { return };
+                        let Some(batch) = queue.next_batch() else { return };
                         slot_ctx.run_batch(batch, &mut zygote, &|progress| {
                             let _ = tx.send(progress);
                         });
@@ -594,5 +670,28 @@ fn finish_metrics(
     if let Some((user, system)) = cpu {
         report.user = Some(user.saturating_sub(cpu_before.0));
         report.system = Some(system.saturating_sub(cpu_before.1));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::UnitQueue;
+
+    #[test]
+    fn the_queue_hands_out_batches_as_units_arrive_and_ends_when_closed() {
+        let queue = UnitQueue::new(2);
+        for index in [0, 1, 2] {
+            queue.push(index);
+        }
+        assert_eq!(queue.next_batch(), Some(vec![0, 1]));
+        assert_eq!(queue.next_batch(), Some(vec![2]));
+        std::thread::scope(|scope| {
+            // A slot waits for the next unit rather than ending.
+            let waiting = scope.spawn(|| (queue.next_batch(), queue.next_batch()));
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            queue.push(7);
+            queue.close();
+            assert_eq!(waiting.join().unwrap(), (Some(vec![7]), None));
+        });
     }
 }

@@ -13,7 +13,9 @@
 //! through an [`Event`] callback, takes cancellation as a [`CancelToken`],
 //! and hands each unit's outputs to an [`OutputSink`] of the caller's.
 //!
-//! - [`discover`] finds SavedModels in folders; [`Settings::builder`]
+//! - [`discover`] finds SavedModels and Keras files in folders (Keras
+//!   files are exported to SavedModels in a sandboxed Python process first,
+//!   and cached: [`keras`]); [`Settings::builder`]
 //!   says how to run them; [`Engine::new`] checks the settings;
 //!   [`Engine::run`] runs every model, [`Event::Finished`] carrying each
 //!   unit's [`UnitReport`] (its closed [`Outcome`], timings, peak memory,
@@ -45,6 +47,7 @@ mod executor;
 mod feed;
 mod gpu;
 mod inputs;
+pub mod keras;
 mod locate;
 mod process;
 mod session;
@@ -54,7 +57,7 @@ mod unit;
 mod worker_session;
 
 pub use cancel::CancelToken;
-pub use discover::{discover, is_saved_model, latest_versions, DiscoverError, Model};
+pub use discover::{discover, is_saved_model, latest_versions, DiscoverError, Model, ModelFormat};
 pub use engine::{Engine, Event, RunSummary, SetupError};
 pub use feed::{Feed, FeedStream, FeedSummary, StreamReport};
 pub use inputs::PreparedInputs;

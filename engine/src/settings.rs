@@ -91,6 +91,8 @@ pub struct Settings {
     pub retries: u32,
     /// Statuses that are retried (from [`STATUSES`]).
     pub retry_on: Vec<String>,
+    /// How Keras model files are exported to SavedModels before they run.
+    pub keras: crate::keras::KerasSettings,
 }
 
 impl Settings {
@@ -134,6 +136,7 @@ impl Settings {
                 memory_limit: None,
                 retries: 0,
                 retry_on: Vec::new(),
+                keras: crate::keras::KerasSettings::default(),
             },
         }
     }
@@ -201,6 +204,7 @@ impl SettingsBuilder {
         retries: u32,
         /// Statuses that are retried.
         retry_on: Vec<String>,
+        keras: crate::keras::KerasSettings,
     }
 
     /// The folder holding libtensorflow for the workers (first on their

@@ -49,6 +49,8 @@ pub struct UnitReport {
     pub attempts: Vec<Attempt>,
     /// A unit fed batch after batch ([`Engine::run_feed`](crate::Engine::run_feed)): examples, speed, the feed's fields.
     pub stream: Option<StreamReport>,
+    /// How a Keras file's SavedModel was made (exported now, or found in the cache).
+    pub export: Option<crate::keras::ExportReport>,
 }
 
 /// One attempt at a unit, as kept in its record.
@@ -92,6 +94,7 @@ impl UnitReport {
             sandbox: None,
             attempts: Vec::new(),
             stream: None,
+            export: None,
         }
     }
 }

@@ -33,7 +33,7 @@ fn take(message: WorkerMessage) {
             assert_eq!(back.shape, tensor.shape);
         }
     }
-    let model = Model { id: "m".into(), path: "/m".into() };
+    let model = Model::saved_model("m", "/m");
     let record = isorun_report::record::unit_record(&model, &report);
     let _ = record.to_string();
     // Joined with itself, as two batches of its own rows.

@@ -29,6 +29,9 @@ pub enum ErrorKind {
     /// The outputs cannot be scored against the labels (shape, a label
     /// outside the classes): `isorun eval`.
     Evaluation,
+    /// A Keras model file could not be exported to a SavedModel (unreadable
+    /// file, unknown custom class, a Lambda in safe mode, no Python with Keras).
+    ExportFailed,
 }
 
 impl ErrorKind {
@@ -43,6 +46,7 @@ impl ErrorKind {
             ErrorKind::OutputWrite => "output_write",
             ErrorKind::Dataset => "dataset",
             ErrorKind::Evaluation => "evaluation",
+            ErrorKind::ExportFailed => "export_failed",
         }
     }
 }

@@ -178,12 +178,17 @@ pub fn unit_key(model: &Model, parts: &KeyParts) -> io::Result<String> {
     hasher.update([0]);
     hasher.update(parts.inputs);
     let binary = model.path.join("saved_model.pb");
-    if binary.exists() {
+    if model.format.is_keras_file() {
+        // A Keras file: its own bytes (its export is a function of them and the settings).
+        hash_file(&mut hasher, &model.path, "keras file")?;
+    } else if binary.exists() {
         hash_file(&mut hasher, &binary, "saved_model.pb")?;
     } else {
         hash_file(&mut hasher, &model.path.join("saved_model.pbtxt"), "saved_model.pbtxt")?;
     }
-    hash_tree(&mut hasher, &model.path.join("variables"), "variables")?;
+    if !model.format.is_keras_file() {
+        hash_tree(&mut hasher, &model.path.join("variables"), "variables")?;
+    }
     if let Some(dir) = parts.inputs_dir {
         hash_tree(&mut hasher, &dir.join(&model.id), "inputs")?;
     }
@@ -268,7 +273,7 @@ mod tests {
         std::fs::create_dir_all(dir.join("variables")).unwrap();
         std::fs::write(dir.join("saved_model.pb"), b"graph").unwrap();
         std::fs::write(dir.join("variables/variables.data-00000-of-00001"), b"weights").unwrap();
-        Model { id: "m".into(), path: dir }
+        Model::saved_model("m", dir)
     }
 
     #[test]
@@ -282,6 +287,19 @@ mod tests {
         assert_ne!(first, second, "new weights, new key");
         assert_ne!(unit_key(&model, &KeyParts { settings: "other", ..parts() }).unwrap(), second);
         assert_ne!(unit_key(&model, &KeyParts { runtime: "w2", ..parts() }).unwrap(), second, "another worker");
+    }
+
+    #[test]
+    fn a_keras_file_key_is_its_bytes() {
+        let tmp = tempfile::tempdir().unwrap();
+        let file = tmp.path().join("epoch_01.keras");
+        std::fs::write(&file, b"zip v1").unwrap();
+        let model =
+            Model { id: "epoch_01.keras".into(), path: file.clone(), format: isorun_engine::ModelFormat::Keras };
+        let first = unit_key(&model, &parts()).unwrap();
+        assert_eq!(first, unit_key(&model, &parts()).unwrap());
+        std::fs::write(&file, b"zip v2").unwrap();
+        assert_ne!(first, unit_key(&model, &parts()).unwrap(), "a new checkpoint in the same file, a new key");
     }
 
     #[test]

@@ -30,6 +30,16 @@ pub fn unit_record(model: &Model, report: &UnitReport) -> Value {
     if let Some(stream) = &report.stream {
         stream_fields(&mut r, stream);
     }
+    if let Some(export) = &report.export {
+        let mut e = Map::new();
+        e.insert("from".into(), json!(export.from.name()));
+        e.insert("cached".into(), json!(export.cached));
+        e.insert("ms".into(), json!(export.ms));
+        if let Some(loader) = &export.loader {
+            e.insert("loader".into(), json!(loader));
+        }
+        r.insert("export".into(), Value::Object(e));
+    }
     r.insert("wall_ms".into(), json!(report.wall.as_millis() as u64));
     if let Some(ms) = report.load_ms {
         r.insert("load_ms".into(), json!(ms));
@@ -201,7 +211,7 @@ mod tests {
     use std::path::PathBuf;
 
     fn model() -> Model {
-        Model { id: "m".into(), path: PathBuf::from("/models/m") }
+        Model::saved_model("m", PathBuf::from("/models/m"))
     }
 
     fn gpu_keys(record: &Value) -> Vec<&str> {

@@ -43,6 +43,9 @@ pub enum Command {
     Pipe(PipeArgs),
     /// Say what this machine offers isorun; exit 1 if it cannot run models here.
     Doctor(DoctorArgs),
+    /// The Keras export cache: list its SavedModels, or clear it.
+    #[command(subcommand)]
+    Cache(CacheCommand),
     /// Compare or merge run reports (`--report` files).
     #[command(subcommand)]
     Report(ReportCommand),
@@ -61,7 +64,7 @@ pub enum Command {
   isorun inspect models/resnet
   isorun inspect models/resnet --json | jq '.signatures.serving_default.inputs'")]
 pub struct InspectArgs {
-    /// A SavedModel folder.
+    /// A SavedModel folder, or a .keras / full-model .h5 file (read without TensorFlow).
     #[arg(value_name = "MODEL")]
     pub model: PathBuf,
 
@@ -84,11 +87,11 @@ pub struct InspectArgs {
   isorun ls models/ --json | jq -r .path | head -3
   isorun ls serving/ --latest-version")]
 pub struct LsArgs {
-    /// Folders to search (recursively) for SavedModels.
+    /// Folders to search (recursively) for SavedModels and Keras files.
     #[arg(value_name = "DIR", required = true)]
     pub dirs: Vec<PathBuf>,
 
-    /// JSON Lines (`{"id": ..., "path": ...}`) instead of `id<TAB>path`.
+    /// JSON Lines (`{"id": ..., "path": ..., "format": ...}`) instead of `id<TAB>path<TAB>format`.
     #[arg(long)]
     pub json: bool,
 
@@ -144,6 +147,9 @@ pub struct PipeArgs {
 
     #[command(flatten)]
     pub worker: WorkerArgs,
+
+    #[command(flatten)]
+    pub keras: KerasArgs,
 }
 
 /// Where the worker and libtensorflow are.
@@ -252,6 +258,10 @@ pub enum Format {
 pub struct DoctorArgs {
     #[command(flatten)]
     pub worker: WorkerArgs,
+
+    /// The Python to check for Keras files (default: python3 on PATH).
+    #[arg(long, value_name = "PATH", env = "ISORUN_PYTHON")]
+    pub python: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -488,6 +498,44 @@ pub struct RunArgs {
 
     #[command(flatten)]
     pub worker: WorkerArgs,
+
+    #[command(flatten)]
+    pub keras: KerasArgs,
+}
+
+/// How `.keras` and `.h5` model files are exported to SavedModels before they run.
+#[derive(Debug, Args, Clone, Default)]
+pub struct KerasArgs {
+    /// Python with Keras 3 and TensorFlow that exports Keras files (default: python3 on PATH).
+    #[arg(long, value_name = "PATH", env = "ISORUN_PYTHON", help_heading = "Keras files")]
+    pub python: Option<PathBuf>,
+
+    /// A Python file defining the model's custom layers, imported before it loads (repeatable; runs sandboxed).
+    #[arg(long = "keras-module", value_name = "FILE.py", help_heading = "Keras files")]
+    pub keras_modules: Vec<PathBuf>,
+
+    /// Load with safe_mode=False: runs the Python code a Lambda layer holds, inside the export sandbox.
+    #[arg(long, help_heading = "Keras files")]
+    pub keras_unsafe: bool,
+
+    /// The export cache (default: ~/.cache/isorun/keras).
+    #[arg(long, value_name = "DIR", env = "ISORUN_KERAS_CACHE", help_heading = "Keras files")]
+    pub keras_cache: Option<PathBuf>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum CacheCommand {
+    /// One line per export: key, format, size, source file.
+    Ls(CacheArgs),
+    /// Remove every export (they are made again when needed).
+    Clear(CacheArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct CacheArgs {
+    /// The export cache (default: ~/.cache/isorun/keras).
+    #[arg(long, value_name = "DIR", env = "ISORUN_KERAS_CACHE")]
+    pub keras_cache: Option<PathBuf>,
 }
 
 #[derive(Debug, Subcommand)]

@@ -15,6 +15,14 @@ mod support;
 use clap::Parser;
 
 fn main() {
+    // The Keras export sandbox launcher: confine this process, exec Python.
+    // First thing, while single-threaded (Landlock and seccomp bind threads).
+    let mut raw = std::env::args_os();
+    if raw.nth(1).is_some_and(|a| a == isorun_engine::keras::LAUNCH_ARG) {
+        let spec = raw.next().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+        eprintln!("{}", isorun_engine::keras::launch(&spec));
+        std::process::exit(126);
+    }
     // `run --config FILE` puts the file's settings on the command line first.
     let args = match config::expand_command_line(std::env::args_os().collect()) {
         Ok(args) => args,

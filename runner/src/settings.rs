@@ -127,6 +127,7 @@ pub fn run_settings(args: &RunArgs) -> Result<RunSettings, String> {
         .retries(args.retries)
         .retry_on(statuses("--retry-on", &args.retry_on)?)
         .libraries(libraries)
+        .keras(keras_settings(&args.keras)?)
         .build();
     let expect = match &args.expect {
         Some(dir) if !dir.is_dir() => return Err(format!("--expect {}: not a folder", dir.display())),
@@ -237,4 +238,28 @@ pub fn report_settings(args: &RunArgs, run: &RunSettings) -> Value {
         s.insert("gpu_memory_fraction".into(), json!(fraction));
     }
     Value::Object(s)
+}
+
+/// `--python`, `--keras-module`, `--keras-unsafe`, `--keras-cache`; the
+/// sandbox launcher is this very binary (`isorun __isorun-export-sandbox`).
+pub fn keras_settings(args: &crate::cli::KerasArgs) -> Result<isorun_engine::keras::KerasSettings, String> {
+    let modules = args
+        .keras_modules
+        .iter()
+        .map(|path| {
+            std::path::absolute(path)
+                .ok()
+                .filter(|p| p.is_file())
+                .ok_or_else(|| format!("--keras-module {}: no such file", path.display()))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    if let Some(python) = args.python.as_ref().filter(|p| p.components().count() > 1 && !p.is_file()) {
+        return Err(format!("--python {}: no such file", python.display()));
+    }
+    Ok(isorun_engine::keras::KerasSettings::new()
+        .python(args.python.clone())
+        .modules(modules)
+        .unsafe_code(args.keras_unsafe)
+        .cache_dir(args.keras_cache.as_ref().and_then(|p| std::path::absolute(p).ok()))
+        .launcher(std::env::current_exe().ok()))
 }

@@ -90,6 +90,13 @@ pub struct Applied {
 
 /// Applies the sandbox to this process. Must run while single-threaded.
 pub fn apply(spec: &SandboxSpec) -> Applied {
+    apply_with_writable(spec, &[])
+}
+
+/// The same sandbox, for a process that must also write beneath a few
+/// folders (the Keras export process: its cache entry's temporary folder).
+/// Landlock still refuses every other write; everything else is `apply`'s.
+pub fn apply_with_writable(spec: &SandboxSpec, writable: &[std::path::PathBuf]) -> Applied {
     let mut applied = Applied { protections: Vec::new(), missing: Vec::new() };
     let mut record =
         |name: &str, ok: bool| if ok { &mut applied.protections } else { &mut applied.missing }.push(name.to_string());
@@ -135,7 +142,7 @@ pub fn apply(spec: &SandboxSpec) -> Applied {
     // SAFETY: prctl with constant arguments.
     record("no_new_privs", unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } == 0);
 
-    let scoped = match restrict_files(spec) {
+    let scoped = match restrict_files(spec, writable) {
         Ok(status) => {
             let abi = match status.landlock {
                 LandlockStatus::Available { effective_abi, .. } if status.ruleset != RulesetStatus::NotEnforced => {
@@ -176,7 +183,10 @@ pub fn apply(spec: &SandboxSpec) -> Applied {
 /// Landlock: the file rules, and the signal and abstract-socket scopes
 /// (ABI 6; on older kernels the crate leaves out what they do not know, and
 /// the status says how far the kernel went).
-fn restrict_files(spec: &SandboxSpec) -> Result<RestrictionStatus, landlock::RulesetError> {
+fn restrict_files(
+    spec: &SandboxSpec,
+    writable: &[std::path::PathBuf],
+) -> Result<RestrictionStatus, landlock::RulesetError> {
     let abi = ABI::V5;
     let read = AccessFs::from_read(abi);
     let exe = std::env::current_exe().ok().and_then(|p| p.parent().map(|d| d.to_path_buf()));
@@ -198,6 +208,7 @@ fn restrict_files(spec: &SandboxSpec) -> Result<RestrictionStatus, landlock::Rul
         .create()?
         .add_rules(path_beneath_rules(readable, read))?
         .add_rules(path_beneath_rules(["/dev/null"], read | AccessFs::WriteFile))?
+        .add_rules(path_beneath_rules(writable, AccessFs::from_all(abi)))?
         .add_rules(path_beneath_rules(gpu_devices, read | AccessFs::WriteFile | AccessFs::IoctlDev))?
         .restrict_self()?;
     Ok(status)

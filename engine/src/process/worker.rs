@@ -121,6 +121,44 @@ enum Kind {
     Forked { pidfd: OwnedFd, zygote: Arc<Zygote>, token: u64 },
 }
 
+/// Between fork and exec of a supervised child: killed when the
+/// supervisor's forking thread exits (`PR_SET_PDEATHSIG`), gone at once if
+/// the supervisor already died, first in line for the OOM killer.
+///
+/// # Safety
+/// Only between fork and exec: makes async-signal-safe system calls only.
+unsafe fn arm_child(parent: libc::pid_t) -> io::Result<()> {
+    // SAFETY: async-signal-safe calls with valid arguments.
+    unsafe {
+        if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        if libc::getppid() != parent {
+            // The supervisor died before the death signal was armed.
+            libc::_exit(1);
+        }
+        let fd = libc::open(c"/proc/self/oom_score_adj".as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+        if fd >= 0 {
+            libc::write(fd, b"1000".as_ptr().cast(), 4);
+            libc::close(fd);
+        }
+    }
+    Ok(())
+}
+
+/// Arms a command for another supervised child (the Keras export process)
+/// as workers are: see [`arm_child`]. The caller puts it in its own process
+/// group; it must be spawned from a thread that outlives it.
+pub fn set_child_safety(command: &mut Command) {
+    // SAFETY: getpid has no preconditions.
+    let parent = unsafe { libc::getpid() };
+    // SAFETY: the closure runs between fork and exec and only makes
+    // async-signal-safe system calls.
+    unsafe {
+        command.pre_exec(move || arm_child(parent));
+    }
+}
+
 impl WorkerProcess {
     /// Starts a worker. Must be called from a thread that outlives the
     /// worker: `PR_SET_PDEATHSIG` fires when the thread that forked exits.
@@ -144,19 +182,7 @@ impl WorkerProcess {
                 } else if libc::dup2(theirs_fd, 3) < 0 {
                     return Err(io::Error::last_os_error());
                 }
-                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) < 0 {
-                    return Err(io::Error::last_os_error());
-                }
-                if libc::getppid() != parent {
-                    // The supervisor died before the death signal was armed.
-                    libc::_exit(1);
-                }
-                let fd = libc::open(c"/proc/self/oom_score_adj".as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
-                if fd >= 0 {
-                    libc::write(fd, b"1000".as_ptr().cast(), 4);
-                    libc::close(fd);
-                }
-                Ok(())
+                arm_child(parent)
             });
         }
         let mut child = command.spawn()?;

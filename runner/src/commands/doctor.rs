@@ -87,6 +87,7 @@ pub fn main(args: &DoctorArgs) -> Result<i32, String> {
         memory_limit_check(),
         worker_signals_check(),
         gpu_check(),
+        keras_check(args.python.as_deref()),
         slurm_check(),
     ];
     let mut stdout = std::io::stdout().lock();
@@ -413,6 +414,32 @@ fn find_libcuda() -> Option<PathBuf> {
 }
 
 /// Slurm's `sbatch`, to spread runs over a cluster; never a problem when absent.
+/// The Python that would export Keras files, and its Keras and TensorFlow
+/// (asked anew, without the cache: the doctor reports what is there now).
+fn keras_check(asked: Option<&Path>) -> Check {
+    const NAME: &str = "keras";
+    use isorun_engine::keras::python;
+    let program = match python::choose(asked) {
+        Ok(program) => program,
+        Err(reason) => return Check::new(NAME, Status::None, reason),
+    };
+    match python::probe(&program, None) {
+        Ok(found) => Check::new(
+            NAME,
+            Status::Found,
+            format!(
+                "{} (Python {}): Keras {}, TensorFlow {}{}; .keras and .h5 files run",
+                found.program.display(),
+                found.version,
+                found.keras,
+                found.tensorflow,
+                found.tf_keras.as_deref().map(|v| format!(", tf_keras {v} (Keras 2 files)")).unwrap_or_default()
+            ),
+        ),
+        Err(reason) => Check::new(NAME, Status::None, format!("{reason} (SavedModels are unaffected)")),
+    }
+}
+
 fn slurm_check() -> Check {
     const NAME: &str = "slurm";
     match find_on_path("sbatch") {

@@ -6,6 +6,8 @@
 //! `float32`).
 
 use crate::cli::InspectArgs;
+use isorun_engine::keras::files::{self, KerasFileError, KerasInfo};
+use isorun_engine::ModelFormat;
 use isorun_tfproto::proto::{MetaGraphDef, SignatureDef, TensorInfo};
 use isorun_tfproto::{read_saved_model, SavedModelError};
 use serde_json::{json, Map, Value};
@@ -71,13 +73,11 @@ pub struct TensorView {
 }
 
 pub fn main(args: &InspectArgs) -> Result<i32, String> {
-    let inspection = inspect(&args.model, args.all).map_err(|e| crate::support::with_causes(&e))?;
-    let text = if args.json {
-        let mut line = to_json(&inspection, &args.tags).to_string();
-        line.push('\n');
-        line
+    let keras = keras_file(&args.model).map_err(|e| crate::support::with_causes(&e))?;
+    let text = if let Some((format, info)) = keras {
+        keras_text(&args.model, format, &info, args.json)
     } else {
-        to_text(&inspection)
+        saved_model_text(args)?
     };
     let mut stdout = std::io::stdout().lock();
     match stdout.write_all(text.as_bytes()).and_then(|()| stdout.flush()) {
@@ -86,6 +86,80 @@ pub fn main(args: &InspectArgs) -> Result<i32, String> {
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(isorun_protocol::exit_code::OK),
         Err(e) => Err(format!("cannot write to stdout: {e}")),
     }
+}
+
+/// A Keras file's config (`.keras`: `config.json` and `metadata.json` in
+/// the zip; `.h5`: the `model_config` attribute), read without Python;
+/// `None` for anything else.
+fn keras_file(model: &Path) -> Result<Option<(ModelFormat, KerasInfo)>, KerasFileError> {
+    if model.is_dir() {
+        return Ok(None);
+    }
+    let name = model.file_name().map(|n| n.to_string_lossy().to_ascii_lowercase()).unwrap_or_default();
+    if name.ends_with(".keras") {
+        return Ok(Some((ModelFormat::Keras, files::read_keras(model)?)));
+    }
+    if name.ends_with(".h5") || name.ends_with(".hdf5") {
+        return Ok(Some((ModelFormat::H5, files::read_h5(model)?)));
+    }
+    Ok(None)
+}
+
+/// What `inspect` says of a Keras file: its inputs as the exported
+/// signature will take them, its outputs by name (shapes come with the export).
+fn keras_text(path: &Path, format: ModelFormat, info: &KerasInfo, json: bool) -> String {
+    let shape = |s: &Option<Vec<Option<u64>>>| -> Value { s.as_ref().map_or(Value::Null, |dims| json!(dims)) };
+    if json {
+        let inputs: Map<String, Value> = info
+            .inputs
+            .iter()
+            .map(|t| (t.name.clone(), json!({"dtype": t.dtype.map(|d| d.name()), "shape": shape(&t.shape)})))
+            .collect();
+        let line = json!({
+            "path": std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf()).to_string_lossy(),
+            "format": format.name(),
+            "class_name": info.class_name,
+            "keras_version": info.keras_version,
+            "inputs": inputs,
+            "outputs": info.outputs,
+        });
+        return format!("{line}\n");
+    }
+    let mut text = format!(
+        "{} ({} file, {}, saved by Keras {})\n  inputs:\n",
+        path.display(),
+        format.name(),
+        if info.class_name.is_empty() { "model" } else { &info.class_name },
+        info.keras_version.as_deref().unwrap_or("?")
+    );
+    for t in &info.inputs {
+        let dims = match &t.shape {
+            Some(dims) => {
+                format!(
+                    "[{}]",
+                    dims.iter().map(|d| d.map_or("?".into(), |d| d.to_string())).collect::<Vec<_>>().join(", ")
+                )
+            }
+            None => "unknown rank".into(),
+        };
+        text.push_str(&format!("    {}: {} {dims}\n", t.name, t.dtype.map_or("?", |d| d.name())));
+    }
+    text.push_str("  outputs:\n");
+    for name in &info.outputs {
+        text.push_str(&format!("    {name}\n"));
+    }
+    text
+}
+
+fn saved_model_text(args: &InspectArgs) -> Result<String, String> {
+    let inspection = inspect(&args.model, args.all).map_err(|e| crate::support::with_causes(&e))?;
+    Ok(if args.json {
+        let mut line = to_json(&inspection, &args.tags).to_string();
+        line.push('\n');
+        line
+    } else {
+        to_text(&inspection)
+    })
 }
 
 /// Reads the SavedModel in `model`; internal signatures only when `include_internal`.

@@ -1,4 +1,4 @@
-//! `isorun ls`: the SavedModels `isorun run` would find, with the ids it
+//! `isorun ls`: the models (SavedModels and Keras files) `isorun run` would find, with the ids it
 //! would give them, one per line, so scripts can pick, count or split models
 //! before running them. Lines go out one at a time and a reader that stops
 //! early (`isorun ls models/ | head -1`) ends the listing quietly.
@@ -25,12 +25,12 @@ pub fn main(args: &LsArgs) -> Result<i32, String> {
     Ok(exit_code::OK)
 }
 
-/// `id<TAB>path`.
+/// `id<TAB>path<TAB>format` (`saved_model`, `keras`, `h5`).
 pub fn text_line(model: &Model) -> String {
-    format!("{}\t{}", model.id, model.path.display())
+    format!("{}\t{}\t{}", model.id, model.path.display(), model.format.name())
 }
 
-/// `{"id": ..., "path": ...}`.
+/// `{"id": ..., "path": ..., "format": ...}`.
 pub fn json_line(model: &Model) -> String {
-    serde_json::json!({"id": model.id, "path": model.path.to_string_lossy()}).to_string()
+    serde_json::json!({"id": model.id, "path": model.path.to_string_lossy(), "format": model.format.name()}).to_string()
 }

@@ -1,6 +1,7 @@
 //! One module per command; [`dispatch`] picks it. Commands share helpers
 //! through `crate::support` only, never through each other.
 
+mod cache;
 mod doctor;
 mod eval;
 mod inspect;
@@ -22,6 +23,7 @@ pub fn dispatch(cli: Cli) -> Result<i32, String> {
         Command::Ls(args) => ls::main(&args),
         Command::Pipe(args) => pipe::main(&args),
         Command::Doctor(args) => doctor::main(&args),
+        Command::Cache(command) => cache::main(&command),
         Command::Report(command) => report::main(&command),
         Command::Slurm(command) => slurm::main(&command),
         Command::Completions(args) => {

@@ -61,12 +61,40 @@ impl Server<'_> {
     }
 }
 
+/// A Keras file given to `pipe`: exported (or found in the cache) first, in
+/// the sandbox the worker would have; a file that cannot be is a usage error.
+fn keras_saved_model(args: &PipeArgs) -> Result<PathBuf, String> {
+    let model = isorun_engine::discover(std::slice::from_ref(&args.model), &mut |_| {})
+        .map_err(|e| crate::support::with_causes(&e))?
+        .remove(0);
+    let settings = isorun_engine::Settings::builder(worker_binary(args.worker.worker.as_deref())?)
+        .sandbox((args.sandbox == SandboxMode::Strict).then(|| isorun_protocol::SandboxSpec {
+            read_paths: Vec::new(),
+            work_dir: None,
+            core_dumps: false,
+        }))
+        .load_timeout(seconds("--timeout", args.timeout)?)
+        .keras(crate::settings::keras_settings(&args.keras)?)
+        .build();
+    let stop = CancelToken::new();
+    match isorun_engine::keras::saved_model_for(&model, &settings, &stop) {
+        Ok((path, _)) => Ok(path),
+        Err(outcome) => Err(format!("{}: cannot export the Keras file: {outcome}", args.model.display())),
+    }
+}
+
 /// Runs the command; `Err` is a usage error (exit 2).
 pub fn main(args: &PipeArgs) -> Result<i32, String> {
-    if !is_saved_model(&args.model) {
-        return Err(format!("{}: not a SavedModel folder (no saved_model.pb in it)", args.model.display()));
-    }
-    let model_dir = std::path::absolute(&args.model).map_err(|e| format!("{}: {e}", args.model.display()))?;
+    let model_dir = if args.model.is_file() {
+        keras_saved_model(args)?
+    } else if is_saved_model(&args.model) {
+        std::path::absolute(&args.model).map_err(|e| format!("{}: {e}", args.model.display()))?
+    } else {
+        return Err(format!(
+            "{}: not a SavedModel folder (no saved_model.pb in it) or a .keras / full-model .h5 file",
+            args.model.display()
+        ));
+    };
     let signature = signature_of(&model_dir, &args.tags, &args.signature)
         .map_err(|e| format!("{}: {}", model_dir.display(), e.message))?;
     let timeout = seconds("--timeout", args.timeout)?;

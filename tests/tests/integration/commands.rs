@@ -319,9 +319,11 @@ fn inspect_errors_name_the_path_and_the_problem() {
 const FIXTURE_MODELS: [&str; 6] = ["asserting", "dtypes", "dynamic", "fixed_shape", "keras_mlp", "multi_sig"];
 
 #[test]
-fn ls_lists_ids_and_absolute_paths_sorted_and_tab_separated() {
-    let expected: String =
-        FIXTURE_MODELS.iter().map(|id| format!("{id}\t{}\n", fixtures().join("models").join(id).display())).collect();
+fn ls_lists_ids_absolute_paths_and_formats_sorted_and_tab_separated() {
+    let expected: String = FIXTURE_MODELS
+        .iter()
+        .map(|id| format!("{id}\t{}\tsaved_model\n", fixtures().join("models").join(id).display()))
+        .collect();
     let ran = run_text(isorun().arg("ls").arg(fixtures().join("models")));
     assert_ok(&ran, "ls fixtures");
     assert_eq!(ran.stdout, expected);
@@ -338,7 +340,10 @@ fn ls_json_gives_one_object_per_line() {
     assert_ok(&ran, "ls --json");
     assert_eq!(ran.records.len(), FIXTURE_MODELS.len());
     for (record, id) in ran.records.iter().zip(FIXTURE_MODELS) {
-        assert_eq!(record, &serde_json::json!({"id": id, "path": fixtures().join("models").join(id)}));
+        assert_eq!(
+            record,
+            &serde_json::json!({"id": id, "path": fixtures().join("models").join(id), "format": "saved_model"})
+        );
     }
 }
 
@@ -355,7 +360,8 @@ fn ls_ids(args: &[&Path], flags: &[&str]) -> Vec<String> {
     ran.stdout
         .lines()
         .map(|line| {
-            let (id, path) = line.split_once('\t').unwrap_or_else(|| panic!("no tab in {line:?}"));
+            let (id, rest) = line.split_once('\t').unwrap_or_else(|| panic!("no tab in {line:?}"));
+            let path = rest.strip_suffix("\tsaved_model").unwrap_or_else(|| panic!("no format in {line:?}"));
             assert!(Path::new(path).is_absolute() && Path::new(path).join("saved_model.pb").is_file(), "{line}");
             id.to_string()
         })
@@ -369,7 +375,10 @@ fn ls_tensorflow_serving_layout_and_latest_version() {
     assert_eq!(ls_ids(&[&serving], &[]), ["mymodel/1", "mymodel/10", "mymodel/2", "other/3", "plain"]);
     assert_eq!(ls_ids(&[&serving], &["--latest-version"]), ["mymodel/10", "other/3", "plain"]);
     let ran = run(isorun().arg("ls").arg(&serving).args(["--latest-version", "--json"]));
-    assert_eq!(ran.records[0], serde_json::json!({"id": "mymodel/10", "path": serving.join("mymodel/10")}));
+    assert_eq!(
+        ran.records[0],
+        serde_json::json!({"id": "mymodel/10", "path": serving.join("mymodel/10"), "format": "saved_model"})
+    );
 }
 
 #[test]
@@ -396,7 +405,11 @@ fn ls_follows_a_symlink_loop_once() {
     assert_ok(&ran, "ls with a loop");
     assert_eq!(
         ran.stdout,
-        format!("a\t{}\ndeeper/b\t{}\n", models.join("a").display(), models.join("deeper/b").display())
+        format!(
+            "a\t{}\tsaved_model\ndeeper/b\t{}\tsaved_model\n",
+            models.join("a").display(),
+            models.join("deeper/b").display()
+        )
     );
     assert_eq!(ran.stderr, "");
 }
@@ -417,7 +430,7 @@ fn ls_warns_about_an_unreadable_folder_and_lists_the_rest() {
     let ran = run_text(isorun().arg("ls").arg(&models));
     std::fs::set_permissions(&locked, std::fs::Permissions::from_mode(0o755)).unwrap();
     assert_ok(&ran, "ls with an unreadable folder");
-    assert_eq!(ran.stdout, format!("a\t{}\n", models.join("a").display()));
+    assert_eq!(ran.stdout, format!("a\t{}\tsaved_model\n", models.join("a").display()));
     let warning = format!("isorun: warning: {}: skipped, cannot read the folder", locked.display());
     assert!(ran.stderr.starts_with(&warning), "stderr:\n{}", ran.stderr);
 }
@@ -431,10 +444,10 @@ fn ls_errors_are_usage_errors_naming_the_folder() {
     fake_models(dir, &["x/m", "y/m"]);
     let cases: [(&[&str], &str); 4] = [
         (&["missing"], "isorun: error: missing: no such file or directory\n"),
-        (&["empty"], "isorun: error: empty: no SavedModel found (no folder under it holds saved_model.pb)\n"),
+        (&["empty"], "isorun: error: empty: no model found (no SavedModel folder, .keras or full-model .h5 file under it)\n"),
         (
             &["a-file"],
-            "isorun: error: a-file: not a folder (a MODEL is a SavedModel folder or a folder holding SavedModels)\n",
+            "isorun: error: a-file: not a model (a MODEL is a SavedModel folder, a .keras or full-model .h5 file, or a folder holding them)\n",
         ),
         (&["x/m", "y/m"], "isorun: error: two models have the id 'm': "),
     ];
@@ -496,14 +509,14 @@ fn doctor_says_this_machine_can_run_models() {
     let (status, detail) = doctor_line(&ran, "worker start");
     assert_eq!(status, "ok", "{}", ran.stdout);
     assert!(detail.starts_with("isorun-worker 0.1.0 (TensorFlow 2.21.0)"), "{detail}");
-    for check in ["sandbox", "memory limit", "worker signals", "gpu", "slurm"] {
+    for check in ["sandbox", "memory limit", "worker signals", "gpu", "keras", "slurm"] {
         doctor_line(&ran, check);
     }
     let sandbox = doctor_line(&ran, "sandbox").1;
     assert!(sandbox.contains("Landlock"), "{sandbox}");
     // Every protection a strict worker gets here is named as records name it.
     assert!(sandbox.contains("no_unix_sockets"), "{sandbox}");
-    assert_eq!(ran.stdout.lines().count(), 8, "{}", ran.stdout);
+    assert_eq!(ran.stdout.lines().count(), 9, "{}", ran.stdout);
 }
 
 #[test]

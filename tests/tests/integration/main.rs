@@ -10,6 +10,7 @@ mod faults;
 mod fixtures;
 mod gpu;
 mod hostile;
+mod keras;
 mod lifecycle;
 mod nightly;
 mod old_kernels;

@@ -118,7 +118,7 @@ fn a_folder_without_a_saved_model_is_named() {
     assert_usage_error(
         tmp.path(),
         &args(&[&keras_model(), &empty, &"--inputs", &keras_inputs()]),
-        &[empty.to_str().unwrap(), "no SavedModel found"],
+        &[empty.to_str().unwrap(), "no model found"],
     );
 }
 
@@ -129,7 +129,7 @@ fn a_model_that_is_a_file_is_named() {
     assert_usage_error(
         tmp.path(),
         &args(&[&file, &"--inputs", &keras_inputs()]),
-        &[file.to_str().unwrap(), "not a folder"],
+        &[file.to_str().unwrap(), "not a model"],
     );
 }
 

@@ -1,0 +1,408 @@
+//! The export process, supervised as a worker is: its own process group,
+//! killed with the supervisor (`PR_SET_PDEATHSIG`), first for the OOM
+//! killer, watched against the run's load timeout, its memory limit and
+//! the user's interrupts, and, where the run is sandboxed, started through
+//! the sandbox launcher ([`super::launch`]) so that Landlock, the network
+//! namespace and seccomp bind Python before it reads a model file. One
+//! process exports several files in a row (Python with TensorFlow takes
+//! seconds to start); when it dies, hangs or overflows during a file in a
+//! shared process, that file is exported again alone before it is blamed,
+//! and the files after it go to a new process (the executor's crash bisection).
+
+use super::launch::{LaunchSpec, LAUNCH_ARG};
+use super::python::Python;
+use crate::cancel::CancelToken;
+use crate::process::{memory_fields, set_child_safety};
+use crate::settings::Settings;
+use isorun_protocol::{ErrorKind, ModelError, NotRunReason, Outcome, Phase};
+use serde_json::{json, Value};
+use std::collections::VecDeque;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+/// The script the export process runs (`python -c`).
+const SCRIPT: &str = include_str!("keras_export.py");
+
+/// How often the supervising loop looks at deadlines, memory and interrupts.
+const TICK: Duration = Duration::from_millis(20);
+
+/// The longest line the export process may send.
+const MAX_LINE: u64 = 1 << 20;
+
+/// One file to export, into `out` (which must not exist yet); `id` is the
+/// caller's, handed back with its end.
+#[derive(Debug, Clone)]
+pub struct Job {
+    pub id: usize,
+    pub file: PathBuf,
+    pub out: PathBuf,
+}
+
+/// How one job ended.
+#[derive(Debug, Clone)]
+pub enum JobEnd {
+    Exported { loader: String, ms: u64 },
+    Failed { outcome: Outcome, stderr: Vec<String> },
+}
+
+/// What every export process of a stage shares.
+pub struct Exporter<'a> {
+    pub python: &'a Python,
+    pub settings: &'a Settings,
+    pub stop: &'a CancelToken,
+    /// Where each process gets its own scratch folder (home, temporary files).
+    pub scratch_root: PathBuf,
+    /// Told of each job's end as soon as it is known (a file exported early
+    /// in a process runs while the process goes on with the next).
+    pub on_end: &'a (dyn Fn(&Job, JobEnd) + Sync),
+}
+
+impl Exporter<'_> {
+    /// Exports every job, `per_process` at a time, running a job that was
+    /// in progress when a shared process failed again alone; each end goes
+    /// to `on_end`, once.
+    pub fn export_all(&self, jobs: &[Job], per_process: usize) {
+        let mut pending: VecDeque<usize> = (0..jobs.len()).collect();
+        let mut solo = per_process <= 1;
+        while !pending.is_empty() {
+            if let Some(reason) = self.stop.not_starting() {
+                for index in pending.drain(..) {
+                    (self.on_end)(
+                        &jobs[index],
+                        JobEnd::Failed { outcome: Outcome::NotRun { reason }, stderr: Vec::new() },
+                    );
+                }
+                break;
+            }
+            let take = if solo { 1 } else { per_process.min(pending.len()) };
+            let batch: Vec<usize> = pending.drain(..take).collect();
+            let run = self.run_process(&batch.iter().map(|&i| &jobs[i]).collect::<Vec<_>>());
+            for (position, (end, reported)) in run.ends.into_iter().zip(run.reported).enumerate() {
+                match end {
+                    Some(end) if !reported => (self.on_end)(&jobs[batch[position]], end),
+                    Some(_) => {}
+                    None => pending.push_back(batch[position]),
+                }
+            }
+            if run.shared_failure {
+                solo = true;
+            }
+            // Keep the order: what was not reached goes first next time.
+            let mut order: Vec<usize> = pending.drain(..).collect();
+            order.sort_unstable();
+            pending.extend(order);
+        }
+    }
+
+    fn command(&self, jobs: &[&Job], scratch: &std::path::Path) -> Result<Command, String> {
+        let python = &self.python.program;
+        let home = scratch.join("home");
+        let tmp = scratch.join("tmp");
+        for dir in [&home, &tmp] {
+            std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        }
+        let mut env: Vec<(String, String)> = vec![
+            ("HOME".into(), home.display().to_string()),
+            ("KERAS_HOME".into(), home.join(".keras").display().to_string()),
+            ("TMPDIR".into(), tmp.display().to_string()),
+            ("PYTHONDONTWRITEBYTECODE".into(), "1".into()),
+            ("PYTHONUNBUFFERED".into(), "1".into()),
+            // A trace needs no GPU; a SavedModel runs on whatever the worker has.
+            ("CUDA_VISIBLE_DEVICES".into(), "".into()),
+            ("TF_CPP_MIN_LOG_LEVEL".into(), std::env::var("TF_CPP_MIN_LOG_LEVEL").unwrap_or_else(|_| "2".into())),
+        ];
+        for name in ["PATH", "PYTHONPATH", "LANG", "LC_ALL", "TF_ENABLE_ONEDNN_OPTS", "ISORUN_EXPORT_HANG"] {
+            if let Ok(value) = std::env::var(name) {
+                env.push((name.into(), value));
+            }
+        }
+        let args = vec!["-c".to_string(), SCRIPT.to_string()];
+        let launcher = self.settings.keras.launcher.as_ref().filter(|_| self.settings.sandbox.is_some());
+        let mut command = match (launcher, &self.settings.sandbox) {
+            (Some(launcher), Some(sandbox)) => {
+                let mut read_paths: Vec<String> = sandbox.read_paths.clone();
+                read_paths.extend(self.python.read_paths.iter().map(|p| p.display().to_string()));
+                read_paths.push(python.display().to_string());
+                read_paths.extend(["/usr/bin", "/bin", "/etc/ssl"].map(String::from));
+                read_paths.extend(jobs.iter().map(|j| j.file.display().to_string()));
+                read_paths.extend(self.settings.keras.modules.iter().map(|m| m.display().to_string()));
+                let spec = LaunchSpec {
+                    read_paths,
+                    writable: std::iter::once(scratch)
+                        .chain(jobs.iter().filter_map(|j| j.out.parent()))
+                        .map(|p| p.display().to_string())
+                        .collect(),
+                    work_dir: scratch.display().to_string(),
+                    core_dumps: sandbox.core_dumps,
+                    env,
+                    program: python.display().to_string(),
+                    args,
+                };
+                let mut command = Command::new(launcher);
+                command.arg(LAUNCH_ARG).arg(serde_json::to_string(&spec).map_err(|e| e.to_string())?);
+                command.env_clear();
+                command
+            }
+            _ => {
+                let mut command = Command::new(python);
+                command.args(&args).envs(env).current_dir(scratch);
+                command
+            }
+        };
+        command.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).process_group(0);
+        set_child_safety(&mut command);
+        Ok(command)
+    }
+
+    /// Runs one export process over `jobs`.
+    fn run_process(&self, jobs: &[&Job]) -> ProcessRun {
+        let mut run =
+            ProcessRun { ends: vec![None; jobs.len()], reported: vec![false; jobs.len()], shared_failure: false };
+        let fail_all = |run: &mut ProcessRun, outcome: Outcome, stderr: Vec<String>| {
+            for end in run.ends.iter_mut().filter(|e| e.is_none()) {
+                *end = Some(JobEnd::Failed { outcome: outcome.clone(), stderr: stderr.clone() });
+            }
+        };
+        let scratch = match super::cache::staging_dir(&self.scratch_root) {
+            Ok(dir) => dir,
+            Err(e) => {
+                let message = format!("{}: cannot make a folder for the export: {e}", self.scratch_root.display());
+                fail_all(&mut run, Outcome::Error(ModelError::new(ErrorKind::ExportFailed, message)), Vec::new());
+                return run;
+            }
+        };
+        let result = self.supervise(jobs, &scratch, &mut run);
+        let _ = std::fs::remove_dir_all(scratch.join("home"));
+        let _ = std::fs::remove_dir_all(scratch.join("tmp"));
+        if let Err(failure) = result {
+            let (outcome, stderr) = *failure;
+            fail_all(&mut run, outcome, stderr);
+        }
+        let _ = std::fs::remove_dir(&scratch);
+        run
+    }
+
+    fn supervise(&self, jobs: &[&Job], scratch: &std::path::Path, run: &mut ProcessRun) -> Result<(), ProcessFailure> {
+        let spawn_failed = |message: String| Box::new((Outcome::SpawnFailed { message }, Vec::new()));
+        let mut command = self.command(jobs, scratch).map_err(spawn_failed)?;
+        let mut child = command.spawn().map_err(|e| spawn_failed(format!("{}: {e}", self.python.program.display())))?;
+        let pid = child.id() as i32;
+        let request = json!({
+            "modules": self.settings.keras.modules,
+            "unsafe": self.settings.keras.unsafe_code,
+            "jobs": jobs.iter().map(|j| json!({"file": j.file, "out": j.out})).collect::<Vec<_>>(),
+        });
+        if let Some(mut stdin) = child.stdin.take() {
+            let _ = stdin.write_all(request.to_string().as_bytes());
+        }
+        let (lines_tx, lines) = mpsc::channel::<Option<String>>();
+        let stdout = child.stdout.take().expect("piped");
+        std::thread::spawn(move || {
+            let mut reader = BufReader::new(stdout);
+            loop {
+                let mut line = String::new();
+                match (&mut reader).take(MAX_LINE).read_line(&mut line) {
+                    Ok(0) | Err(_) => break,
+                    Ok(_) => {
+                        if lines_tx.send(Some(line)).is_err() {
+                            return;
+                        }
+                    }
+                }
+            }
+            let _ = lines_tx.send(None);
+        });
+        let stderr_tail = std::sync::Arc::new(std::sync::Mutex::new(VecDeque::<String>::new()));
+        let stderr = child.stderr.take().expect("piped");
+        let tail = std::sync::Arc::clone(&stderr_tail);
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).split(b'\n').map_while(Result::ok) {
+                let mut tail = tail.lock().expect("stderr tail");
+                if tail.len() == 20 {
+                    tail.pop_front();
+                }
+                tail.push_back(String::from_utf8_lossy(&line[..line.len().min(2000)]).trim_end().to_string());
+            }
+        });
+        let stderr_lines = || stderr_tail.lock().map(|t| t.iter().cloned().collect::<Vec<_>>()).unwrap_or_default();
+        let kill = |child: &mut std::process::Child| {
+            // SAFETY: the child is not reaped yet, so its group id is still ours to signal.
+            unsafe { libc::kill(-pid, libc::SIGKILL) };
+            child.wait().ok()
+        };
+
+        let shared = jobs.len() > 1;
+        let started = Instant::now();
+        let start_deadline = started + self.settings.start_timeout.max(Duration::from_secs(120));
+        let job_limit = self.settings.load_timeout.or(self.settings.timeout);
+        let mut current: Option<(usize, Instant)> = None;
+        let mut said_hello = false;
+        let mut last_progress = Instant::now();
+        let mut peak = 0u64;
+        loop {
+            if self.stop.requested() {
+                kill(&mut child);
+                let outcome = Outcome::NotRun { reason: NotRunReason::Interrupted };
+                return Err(Box::new((outcome, Vec::new())));
+            }
+            // A failure during a job: blamed on it when alone, else it runs again alone.
+            let job_failed = |child: &mut std::process::Child,
+                              run: &mut ProcessRun,
+                              current: Option<(usize, Instant)>,
+                              said_hello: bool,
+                              outcome: Outcome|
+             -> Result<(), ProcessFailure> {
+                kill(child);
+                let Some((index, _)) = current else {
+                    if shared && said_hello {
+                        // Between two files: the files not done run again, singly.
+                        run.shared_failure = true;
+                        return Ok(());
+                    }
+                    return Err(Box::new((outcome, stderr_lines())));
+                };
+                if shared {
+                    run.shared_failure = true;
+                } else {
+                    run.ends[index] = Some(JobEnd::Failed { outcome, stderr: stderr_lines() });
+                }
+                Ok(())
+            };
+            if let Some(limit) = self.settings.memory_limit {
+                peak = peak.max(memory_fields(&pid.to_string(), &["RssAnon:", "RssShmem:"]).unwrap_or(0));
+                if peak > limit {
+                    return job_failed(&mut child, run, current, said_hello, Outcome::MemoryLimit { peak_bytes: peak });
+                }
+            }
+            // Before Hello: the start limit. After it, each file (and the
+            // modules imported before the first) has the load limit.
+            let deadline = match (current, said_hello) {
+                (Some((_, since)), _) => job_limit.map(|l| since + l),
+                (None, true) => job_limit.map(|l| last_progress + l),
+                (None, false) => Some(start_deadline),
+            };
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                let phase = if said_hello { Phase::Load } else { Phase::Start };
+                return job_failed(&mut child, run, current, said_hello, Outcome::Timeout { phase });
+            }
+            match lines.recv_timeout(TICK) {
+                Ok(Some(line)) => {
+                    let message: Value = match serde_json::from_str(&line) {
+                        Ok(message) => message,
+                        Err(e) => {
+                            let outcome =
+                                Outcome::ProtocolError { message: format!("export process sent a bad line: {e}") };
+                            return job_failed(&mut child, run, current, said_hello, outcome);
+                        }
+                    };
+                    last_progress = Instant::now();
+                    if message.get("hello").is_some() {
+                        said_hello = true;
+                    } else if let Some(index) = message.get("start").and_then(Value::as_u64) {
+                        current = Some((index as usize, Instant::now()));
+                    } else if let Some(index) = message.get("done").and_then(Value::as_u64).map(|i| i as usize) {
+                        let Some(job) = jobs.get(index) else {
+                            let outcome = Outcome::ProtocolError {
+                                message: format!("export process finished job {index} of {}", jobs.len()),
+                            };
+                            return job_failed(&mut child, run, current, said_hello, outcome);
+                        };
+                        let ms = current.map_or(0, |(_, since)| since.elapsed().as_millis() as u64);
+                        let end = if message.get("ok").and_then(Value::as_bool) == Some(true) {
+                            JobEnd::Exported {
+                                loader: message.get("loader").and_then(Value::as_str).unwrap_or("keras").to_string(),
+                                ms,
+                            }
+                        } else {
+                            let text = message.get("error").and_then(Value::as_str).unwrap_or("unknown error");
+                            let error =
+                                ModelError::new(ErrorKind::ExportFailed, explain(&job.file, text, self.settings));
+                            JobEnd::Failed { outcome: Outcome::Error(error), stderr: stderr_lines() }
+                        };
+                        (self.on_end)(job, end.clone());
+                        run.reported[index] = true;
+                        run.ends[index] = Some(end);
+                        current = None;
+                    }
+                }
+                Ok(None) | Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    // Stdout closed: the process is ending.
+                    let status = match wait_for(&mut child, Duration::from_secs(5)) {
+                        Some(status) => status,
+                        None => kill(&mut child).unwrap_or_else(|| std::process::ExitStatus::from_raw(9)),
+                    };
+                    if run.ends.iter().all(Option::is_some) {
+                        return Ok(());
+                    }
+                    let outcome = match status.signal() {
+                        Some(signal) => Outcome::Crashed {
+                            signal: Some(signal),
+                            core_dumped: status.core_dumped(),
+                            exit_code: None,
+                        },
+                        None => Outcome::Crashed { signal: None, core_dumped: false, exit_code: status.code() },
+                    };
+                    if !said_hello {
+                        // Python itself failed (a broken environment, or the sandbox refused it): every file's error.
+                        let stderr = stderr_lines();
+                        let last = stderr.iter().rev().find(|l| !l.trim().is_empty()).cloned().unwrap_or_default();
+                        let message = format!(
+                            "the Keras export process ({}) exited before it started ({status}): {last}",
+                            self.python.program.display()
+                        );
+                        return Err(Box::new((
+                            Outcome::Error(ModelError::new(ErrorKind::ExportFailed, message)),
+                            stderr,
+                        )));
+                    }
+                    return job_failed(&mut child, run, current, said_hello, outcome);
+                }
+                Err(mpsc::RecvTimeoutError::Timeout) => {}
+            }
+        }
+    }
+}
+
+/// A process that failed for every file it had left: the outcome, its stderr.
+type ProcessFailure = Box<(Outcome, Vec<String>)>;
+
+struct ProcessRun {
+    /// Per job: how it ended, or `None` to run it again.
+    ends: Vec<Option<JobEnd>>,
+    /// Per job: its end already went to `on_end`.
+    reported: Vec<bool>,
+    /// The process failed during a job while holding several: run singly from now on.
+    shared_failure: bool,
+}
+
+fn wait_for(child: &mut std::process::Child, timeout: Duration) -> Option<std::process::ExitStatus> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Ok(Some(status)) = child.try_wait() {
+            return Some(status);
+        }
+        if Instant::now() >= deadline {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Keras's own message, with the file, and what to do where isorun knows.
+fn explain(file: &std::path::Path, error: &str, settings: &Settings) -> String {
+    let mut message = format!("{}: {error}", file.display());
+    if let Some(class) = error.split("Could not locate class '").nth(1).and_then(|rest| rest.split('\'').next()) {
+        message.push_str(&format!(
+            " (custom class {class}: pass the Python file that defines and registers it with --keras-module FILE.py)"
+        ));
+    } else if error.contains("`Lambda` layer") && !settings.keras.unsafe_code {
+        message.push_str(
+            " (a Lambda layer holds Python code; --keras-unsafe runs it, inside the export sandbox, if you trust the file)",
+        );
+    }
+    message
+}

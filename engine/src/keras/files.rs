@@ -1,0 +1,305 @@
+//! Reading Keras model files in the supervisor, without TensorFlow or
+//! Python: what `isorun inspect` shows and what discovery needs to tell a
+//! model from a weights file. A `.keras` file is a zip of `metadata.json`,
+//! `config.json` and `model.weights.h5`; a full-model HDF5 file keeps the
+//! same JSON in its root group's `model_config` attribute.
+//!
+//! The `.h5` reader here is small and narrow on purpose. `hdf5`/`hdf5-metno`
+//! link libhdf5; pure-Rust readers exist (`hdf5-reader`, `hdf5-pure`,
+//! `rustyhdf5`) but are young, and each is a whole format parser to run on
+//! untrusted files inside the supervisor, for one attribute (not tried
+//! here; worth a look if more than the config is ever needed). What the
+//! supervisor needs is little: h5py stores a `str` attribute as
+//! a variable-length string, whose bytes live in a global heap collection
+//! (`GCOL`); Keras writes `model_config` before any weight, so that
+//! collection is near the start of the file. The reader walks the heap
+//! collections in the first [`H5_SCAN_BYTES`] and takes the JSON object
+//! with a `class_name` and a `config` (and a version-like string as the
+//! Keras version). A file whose attributes it cannot find this way is still
+//! run (the export process reads it with Keras); only `inspect` has less to
+//! say. Whether an `.h5` file is a model at all is decided by the attribute
+//! name `model_config` in those first bytes.
+
+use isorun_protocol::DType;
+use serde_json::Value;
+use std::io::Read;
+use std::path::Path;
+
+/// How much of an HDF5 file is searched for the model's attributes.
+pub const H5_SCAN_BYTES: u64 = 16 << 20;
+
+/// The HDF5 file signature, at offset 0 of every file h5py writes.
+const HDF5_SIGNATURE: &[u8] = b"\x89HDF\r\n\x1a\n";
+
+/// What a Keras file says about itself.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct KerasInfo {
+    /// The model's class (`Functional`, `Sequential`, or a subclass's name).
+    pub class_name: String,
+    /// The Keras version that saved it, where the file says.
+    pub keras_version: Option<String>,
+    /// Input layers: name, dtype, shape (`None` for an unknown dimension).
+    pub inputs: Vec<KerasTensor>,
+    /// Output names, as Keras names them (the output layers').
+    pub outputs: Vec<String>,
+}
+
+/// One input of a Keras model, from its `InputLayer`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct KerasTensor {
+    pub name: String,
+    pub dtype: Option<DType>,
+    pub shape: Option<Vec<Option<u64>>>,
+}
+
+/// Why a Keras file could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum KerasFileError {
+    #[error("{path}: cannot read")]
+    Io { path: String, source: std::io::Error },
+    #[error("{path}: not a .keras archive (a zip holding config.json): {reason}")]
+    NotAnArchive { path: String, reason: String },
+    #[error("{path}: {member} is not valid JSON: {reason}")]
+    BadJson { path: String, member: &'static str, reason: String },
+    #[error("{path}: not an HDF5 file")]
+    NotHdf5 { path: String },
+    #[error("{path}: holds weights only (no model_config attribute); a model needs its architecture: save it with model.save(\"model.keras\")")]
+    WeightsOnly { path: String },
+    #[error("{path}: the model_config attribute is not where isorun looks (in a global heap in the first {} MiB); the export reads it with Keras", H5_SCAN_BYTES >> 20)]
+    H5ConfigNotFound { path: String },
+}
+
+/// True for an HDF5 file whose first bytes name a `model_config`
+/// attribute: a model saved whole (`model.save("m.h5")`), not weights.
+pub fn h5_is_full_model(path: &Path) -> Result<bool, KerasFileError> {
+    let head = read_head(path)?;
+    if !head.starts_with(HDF5_SIGNATURE) {
+        return Err(KerasFileError::NotHdf5 { path: path.display().to_string() });
+    }
+    Ok(memchr_find(&head, b"model_config").is_some())
+}
+
+/// Reads what a `.keras` archive says of itself.
+pub fn read_keras(path: &Path) -> Result<KerasInfo, KerasFileError> {
+    let shown = || path.display().to_string();
+    let file = std::fs::File::open(path).map_err(|source| KerasFileError::Io { path: shown(), source })?;
+    let mut archive = zip::ZipArchive::new(file)
+        .map_err(|e| KerasFileError::NotAnArchive { path: shown(), reason: e.to_string() })?;
+    let mut member = |name: &'static str| -> Result<Option<Value>, KerasFileError> {
+        let mut entry = match archive.by_name(name) {
+            Ok(entry) => entry,
+            Err(zip::result::ZipError::FileNotFound) => return Ok(None),
+            Err(e) => return Err(KerasFileError::NotAnArchive { path: shown(), reason: e.to_string() }),
+        };
+        let mut text = Vec::new();
+        // Configs are small; a hostile archive does not get to fill memory.
+        (&mut entry)
+            .take(64 << 20)
+            .read_to_end(&mut text)
+            .map_err(|e| KerasFileError::NotAnArchive { path: shown(), reason: format!("{name}: {e}") })?;
+        serde_json::from_slice(&text).map(Some).map_err(|e| KerasFileError::BadJson {
+            path: shown(),
+            member: name,
+            reason: e.to_string(),
+        })
+    };
+    let config = member("config.json")?
+        .ok_or_else(|| KerasFileError::NotAnArchive { path: shown(), reason: "no config.json in it".into() })?;
+    let metadata = member("metadata.json")?;
+    let mut info = describe_config(&config);
+    info.keras_version = metadata.as_ref().and_then(|m| m.get("keras_version")).and_then(Value::as_str).map(Into::into);
+    Ok(info)
+}
+
+/// Reads the `model_config` (and Keras version) of a full-model `.h5` file.
+pub fn read_h5(path: &Path) -> Result<KerasInfo, KerasFileError> {
+    if !h5_is_full_model(path)? {
+        return Err(KerasFileError::WeightsOnly { path: path.display().to_string() });
+    }
+    let head = read_head(path)?;
+    let strings = global_heap_strings(&head);
+    let config = strings
+        .iter()
+        .filter(|s| s.first() == Some(&b'{'))
+        .filter_map(|s| serde_json::from_slice::<Value>(s).ok())
+        .find(|v| v.get("class_name").is_some() && v.get("config").is_some())
+        .ok_or_else(|| KerasFileError::H5ConfigNotFound { path: path.display().to_string() })?;
+    let mut info = describe_config(&config);
+    info.keras_version = strings
+        .iter()
+        .filter_map(|s| std::str::from_utf8(s).ok())
+        .find(|s| {
+            s.split('.').count() >= 2 && s.split('.').all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
+        })
+        .map(Into::into);
+    Ok(info)
+}
+
+fn read_head(path: &Path) -> Result<Vec<u8>, KerasFileError> {
+    let file =
+        std::fs::File::open(path).map_err(|source| KerasFileError::Io { path: path.display().to_string(), source })?;
+    let mut head = Vec::new();
+    file.take(H5_SCAN_BYTES)
+        .read_to_end(&mut head)
+        .map_err(|source| KerasFileError::Io { path: path.display().to_string(), source })?;
+    Ok(head)
+}
+
+fn memchr_find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).position(|w| w == needle)
+}
+
+/// The objects of every global heap collection in `bytes` (HDF5 format
+/// spec, "Global Heap": `GCOL`, version 1, 3 reserved bytes, an 8-byte
+/// collection size, then objects of 2-byte index, 2-byte reference count,
+/// 4 reserved, 8-byte size, data padded to 8; index 0 is free space).
+fn global_heap_strings(bytes: &[u8]) -> Vec<&[u8]> {
+    let mut found = Vec::new();
+    let mut from = 0;
+    while let Some(at) = memchr_find(&bytes[from..], b"GCOL").map(|i| i + from) {
+        from = at + 4;
+        if bytes.get(at + 4) != Some(&1) {
+            continue;
+        }
+        let Some(size) = bytes.get(at + 8..at + 16).map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes"))) else {
+            continue;
+        };
+        let end = (at as u64).saturating_add(size).min(bytes.len() as u64) as usize;
+        let mut object = at + 16;
+        while object + 16 <= end {
+            let index = u16::from_le_bytes([bytes[object], bytes[object + 1]]);
+            let length = u64::from_le_bytes(bytes[object + 8..object + 16].try_into().expect("8 bytes"));
+            if index == 0 {
+                break; // free space: the rest of the collection
+            }
+            let data = object + 16;
+            let Some(stop) = usize::try_from(length).ok().and_then(|l| data.checked_add(l)).filter(|&s| s <= end)
+            else {
+                break;
+            };
+            found.push(&bytes[data..stop]);
+            object = data + (stop - data).div_ceil(8) * 8;
+        }
+    }
+    found
+}
+
+/// Inputs, outputs and class of a Keras model config (`config.json`, or
+/// the `model_config` attribute; Keras 3 and Keras 2 spellings).
+pub fn describe_config(config: &Value) -> KerasInfo {
+    let class_name = config.get("class_name").and_then(Value::as_str).unwrap_or("").to_string();
+    let body = config.get("config").unwrap_or(&Value::Null);
+    let layers: Vec<&Value> =
+        body.get("layers").and_then(Value::as_array).map(|l| l.iter().collect()).unwrap_or_default();
+    let layer_name = |layer: &Value| -> Option<String> {
+        layer
+            .get("name")
+            .or_else(|| layer.get("config").and_then(|c| c.get("name")))
+            .and_then(Value::as_str)
+            .map(Into::into)
+    };
+    let input_layer = |layer: &Value| -> Option<KerasTensor> {
+        (layer.get("class_name").and_then(Value::as_str) == Some("InputLayer")).then_some(())?;
+        let c = layer.get("config")?;
+        let shape = c
+            .get("batch_shape")
+            .or_else(|| c.get("batch_input_shape"))
+            .and_then(Value::as_array)
+            .map(|dims| dims.iter().map(Value::as_u64).collect::<Vec<_>>());
+        let dtype = match c.get("dtype") {
+            Some(Value::String(s)) => Some(s.as_str()),
+            Some(policy) => policy.get("config").and_then(|c| c.get("name")).and_then(Value::as_str),
+            None => None,
+        }
+        .and_then(DType::from_name);
+        Some(KerasTensor { name: layer_name(layer)?, dtype, shape })
+    };
+    // `input_layers` / `output_layers`: `[[name, 0, 0], ...]`, one `[name, 0, 0]`, or a dict of them.
+    let references = |key: &str| -> Vec<(Option<String>, String)> {
+        let node_name = |v: &Value| v.as_array().and_then(|a| a.first()).and_then(Value::as_str).map(String::from);
+        match body.get(key) {
+            Some(Value::Object(map)) => {
+                map.iter().filter_map(|(k, v)| node_name(v).map(|n| (Some(k.clone()), n))).collect()
+            }
+            Some(Value::Array(list)) if list.first().is_some_and(Value::is_string) => {
+                node_name(&Value::Array(list.clone())).map(|n| vec![(None, n)]).unwrap_or_default()
+            }
+            Some(Value::Array(list)) => list.iter().filter_map(|v| node_name(v).map(|n| (None, n))).collect(),
+            _ => Vec::new(),
+        }
+    };
+    let mut info = KerasInfo { class_name, ..KerasInfo::default() };
+    let named_inputs = references("input_layers");
+    if named_inputs.is_empty() {
+        info.inputs = layers.iter().filter_map(|l| input_layer(l)).take(1).collect();
+        if info.inputs.is_empty() {
+            // A Sequential model built from an input shape (Keras 2): its first layer's.
+            if let Some(first) = layers.first().and_then(|l| l.get("config")) {
+                if let Some(shape) = first.get("batch_input_shape").and_then(Value::as_array) {
+                    info.inputs.push(KerasTensor {
+                        name: "input".into(),
+                        dtype: None,
+                        shape: Some(shape.iter().map(Value::as_u64).collect()),
+                    });
+                }
+            }
+        }
+        info.outputs =
+            layers.iter().rev().find(|l| input_layer(l).is_none()).and_then(|l| layer_name(l)).into_iter().collect();
+    } else {
+        for (key, node) in named_inputs {
+            let found = layers.iter().find(|l| layer_name(l).as_deref() == Some(&node)).and_then(|l| input_layer(l));
+            let mut tensor = found.unwrap_or(KerasTensor { name: node.clone(), dtype: None, shape: None });
+            if let Some(key) = key {
+                tensor.name = key;
+            }
+            info.inputs.push(tensor);
+        }
+        info.outputs = references("output_layers").into_iter().map(|(key, node)| key.unwrap_or(node)).collect();
+    }
+    info
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn functional_dict_and_sequential_configs() {
+        let functional: Value = serde_json::from_str(
+            r#"{"class_name": "Functional", "config": {"layers": [
+                {"class_name": "InputLayer", "name": "a", "config": {"batch_shape": [null, 3], "dtype": "float32", "name": "a"}},
+                {"class_name": "Dense", "name": "score", "config": {"name": "score"}}],
+              "input_layers": {"a": ["a", 0, 0]}, "output_layers": {"score": ["score", 0, 0]}}}"#,
+        )
+        .unwrap();
+        let info = describe_config(&functional);
+        assert_eq!(
+            info.inputs,
+            [KerasTensor { name: "a".into(), dtype: Some(DType::Float32), shape: Some(vec![None, Some(3)]) }]
+        );
+        assert_eq!(info.outputs, ["score"]);
+        let sequential: Value = serde_json::from_str(
+            r#"{"class_name": "Sequential", "config": {"layers": [
+                {"class_name": "InputLayer", "config": {"batch_shape": [null, 4], "dtype": "float32", "name": "input_layer"}},
+                {"class_name": "Dense", "config": {"name": "dense"}}]}}"#,
+        )
+        .unwrap();
+        let info = describe_config(&sequential);
+        assert_eq!(info.inputs[0].name, "input_layer");
+        assert_eq!(info.outputs, ["dense"]);
+    }
+
+    #[test]
+    fn heap_objects_are_bounded_by_their_collection() {
+        let mut bytes = b"xxxxGCOL\x01\0\0\0".to_vec();
+        bytes.extend_from_slice(&(16u64 + 16 + 8 + 16).to_le_bytes());
+        bytes.extend_from_slice(&[1, 0, 1, 0, 0, 0, 0, 0]);
+        bytes.extend_from_slice(&5u64.to_le_bytes());
+        bytes.extend_from_slice(b"3.1.0\0\0\0");
+        // A lying size runs past the collection: dropped.
+        bytes.extend_from_slice(&[2, 0, 1, 0, 0, 0, 0, 0]);
+        bytes.extend_from_slice(&u64::MAX.to_le_bytes());
+        assert_eq!(global_heap_strings(&bytes), [b"3.1.0"]);
+    }
+}

@@ -1,0 +1,372 @@
+//! Keras model files as a source format: before any worker starts, each
+//! `.keras` or full-model `.h5` file of a run becomes a SavedModel in the
+//! export cache, made by a short-lived, supervised and sandboxed Python
+//! process (`keras/export.rs`), and the unit then runs that SavedModel like any
+//! other. The supervisor itself never starts TensorFlow: it reads the
+//! files' configs with [`files`], finds and asks Python with [`python`],
+//! and keeps exports by content hash in [`cache`]. An export's failure is
+//! that model's record (`error`, kind `export_failed`, with Keras's own
+//! message), never the run's.
+
+pub mod cache;
+mod export;
+pub mod files;
+mod launch;
+pub mod python;
+
+pub use launch::{launch, LAUNCH_ARG};
+
+use crate::cancel::CancelToken;
+use crate::discover::{Model, ModelFormat};
+use crate::engine::Event;
+use crate::executor::UnitQueue;
+use crate::settings::Settings;
+use crate::unit::UnitReport;
+use export::{Exporter, Job, JobEnd};
+use isorun_protocol::{ErrorKind, ModelError, Outcome};
+use std::path::PathBuf;
+use std::sync::{mpsc, Mutex};
+use std::time::Instant;
+
+/// The most files one export process converts by default (memory that
+/// `clear_session` does not give back grows with them).
+pub const MAX_FILES_PER_PROCESS: usize = 32;
+
+/// How Keras files are exported.
+#[derive(Debug, Clone, Default)]
+#[non_exhaustive]
+pub struct KerasSettings {
+    /// The Python to export with (`--python`, `ISORUN_PYTHON`); else `python3` on `PATH`.
+    pub python: Option<PathBuf>,
+    /// Python files imported before each model loads (`--keras-module`): custom layers.
+    pub modules: Vec<PathBuf>,
+    /// Load with `safe_mode=False` (`--keras-unsafe`): Lambda layers' code runs (in the sandbox).
+    pub unsafe_code: bool,
+    /// The export cache; `None` for the default ([`cache::default_cache_dir`]).
+    pub cache_dir: Option<PathBuf>,
+    /// A program that applies the sandbox and execs Python ([`launch`]);
+    /// without one, the export process runs unsandboxed.
+    pub launcher: Option<PathBuf>,
+    /// Files one export process converts in a row (0: the default, the
+    /// files shared out over `jobs` processes, at most [`MAX_FILES_PER_PROCESS`] each).
+    pub files_per_process: usize,
+}
+
+impl KerasSettings {
+    pub fn new() -> KerasSettings {
+        KerasSettings::default()
+    }
+    pub fn python(mut self, python: Option<PathBuf>) -> Self {
+        self.python = python;
+        self
+    }
+    pub fn modules(mut self, modules: Vec<PathBuf>) -> Self {
+        self.modules = modules;
+        self
+    }
+    pub fn unsafe_code(mut self, unsafe_code: bool) -> Self {
+        self.unsafe_code = unsafe_code;
+        self
+    }
+    pub fn cache_dir(mut self, dir: Option<PathBuf>) -> Self {
+        self.cache_dir = dir;
+        self
+    }
+    pub fn launcher(mut self, launcher: Option<PathBuf>) -> Self {
+        self.launcher = launcher;
+        self
+    }
+    pub fn files_per_process(mut self, n: usize) -> Self {
+        self.files_per_process = n;
+        self
+    }
+}
+
+/// How a Keras file's unit got its SavedModel.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExportReport {
+    pub from: ModelFormat,
+    /// Found in the cache: no Python started for it.
+    pub cached: bool,
+    /// Time to export it (or to find it in the cache).
+    pub ms: u64,
+    /// What read it: `keras`, or `tf_keras` for a Keras 2 file Keras 3 cannot read.
+    pub loader: Option<String>,
+}
+
+/// A run's models after planning the export stage: the same models, in
+/// the same order, a Keras file's path replaced by its SavedModel in the
+/// cache (where it is, or will be once exported).
+pub(crate) struct Staged {
+    pub models: Vec<Model>,
+    /// How each Keras file's unit got its SavedModel (filled as exports end).
+    pub exports: Mutex<Vec<Option<ExportReport>>>,
+    fates: Vec<Fate>,
+    work: Option<ExportWork>,
+    /// Each model's own file and format (before its path was replaced).
+    sources: Vec<(PathBuf, ModelFormat)>,
+}
+
+/// What a unit waits for before it can run.
+enum Fate {
+    Ready,
+    Failed(Box<(Outcome, Vec<String>)>),
+    /// Exported as part of `ExportWork::keys[k]`.
+    Export,
+}
+
+/// The exports a run needs: one per distinct key.
+struct ExportWork {
+    cache: PathBuf,
+    python: python::Python,
+    /// Each key, the models it serves (the same bytes twice export once).
+    keys: Vec<(String, Vec<usize>)>,
+}
+
+impl Staged {
+    /// True when some unit waits for an export or a report (a producer is needed).
+    pub(crate) fn has_keras_files(&self) -> bool {
+        self.fates.iter().any(|f| !matches!(f, Fate::Ready))
+    }
+
+    /// The producer of a run: ready units go to the queue at once, failed
+    /// ones are reported, and each exported file's units join the queue as
+    /// soon as its SavedModel is in the cache, while later files export.
+    pub(crate) fn produce(
+        &self,
+        settings: &Settings,
+        stop: &CancelToken,
+        queue: &UnitQueue,
+        events: &mpsc::Sender<Event>,
+    ) {
+        let report_failure = |index: usize, outcome: Outcome, stderr: Vec<String>| {
+            let mut report = UnitReport::new(index, outcome);
+            report.stderr_tail = stderr;
+            report.export = self.exports.lock().expect("exports")[index].take();
+            if let Some(export) = &report.export {
+                report.wall = std::time::Duration::from_millis(export.ms);
+            }
+            let _ = events.send(Event::Finished(Box::new(report)));
+        };
+        for (index, fate) in self.fates.iter().enumerate() {
+            match fate {
+                Fate::Ready => queue.push(index),
+                Fate::Failed(failure) => report_failure(index, failure.0.clone(), failure.1.clone()),
+                Fate::Export => {}
+            }
+        }
+        let Some(work) = &self.work else { return };
+        let mut jobs = Vec::new();
+        let mut staging = Vec::new();
+        for (id, (_, indexes)) in work.keys.iter().enumerate() {
+            let dir = match cache::staging_dir(&work.cache) {
+                Ok(dir) => dir,
+                Err(e) => {
+                    let message = format!("{}: cannot make a folder for the export: {e}", work.cache.display());
+                    for &index in indexes {
+                        report_failure(index, export_error(message.clone()), Vec::new());
+                    }
+                    continue;
+                }
+            };
+            jobs.push(Job { id, file: self.models_source(indexes[0]), out: dir.join("saved_model") });
+            staging.push(dir);
+        }
+        let per_process = match (settings.keras.unsafe_code, settings.keras.files_per_process) {
+            // Code from a file runs: it gets a process of its own, so it cannot touch another file's export.
+            (true, _) => 1,
+            // Python with TensorFlow takes seconds to start: one process per slot, up to 32 files each.
+            (false, 0) => jobs.len().div_ceil(settings.jobs.max(1)).clamp(1, MAX_FILES_PER_PROCESS),
+            (false, n) => n,
+        };
+        let on_end = |job: &Job, end: JobEnd| {
+            let (key, indexes) = &work.keys[job.id];
+            let staging = job.out.parent().expect("a staging folder").to_path_buf();
+            let result = match end {
+                JobEnd::Exported { loader, ms } => {
+                    let about = serde_json::json!({
+                        "source": job.file, "from": self.source_format(indexes[0]).name(), "loader": loader,
+                        "keras": work.python.keras, "tensorflow": work.python.tensorflow, "ms": ms,
+                    });
+                    match cache::lookup(&work.cache, key)
+                        .map(Ok)
+                        .unwrap_or_else(|| cache::commit(&work.cache, key, &staging, &about))
+                    {
+                        Ok(_) => Ok((loader, ms)),
+                        Err(e) => Err((
+                            export_error(format!(
+                                "{}: cannot store the export in {}: {e}",
+                                job.file.display(),
+                                work.cache.display()
+                            )),
+                            Vec::new(),
+                            ms,
+                        )),
+                    }
+                }
+                JobEnd::Failed { outcome, stderr } => Err((outcome, stderr, 0)),
+            };
+            let _ = std::fs::remove_dir_all(&staging);
+            for &index in indexes {
+                let format = self.source_format(index);
+                match &result {
+                    Ok((loader, ms)) => {
+                        self.exports.lock().expect("exports")[index] =
+                            Some(ExportReport { from: format, cached: false, ms: *ms, loader: Some(loader.clone()) });
+                        queue.push(index);
+                    }
+                    Err((outcome, stderr, ms)) => {
+                        self.exports.lock().expect("exports")[index] =
+                            Some(ExportReport { from: format, cached: false, ms: *ms, loader: None });
+                        report_failure(index, outcome.clone(), stderr.clone());
+                    }
+                }
+            }
+        };
+        let exporter =
+            Exporter { python: &work.python, settings, stop, scratch_root: work.cache.clone(), on_end: &on_end };
+        let began = Instant::now();
+        // Up to `jobs` export processes at a time, each on a thread that lives as long as it does.
+        let slots = settings.jobs.max(1).min(jobs.len().div_ceil(per_process)).max(1);
+        let chunk = jobs.len().div_ceil(slots).max(1);
+        std::thread::scope(|scope| {
+            for part in jobs.chunks(chunk) {
+                let exporter = &exporter;
+                scope.spawn(move || exporter.export_all(part, per_process));
+            }
+        });
+        for dir in staging {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+        tracing::info!(files = jobs.len(), ms = began.elapsed().as_millis() as u64, "Keras files exported");
+    }
+
+    fn models_source(&self, index: usize) -> PathBuf {
+        self.sources[index].0.clone()
+    }
+
+    fn source_format(&self, index: usize) -> ModelFormat {
+        self.sources[index].1
+    }
+}
+
+fn export_error(message: String) -> Outcome {
+    Outcome::Error(ModelError::new(ErrorKind::ExportFailed, message))
+}
+
+/// Plans the export stage: hashes every Keras file, finds Python (asked
+/// once, or remembered), looks each file up in the cache. Fast: no export
+/// runs here ([`Staged::produce`] runs them, during the run).
+pub(crate) fn plan(models: &[Model], settings: &Settings) -> Staged {
+    let mut staged = Staged {
+        models: models.to_vec(),
+        exports: Mutex::new(vec![None; models.len()]),
+        fates: models.iter().map(|_| Fate::Ready).collect(),
+        work: None,
+        sources: models.iter().map(|m| (m.path.clone(), m.format)).collect(),
+    };
+    let keras: Vec<usize> = (0..models.len()).filter(|&i| models[i].format.is_keras_file()).collect();
+    if keras.is_empty() {
+        return staged;
+    }
+    let fail = |staged: &mut Staged, index: usize, message: String| {
+        staged.fates[index] = Fate::Failed(Box::new((export_error(message), Vec::new())));
+        staged.exports.get_mut().expect("exports")[index] =
+            Some(ExportReport { from: models[index].format, cached: false, ms: 0, loader: None });
+    };
+    let (cache, python, module_hashes) = match toolchain(settings) {
+        Ok(found) => found,
+        Err(message) => {
+            for &index in &keras {
+                fail(&mut staged, index, message.clone());
+            }
+            return staged;
+        }
+    };
+    let versions = [python.keras.as_str(), python.tensorflow.as_str(), python.tf_keras.as_deref().unwrap_or("-")];
+    let mut keys: Vec<(String, Vec<usize>)> = Vec::new();
+    for &index in &keras {
+        let began = Instant::now();
+        let model = &models[index];
+        // A broken archive is said in isorun's words (Keras calls a truncated zip "File not found").
+        if model.format == ModelFormat::Keras {
+            if let Err(e) = files::read_keras(&model.path) {
+                fail(&mut staged, index, e.to_string());
+                continue;
+            }
+        }
+        let hash = match cache::hash_file(&model.path) {
+            Ok(hash) => hash,
+            Err(e) => {
+                fail(&mut staged, index, format!("{}: cannot read: {e}", model.path.display()));
+                continue;
+            }
+        };
+        let key = cache::entry_key(&hash, &versions, &module_hashes, settings.keras.unsafe_code);
+        staged.models[index] =
+            Model { id: model.id.clone(), path: cache.join(&key).join("saved_model"), format: ModelFormat::SavedModel };
+        if cache::lookup(&cache, &key).is_some() {
+            let loader = std::fs::read(cache.join(&key).join("export.json"))
+                .ok()
+                .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+                .and_then(|v| v.get("loader").and_then(|l| l.as_str()).map(String::from));
+            let ms = began.elapsed().as_millis() as u64;
+            staged.exports.get_mut().expect("exports")[index] =
+                Some(ExportReport { from: model.format, cached: true, ms, loader });
+            continue;
+        }
+        staged.fates[index] = Fate::Export;
+        match keys.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, indexes)) => indexes.push(index),
+            None => keys.push((key, vec![index])),
+        }
+    }
+    if !keys.is_empty() {
+        staged.work = Some(ExportWork { cache, python, keys });
+    }
+    staged
+}
+
+/// The cache folder (made, stale staging removed), the Python and the
+/// `--keras-module` files' hashes; `Err` fails every Keras file of the run.
+fn toolchain(settings: &Settings) -> Result<(PathBuf, python::Python, Vec<String>), String> {
+    let cache = settings
+        .keras
+        .cache_dir
+        .clone()
+        .or_else(cache::default_cache_dir)
+        .ok_or("no cache folder for Keras exports (neither XDG_CACHE_HOME nor HOME is set)")?;
+    std::fs::create_dir_all(&cache)
+        .map_err(|e| format!("{}: cannot make the Keras export cache: {e}", cache.display()))?;
+    cache::remove_stale(&cache);
+    let program = python::choose(settings.keras.python.as_deref())?;
+    let python = python::probe(&program, Some(&cache))?;
+    let mut module_hashes = Vec::new();
+    for module in &settings.keras.modules {
+        module_hashes.push(cache::hash_file(module).map_err(|e| format!("--keras-module {}: {e}", module.display()))?);
+    }
+    Ok((cache, python, module_hashes))
+}
+
+/// The SavedModel of one model for a caller that runs it outside
+/// [`Engine::run`](crate::Engine::run) (`isorun pipe`): a SavedModel as it
+/// is, a Keras file exported (or found in the cache) under the settings'
+/// sandbox and limits; `Err` is the outcome that says why not.
+pub fn saved_model_for(
+    model: &Model,
+    settings: &Settings,
+    stop: &CancelToken,
+) -> Result<(PathBuf, Option<ExportReport>), Outcome> {
+    let staged = plan(std::slice::from_ref(model), settings);
+    if staged.has_keras_files() {
+        let queue = UnitQueue::new(1);
+        let (events, reports) = mpsc::channel();
+        staged.produce(settings, stop, &queue, &events);
+        drop(events);
+        if let Ok(Event::Finished(report)) = reports.try_recv() {
+            return Err(report.outcome);
+        }
+    }
+    let export = staged.exports.lock().expect("exports")[0].take();
+    Ok((staged.models[0].path.clone(), export))
+}

@@ -1,0 +1,504 @@
+//! Keras model files (`.keras`, full-model `.h5`) run like SavedModels:
+//! found in folders, exported once by a sandboxed Python process into a
+//! cache, run by the real worker, with outputs equal to what
+//! `model.predict` gave when the fixtures were made
+//! (`scripts/make-fixtures --keras-only`). The export Python is the
+//! fixtures venv's (`scripts/make-fixtures` makes it; `ISORUN_KERAS_PYTHON`
+//! names another); without it these tests say SKIPPED and return.
+
+use crate::util::{fixtures, isorun, run, Ran};
+use isorun_protocol::TensorData;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+fn keras_fixtures() -> PathBuf {
+    fixtures().join("keras")
+}
+
+/// The Python with Keras 3 and TensorFlow, or `None` (after saying SKIPPED).
+fn python(test: &str) -> Option<PathBuf> {
+    let python = std::env::var_os("ISORUN_KERAS_PYTHON").map(PathBuf::from).unwrap_or_else(|| {
+        let cache = std::env::var_os("XDG_CACHE_HOME")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| Path::new(&std::env::var_os("HOME").expect("HOME")).join(".cache"));
+        cache.join("isorun/fixtures-venv/bin/python")
+    });
+    if python.is_file() {
+        return Some(python);
+    }
+    eprintln!(
+        "NOTE: keras::{test} SKIPPED: no Python with Keras at {} (run scripts/make-fixtures, or set ISORUN_KERAS_PYTHON)",
+        python.display()
+    );
+    None
+}
+
+/// `isorun run` with this Python and a cache of the test's own.
+fn keras_run(python: &Path, cache: &Path, args: &[&str]) -> Ran {
+    run(isorun()
+        .arg("run")
+        .args(args)
+        .arg("--python")
+        .arg(python)
+        .arg("--keras-cache")
+        .arg(cache)
+        .args(["--load-timeout", "300"]))
+}
+
+fn floats(path: &Path) -> (Vec<u64>, Vec<f32>) {
+    let tensor = isorun_tensors::npy::read_npy_file(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let TensorData::Dense(bytes) = tensor.data else { panic!("{}: not dense", path.display()) };
+    (tensor.shape, bytes.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect())
+}
+
+/// The outputs isorun wrote for `id` equal `model.predict`'s, under Keras's names.
+fn assert_outputs_equal_predict(out: &Path, id: &str, case: &str, names: &[&str]) {
+    for name in names {
+        let (shape, got) = floats(&out.join(id).join(format!("{name}.npy")));
+        let (expected_shape, expected) =
+            floats(&keras_fixtures().join("expected").join(case).join(format!("{name}.npy")));
+        assert_eq!(shape, expected_shape, "{id}/{name}");
+        for (g, e) in got.iter().zip(&expected) {
+            assert!((g - e).abs() <= 1e-6, "{id}/{name}: {got:?} != {expected:?}");
+        }
+    }
+}
+
+/// A checkpoint folder as users have them: `.keras`, Keras-3 `.h5`, a weights file, a SavedModel.
+fn mixed_folder(root: &Path) -> PathBuf {
+    let ckpts = root.join("ckpts");
+    crate::util::copy_dir(&keras_fixtures().join("ckpts"), &ckpts);
+    crate::util::copy_dir(&fixtures().join("models/keras_mlp"), &ckpts.join("saved"));
+    ckpts
+}
+
+#[test]
+fn ls_finds_the_models_of_a_checkpoint_folder_with_their_format() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ckpts = mixed_folder(tmp.path());
+    let ran = run(isorun().arg("ls").arg(&ckpts));
+    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    let listed: Vec<(String, String)> = ran
+        .stdout
+        .lines()
+        .map(|l| {
+            let fields: Vec<&str> = l.split('\t').collect();
+            (fields[0].to_string(), fields[2].to_string())
+        })
+        .collect();
+    let expected = [("dense.keras", "keras"), ("saved", "saved_model"), ("seq.h5", "h5")];
+    assert_eq!(listed, expected.map(|(a, b)| (a.to_string(), b.to_string())), "{}", ran.stdout);
+    // A weights file given directly is a usage error that says what it lacks.
+    let ran = run(isorun().arg("ls").arg(ckpts.join("dense.weights.h5")));
+    assert_eq!(ran.code, Some(2));
+    assert!(ran.stderr.contains("dense.weights.h5: holds weights only"), "{}", ran.stderr);
+    let ran = run(isorun().args(["run", "--inputs", "x.npz"]).arg(ckpts.join("dense.weights.h5")));
+    assert_eq!(ran.code, Some(2), "{}", ran.stderr);
+}
+
+#[test]
+fn a_mixed_folder_runs_with_keras_names_and_predict_outputs_then_comes_from_the_cache() {
+    let Some(python) = python("a_mixed_folder_runs_with_keras_names_and_predict_outputs_then_comes_from_the_cache")
+    else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let ckpts = mixed_folder(tmp.path());
+    let inputs = tmp.path().join("inputs");
+    // Per-model inputs: the two Keras models and the SavedModel take different ones.
+    for (id, name, from) in [
+        ("dense.keras", "features", keras_fixtures().join("inputs/dense.npz")),
+        ("seq.h5", "input_layer", keras_fixtures().join("inputs/seq.npz")),
+    ] {
+        std::fs::create_dir_all(inputs.join(id)).unwrap();
+        let npz = isorun_tensors::npy::read_npz_file(&from).unwrap();
+        let (_, tensor) = npz.into_iter().next().unwrap();
+        let file = std::fs::File::create(inputs.join(id).join(format!("{name}.npy"))).unwrap();
+        isorun_tensors::npy::write_npy(file, &tensor).unwrap();
+    }
+    std::fs::create_dir_all(inputs.join("saved")).unwrap();
+    std::fs::copy(
+        fixtures().join("expected/keras_mlp__serving_default/inputs/features.npy"),
+        inputs.join("saved/features.npy"),
+    )
+    .unwrap();
+    // A wrapper that counts every Python start (the probe runs it unsandboxed).
+    let starts = tmp.path().join("starts.log");
+    let wrapper = tmp.path().join("python");
+    std::fs::write(
+        &wrapper,
+        format!("#!/bin/sh\necho start >> '{}' 2>/dev/null\nexec '{}' \"$@\"\n", starts.display(), python.display()),
+    )
+    .unwrap();
+    std::fs::set_permissions(&wrapper, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let cache = tmp.path().join("cache");
+    let out = tmp.path().join("out");
+    let args =
+        ["--inputs-dir", inputs.to_str().unwrap(), "--output-dir", out.to_str().unwrap(), ckpts.to_str().unwrap()];
+    let first = keras_run(&wrapper, &cache, &args);
+    assert_eq!(first.code, Some(0), "{}\n{}", first.stdout, first.stderr);
+    assert_eq!(first.statuses().len(), 3);
+    assert_outputs_equal_predict(&out, "dense.keras", "dense", &["logits"]);
+    assert_outputs_equal_predict(&out, "seq.h5", "seq", &["dense_1"]);
+    assert_eq!(first.record("dense.keras")["export"]["from"], "keras");
+    assert_eq!(first.record("dense.keras")["export"]["cached"], false);
+    assert_eq!(first.record("seq.h5")["export"]["from"], "h5");
+    assert!(first.record("saved").get("export").is_none());
+    let started = std::fs::read_to_string(&starts).unwrap_or_default().lines().count();
+    assert!(started >= 1, "the wrapper counts Python starts");
+    // Second run: from the cache, no Python at all, the same outputs.
+    std::fs::remove_dir_all(&out).unwrap();
+    let second = keras_run(&wrapper, &cache, &args);
+    assert_eq!(second.code, Some(0), "{}\n{}", second.stdout, second.stderr);
+    for id in ["dense.keras", "seq.h5"] {
+        assert_eq!(second.record(id)["export"]["cached"], true, "{id}");
+    }
+    assert_outputs_equal_predict(&out, "dense.keras", "dense", &["logits"]);
+    let after = std::fs::read_to_string(&starts).unwrap_or_default().lines().count();
+    assert_eq!(after, started, "a cached run started Python");
+    // The cache lists both entries; clearing empties it.
+    let listed = run(isorun().args(["cache", "ls", "--keras-cache"]).arg(&cache));
+    assert_eq!(listed.code, Some(0), "{}", listed.stderr);
+    assert!(listed.stdout.contains("dense.keras") && listed.stdout.contains("seq.h5"), "{}", listed.stdout);
+    let cleared = run(isorun().args(["cache", "clear", "--keras-cache"]).arg(&cache));
+    assert_eq!(cleared.code, Some(0), "{}", cleared.stderr);
+    assert!(run(isorun().args(["cache", "ls", "--keras-cache"]).arg(&cache)).stdout.trim().is_empty());
+}
+
+#[test]
+fn dict_inputs_and_outputs_keep_their_names() {
+    let Some(python) = python("dict_inputs_and_outputs_keep_their_names") else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("out");
+    let model = keras_fixtures().join("multi.keras");
+    let npz = keras_fixtures().join("inputs/multi.npz");
+    let ran = keras_run(
+        &python,
+        &tmp.path().join("cache"),
+        &[model.to_str().unwrap(), "--inputs", npz.to_str().unwrap(), "--output-dir", out.to_str().unwrap()],
+    );
+    assert_eq!(ran.code, Some(0), "{}\n{}", ran.stdout, ran.stderr);
+    let outputs: Vec<&String> = ran.record("multi.keras")["outputs"].as_object().unwrap().keys().collect();
+    assert_eq!(outputs, ["probs", "score"]);
+    assert_outputs_equal_predict(&out, "multi.keras", "multi", &["score", "probs"]);
+}
+
+#[test]
+fn a_sequential_model_takes_the_bare_list_json_form() {
+    let Some(python) = python("a_sequential_model_takes_the_bare_list_json_form") else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let input = tmp.path().join("x.json");
+    std::fs::write(&input, "[[1, 2, 3, 4], [0, 0, 0, 0]]").unwrap();
+    let model = keras_fixtures().join("ckpts/seq.h5");
+    let ran = keras_run(
+        &python,
+        &tmp.path().join("cache"),
+        &[model.to_str().unwrap(), "--inputs", input.to_str().unwrap(), "--values"],
+    );
+    assert_eq!(ran.code, Some(0), "{}\n{}", ran.stdout, ran.stderr);
+    let values = &ran.record("seq.h5")["outputs"]["dense_1"]["values"];
+    assert_eq!(values.as_array().unwrap().len(), 2, "{values}");
+    // tanh(bias) for the zero row: inside (-1, 1).
+    assert!(values[1].as_array().unwrap().iter().all(|v| v.as_f64().unwrap().abs() < 1.0), "{values}");
+}
+
+#[test]
+fn custom_layers_need_their_module_and_lambdas_need_keras_unsafe() {
+    let Some(python) = python("custom_layers_need_their_module_and_lambdas_need_keras_unsafe") else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let cache = tmp.path().join("cache");
+    let out = tmp.path().join("out");
+    let k = keras_fixtures();
+    let (custom, lambda, truncated, dense) =
+        (k.join("custom.keras"), k.join("lambda.keras"), k.join("truncated.keras"), k.join("ckpts/dense.keras"));
+    let values = k.join("inputs/custom.npz");
+    let models = [custom.to_str().unwrap(), lambda.to_str().unwrap(), truncated.to_str().unwrap()];
+    let ran = keras_run(&python, &cache, &[&models[..], &["--inputs", values.to_str().unwrap()]].concat());
+    assert_eq!(ran.code, Some(1), "{}\n{}", ran.stdout, ran.stderr);
+    let error = |id: &str| ran.record(id)["error"].clone();
+    assert_eq!(error("custom.keras")["kind"], "export_failed");
+    let message = error("custom.keras")["message"].as_str().unwrap().to_string();
+    assert!(message.contains("Scale") && message.contains("--keras-module"), "{message}");
+    assert!(message.contains("custom.keras"), "names the file: {message}");
+    let message = error("lambda.keras")["message"].as_str().unwrap().to_string();
+    assert!(message.contains("Lambda") && message.contains("--keras-unsafe"), "{message}");
+    let message = error("truncated.keras")["message"].as_str().unwrap().to_string();
+    assert!(message.contains("truncated.keras") && message.contains("not a .keras archive"), "{message}");
+    // One file's failure is not another's: dense runs beside a truncated file.
+    let ran = keras_run(
+        &python,
+        &cache,
+        &[
+            truncated.to_str().unwrap(),
+            dense.to_str().unwrap(),
+            "--inputs",
+            k.join("inputs/dense.npz").to_str().unwrap(),
+        ],
+    );
+    assert_eq!(ran.record("dense.keras")["status"], "ok", "{}", ran.stdout);
+    assert_eq!(ran.record("truncated.keras")["status"], "error", "{}", ran.stdout);
+    // With the module, and with --keras-unsafe: predict's outputs.
+    let module = k.join("custom_layers.py");
+    let ran = keras_run(
+        &python,
+        &cache,
+        &[
+            custom.to_str().unwrap(),
+            lambda.to_str().unwrap(),
+            "--inputs",
+            values.to_str().unwrap(),
+            "--keras-module",
+            module.to_str().unwrap(),
+            "--keras-unsafe",
+            "--output-dir",
+            out.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(ran.code, Some(0), "{}\n{}", ran.stdout, ran.stderr);
+    assert_outputs_equal_predict(&out, "custom.keras", "custom", &["scaled"]);
+    assert_outputs_equal_predict(&out, "lambda.keras", "lambda", &["doubled"]);
+}
+
+/// Where the escaping Lambda writes (baked into the fixture).
+const ESCAPED: &str = "/tmp/isorun-keras-lambda-escaped";
+
+#[test]
+fn unsafe_lambda_code_runs_inside_the_sandbox_and_writes_nothing_outside() {
+    let Some(python) = python("unsafe_lambda_code_runs_inside_the_sandbox_and_writes_nothing_outside") else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let model = keras_fixtures().join("lambda_escape.keras");
+    let values = keras_fixtures().join("inputs/custom.npz");
+    let args = [model.to_str().unwrap(), "--inputs", values.to_str().unwrap(), "--keras-unsafe"];
+    let _ = std::fs::remove_file(ESCAPED);
+    let ran = keras_run(&python, &tmp.path().join("cache"), &args);
+    assert!(!Path::new(ESCAPED).exists(), "the Lambda wrote outside its sandbox: {}", ran.stdout);
+    assert_eq!(ran.record("lambda_escape.keras")["status"], "error", "{}", ran.stdout);
+    // The test can fail: without the sandbox the same code does write the file.
+    let ran = keras_run(&python, &tmp.path().join("cache2"), &[&args[..], &["--sandbox", "off"]].concat());
+    assert!(Path::new(ESCAPED).exists(), "without the sandbox the Lambda writes: {}\n{}", ran.stdout, ran.stderr);
+    let _ = std::fs::remove_file(ESCAPED);
+}
+
+const DENSE_INPUTS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/keras/inputs/dense.npz");
+
+/// Export processes of this test: their environment names its cache.
+fn exporters_of(cache: &Path) -> Vec<String> {
+    let needle = format!("KERAS_HOME={}", cache.display());
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(environ) = std::fs::read(entry.path().join("environ")) else { continue };
+        if String::from_utf8_lossy(&environ).contains(&needle) {
+            found.push(entry.file_name().to_string_lossy().into_owned());
+        }
+    }
+    found
+}
+
+#[test]
+fn a_hanging_export_hits_the_load_timeout_and_leaves_no_process() {
+    let Some(python) = python("a_hanging_export_hits_the_load_timeout_and_leaves_no_process") else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let cache = tmp.path().join("cache");
+    let dense = keras_fixtures().join("ckpts/dense.keras");
+    let hang = keras_fixtures().join("hang_layers.py");
+    let began = Instant::now();
+    let ran = run(isorun()
+        .args(["run", dense.to_str().unwrap(), "--inputs", DENSE_INPUTS, "--load-timeout", "20", "--keras-module"])
+        .arg(&hang)
+        .arg("--python")
+        .arg(&python)
+        .arg("--keras-cache")
+        .arg(&cache));
+    assert_eq!(ran.record("dense.keras")["status"], "timeout", "{}\n{}", ran.stdout, ran.stderr);
+    assert!(began.elapsed() < Duration::from_secs(120));
+    assert!(exporters_of(&cache).is_empty(), "export processes left: {:?}", exporters_of(&cache));
+}
+
+#[test]
+fn sigkill_of_the_supervisor_during_an_export_leaves_no_process_and_no_entry() {
+    let Some(python) = python("sigkill_of_the_supervisor_during_an_export_leaves_no_process_and_no_entry") else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let cache = tmp.path().join("cache");
+    let dense = keras_fixtures().join("ckpts/dense.keras");
+    let hang = keras_fixtures().join("hang_layers.py");
+    let mut child = isorun()
+        .args(["run", dense.to_str().unwrap(), "--inputs", DENSE_INPUTS, "--keras-module"])
+        .arg(&hang)
+        .arg("--python")
+        .arg(&python)
+        .arg("--keras-cache")
+        .arg(&cache)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while exporters_of(&cache).is_empty() {
+        assert!(Instant::now() < deadline, "no export process started");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let pids = exporters_of(&cache);
+    child.kill().unwrap();
+    child.wait().unwrap();
+    for pid in &pids {
+        assert!(
+            crate::util::gone_within(pid.parse().unwrap(), Duration::from_secs(10)),
+            "export process {pid} outlived the supervisor"
+        );
+    }
+    let entries: Vec<String> = std::fs::read_dir(&cache)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| !n.starts_with(".tmp-") && !n.starts_with("python-"))
+        .collect();
+    assert!(entries.is_empty(), "a cache entry appeared: {entries:?}");
+}
+
+#[test]
+fn without_python_keras_files_are_errors_and_saved_models_still_run() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ckpts = mixed_folder(tmp.path());
+    std::fs::remove_file(ckpts.join("seq.h5")).unwrap();
+    let no_keras = tmp.path().join("python");
+    std::fs::write(&no_keras, "#!/bin/sh\necho 'ModuleNotFoundError: No module named keras' >&2\nexit 1\n").unwrap();
+    std::fs::set_permissions(&no_keras, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let inputs = fixtures().join("expected/keras_mlp__serving_default/inputs.npz");
+    let ran = keras_run(
+        &no_keras,
+        &tmp.path().join("cache"),
+        &[ckpts.to_str().unwrap(), "--inputs", inputs.to_str().unwrap()],
+    );
+    assert_eq!(ran.record("saved")["status"], "ok", "{}\n{}", ran.stdout, ran.stderr);
+    let error = &ran.record("dense.keras")["error"];
+    assert_eq!(error["kind"], "export_failed");
+    let message = error["message"].as_str().unwrap();
+    assert!(message.contains("--python"), "{message}");
+}
+
+#[test]
+fn inspect_reads_keras_configs_without_tensorflow() {
+    let k = keras_fixtures();
+    let ran = run(isorun().args(["inspect", "--json"]).arg(k.join("multi.keras")));
+    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    let shown = &ran.records[0];
+    assert_eq!(shown["format"], "keras");
+    assert!(shown["keras_version"].as_str().unwrap().starts_with("3."), "{shown}");
+    assert_eq!(shown["inputs"]["a"], serde_json::json!({"dtype": "float32", "shape": [null, 3]}));
+    assert_eq!(shown["inputs"]["b"], serde_json::json!({"dtype": "float32", "shape": [null, 2]}));
+    assert_eq!(shown["outputs"], serde_json::json!(["score", "probs"]));
+    // A full-model .h5: its model_config attribute, by the small HDF5 reader.
+    let ran = run(isorun().args(["inspect", "--json"]).arg(k.join("ckpts/seq.h5")));
+    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    assert_eq!(ran.records[0]["format"], "h5");
+    assert_eq!(ran.records[0]["class_name"], "Sequential");
+    assert_eq!(ran.records[0]["inputs"]["input_layer"]["shape"], serde_json::json!([null, 4]));
+    assert_eq!(ran.records[0]["outputs"], serde_json::json!(["dense_1"]));
+    for (file, says) in [("ckpts/dense.weights.h5", "holds weights only"), ("truncated.keras", "not a .keras archive")]
+    {
+        let ran = run(isorun().arg("inspect").arg(k.join(file)));
+        assert_eq!(ran.code, Some(2), "{file}");
+        assert!(ran.stderr.contains(says), "{file}: {}", ran.stderr);
+    }
+}
+
+#[test]
+fn keras_2_files_load_with_keras_3_or_else_with_tf_keras() {
+    let Some(python) = python("keras_2_files_load_with_keras_3_or_else_with_tf_keras") else { return };
+    let has_tf_keras = std::process::Command::new(&python)
+        .args(["-c", "import importlib.util, sys; sys.exit(importlib.util.find_spec('tf_keras') is None)"])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !has_tf_keras {
+        eprintln!(
+            "NOTE: keras::keras_2_files_load_with_keras_3_or_else_with_tf_keras SKIPPED: no tf_keras in {}",
+            python.display()
+        );
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let k = keras_fixtures();
+    let cache = tmp.path().join("cache");
+    for (model, output, loader) in [("k2_seq", "out", "keras"), ("k2_local", "flat", "tf_keras")] {
+        let out = tmp.path().join(model);
+        let file = k.join("keras2").join(format!("{model}.h5"));
+        let inputs = k.join("inputs").join(format!("{model}.npz"));
+        let ran = keras_run(
+            &python,
+            &cache,
+            &[file.to_str().unwrap(), "--inputs", inputs.to_str().unwrap(), "--output-dir", out.to_str().unwrap()],
+        );
+        let id = format!("{model}.h5");
+        assert_eq!(ran.record(&id)["status"], "ok", "{}\n{}", ran.stdout, ran.stderr);
+        assert_eq!(ran.record(&id)["export"]["loader"], loader, "{}", ran.stdout);
+        assert_outputs_equal_predict(&out, &id, model, &[output]);
+    }
+}
+
+#[test]
+fn doctor_names_the_python_keras_and_tensorflow_it_found() {
+    let Some(python) = python("doctor_names_the_python_keras_and_tensorflow_it_found") else { return };
+    let ran = run(isorun().arg("doctor").arg("--python").arg(&python));
+    let line = ran.stdout.lines().find(|l| l.starts_with("keras ")).unwrap_or_else(|| panic!("{}", ran.stdout));
+    assert!(line.contains("found") && line.contains("Keras 3.") && line.contains("TensorFlow 2."), "{line}");
+    let ran = run(isorun().args(["doctor", "--python", "/bin/false"]));
+    let line = ran.stdout.lines().find(|l| l.starts_with("keras ")).unwrap_or_else(|| panic!("{}", ran.stdout));
+    assert!(line.contains("none") && line.contains("--python"), "{line}");
+}
+
+#[test]
+fn isorun_eval_scores_a_keras_file_like_a_saved_model() {
+    let Some(python) = python("isorun_eval_scores_a_keras_file_like_a_saved_model") else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let ran = run(isorun()
+        .arg("eval")
+        .arg(keras_fixtures().join("iris.keras"))
+        .arg(repo.join("examples/eval/models/iris_e100"))
+        .arg("--data")
+        .arg(repo.join("examples/eval/iris.tfrecord"))
+        .args(["--label", "species", "--python"])
+        .arg(&python)
+        .arg("--keras-cache")
+        .arg(tmp.path()));
+    let record = ran.record("iris.keras");
+    assert_eq!(record["status"], "ok", "{}\n{}", ran.stdout, ran.stderr);
+    assert_eq!(record["examples"], 150);
+    assert_eq!(record["export"]["from"], "keras");
+    assert!(record["metrics"]["accuracy"].is_number(), "{record}");
+    assert_eq!(ran.record("iris_e100")["status"], "ok");
+}
+
+#[test]
+fn pipe_serves_a_keras_file_and_refuses_a_broken_one() {
+    let Some(python) = python("pipe_serves_a_keras_file_and_refuses_a_broken_one") else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let mut child = isorun()
+        .arg("pipe")
+        .arg(keras_fixtures().join("ckpts/dense.keras"))
+        .arg("--python")
+        .arg(&python)
+        .arg("--keras-cache")
+        .arg(tmp.path())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    child.stdin.take().unwrap().write_all(b"{\"id\": 1, \"inputs\": {\"features\": [[1, 2, 3, 4]]}}\n").unwrap();
+    let ran = crate::util::ran(child.wait_with_output().unwrap());
+    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    assert_eq!(ran.records[0]["outputs"]["logits"]["shape"], serde_json::json!([1, 3]), "{}", ran.stdout);
+    let ran = run(isorun()
+        .arg("pipe")
+        .arg(keras_fixtures().join("truncated.keras"))
+        .arg("--python")
+        .arg(&python)
+        .arg("--keras-cache")
+        .arg(tmp.path()));
+    assert_eq!(ran.code, Some(2));
+    assert!(ran.stderr.contains("truncated.keras") && ran.stderr.contains("not a .keras archive"), "{}", ran.stderr);
+}
