@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 import isorun
-from conftest import alive, descendants
+from conftest import REPO, alive, descendants
 
 SCRIPTS = Path(sysconfig.get_path("scripts"))
 
@@ -235,3 +235,21 @@ def test_outputs_are_kept_only_when_an_output_dir_is_given(made_models: Path, tm
     assert kept.ok and (tmp_path / "out" / "a_double" / "y.npy").is_file()
     np.testing.assert_array_equal(np.load(tmp_path / "out" / "a_double" / "y.npy"), kept.outputs["y"])
     shutil.rmtree(tmp_path / "out")
+
+
+def test_keras_files_export_with_the_python_isorun_is_installed_in(fixtures: Path, tmp_path: Path, monkeypatch):
+    # A cache of its own, so the export really runs (no entry from another test),
+    # and no --python: the wheel's isorun finds this venv's python3 beside it.
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.delenv("ISORUN_PYTHON", raising=False)
+    [result] = isorun.evaluate(
+        fixtures / "keras" / "iris.keras",
+        data=REPO / "examples" / "eval" / "iris.tfrecord",
+        label="species",
+        metrics=["accuracy"],
+        jobs=1,
+    )
+    assert result.ok, result
+    assert result.examples == 150
+    export = result.record["export"]
+    assert export["from"] == "keras" and export["cached"] is False, export

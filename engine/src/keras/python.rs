@@ -1,6 +1,7 @@
 //! Finding the Python that exports Keras files: `--python` /
-//! `ISORUN_PYTHON`, else `python3` on `PATH`, if it has Keras 3 and
-//! TensorFlow. Asking Python costs a process start, so the answer (the
+//! `ISORUN_PYTHON`, else the Python environment isorun is installed in
+//! (`pip install isorun` puts `isorun` beside that environment's `python3`),
+//! else `python3` on `PATH`, if it has Keras 3 and TensorFlow. Asking Python costs a process start, so the answer (the
 //! versions, which are part of the cache key, and the folders the export
 //! sandbox must let it read) is kept in the cache beside the entries and
 //! trusted while the interpreter and the installed packages' metadata
@@ -62,10 +63,14 @@ struct ProbeAnswer {
     dists: Vec<PathBuf>,
 }
 
-/// The interpreter to use: the one asked for, else `python3` on `PATH`.
+/// The interpreter to use: the one asked for, else the one beside this
+/// executable (the wheel's environment), else `python3` on `PATH`.
 pub fn choose(asked: Option<&Path>) -> Result<PathBuf, String> {
     if let Some(path) = asked {
         return Ok(path.to_path_buf());
+    }
+    if let Some(beside) = beside_this_executable() {
+        return Ok(beside);
     }
     let path = std::env::var_os("PATH").unwrap_or_default();
     std::env::split_paths(&path).map(|dir| dir.join("python3")).find(|p| p.is_file()).ok_or_else(|| {
@@ -73,6 +78,22 @@ pub fn choose(asked: Option<&Path>) -> Result<PathBuf, String> {
          and name it with --python or ISORUN_PYTHON"
             .to_string()
     })
+}
+
+/// `<prefix>/bin/python3` when this executable is `<prefix>/bin/isorun` of
+/// a Python environment (`pyvenv.cfg` at `<prefix>`, or a `lib/python3.*`
+/// beside `bin/`), as `pip install isorun` lays it out.
+fn beside_this_executable() -> Option<PathBuf> {
+    let exe = std::env::current_exe().ok()?;
+    let bin = exe.parent()?;
+    let python = bin.join("python3");
+    let prefix = bin.parent()?;
+    let environment = prefix.join("pyvenv.cfg").is_file()
+        || std::fs::read_dir(prefix.join("lib"))
+            .ok()?
+            .flatten()
+            .any(|e| e.file_name().to_string_lossy().starts_with("python3"));
+    (environment && python.is_file()).then_some(python)
 }
 
 /// Finds out what `program` has, from the cache when nothing changed.
