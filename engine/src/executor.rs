@@ -9,17 +9,16 @@ use crate::discover::Model;
 use crate::engine::Event;
 use crate::feed::{latency_percentiles, Feed, StreamReport};
 use crate::gpu::{self, slot_device, slots_on_device, GpuWatch};
-use crate::inputs::PreparedInputs;
+use crate::inputs::{place_shared, PreparedInputs};
 use crate::process::{Exit, ExitStatus, SpawnSpec, WorkerProcess, Zygote};
 use crate::session::{run_request, shutdown, terminate, wait_hello, Deadlines};
 use crate::settings::{Settings, SpawnMode};
 use crate::sink::OutputSink;
 use crate::unit::{Attempt, OutputInfo, UnitReport};
-use isorun_protocol::TensorData;
 use isorun_protocol::{ErrorKind, ModelError, Outcome, RunRequest, Tensor, ToWorker};
 use isorun_tensors::batch;
 use isorun_tensors::values::tensor_values;
-use isorun_transport::{RequestEnvelope, SharedMemory, SHARED_THRESHOLD};
+use isorun_transport::RequestEnvelope;
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Condvar, Mutex, OnceLock};
@@ -495,7 +494,8 @@ impl Slot<'_> {
                 }
                 Some(Ok(inputs)) => inputs,
             };
-            let (inputs, shared) = place_shared(inputs);
+            let mut shared = Vec::new();
+            let inputs = place_shared(inputs, &mut shared);
             let envelope = RequestEnvelope::new(&ToWorker::Run(self.request(index, batch, inputs)), shared);
             let sent = Instant::now();
             let end = run_request(worker, envelope, index as u64, self.stop, deadlines);
@@ -622,28 +622,6 @@ impl Slot<'_> {
             })
             .collect()
     }
-}
-
-/// Moves a batch's large dense tensors into shared memory, which the
-/// worker maps instead of reading them through the socket.
-fn place_shared(inputs: Vec<(String, Tensor)>) -> (Vec<(String, Tensor)>, Vec<SharedMemory>) {
-    let mut shared = Vec::new();
-    let inputs = inputs
-        .into_iter()
-        .map(|(name, mut tensor)| {
-            if let TensorData::Dense(bytes) = &tensor.data {
-                // Where no memfd can be made, the tensor goes through the socket instead.
-                if let Some(region) =
-                    (bytes.len() >= SHARED_THRESHOLD).then(|| SharedMemory::from_bytes(bytes).ok()).flatten()
-                {
-                    shared.push(region);
-                    tensor.data = TensorData::Shared(shared.len() as u32 - 1);
-                }
-            }
-            (name, tensor)
-        })
-        .collect();
-    (inputs, shared)
 }
 
 /// Wall time, CPU time and peak memory of a unit. With an `exit`, the

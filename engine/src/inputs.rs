@@ -21,26 +21,32 @@ pub struct PreparedInputs {
     per_model_dir: Option<PathBuf>,
 }
 
+/// Moves the large dense tensors into sealed shared memory (appended to
+/// `shared`, which their data then names), which workers map instead of
+/// reading them through the socket; where no memfd can be made, a tensor
+/// stays where it is and is copied to each worker instead.
+pub(crate) fn place_shared(tensors: Vec<(String, Tensor)>, shared: &mut Vec<SharedMemory>) -> Vec<(String, Tensor)> {
+    tensors
+        .into_iter()
+        .map(|(name, mut tensor)| {
+            if let TensorData::Dense(bytes) = &tensor.data {
+                if let Some(region) =
+                    (bytes.len() >= SHARED_THRESHOLD).then(|| SharedMemory::from_bytes(bytes).ok()).flatten()
+                {
+                    shared.push(region);
+                    tensor.data = TensorData::Shared(shared.len() as u32 - 1);
+                }
+            }
+            (name, tensor)
+        })
+        .collect()
+}
+
 impl PreparedInputs {
     pub fn new(inputs: Inputs, per_model_dir: Option<PathBuf>) -> PreparedInputs {
         // Regions already made from large `.npy` files come first; their tensors name them.
         let mut shared = inputs.shared;
-        let tensors = inputs
-            .tensors
-            .into_iter()
-            .map(|(name, mut tensor)| {
-                if let TensorData::Dense(bytes) = &tensor.data {
-                    // Where no memfd can be made, the tensor is copied to each worker instead.
-                    if let Some(region) =
-                        (bytes.len() >= SHARED_THRESHOLD).then(|| SharedMemory::from_bytes(bytes).ok()).flatten()
-                    {
-                        shared.push(region);
-                        tensor.data = TensorData::Shared(shared.len() as u32 - 1);
-                    }
-                }
-                (name, tensor)
-            })
-            .collect();
+        let tensors = place_shared(inputs.tensors, &mut shared);
         PreparedInputs { tensors, json: inputs.json, shared, per_model_dir }
     }
 

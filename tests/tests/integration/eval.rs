@@ -450,13 +450,7 @@ fn the_supervisor_s_memory_does_not_grow_with_the_dataset() {
     ]));
     let record = ok_record(&ran, "echo");
     assert_eq!(record["examples"], n as u64);
-    let peak_mib: f64 = ran
-        .stderr
-        .split("supervisor peak memory ")
-        .nth(1)
-        .and_then(|rest| rest.split(" MiB").next())
-        .and_then(|n| n.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no supervisor peak in:\n{}", ran.stderr));
+    let peak_mib = crate::util::supervisor_peak_mib(&ran);
     let dataset_mib = (n * (4 + 8)) as f64 / (1024.0 * 1024.0);
     eprintln!("supervisor peak {peak_mib} MiB for a {dataset_mib:.0} MiB dataset");
     // 64 MiB, plus a few batches of 65536 rows (768 KiB each), plus slack.

@@ -285,13 +285,7 @@ fn a_one_gib_npy_input_goes_to_the_worker_without_passing_through_the_supervisor
     assert_eq!(ran.code, Some(0), "{}", ran.stderr);
     let record = &ran.records[0];
     assert_eq!(record["outputs"]["row_sums"]["shape"], json!([262144]), "{record}");
-    let peak_mib: f64 = ran
-        .stderr
-        .split("supervisor peak memory ")
-        .nth(1)
-        .and_then(|rest| rest.split(" MiB").next())
-        .and_then(|n| n.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no supervisor peak in:\n{}", ran.stderr));
+    let peak_mib = crate::util::supervisor_peak_mib(&ran);
     // The worker mapped the whole gibibyte; the supervisor never held it (it peaks at ~8 MiB here).
     assert!(record["peak_rss_bytes"].as_u64().unwrap() > 1 << 30, "{record}");
     assert!(peak_mib < 64.0, "the supervisor peaked at {peak_mib} MiB with a 1 GiB input");

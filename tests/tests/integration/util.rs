@@ -200,3 +200,13 @@ pub fn gone_within(pid: u32, within: std::time::Duration) -> bool {
     }
     true
 }
+
+/// The supervisor's peak memory, in MiB, from `--summary`'s last line on stderr.
+pub fn supervisor_peak_mib(ran: &Ran) -> f64 {
+    ran.stderr
+        .split("supervisor peak memory ")
+        .nth(1)
+        .and_then(|rest| rest.split(" MiB").next())
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no supervisor peak in:\n{}", ran.stderr))
+}
