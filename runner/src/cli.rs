@@ -37,7 +37,7 @@ pub enum Command {
     Eval(Box<EvalArgs>),
     /// Show a SavedModel's meta graphs, signatures, inputs and outputs (no TensorFlow needed).
     Inspect(InspectArgs),
-    /// List the SavedModels found under folders, one per line as `id<TAB>path`.
+    /// List the models found under folders (SavedModels, .keras, .h5), one per line as `id<TAB>path<TAB>format`.
     Ls(LsArgs),
     /// Keep one model in a worker and answer JSON Lines requests from stdin.
     Pipe(PipeArgs),
