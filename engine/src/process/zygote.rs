@@ -156,11 +156,13 @@ impl Zygote {
         Ok(Zygote { process, control: ours, shared, tokens: AtomicU64::new(0), stderr, stderr_ended })
     }
 
-    /// The zygote's last stderr lines, joined (empty if it wrote none). Of a
-    /// dead zygote, waits a little for the last of its stderr to be read.
+    /// The zygote's last stderr lines, joined (empty if it wrote none). Asked
+    /// when a fork failed, so the zygote is dying: waits a little (500 ms at
+    /// most) for the last of its stderr to be read, also while it is not yet
+    /// reaped (a fork request can meet a closed socket before then).
     pub fn stderr_tail(&self) -> String {
         let deadline = Instant::now() + Duration::from_millis(500);
-        while !self.alive() && !self.stderr_ended.load(Ordering::SeqCst) && Instant::now() < deadline {
+        while !self.stderr_ended.load(Ordering::SeqCst) && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(5));
         }
         self.stderr.lock().map(|t| t.lines().join(" | ")).unwrap_or_default()
