@@ -281,7 +281,7 @@ pub struct CompletionsArgs {
 Exit codes: 0 every model ok; 1 some model not ok; 2 usage error (nothing run);
 130/143 interrupted by Ctrl-C/SIGTERM. A closed stdout ends the run with 0.")]
 pub struct RunArgs {
-    /// SavedModel folders, or folders searched recursively for SavedModels.
+    /// SavedModel folders, .keras or .h5 files, or folders searched recursively for them.
     #[arg(value_name = "MODEL", required = true)]
     pub models: Vec<PathBuf>,
 
