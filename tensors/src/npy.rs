@@ -41,10 +41,11 @@ pub fn read_npy_file(path: &Path) -> Result<Tensor, NpyError> {
 }
 
 /// Reads one `.npy` file whose data (at least `threshold` bytes, in a
-/// byte order and dtype that need no conversion) goes straight into a
-/// sealed shared region, which the kernel fills from the file: the tensor
-/// comes back as `TensorData::Shared(0)` with that region, and the
-/// caller's memory does not grow with it. Other files are read as
+/// byte order and dtype that need no conversion) becomes a shared region
+/// without passing through this process: a view of the file itself, which
+/// workers map (no copy), or where its data is not 64-byte aligned a sealed
+/// copy the kernel makes. The tensor comes back as `TensorData::Shared(0)`
+/// with that region, and the caller's memory does not grow with it. Other files are read as
 /// [`read_npy_file`] reads them (no region).
 pub fn read_npy_file_shared(
     path: &Path,
@@ -58,7 +59,7 @@ pub fn read_npy_file_shared(
     let data_start = io::Seek::stream_position(&mut reader).map_err(io_error)?;
     match element {
         Element::Dense(dtype, false) if dtype != DType::Bool && data_len >= threshold => {
-            let region = isorun_transport::SharedMemory::from_file(&file, data_start, data_len).map_err(io_error)?;
+            let region = shared_region(&file, data_start, data_len).map_err(io_error)?;
             let tensor = Tensor { dtype, shape, data: TensorData::Shared(0) };
             Ok((tensor, Some(region)))
         }
@@ -103,8 +104,7 @@ pub fn read_npz_file_shared(
             let header_len = counted.read;
             if let Element::Dense(dtype, false) = element {
                 if dtype != DType::Bool && data_len >= threshold {
-                    let region = isorun_transport::SharedMemory::from_file(&file, data_start + header_len, data_len)
-                        .map_err(io_error)?;
+                    let region = shared_region(&file, data_start + header_len, data_len).map_err(io_error)?;
                     arrays.push((key.to_string(), Tensor { dtype, shape, data: TensorData::Shared(0) }, Some(region)));
                     continue;
                 }
@@ -119,6 +119,18 @@ pub fn read_npz_file_shared(
     }
     arrays.sort_by(|a, b| a.0.cmp(&b.0));
     Ok(arrays)
+}
+
+/// The region a worker maps for `len` bytes of `file` at `offset`: the file
+/// itself (no copy, its own page-cache pages) where the data starts on a
+/// 64-byte boundary, as TensorFlow wants a tensor's buffer (an `.npy`
+/// header is padded to one); else a sealed copy made by the kernel.
+fn shared_region(file: &File, offset: u64, len: u64) -> io::Result<isorun_transport::SharedMemory> {
+    if offset % 64 == 0 {
+        isorun_transport::SharedMemory::from_file_view(file, offset, len)
+    } else {
+        isorun_transport::SharedMemory::from_file(file, offset, len)
+    }
 }
 
 /// Counts the bytes read through it (an `.npy` header's length in an entry).

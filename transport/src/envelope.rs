@@ -5,9 +5,11 @@
 //! worker's frames, so the supervisor sends only on a channel it owns:
 //! nothing a worker says can point it elsewhere.
 //!
-//! On the wire: `ISQ1`, a little-endian `u32` count of regions, sent with
+//! On the wire: `ISQ2`, a little-endian `u32` count of regions, sent with
 //! the first (at most [`FDS_PER_MESSAGE`]) descriptors attached; one byte
-//! `+` for each further batch of descriptors; then the frame
+//! `+` for each further batch of descriptors; for each region, where it
+//! lies in its descriptor's file (`u64` offset, `u64` length: a sealed
+//! memfd whole, or a view of an input file itself); then the frame
 //! (`frame.rs`). The reader takes exactly these bytes, never more, so
 //! descriptors attached to the next request are never read (and dropped)
 //! by a plain read.
@@ -26,7 +28,7 @@ pub const SHARED_THRESHOLD: usize = 64 * 1024;
 pub const FDS_PER_MESSAGE: usize = 250;
 
 /// Marks a request, so that a confused stream is caught at once.
-const MAGIC: [u8; 4] = *b"ISQ1";
+const MAGIC: [u8; 4] = *b"ISQ2";
 
 /// A `ToWorker` message and the shared memory its tensors refer to.
 pub struct RequestEnvelope {
@@ -52,6 +54,15 @@ impl RequestEnvelope {
             send_with_fds(socket, b"+", batch)?;
         }
         let mut writer = socket;
+        let views: Vec<u8> = self
+            .shared
+            .iter()
+            .flat_map(|s| {
+                let (offset, len) = s.view();
+                offset.to_le_bytes().into_iter().chain(len.to_le_bytes())
+            })
+            .collect();
+        writer.write_all(&views)?;
         write_frame_bytes(&mut writer, &self.message)?;
         writer.flush()
     }
@@ -83,9 +94,19 @@ impl RequestEnvelope {
         if fds.len() != count {
             return Err(FrameError::Decode(format!("expected {count} shared regions, got {}", fds.len())));
         }
-        let shared =
-            fds.into_iter().map(SharedMemory::from_fd).collect::<io::Result<Vec<_>>>().map_err(FrameError::Io)?;
         let mut reader = socket;
+        let mut views = vec![0u8; count * 16];
+        io::Read::read_exact(&mut reader, &mut views).map_err(FrameError::Io)?;
+        let shared = fds
+            .into_iter()
+            .zip(views.chunks_exact(16))
+            .map(|(fd, view)| {
+                let offset = u64::from_le_bytes(view[..8].try_into().expect("8 bytes"));
+                let len = u64::from_le_bytes(view[8..].try_into().expect("8 bytes"));
+                SharedMemory::from_fd_view(fd, offset, len)
+            })
+            .collect::<io::Result<Vec<_>>>()
+            .map_err(FrameError::Io)?;
         let message = read_frame_bytes(&mut reader, max_frame)?;
         Ok(RequestEnvelope { message, shared })
     }

@@ -17,8 +17,13 @@ pub struct SharedMemory {
 
 struct Mapping {
     fd: OwnedFd,
+    /// What mmap returned, and its length (page-aligned start).
+    base: *const u8,
+    map_len: usize,
+    /// The region: `len` bytes at `address`, which is `offset` bytes into the file.
     address: *const u8,
     len: usize,
+    offset: u64,
 }
 
 // SAFETY: the mapping is read-only for its whole life and sealed against
@@ -29,9 +34,9 @@ unsafe impl Sync for Mapping {}
 
 impl Drop for Mapping {
     fn drop(&mut self) {
-        if self.len > 0 {
-            // SAFETY: address and len are those mmap returned; nothing borrows them any more.
-            unsafe { libc::munmap(self.address as *mut libc::c_void, self.len) };
+        if self.map_len > 0 {
+            // SAFETY: base and map_len are those mmap returned; nothing borrows them any more.
+            unsafe { libc::munmap(self.base as *mut libc::c_void, self.map_len) };
         }
     }
 }
@@ -97,25 +102,82 @@ impl SharedMemory {
         SharedMemory::from_fd(region.into())
     }
 
+    /// A region that is `len` bytes of `file` itself from `offset`: no copy
+    /// at all, every worker maps the file's own pages (read only, through a
+    /// read-only descriptor). Unlike a sealed region, the file's owner may
+    /// still change or truncate it while workers read it (a truncation is
+    /// then a SIGBUS, the unit's crash); for the user's own input files.
+    pub fn from_file_view(file: &std::fs::File, offset: u64, len: u64) -> io::Result<SharedMemory> {
+        let fd = OwnedFd::from(file.try_clone()?);
+        SharedMemory::from_fd_view(fd, offset, len)
+    }
+
+    /// Maps `len` bytes of `fd` from `offset`, which must lie within the
+    /// file (checked against its size).
+    pub fn from_fd_view(fd: OwnedFd, offset: u64, len: u64) -> io::Result<SharedMemory> {
+        // SAFETY: fstat writes only into stat.
+        let mut stat: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: as above, on a descriptor we own.
+        if unsafe { libc::fstat(fd.as_raw_fd(), &mut stat) } < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let size = u64::try_from(stat.st_size).map_err(|_| io::Error::other("negative region size"))?;
+        if offset.checked_add(len).is_none_or(|end| end > size) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("a region of {len} bytes at offset {offset} in a file of {size} bytes"),
+            ));
+        }
+        let len = usize::try_from(len).map_err(|_| io::Error::other("region too large"))?;
+        if len == 0 {
+            let dangling = std::ptr::NonNull::<u8>::dangling().as_ptr().cast_const();
+            let mapping = Mapping { fd, base: dangling, map_len: 0, address: dangling, len: 0, offset };
+            return Ok(SharedMemory { mapping: Arc::new(mapping) });
+        }
+        // SAFETY: sysconf has no preconditions.
+        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as u64;
+        let start = offset - offset % page;
+        let delta = (offset - start) as usize;
+        let map_len = len + delta;
+        let map_offset = libc::off_t::try_from(start).map_err(|_| io::Error::other("offset too large"))?;
+        // SAFETY: a fresh read-only shared mapping within the file (checked above).
+        let base = unsafe {
+            libc::mmap(std::ptr::null_mut(), map_len, libc::PROT_READ, libc::MAP_SHARED, fd.as_raw_fd(), map_offset)
+        };
+        if base == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        let base = base as *const u8;
+        // SAFETY: delta < page <= map_len: within the mapping.
+        let address = unsafe { base.add(delta) };
+        Ok(SharedMemory { mapping: Arc::new(Mapping { fd, base, map_len, address, len, offset }) })
+    }
+
+    /// Where the region lies in its descriptor's file: offset and length.
+    pub fn view(&self) -> (u64, u64) {
+        (self.mapping.offset, self.mapping.len as u64)
+    }
+
     /// Feeds the region's bytes to `each` in chunks read through its
     /// descriptor, without touching the mapping (so without making the
     /// region resident in this process): for digests of large inputs.
     pub fn read_chunks(&self, mut each: impl FnMut(&[u8])) -> io::Result<()> {
         let mut buffer = vec![0u8; (1 << 20).min(self.mapping.len.max(1))];
-        let mut offset = 0u64;
+        let mut done = 0u64;
         let file = std::fs::File::from(self.mapping.fd.try_clone()?);
-        while offset < self.mapping.len as u64 {
-            let n = std::os::unix::fs::FileExt::read_at(&file, &mut buffer, offset)?;
+        while done < self.mapping.len as u64 {
+            let want = buffer.len().min((self.mapping.len as u64 - done) as usize);
+            let n = std::os::unix::fs::FileExt::read_at(&file, &mut buffer[..want], self.mapping.offset + done)?;
             if n == 0 {
                 break;
             }
             each(&buffer[..n]);
-            offset += n as u64;
+            done += n as u64;
         }
         Ok(())
     }
 
-    /// Maps a region received from the supervisor (read only, its whole size).
+    /// Maps a whole region (read only, its whole size).
     pub fn from_fd(fd: OwnedFd) -> io::Result<SharedMemory> {
         // SAFETY: fstat writes only into stat.
         let mut stat: libc::stat = unsafe { std::mem::zeroed() };
@@ -123,19 +185,8 @@ impl SharedMemory {
         if unsafe { libc::fstat(fd.as_raw_fd(), &mut stat) } < 0 {
             return Err(io::Error::last_os_error());
         }
-        let len = usize::try_from(stat.st_size).map_err(|_| io::Error::other("negative region size"))?;
-        let address = if len == 0 {
-            std::ptr::NonNull::<u8>::dangling().as_ptr().cast_const()
-        } else {
-            // SAFETY: a fresh read-only shared mapping of the whole file.
-            let address =
-                unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ, libc::MAP_SHARED, fd.as_raw_fd(), 0) };
-            if address == libc::MAP_FAILED {
-                return Err(io::Error::last_os_error());
-            }
-            address as *const u8
-        };
-        Ok(SharedMemory { mapping: Arc::new(Mapping { fd, address, len }) })
+        let size = u64::try_from(stat.st_size).map_err(|_| io::Error::other("negative region size"))?;
+        SharedMemory::from_fd_view(fd, 0, size)
     }
 
     /// Its descriptor, to send.
@@ -201,5 +252,26 @@ mod tests {
         let mut writable = std::fs::File::from(region.fd().try_clone_to_owned().unwrap());
         assert!(writable.write_all(b"x").is_err(), "sealed against writes");
         assert!(SharedMemory::from_file(&file, 2_999_000, 2000).is_err(), "past the end of the file");
+    }
+
+    #[test]
+    fn a_view_maps_the_file_itself_at_any_offset_and_stays_within_it() {
+        let mut file = tempfile::tempfile().unwrap();
+        let data: Vec<u8> = (0..100_000u32).map(|i| (i % 253) as u8).collect();
+        file.write_all(&data).unwrap();
+        // Not page-aligned: 4096 + 128.
+        let view = SharedMemory::from_file_view(&file, 4224, 50_000).unwrap();
+        assert_eq!(&view[..], &data[4224..54_224]);
+        assert_eq!(view.view(), (4224, 50_000));
+        let mut chunks = Vec::new();
+        view.read_chunks(|chunk| chunks.extend_from_slice(chunk)).unwrap();
+        assert_eq!(chunks, &data[4224..54_224]);
+        // What a worker receives: the descriptor and the view, checked against the file.
+        let again = SharedMemory::from_fd_view(view.fd().try_clone_to_owned().unwrap(), 4224, 50_000).unwrap();
+        assert_eq!(&again[..], &view[..]);
+        for (offset, len) in [(99_999, 2), (0, 100_001), (u64::MAX, 1)] {
+            let fd = view.fd().try_clone_to_owned().unwrap();
+            assert!(SharedMemory::from_fd_view(fd, offset, len).is_err(), "{offset}+{len} is outside the file");
+        }
     }
 }
