@@ -126,7 +126,7 @@ pub fn read_npz_file_shared(
 /// 64-byte boundary, as TensorFlow wants a tensor's buffer (an `.npy`
 /// header is padded to one); else a sealed copy made by the kernel.
 fn shared_region(file: &File, offset: u64, len: u64) -> io::Result<isorun_transport::SharedMemory> {
-    if offset % 64 == 0 {
+    if offset.is_multiple_of(64) {
         isorun_transport::SharedMemory::from_file_view(file, offset, len)
     } else {
         isorun_transport::SharedMemory::from_file(file, offset, len)
