@@ -397,6 +397,14 @@ fn digest(spec: &DataSpec, files: &[(PathBuf, Format)]) -> Result<String, DataEr
     Ok(hasher.finalize().iter().map(|b| format!("{b:02x}")).collect())
 }
 
+/// An example's features, sorted by name: name, kind and value count.
+fn feature_list(example: &Example) -> Vec<(String, &'static str, usize)> {
+    let mut features: Vec<(String, &'static str, usize)> =
+        example.features.iter().flat_map(|f| f.feature.iter()).map(|(k, f)| (k.clone(), kind_of(f), f.len())).collect();
+    features.sort();
+    features
+}
+
 /// The first row of the first CSV file that has one, as an example.
 fn first_row(files: &[(PathBuf, Format)]) -> Result<FirstLook, DataError> {
     for (path, _) in files {
@@ -405,14 +413,7 @@ fn first_row(files: &[(PathBuf, Format)]) -> Result<FirstLook, DataError> {
         let mut reader = CsvReader::open(path).map_err(csv_error)?;
         let mut example = Example::default();
         if reader.next_row(&mut example).map_err(|f| csv_error((path.clone(), f)))?.is_some() {
-            let mut features: Vec<(String, &'static str, usize)> = example
-                .features
-                .iter()
-                .flat_map(|f| f.feature.iter())
-                .map(|(k, f)| (k.clone(), kind_of(f), f.len()))
-                .collect();
-            features.sort();
-            return Ok(FirstLook::Example { path: path.clone(), features });
+            return Ok(FirstLook::Example { path: path.clone(), features: feature_list(&example) });
         }
     }
     Err(DataError::Empty { path: files[0].0.clone() })
@@ -435,14 +436,7 @@ fn first_example(files: &[(PathBuf, Format)], skip_corrupt: bool) -> Result<Firs
                         offset,
                         source,
                     })?;
-                    let mut features: Vec<(String, &'static str, usize)> = example
-                        .features
-                        .iter()
-                        .flat_map(|f| f.feature.iter())
-                        .map(|(k, f)| (k.clone(), kind_of(f), f.len()))
-                        .collect();
-                    features.sort();
-                    return Ok(FirstLook::Example { path: path.clone(), features });
+                    return Ok(FirstLook::Example { path: path.clone(), features: feature_list(&example) });
                 }
                 Err((_, fault)) if skip_corrupt && fault.resumable() => {}
                 Err((_, _)) if skip_corrupt => break,

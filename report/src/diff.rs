@@ -201,9 +201,6 @@ pub fn diff(old: &Value, new: &Value, thresholds: Thresholds) -> Vec<Finding> {
     findings
 }
 
-/// Metrics (of `isorun eval`) lower values of which are better.
-const LOWER_IS_BETTER: [&str; 4] = ["log_loss", "mse", "mae", "rmse"];
-
 /// Every metric both units have, whose value changed.
 fn metric_changes(model: &str, old: &Unit<'_>, new: &Unit<'_>, findings: &mut Vec<Finding>) {
     let (Some(Value::Object(old_metrics)), Some(Value::Object(new_metrics))) =
@@ -216,7 +213,9 @@ fn metric_changes(model: &str, old: &Unit<'_>, new: &Unit<'_>, findings: &mut Ve
             continue;
         };
         if old != new {
-            let worse = if LOWER_IS_BETTER.contains(&metric.as_str()) { new > old } else { new < old };
+            // The metric's own direction; a name isorun-eval does not know counts as higher-is-better.
+            let higher_is_better = isorun_eval::Metric::parse(metric).map_or(true, |m| m.higher_is_better());
+            let worse = if higher_is_better { new < old } else { new > old };
             findings.push(Finding::Metric { model: model.to_string(), metric: metric.clone(), old, new, worse });
         }
     }

@@ -9,54 +9,21 @@
 //! cannot fake an ABI number, so that case is covered by the same code path
 //! that reports an ABI below 6, `isorun_sandbox::apply`.)
 
-use std::os::unix::process::CommandExt;
+#[path = "../seccomp_wrapper.rs"]
+#[expect(dead_code, reason = "argument offsets serve only the filters that look at arguments")]
+mod seccomp_wrapper;
 
-/// The `AUDIT_ARCH_*` value of this build's architecture (linux/audit.h).
-#[cfg(target_arch = "x86_64")]
-const AUDIT_ARCH: u32 = 0xc000_003e;
-#[cfg(target_arch = "aarch64")]
-const AUDIT_ARCH: u32 = 0xc000_00b7;
-
-/// Offsets in `struct seccomp_data`: nr (int), then arch (u32).
-const NR: u32 = 0;
-const ARCH: u32 = 4;
-
-fn statement(code: u32, k: u32) -> libc::sock_filter {
-    libc::sock_filter { code: code as u16, jt: 0, jf: 0, k }
-}
-
-fn jump(code: u32, k: u32, jt: u8, jf: u8) -> libc::sock_filter {
-    libc::sock_filter { code: code as u16, jt, jf, k }
-}
+use seccomp_wrapper::{allow, exec_under, fail_with, jump, statement, ARCH, AUDIT_ARCH, LOAD, NR};
 
 fn main() {
-    let args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
-    let Some((program, rest)) = args.split_first() else {
-        eprintln!("usage: isorun-deny-landlock PROGRAM [ARGS...]");
-        std::process::exit(2);
-    };
-    let load = libc::BPF_LD | libc::BPF_W | libc::BPF_ABS;
     let filter = [
         // Another architecture's calls (there is none here) pass untouched.
-        statement(load, ARCH),
+        statement(LOAD, ARCH),
         jump(libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K, AUDIT_ARCH, 0, 3),
-        statement(load, NR),
+        statement(LOAD, NR),
         jump(libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K, libc::SYS_landlock_create_ruleset as u32, 0, 1),
-        statement(libc::BPF_RET | libc::BPF_K, libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32),
-        statement(libc::BPF_RET | libc::BPF_K, libc::SECCOMP_RET_ALLOW),
+        fail_with(libc::ENOSYS),
+        allow(),
     ];
-    let program_filter = libc::sock_fprog { len: filter.len() as u16, filter: filter.as_ptr().cast_mut() };
-    // SAFETY: prctl with a filter program that outlives the call.
-    unsafe {
-        if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
-            panic!("PR_SET_NO_NEW_PRIVS: {}", std::io::Error::last_os_error());
-        }
-        let program_address = &program_filter as *const libc::sock_fprog;
-        if libc::prctl(libc::PR_SET_SECCOMP, libc::SECCOMP_MODE_FILTER, program_address, 0, 0) != 0 {
-            panic!("PR_SET_SECCOMP: {}", std::io::Error::last_os_error());
-        }
-    }
-    let error = std::process::Command::new(program).args(rest).exec();
-    eprintln!("isorun-deny-landlock: cannot run {}: {error}", program.to_string_lossy());
-    std::process::exit(127);
+    exec_under("isorun-deny-landlock", &filter)
 }

@@ -4,7 +4,7 @@
 //! runs print (through the library's `report::build`), or from hand-made
 //! records where exact times and failures are needed.
 
-use crate::util::{fake_models, isorun, isorun_fault, run, write_input, Ran};
+use crate::util::{fake_models, isorun, isorun_fault, run, without_run_details, write_input, Ran};
 use isorun_report::{build, write_files, RunInfo};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
@@ -47,22 +47,6 @@ fn run_fault_models(root: &Path, models: &[PathBuf], extra: &[&str]) -> Ran {
         .args(extra));
     assert!(matches!(ran.code, Some(0 | 1)), "stdout:\n{}\nstderr:\n{}", ran.stdout, ran.stderr);
     ran
-}
-
-/// A unit record without what changes from run to run (times, memory,
-/// worker), in the unit and in each of its attempts.
-fn without_run_details(unit: &Value) -> Value {
-    let mut unit = unit.clone();
-    let forget = |record: &mut Value| {
-        for key in ["wall_ms", "load_ms", "run_ms", "user_ms", "sys_ms", "peak_rss_bytes", "worker_id"] {
-            record.as_object_mut().unwrap().remove(key);
-        }
-    };
-    forget(&mut unit);
-    if let Some(attempts) = unit.get_mut("attempts").and_then(Value::as_array_mut) {
-        attempts.iter_mut().for_each(forget);
-    }
-    unit
 }
 
 /// A record as reports keep it: output values removed.

@@ -151,22 +151,9 @@ fn read_json(path: &Path) -> Value {
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
-/// The units of a report without what changes from run to run (times,
-/// memory, workers, resumed), in each unit and each of its attempts.
+/// The units of a report without what changes from run to run.
 fn comparable_units(report: &Value) -> Vec<Value> {
-    let forget = |record: &mut Value| {
-        for key in ["wall_ms", "load_ms", "run_ms", "user_ms", "sys_ms", "peak_rss_bytes", "worker_id", "resumed"] {
-            record.as_object_mut().unwrap().remove(key);
-        }
-    };
-    let mut units = report["units"].as_array().unwrap().clone();
-    for unit in &mut units {
-        forget(unit);
-        if let Some(attempts) = unit.get_mut("attempts").and_then(Value::as_array_mut) {
-            attempts.iter_mut().for_each(forget);
-        }
-    }
-    units
+    report["units"].as_array().unwrap().iter().map(crate::util::without_run_details).collect()
 }
 
 fn statuses(report: &Value) -> Vec<(String, String)> {

@@ -210,3 +210,32 @@ pub fn supervisor_peak_mib(ran: &Ran) -> f64 {
         .and_then(|n| n.trim().parse().ok())
         .unwrap_or_else(|| panic!("no supervisor peak in:\n{}", ran.stderr))
 }
+
+/// A unit record without what changes from run to run, in the unit and in
+/// each of its attempts: times, memory, the worker (its id, and whether it
+/// was forked or exec'd, which depends on how the models were split into
+/// shards and slots) and whether it was resumed from a journal.
+pub fn without_run_details(unit: &Value) -> Value {
+    let mut unit = unit.clone();
+    let forget = |record: &mut Value| {
+        let volatile = [
+            "wall_ms",
+            "load_ms",
+            "run_ms",
+            "user_ms",
+            "sys_ms",
+            "peak_rss_bytes",
+            "worker_id",
+            "worker_start",
+            "resumed",
+        ];
+        for key in volatile {
+            record.as_object_mut().unwrap().remove(key);
+        }
+    };
+    forget(&mut unit);
+    if let Some(attempts) = unit.get_mut("attempts").and_then(Value::as_array_mut) {
+        attempts.iter_mut().for_each(forget);
+    }
+    unit
+}
