@@ -23,6 +23,7 @@ gives for the inputs beside them:
 Run under the fixtures venv (tensorflow-cpu 2.21.0, keras 3); fixed seeds.
 """
 
+import glob
 import os
 import shutil
 import sys
@@ -112,6 +113,9 @@ def keras2(out, rng):
 def main(repo):
     keras.utils.set_random_seed(7)
     final = os.path.join(repo, "tests", "fixtures", "keras")
+    # Staging folders of an earlier run that died half-way (never committed).
+    for stale in glob.glob(os.path.join(repo, "tests", "fixtures", "keras-fixtures-*")):
+        shutil.rmtree(stale, ignore_errors=True)
     out = tempfile.mkdtemp(prefix="keras-fixtures-", dir=os.path.join(repo, "tests", "fixtures"))
     ckpts = os.path.join(out, "ckpts")
     os.makedirs(ckpts)

@@ -15,7 +15,8 @@ use crate::session::{run_request, shutdown, terminate, wait_hello, Deadlines};
 use crate::settings::{Settings, SpawnMode};
 use crate::sink::OutputSink;
 use crate::unit::{Attempt, OutputInfo, UnitReport};
-use isorun_protocol::{ErrorKind, ModelError, Outcome, RunRequest, Tensor, ToWorker};
+use crate::spare::{self, Reservation, Spare};
+use isorun_protocol::{ErrorKind, ModelError, Outcome, RunRequest, SandboxSpec, Tensor, ToWorker, WarmRequest};
 use isorun_tensors::batch;
 use isorun_tensors::values::tensor_values;
 use isorun_transport::RequestEnvelope;
@@ -26,47 +27,85 @@ use std::time::{Duration, Instant};
 
 /// The units waiting for a slot, in order. Units may arrive while the run
 /// goes on (a Keras file's unit once its export is in the cache); slots wait
-/// for more until the queue is closed.
+/// for more until the queue is closed. A slot may reserve the next batch
+/// for a spare ([`UnitQueue::reserve`]); a slot with nothing else to do
+/// takes a reserved batch before it waits.
 pub(crate) struct UnitQueue {
-    state: Mutex<(VecDeque<usize>, bool)>,
+    state: Mutex<QueueState>,
     arrived: Condvar,
     per_worker: usize,
 }
 
+#[derive(Default)]
+struct QueueState {
+    ready: VecDeque<usize>,
+    closed: bool,
+    /// Batches reserved for spares, not yet claimed by anyone.
+    reserved: Vec<Arc<Reservation>>,
+}
+
 impl UnitQueue {
     pub(crate) fn new(per_worker: usize) -> UnitQueue {
-        UnitQueue {
-            state: Mutex::new((VecDeque::new(), false)),
-            arrived: Condvar::new(),
-            per_worker: per_worker.max(1),
-        }
+        UnitQueue { state: Mutex::new(QueueState::default()), arrived: Condvar::new(), per_worker: per_worker.max(1) }
     }
 
     /// A unit ready to run.
     pub(crate) fn push(&self, index: usize) {
-        self.state.lock().expect("queue").0.push_back(index);
+        self.state.lock().expect("queue").ready.push_back(index);
         self.arrived.notify_one();
     }
 
     /// No unit comes any more.
     pub(crate) fn close(&self) {
-        self.state.lock().expect("queue").1 = true;
+        self.state.lock().expect("queue").closed = true;
         self.arrived.notify_all();
     }
 
-    /// The next batch (up to `models_per_worker` units there are now);
-    /// `None` once the queue is closed and empty.
+    /// The next batch (up to `models_per_worker` units there are now), or
+    /// else a batch reserved for another slot's spare (whose slot is busy,
+    /// while this one would wait); `None` once the queue is closed and
+    /// nothing is left.
     fn next_batch(&self) -> Option<Vec<usize>> {
         let mut state = self.state.lock().expect("queue");
         loop {
-            if !state.0.is_empty() {
-                let take = self.per_worker.min(state.0.len());
-                return Some(state.0.drain(..take).collect());
+            if !state.ready.is_empty() {
+                let take = self.per_worker.min(state.ready.len());
+                return Some(state.ready.drain(..take).collect());
             }
-            if state.1 {
+            state.reserved.retain(|r| !r.claimed());
+            if let Some(position) = state.reserved.iter().position(|r| r.claim()) {
+                return Some(state.reserved.remove(position).units.clone());
+            }
+            if state.closed {
                 return None;
             }
             state = self.arrived.wait(state).expect("queue");
+        }
+    }
+
+    /// Takes the next batch for a spare, if units are ready now.
+    fn reserve(&self) -> Option<Arc<Reservation>> {
+        let mut state = self.state.lock().expect("queue");
+        if state.ready.is_empty() {
+            return None;
+        }
+        let take = self.per_worker.min(state.ready.len());
+        let reservation = Reservation::new(state.ready.drain(..take).collect());
+        state.reserved.retain(|r| !r.claimed());
+        state.reserved.push(Arc::clone(&reservation));
+        Some(reservation)
+    }
+
+    /// Gives back a reservation whose spare could not be forked: its units
+    /// go first in line again, unless another slot claimed them meanwhile.
+    fn release(&self, reservation: &Reservation) {
+        if reservation.claim() {
+            let mut state = self.state.lock().expect("queue");
+            for &index in reservation.units.iter().rev() {
+                state.ready.push_front(index);
+            }
+            drop(state);
+            self.arrived.notify_one();
         }
     }
 }
@@ -101,6 +140,16 @@ pub(crate) fn run_all(
     }
     let worker_ids = AtomicU64::new(0);
     let zygote_broken = AtomicBool::new(false);
+    // Where spares write the warm-up model (each in a folder of its own); removed at the end.
+    let warm_dir = match settings.spares {
+        0 => None,
+        _ => tempfile::Builder::new()
+            .prefix("isorun-spares-")
+            .tempdir()
+            .inspect_err(|e| tracing::warn!("no spare workers: cannot make their folder: {e}"))
+            .ok(),
+    };
+    let warm_dir = warm_dir.as_ref().map(|d| d.path().to_string_lossy().into_owned());
     let (tx, rx) = mpsc::channel::<Event>();
     std::thread::scope(|scope| {
         if let Some(producer) = producer {
@@ -141,6 +190,7 @@ pub(crate) fn run_all(
                 tensorflow_version,
                 zygote_broken: &zygote_broken,
                 few_units,
+                warm_dir: warm_dir.as_deref(),
             };
             let queue = &queue;
             std::thread::Builder::new()
@@ -149,11 +199,25 @@ pub(crate) fn run_all(
                     // This thread starts the slot's zygote and workers and lives as
                     // long as they do (PR_SET_PDEATHSIG follows the forking thread).
                     let mut zygote = None;
+                    let mut spares: VecDeque<Spare> = VecDeque::new();
+                    let reaper = start_reaper(scope, tx.clone());
+                    let tell = |progress| {
+                        let _ = tx.send(progress);
+                    };
                     loop {
-                        let Some(batch) = queue.next_batch() else { return };
-                        slot_ctx.run_batch(batch, &mut zygote, &|progress| {
-                            let _ = tx.send(progress);
-                        });
+                        // This slot's spares first, in the order their units were reserved.
+                        let (batch, spare) = match spares.pop_front() {
+                            Some(spare) if spare.reservation.claim() => (spare.reservation.units.clone(), Some(spare)),
+                            Some(spare) => {
+                                spare.discard("an idle slot took its units");
+                                continue;
+                            }
+                            None => match queue.next_batch() {
+                                Some(batch) => (batch, None),
+                                None => return,
+                            },
+                        };
+                        slot_ctx.run_batch(batch, spare, &mut spares, queue, &mut zygote, &reaper, &tell);
                     }
                 })
                 .expect("spawn a slot thread");
@@ -191,6 +255,8 @@ struct Slot<'a> {
     /// No more worker batches than slots: each slot starts at most one
     /// worker (retries aside), so `SpawnMode::Auto` execs it.
     few_units: bool,
+    /// Where spares write the warm-up model; `None`: no spares.
+    warm_dir: Option<&'a str>,
 }
 
 /// How a unit in a live worker ended: the report, and whether the worker can take another.
@@ -278,7 +344,18 @@ impl Slot<'_> {
         }
     }
 
-    fn run_batch(&self, batch: Vec<usize>, zygote: &mut Option<Arc<Zygote>>, tell: &dyn Fn(Event)) {
+    /// Runs a batch of units, in `spare` (warm, reserved for them) if there
+    /// is one, else in fresh workers; keeps the slot's spares topped up.
+    fn run_batch(
+        &self,
+        batch: Vec<usize>,
+        mut spare: Option<Spare>,
+        spares: &mut VecDeque<Spare>,
+        queue: &UnitQueue,
+        zygote: &mut Option<Arc<Zygote>>,
+        reaper: &mpsc::Sender<Reap>,
+        tell: &dyn Fn(Event),
+    ) {
         let mut pending: VecDeque<usize> = batch.into();
         let mut history: HashMap<usize, Vec<Attempt>> = HashMap::new();
         // One unit per worker once a shared worker has died (crash bisection).
@@ -296,42 +373,68 @@ impl Slot<'_> {
             if retries_so_far > 0 && !self.back_off(retries_so_far as u32) {
                 continue; // interrupted while waiting: the loop head reports it
             }
-            let started = Instant::now();
-            let worker_id = self.worker_ids.fetch_add(1, Ordering::SeqCst);
-            let mut worker = match self.spawn_worker(zygote) {
-                Ok(mut worker) => {
-                    self.watch_gpu(&mut worker);
-                    worker
+            // The batch's spare, if it has one and it warmed up: the unit starts now.
+            let warm = spare.take().and_then(|spare| match spare.ready(
+                self.settings.start_timeout,
+                self.settings.memory_limit,
+                self.stop,
+            ) {
+                Ok(ready) => Some(ready),
+                Err((spare, why)) => {
+                    spare.discard(&format!("{why}; its units get a fresh worker"));
+                    None
                 }
-                Err(e) => {
-                    pending.pop_front();
-                    let message = format!("{}: {e}", self.settings.spawn.worker.display());
-                    let mut report = UnitReport::new(first, Outcome::SpawnFailed { message });
-                    report.wall = started.elapsed();
-                    self.conclude(report, false, &mut history, &mut pending, tell);
-                    continue;
+            });
+            let started = Instant::now();
+            let (mut worker, worker_id, spare_report, mut cpu_before) = match warm {
+                Some((mut worker, worker_id, report)) => {
+                    self.watch_gpu(&mut worker);
+                    // What the warm-up used is not the unit's.
+                    let cpu = worker.cpu_now().unwrap_or_default();
+                    (worker, worker_id, Some(report), cpu)
+                }
+                None => {
+                    let worker_id = self.worker_ids.fetch_add(1, Ordering::SeqCst);
+                    let mut worker = match self.spawn_worker(zygote) {
+                        Ok(mut worker) => {
+                            self.watch_gpu(&mut worker);
+                            worker
+                        }
+                        Err(e) => {
+                            pending.pop_front();
+                            let message = format!("{}: {e}", self.settings.spawn.worker.display());
+                            let mut report = UnitReport::new(first, Outcome::SpawnFailed { message });
+                            report.wall = started.elapsed();
+                            self.conclude(report, false, &mut history, &mut pending, tell);
+                            continue;
+                        }
+                    };
+                    match wait_hello(&mut worker, self.stop, self.start_deadline(started)) {
+                        Ok(hello) => {
+                            let _ = self.tensorflow_version.set(hello.tensorflow_version);
+                        }
+                        Err(outcome) => {
+                            pending.pop_front();
+                            let exit = terminate(&mut worker, self.settings.grace, self.stop);
+                            let mut report = UnitReport::new(first, outcome);
+                            finish_metrics(&mut report, &worker, Some(exit), started, (Duration::ZERO, Duration::ZERO));
+                            report.worker_id = Some(worker_id);
+                            self.conclude(report, false, &mut history, &mut pending, tell);
+                            continue;
+                        }
+                    }
+                    (worker, worker_id, None, (Duration::ZERO, Duration::ZERO))
                 }
             };
-            match wait_hello(&mut worker, self.stop, self.start_deadline(started)) {
-                Ok(hello) => {
-                    let _ = self.tensorflow_version.set(hello.tensorflow_version);
-                }
-                Err(outcome) => {
-                    pending.pop_front();
-                    let exit = terminate(&mut worker, self.settings.grace, self.stop);
-                    let mut report = UnitReport::new(first, outcome);
-                    finish_metrics(&mut report, &worker, Some(exit), started, (Duration::ZERO, Duration::ZERO));
-                    report.worker_id = Some(worker_id);
-                    self.conclude(report, false, &mut history, &mut pending, tell);
-                    continue;
-                }
+            // While this worker runs, the next units' spares fork and warm up.
+            if worker.forked() {
+                self.refill_spares(spares, queue, zygote);
             }
             // Units in this worker; the last report waits for the worker's
             // exit, whose rusage completes its measurements.
             let shared = !solo;
             let worker_batch: Vec<usize> = if solo { vec![first] } else { pending.iter().copied().collect() };
             let mut last: Option<(UnitReport, Instant, (Duration, Duration))> = None;
-            let mut cpu_before = (Duration::ZERO, Duration::ZERO);
             while let Some(&index) = pending.front() {
                 if self.stop.not_starting().is_some() {
                     break;
@@ -349,6 +452,9 @@ impl Slot<'_> {
                 report.worker_id = Some(worker_id);
                 report.worker_pid = Some(worker.pid);
                 report.worker_forked = Some(worker.forked());
+                if last.is_none() {
+                    report.spare = spare_report.clone();
+                }
                 last = Some((report, unit_started, cpu_before));
                 cpu_before = cpu_now;
                 if !end.worker_usable {
@@ -360,13 +466,100 @@ impl Slot<'_> {
                 }
             }
             // No more work for this worker: ask it to leave, then make sure.
+            // A unit that is over either way (it passed) is reaped by the
+            // slot's reaper while the next unit starts: a worker's exit
+            // (unmapping TensorFlow) takes ~10 ms.
+            let last = match last.take() {
+                Some((report, begun, before)) if self.settles_on_exit(&report, &worker) => {
+                    let _ = worker.send(RequestEnvelope::new(&ToWorker::Shutdown, Vec::new()));
+                    let attempts = history.remove(&report.index).unwrap_or_default();
+                    let (gpu, grace) = (self.gpu.clone(), self.settings.grace);
+                    let reap = Reap { worker, report, begun, before, attempts, shared, gpu, grace };
+                    match reaper.send(reap) {
+                        Ok(()) => continue,
+                        Err(mpsc::SendError(reap)) => {
+                            // No reaper (it cannot be gone while the slot runs): as below.
+                            worker = reap.worker;
+                            history.insert(reap.report.index, reap.attempts);
+                            Some((reap.report, reap.begun, reap.before))
+                        }
+                    }
+                }
+                last => last,
+            };
             let exit = shutdown(&mut worker, self.settings.grace);
-            if let Some((mut report, begun, before)) = last.take() {
+            if let Some((mut report, begun, before)) = last {
                 finish_metrics(&mut report, &worker, Some(exit), begun, before);
                 report.gpu_return = worker.gpu_after_exit();
                 self.conclude(report, shared, &mut history, &mut pending, tell);
             }
         }
+    }
+
+    /// True when a unit's report is final whatever its worker's exit says
+    /// (it passed and passing is not retried), and nothing but the exit's
+    /// measurements is missing (no GPU to watch give its memory back).
+    fn settles_on_exit(&self, report: &UnitReport, worker: &WorkerProcess) -> bool {
+        report.outcome.is_ok() && !self.settings.retry_on.iter().any(|s| s == "ok") && !worker.watches_gpu()
+    }
+
+    /// Forks spares for the next units in line until the slot has
+    /// `--spares` of them, while units are ready, the slot forks from a
+    /// live zygote and memory is not short (then its spares go).
+    fn refill_spares(&self, spares: &mut VecDeque<Spare>, queue: &UnitQueue, zygote: &Option<Arc<Zygote>>) {
+        let Some(warm_dir) = self.warm_dir else { return };
+        let forking = match self.settings.spawn_mode {
+            SpawnMode::Exec => false,
+            SpawnMode::Zygote => true,
+            SpawnMode::Auto => !self.few_units,
+        };
+        let Some(zygote) = zygote.as_ref().filter(|z| forking && z.alive()) else { return };
+        if self.zygote_broken.load(Ordering::SeqCst) {
+            return;
+        }
+        if spare::memory_short(self.settings.memory_limit) {
+            for spare in spares.drain(..) {
+                let reservation = Arc::clone(&spare.reservation);
+                spare.discard("memory is short");
+                queue.release(&reservation);
+            }
+            return;
+        }
+        while spares.len() < self.settings.spares && self.stop.not_starting().is_none() {
+            let Some(reservation) = queue.reserve() else { return };
+            let forked = Instant::now();
+            let warm = WarmRequest {
+                sandbox: self.sandbox_for(&reservation.units),
+                config: self.settings.session,
+                warm_dir: warm_dir.to_string(),
+                cpu_only: true,
+            };
+            let started = WorkerProcess::spawn_forked(zygote, &self.spawn).and_then(|mut worker| {
+                worker.set_reap_timeout(self.settings.reap_timeout);
+                worker.send(RequestEnvelope::new(&ToWorker::Warm(warm), Vec::new())).map_err(std::io::Error::other)?;
+                Ok(worker)
+            });
+            match started {
+                Ok(worker) => {
+                    let worker_id = self.worker_ids.fetch_add(1, Ordering::SeqCst);
+                    spares.push_back(Spare { worker, reservation, worker_id, forked });
+                }
+                Err(e) => {
+                    tracing::info!("cannot fork a spare worker: {e}");
+                    queue.release(&reservation);
+                    return;
+                }
+            }
+        }
+    }
+
+    /// The sandbox of a worker for `batch`: the settings' spec with the batch's model folders.
+    fn sandbox_for(&self, batch: &[usize]) -> Option<SandboxSpec> {
+        self.settings.sandbox.as_ref().map(|spec| {
+            let mut spec = spec.clone();
+            spec.read_paths.extend(batch.iter().map(|&i| self.models[i].path.to_string_lossy().into_owned()));
+            spec
+        })
     }
 
     /// Ends an attempt: the unit runs again (first in line) when it may be
@@ -445,11 +638,7 @@ impl Slot<'_> {
             config: self.settings.session,
             load_only: false,
             libraries: self.settings.libraries.clone(),
-            sandbox: self.settings.sandbox.as_ref().map(|spec| {
-                let mut spec = spec.clone();
-                spec.read_paths.extend(batch.iter().map(|&i| self.models[i].path.to_string_lossy().into_owned()));
-                spec
-            }),
+            sandbox: self.sandbox_for(batch),
         }
     }
 
@@ -622,6 +811,54 @@ impl Slot<'_> {
             })
             .collect()
     }
+}
+
+/// A passed unit's worker, told to exit, and its report, which the
+/// worker's exit completes (wall time, CPU time, peak memory).
+struct Reap {
+    worker: WorkerProcess,
+    report: UnitReport,
+    begun: Instant,
+    before: (Duration, Duration),
+    /// The unit's earlier attempts.
+    attempts: Vec<Attempt>,
+    shared: bool,
+    gpu: Option<String>,
+    /// How long it may take to exit before it is killed.
+    grace: Duration,
+}
+
+/// A slot's reaper: waits for each worker it is given to exit (SIGKILL
+/// after the grace), then sends its unit's report.
+fn start_reaper<'scope>(
+    scope: &'scope std::thread::Scope<'scope, '_>,
+    events: mpsc::Sender<Event>,
+) -> mpsc::Sender<Reap> {
+    let (tx, rx) = mpsc::channel::<Reap>();
+    std::thread::Builder::new()
+        .name("reaper".into())
+        .spawn_scoped(scope, move || {
+            for mut reap in rx {
+                let exit = match reap.worker.wait_exit(reap.grace) {
+                    Some(exit) => exit,
+                    None => reap.worker.kill(),
+                };
+                let mut report = reap.report;
+                finish_metrics(&mut report, &reap.worker, Some(exit), reap.begun, reap.before);
+                report.gpu = reap.gpu;
+                reap.attempts.push(Attempt {
+                    outcome: report.outcome.clone(),
+                    wall: report.wall,
+                    peak_rss_bytes: report.peak_rss_bytes,
+                    worker_id: report.worker_id,
+                    shared_worker: reap.shared,
+                });
+                report.attempts = reap.attempts;
+                let _ = events.send(Event::Finished(Box::new(report)));
+            }
+        })
+        .expect("spawn a reaper thread");
+    tx
 }
 
 /// Wall time, CPU time and peak memory of a unit. With an `exit`, the

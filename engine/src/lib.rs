@@ -53,6 +53,7 @@ mod process;
 mod session;
 mod settings;
 mod sink;
+mod spare;
 mod unit;
 mod worker_session;
 
@@ -66,7 +67,7 @@ pub use process::{library_path, memory_fields, pidfd_signals_process_group, work
 pub use session::{check_outputs, MAX_RANK};
 pub use settings::{Settings, SettingsBuilder, SpawnMode, STATUSES};
 pub use sink::{Discard, OutputSink, Sinks, WriteNpy};
-pub use unit::{Attempt, OutputInfo, UnitReport};
+pub use unit::{Attempt, OutputInfo, SpareReport, UnitReport};
 pub use worker_session::{Answer, WorkerSession};
 
 /// GPU devices: `--gpus` lists, NVML, per-unit GPU memory.

@@ -271,11 +271,12 @@ fn crash_outcome(exit: Exit, before_hello: bool, stderr: &[String]) -> Outcome {
     }
 }
 
-fn message_name(message: &WorkerMessage) -> &'static str {
+pub(crate) fn message_name(message: &WorkerMessage) -> &'static str {
     match message {
         WorkerMessage::Hello(_) => "Hello",
         WorkerMessage::Loaded { .. } => "Loaded",
         WorkerMessage::Finished { .. } => "Finished",
         WorkerMessage::Sandboxed { .. } => "Sandboxed",
+        WorkerMessage::Warmed { .. } => "Warmed",
     }
 }

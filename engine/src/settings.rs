@@ -63,6 +63,9 @@ pub struct Settings {
     pub models_per_worker: usize,
     /// Slots: workers running at once.
     pub jobs: usize,
+    /// Warm spare workers each slot keeps, forked from its zygote for the
+    /// next units in line and warmed up before they are needed (0: none).
+    pub spares: usize,
     /// Limit on a unit from its start to its end.
     pub timeout: Option<Duration>,
     /// Limit on starting the worker and loading the model.
@@ -124,6 +127,7 @@ impl Settings {
                 },
                 models_per_worker: 1,
                 jobs: 1,
+                spares: 1,
                 timeout: None,
                 load_timeout: None,
                 batch_timeout: None,
@@ -180,6 +184,8 @@ impl SettingsBuilder {
         models_per_worker: usize,
         /// Workers at once.
         jobs: usize,
+        /// Warm spares per slot.
+        spares: usize,
         /// Limit on a unit.
         timeout: Option<Duration>,
         /// Limit on start and load.

@@ -32,6 +32,9 @@ pub struct UnitReport {
     pub worker_pid: Option<i32>,
     /// The worker was forked from a zygote (`false`: exec'd).
     pub worker_forked: Option<bool>,
+    /// The worker was a warm spare, forked and warmed up before the unit
+    /// started (`--spares`); `None` for a worker started for the unit.
+    pub spare: Option<SpareReport>,
     /// The device the unit's worker was bound to (`--gpus` only).
     pub gpu: Option<String>,
     /// The worker's highest GPU memory during the unit (NVML).
@@ -51,6 +54,17 @@ pub struct UnitReport {
     pub stream: Option<StreamReport>,
     /// How a Keras file's SavedModel was made (exported now, or found in the cache).
     pub export: Option<crate::keras::ExportReport>,
+}
+
+/// How a unit's spare worker was readied (see `--spares`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SpareReport {
+    /// The warm-up's time in the spare (before the unit started).
+    pub warm_ms: u64,
+    /// How long the unit waited for the spare to finish warming up.
+    pub waited_ms: u64,
+    /// Why the warm-up did not work, if it did not (the spare ran the unit anyway, colder).
+    pub warm_error: Option<String>,
 }
 
 /// One attempt at a unit, as kept in its record.
@@ -86,6 +100,7 @@ impl UnitReport {
             worker_id: None,
             worker_pid: None,
             worker_forked: None,
+            spare: None,
             gpu: None,
             gpu_peak_bytes: None,
             gpu_return: None,

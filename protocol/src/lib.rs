@@ -11,14 +11,15 @@ mod tensor;
 
 pub use dtype::{tf_code_name, DType};
 pub use message::{
-    Hello, RunRequest, SandboxSpec, SessionConfig, SignatureInfo, TensorSpec, ToWorker, UnitResult, WorkerMessage,
+    Hello, RunRequest, SandboxSpec, SessionConfig, SignatureInfo, TensorSpec, ToWorker, UnitResult, WarmRequest,
+    WorkerMessage,
 };
 pub use outcome::{signal_name, ErrorKind, ModelError, NotRunReason, Outcome, Phase};
 pub use tensor::{Tensor, TensorData, TensorError};
 
 /// Bumped on every change of the wire types; a worker whose `Hello` carries
 /// another version is a `protocol_error`.
-pub const PROTOCOL_VERSION: u32 = 5;
+pub const PROTOCOL_VERSION: u32 = 6;
 
 /// Exit codes of `isorun`, documented in the README.
 pub mod exit_code {

@@ -53,6 +53,23 @@ pub struct RunRequest {
     pub sandbox: Option<SandboxSpec>,
 }
 
+/// What a spare warms up with: the unit's sandbox and session options.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WarmRequest {
+    /// Applied before the warm-up, as a `Run` would (the worker adds the
+    /// folder it writes the warm-up model into to its read paths).
+    pub sandbox: Option<SandboxSpec>,
+    /// The session options the unit will run with: TensorFlow sizes its
+    /// process-wide thread pools from the first session.
+    pub config: SessionConfig,
+    /// An empty private folder the worker may write the warm-up model into
+    /// (removed by the supervisor at the end of the run).
+    pub warm_dir: String,
+    /// Hide GPUs from the warm-up session, so that a spare creates no CUDA
+    /// context (and holds no device memory) before its unit runs.
+    pub cpu_only: bool,
+}
+
 /// What a sandboxed worker may still do.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SandboxSpec {
@@ -69,6 +86,11 @@ pub struct SandboxSpec {
 #[expect(clippy::large_enum_variant, reason = "one message per unit, built once and sent; a box would buy nothing")]
 pub enum ToWorker {
     Run(RunRequest),
+    /// Become a warm spare: confine yourself now (before any thread) and
+    /// do TensorFlow's first-use set-up with the built-in warm-up model,
+    /// then answer `Warmed` and wait for the unit's `Run`. Only as the
+    /// first request; its sandbox is the one the unit's requests carry.
+    Warm(WarmRequest),
     /// No more work: exit now.
     Shutdown,
 }
@@ -138,5 +160,11 @@ pub enum WorkerMessage {
     Sandboxed {
         protections: Vec<String>,
         missing: Vec<String>,
+    },
+    /// A spare's warm-up is over, in `warm_ms`; `error` says why it did not
+    /// work (the spare is still usable, only colder).
+    Warmed {
+        warm_ms: u64,
+        error: Option<String>,
     },
 }

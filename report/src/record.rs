@@ -62,6 +62,13 @@ pub fn unit_record(model: &Model, report: &UnitReport) -> Value {
     if let Some(forked) = report.worker_forked {
         r.insert("worker_start".into(), json!(if forked { "fork" } else { "exec" }));
     }
+    if let Some(spare) = &report.spare {
+        let mut fields = json!({"warm_ms": spare.warm_ms, "waited_ms": spare.waited_ms});
+        if let Some(error) = &spare.warm_error {
+            fields["warm_error"] = json!(error);
+        }
+        r.insert("spare".into(), fields);
+    }
     gpu_fields(&mut r, report);
     if !report.attempts.is_empty() {
         r.insert("attempts".into(), Value::Array(report.attempts.iter().map(attempt_record).collect()));

@@ -372,6 +372,10 @@ pub struct RunArgs {
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..), help_heading = "Workers")]
     pub models_per_worker: u64,
 
+    /// Warm spare workers per slot: forked from the zygote for the next models in line, sandboxed for them and warmed up (TensorFlow's first-use set-up, on a built-in model) while the current one runs; 0 turns them off [default: 2 while the slots leave a CPU idle, else 0].
+    #[arg(long, value_name = "N", env = "ISORUN_SPARES", help_heading = "Workers")]
+    pub spares: Option<usize>,
+
     /// Limit on each model, start to end, in seconds [default: none].
     #[arg(
         long,

@@ -15,6 +15,9 @@ const GPU_MEMORY_FRACTION_FIELD: u32 = 1;
 /// `GPUOptions.allow_growth` (a bool).
 const GPU_ALLOW_GROWTH_FIELD: u32 = 4;
 
+/// `ConfigProto.device_count` (a `map<string, int32>`: entries with key 1, value 2).
+const DEVICE_COUNT_FIELD: u32 = 1;
+
 /// Protobuf wire types.
 const VARINT: u64 = 0;
 const FIXED64: u64 = 1;
@@ -37,6 +40,23 @@ pub fn session_config_proto(config: &SessionConfig) -> Vec<u8> {
         put_varint(&mut out, gpu_options.len() as u64);
         out.extend_from_slice(&gpu_options);
     }
+    out
+}
+
+/// [`session_config_proto`] with `device_count { "GPU": 0 }`: a session
+/// that makes no GPU device, so the process creates no CUDA context (a
+/// spare's warm-up, before its unit runs on the slot's device).
+pub fn cpu_only_config_proto(config: &SessionConfig) -> Vec<u8> {
+    let mut entry = Vec::new();
+    put_key(&mut entry, 1, LENGTH_DELIMITED);
+    put_varint(&mut entry, 3);
+    entry.extend_from_slice(b"GPU");
+    put_varint_field(&mut entry, 2, 0);
+    let mut out = Vec::new();
+    put_key(&mut out, DEVICE_COUNT_FIELD, LENGTH_DELIMITED);
+    put_varint(&mut out, entry.len() as u64);
+    out.extend_from_slice(&entry);
+    out.extend_from_slice(&session_config_proto(config));
     out
 }
 
@@ -85,6 +105,8 @@ mod tests {
         inter_op_parallelism_threads: i32,
         #[prost(message, optional, tag = "6")]
         gpu_options: Option<GpuOptions>,
+        #[prost(map = "string, int32", tag = "1")]
+        device_count: std::collections::HashMap<String, i32>,
     }
 
     /// The fields of TensorFlow's `GPUOptions` this module writes.
@@ -98,6 +120,17 @@ mod tests {
 
     fn threads(intra: u32, inter: u32) -> SessionConfig {
         SessionConfig { intra_op_threads: intra, inter_op_threads: inter, ..SessionConfig::default() }
+    }
+
+    #[test]
+    fn a_cpu_only_config_counts_no_gpu_and_keeps_the_rest() {
+        let config = SessionConfig { gpu_memory_fraction: Some(0.25), ..threads(3, 2) };
+        let decoded = ConfigProto::decode(cpu_only_config_proto(&config).as_slice()).unwrap();
+        assert_eq!(decoded.device_count, [("GPU".to_string(), 0)].into_iter().collect());
+        assert_eq!((decoded.intra_op_parallelism_threads, decoded.inter_op_parallelism_threads), (3, 2));
+        assert_eq!(decoded.gpu_options.unwrap().per_process_gpu_memory_fraction, 0.25);
+        let plain = ConfigProto::decode(session_config_proto(&config).as_slice()).unwrap();
+        assert!(plain.device_count.is_empty());
     }
 
     #[test]

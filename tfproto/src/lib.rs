@@ -8,7 +8,7 @@
 mod config;
 mod saved_model;
 
-pub use config::session_config_proto;
+pub use config::{cpu_only_config_proto, session_config_proto};
 pub use saved_model::{
     decode_meta_graph, find_meta_graph, read_saved_model, signature, signatures, MetaGraph, SavedModelError,
     SignatureTensors,

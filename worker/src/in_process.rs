@@ -6,7 +6,8 @@
 //! process per model, and none of isorun's guarantees.
 
 use crate::tf::SavedModel;
-use isorun_protocol::{SessionConfig, Tensor};
+use crate::warm::{with_dense_bytes, zero_inputs};
+use isorun_protocol::SessionConfig;
 use std::path::Path;
 use std::time::Instant;
 
@@ -41,18 +42,8 @@ pub fn main(args: &[String]) -> i32 {
         };
         let loaded = unit.elapsed();
         let result = model.signature(&signature).and_then(|(info, _)| {
-            let inputs: Vec<Tensor> = info
-                .inputs
-                .iter()
-                .map(|spec| {
-                    let shape: Vec<u64> =
-                        spec.shape.clone().unwrap_or_default().iter().map(|d| d.unwrap_or(batch)).collect();
-                    let count = Tensor::element_count(&shape).unwrap_or(0) as usize;
-                    Tensor::dense(spec.dtype, shape, vec![0; count * spec.dtype.element_size().unwrap_or(1)])
-                })
-                .collect();
-            let with_bytes: Vec<_> = inputs.iter().map(|t| (t, Some(dense_bytes(t)))).collect();
-            model.run(&signature, &with_bytes)
+            let inputs = zero_inputs(&info, batch);
+            model.run(&signature, &with_dense_bytes(&inputs))
         });
         if let Err(e) = result {
             eprintln!("{model_dir}: {e}");
@@ -66,11 +57,4 @@ pub fn main(args: &[String]) -> i32 {
     }
     println!("total\t{:.3} s\t{} models", started.elapsed().as_secs_f64(), models.len());
     0
-}
-
-fn dense_bytes(tensor: &Tensor) -> &[u8] {
-    match &tensor.data {
-        isorun_protocol::TensorData::Dense(bytes) => bytes,
-        _ => &[],
-    }
 }

@@ -9,6 +9,7 @@ mod in_process;
 mod serve;
 mod tf;
 mod validate;
+mod warm;
 
 use isorun_protocol::ENV_IPC_FD;
 use std::os::fd::{FromRawFd, OwnedFd, RawFd};

@@ -1,12 +1,14 @@
 //! The worker's life: say `Hello` on the socket it inherited, take requests
 //! from the supervisor on the same socket, answer each with `Loaded` and
-//! `Finished`, and exit. A model loaded once stays loaded for the next
+//! `Finished`, and exit. A spare first gets `Warm` (see `warm.rs`), answered
+//! with `Warmed`. A model loaded once stays loaded for the next
 //! request for the same folder and tags; a different model replaces it.
 
 use crate::tf::{load_library, tensorflow_version, SavedModel};
 use crate::validate::match_inputs;
+use crate::warm;
 use isorun_protocol::{
-    ErrorKind, Hello, ModelError, RunRequest, ToWorker, UnitResult, WorkerMessage, PROTOCOL_VERSION,
+    ErrorKind, Hello, ModelError, RunRequest, SandboxSpec, ToWorker, UnitResult, WorkerMessage, PROTOCOL_VERSION,
 };
 use isorun_transport::{dense_bytes, write_frame, FrameError, RequestEnvelope, SharedMemory, DEFAULT_MAX_FRAME};
 use std::collections::HashSet;
@@ -34,6 +36,9 @@ pub fn serve(mut socket: UnixStream) -> io::Result<()> {
     write_frame(&mut socket, &WorkerMessage::Hello(hello))?;
     let mut loaded: Option<Loaded> = None;
     let mut sandboxed = false;
+    // A spare's sandbox, as its Warm gave it: its unit's requests must carry the same.
+    let mut spare_sandbox: Option<Option<SandboxSpec>> = None;
+    let mut requests = 0u64;
     let mut libraries: HashSet<String> = HashSet::new();
     loop {
         let envelope = match RequestEnvelope::receive(&socket, DEFAULT_MAX_FRAME) {
@@ -43,10 +48,52 @@ pub fn serve(mut socket: UnixStream) -> io::Result<()> {
             Err(e) => return Err(io::Error::other(e.to_string())),
         };
         let (message, shared) = envelope.open().map_err(|e| io::Error::other(e.to_string()))?;
+        requests += 1;
         match message {
             ToWorker::Shutdown => return Ok(()),
+            ToWorker::Warm(warm) => {
+                if requests != 1 {
+                    return Err(io::Error::other("Warm must be the first request"));
+                }
+                let started = Instant::now();
+                // Written before the sandbox forbids writing; read after it.
+                let model = warm::write_model(&warm.warm_dir)
+                    .map_err(|e| format!("cannot write the warm-up model into {}: {e}", warm.warm_dir));
+                if let Some(spec) = &warm.sandbox {
+                    let mut spec = spec.clone();
+                    if let Ok(dir) = &model {
+                        spec.read_paths.push(dir.to_string_lossy().into_owned());
+                    }
+                    // Before TensorFlow starts a thread: every thread it starts is confined.
+                    let applied = isorun_sandbox::apply(&spec);
+                    sandboxed = true;
+                    let message =
+                        WorkerMessage::Sandboxed { protections: applied.protections, missing: applied.missing };
+                    write_frame(&mut socket, &message)?;
+                }
+                spare_sandbox = Some(warm.sandbox.clone());
+                let error = match model {
+                    Ok(dir) => {
+                        match catch_unwind(AssertUnwindSafe(|| warm::warm_up(&dir, &warm.config, warm.cpu_only))) {
+                            Ok(result) => result.err(),
+                            Err(panic) => Some(panic_message(&panic)),
+                        }
+                    }
+                    Err(message) => Some(message),
+                };
+                let warm_ms = started.elapsed().as_millis() as u64;
+                write_frame(&mut socket, &WorkerMessage::Warmed { warm_ms, error })?;
+            }
             ToWorker::Run(request) => {
                 let unit = request.unit;
+                if spare_sandbox.as_ref().is_some_and(|spec| *spec != request.sandbox) {
+                    let error = ModelError::new(
+                        ErrorKind::LoadFailed,
+                        "this spare worker was confined for other models than the request's (an isorun bug)",
+                    );
+                    write_frame(&mut socket, &WorkerMessage::Finished { unit, run_ms: 0, result: UnitResult::Err(error) })?;
+                    continue;
+                }
                 if let (false, Some(spec)) = (sandboxed, &request.sandbox) {
                     // Before any model is loaded and before TensorFlow starts a thread.
                     let applied = isorun_sandbox::apply(spec);

@@ -141,6 +141,11 @@ pub struct SavedModel {
 impl SavedModel {
     /// Loads the SavedModel in `dir` with the meta graph tagged `tags`.
     pub fn load(dir: &Path, tags: &[String], config: &SessionConfig) -> Result<SavedModel, ModelError> {
+        Self::load_with_config(dir, tags, &isorun_tfproto::session_config_proto(config))
+    }
+
+    /// Loads as [`SavedModel::load`] does, with a serialized `ConfigProto`.
+    pub fn load_with_config(dir: &Path, tags: &[String], config_bytes: &[u8]) -> Result<SavedModel, ModelError> {
         let load_failed = |message: String| ModelError::new(ErrorKind::LoadFailed, message);
         let c_dir = CString::new(dir.as_os_str().as_encoded_bytes())
             .map_err(|_| load_failed(format!("{}: path holds a NUL byte", dir.display())))?;
@@ -149,7 +154,6 @@ impl SavedModel {
             .map(|t| CString::new(t.as_bytes()).map_err(|_| load_failed(format!("tag {t:?} holds a NUL byte"))))
             .collect::<Result<_, _>>()?;
         let tag_ptrs: Vec<*const c_char> = c_tags.iter().map(|t| t.as_ptr()).collect();
-        let config_bytes = isorun_tfproto::session_config_proto(config);
         let status = Status::new();
         // SAFETY: every pointer passed below is live for the call; the options,
         // buffer and (on failure) graph are deleted exactly once.

@@ -290,6 +290,11 @@ impl WorkerProcess {
         self.gpu = Some(watch);
     }
 
+    /// True while its GPU memory is watched.
+    pub fn watches_gpu(&self) -> bool {
+        self.gpu.is_some()
+    }
+
     /// Samples the worker's GPU memory while it lives (each tick of a request).
     pub fn sample_gpu(&mut self) {
         if let (None, Some(watch)) = (self.exit, self.gpu.as_mut()) {
@@ -329,10 +334,20 @@ impl WorkerProcess {
             if let Some(exit) = self.try_exit() {
                 return Some(exit);
             }
-            if Instant::now() >= deadline {
+            let now = Instant::now();
+            if now >= deadline {
                 return None;
             }
-            thread::sleep(Duration::from_millis(5));
+            match &self.kind {
+                // A pidfd polls readable when its process exits: no sleeping past it.
+                Kind::Forked { pidfd, .. } => {
+                    let mut poll = libc::pollfd { fd: pidfd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+                    let wait = (deadline - now).min(Duration::from_millis(50)).as_millis().max(1) as libc::c_int;
+                    // SAFETY: one valid pollfd.
+                    unsafe { libc::poll(&mut poll, 1, wait) };
+                }
+                Kind::Exec(_) => thread::sleep(Duration::from_millis(5)),
+            }
         }
     }
 

@@ -50,6 +50,12 @@
 //! With `--log=PATH` (or ISORUN_FAULT_LOG set, which a cleared sandbox
 //! environment drops), every run appends the model folder's name to
 //! that file, so tests can count how often each model was computed.
+//! Spares (`--spares`): a `Warm` request applies the sandbox as a `Run`
+//! would (with --apply-sandbox), logs `warm PID` (see --log), and answers
+//! `Warmed`, or with `--warm MODE` first: crash (segfault), hang, slow-N
+//! (sleep N ms), error (a warm-up error). `pid` also answers
+//! `worker_requests` (the run requests it took, this one included) and
+//! `worker_warmed` (1 if it was warmed as a spare).
 //! With --ignore-term, it ignores SIGTERM (only SIGKILL stops it).
 //! `--version` prints a version line, as `isorun-worker --version`, naming
 //! the TensorFlow version in TF_FAULT_VERSION (journal keys use it; a
@@ -203,6 +209,34 @@ fn worker_main(mut socket: UnixStream) -> i32 {
         let (message, shared) = envelope.open().expect("valid envelope");
         match message {
             ToWorker::Shutdown => std::process::exit(0),
+            ToWorker::Warm(warm) => {
+                if let (true, Some(spec)) = (apply_sandbox, &warm.sandbox) {
+                    let applied = isorun_sandbox::apply(spec);
+                    sandboxed = true;
+                    let message =
+                        WorkerMessage::Sandboxed { protections: applied.protections, missing: applied.missing };
+                    write_frame(&mut socket, &message).unwrap();
+                }
+                WARMED.store(true, std::sync::atomic::Ordering::SeqCst);
+                log_line(&format!("warm {}", std::process::id()));
+                let mode = arg("--warm").unwrap_or_default();
+                let (mode, amount) = match mode.rsplit_once('-') {
+                    Some((mode, n)) if n.parse::<u64>().is_ok() => (mode.to_string(), n.parse::<u64>().unwrap()),
+                    _ => (mode, 0),
+                };
+                let error = match mode.as_str() {
+                    "" => None,
+                    "crash" => crash(),
+                    "hang" => sleep_forever(),
+                    "slow" => {
+                        std::thread::sleep(Duration::from_millis(amount));
+                        None
+                    }
+                    "error" => Some("the warm-up failed on purpose".to_string()),
+                    other => panic!("unknown --warm mode {other}"),
+                };
+                write_frame(&mut socket, &WorkerMessage::Warmed { warm_ms: amount, error }).unwrap();
+            }
             ToWorker::Run(request) => {
                 if let (true, false, Some(spec)) = (apply_sandbox, sandboxed, &request.sandbox) {
                     let applied = isorun_sandbox::apply(spec);
@@ -218,6 +252,19 @@ fn worker_main(mut socket: UnixStream) -> i32 {
 }
 
 static UNITS_SERVED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Set once this worker was warmed as a spare.
+static WARMED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Appends a line to the `--log` file (or ISORUN_FAULT_LOG), if there is one.
+fn log_line(line: &str) {
+    let log_arg = std::env::args().find_map(|a| a.strip_prefix("--log=").map(std::ffi::OsString::from));
+    if let Some(log) = log_arg.or_else(|| std::env::var_os("ISORUN_FAULT_LOG")) {
+        let mut file = std::fs::OpenOptions::new().create(true).append(true).open(log).unwrap();
+        // One write per line, so concurrent workers never interleave.
+        file.write_all(format!("{line}\n").as_bytes()).unwrap();
+    }
+}
 
 /// A UNIX socket made before the sandbox (`--socket-before-sandbox`), or -1.
 static EARLY_SOCKET: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(-1);
@@ -237,13 +284,8 @@ fn run(socket: &mut UnixStream, request: &RunRequest, shared: &[SharedMemory]) {
     };
     let unit = request.unit;
     let served_before = UNITS_SERVED.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-    let log_arg = std::env::args().find_map(|a| a.strip_prefix("--log=").map(std::ffi::OsString::from));
-    if let Some(log) = log_arg.or_else(|| std::env::var_os("ISORUN_FAULT_LOG")) {
-        if !request.load_only {
-            let mut file = std::fs::OpenOptions::new().create(true).append(true).open(log).unwrap();
-            // One write per line, so concurrent workers never interleave.
-            file.write_all(format!("{model}\n").as_bytes()).unwrap();
-        }
+    if !request.load_only {
+        log_line(&model);
     }
     if mode == "hang-load" {
         sleep_forever();
@@ -414,6 +456,17 @@ fn run(socket: &mut UnixStream, request: &RunRequest, shared: &[SharedMemory]) {
         outputs.push((
             "worker_ppid".into(),
             Tensor::dense(isorun_protocol::DType::Int64, vec![], parent.to_le_bytes().to_vec()),
+        ));
+        // Run requests this worker has taken, this one included, and whether it was a warmed spare.
+        let requests = (served_before + 1) as i64;
+        outputs.push((
+            "worker_requests".into(),
+            Tensor::dense(isorun_protocol::DType::Int64, vec![], requests.to_le_bytes().to_vec()),
+        ));
+        let warmed = i64::from(WARMED.load(std::sync::atomic::Ordering::SeqCst));
+        outputs.push((
+            "worker_warmed".into(),
+            Tensor::dense(isorun_protocol::DType::Int64, vec![], warmed.to_le_bytes().to_vec()),
         ));
     }
     if mode == "cwd" {

@@ -227,6 +227,7 @@ pub fn without_run_details(unit: &Value) -> Value {
             "peak_rss_bytes",
             "worker_id",
             "worker_start",
+            "spare",
             "resumed",
         ];
         for key in volatile {

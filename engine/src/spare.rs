@@ -1,0 +1,169 @@
+//! Warm spare workers (`--spares N`). A worker forked from a zygote still
+//! pays TensorFlow's first use (kernel registry, thread pools, the loader
+//! and function runtime, oneDNN's set-up: ~90 ms of a small model's ~150 ms
+//! here), which the zygote cannot do before it forks without starting
+//! threads. A spare is forked ahead of need, while the slot's current unit
+//! runs, and warms up on the other core; its unit then starts in a process
+//! that has done all of that and has never seen another model.
+//!
+//! Each spare is bound to the units it will run, taken from the queue when
+//! the spare is forked (a [`Reservation`]), because its sandbox must be
+//! applied before TensorFlow starts its first thread: Landlock confines the
+//! calling thread and the threads it starts later, not threads that exist
+//! already (and `LANDLOCK_RESTRICT_SELF_TSYNC` is newer than this machine's
+//! ABI 7), and the sandbox names the unit's model folders. So a spare's
+//! whole life runs under its unit's sandbox, as a fresh worker's does. A
+//! slot that runs out of work takes a batch another slot reserved rather
+//! than sit idle; the spare left without its units is killed, unused.
+//!
+//! A spare is used once, for its own units. It dies unused when its warm-up
+//! fails (crash, hang past the start limit, a bad message: logged, blamed on
+//! no model, and its units get a fresh worker), when memory is short
+//! ([`memory_short`]), when the run ends or is interrupted, and with the
+//! supervisor (`PR_SET_PDEATHSIG`, as every forked worker).
+
+use crate::cancel::CancelToken;
+use crate::process::{Event, WorkerProcess};
+use crate::session::{message_name, wait_hello};
+use crate::unit::SpareReport;
+use isorun_protocol::WorkerMessage;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Units a slot took from the queue ahead of need, for a spare. Whoever
+/// claims it first runs them: the spare's slot, or an idle slot.
+#[derive(Debug)]
+pub(crate) struct Reservation {
+    pub units: Vec<usize>,
+    claimed: AtomicBool,
+}
+
+impl Reservation {
+    pub fn new(units: Vec<usize>) -> Arc<Reservation> {
+        Arc::new(Reservation { units, claimed: AtomicBool::new(false) })
+    }
+
+    /// True for the one caller that gets to run the units.
+    pub fn claim(&self) -> bool {
+        !self.claimed.swap(true, Ordering::SeqCst)
+    }
+
+    pub fn claimed(&self) -> bool {
+        self.claimed.load(Ordering::SeqCst)
+    }
+}
+
+/// A forked worker warming up for its reserved units.
+pub(crate) struct Spare {
+    pub worker: WorkerProcess,
+    pub reservation: Arc<Reservation>,
+    pub worker_id: u64,
+    /// When it was forked: its start limit counts from here.
+    pub forked: Instant,
+}
+
+impl Spare {
+    /// Waits for the spare's `Hello` and `Warmed` (until its start limit),
+    /// then hands its worker over with what its record says of it. `Err`
+    /// says why it cannot be used; the caller discards it.
+    pub fn ready(
+        mut self,
+        start_timeout: Duration,
+        memory_limit: Option<u64>,
+        stop: &CancelToken,
+    ) -> Result<(WorkerProcess, u64, SpareReport), (Spare, String)> {
+        let waiting = Instant::now();
+        let deadline = self.forked + start_timeout;
+        if let Err(outcome) = wait_hello(&mut self.worker, stop, deadline) {
+            return Err((self, format!("before its hello: {}", outcome.status())));
+        }
+        loop {
+            if stop.requested() {
+                return Err((self, "the run was interrupted".into()));
+            }
+            if Instant::now() >= deadline {
+                return Err((self, format!("its warm-up took longer than the start limit ({start_timeout:?})")));
+            }
+            match self.worker.next_event(Duration::from_millis(20)) {
+                Some(Event::Message(WorkerMessage::Sandboxed { protections, missing })) => {
+                    self.worker.set_sandbox(protections, missing);
+                }
+                Some(Event::Message(WorkerMessage::Warmed { warm_ms, error })) => {
+                    if let Some(error) = &error {
+                        tracing::info!(pid = self.worker.pid, "a spare's warm-up failed ({error}); using it anyway");
+                    }
+                    let private = self.worker.private_memory_now().unwrap_or(0);
+                    if let Some(limit) = memory_limit.filter(|&limit| private > limit) {
+                        return Err((self, format!("it holds {private} bytes after its warm-up, over the limit {limit}")));
+                    }
+                    let waited_ms = waiting.elapsed().as_millis() as u64;
+                    let report = SpareReport { warm_ms, waited_ms, warm_error: error };
+                    return Ok((self.worker, self.worker_id, report));
+                }
+                Some(Event::Message(other)) => {
+                    return Err((self, format!("it sent {} during its warm-up", message_name(&other))));
+                }
+                Some(Event::Broken(reason)) => return Err((self, reason)),
+                Some(Event::SendFailed(reason)) => return Err((self, reason)),
+                Some(Event::Closed) => return Err((self, "it died during its warm-up".into())),
+                None => {
+                    if self.worker.try_exit().is_some() {
+                        return Err((self, "it died during its warm-up".into()));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Kills an unused spare and waits for it; says why at info level (no
+    /// model is blamed, and its units, if still its own, get a fresh worker).
+    pub fn discard(mut self, why: &str) {
+        tracing::info!(pid = self.worker.pid, "discarding a spare worker: {why}");
+        self.worker.kill();
+    }
+}
+
+/// Memory is too short to keep a spare: `MemAvailable` is under 1 GiB, or
+/// under the memory limit a unit may use (`--memory-limit`).
+pub(crate) fn memory_short(memory_limit: Option<u64>) -> bool {
+    match std::fs::read_to_string("/proc/meminfo") {
+        Ok(meminfo) => short_in(&meminfo, memory_limit),
+        Err(_) => false,
+    }
+}
+
+fn short_in(meminfo: &str, memory_limit: Option<u64>) -> bool {
+    let available = meminfo
+        .lines()
+        .find_map(|line| line.strip_prefix("MemAvailable:"))
+        .and_then(|rest| rest.split_whitespace().next()?.parse::<u64>().ok())
+        .map(|kib| kib * 1024);
+    let floor = memory_limit.unwrap_or(0).max(1 << 30);
+    available.is_some_and(|available| available < floor)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn memory_is_short_under_a_gibibyte_or_under_the_memory_limit() {
+        let meminfo = |kib: u64| format!("MemTotal:       24000000 kB\nMemFree:  100 kB\nMemAvailable:   {kib} kB\n");
+        assert!(!short_in(&meminfo(8 << 20), None));
+        assert!(short_in(&meminfo(512 << 10), None));
+        assert!(short_in(&meminfo(3 << 20), Some(4 << 30)));
+        assert!(!short_in(&meminfo(5 << 20), Some(4 << 30)));
+        // A kernel that does not say is not taken for short.
+        assert!(!short_in("MemTotal: 100 kB\n", None));
+    }
+
+    #[test]
+    fn a_reservation_is_claimed_once() {
+        let reservation = Reservation::new(vec![3]);
+        assert!(!reservation.claimed());
+        assert!(reservation.claim());
+        assert!(!reservation.claim());
+        assert!(reservation.claimed());
+    }
+}
