@@ -14,8 +14,8 @@ use crate::process::{Exit, ExitStatus, SpawnSpec, WorkerProcess, Zygote};
 use crate::session::{run_request, shutdown, terminate, wait_hello, Deadlines};
 use crate::settings::{Settings, SpawnMode};
 use crate::sink::OutputSink;
-use crate::unit::{Attempt, OutputInfo, UnitReport};
 use crate::spare::{self, Reservation, Spare};
+use crate::unit::{Attempt, OutputInfo, UnitReport};
 use isorun_protocol::{ErrorKind, ModelError, Outcome, RunRequest, SandboxSpec, Tensor, ToWorker, WarmRequest};
 use isorun_tensors::batch;
 use isorun_tensors::values::tensor_values;
@@ -374,15 +374,13 @@ impl Slot<'_> {
                 continue; // interrupted while waiting: the loop head reports it
             }
             // The batch's spare, if it has one and it warmed up: the unit starts now.
-            let warm = spare.take().and_then(|spare| match spare.ready(
-                self.settings.start_timeout,
-                self.settings.memory_limit,
-                self.stop,
-            ) {
-                Ok(ready) => Some(ready),
-                Err((spare, why)) => {
-                    spare.discard(&format!("{why}; its units get a fresh worker"));
-                    None
+            let warm = spare.take().and_then(|spare| {
+                match spare.ready(self.settings.start_timeout, self.settings.memory_limit, self.stop) {
+                    Ok(ready) => Some(ready),
+                    Err((spare, why)) => {
+                        spare.discard(&format!("{why}; its units get a fresh worker"));
+                        None
+                    }
                 }
             });
             let started = Instant::now();

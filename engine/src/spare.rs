@@ -31,6 +31,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// How long a unit waits for its spare to finish warming up.
+const PATIENCE: Duration = Duration::from_secs(2);
+
 /// Units a slot took from the queue ahead of need, for a spare. Whoever
 /// claims it first runs them: the spare's slot, or an idle slot.
 #[derive(Debug)]
@@ -74,7 +77,9 @@ impl Spare {
         stop: &CancelToken,
     ) -> Result<(WorkerProcess, u64, SpareReport), (Spare, String)> {
         let waiting = Instant::now();
-        let deadline = self.forked + start_timeout;
+        // A warm-up takes ~0.1 s: one still going after this is stuck, and
+        // a fresh worker is the quicker way to the unit.
+        let deadline = (self.forked + start_timeout).min(waiting + PATIENCE);
         if let Err(outcome) = wait_hello(&mut self.worker, stop, deadline) {
             return Err((self, format!("before its hello: {}", outcome.status())));
         }
@@ -83,7 +88,7 @@ impl Spare {
                 return Err((self, "the run was interrupted".into()));
             }
             if Instant::now() >= deadline {
-                return Err((self, format!("its warm-up took longer than the start limit ({start_timeout:?})")));
+                return Err((self, format!("it was still warming up {:?} after it was needed", waiting.elapsed())));
             }
             match self.worker.next_event(Duration::from_millis(20)) {
                 Some(Event::Message(WorkerMessage::Sandboxed { protections, missing })) => {
@@ -95,7 +100,10 @@ impl Spare {
                     }
                     let private = self.worker.private_memory_now().unwrap_or(0);
                     if let Some(limit) = memory_limit.filter(|&limit| private > limit) {
-                        return Err((self, format!("it holds {private} bytes after its warm-up, over the limit {limit}")));
+                        return Err((
+                            self,
+                            format!("it holds {private} bytes after its warm-up, over the limit {limit}"),
+                        ));
                     }
                     let waited_ms = waiting.elapsed().as_millis() as u64;
                     let report = SpareReport { warm_ms, waited_ms, warm_error: error };

@@ -91,7 +91,10 @@ pub fn serve(mut socket: UnixStream) -> io::Result<()> {
                         ErrorKind::LoadFailed,
                         "this spare worker was confined for other models than the request's (an isorun bug)",
                     );
-                    write_frame(&mut socket, &WorkerMessage::Finished { unit, run_ms: 0, result: UnitResult::Err(error) })?;
+                    write_frame(
+                        &mut socket,
+                        &WorkerMessage::Finished { unit, run_ms: 0, result: UnitResult::Err(error) },
+                    )?;
                     continue;
                 }
                 if let (false, Some(spec)) = (sandboxed, &request.sandbox) {
