@@ -198,15 +198,14 @@ pub(crate) fn run_all(
                 .spawn_scoped(scope, move || {
                     // This thread starts the slot's zygote and workers and lives as
                     // long as they do (PR_SET_PDEATHSIG follows the forking thread).
-                    let mut zygote = None;
-                    let mut spares: VecDeque<Spare> = VecDeque::new();
-                    let reaper = start_reaper(scope, tx.clone());
+                    let mut state =
+                        SlotState { zygote: None, spares: VecDeque::new(), reaper: start_reaper(scope, tx.clone()) };
                     let tell = |progress| {
                         let _ = tx.send(progress);
                     };
                     loop {
                         // This slot's spares first, in the order their units were reserved.
-                        let (batch, spare) = match spares.pop_front() {
+                        let (batch, spare) = match state.spares.pop_front() {
                             Some(spare) if spare.reservation.claim() => (spare.reservation.units.clone(), Some(spare)),
                             Some(spare) => {
                                 spare.discard("an idle slot took its units");
@@ -217,7 +216,7 @@ pub(crate) fn run_all(
                                 None => return,
                             },
                         };
-                        slot_ctx.run_batch(batch, spare, &mut spares, queue, &mut zygote, &reaper, &tell);
+                        slot_ctx.run_batch(batch, spare, &mut state, queue, &tell);
                     }
                 })
                 .expect("spawn a slot thread");
@@ -257,6 +256,14 @@ struct Slot<'a> {
     few_units: bool,
     /// Where spares write the warm-up model; `None`: no spares.
     warm_dir: Option<&'a str>,
+}
+
+/// What a slot thread keeps between batches: its zygote (started on first
+/// use), its spares (in the order of their reservations), its reaper.
+struct SlotState {
+    zygote: Option<Arc<Zygote>>,
+    spares: VecDeque<Spare>,
+    reaper: mpsc::Sender<Reap>,
 }
 
 /// How a unit in a live worker ended: the report, and whether the worker can take another.
@@ -350,12 +357,11 @@ impl Slot<'_> {
         &self,
         batch: Vec<usize>,
         mut spare: Option<Spare>,
-        spares: &mut VecDeque<Spare>,
+        state: &mut SlotState,
         queue: &UnitQueue,
-        zygote: &mut Option<Arc<Zygote>>,
-        reaper: &mpsc::Sender<Reap>,
         tell: &dyn Fn(Event),
     ) {
+        let SlotState { zygote, spares, reaper } = state;
         let mut pending: VecDeque<usize> = batch.into();
         let mut history: HashMap<usize, Vec<Attempt>> = HashMap::new();
         // One unit per worker once a shared worker has died (crash bisection).
@@ -374,15 +380,9 @@ impl Slot<'_> {
                 continue; // interrupted while waiting: the loop head reports it
             }
             // The batch's spare, if it has one and it warmed up: the unit starts now.
-            let warm = spare.take().and_then(|spare| {
-                match spare.ready(self.settings.start_timeout, self.settings.memory_limit, self.stop) {
-                    Ok(ready) => Some(ready),
-                    Err((spare, why)) => {
-                        spare.discard(&format!("{why}; its units get a fresh worker"));
-                        None
-                    }
-                }
-            });
+            let warm = spare
+                .take()
+                .and_then(|spare| spare.ready(self.settings.start_timeout, self.settings.memory_limit, self.stop));
             let started = Instant::now();
             let (mut worker, worker_id, spare_report, mut cpu_before) = match warm {
                 Some((mut worker, worker_id, report)) => {
@@ -906,5 +906,42 @@ mod tests {
             queue.close();
             assert_eq!(waiting.join().unwrap(), (Some(vec![7]), None));
         });
+    }
+
+    #[test]
+    fn an_idle_slot_takes_units_reserved_for_a_busy_slots_spare_and_the_spare_loses_them() {
+        let queue = UnitQueue::new(1);
+        for index in [0, 1, 2] {
+            queue.push(index);
+        }
+        assert_eq!(queue.next_batch(), Some(vec![0]));
+        let first = queue.reserve().unwrap();
+        let second = queue.reserve().unwrap();
+        assert_eq!((first.units.clone(), second.units.clone()), (vec![1], vec![2]));
+        assert!(queue.reserve().is_none(), "nothing is left to reserve");
+        // The spare's own slot gets to its first reservation...
+        assert!(first.claim());
+        queue.close();
+        // ...while an idle slot takes the second, and its spare's slot finds it gone.
+        assert_eq!(queue.next_batch(), Some(vec![2]));
+        assert!(!second.claim());
+        assert_eq!(queue.next_batch(), None, "every unit was handed out once");
+    }
+
+    #[test]
+    fn a_released_reservation_goes_first_in_line_again_unless_it_was_taken() {
+        let queue = UnitQueue::new(2);
+        for index in [0, 1, 2] {
+            queue.push(index);
+        }
+        let reserved = queue.reserve().unwrap();
+        assert_eq!(reserved.units, vec![0, 1]);
+        queue.release(&reserved);
+        assert_eq!(queue.next_batch(), Some(vec![0, 1]));
+        let taken = queue.reserve().unwrap();
+        assert!(taken.claim());
+        queue.release(&taken);
+        queue.close();
+        assert_eq!(queue.next_batch(), None, "a claimed reservation is not given back");
     }
 }

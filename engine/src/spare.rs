@@ -67,28 +67,43 @@ pub(crate) struct Spare {
 }
 
 impl Spare {
-    /// Waits for the spare's `Hello` and `Warmed` (until its start limit),
-    /// then hands its worker over with what its record says of it. `Err`
-    /// says why it cannot be used; the caller discards it.
+    /// Waits for the spare's `Hello` and `Warmed`, then hands its worker
+    /// over with what its record says of it: `None` (the spare discarded,
+    /// saying why) if it cannot be used.
     pub fn ready(
         mut self,
         start_timeout: Duration,
         memory_limit: Option<u64>,
         stop: &CancelToken,
-    ) -> Result<(WorkerProcess, u64, SpareReport), (Spare, String)> {
+    ) -> Option<(WorkerProcess, u64, SpareReport)> {
+        match self.wait_warm(start_timeout, memory_limit, stop) {
+            Ok(report) => Some((self.worker, self.worker_id, report)),
+            Err(why) => {
+                self.discard(&format!("{why}; its units get a fresh worker"));
+                None
+            }
+        }
+    }
+
+    fn wait_warm(
+        &mut self,
+        start_timeout: Duration,
+        memory_limit: Option<u64>,
+        stop: &CancelToken,
+    ) -> Result<SpareReport, String> {
         let waiting = Instant::now();
         // A warm-up takes ~0.1 s: one still going after this is stuck, and
         // a fresh worker is the quicker way to the unit.
         let deadline = (self.forked + start_timeout).min(waiting + PATIENCE);
         if let Err(outcome) = wait_hello(&mut self.worker, stop, deadline) {
-            return Err((self, format!("before its hello: {}", outcome.status())));
+            return Err(format!("before its hello: {}", outcome.status()));
         }
         loop {
             if stop.requested() {
-                return Err((self, "the run was interrupted".into()));
+                return Err("the run was interrupted".into());
             }
             if Instant::now() >= deadline {
-                return Err((self, format!("it was still warming up {:?} after it was needed", waiting.elapsed())));
+                return Err(format!("it was still warming up {:?} after it was needed", waiting.elapsed()));
             }
             match self.worker.next_event(Duration::from_millis(20)) {
                 Some(Event::Message(WorkerMessage::Sandboxed { protections, missing })) => {
@@ -100,24 +115,21 @@ impl Spare {
                     }
                     let private = self.worker.private_memory_now().unwrap_or(0);
                     if let Some(limit) = memory_limit.filter(|&limit| private > limit) {
-                        return Err((
-                            self,
-                            format!("it holds {private} bytes after its warm-up, over the limit {limit}"),
-                        ));
+                        return Err(format!("it holds {private} bytes after its warm-up, over the limit {limit}"));
                     }
                     let waited_ms = waiting.elapsed().as_millis() as u64;
                     let report = SpareReport { warm_ms, waited_ms, warm_error: error };
-                    return Ok((self.worker, self.worker_id, report));
+                    return Ok(report);
                 }
                 Some(Event::Message(other)) => {
-                    return Err((self, format!("it sent {} during its warm-up", message_name(&other))));
+                    return Err(format!("it sent {} during its warm-up", message_name(&other)));
                 }
-                Some(Event::Broken(reason)) => return Err((self, reason)),
-                Some(Event::SendFailed(reason)) => return Err((self, reason)),
-                Some(Event::Closed) => return Err((self, "it died during its warm-up".into())),
+                Some(Event::Broken(reason)) => return Err(reason),
+                Some(Event::SendFailed(reason)) => return Err(reason),
+                Some(Event::Closed) => return Err("it died during its warm-up".into()),
                 None => {
                     if self.worker.try_exit().is_some() {
-                        return Err((self, "it died during its warm-up".into()));
+                        return Err("it died during its warm-up".into());
                     }
                 }
             }

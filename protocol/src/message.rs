@@ -83,7 +83,6 @@ pub struct SandboxSpec {
 
 /// Supervisor to worker.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[expect(clippy::large_enum_variant, reason = "one message per unit, built once and sent; a box would buy nothing")]
 pub enum ToWorker {
     Run(RunRequest),
     /// Become a warm spare: confine yourself now (before any thread) and

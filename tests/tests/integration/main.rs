@@ -21,6 +21,7 @@ mod run_cli;
 mod sandbox;
 mod slurm;
 mod soak;
+mod spares;
 mod tf1;
 mod usage;
 mod util;

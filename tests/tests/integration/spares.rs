@@ -1,0 +1,244 @@
+//! Warm spare workers (`--spares`): each unit still runs in a process of
+//! its own that has served no other request, a spare that fails while it
+//! warms up costs no model anything, units reserved for a busy slot's spare
+//! are run exactly once, and spares die with the run and with the
+//! supervisor. The real worker's warm-up runs on real models too.
+
+use crate::util::{copy_dir, fake_models, fixtures, gone_within, isorun, isorun_fault, ran, run, write_input};
+use serde_json::Value;
+use std::path::Path;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+/// The pids the fault worker logged as `warm PID` (spares that got their warm-up request).
+fn warmed_pids(log: &Path) -> Vec<u32> {
+    std::fs::read_to_string(log)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|line| line.strip_prefix("warm ")?.parse().ok())
+        .collect()
+}
+
+/// Units the fault worker computed, by model folder name (its log's other lines).
+fn computed(log: &Path) -> Vec<String> {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let mut models: Vec<String> = text.lines().filter(|l| !l.starts_with("warm ")).map(str::to_string).collect();
+    models.sort();
+    models
+}
+
+fn int_output(record: &Value, name: &str) -> i64 {
+    record["outputs"][name]["values"].as_i64().unwrap_or_else(|| panic!("no {name} in {record}"))
+}
+
+#[test]
+fn every_unit_runs_in_a_fresh_process_and_spares_serve_one_unit_each() {
+    let tmp = tempfile::tempdir().unwrap();
+    let names: Vec<String> = (0..6).map(|i| format!("m{i}-fault-pid")).collect();
+    fake_models(&tmp.path().join("models"), &names.iter().map(String::as_str).collect::<Vec<_>>());
+    let input = write_input(tmp.path());
+    let log = tmp.path().join("log");
+    let ran = run(isorun_fault(&[&format!("--log={}", log.display())])
+        .arg(tmp.path().join("models"))
+        .arg(format!("--input=x={}", input.display()))
+        .args(["-j", "1", "--spawn", "zygote", "--spares", "2", "--sandbox", "off", "--values", "--json"]));
+    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    assert_eq!(ran.records.len(), 6);
+    let mut pids: Vec<i64> = ran.records.iter().map(|r| int_output(r, "worker_pid")).collect();
+    for record in &ran.records {
+        assert_eq!(record["status"], "ok", "{record}");
+        // Each worker took exactly one run request: this unit's.
+        assert_eq!(int_output(record, "worker_requests"), 1, "{record}");
+        let warmed = int_output(record, "worker_warmed") == 1;
+        assert_eq!(warmed, record.get("spare").is_some(), "the record says whether its worker was a spare: {record}");
+    }
+    // The slot's first unit has no spare yet; the rest ran in spares.
+    let spared = ran.records.iter().filter(|r| r.get("spare").is_some()).count();
+    assert!(spared >= 4, "{spared} of 6 units ran in spares:\n{}", ran.stdout);
+    pids.sort();
+    pids.dedup();
+    assert_eq!(pids.len(), 6, "six units, six processes");
+    // Every spare that was warmed ran a unit (none was left over), and none is left.
+    let mut warmed = warmed_pids(&log);
+    assert_eq!(warmed.len(), spared, "{warmed:?}");
+    warmed.sort();
+    for pid in &warmed {
+        assert!(pids.contains(&i64::from(*pid)), "spare {pid} ran no unit");
+        assert!(gone_within(*pid, Duration::from_secs(5)), "spare {pid} left behind");
+    }
+    assert_eq!(computed(&log).len(), 6, "each unit computed once");
+}
+
+/// A spare that crashes, hangs or fails while it warms up is nobody's
+/// fault: its units run in fresh workers, once each, and pass.
+fn a_failed_warm_up(mode: &str) -> (crate::util::Ran, Vec<u32>) {
+    let tmp = tempfile::tempdir().unwrap();
+    fake_models(&tmp.path().join("models"), &["a-fault-pid", "b-fault-pid", "c-fault-pid"]);
+    let input = write_input(tmp.path());
+    let log = tmp.path().join("log");
+    let ran = run(isorun_fault(&[&format!("--log={}", log.display()), "--warm", mode])
+        .arg(tmp.path().join("models"))
+        .arg(format!("--input=x={}", input.display()))
+        .args(["-j", "1", "--spawn", "zygote", "--spares", "1", "--sandbox", "off", "--values", "--json"]));
+    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    assert_eq!(ran.records.len(), 3);
+    assert_eq!(computed(&log), ["a-fault-pid", "b-fault-pid", "c-fault-pid"], "each unit computed once");
+    for record in &ran.records {
+        assert_eq!(record["status"], "ok", "{record}");
+        assert_eq!(record["attempts"].as_array().unwrap().len(), 1, "no attempt was lost to a spare: {record}");
+        assert_eq!(int_output(record, "worker_requests"), 1, "{record}");
+    }
+    let warmed = warmed_pids(&log);
+    assert!(!warmed.is_empty(), "spares were forked and asked to warm up");
+    for pid in &warmed {
+        assert!(gone_within(*pid, Duration::from_secs(5)), "spare {pid} left behind");
+    }
+    (ran, warmed)
+}
+
+#[test]
+fn a_spare_that_crashes_while_warming_up_is_blamed_on_no_model() {
+    let (ran, warmed) = a_failed_warm_up("crash");
+    for record in &ran.records {
+        assert!(record.get("spare").is_none(), "a crashed spare ran nothing: {record}");
+        assert!(!warmed.contains(&(int_output(record, "worker_pid") as u32)), "{record}");
+    }
+}
+
+#[test]
+fn a_spare_that_hangs_while_warming_up_is_replaced_by_a_fresh_worker() {
+    let started = Instant::now();
+    let (ran, _) = a_failed_warm_up("hang");
+    for record in &ran.records {
+        assert!(record.get("spare").is_none(), "a hung spare ran nothing: {record}");
+    }
+    // Each of the two spares is given up after the 2 s a unit waits for one, not the 30 s start limit.
+    assert!(started.elapsed() < Duration::from_secs(20), "{:?}", started.elapsed());
+}
+
+#[test]
+fn a_spare_whose_warm_up_failed_runs_its_unit_and_says_so() {
+    let (ran, warmed) = a_failed_warm_up("error");
+    let spared: Vec<&Value> = ran.records.iter().filter(|r| r.get("spare").is_some()).collect();
+    assert!(!spared.is_empty(), "{}", ran.stdout);
+    for record in spared {
+        assert_eq!(record["spare"]["warm_error"], "the warm-up failed on purpose", "{record}");
+        assert_eq!(int_output(record, "worker_warmed"), 1);
+        assert!(warmed.contains(&(int_output(record, "worker_pid") as u32)), "{record}");
+    }
+}
+
+#[test]
+fn units_reserved_for_a_busy_slots_spare_run_exactly_once() {
+    // Two slots, one spare each; one unit keeps its slot busy for 2 s while the
+    // quick units drain the queue: an idle slot takes units reserved for the
+    // busy slot's spare (which then dies unused), or the spare runs them.
+    // Either way, each unit runs once, and no spare is left.
+    let tmp = tempfile::tempdir().unwrap();
+    fake_models(&tmp.path().join("models"), &["a-fault-slow-2000", "b", "c", "d", "e", "f"]);
+    let input = write_input(tmp.path());
+    let log = tmp.path().join("log");
+    let ran = run(isorun_fault(&[&format!("--log={}", log.display())])
+        .arg(tmp.path().join("models"))
+        .arg(format!("--input=x={}", input.display()))
+        .args(["-j", "2", "--spawn", "zygote", "--spares", "1", "--sandbox", "off", "--json"]));
+    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    let statuses: Vec<(String, String)> = ran.statuses();
+    assert_eq!(statuses.len(), 6, "{statuses:?}");
+    assert!(statuses.iter().all(|(_, s)| s == "ok"), "{statuses:?}");
+    assert_eq!(computed(&log), ["a-fault-slow-2000", "b", "c", "d", "e", "f"]);
+    for pid in warmed_pids(&log) {
+        assert!(gone_within(pid, Duration::from_secs(5)), "spare {pid} left behind");
+    }
+}
+
+/// Starts a run of hanging units with spares and waits until two spares
+/// have been asked to warm up; the child and the spares' pids.
+fn start_run_with_spares(tmp: &Path) -> (std::process::Child, Vec<u32>) {
+    fake_models(&tmp.join("models"), &["a-fault-hang", "b-fault-hang", "c-fault-hang", "d-fault-hang"]);
+    let input = write_input(tmp);
+    let log = tmp.join("log");
+    let child = isorun_fault(&[&format!("--log={}", log.display())])
+        .arg(tmp.join("models"))
+        .arg(format!("--input=x={}", input.display()))
+        .args(["-j", "1", "--spawn", "zygote", "--spares", "2", "--sandbox", "off", "--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while warmed_pids(&log).len() < 2 {
+        if Instant::now() > deadline {
+            unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
+            panic!("no two spares within 20 s");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let spares = warmed_pids(&log);
+    for pid in &spares {
+        assert!(Path::new(&format!("/proc/{pid}")).exists(), "spare {pid} is there while its units wait");
+    }
+    (child, spares)
+}
+
+#[test]
+fn spares_die_with_an_interrupted_run_and_their_units_are_reported() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (child, spares) = start_run_with_spares(tmp.path());
+    // SAFETY: a signal to our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let ran = ran(child.wait_with_output().unwrap());
+    assert_eq!(ran.code, Some(130), "{}", ran.stderr);
+    assert_eq!(ran.records.len(), 4, "every unit has its record, reserved ones too:\n{}", ran.stdout);
+    for record in &ran.records {
+        assert_eq!((&record["status"], &record["reason"]), (&"not_run".into(), &"interrupted".into()), "{record}");
+    }
+    for pid in spares {
+        assert!(gone_within(pid, Duration::ZERO), "spare {pid} outlived the run");
+    }
+}
+
+#[test]
+fn spares_die_with_a_killed_supervisor() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (mut child, spares) = start_run_with_spares(tmp.path());
+    child.kill().unwrap();
+    child.wait().unwrap();
+    for pid in spares {
+        assert!(gone_within(pid, Duration::from_secs(10)), "spare {pid} outlived a SIGKILLed supervisor");
+    }
+}
+
+/// Real TensorFlow: units in warm spares give the same outputs as fresh
+/// workers, under the same sandbox, and their warm-up worked.
+#[test]
+fn real_models_in_warm_spares_answer_as_fresh_workers_do() {
+    let tmp = tempfile::tempdir().unwrap();
+    let models = tmp.path().join("models");
+    for i in 0..4 {
+        copy_dir(&fixtures().join("models/keras_mlp"), &models.join(format!("mlp{i}")));
+    }
+    let inputs = fixtures().join("expected/keras_mlp__serving_default/inputs.npz");
+    let with = |spares: &str| {
+        run(isorun()
+            .arg("run")
+            .arg(&models)
+            .arg("--inputs")
+            .arg(&inputs)
+            .args(["-j", "1", "--spawn", "zygote", "--spares", spares, "--values", "--json"]))
+    };
+    let (spared, fresh) = (with("2"), with("0"));
+    assert_eq!((spared.code, fresh.code), (Some(0), Some(0)), "{}\n{}", spared.stderr, fresh.stderr);
+    let in_spares: Vec<&Value> = spared.records.iter().filter(|r| r.get("spare").is_some()).collect();
+    assert!(in_spares.len() >= 2, "{}", spared.stdout);
+    for record in in_spares {
+        assert!(record["spare"]["warm_ms"].as_u64().unwrap() > 0, "{record}");
+        assert!(record["spare"].get("warm_error").is_none(), "the built-in warm-up model ran: {record}");
+    }
+    assert!(fresh.records.iter().all(|r| r.get("spare").is_none()), "--spares 0 has none");
+    for (a, b) in spared.records.iter().zip(&fresh.records) {
+        assert_eq!(a["model"], b["model"]);
+        assert_eq!(a["outputs"], b["outputs"], "same answers in a spare");
+        assert_eq!(a["sandbox"], b["sandbox"], "same protections in a spare");
+    }
+}
