@@ -198,8 +198,8 @@ pub(crate) fn run_all(
                 .spawn_scoped(scope, move || {
                     // This thread starts the slot's zygote and workers and lives as
                     // long as they do (PR_SET_PDEATHSIG follows the forking thread).
-                    let mut state =
-                        SlotState { zygote: None, spares: VecDeque::new(), reaper: start_reaper(scope, tx.clone()) };
+                    let (reaper, reaper_thread) = start_reaper(scope, tx.clone());
+                    let mut state = SlotState { zygote: None, spares: VecDeque::new(), reaper };
                     let tell = |progress| {
                         let _ = tx.send(progress);
                     };
@@ -213,11 +213,18 @@ pub(crate) fn run_all(
                             }
                             None => match queue.next_batch() {
                                 Some(batch) => (batch, None),
-                                None => return,
+                                None => break,
                             },
                         };
                         slot_ctx.run_batch(batch, spare, &mut state, queue, &tell);
                     }
+                    // The reaper's workers die with this thread (PR_SET_PDEATHSIG
+                    // follows the thread, through the zygote for forked ones): it
+                    // finishes before the thread ends.
+                    let SlotState { zygote, spares, reaper } = state;
+                    drop((spares, reaper));
+                    let _ = reaper_thread.join();
+                    drop(zygote);
                 })
                 .expect("spawn a slot thread");
         }
@@ -831,9 +838,9 @@ struct Reap {
 fn start_reaper<'scope>(
     scope: &'scope std::thread::Scope<'scope, '_>,
     events: mpsc::Sender<Event>,
-) -> mpsc::Sender<Reap> {
+) -> (mpsc::Sender<Reap>, std::thread::ScopedJoinHandle<'scope, ()>) {
     let (tx, rx) = mpsc::channel::<Reap>();
-    std::thread::Builder::new()
+    let thread = std::thread::Builder::new()
         .name("reaper".into())
         .spawn_scoped(scope, move || {
             for mut reap in rx {
@@ -856,7 +863,7 @@ fn start_reaper<'scope>(
             }
         })
         .expect("spawn a reaper thread");
-    tx
+    (tx, thread)
 }
 
 /// Wall time, CPU time and peak memory of a unit. With an `exit`, the
