@@ -185,3 +185,61 @@ fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
         "worker panicked".into()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use isorun_protocol::{SessionConfig, WarmRequest};
+    use isorun_transport::read_frame;
+
+    fn next(socket: &mut UnixStream) -> WorkerMessage {
+        read_frame(socket, DEFAULT_MAX_FRAME).unwrap()
+    }
+
+    /// A spare warms up on the built-in model (real TensorFlow), then
+    /// refuses a request whose sandbox is not the one it warmed up under:
+    /// it runs only the units it was forked and confined for.
+    #[test]
+    fn a_spare_warms_up_and_refuses_a_request_confined_for_other_models() {
+        let (ours, theirs) = UnixStream::pair().unwrap();
+        let server = std::thread::spawn(move || serve(theirs));
+        let mut reader = ours.try_clone().unwrap();
+        assert!(matches!(next(&mut reader), WorkerMessage::Hello(_)));
+        let warm_dir = tempfile::tempdir().unwrap();
+        let config = SessionConfig { intra_op_threads: 1, inter_op_threads: 1, ..SessionConfig::default() };
+        let warm = WarmRequest {
+            sandbox: None,
+            config,
+            warm_dir: warm_dir.path().to_string_lossy().into_owned(),
+            cpu_only: true,
+        };
+        RequestEnvelope::new(&ToWorker::Warm(warm), Vec::new()).send(&ours).unwrap();
+        match next(&mut reader) {
+            WorkerMessage::Warmed { error, .. } => assert_eq!(error, None, "the built-in model loads and runs"),
+            other => panic!("expected Warmed, got {other:?}"),
+        }
+        let written = warm_dir.path().join(format!("spare-{}", std::process::id()));
+        assert!(written.join("saved_model.pb").is_file() && written.join("variables/variables.index").is_file());
+        let elsewhere = SandboxSpec { read_paths: vec!["/elsewhere".into()], work_dir: None, core_dumps: false };
+        let request = RunRequest {
+            unit: 7,
+            model_dir: "/elsewhere/model".into(),
+            tags: vec!["serve".into()],
+            signature: "serving_default".into(),
+            inputs: Vec::new(),
+            config,
+            load_only: false,
+            libraries: Vec::new(),
+            sandbox: Some(elsewhere),
+        };
+        RequestEnvelope::new(&ToWorker::Run(request), Vec::new()).send(&ours).unwrap();
+        match next(&mut reader) {
+            WorkerMessage::Finished { unit: 7, result: UnitResult::Err(error), .. } => {
+                assert!(error.message.contains("confined for other models"), "{}", error.message)
+            }
+            other => panic!("expected the request refused, got {other:?}"),
+        }
+        RequestEnvelope::new(&ToWorker::Shutdown, Vec::new()).send(&ours).unwrap();
+        server.join().unwrap().unwrap();
+    }
+}
