@@ -447,10 +447,12 @@ class Bench:
         runs["memcopy"] = json.loads(out.strip().splitlines()[-1])
         self.results["ipc"] = runs
 
-    def one_model(self, rounds=5):
+    def one_model(self):
         """One model end to end, as in a shell pipeline: `isorun run m00` with
         the default spawn mode, --spawn exec and --spawn zygote, and `python -c`
-        loading and calling the same model once; alternating rounds."""
+        loading and calling the same model once; 5 alternating rounds (2 with
+        --quick: `python -c` takes seconds)."""
+        rounds = 2 if self.args.quick else 5
         model = self.models[0]
         code = ("import os, sys; os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2'); "
                 "import numpy as np, tensorflow as tf; d = np.load(sys.argv[2]); "
@@ -540,7 +542,7 @@ class Bench:
                                  "first_ms": float(m.group(3))})
         for spawn in ("auto", "exec"):
             log(f"pipe restart: SIGKILL the worker between requests (--spawn {spawn}) ...")
-            out["restart"][spawn] = self.pipe_restart(model, x, spawn, kills=5 if self.args.quick else 10)
+            out["restart"][spawn] = self.pipe_restart(model, x, spawn, kills=3 if self.args.quick else 10)
         self.results["pipe"] = out
 
     def inputs_json(self):
