@@ -11,6 +11,10 @@ tensorflow-cpu==2.21.0 and numpy. Subcommands:
                          DIR/ipc_big.npz       x: float32 [67108864] (256 MiB)
                          DIR/ipc_tiny.npz      x: float32 [16]
                          DIR/mlp500/cNN/mXX    500 units: hard-linked copies of mlp40
+                         DIR/ipc_1g.npy        float32 [268435456] (1 GiB), for `--input x=`
+                         DIR/ipc_16.npy        float32 [16]
+                       (the two .npy files are added to an existing zoo
+                       when missing, so a zoo made before them is kept)
   loop INPUTS MODEL... load, call serving_default once, drop, in this one process
   pool INPUTS MODEL... the same, one task per model in a ProcessPoolExecutor
                        (max_workers=1, max_tasks_per_child=1, spawn context)
@@ -39,6 +43,7 @@ N_MODELS = 40
 N_UNITS_500 = 500
 BIG_IN, BIG_OUT = 9728, 9766  # 9728 * 9766 + 9766 = 95.0M float32 = ~380 MB
 IPC_ELEMENTS = 64 * 1024 * 1024  # float32: 256 MiB
+NPY_BIG_ELEMENTS = 256 * 1024 * 1024  # float32: 1 GiB
 
 
 def log(message):
@@ -108,6 +113,33 @@ def link_tree(src, dst):
         shutil.copytree(src, dst)
 
 
+def write_npy(path, elements, fill):
+    """A float32 [elements] .npy written in 64 MiB pieces (never the whole
+    array in memory), under a temporary name renamed into place at the end,
+    so a half-written file is never taken for a finished one."""
+    import numpy as np
+
+    tmp = path + ".tmp"
+    out = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.float32, shape=(elements,))
+    step = 16 * 1024 * 1024
+    for start in range(0, elements, step):
+        out[start:start + step] = fill
+    out.flush()
+    del out
+    os.rename(tmp, path)
+
+
+def npy_inputs(root):
+    """The `.npy` inputs, added to a zoo idempotently (a zoo made before them stays)."""
+    big = os.path.join(root, "ipc_1g.npy")
+    if not os.path.exists(big):
+        log("zoo: the 1 GiB .npy input (ipc_1g.npy)")
+        write_npy(big, NPY_BIG_ELEMENTS, 0.5)
+    tiny = os.path.join(root, "ipc_16.npy")
+    if not os.path.exists(tiny):
+        write_npy(tiny, 16, 1.0)
+
+
 def zoo(args):
     import numpy as np
 
@@ -115,6 +147,7 @@ def zoo(args):
     stamp = os.path.join(root, "COMPLETE")
     if os.path.exists(stamp) and open(stamp).read().strip() == ZOO_VERSION:
         log(f"zoo: reusing {root}")
+        npy_inputs(root)
         return 0
     log(f"zoo: making {root} (40 MLPs, a 380 MB model, an IPC model, 256 MiB input; a few minutes)")
     os.makedirs(os.path.dirname(root) or ".", exist_ok=True)
@@ -151,6 +184,7 @@ def zoo(args):
     if os.path.exists(root):
         shutil.rmtree(root)
     os.rename(tmp, root)
+    npy_inputs(root)
     log(f"zoo: done in {time.perf_counter() - started:.0f} s")
     return 0
 
