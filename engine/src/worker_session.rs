@@ -115,6 +115,16 @@ impl WorkerSession {
     pub fn run(&mut self, mut request: RunRequest, cancel: &CancelToken, timeout: Option<Duration>) -> Answer {
         let started = Instant::now();
         let answer = |outcome| Answer { outcome, outputs: Vec::new() };
+        // A worker that died while it waited (the OOM killer, a kill from
+        // outside) had no request: the next one goes to a fresh worker.
+        if let Some(mut idle) = self.worker.take() {
+            match idle.try_exit() {
+                Some(exit) => {
+                    tracing::info!(pid = idle.pid, status = ?exit.status, "the idle worker died; starting another")
+                }
+                None => self.worker = Some(idle),
+            }
+        }
         let mut worker = match self.worker.take() {
             Some(worker) => worker,
             None => match self.start_worker() {

@@ -277,3 +277,38 @@ fn pipe_forks_every_worker_after_the_first_from_a_zygote() {
         pipe_with_pid(fault_pipe(&model).args(["--recycle-after", "1", "--spawn", "exec"]), &stdin);
     assert_eq!(parents_of(&piped), vec![supervisor; 4]);
 }
+
+/// A worker killed while it waits between requests (the OOM killer, a kill
+/// from outside) had no request running: the next request goes to a fresh
+/// worker and succeeds.
+#[test]
+fn a_worker_killed_between_requests_is_replaced_before_the_next_one() {
+    use std::io::{BufRead, BufReader};
+    let tmp = tempfile::tempdir().unwrap();
+    let model = fault_model(tmp.path(), "fault-pid");
+    let mut child =
+        fault_pipe(&model).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let mut input = child.stdin.take().unwrap();
+    let mut output = BufReader::new(child.stdout.take().unwrap());
+    let mut ask = |id: u32| -> serde_json::Value {
+        writeln!(input, r#"{{"id": {id}, "inputs": {{"x": [[1, 2, 3]]}}}}"#).unwrap();
+        input.flush().unwrap();
+        let mut line = String::new();
+        output.read_line(&mut line).unwrap();
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line:?}"))
+    };
+    let first = ask(1);
+    let pid = first["outputs"]["worker_pid"]["values"].as_i64().unwrap_or_else(|| panic!("{first}"));
+    // SAFETY: a signal to the pipe's own worker.
+    unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !gone(pid) {
+        assert!(std::time::Instant::now() < deadline, "worker {pid} did not die");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let second = ask(2);
+    assert!(second.get("error").is_none(), "the request after an idle worker's death failed: {second}");
+    assert_ne!(second["outputs"]["worker_pid"]["values"].as_i64(), Some(pid), "{second}");
+    drop(input);
+    assert_eq!(child.wait().unwrap().code(), Some(0));
+}
