@@ -969,10 +969,12 @@ def write_markdown(path, results, args):
         w("## IPC: a 256 MiB input\n")
         w(f"`isorun run ipc/reduce_sum --inputs X.npz --spawn zygote -j 1`, where the model returns `reduce_sum(x)` "
           f"(a scalar, so only the way in is measured) and `x` is float32 [67108864] (256 MiB) or [16]; "
-          f"{len(big_runs)} pairs, run alternately; the figure is the median of the paired differences. isorun "
-          "reads the `.npz`, places inputs ≥ 64 KiB in shared memory once (`IpcSharedMemory`), and the worker maps "
-          "it and hands it to TensorFlow (the worker's TF_Tensor borrows the mapping, `TF_NewTensor`, rather than "
-          "copying it). The target is judged end to end, on the whole command, as a user sees it.\n")
+          f"{len(big_runs)} pairs, run alternately; the figure is the median of the paired differences. The "
+          "`.npz` is written by `np.savez` (entries stored, not compressed, their data not 64-byte aligned in the file): "
+          "isorun reads the entry's header only and has the kernel copy its bytes into a sealed memfd "
+          "(`sendfile`), which the worker maps and hands to TensorFlow (the worker's TF_Tensor borrows the "
+          "mapping, `TF_NewTensor`, rather than copying it); a `.npy` file (data 64-byte aligned) needs no copy at all (next "
+          "sections). The target is judged end to end, on the whole command, as a user sees it.\n")
         w("| measure | 256 MiB input | 16 elements | difference (s) | effective GB/s |")
         w("|---|---:|---:|---:|---:|")
         w(f"| whole command (s; reading the .npz included) | {median([b['wall_s'] for b in big_runs]):.3f} | "
@@ -996,8 +998,10 @@ def write_markdown(path, results, args):
           f"the `.npz`, filling the shared memory); the unit itself takes only {unit_delta:.3f} s longer "
           f"({fmt(speed(unit_delta), '.2f')} GB/s, {fmt(ratio_unit, '.2f')}× `np.copyto`'s speed), `reduce_sum` "
           f"reading all 256 MiB included.\n")
-        w(f"Memory: with the 256 MiB input the supervisor peaks at {fmt(sup_big, '.0f')} MiB (`--summary`): it "
-          f"holds the array read from the `.npz` and its shared-memory copy at once while preparing the inputs. "
+        w(f"Memory: with the 256 MiB input the supervisor peaks at {fmt(sup_big, '.0f')} MiB (`--summary`): "
+          + ("it never holds the array (the kernel copies file to memfd). "
+             if sup_big is not None and sup_big < 64 else
+             "it holds the array read from the `.npz` while preparing the inputs. ") +
           f"The worker's peak RSS is {fmt(worker_extra / MIB if worker_extra is not None else None, '.0f')} MiB "
           f"higher than with the tiny input: "
           + ("about one input's worth, the mapped shared memory itself (no private copy)."
@@ -1339,16 +1343,14 @@ def bounds(w, missed, results, rows, units, ipc, n, npy=None, pipe=None):
           f"into fresh memory, paying a page fault per 4 KiB page (transparent huge pages: "
           f"`{results['machine'].get('thp', '?')}`), {256 * MIB / ipc['fresh'] / 1e9:.1f} GB/s. Half the speed of "
           f"`np.copyto` leaves {need:.3f} s for 256 MiB; isorun takes {ipc['total_delta']:.3f} s, of which "
-          f"{ipc['prep']:.3f} s in the supervisor before any worker is involved: it reads the `.npz` entry into a "
-          f"`Vec` that grows as the bytes arrive (a kernel copy from the page cache into fresh pages, the zip CRC "
-          f"checked on the way), then copies that into a fresh shared-memory region (a second copy into fresh "
-          f"pages), holding both at once (a {fmt(ipc.get('sup_big'), '.0f')} MiB supervisor peak). The worker's "
-          f"part, {ipc['unit_delta']:.3f} s, is small now that its TF_Tensor borrows the mapping. Reading the "
-          f"array straight into the shared-memory region (the `.npy` header gives the size, bounded by the zip "
-          f"entry's) would drop one copy, one set of page faults and half the supervisor's peak; even then one "
-          f"read into fresh pages (~{256 * MIB / ipc['fresh'] / 1e9:.1f} GB/s here) is at best ~"
-          f"{ipc['warm'] / ipc['fresh']:.2f}× of `np.copyto`, so a 0.5× target measured end to end from a file "
-          f"needs a file-backed mapping or huge pages as well.\n")
+          f"{ipc['prep']:.3f} s in the supervisor before any worker is involved: the kernel copies the stored "
+          f"`.npz` entry from the file into a fresh sealed memfd (`sendfile`: a copy into fresh pages, a page "
+          f"fault per 4 KiB), since its data does not start 64-byte aligned in the zip, as TensorFlow wants it, and cannot be mapped as it is (a "
+          f"{fmt(ipc.get('sup_big'), '.0f')} MiB supervisor peak). The worker's part, {ipc['unit_delta']:.3f} s, "
+          f"is small: its TF_Tensor borrows the mapping. A copy into fresh pages (~"
+          f"{256 * MIB / ipc['fresh'] / 1e9:.1f} GB/s here) is at best ~{ipc['warm'] / ipc['fresh']:.2f}× of "
+          f"`np.copyto`; a page-aligned input (a `.npy` file, whose data follows a header padded to 64 bytes, "
+          f"mapped from the file itself: the next section) is the way past it.\n")
 
 
 # --------------------------------------------------------------------------
