@@ -609,7 +609,10 @@ class Bench:
                     raise SystemExit(f"bench: isorun pipe: expected one worker, found {workers}")
                 starts.append("fork" if b"--zygote" in cmdline(workers[0]) else "exec")
                 os.kill(workers[0], 9)
-                while (proc_stat(workers[0]) or ("Z",))[0] != "Z":
+                # Gone: reaped, or a zombie with no thread left (a zombie leader
+                # whose TensorFlow threads are still exiting is not dead yet: a
+                # request sent then meets a dying worker).
+                while not gone_or_zombie(workers[0]):
                     time.sleep(0.001)
                 # The request right after the kill may meet the dead worker's
                 # socket and get an error line; the one after it then starts
@@ -632,6 +635,18 @@ class Bench:
 # --------------------------------------------------------------------------
 # Helpers
 # --------------------------------------------------------------------------
+
+
+def gone_or_zombie(pid):
+    """True once pid is reaped, or a zombie whose every thread has exited."""
+    stat = proc_stat(pid)
+    if stat is None:
+        return True
+    try:
+        threads = len(os.listdir(f"/proc/{pid}/task"))
+    except OSError:
+        return True
+    return stat[0] == "Z" and threads <= 1
 
 
 def summary_supervisor_mib(stderr):
@@ -1349,7 +1364,7 @@ def bounds(w, missed, results, rows, units, ipc, n, npy=None, pipe=None):
           f"{fmt(ipc.get('sup_big'), '.0f')} MiB supervisor peak). The worker's part, {ipc['unit_delta']:.3f} s, "
           f"is small: its TF_Tensor borrows the mapping. A copy into fresh pages (~"
           f"{256 * MIB / ipc['fresh'] / 1e9:.1f} GB/s here) is at best ~{ipc['warm'] / ipc['fresh']:.2f}× of "
-          f"`np.copyto`; a page-aligned input (a `.npy` file, whose data follows a header padded to 64 bytes, "
+          f"`np.copyto`; an aligned input (a `.npy` file, whose data follows a header padded to 64 bytes, "
           f"mapped from the file itself: the next section) is the way past it.\n")
 
 
