@@ -141,8 +141,8 @@ pub(crate) fn run_all(
     let worker_ids = AtomicU64::new(0);
     let zygote_broken = AtomicBool::new(false);
     // Where spares write the warm-up model (each in a folder of its own); removed at the end.
-    let warm_dir = match settings.spares {
-        0 => None,
+    let warm_dir = match (settings.spares, settings.spawn_mode) {
+        (0, _) | (_, SpawnMode::Exec) => None,
         _ => tempfile::Builder::new()
             .prefix("isorun-spares-")
             .tempdir()
@@ -476,7 +476,6 @@ impl Slot<'_> {
             // (unmapping TensorFlow) takes ~10 ms.
             let last = match last.take() {
                 Some((report, begun, before)) if self.settles_on_exit(&report, &worker) => {
-                    let _ = worker.send(RequestEnvelope::new(&ToWorker::Shutdown, Vec::new()));
                     let attempts = history.remove(&report.index).unwrap_or_default();
                     let (gpu, grace) = (self.gpu.clone(), self.settings.grace);
                     let reap = Reap { worker, report, begun, before, attempts, shared, gpu, grace };
@@ -509,19 +508,13 @@ impl Slot<'_> {
     }
 
     /// Forks spares for the next units in line until the slot has
-    /// `--spares` of them, while units are ready, the slot forks from a
-    /// live zygote and memory is not short (then its spares go).
+    /// `--spares` of them, while units are ready, the zygote lives and
+    /// memory is not short (then its spares go). Called once a forked
+    /// worker is up: the slot forks (an exec'd worker means it does not, or
+    /// not yet), and its zygote is ready.
     fn refill_spares(&self, spares: &mut VecDeque<Spare>, queue: &UnitQueue, zygote: &Option<Arc<Zygote>>) {
         let Some(warm_dir) = self.warm_dir else { return };
-        let forking = match self.settings.spawn_mode {
-            SpawnMode::Exec => false,
-            SpawnMode::Zygote => true,
-            SpawnMode::Auto => !self.few_units,
-        };
-        let Some(zygote) = zygote.as_ref().filter(|z| forking && z.alive()) else { return };
-        if self.zygote_broken.load(Ordering::SeqCst) {
-            return;
-        }
+        let Some(zygote) = zygote.as_ref().filter(|z| z.alive()) else { return };
         if spare::memory_short(self.settings.memory_limit) {
             for spare in spares.drain(..) {
                 let reservation = Arc::clone(&spare.reservation);
@@ -582,13 +575,7 @@ impl Slot<'_> {
         let index = report.index;
         report.gpu = self.gpu.clone();
         let attempts = history.entry(index).or_default();
-        attempts.push(Attempt {
-            outcome: report.outcome.clone(),
-            wall: report.wall,
-            peak_rss_bytes: report.peak_rss_bytes,
-            worker_id: report.worker_id,
-            shared_worker,
-        });
+        attempts.push(Attempt::of(&report, shared_worker));
         let worker_died = matches!(
             report.outcome,
             Outcome::Crashed { .. }
@@ -818,7 +805,7 @@ impl Slot<'_> {
     }
 }
 
-/// A passed unit's worker, told to exit, and its report, which the
+/// A passed unit's worker, to be told to exit, and its report, which the
 /// worker's exit completes (wall time, CPU time, peak memory).
 struct Reap {
     worker: WorkerProcess,
@@ -833,8 +820,8 @@ struct Reap {
     grace: Duration,
 }
 
-/// A slot's reaper: waits for each worker it is given to exit (SIGKILL
-/// after the grace), then sends its unit's report.
+/// A slot's reaper: ends each worker it is given as the slot would
+/// (`shutdown`: `Shutdown`, the grace, SIGTERM, SIGKILL), then sends its unit's report.
 fn start_reaper<'scope>(
     scope: &'scope std::thread::Scope<'scope, '_>,
     events: mpsc::Sender<Event>,
@@ -844,20 +831,11 @@ fn start_reaper<'scope>(
         .name("reaper".into())
         .spawn_scoped(scope, move || {
             for mut reap in rx {
-                let exit = match reap.worker.wait_exit(reap.grace) {
-                    Some(exit) => exit,
-                    None => reap.worker.kill(),
-                };
+                let exit = shutdown(&mut reap.worker, reap.grace);
                 let mut report = reap.report;
                 finish_metrics(&mut report, &reap.worker, Some(exit), reap.begun, reap.before);
                 report.gpu = reap.gpu;
-                reap.attempts.push(Attempt {
-                    outcome: report.outcome.clone(),
-                    wall: report.wall,
-                    peak_rss_bytes: report.peak_rss_bytes,
-                    worker_id: report.worker_id,
-                    shared_worker: reap.shared,
-                });
+                reap.attempts.push(Attempt::of(&report, reap.shared));
                 report.attempts = reap.attempts;
                 let _ = events.send(Event::Finished(Box::new(report)));
             }

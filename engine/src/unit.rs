@@ -79,6 +79,19 @@ pub struct Attempt {
     pub shared_worker: bool,
 }
 
+impl Attempt {
+    /// The attempt a report ends (`shared_worker`: its worker also ran other models).
+    pub fn of(report: &UnitReport, shared_worker: bool) -> Attempt {
+        Attempt {
+            outcome: report.outcome.clone(),
+            wall: report.wall,
+            peak_rss_bytes: report.peak_rss_bytes,
+            worker_id: report.worker_id,
+            shared_worker,
+        }
+    }
+}
+
 impl UnitReport {
     /// Failed at first, then passed.
     pub fn flaky(&self) -> bool {
