@@ -13,7 +13,9 @@
 //! `signal_filter` lets it signal only itself), `no_unix_sockets` (seccomp:
 //! no new `AF_UNIX` socket, so no connection to a pathname socket such as
 //! `/run/user/$UID/bus` or `/var/run/docker.sock`, which neither Landlock's
-//! file rules nor the network namespace stop), `no_network` (a new network
+//! file rules nor the network namespace stop), `own_session` (started in
+//! a session of its own, which the same filter keeps it in: no `setpgid`,
+//! no `setsid`), `no_network` (a new network
 //! namespace: no interface but a down loopback), `no_new_privs`,
 //! `no_core_dumps`, `clean_env` (an allow-list: `TF_*`, `CUDA_*`, locale,
 //! the library path), `fd_limit`, and `work_dir` (its own empty working
@@ -176,7 +178,12 @@ pub fn apply_with_writable(spec: &SandboxSpec, writable: &[std::path::PathBuf]) 
     }
     // Last: nothing after this may need a new UNIX socket. The worker's
     // only channel to the supervisor is the socket it inherited.
-    record("no_unix_sockets", seccomp::deny_unix_sockets().is_ok());
+    let filtered = seccomp::deny_unix_sockets().is_ok();
+    record("no_unix_sockets", filtered);
+    // The same filter keeps it in its session; that session is its own
+    // when the supervisor started it so (a worker, spare or exporter).
+    // SAFETY: getsid and getpid have no preconditions.
+    record("own_session", filtered && unsafe { libc::getsid(0) == libc::getpid() });
     applied
 }
 

@@ -12,6 +12,13 @@
 //! worker signal only itself: without it, `kill(-1, SIGKILL)` ends every
 //! process of the user, the supervisor included.
 //!
+//! The same filter refuses `setpgid` and `setsid` (`EPERM`): a worker
+//! starts in a session of its own, and without this it could join the
+//! supervisor's (or the user's shell's) process group, still in the
+//! session it was started in before isorun gave it its own, and signal it
+//! with `kill(0, ...)`, which `signal_filter` allows; or leave its group
+//! and so escape the group kill.
+//!
 //! Also refused, as a kernel without them would (`ENOSYS`): `io_uring_setup`
 //! (io_uring's `IORING_OP_SOCKET` makes sockets without the `socket` system
 //! call, so without seccomp seeing it) and every system call of another
@@ -109,10 +116,16 @@ fn errno(e: i32) -> u32 {
     libc::SECCOMP_RET_ERRNO | e as u32
 }
 
-/// No new UNIX socket; no io_uring; nothing but this architecture's calls.
+/// No new UNIX socket; no io_uring; nothing but this architecture's calls;
+/// no `setpgid` or `setsid` (`EPERM`): the process stays in the session and
+/// group it was started in (its own, see `own_session`), so it can neither
+/// move into another group and signal it with `kill(0, ...)` nor leave the
+/// group the supervisor kills.
 fn unix_socket_program() -> Vec<libc::sock_filter> {
     let mut p = Program::new();
     p.native_only();
+    p.jump_if(libc::BPF_JEQ, libc::SYS_setpgid as u32, "eperm");
+    p.jump_if(libc::BPF_JEQ, libc::SYS_setsid as u32, "eperm");
     p.jump_if(libc::BPF_JEQ, libc::SYS_io_uring_setup as u32, "enosys");
     p.jump_if(libc::BPF_JEQ, libc::SYS_socket as u32, "family");
     p.jump_if(libc::BPF_JEQ, libc::SYS_socketpair as u32, "family");
@@ -125,6 +138,8 @@ fn unix_socket_program() -> Vec<libc::sock_filter> {
     p.ret(errno(libc::ENOSYS));
     p.label("eacces");
     p.ret(errno(libc::EACCES));
+    p.label("eperm");
+    p.ret(errno(libc::EPERM));
     p.finish()
 }
 
@@ -251,6 +266,9 @@ mod tests {
         assert_eq!(call(libc::SYS_socket, [libc::AF_INET.into(), 2, 0]), ALLOW);
         assert_eq!(call(libc::SYS_socket, [libc::AF_NETLINK.into(), 2, 0]), ALLOW);
         assert_eq!(call(libc::SYS_io_uring_setup, [8, 0, 0]), errno(libc::ENOSYS));
+        assert_eq!(call(libc::SYS_setpgid, [0, 1, 0]), errno(libc::EPERM), "no joining another group");
+        assert_eq!(call(libc::SYS_setsid, [0, 0, 0]), errno(libc::EPERM), "no leaving the session");
+        assert_eq!(call(libc::SYS_getpgid, [0, 0, 0]), ALLOW);
         assert_eq!(call(libc::SYS_read, [0, 0, 0]), ALLOW);
         assert_eq!(call(libc::SYS_socket | i64::from(X32_SYSCALL_BIT), [1, 1, 0]), errno(libc::ENOSYS));
         assert_eq!(answer(&filter, 0x4000_0003, 102, [1, 0, 0]), errno(libc::ENOSYS), "i386 socketcall");
@@ -320,6 +338,14 @@ mod tests {
                     }
                     if libc::kill(libc::getpid(), 0) != 0 {
                         return 16;
+                    }
+                    // No moving into the parent's group (so no kill(0, ...) reaching it), no new session.
+                    if libc::setpgid(0, libc::getpgid(libc::getppid())) == 0 || *libc::__errno_location() != libc::EPERM
+                    {
+                        return 17;
+                    }
+                    if libc::setsid() >= 0 || *libc::__errno_location() != libc::EPERM {
+                        return 18;
                     }
                     0
                 })();

@@ -176,14 +176,25 @@ fn fork_worker(
         // SAFETY: the child sets itself up and never returns.
         unsafe { become_worker(control, signals, old_mask, zygote_pid, ipc, stderr, child_main) }
     }
-    // Parent: the child's own group, set from both sides so that no signal
-    // to the group can reach the zygote in between.
-    // SAFETY: setpgid and pidfd_open on our own, unreaped child.
-    let pidfd = unsafe {
-        libc::setpgid(pid, pid);
-        libc::syscall(libc::SYS_pidfd_open, pid, 0) as RawFd
-    };
+    // Parent: the child makes a session of its own (`setsid`, its first
+    // step); nobody hears of it until it has, so that no signal to "its"
+    // group (a pidfd's `PIDFD_SIGNAL_PROCESS_GROUP` names the group it is in
+    // at the time) can reach the zygote's. `setpgid` from this side would
+    // make the child a group leader, which `setsid` refuses.
+    // SAFETY: pidfd_open on our own, unreaped child.
+    let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) as RawFd };
     drop((ipc, stderr));
+    if !wait_for_own_session(pid) {
+        // SAFETY: our child, not reaped yet (reaping happens in our loop); the pidfd, if any, is ours.
+        unsafe {
+            libc::kill(pid, libc::SIGKILL);
+            if pidfd >= 0 {
+                libc::close(pidfd);
+            }
+        }
+        let reason = "the forked worker did not start a session of its own".to_string();
+        return send(control, &Message::Refused { token, reason }.encode(), &[]);
+    }
     if pidfd < 0 {
         // SAFETY: our child; it is reaped and reported through SIGCHLD.
         unsafe { libc::kill(pid, libc::SIGKILL) };
@@ -196,7 +207,23 @@ fn fork_worker(
     send(control, &Message::Forked { token, pid }.encode(), &[pidfd.as_raw_fd()])
 }
 
-/// In the child: its own group, death with the zygote, first in line for
+/// Whether `pid` (our child) leads a session (so a group) of its own
+/// within a second: it does so first thing after the fork.
+fn wait_for_own_session(pid: libc::pid_t) -> bool {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
+    loop {
+        // SAFETY: getsid on our own, unreaped child.
+        if unsafe { libc::getsid(pid) } == pid {
+            return true;
+        }
+        if std::time::Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::yield_now();
+    }
+}
+
+/// In the child: its own session, death with the zygote, first in line for
 /// the OOM killer, stderr to its own pipe, then the worker's work.
 unsafe fn become_worker(
     control: &OwnedFd,
@@ -210,7 +237,12 @@ unsafe fn become_worker(
     libc::close(control.as_raw_fd());
     libc::close(signals.as_raw_fd());
     libc::sigprocmask(libc::SIG_SETMASK, old_mask, std::ptr::null_mut());
-    libc::setpgid(0, 0);
+    // A session of its own, so a process group of its own that it cannot
+    // trade for the supervisor's or the user's shell's (the sandbox then
+    // refuses `setpgid` and `setsid`); the parent waits for this.
+    if libc::setsid() < 0 {
+        libc::_exit(1);
+    }
     libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
     if libc::getppid() != zygote_pid {
         libc::_exit(1);

@@ -130,6 +130,16 @@ enum Kind {
 unsafe fn arm_child(parent: libc::pid_t) -> io::Result<()> {
     // SAFETY: async-signal-safe calls with valid arguments.
     unsafe {
+        // A session of its own (which also leads a process group of its
+        // own and drops the controlling terminal): a child in the
+        // supervisor's session could move into the supervisor's group, or
+        // the user's shell's, with `setpgid` and signal it with
+        // `kill(0, ...)`, which the seccomp signal filter must allow (a
+        // worker signals its own group). The sandbox then refuses
+        // `setpgid` and `setsid`, so it cannot leave this session either.
+        if libc::setsid() < 0 {
+            return Err(io::Error::last_os_error());
+        }
         if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) < 0 {
             return Err(io::Error::last_os_error());
         }
@@ -147,8 +157,9 @@ unsafe fn arm_child(parent: libc::pid_t) -> io::Result<()> {
 }
 
 /// Arms a command for another supervised child (the Keras export process)
-/// as workers are: see [`arm_child`]. The caller puts it in its own process
-/// group; it must be spawned from a thread that outlives it.
+/// as workers are: see [`arm_child`] (which puts it in a session of its
+/// own: the caller must not also set a process group); it must be spawned
+/// from a thread that outlives it.
 pub fn set_child_safety(command: &mut Command) {
     // SAFETY: getpid has no preconditions.
     let parent = unsafe { libc::getpid() };
@@ -168,7 +179,7 @@ impl WorkerProcess {
         // SAFETY: getpid has no preconditions.
         let parent = unsafe { libc::getpid() };
         let mut command = Command::new(&spec.worker);
-        command.args(&spec.args).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped()).process_group(0);
+        command.args(&spec.args).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped());
         worker_environment(&mut command, spec);
         command.env(ENV_IPC_FD, "3");
         // SAFETY: the closure runs between fork and exec and only makes

@@ -15,7 +15,9 @@
 //! Attacks (tests/integration/sandbox.rs), run faults whose target is the
 //! first line of the file `target` in the model folder: kill (SIGKILL to
 //! that pid), connect-path (connect to that pathname UNIX socket),
-//! connect-abstract (connect to that abstract UNIX socket name); the answer
+//! connect-abstract (connect to that abstract UNIX socket name),
+//! join-session (move into the session leader's or the parent's process
+//! group with `setpgid`, then `kill(0, SIGKILL)`; `target` unused); the answer
 //! is good when the attack went through, a `tensorflow` error naming the
 //! errno when it was refused. With --socket-before-sandbox, connect-abstract
 //! uses a UNIX socket made before the sandbox (in the first network
@@ -329,7 +331,7 @@ fn run(socket: &mut UnixStream, request: &RunRequest, shared: &[SharedMemory]) {
             write_frame(socket, &WorkerMessage::Finished { unit, run_ms: 0, result: UnitResult::Err(error) }).unwrap();
             return;
         }
-        "kill" | "connect-path" | "connect-abstract" => {
+        "kill" | "connect-path" | "connect-abstract" | "join-session" => {
             let target = std::fs::read_to_string(Path::new(&request.model_dir).join("target")).unwrap();
             if let Err(refused) = attack(mode, target.lines().next().unwrap_or_default()) {
                 let error = ModelError::new(ErrorKind::Tensorflow, format!("{mode}: {refused}"));
@@ -697,6 +699,26 @@ fn attack(mode: &str, target: &str) -> Result<(), std::io::Error> {
             // SAFETY: connect with an address that outlives the call.
             if unsafe { libc::connect(early, (&address as *const libc::sockaddr_un).cast(), length) } != 0 {
                 return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        }
+        "join-session" => {
+            // Into the group of the session's leader (before isorun gave
+            // workers a session of their own: the supervisor's session, so
+            // the user's shell, or a test's supervisor started with setsid),
+            // else the parent's; then SIGKILL to "our own" group.
+            // SAFETY: plain system calls on our own process.
+            unsafe {
+                for group in [libc::getsid(0), libc::getpgid(libc::getppid())] {
+                    if group > 0 && group != libc::getpid() && libc::setpgid(0, group) == 0 {
+                        libc::kill(0, libc::SIGKILL);
+                        return Ok(());
+                    }
+                }
+                // Neither group (or already our own session): still try to leave the session.
+                if libc::setsid() < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
             }
             Ok(())
         }

@@ -383,3 +383,44 @@ fn sandboxed_workers_stand_in_a_private_folder_that_is_removed_after_the_run() {
     let left: Vec<_> = std::fs::read_dir(&scratch).unwrap().flatten().map(|e| e.path()).collect();
     assert_eq!(left, vec![planted], "only the planted folder remains");
 }
+
+/// Where Landlock has no signal scope (kernels before 6.12, most users;
+/// here `isorun-deny-landlock` hides it), a worker that moves into its
+/// session leader's (or its parent's) process group and sends SIGKILL to
+/// "its own" group (`kill(0, ...)`, which the signal filter must allow)
+/// reaches nobody: workers start a session of their own, and the sandbox's
+/// seccomp filter refuses `setpgid` and `setsid`. The supervisor here leads
+/// its own session, as a user's shell does; before workers had sessions of
+/// their own, this attack killed it (and, from a terminal, the shell).
+#[test]
+fn a_worker_cannot_join_the_supervisors_process_group_without_the_signal_scope() {
+    use std::os::unix::process::CommandExt;
+    for (spawn, sandbox) in [("exec", "strict"), ("zygote", "strict"), ("exec", "off"), ("zygote", "off")] {
+        let tmp = tempfile::tempdir().unwrap();
+        fake_models(tmp.path(), &["fault-join-session", "good"]);
+        std::fs::write(tmp.path().join("fault-join-session/target"), "unused").unwrap();
+        let mut command = Command::new(bin("isorun-deny-landlock"));
+        command
+            .arg(bin("isorun"))
+            .args(["run", "--json", "-j", "1", "--spares", "0", "--spawn", spawn, "--sandbox", sandbox])
+            .arg("--worker-arg=--apply-sandbox")
+            .arg(tmp.path())
+            .env("ISORUN_WORKER", bin("isorun-fault-worker"))
+            .stdin(Stdio::null());
+        // SAFETY: setsid between fork and exec is async-signal-safe.
+        unsafe {
+            command.pre_exec(|| if libc::setsid() < 0 { Err(std::io::Error::last_os_error()) } else { Ok(()) });
+        }
+        let ran = run(&mut command);
+        let context = format!("--spawn {spawn} --sandbox {sandbox}: {:?}\n{}\n{}", ran.code, ran.stdout, ran.stderr);
+        assert_eq!(ran.code, Some(1), "the supervisor must survive and report: {context}");
+        let attacker = ran.record("fault-join-session");
+        assert_eq!(attacker["status"], "error", "{context}");
+        let message = attacker["error"]["message"].as_str().unwrap_or_default();
+        assert!(message.contains("Operation not permitted"), "{context}");
+        assert_eq!(ran.record("good")["status"], "ok", "{context}");
+        if sandbox == "strict" {
+            assert!(in_force(&ran, "own_session") && in_force(&ran, "signal_filter"), "{context}");
+        }
+    }
+}
