@@ -733,23 +733,39 @@ impl Slot<'_> {
                 return UnitEnd { report, worker_usable: true };
             }
         };
-        let chunks = match self.settings.batch_size {
-            Some(rows) => match batch::split(&inputs, &prepared.shared, rows) {
-                Ok(chunks) => chunks,
+        // `--batch-size`: the row ranges now, each chunk when its turn comes
+        // (views of the shared inputs, see `isorun_tensors::batch`).
+        let ranges = match self.settings.batch_size {
+            Some(rows) => match batch::ranges(&inputs, rows) {
+                Ok(ranges) if ranges.len() > 1 => ranges,
+                Ok(_) => Vec::new(),
                 Err(message) => {
                     report.outcome = Outcome::Error(ModelError::new(ErrorKind::InputMismatch, message));
                     return UnitEnd { report, worker_usable: true };
                 }
             },
-            None => vec![inputs],
+            None => Vec::new(),
         };
         let deadlines = self.deadlines(started);
-        let rows: Vec<u64> = chunks.iter().map(|c| batch::rows(c)).collect();
-        let mut parts = Vec::with_capacity(chunks.len());
+        let rows: Vec<u64> = ranges.iter().map(|(a, b)| b - a).collect();
+        let mut parts = Vec::with_capacity(ranges.len().max(1));
         let mut worker_usable = true;
-        for inputs in chunks {
-            let envelope =
-                RequestEnvelope::new(&ToWorker::Run(self.request(index, batch, inputs)), prepared.shared.clone());
+        let mut whole = Some(inputs);
+        for step in 0..ranges.len().max(1) {
+            let (inputs, shared) = match ranges.get(step) {
+                None => (whole.take().unwrap_or_default(), prepared.shared.clone()),
+                Some(&(start, end)) => {
+                    match batch::chunk(whole.as_deref().unwrap_or_default(), &prepared.shared, start, end) {
+                        Ok(chunk) => chunk,
+                        Err(message) => {
+                            // The input file changed under the run (truncated): this unit's error.
+                            report.outcome = Outcome::Error(ModelError::new(ErrorKind::InputMismatch, message));
+                            break;
+                        }
+                    }
+                }
+            };
+            let envelope = RequestEnvelope::new(&ToWorker::Run(self.request(index, batch, inputs)), shared);
             let end = run_request(worker, envelope, index as u64, self.stop, deadlines);
             report.load_ms = report.load_ms.or(end.load_ms);
             report.sandbox = worker.sandbox().cloned();

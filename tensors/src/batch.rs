@@ -1,16 +1,25 @@
 //! `--batch-size N`: a large input is split along its first dimension into
 //! runs of at most N rows, and the outputs of those runs are joined back
 //! along their first dimension, so the user sees one result per model.
+//!
+//! A chunk is made when its run starts ([`chunk`]), not all up front, and
+//! a dense input held in a shared region (the user's own `.npy` mapped as
+//! a view, or a sealed memfd) becomes a view of the same descriptor at the
+//! chunk's offset and length: the supervisor copies none of it and never
+//! reads the bytes, so its memory does not grow with the input and a user
+//! file truncated mid-run cannot fault it (the worker checks each view
+//! against the file's size; a view past the end is that unit's error).
 
 use isorun_protocol::{Tensor, TensorData};
-use isorun_transport::{dense_bytes, SharedMemory};
+use isorun_transport::SharedMemory;
 
 type Named = Vec<(String, Tensor)>;
 
-/// Splits every input into chunks of at most `batch` rows. All inputs must
-/// share their first dimension. One chunk (the inputs as they are) when
-/// nothing needs splitting.
-pub fn split(inputs: &[(String, Tensor)], shared: &[SharedMemory], batch: usize) -> Result<Vec<Named>, String> {
+/// The row ranges (`start..end`) of at most `batch` rows each that the
+/// inputs are cut into. All inputs must share their first dimension. One
+/// range, or none for inputs without rows, means nothing needs splitting:
+/// the inputs go as they are.
+pub fn ranges(inputs: &[(String, Tensor)], batch: usize) -> Result<Vec<(u64, u64)>, String> {
     let mut rows = None;
     for (name, tensor) in inputs {
         let Some(&first) = tensor.shape.first() else {
@@ -26,39 +35,71 @@ pub fn split(inputs: &[(String, Tensor)], shared: &[SharedMemory], batch: usize)
             _ => {}
         }
     }
-    let Some((rows, _)) = rows else { return Ok(vec![inputs.to_vec()]) };
+    let Some((rows, _)) = rows else { return Ok(Vec::new()) };
     let batch = batch.max(1) as u64;
-    if rows <= batch {
-        return Ok(vec![inputs.to_vec()]);
-    }
-    let mut chunks = Vec::new();
-    let mut start = 0;
-    while start < rows {
-        let end = (start + batch).min(rows);
-        let chunk =
-            inputs.iter().map(|(name, tensor)| (name.clone(), slice_rows(tensor, shared, start, end, rows))).collect();
-        chunks.push(chunk);
-        start = end;
-    }
-    Ok(chunks)
+    Ok((0..rows.div_ceil(batch)).map(|i| (i * batch, ((i + 1) * batch).min(rows))).collect())
 }
 
-fn slice_rows(tensor: &Tensor, shared: &[SharedMemory], start: u64, end: u64, rows: u64) -> Tensor {
-    let mut shape = tensor.shape.clone();
-    shape[0] = end - start;
-    let per_row = Tensor::element_count(&tensor.shape[1..]).unwrap_or(0) as usize;
-    let (from, to) = (start as usize * per_row, end as usize * per_row);
-    match &tensor.data {
-        TensorData::Strings(strings) => Tensor::strings(shape, strings[from..to].iter().map(|s| s.to_vec()).collect()),
-        _ => {
-            let bytes = dense_bytes(tensor, shared).unwrap_or(&[]);
-            let size = bytes.len() / (rows as usize * per_row).max(1);
-            Tensor::dense(tensor.dtype, shape, bytes[from * size..to * size].to_vec())
+/// Rows `start..end` of every input, with the shared regions the chunk's
+/// tensors name (`TensorData::Shared(i)` is the chunk's own region `i`):
+/// views of the inputs' regions, made here, read by nobody but the worker.
+pub fn chunk(
+    inputs: &[(String, Tensor)],
+    shared: &[SharedMemory],
+    start: u64,
+    end: u64,
+) -> Result<(Named, Vec<SharedMemory>), String> {
+    let mut regions = Vec::new();
+    let mut named = Vec::with_capacity(inputs.len());
+    for (name, tensor) in inputs {
+        let rows = tensor.shape.first().copied().unwrap_or(0);
+        if start > end || end > rows {
+            return Err(format!("input '{name}': rows {start}..{end} of {rows}"));
         }
+        let mut shape = tensor.shape.clone();
+        shape[0] = end - start;
+        let per_row = Tensor::element_count(&tensor.shape[1..]).ok_or_else(|| format!("input '{name}': too large"))?;
+        let elements = |row: u64| row.checked_mul(per_row).ok_or_else(|| format!("input '{name}': too large"));
+        let (from, to) = (elements(start)?, elements(end)?);
+        let sliced = match &tensor.data {
+            TensorData::Strings(strings) => {
+                let (from, to) = (from as usize, to as usize);
+                let Some(part) = strings.get(from..to) else {
+                    return Err(format!("input '{name}': {} strings for {} elements", strings.len(), elements(rows)?));
+                };
+                Tensor::strings(shape, part.iter().map(|s| s.to_vec()).collect())
+            }
+            TensorData::Dense(bytes) => {
+                let size = element_size(bytes.len() as u64, elements(rows)?, name)?;
+                Tensor::dense(tensor.dtype, shape, bytes[(from * size) as usize..(to * size) as usize].to_vec())
+            }
+            TensorData::Shared(i) => {
+                let region = shared.get(*i as usize).ok_or_else(|| format!("input '{name}': no shared region {i}"))?;
+                let size = element_size(region.view().1, elements(rows)?, name)?;
+                let view = region
+                    .sub_view(from * size, (to - from) * size)
+                    .map_err(|e| format!("input '{name}': rows {start}..{end}: {e}"))?;
+                regions.push(view);
+                Tensor { dtype: tensor.dtype, shape, data: TensorData::Shared(regions.len() as u32 - 1) }
+            }
+        };
+        named.push((name.clone(), sliced));
     }
+    Ok((named, regions))
 }
 
-/// The number of rows of a chunk made by `split`.
+/// Bytes per element of a dense tensor of `elements` held in `bytes`.
+fn element_size(bytes: u64, elements: u64, name: &str) -> Result<u64, String> {
+    if elements == 0 {
+        return Ok(0);
+    }
+    if !bytes.is_multiple_of(elements) {
+        return Err(format!("input '{name}': {bytes} bytes for {elements} elements"));
+    }
+    Ok(bytes / elements)
+}
+
+/// The number of rows of a chunk made by [`chunk`].
 pub fn rows(chunk: &[(String, Tensor)]) -> u64 {
     chunk.first().and_then(|(_, t)| t.shape.first().copied()).unwrap_or(0)
 }
@@ -120,6 +161,12 @@ mod tests {
         Tensor::dense(DType::UInt8, vec![n, 2], (0..(n * 2) as u8).collect())
     }
 
+    /// Every chunk of `inputs`, as the executor makes them one by one.
+    fn split(inputs: &[(String, Tensor)], shared: &[SharedMemory], batch: usize) -> Result<Vec<Named>, String> {
+        let ranges = ranges(inputs, batch)?;
+        Ok(ranges.iter().map(|&(a, b)| chunk(inputs, shared, a, b).unwrap().0).collect())
+    }
+
     #[test]
     fn split_then_join_gives_back_the_whole() {
         let inputs = vec![
@@ -131,6 +178,7 @@ mod tests {
         assert_eq!(chunks[2][0].1.shape, [1, 2]);
         let rows: Vec<u64> = chunks.iter().map(|c| rows(c)).collect();
         assert_eq!(join(chunks, &rows).unwrap(), inputs);
+        assert_eq!(ranges(&inputs, 5).unwrap(), [(0, 5)], "one range: nothing to split");
     }
 
     #[test]
@@ -141,5 +189,45 @@ mod tests {
         assert!(split(&[("s".into(), scalar.clone())], &[], 2).is_err());
         let parts = vec![vec![("t".into(), scalar.clone())], vec![("t".into(), scalar)]];
         assert!(join(parts, &[1, 1]).unwrap_err().contains("cannot be joined"));
+    }
+
+    /// A user's file, as a whole input goes: a view of the file itself.
+    fn file_view(bytes: &[u8]) -> (tempfile::NamedTempFile, SharedMemory) {
+        use std::io::Write;
+        let mut file = tempfile::NamedTempFile::new().unwrap();
+        file.write_all(bytes).unwrap();
+        let view = SharedMemory::from_file_view(file.as_file(), 0, bytes.len() as u64).unwrap();
+        (file, view)
+    }
+
+    #[test]
+    fn a_shared_input_is_cut_into_views_of_the_same_file_with_no_copy() {
+        let bytes: Vec<u8> = (0..40u8).collect();
+        let (_file, region) = file_view(&bytes);
+        let input =
+            vec![("x".to_string(), Tensor { dtype: DType::Float32, shape: vec![5, 2], data: TensorData::Shared(0) })];
+        let (part, regions) = chunk(&input, std::slice::from_ref(&region), 2, 4).unwrap();
+        assert_eq!(part[0].1.shape, [2, 2]);
+        assert_eq!(part[0].1.data, TensorData::Shared(0));
+        assert_eq!(regions.len(), 1);
+        assert_eq!(regions[0].view(), (16, 16), "rows 2..4 of 8-byte rows");
+        assert_eq!(&regions[0][..], &bytes[16..32]);
+    }
+
+    #[test]
+    fn a_file_truncated_mid_run_is_an_error_not_a_fault() {
+        let bytes = vec![7u8; 1 << 20];
+        let (file, region) = file_view(&bytes);
+        let input = vec![(
+            "x".to_string(),
+            Tensor { dtype: DType::UInt8, shape: vec![1024, 1024], data: TensorData::Shared(0) },
+        )];
+        // As `np.save` over the same path does: the file shrinks first.
+        file.as_file().set_len(100).unwrap();
+        let ranges = ranges(&input, 256).unwrap();
+        assert_eq!(ranges.len(), 4);
+        let first = chunk(&input, std::slice::from_ref(&region), ranges[0].0, ranges[0].1);
+        let error = first.unwrap_err();
+        assert!(error.contains("input 'x': rows 0..256") && error.contains("in a file of 100 bytes"), "{error}");
     }
 }

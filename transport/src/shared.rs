@@ -153,6 +153,20 @@ impl SharedMemory {
         Ok(SharedMemory { mapping: Arc::new(Mapping { fd, base, map_len, address, len, offset }) })
     }
 
+    /// `len` bytes of this region from `start`, as a view of the same
+    /// descriptor (a duplicate): no byte is copied or read, and the view is
+    /// checked against the file's size now (a user's file may have shrunk
+    /// since this region was made: an error, not a fault later).
+    pub fn sub_view(&self, start: u64, len: u64) -> io::Result<SharedMemory> {
+        if start.checked_add(len).is_none_or(|end| end > self.mapping.len as u64) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("{len} bytes at {start} of a region of {} bytes", self.mapping.len),
+            ));
+        }
+        SharedMemory::from_fd_view(self.mapping.fd.try_clone()?, self.mapping.offset + start, len)
+    }
+
     /// Where the region lies in its descriptor's file: offset and length.
     pub fn view(&self) -> (u64, u64) {
         (self.mapping.offset, self.mapping.len as u64)

@@ -2,9 +2,16 @@
 //! toolchain. An entry is a folder named by the SHA-256 of the file's
 //! bytes, the Keras, TensorFlow and tf_keras versions, the `--keras-module`
 //! files' bytes and `--keras-unsafe`, holding `saved_model/` and
-//! `export.json`. Entries are written in a temporary folder beside them
-//! (`.tmp-PID-N`) and renamed into place whole, so a reader sees a complete
-//! entry or none; temporary folders of processes that are gone (a
+//! `export.json`. The export process writes in a staging folder
+//! (`.tmp-PID-N`) that it may write; the supervisor moves the finished
+//! `saved_model/` out of it into a folder of its own (`.entry-PID-N`),
+//! checks and hashes the tree there, writes `export.json` beside it and
+//! renames the whole into place, so a reader sees a complete entry or none,
+//! and nothing the export process planted (a link, a FIFO, a hard link to
+//! another file of the user's) is followed or kept. Every use checks the
+//! tree against the hash in `export.json` again, so an entry changed after
+//! it was stored (by an export process still running, or a concurrent run)
+//! is exported anew. Temporary folders of processes that are gone (a
 //! supervisor killed mid-export) are removed by the next run.
 
 use sha2::{Digest, Sha256};
@@ -52,36 +59,229 @@ pub fn entry_key(file_hash: &str, toolchain: &[&str], module_hashes: &[String], 
     hex(&hasher.finalize())[..32].to_string()
 }
 
-/// The SavedModel of a complete entry, if there is one.
+/// The SavedModel of a complete entry, if there is one: its `export.json`
+/// (written by a supervisor, never by an export process) is a regular
+/// file naming the SHA-256 of the `saved_model/` tree, and the tree, walked
+/// without following links, still hashes to it. An entry that fails the
+/// check (cut short, changed after it was stored, or not made by isorun)
+/// is removed, so the file is exported again.
 pub fn lookup(cache: &Path, key: &str) -> Option<PathBuf> {
-    let saved_model = cache.join(key).join("saved_model");
-    (saved_model.join("saved_model.pb").is_file() && cache.join(key).join("export.json").is_file())
-        .then_some(saved_model)
+    let entry = cache.join(key);
+    match verify(&entry) {
+        Ok(()) => Some(entry.join("saved_model")),
+        Err(EntryProblem::Absent) => None,
+        Err(EntryProblem::Bad(why)) => {
+            tracing::warn!(entry = %entry.display(), %why, "Keras export cache entry refused; exporting again");
+            let _ = std::fs::remove_dir_all(&entry);
+            None
+        }
+    }
 }
 
-/// Moves a finished export (`staging` holds `saved_model/`) into place,
-/// with its `export.json`. Another run that finished first wins; ours goes.
-pub fn commit(cache: &Path, key: &str, staging: &Path, about: &serde_json::Value) -> std::io::Result<PathBuf> {
-    std::fs::write(staging.join("export.json"), serde_json::to_vec_pretty(about).unwrap_or_default())?;
-    let entry = cache.join(key);
-    if let Err(e) = std::fs::rename(staging, &entry) {
-        if lookup(cache, key).is_none() {
-            return Err(e);
-        }
-        let _ = std::fs::remove_dir_all(staging);
+enum EntryProblem {
+    Absent,
+    Bad(String),
+}
+
+fn verify(entry: &Path) -> Result<(), EntryProblem> {
+    let about = entry.join("export.json");
+    match std::fs::symlink_metadata(entry) {
+        Ok(m) if m.file_type().is_dir() => {}
+        Ok(_) => return Err(EntryProblem::Bad("not a folder".into())),
+        Err(_) => return Err(EntryProblem::Absent),
     }
-    Ok(entry.join("saved_model"))
+    let bytes = read_regular(&about, 1 << 20).map_err(|e| EntryProblem::Bad(format!("export.json: {e}")))?;
+    let value: serde_json::Value =
+        serde_json::from_slice(&bytes).map_err(|e| EntryProblem::Bad(format!("export.json: {e}")))?;
+    let claimed = value.get("tree_sha256").and_then(serde_json::Value::as_str).unwrap_or_default();
+    let tree = tree_hash(&entry.join("saved_model")).map_err(EntryProblem::Bad)?;
+    if claimed != tree {
+        return Err(EntryProblem::Bad(format!("saved_model/ hashes to {tree}, export.json says {claimed:?}")));
+    }
+    Ok(())
+}
+
+/// A file's bytes, opened without following a link, refused unless a
+/// regular file of at most `limit` bytes.
+fn read_regular(path: &Path, limit: u64) -> std::io::Result<Vec<u8>> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK).open(path)?;
+    let meta = file.metadata()?;
+    if !meta.file_type().is_file() {
+        return Err(std::io::Error::other("not a regular file"));
+    }
+    let mut bytes = Vec::new();
+    file.take(limit + 1).read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > limit {
+        return Err(std::io::Error::other(format!("larger than {limit} bytes")));
+    }
+    Ok(bytes)
+}
+
+/// The most files and folders a staged SavedModel may hold, and how deep.
+const MAX_TREE_ENTRIES: usize = 100_000;
+const MAX_TREE_DEPTH: usize = 32;
+
+/// The SHA-256 of a staged or stored SavedModel tree: every entry's path
+/// (relative, sorted), kind and, for files, length and bytes. The tree must
+/// be regular files (one link each) and folders only: a symlink, device,
+/// FIFO, socket or hard link anywhere is refused, naming it, since an
+/// export process could have planted it to make the supervisor (or a
+/// worker loading the entry) read or write somewhere else.
+pub fn tree_hash(root: &Path) -> Result<String, String> {
+    use std::os::unix::fs::MetadataExt;
+    let mut entries: Vec<(PathBuf, bool)> = Vec::new();
+    let mut stack: Vec<(PathBuf, usize)> = vec![(PathBuf::new(), 0)];
+    match std::fs::symlink_metadata(root) {
+        Ok(m) if m.file_type().is_dir() => {}
+        Ok(_) => return Err(format!("{}: not a folder (a link or a file)", root.display())),
+        Err(e) => return Err(format!("{}: {e}", root.display())),
+    }
+    while let Some((relative, depth)) = stack.pop() {
+        let dir = root.join(&relative);
+        let listing = std::fs::read_dir(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        for item in listing {
+            let item = item.map_err(|e| format!("{}: {e}", dir.display()))?;
+            let path = relative.join(item.file_name());
+            let meta = std::fs::symlink_metadata(item.path()).map_err(|e| format!("{}: {e}", item.path().display()))?;
+            let kind = meta.file_type();
+            if kind.is_dir() {
+                if depth + 1 > MAX_TREE_DEPTH {
+                    return Err(format!("{}: more than {MAX_TREE_DEPTH} folders deep", item.path().display()));
+                }
+                stack.push((path.clone(), depth + 1));
+                entries.push((path, true));
+            } else if kind.is_file() && meta.nlink() == 1 {
+                entries.push((path, false));
+            } else {
+                let what = if kind.is_symlink() {
+                    "a symbolic link"
+                } else if kind.is_file() {
+                    "a hard link"
+                } else {
+                    "a device, FIFO or socket"
+                };
+                return Err(format!(
+                    "{}: {what}; an exported SavedModel holds regular files and folders only",
+                    item.path().display()
+                ));
+            }
+            if entries.len() > MAX_TREE_ENTRIES {
+                return Err(format!("{}: more than {MAX_TREE_ENTRIES} files", root.display()));
+            }
+        }
+    }
+    entries.sort();
+    let mut hasher = Sha256::new();
+    let mut buffer = vec![0; 1 << 16];
+    for (path, is_dir) in &entries {
+        let name = path.as_os_str().as_encoded_bytes();
+        hasher.update((name.len() as u64).to_le_bytes());
+        hasher.update(name);
+        if *is_dir {
+            hasher.update(b"d");
+            continue;
+        }
+        use std::os::unix::fs::OpenOptionsExt;
+        let full = root.join(path);
+        let mut file = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+            .open(&full)
+            .map_err(|e| format!("{}: {e}", full.display()))?;
+        let meta = file.metadata().map_err(|e| format!("{}: {e}", full.display()))?;
+        if !meta.file_type().is_file() || meta.nlink() != 1 {
+            return Err(format!("{}: changed while it was read", full.display()));
+        }
+        hasher.update(b"f");
+        hasher.update(meta.len().to_le_bytes());
+        let mut read = 0u64;
+        loop {
+            let n = file.read(&mut buffer).map_err(|e| format!("{}: {e}", full.display()))?;
+            if n == 0 {
+                break;
+            }
+            read += n as u64;
+            hasher.update(&buffer[..n]);
+        }
+        if read != meta.len() {
+            return Err(format!("{}: changed while it was read", full.display()));
+        }
+    }
+    Ok(hex(&hasher.finalize()))
+}
+
+/// Moves a finished export (`staging` holds `saved_model/`, written by a
+/// sandboxed process that may still be running) into place, with its
+/// `export.json`. The supervisor trusts nothing the export process could
+/// write: `saved_model/` is first moved out of its reach into a folder only
+/// the supervisor made (Landlock's rules follow paths, so the process can
+/// no longer write beneath it), then walked without following links and
+/// hashed (regular files and folders only, see [`tree_hash`]); the entry's
+/// `export.json` is created there new (`O_EXCL`, no link followed), never
+/// in the staging folder. Another run that finished first wins; ours goes.
+pub fn commit(cache: &Path, key: &str, staging: &Path, about: &serde_json::Value) -> std::io::Result<PathBuf> {
+    let invalid = |message: String| std::io::Error::new(std::io::ErrorKind::InvalidData, message);
+    let staged = staging.join("saved_model");
+    match std::fs::symlink_metadata(&staged) {
+        Ok(m) if m.file_type().is_dir() => {}
+        Ok(_) => return Err(invalid(format!("{}: not a folder (a link or a file)", staged.display()))),
+        Err(e) => return Err(e),
+    }
+    let ours = new_private_dir(cache, "entry")?;
+    let result = (|| {
+        std::fs::rename(&staged, ours.join("saved_model"))?;
+        let tree = tree_hash(&ours.join("saved_model")).map_err(invalid)?;
+        let mut about = about.clone();
+        if let Some(map) = about.as_object_mut() {
+            map.insert("tree_sha256".into(), serde_json::Value::String(tree));
+        }
+        write_new(&ours.join("export.json"), &serde_json::to_vec_pretty(&about).unwrap_or_default())?;
+        let entry = cache.join(key);
+        if let Err(e) = std::fs::rename(&ours, &entry) {
+            if lookup(cache, key).is_none() {
+                return Err(e);
+            }
+        }
+        Ok(entry.join("saved_model"))
+    })();
+    let _ = std::fs::remove_dir_all(&ours);
+    result
+}
+
+/// Creates `path` (which must not exist; no link followed) with `bytes`.
+fn write_new(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .mode(0o644)
+        .open(path)?;
+    file.write_all(bytes)?;
+    file.sync_all()
+}
+
+/// A new folder `.NAME-PID-N` in the cache, made by this process (never one
+/// that was there before).
+fn new_private_dir(cache: &Path, name: &str) -> std::io::Result<PathBuf> {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    loop {
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let dir = cache.join(format!(".{name}-{}-{n}", std::process::id()));
+        match std::fs::create_dir(&dir) {
+            Ok(()) => return Ok(dir),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(e),
+        }
+    }
 }
 
 /// A new temporary folder in the cache, named after this process.
 pub fn staging_dir(cache: &Path) -> std::io::Result<PathBuf> {
-    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     std::fs::create_dir_all(cache)?;
-    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-    let dir = cache.join(format!(".tmp-{}-{n}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir(&dir)?;
-    Ok(dir)
+    new_private_dir(cache, "tmp")
 }
 
 /// Removes temporary folders whose process is gone.
@@ -89,7 +289,11 @@ pub fn remove_stale(cache: &Path) {
     let Ok(entries) = std::fs::read_dir(cache) else { return };
     for entry in entries.flatten() {
         let name = entry.file_name().to_string_lossy().into_owned();
-        let Some(pid) = name.strip_prefix(".tmp-").and_then(|rest| rest.split('-').next()) else { continue };
+        let Some(pid) =
+            name.strip_prefix(".tmp-").or_else(|| name.strip_prefix(".entry-")).and_then(|rest| rest.split('-').next())
+        else {
+            continue;
+        };
         let alive = pid.parse::<u32>().is_ok_and(|pid| Path::new(&format!("/proc/{pid}")).exists());
         if !alive {
             let _ = std::fs::remove_dir_all(entry.path());
@@ -171,7 +375,7 @@ mod tests {
         assert!(lookup(cache, "k").is_none());
         commit(cache, "k", &staging, &serde_json::json!({"from": "keras"})).unwrap();
         assert_eq!(lookup(cache, "k"), Some(cache.join("k/saved_model")));
-        assert!(!staging.exists());
+        assert!(!staging.join("saved_model").exists(), "moved out of the export process's reach");
         // A dead process's staging folder is removed, a live one's kept.
         std::fs::create_dir(cache.join(".tmp-999999999-0")).unwrap();
         let ours = staging_dir(cache).unwrap();
@@ -181,6 +385,87 @@ mod tests {
         assert_eq!(list(cache).len(), 1);
         assert_eq!(clear(cache).unwrap(), 1);
         assert!(list(cache).is_empty());
+    }
+
+    /// A staging folder as a finished export leaves it.
+    fn staged(cache: &Path) -> PathBuf {
+        let staging = staging_dir(cache).unwrap();
+        std::fs::create_dir_all(staging.join("saved_model/variables")).unwrap();
+        std::fs::write(staging.join("saved_model/saved_model.pb"), b"pb").unwrap();
+        std::fs::write(staging.join("saved_model/variables/variables.index"), b"index").unwrap();
+        staging
+    }
+
+    #[test]
+    fn an_export_json_link_planted_in_staging_is_not_written_through() {
+        let tmp = tempfile::tempdir().unwrap();
+        let cache = tmp.path().join("cache");
+        let victim = tmp.path().join("bashrc");
+        std::fs::write(&victim, b"the user's own file").unwrap();
+        let staging = staged(&cache);
+        std::os::unix::fs::symlink(&victim, staging.join("export.json")).unwrap();
+        let stored = commit(&cache, "k", &staging, &serde_json::json!({"loader": "keras"})).unwrap();
+        assert_eq!(std::fs::read(&victim).unwrap(), b"the user's own file", "written through the planted link");
+        assert_eq!(lookup(&cache, "k"), Some(stored));
+        let about: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(cache.join("k/export.json")).unwrap()).unwrap();
+        assert_eq!(about["loader"], "keras");
+        assert_eq!(about["tree_sha256"].as_str().unwrap().len(), 64);
+    }
+
+    #[test]
+    fn a_staged_tree_with_a_link_fifo_or_hard_link_is_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let cache = tmp.path().join("cache");
+        let outside = tmp.path().join("secret");
+        std::fs::write(&outside, b"secret").unwrap();
+        type Plant = fn(&Path, &Path);
+        let plants: [(&str, Plant); 4] = [
+            ("symbolic link", |sm, outside| std::os::unix::fs::symlink(outside, sm.join("variables/data")).unwrap()),
+            ("hard link", |sm, outside| std::fs::hard_link(outside, sm.join("assets.txt")).unwrap()),
+            ("FIFO", |sm, _| {
+                let path = std::ffi::CString::new(sm.join("fifo").as_os_str().as_encoded_bytes()).unwrap();
+                // SAFETY: mkfifo with a valid path.
+                assert_eq!(unsafe { libc::mkfifo(path.as_ptr(), 0o600) }, 0);
+            }),
+            ("folder link", |sm, outside| {
+                std::os::unix::fs::symlink(outside.parent().unwrap(), sm.join("up")).unwrap()
+            }),
+        ];
+        for (what, plant) in plants {
+            let staging = staged(&cache);
+            plant(&staging.join("saved_model"), &outside);
+            let error = commit(&cache, "k", &staging, &serde_json::json!({})).unwrap_err().to_string();
+            assert!(error.contains("regular files and folders only"), "{what}: {error}");
+            assert!(lookup(&cache, "k").is_none(), "{what} stored");
+            std::fs::remove_dir_all(&staging).unwrap();
+        }
+        // saved_model itself a link to a folder elsewhere.
+        let staging = staging_dir(&cache).unwrap();
+        std::os::unix::fs::symlink(tmp.path(), staging.join("saved_model")).unwrap();
+        let error = commit(&cache, "k", &staging, &serde_json::json!({})).unwrap_err().to_string();
+        assert!(error.contains("not a folder"), "{error}");
+        assert!(lookup(&cache, "k").is_none());
+        assert_eq!(std::fs::read(&outside).unwrap(), b"secret");
+    }
+
+    #[test]
+    fn an_entry_changed_after_it_was_stored_is_refused_and_removed() {
+        let tmp = tempfile::tempdir().unwrap();
+        let cache = tmp.path();
+        let staging = staged(cache);
+        commit(cache, "k", &staging, &serde_json::json!({})).unwrap();
+        assert!(lookup(cache, "k").is_some());
+        // A process that kept the file open writes after the commit.
+        std::fs::write(cache.join("k/saved_model/variables/variables.index"), b"backdoor").unwrap();
+        assert!(lookup(cache, "k").is_none(), "a changed entry was used");
+        assert!(!cache.join("k").exists(), "the refused entry stays");
+        // An entry nobody hashed (an older isorun's, or made by hand) is not used either.
+        let plain = cache.join("p/saved_model");
+        std::fs::create_dir_all(&plain).unwrap();
+        std::fs::write(plain.join("saved_model.pb"), b"pb").unwrap();
+        std::fs::write(cache.join("p/export.json"), b"{}").unwrap();
+        assert!(lookup(cache, "p").is_none());
     }
 
     #[test]

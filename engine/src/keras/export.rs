@@ -18,7 +18,7 @@ use isorun_protocol::{ErrorKind, ModelError, NotRunReason, Outcome, Phase};
 use serde_json::{json, Value};
 use std::collections::VecDeque;
 use std::io::{BufRead, BufReader, Read, Write};
-use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
@@ -153,7 +153,8 @@ impl Exporter<'_> {
                 command
             }
         };
-        command.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).process_group(0);
+        command.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
+        // Its own session (set_child_safety): see `process::set_child_safety`.
         set_child_safety(&mut command);
         Ok(command)
     }
@@ -241,6 +242,8 @@ impl Exporter<'_> {
         let job_limit = self.settings.load_timeout.or(self.settings.timeout);
         let mut current: Option<(usize, Instant)> = None;
         let mut said_hello = false;
+        // The jobs start in order, each once: the index the next `start` must name.
+        let mut next_start = 0usize;
         let mut last_progress = Instant::now();
         let mut peak = 0u64;
         loop {
@@ -300,23 +303,24 @@ impl Exporter<'_> {
                         }
                     };
                     last_progress = Instant::now();
-                    if message.get("hello").is_some() {
-                        said_hello = true;
-                    } else if let Some(index) = message.get("start").and_then(Value::as_u64) {
-                        current = Some((index as usize, Instant::now()));
-                    } else if let Some(index) = message.get("done").and_then(Value::as_u64).map(|i| i as usize) {
-                        let Some(job) = jobs.get(index) else {
-                            let outcome = Outcome::ProtocolError {
-                                message: format!("export process finished job {index} of {}", jobs.len()),
-                            };
+                    let answer = match Answer::parse(&message, said_hello, current.map(|c| c.0), next_start, jobs.len())
+                    {
+                        Ok(answer) => answer,
+                        Err(message) => {
+                            let outcome = Outcome::ProtocolError { message: format!("export process: {message}") };
                             return job_failed(&mut child, run, current, said_hello, outcome);
-                        };
+                        }
+                    };
+                    if let Answer::Hello = answer {
+                        said_hello = true;
+                    } else if let Answer::Start(index) = answer {
+                        current = Some((index, Instant::now()));
+                        next_start = index + 1;
+                    } else if let Answer::Done { index, loader } = answer {
+                        let job = jobs[index];
                         let ms = current.map_or(0, |(_, since)| since.elapsed().as_millis() as u64);
-                        let end = if message.get("ok").and_then(Value::as_bool) == Some(true) {
-                            JobEnd::Exported {
-                                loader: message.get("loader").and_then(Value::as_str).unwrap_or("keras").to_string(),
-                                ms,
-                            }
+                        let end = if let Some(loader) = loader {
+                            JobEnd::Exported { loader: loader.to_string(), ms }
                         } else {
                             let text = message.get("error").and_then(Value::as_str).unwrap_or("unknown error");
                             let error =
@@ -367,6 +371,77 @@ impl Exporter<'_> {
     }
 }
 
+/// One line of the export process, checked against where it is: nothing
+/// it says is taken on trust, since model code may have written it.
+#[derive(Debug, PartialEq)]
+enum Answer {
+    Hello,
+    Start(usize),
+    /// `loader` is `Some` (one of [`LOADERS`]) when the file was exported.
+    Done {
+        index: usize,
+        loader: Option<&'static str>,
+    },
+}
+
+/// The loaders an export may name (the `loader` of a record and of `export.json`).
+const LOADERS: [&str; 2] = ["keras", "tf_keras"];
+
+impl Answer {
+    /// `current`: the job started and not done; `next`: the index the next
+    /// `start` must carry; `jobs`: how many the process was given.
+    fn parse(
+        message: &Value,
+        said_hello: bool,
+        current: Option<usize>,
+        next: usize,
+        jobs: usize,
+    ) -> Result<Answer, String> {
+        let Some(object) = message.as_object() else { return Err("a line that is not a JSON object".into()) };
+        let index = |key: &str| object.get(key).and_then(Value::as_u64).and_then(|i| usize::try_from(i).ok());
+        if object.contains_key("hello") {
+            if said_hello {
+                return Err("a second hello".into());
+            }
+            return Ok(Answer::Hello);
+        }
+        if !said_hello {
+            return Err("an answer before its hello".into());
+        }
+        if object.contains_key("start") {
+            let Some(i) = index("start") else { return Err("a start without a job number".into()) };
+            if current.is_some() || i != next || i >= jobs {
+                return Err(format!(
+                    "started job {i}, expected {}",
+                    if next < jobs { next.to_string() } else { "none".into() }
+                ));
+            }
+            return Ok(Answer::Start(i));
+        }
+        if object.contains_key("done") {
+            let Some(i) = index("done") else { return Err("a done without a job number".into()) };
+            if current != Some(i) {
+                return Err(match current {
+                    Some(c) => format!("finished job {i} while job {c} was running"),
+                    None => format!("finished job {i}, which was not running"),
+                });
+            }
+            if object.get("ok").and_then(Value::as_bool) != Some(true) {
+                return Ok(Answer::Done { index: i, loader: None });
+            }
+            let named = object.get("loader").and_then(Value::as_str).unwrap_or_default();
+            let Some(loader) = LOADERS.iter().find(|l| **l == named) else {
+                return Err(format!(
+                    "finished job {i} with an unknown loader {:?}",
+                    named.chars().take(40).collect::<String>()
+                ));
+            };
+            return Ok(Answer::Done { index: i, loader: Some(loader) });
+        }
+        Err("a line that is none of hello, start, done".into())
+    }
+}
+
 /// A process that failed for every file it had left: the outcome, its stderr.
 type ProcessFailure = Box<(Outcome, Vec<String>)>;
 
@@ -405,4 +480,40 @@ fn explain(file: &std::path::Path, error: &str, settings: &Settings) -> String {
         );
     }
     message
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(line: &str, said_hello: bool, current: Option<usize>, next: usize) -> Result<Answer, String> {
+        Answer::parse(&serde_json::from_str(line).unwrap(), said_hello, current, next, 2)
+    }
+
+    #[test]
+    fn the_export_process_is_held_to_its_protocol() {
+        assert_eq!(parse(r#"{"hello": {}}"#, false, None, 0), Ok(Answer::Hello));
+        assert_eq!(parse(r#"{"start": 0}"#, true, None, 0), Ok(Answer::Start(0)));
+        let ok = r#"{"done": 0, "ok": true, "loader": "tf_keras"}"#;
+        assert_eq!(parse(ok, true, Some(0), 1), Ok(Answer::Done { index: 0, loader: Some("tf_keras") }));
+        let failed = r#"{"done": 1, "ok": false, "error": "x"}"#;
+        assert_eq!(parse(failed, true, Some(1), 2), Ok(Answer::Done { index: 1, loader: None }));
+        let refused = [
+            (r#"{"done": 0, "ok": true, "loader": "keras"}"#, true, None, 1, "not running"),
+            (r#"{"done": 1, "ok": true, "loader": "keras"}"#, true, Some(0), 1, "while job 0"),
+            (r#"{"done": 7, "ok": true, "loader": "keras"}"#, true, Some(0), 1, "while job 0"),
+            (r#"{"start": 0}"#, true, None, 1, "expected 1"),
+            (r#"{"start": 1}"#, true, Some(0), 1, "started job 1"),
+            (r#"{"start": 2}"#, true, None, 2, "expected none"),
+            (r#"{"done": 0, "ok": true, "loader": "keras\n\u001b[2J"}"#, true, Some(0), 1, "unknown loader"),
+            (r#"{"hello": {}}"#, true, None, 0, "second hello"),
+            (r#"{"start": 0}"#, false, None, 0, "before its hello"),
+            (r#"{"queued": 0}"#, true, None, 0, "none of"),
+            (r#"[1]"#, true, None, 0, "not a JSON object"),
+        ];
+        for (line, hello, current, next, expected) in refused {
+            let error = parse(line, hello, current, next).unwrap_err();
+            assert!(error.contains(expected), "{line}: {error}");
+        }
+    }
 }

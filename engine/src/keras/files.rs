@@ -42,6 +42,9 @@ pub struct KerasInfo {
     pub inputs: Vec<KerasTensor>,
     /// Output names, as Keras names them (the output layers').
     pub outputs: Vec<String>,
+    /// The first layer whose config carries Python code (a `Lambda`'s
+    /// bytecode), named as the error shows it; see [`code_in_config`].
+    pub code: Option<String>,
 }
 
 /// One input of a Keras model, from its `InputLayer`.
@@ -184,6 +187,51 @@ fn global_heap_strings(bytes: &[u8]) -> Vec<&[u8]> {
     found
 }
 
+/// The first place in a model config that holds Python code which runs
+/// when the model is loaded, described (`layer 'NAME' (Lambda)`), or
+/// `None`. Keras 3 writes a `lambda` as `{"class_name": "__lambda__",
+/// "config": {"code": BASE64...}}`; Keras 2 (`tf_keras`, and `.h5` files)
+/// as a Lambda config with `"function_type": "lambda"` (or
+/// `"output_shape_type": "lambda"`) and the bytecode in a list. A Lambda
+/// naming a registered function by name holds no code and passes. Anything
+/// nested (a layer inside a `Sequential` inside a `TimeDistributed`...) is
+/// searched, to a bounded depth; a config nested deeper counts as code,
+/// since it cannot be checked.
+pub fn code_in_config(config: &Value) -> Option<String> {
+    fn search(value: &Value, layer: Option<&str>, depth: usize) -> Option<String> {
+        let described = |what: &str| match layer {
+            Some(name) => format!("layer '{name}' ({what})"),
+            None => what.to_string(),
+        };
+        if depth > 64 {
+            return Some(described("a config nested too deep to check"));
+        }
+        match value {
+            Value::Object(map) => {
+                let class = map.get("class_name").and_then(Value::as_str);
+                let name = map
+                    .get("config")
+                    .and_then(|c| c.get("name"))
+                    .or_else(|| map.get("name"))
+                    .and_then(Value::as_str)
+                    .or(layer);
+                if class == Some("__lambda__") {
+                    return Some(described("Lambda with Python bytecode"));
+                }
+                for key in ["function_type", "output_shape_type", "mask_type"] {
+                    if map.get(key).and_then(Value::as_str) == Some("lambda") {
+                        return Some(described("Lambda with Python bytecode"));
+                    }
+                }
+                map.values().find_map(|v| search(v, name, depth + 1))
+            }
+            Value::Array(items) => items.iter().find_map(|v| search(v, layer, depth + 1)),
+            _ => None,
+        }
+    }
+    search(config, None, 0)
+}
+
 /// Inputs, outputs and class of a Keras model config (`config.json`, or
 /// the `model_config` attribute; Keras 3 and Keras 2 spellings).
 pub fn describe_config(config: &Value) -> KerasInfo {
@@ -228,7 +276,7 @@ pub fn describe_config(config: &Value) -> KerasInfo {
             _ => Vec::new(),
         }
     };
-    let mut info = KerasInfo { class_name, ..KerasInfo::default() };
+    let mut info = KerasInfo { class_name, code: code_in_config(config), ..KerasInfo::default() };
     let named_inputs = references("input_layers");
     if named_inputs.is_empty() {
         info.inputs = layers.iter().filter_map(|l| input_layer(l)).take(1).collect();
@@ -263,6 +311,35 @@ pub fn describe_config(config: &Value) -> KerasInfo {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn python_code_in_a_config_is_found_in_every_spelling() {
+        let keras3 = serde_json::json!({"class_name": "Functional", "config": {"layers": [
+            {"class_name": "InputLayer", "config": {"name": "x"}},
+            {"class_name": "Lambda", "config": {"name": "doubled", "function":
+                {"class_name": "__lambda__", "config": {"code": "4wEAAA==", "defaults": null}}}},
+        ]}});
+        assert_eq!(code_in_config(&keras3).as_deref(), Some("layer 'doubled' (Lambda with Python bytecode)"));
+        let keras2 = serde_json::json!({"class_name": "Sequential", "config": {"layers": [
+            {"class_name": "TimeDistributed", "config": {"name": "outer", "layer":
+                {"class_name": "Lambda", "config": {"name": "inner", "function": ["4wEAAA==", null, null],
+                    "function_type": "lambda", "output_shape_type": "raw"}}}},
+        ]}});
+        assert_eq!(code_in_config(&keras2).as_deref(), Some("layer 'inner' (Lambda with Python bytecode)"));
+        let shape = serde_json::json!({"config": {"layers": [{"class_name": "Lambda", "config":
+            {"name": "s", "function": "registered_fn", "function_type": "function", "output_shape_type": "lambda"}}]}});
+        assert!(code_in_config(&shape).is_some());
+        // A Lambda naming a registered function holds no code.
+        let named = serde_json::json!({"config": {"layers": [{"class_name": "Lambda", "config":
+            {"name": "n", "function": {"module": "builtins", "class_name": "function", "config": "my_fn"}}}]}});
+        assert_eq!(code_in_config(&named), None);
+        // Nesting past the bound cannot be checked: it counts as code.
+        let mut deep = serde_json::json!({"class_name": "Dense"});
+        for _ in 0..80 {
+            deep = serde_json::json!({"config": {"layer": deep}});
+        }
+        assert!(code_in_config(&deep).is_some());
+    }
 
     #[test]
     fn functional_dict_and_sequential_configs() {

@@ -130,6 +130,33 @@ def export_tf_keras(path, out):
     return names, outputs
 
 
+def h5_carries_code(path):
+    """Whether an HDF5 model's config holds Python code (a Lambda's bytecode),
+    as the supervisor checks too (engine/src/keras/files.rs, code_in_config);
+    a config that cannot be read counts as code."""
+    try:
+        import h5py
+
+        with h5py.File(path, "r") as f:
+            raw = f.attrs.get("model_config")
+        config = json.loads(raw.decode() if isinstance(raw, bytes) else raw)
+    except Exception:  # noqa: BLE001 - unreadable means unchecked
+        return True
+
+    def search(value):
+        if isinstance(value, dict):
+            if value.get("class_name") == "__lambda__":
+                return True
+            if any(value.get(k) == "lambda" for k in ("function_type", "output_shape_type", "mask_type")):
+                return True
+            return any(search(v) for v in value.values())
+        if isinstance(value, list):
+            return any(search(v) for v in value)
+        return False
+
+    return search(config)
+
+
 exported_bytes = 0
 for index, job in enumerate(request["jobs"]):
     say({"start": index})
@@ -143,10 +170,15 @@ for index, job in enumerate(request["jobs"]):
             time.sleep(1)
     try:
         loader = "keras"
+        unsafe = request.get("unsafe", False)
         try:
-            model = keras.models.load_model(job["file"], compile=False, safe_mode=not request.get("unsafe", False))
+            model = keras.models.load_model(job["file"], compile=False, safe_mode=not unsafe)
         except Exception as keras_error:
             if not job["file"].endswith((".h5", ".hdf5")) or importlib.util.find_spec("tf_keras") is None:
+                raise
+            # A safety refusal is final: tf_keras ignores safe_mode for HDF5
+            # files and would run the very bytecode Keras refused.
+            if not unsafe and ("safe_mode" in str(keras_error) or h5_carries_code(job["file"])):
                 raise
             try:
                 names, outputs = export_tf_keras(job["file"], job["out"])

@@ -250,6 +250,15 @@ impl Staged {
     }
 }
 
+/// Why a file holding Python code is not exported without `--keras-unsafe`.
+pub(crate) fn unsafe_code_refused(path: &std::path::Path, code: &str) -> String {
+    format!(
+        "{}: {code} holds Python code, which would run when the file is loaded; refused without --keras-unsafe \
+         (pass it to run that code, inside the export sandbox, if you trust the file)",
+        path.display()
+    )
+}
+
 fn export_error(message: String) -> Outcome {
     Outcome::Error(ModelError::new(ErrorKind::ExportFailed, message))
 }
@@ -289,11 +298,23 @@ pub(crate) fn plan(models: &[Model], settings: &Settings) -> Staged {
         let began = Instant::now();
         let model = &models[index];
         // A broken archive is said in isorun's words (Keras calls a truncated zip "File not found").
-        if model.format == ModelFormat::Keras {
-            if let Err(e) = files::read_keras(&model.path) {
-                fail(&mut staged, index, e.to_string());
-                continue;
-            }
+        let info = match model.format {
+            ModelFormat::Keras => match files::read_keras(&model.path) {
+                Ok(info) => Some(info),
+                Err(e) => {
+                    fail(&mut staged, index, e.to_string());
+                    continue;
+                }
+            },
+            // Where isorun cannot find the config, the export process checks it (keras_export.py).
+            _ => files::read_h5(&model.path).ok(),
+        };
+        // Python code in the file runs only with --keras-unsafe: refused
+        // here, before any Python starts (tf_keras ignores safe_mode for
+        // HDF5 files and would run a Lambda's bytecode while loading).
+        if let Some(code) = info.and_then(|i| i.code).filter(|_| !settings.keras.unsafe_code) {
+            fail(&mut staged, index, unsafe_code_refused(&model.path, &code));
+            continue;
         }
         let hash = match cache::hash_file(&model.path) {
             Ok(hash) => hash,

@@ -99,7 +99,11 @@ fn beside_this_executable() -> Option<PathBuf> {
 /// Finds out what `program` has, from the cache when nothing changed.
 pub fn probe(program: &Path, cache: Option<&Path>) -> Result<Python, String> {
     use sha2::Digest;
-    let name = super::cache::hex(&sha2::Sha256::digest(program.as_os_str().as_encoded_bytes()));
+    // The answer's layout (and what read_paths holds) is part of the name:
+    // an older isorun's answer, with a wider read set, is not reused.
+    const ANSWER_VERSION: &[u8] = b"\0answer-2";
+    let name =
+        super::cache::hex(&sha2::Sha256::digest([program.as_os_str().as_encoded_bytes(), ANSWER_VERSION].concat()));
     let remembered = cache.map(|c| c.join(format!("python-{}.json", &name[..16])));
     if let Some(known) = remembered.as_ref().and_then(|p| std::fs::read(p).ok()) {
         if let Ok(python) = serde_json::from_slice::<Python>(&known) {
@@ -114,7 +118,13 @@ pub fn probe(program: &Path, cache: Option<&Path>) -> Result<Python, String> {
             let _ = std::fs::create_dir_all(dir);
         }
         let staging = path.with_extension(format!("json.{}", std::process::id()));
-        if std::fs::write(&staging, serde_json::to_vec(&python).unwrap_or_default()).is_ok() {
+        let _ = std::fs::remove_file(&staging);
+        let written = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&staging)
+            .and_then(|mut f| std::io::Write::write_all(&mut f, &serde_json::to_vec(&python).unwrap_or_default()));
+        if written.is_ok() {
             let _ = std::fs::rename(&staging, &path);
         }
     }
@@ -138,6 +148,31 @@ fn stamps_of(program: &Path, executable: &Path, dists: &[PathBuf]) -> Vec<(PathB
             (p, s)
         })
         .collect()
+}
+
+/// What the export sandbox lets Python read of its `sys.path`: the
+/// interpreter's prefixes (its standard library and site-packages), the
+/// `sys.path` entries beneath them, the site folders (`site-packages`,
+/// `dist-packages`: a user's `~/.local` one included) and the folders that
+/// hold Keras, TensorFlow and tf_keras. Not any other entry: an editable
+/// install's source tree or a `PYTHONPATH` of `~/src` would otherwise be
+/// open to a model's code; a package there cannot be imported by the export
+/// (`--keras-module FILE.py` names the code a model needs).
+fn import_paths(prefixes: &[PathBuf], path: &[PathBuf], dists: &[PathBuf]) -> Vec<PathBuf> {
+    let is_site = |p: &Path| {
+        p.file_name().is_some_and(|n| n == "site-packages" || n == "dist-packages")
+            || p.extension().is_some_and(|e| e == "zip")
+    };
+    let holds_dist = |p: &Path| dists.iter().any(|d| d.parent() == Some(p));
+    let mut read: Vec<PathBuf> = prefixes.iter().filter(|p| p.is_absolute()).cloned().collect();
+    for entry in path.iter().filter(|p| p.is_absolute() && p.exists()) {
+        let beneath = prefixes.iter().any(|prefix| prefix.is_absolute() && entry.starts_with(prefix));
+        if (beneath || is_site(entry) || holds_dist(entry)) && !read.contains(entry) {
+            read.push(entry.clone());
+        }
+    }
+    read.dedup();
+    read
 }
 
 fn ask(program: &Path) -> Result<Python, String> {
@@ -180,8 +215,7 @@ fn ask(program: &Path) -> Result<Python, String> {
     }
     let tensorflow =
         answer.tensorflow.ok_or_else(|| format!("{shown} has Keras {keras} but no TensorFlow: {install}"))?;
-    let mut read_paths: Vec<PathBuf> = answer.prefixes;
-    read_paths.extend(answer.path.into_iter().filter(|p| p.exists()));
+    let mut read_paths = import_paths(&answer.prefixes, &answer.path, &answer.dists);
     read_paths.extend(answer.executable.parent().map(Path::to_path_buf));
     let stamps = stamps_of(program, &answer.executable, &answer.dists);
     Ok(Python {
@@ -194,4 +228,29 @@ fn ask(program: &Path) -> Result<Python, String> {
         read_paths,
         stamps,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_export_reads_its_prefixes_and_site_folders_not_other_sys_path_entries() {
+        let tmp = tempfile::tempdir().unwrap();
+        let make = |p: &str| {
+            let dir = tmp.path().join(p);
+            std::fs::create_dir_all(&dir).unwrap();
+            dir
+        };
+        let (venv, base) = (make("venv"), make("usr"));
+        let stdlib = make("usr/lib/python3.11");
+        let venv_site = make("venv/lib/python3.11/site-packages");
+        let user_site = make("home/.local/lib/python3.11/site-packages");
+        let editable = make("home/src/project");
+        let pythonpath = make("home/work");
+        let tf_here = make("opt/tf");
+        let path = [stdlib.clone(), venv_site.clone(), user_site.clone(), editable, pythonpath, tf_here.clone()];
+        let read = import_paths(&[venv.clone(), base.clone()], &path, &[tf_here.join("tensorflow-2.21.0.dist-info")]);
+        assert_eq!(read, vec![venv, base, stdlib, venv_site, user_site, tf_here]);
+    }
 }

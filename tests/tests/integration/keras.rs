@@ -9,6 +9,7 @@
 use crate::util::{fixtures, isorun, run, Ran};
 use isorun_protocol::TensorData;
 use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 fn keras_fixtures() -> PathBuf {
@@ -501,4 +502,117 @@ fn pipe_serves_a_keras_file_and_refuses_a_broken_one() {
         .arg(tmp.path()));
     assert_eq!(ran.code, Some(2));
     assert!(ran.stderr.contains("truncated.keras") && ran.stderr.contains("not a .keras archive"), "{}", ran.stderr);
+}
+
+/// Saves, with tf_keras (Keras 2), a full-model `.h5` at `path` taking
+/// `features` `[?, 4]` through a Lambda whose bytecode runs `code` (Python
+/// source, run with `exec` each time the layer is called: also when the
+/// file is loaded, but not while it is made).
+fn keras2_lambda_h5(python: &Path, path: &Path, code: &str) {
+    let script = format!(
+        r#"
+import os, sys
+os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
+import tf_keras as k2
+x = k2.Input((4,), name="features")
+y = k2.layers.Lambda(
+    lambda v: (None if __import__("os").environ.get("ISORUN_MAKING_FIXTURE") else exec({code:?}), v)[1],
+    output_shape=(4,), name="sneaky")(x)
+k2.Model(x, y).save({path:?})
+"#,
+        code = code,
+        path = path.display().to_string()
+    );
+    // The string is a constant of the lambda's own bytecode (a loaded
+    // lambda sees none of this script's globals); it does nothing while
+    // the fixture is made.
+    let made = Command::new(python)
+        .args(["-c", &script])
+        .env("ISORUN_MAKING_FIXTURE", "1")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(made.status.success(), "{}", String::from_utf8_lossy(&made.stderr));
+}
+
+#[test]
+fn a_keras2_h5_lambda_is_refused_before_any_python_runs_without_keras_unsafe() {
+    let Some(python) = python("a_keras2_h5_lambda_is_refused_before_any_python_runs_without_keras_unsafe") else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let marker = tmp.path().join("code-ran");
+    let model = tmp.path().join("k2_lambda.h5");
+    keras2_lambda_h5(&python, &model, &format!("open({:?}, 'w').write('ran')", marker.display().to_string()));
+    let _ = std::fs::remove_file(&marker);
+    // Unsandboxed, so that code which runs leaves its mark: tf_keras
+    // ignores safe_mode for HDF5 files and ran the bytecode after Keras 3
+    // had refused it.
+    let args = [model.to_str().unwrap(), "--inputs", DENSE_INPUTS, "--sandbox", "off", "-j", "1"];
+    let ran = keras_run(&python, &tmp.path().join("cache"), &args);
+    assert!(!marker.exists(), "the Lambda's code ran without --keras-unsafe: {}\n{}", ran.stdout, ran.stderr);
+    let record = ran.record("k2_lambda.h5");
+    assert_eq!(record["status"], "error", "{}", ran.stdout);
+    let message = record["error"]["message"].as_str().unwrap();
+    assert!(message.contains("layer 'sneaky'") && message.contains("--keras-unsafe"), "{message}");
+    assert_eq!(record["export"]["ms"], 0, "refused before any export process: {record}");
+    // The test can fail: with --keras-unsafe the same file's code runs.
+    let ran = keras_run(&python, &tmp.path().join("cache"), &[&args[..], &["--keras-unsafe"]].concat());
+    assert!(marker.exists(), "the fixture's code did not run even when allowed: {}\n{}", ran.stdout, ran.stderr);
+}
+
+/// Every `path` below `root` named `name`.
+fn files_named(root: &Path, name: &str) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    let Ok(entries) = std::fs::read_dir(root) else { return found };
+    for entry in entries.flatten() {
+        let kind = entry.file_type().unwrap();
+        if kind.is_dir() {
+            found.extend(files_named(&entry.path(), name));
+        } else if entry.file_name() == name {
+            found.push(entry.path());
+        }
+    }
+    found
+}
+
+#[test]
+fn one_files_code_cannot_write_another_files_export() {
+    let Some(python) = python("one_files_code_cannot_write_another_files_export") else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let cache = tmp.path().join("cache");
+    let models = tmp.path().join("models");
+    std::fs::create_dir_all(&models).unwrap();
+    // File A's code plants a file in every staging folder of the run it
+    // can reach (`.tmp-<supervisor pid>-N`), where file B's export is written.
+    let plant = format!(
+        "import os\nfor n in range(64):\n  d = f'{}/.tmp-{{os.getppid()}}-{{n}}/saved_model/assets'\n  try:\n    os.makedirs(d, exist_ok=True)\n    open(d + '/planted', 'w').write('x')\n  except Exception:\n    pass\n",
+        cache.display()
+    );
+    keras2_lambda_h5(&python, &models.join("a_lambda.h5"), &plant);
+    std::fs::copy(keras_fixtures().join("ckpts/dense.keras"), models.join("b_dense.keras")).unwrap();
+    let b_entry_planted = |cache: &Path| -> Vec<PathBuf> {
+        files_named(cache, "planted")
+            .into_iter()
+            .filter(|p| {
+                let entry = p.ancestors().find(|a| a.join("export.json").is_file());
+                entry.is_some_and(|e| std::fs::read_to_string(e.join("export.json")).unwrap().contains("b_dense.keras"))
+            })
+            .collect()
+    };
+    // Safe mode (one export process for both files, -j 1): A is refused
+    // before Python starts, so nothing of it runs beside B's export.
+    let ran = keras_run(&python, &cache, &[models.to_str().unwrap(), "--inputs", DENSE_INPUTS, "-j", "1"]);
+    assert!(files_named(&cache, "planted").is_empty(), "A's code planted {:?}", files_named(&cache, "planted"));
+    assert_eq!(ran.record("b_dense.keras")["status"], "ok", "{}\n{}", ran.stdout, ran.stderr);
+    assert_eq!(ran.record("a_lambda.h5")["status"], "error", "{}", ran.stdout);
+    // With --keras-unsafe A's code runs, in a process of its own whose
+    // sandbox can write only A's staging folder, never B's.
+    let cache2 = tmp.path().join("cache2");
+    let plant2 = plant.replace(&cache.display().to_string(), &cache2.display().to_string());
+    keras2_lambda_h5(&python, &models.join("a_lambda.h5"), &plant2);
+    let ran =
+        keras_run(&python, &cache2, &[models.to_str().unwrap(), "--inputs", DENSE_INPUTS, "-j", "1", "--keras-unsafe"]);
+    assert_eq!(ran.record("b_dense.keras")["status"], "ok", "{}\n{}", ran.stdout, ran.stderr);
+    assert!(b_entry_planted(&cache2).is_empty(), "A's code wrote B's export: {:?}", b_entry_planted(&cache2));
 }

@@ -7,6 +7,7 @@ use serde_json::json;
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::time::{Duration, Instant};
 
 #[test]
 fn table_format_shows_one_row_per_model_under_a_header() {
@@ -289,4 +290,62 @@ fn a_one_gib_npy_input_goes_to_the_worker_without_passing_through_the_supervisor
     // The worker mapped the whole gibibyte; the supervisor never held it (it peaks at ~8 MiB here).
     assert!(record["peak_rss_bytes"].as_u64().unwrap() > 1 << 30, "{record}");
     assert!(peak_mib < 64.0, "the supervisor peaked at {peak_mib} MiB with a 1 GiB input");
+}
+
+#[test]
+fn with_batch_size_a_one_gib_npy_input_still_never_passes_through_the_supervisor() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("m.npy");
+    let header = crate::util::npy_bytes("{'descr': '<f4', 'fortran_order': False, 'shape': (262144, 1024), }", &[]);
+    std::fs::write(&path, &header).unwrap();
+    let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+    file.set_len(header.len() as u64 + (1 << 30)).unwrap();
+    // Four chunks of 256 MiB, each a view of the same file.
+    let ran = run(isorun()
+        .arg("run")
+        .arg(fixtures().join("models/dynamic"))
+        .arg("--input")
+        .arg(format!("m={}", path.display()))
+        .args(["--batch-size", "65536", "-j", "2", "--json", "--summary"]));
+    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    let record = &ran.records[0];
+    assert_eq!(record["outputs"]["row_sums"]["shape"], json!([262144]), "{record}");
+    let peak_mib = crate::util::supervisor_peak_mib(&ran);
+    assert!(peak_mib < 64.0, "the supervisor peaked at {peak_mib} MiB with a 1 GiB input and --batch-size");
+}
+
+#[test]
+fn an_npy_input_truncated_mid_run_is_each_later_units_error_not_the_supervisors_death() {
+    let dir = tempfile::tempdir().unwrap();
+    let models = dir.path().join("models");
+    fake_models(&models, &["a-fault-slow-1000", "b-fault-slow-10"]);
+    // float32 [1024, 1024]: 4 MiB, data 64-byte aligned, so it goes as a view of the file.
+    let path = dir.path().join("x.npy");
+    let header = crate::util::npy_bytes("{'descr': '<f4', 'fortran_order': False, 'shape': (1024, 1024), }", &[]);
+    std::fs::write(&path, [header.clone(), vec![0u8; 4 << 20]].concat()).unwrap();
+    let log = dir.path().join("served.log");
+    let child = isorun_fault(&[&format!("--log={}", log.display())])
+        .arg(&models)
+        .arg("--input")
+        .arg(format!("x={}", path.display()))
+        .args(["--batch-size", "400", "-j", "1", "--spares", "0", "--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // While the first unit's first chunk runs, the file is rewritten as `np.save` does: truncated first.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !std::fs::read_to_string(&log).unwrap_or_default().contains("a-fault-slow-1000") {
+        assert!(Instant::now() < deadline, "the first unit never started");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    std::fs::OpenOptions::new().write(true).open(&path).unwrap().set_len(header.len() as u64).unwrap();
+    let ran = crate::util::ran(child.wait_with_output().unwrap());
+    assert_eq!(ran.code, Some(1), "the supervisor must survive a truncated input: {}\n{}", ran.stdout, ran.stderr);
+    for model in ["a-fault-slow-1000", "b-fault-slow-10"] {
+        let record = ran.record(model);
+        assert_eq!(record["status"], "error", "{record}");
+        let message = record["error"]["message"].as_str().unwrap();
+        assert!(message.contains("input 'x'") && message.contains("bytes in a file of"), "{message}");
+    }
 }
