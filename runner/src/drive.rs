@@ -51,7 +51,7 @@ pub struct Plan<'a> {
 /// The models of a run: discovered, `--latest-version`, `--shard`.
 pub fn discover_models(args: &RunArgs) -> Result<Vec<Model>, String> {
     let mut models =
-        discover(&args.models, &mut |warning| eprintln!("isorun: warning: {warning}")).map_err(|e| with_causes(&e))?;
+        discover(&args.models, &mut |warning| crate::support::warn(warning)).map_err(|e| with_causes(&e))?;
     if args.latest_version {
         models = latest_versions(models);
     }
@@ -180,7 +180,7 @@ pub fn execute(plan: Plan) -> Result<i32, String> {
         bar.finish_and_clear();
     }
     if let Some(e) = &journal_error {
-        eprintln!("isorun: error: {e}");
+        crate::support::print_error(e);
     }
 
     let records = printer.records;
@@ -198,7 +198,7 @@ pub fn execute(plan: Plan) -> Result<i32, String> {
             .map_err(|e| with_causes(&e))
         {
             // The work is done and its records printed: a lost report fails the run, not its usage.
-            eprintln!("isorun: error: {e}");
+            crate::support::print_error(e);
             report_failed = true;
         }
     }

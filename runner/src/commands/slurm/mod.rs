@@ -122,7 +122,7 @@ fn submit(args: &SlurmSubmitArgs) -> Result<i32, String> {
     let array_job = match run_sbatch(&sbatch, &[], &array_path) {
         Ok(id) => id,
         Err(message) => {
-            eprintln!("isorun: error: {message}");
+            crate::support::print_error(message);
             return Ok(exit_code::SOME_FAILED);
         }
     };
@@ -130,7 +130,7 @@ fn submit(args: &SlurmSubmitArgs) -> Result<i32, String> {
     let merge_job = match run_sbatch(&sbatch, &[&dependency], &merge_path) {
         Ok(id) => id,
         Err(message) => {
-            eprintln!("isorun: error: {message}");
+            crate::support::print_error(message);
             eprintln!(
                 "isorun: array job {array_job} was submitted; submit the merge yourself: sbatch {dependency} {}",
                 merge_path.display()
@@ -176,7 +176,7 @@ fn parse_task_command(run_args: &[RunArg], shards: u64) -> Result<RunArgs, Parse
 
 /// The models `isorun run` would find, each with its shard.
 fn sharded_models(args: &RunArgs, shards: u64) -> Result<Vec<ShardedModel>, String> {
-    let mut models = discover(&args.models, &mut |warning| eprintln!("isorun: warning: {warning}"))
+    let mut models = discover(&args.models, &mut |warning| crate::support::warn(warning))
         .map_err(|e| crate::support::with_causes(&e))?;
     if args.latest_version {
         models = latest_versions(models);
