@@ -12,7 +12,7 @@ use isorun_engine::{
     Sinks, STATUSES,
 };
 use isorun_protocol::{exit_code, Outcome};
-use isorun_report::journal::{read_journal, runtime_identity, unit_key, Journal, KeyParts};
+use isorun_report::journal::{read_journal, resumed_record, runtime_identity, unit_key, Journal, KeyParts};
 use isorun_report::record::unit_record;
 use isorun_report::{build as build_report, write_files as write_report_files, RunInfo};
 use serde_json::Value;
@@ -116,8 +116,8 @@ pub fn execute(plan: Plan) -> Result<i32, String> {
         if args.resume {
             let done = read_journal(path)?;
             for (index, key) in keys.iter().enumerate() {
-                if let Some(mut record) = key.as_ref().and_then(|k| done.get(k)).cloned() {
-                    record["resumed"] = Value::Bool(true);
+                let record = key.as_ref().and_then(|k| done.get(k)).cloned();
+                if let Some(record) = record.and_then(|record| resumed_record(record, &models[index])) {
                     resumed.insert(index, record);
                 }
             }
