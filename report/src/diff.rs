@@ -4,7 +4,9 @@
 //! exit code 1, so the command can gate a pipeline without failing on
 //! models that were already broken.
 
+use super::text::one_line;
 use super::unit::{bytes_text, seconds_text, Unit, Verdict};
+use super::ReportError;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 
@@ -90,7 +92,9 @@ impl Finding {
             Finding::Added { status, .. } => status.clone(),
             Finding::Removed { old_status, .. } => format!("was {old_status}"),
         };
-        format!("{label}  {}  {detail}", self.model())
+        // Model ids, statuses and messages come from the reports: a newline
+        // or an escape sequence in them must not forge or hide a finding.
+        format!("{label}  {}  {}", one_line(self.model()), one_line(&detail))
     }
 
     /// One JSON object for programs: `{"change", "model", ...}`.
@@ -142,13 +146,22 @@ fn rounded_ratio(old: u64, new: u64) -> Value {
 }
 
 /// Every finding, newly failing first, then newly passing, slower, bigger,
-/// added, removed; within each, by model id.
-pub fn diff(old: &Value, new: &Value, thresholds: Thresholds) -> Vec<Finding> {
-    let by_model = |report: &Value| -> BTreeMap<String, Value> {
-        let units = report["units"].as_array().map(Vec::as_slice).unwrap_or_default();
-        units.iter().map(|unit| (Unit(unit).model().to_string(), unit.clone())).collect()
+/// added, removed; within each, by model id. A report that has a model
+/// twice is refused.
+pub fn diff(old: &Value, new: &Value, thresholds: Thresholds) -> Result<Vec<Finding>, ReportError> {
+    // A model twice in one report (an edited or forged file) would make
+    // one of its units hide the other: refused, as `merge` refuses it.
+    let by_model = |report: &Value, which: &'static str| -> Result<BTreeMap<String, Value>, ReportError> {
+        let mut units = BTreeMap::new();
+        for unit in report["units"].as_array().map(Vec::as_slice).unwrap_or_default() {
+            let model = Unit(unit).model();
+            if units.insert(model.to_string(), unit.clone()).is_some() {
+                return Err(ReportError::TwiceInReport { model: model.to_string(), which });
+            }
+        }
+        Ok(units)
     };
-    let (old_units, new_units) = (by_model(old), by_model(new));
+    let (old_units, new_units) = (by_model(old, "old")?, by_model(new, "new")?);
     let mut findings = Vec::new();
     for (model, old_unit) in &old_units {
         let old_unit = Unit(old_unit);
@@ -198,7 +211,7 @@ pub fn diff(old: &Value, new: &Value, thresholds: Thresholds) -> Vec<Finding> {
                 .position(|change| *change == finding.change());
         (rank, finding.model().to_string())
     });
-    findings
+    Ok(findings)
 }
 
 /// Every metric both units have, whose value changed.
@@ -237,7 +250,7 @@ mod tests {
             report(json!([{"model": "m", "status": "ok", "metrics": {"accuracy": 0.9, "log_loss": 0.3, "auc": 0.8}}]));
         let new =
             report(json!([{"model": "m", "status": "ok", "metrics": {"accuracy": 0.85, "log_loss": 0.2, "auc": 0.8}}]));
-        let findings = diff(&old, &new, THRESHOLDS);
+        let findings = diff(&old, &new, THRESHOLDS).unwrap();
         let changes: Vec<(&str, &str)> = findings
             .iter()
             .map(|f| match f {
@@ -272,7 +285,7 @@ mod tests {
             {"model": "still_broken", "status": "timeout", "wall_ms": 100},
             {"model": "new", "status": "error"},
         ]));
-        let findings = diff(&old, &new, THRESHOLDS);
+        let findings = diff(&old, &new, THRESHOLDS).unwrap();
         let lines: Vec<String> = findings.iter().map(Finding::text).collect();
         assert_eq!(
             lines,
@@ -294,17 +307,42 @@ mod tests {
     }
 
     #[test]
+    fn a_message_or_model_id_cannot_forge_a_finding() {
+        let old = report(json!([{"model": "m\x1b[2K", "status": "ok"}]));
+        let new = report(json!([{"model": "m\x1b[2K", "status": "crashed",
+                                 "error": {"kind": "crashed", "message": "crashed: boom\nnewly passing  other  ok, was crashed\r"}}]));
+        let findings = diff(&old, &new, THRESHOLDS).unwrap();
+        let text = findings[0].text();
+        assert_eq!(text, "newly failing  m\\x1b[2K  crashed: boom\\nnewly passing  other  ok, was crashed\\r");
+        assert_eq!(
+            findings[0].json()["message"],
+            "crashed: boom\nnewly passing  other  ok, was crashed\r",
+            "JSON keeps the text"
+        );
+    }
+
+    #[test]
+    fn a_report_with_a_model_twice_is_refused() {
+        let once = report(json!([{"model": "a", "status": "ok"}]));
+        let twice = report(json!([{"model": "a", "status": "ok"}, {"model": "a", "status": "crashed"}]));
+        let error = diff(&once, &twice, THRESHOLDS).unwrap_err().to_string();
+        assert_eq!(error, "model a is in the new report twice");
+        let error = diff(&twice, &once, THRESHOLDS).unwrap_err().to_string();
+        assert_eq!(error, "model a is in the old report twice");
+    }
+
+    #[test]
     fn tiny_times_count_as_fifty_milliseconds() {
         let old = report(json!([{"model": "a", "status": "ok", "wall_ms": 1}]));
         let quick = report(json!([{"model": "a", "status": "ok", "wall_ms": 70}]));
-        assert!(diff(&old, &quick, THRESHOLDS).is_empty());
+        assert!(diff(&old, &quick, THRESHOLDS).unwrap().is_empty());
         let slow = report(json!([{"model": "a", "status": "ok", "wall_ms": 80}]));
-        assert_eq!(diff(&old, &slow, THRESHOLDS)[0].change(), "slower");
+        assert_eq!(diff(&old, &slow, THRESHOLDS).unwrap()[0].change(), "slower");
     }
 
     #[test]
     fn same_reports_have_no_findings() {
         let same = report(json!([{"model": "a", "status": "ok", "wall_ms": 100, "peak_rss_bytes": 5}]));
-        assert!(diff(&same, &same, THRESHOLDS).is_empty());
+        assert!(diff(&same, &same, THRESHOLDS).unwrap().is_empty());
     }
 }

@@ -36,29 +36,37 @@ pub fn write_files(
 /// Writes `bytes` to `path` through a temporary file in the same folder
 /// (a rename is atomic only within one file system).
 pub(super) fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), ReportError> {
-    let failed = |source| ReportError::Write { path: path.to_path_buf(), source };
-    let file_name = path.file_name().ok_or_else(|| {
-        failed(std::io::Error::new(std::io::ErrorKind::InvalidInput, "the path does not name a file"))
-    })?;
+    write_file_atomically(path, bytes).map_err(|source| ReportError::Write { path: path.to_path_buf(), source })
+}
+
+/// Writes `bytes` to `path` whole or not at all, safely in a folder others
+/// can write (a Slurm group folder): the temporary file is created anew
+/// (`O_EXCL`, a random name beside the target), so a link or file planted
+/// under a guessable name (`.report.json.tmp-PID`) is never opened, let alone
+/// truncated; the rename then replaces whatever is at `path`, a planted link
+/// included, without following it. The file gets the permissions a new file
+/// gets (0666 less the umask), as `File::create` gave it.
+pub fn write_file_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let file_name = path
+        .file_name()
+        .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidInput, "the path does not name a file"))?;
     let folder = match path.parent() {
         Some(folder) if !folder.as_os_str().is_empty() => folder.to_path_buf(),
         _ => PathBuf::from("."),
     };
-    std::fs::create_dir_all(&folder).map_err(failed)?;
-    let mut temporary_name = std::ffi::OsString::from(".");
-    temporary_name.push(file_name);
-    temporary_name.push(format!(".tmp-{}", std::process::id()));
-    let temporary = folder.join(temporary_name);
-    let written = std::fs::File::create(&temporary)
-        .and_then(|mut file| {
-            file.write_all(bytes)?;
-            file.sync_all()
-        })
-        .and_then(|()| std::fs::rename(&temporary, path));
-    if let Err(source) = written {
-        let _ = std::fs::remove_file(&temporary);
-        return Err(failed(source));
-    }
+    std::fs::create_dir_all(&folder)?;
+    let mut prefix = std::ffi::OsString::from(".");
+    prefix.push(file_name);
+    prefix.push(".tmp-");
+    let mut temporary = tempfile::Builder::new()
+        .prefix(&prefix)
+        .permissions(std::fs::Permissions::from_mode(0o666))
+        .tempfile_in(&folder)?;
+    temporary.write_all(bytes)?;
+    temporary.as_file().sync_all()?;
+    // On failure the temporary file is removed when dropped.
+    temporary.persist(path).map_err(|e| e.error)?;
     Ok(())
 }
 
@@ -113,6 +121,28 @@ mod tests {
             .collect();
         names.sort();
         assert_eq!(names, ["deeper", "r.html", "r.json"]);
+    }
+
+    #[test]
+    fn a_planted_temporary_link_is_not_followed() {
+        let folder = tempfile::tempdir().unwrap();
+        let victim = folder.path().join("victim.txt");
+        std::fs::write(&victim, "the user's own file").unwrap();
+        let shared = folder.path().join("shared");
+        std::fs::create_dir(&shared).unwrap();
+        // Anyone who can write the shared folder guesses the pid (or plants many).
+        for name in ["merged.json", "merged.xml", "merged.html"] {
+            let planted = shared.join(format!(".{name}.tmp-{}", std::process::id()));
+            std::os::unix::fs::symlink(&victim, planted).unwrap();
+        }
+        // A planted target is replaced, not written through, too.
+        std::os::unix::fs::symlink(&victim, shared.join("merged.html")).unwrap();
+        let (json, junit, html) = (shared.join("merged.json"), shared.join("merged.xml"), shared.join("merged.html"));
+        write_files(&sample(), Some(&json), Some(&junit), Some(&html)).unwrap();
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "the user's own file");
+        assert_eq!(read_report(&json).unwrap(), sample());
+        assert!(!std::fs::symlink_metadata(&html).unwrap().file_type().is_symlink());
+        assert!(std::fs::read_to_string(&html).unwrap().starts_with("<!DOCTYPE html>"));
     }
 
     #[test]

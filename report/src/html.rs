@@ -12,7 +12,9 @@
 
 use super::timestamp::parse_rfc3339;
 use super::unit::{bytes_text, seconds_text, Unit, Verdict};
+use isorun_eval::Metric;
 use serde_json::Value;
+use std::collections::BTreeSet;
 use std::fmt::Write;
 
 /// Text made safe to place in HTML, between tags or in a quoted attribute.
@@ -244,26 +246,48 @@ fn units_table(units: &[Unit<'_>]) -> String {
 /// baseline, where one was given), one chart per metric across models, and
 /// each model's slices. Nothing when no unit has metrics.
 fn evaluation(units: &[Unit<'_>]) -> String {
-    let metrics_of = |unit: &Unit<'_>| unit.0.get("metrics").and_then(Value::as_object).cloned();
+    fn metrics_of<'a>(unit: &Unit<'a>) -> Option<&'a serde_json::Map<String, Value>> {
+        unit.0.get("metrics").and_then(Value::as_object)
+    }
+    let no_metrics = serde_json::Map::new();
+    // Only the metric names isorun-eval knows get a column and a chart, in
+    // its order: a report is not trusted, and each name costs a column of
+    // every table and a chart of every unit, so made-up names (a 67 KB report
+    // named thousands) made the page quadratic in its input.
     let mut names: Vec<String> = Vec::new();
+    let mut other_names: BTreeSet<&str> = BTreeSet::new();
     for unit in units {
-        for name in metrics_of(unit).into_iter().flat_map(|m| m.keys().cloned().collect::<Vec<_>>()) {
-            if !names.contains(&name) {
-                names.push(name);
+        for name in unit.0.get("metrics").and_then(Value::as_object).into_iter().flat_map(|m| m.keys()) {
+            if Metric::ALL.iter().any(|m| m.name() == name) {
+                if !names.contains(name) {
+                    names.push(name.clone());
+                }
+            } else if other_names.len() < CHART_ROWS {
+                other_names.insert(name);
             }
         }
     }
-    if names.is_empty() {
+    names.sort_by_key(|name| Metric::ALL.iter().position(|m| m.name() == name));
+    if names.is_empty() && other_names.is_empty() {
         return String::new();
     }
     let number = |v: &Value| v.as_f64().map_or_else(|| "–".to_string(), |x| format!("{x:.4}"));
-    let mut html = String::from("<section id=\"evaluation\">\n<h2>Metrics</h2>\n<table id=\"metrics\">\n<thead><tr><th>Model</th><th class=\"number\">Examples</th>");
+    let mut html = String::from("<section id=\"evaluation\">\n<h2>Metrics</h2>\n");
+    if !other_names.is_empty() {
+        let more = if other_names.len() >= CHART_ROWS { " or more" } else { "" };
+        let _ = writeln!(
+            html,
+            "<p class=\"empty\">{}{more} other metric names are not shown: isorun eval does not make them.</p>",
+            other_names.len()
+        );
+    }
+    html.push_str("<table id=\"metrics\">\n<thead><tr><th>Model</th><th class=\"number\">Examples</th>");
     for name in &names {
         let _ = write!(html, "<th class=\"number\">{}</th>", escape_html(name));
     }
     html.push_str("</tr></thead>\n<tbody>\n");
     for unit in units {
-        let metrics = metrics_of(unit).unwrap_or_default();
+        let metrics = metrics_of(unit).unwrap_or(&no_metrics);
         let _ = write!(
             html,
             "<tr class=\"{}\"><td class=\"model\"><code>{}</code></td><td class=\"number\">{}</td>",
@@ -329,6 +353,10 @@ fn evaluation(units: &[Unit<'_>]) -> String {
     html
 }
 
+/// The most rows (units) one chart shows, and the most unknown metric
+/// names counted.
+const CHART_ROWS: usize = 1000;
+
 /// A horizontal bar chart, one bar per unit, scaled to the largest value;
 /// a unit without a value gets a label and no bar.
 fn bar_chart(
@@ -346,13 +374,15 @@ fn bar_chart(
     if units.is_empty() {
         return "<p class=\"empty\">No models, no chart.</p>\n".to_string();
     }
-    let largest = units.iter().filter_map(&value_of).max().unwrap_or(0);
+    // The first CHART_ROWS units; the table above lists them all.
+    let shown = &units[..units.len().min(CHART_ROWS)];
+    let largest = shown.iter().filter_map(&value_of).max().unwrap_or(0);
     let bar_room = WIDTH - LABEL_WIDTH - VALUE_WIDTH - 2 * MARGIN;
-    let height = units.len() as u64 * ROW + 2 * MARGIN;
+    let height = shown.len() as u64 * ROW + 2 * MARGIN;
     let mut svg = format!(
         "<svg class=\"chart\" id=\"chart-{name}\" role=\"img\" viewBox=\"0 0 {WIDTH} {height}\" width=\"{WIDTH}\" height=\"{height}\">\n"
     );
-    for (row, unit) in units.iter().enumerate() {
+    for (row, unit) in shown.iter().enumerate() {
         let top = MARGIN + row as u64 * ROW;
         let middle = top + ROW / 2 + 4;
         let value = value_of(unit);
@@ -381,6 +411,13 @@ fn bar_chart(
         let _ = writeln!(svg, "<text class=\"value\" x=\"{}\" y=\"{middle}\">{text}</text></g>", bar_left + length + 6);
     }
     svg.push_str("</svg>\n");
+    if units.len() > shown.len() {
+        let _ = writeln!(
+            svg,
+            "<p class=\"more\">… {} more models, not charted (the table lists every model)</p>",
+            units.len() - shown.len()
+        );
+    }
     svg
 }
 
@@ -566,6 +603,33 @@ mod tests {
         assert!(page.contains("id=\"chart-metric-accuracy\""), "{page}");
         assert!(page.contains("<code>&lt;fr&gt;</code>"), "{page}");
         assert!(!html_page(&json!({"units": [{"model": "a", "status": "ok"}]})).contains("<h2>Metrics</h2>"));
+    }
+
+    #[test]
+    fn a_crafted_report_cannot_blow_the_page_up() {
+        // Many made-up metric names, each on many units: one chart per name
+        // and one row per unit in each made the page quadratic in the input.
+        let names: Vec<String> = (0..300).map(|i| format!("m{i}")).collect();
+        let units: Vec<Value> = (0..300)
+            .map(|u| {
+                let metrics: serde_json::Map<String, Value> = names.iter().map(|n| (n.clone(), json!(0.5))).collect();
+                json!({"model": format!("u{u}"), "status": "ok", "metrics": metrics})
+            })
+            .collect();
+        let report = json!({"units": units});
+        let input = report.to_string().len();
+        let page = html_page(&report);
+        assert!(page.len() < 20 * input, "{} bytes of HTML from {input} of JSON", page.len());
+        assert!(page.contains("300 other metric names"), "unknown names are counted, not charted");
+
+        // Known names are charted, and a chart has at most so many rows.
+        let units: Vec<Value> = (0..3000)
+            .map(|u| json!({"model": format!("u{u}"), "status": "ok", "metrics": {"accuracy": 0.5, "auc": 0.7}}))
+            .collect();
+        let page = html_page(&json!({"units": units}));
+        assert!(page.contains("id=\"chart-metric-accuracy\""));
+        assert_eq!(page.matches("<g><title>").count(), 4 * CHART_ROWS, "four charts of {CHART_ROWS} rows");
+        assert!(page.contains(&format!("… {} more models", 3000 - CHART_ROWS)), "the cut is said");
     }
 
     #[test]

@@ -3,10 +3,12 @@
 //! counts as done, so that a run killed at any moment can be resumed with
 //! nothing finished computed twice and nothing lost.
 //!
-//! A unit's key is a SHA-256 over the model (its id, its `saved_model.pb`,
-//! or `saved_model.pbtxt` where that is all it has, and every file under
-//! `variables/`, names and contents, symlinks followed to what they name, as
-//! DVC and Hugging Face caches lay weights out), its inputs (including its
+//! A unit's key is a SHA-256 over the model (its id and every entry of its
+//! SavedModel tree, sorted: `saved_model.pb`/`.pbtxt`, `variables/`,
+//! `assets/`, `assets.extra/`, `fingerprint.pb`, names and contents; below
+//! the model's folder no link is followed, a link is keyed by the path it
+//! names, which for DVC's and Hugging Face's content-addressed blobs changes
+//! with the weights, and a FIFO or device by its kind, unread), its inputs (including its
 //! own `--inputs-dir` files), the settings that change the result
 //! (signature, tags, batch size, libraries, `--expect` with its golden files
 //! for the model, `--rtol`, `--atol`) and the runtime: the SHA-256 of the
@@ -23,6 +25,10 @@
 //! to keep lines small. A torn last line (no newline: a kill in the middle
 //! of a write) is ignored and cut off before the next append; any other line
 //! that is not a record with a key is an error naming the journal and line.
+//! A resumed record keeps nothing the current run knows better: its model
+//! and path are the run's, and a status outside the closed set runs the
+//! unit again ([`resumed_record`]). A journal that is a symbolic link is
+//! refused, neither read nor appended to.
 
 use isorun_engine::Model;
 use serde_json::Value;
@@ -45,8 +51,19 @@ impl Journal {
     /// Opens (or creates) the journal for appending; a torn last line is cut
     /// off first, so the next record starts a line of its own.
     pub fn open(path: &Path, keep_values: bool) -> Result<Journal, String> {
-        let error = |e: io::Error| format!("--journal {}: cannot open for appending: {e}", path.display());
-        let mut file = OpenOptions::new().create(true).read(true).append(true).open(path).map_err(error)?;
+        use std::os::unix::fs::OpenOptionsExt;
+        let error = |e: io::Error| open_error(path, "open for appending", e);
+        let mut file = OpenOptions::new()
+            .create(true)
+            .read(true)
+            .append(true)
+            .mode(0o666)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY)
+            .open(path)
+            .map_err(error)?;
+        if !file.metadata().map_err(error)?.file_type().is_file() {
+            return Err(format!("--journal {}: not a regular file", path.display()));
+        }
         let complete = complete_length(&mut file).map_err(error)?;
         if complete < file.metadata().map_err(error)?.len() {
             file.set_len(complete).and_then(|()| file.sync_data()).map_err(error)?;
@@ -102,10 +119,11 @@ fn complete_length(file: &mut File) -> io::Result<u64> {
 /// write, is ignored; any other line that is not a JSON record with a key
 /// is an error naming the line.
 pub fn read_journal(path: &Path) -> Result<HashMap<String, Value>, String> {
-    let text = match std::fs::read(path) {
-        Ok(text) => text,
+    let mut text = Vec::new();
+    match open_regular(path, true).and_then(|mut file| file.read_to_end(&mut text)) {
+        Ok(_) => {}
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(HashMap::new()),
-        Err(e) => return Err(format!("--journal {}: cannot read: {e}", path.display())),
+        Err(e) => return Err(open_error(path, "read", e)),
     };
     let mut records = HashMap::new();
     let mut lines = text.split_inclusive(|&b| b == b'\n').enumerate().peekable();
@@ -135,6 +153,40 @@ pub fn read_journal(path: &Path) -> Result<HashMap<String, Value>, String> {
         }
     }
     Ok(records)
+}
+
+/// A journal's record of `model`, as a resumed run prints it, or `None`
+/// when the record cannot be one (the unit then runs again). The journal is
+/// a file anyone who can write its folder may edit: its `model` and `path`
+/// are taken from the current run (an edited `"model"` made one model's
+/// record appear twice and hid the real one), and its `status` must be one
+/// of the closed set a finished unit ends with.
+pub fn resumed_record(mut record: Value, model: &Model) -> Option<Value> {
+    let status = record.get("status")?.as_str()?;
+    // `not_run` is never journaled: a unit not run to its end is not done.
+    if status == "not_run" || !isorun_engine::STATUSES.contains(&status) {
+        return None;
+    }
+    let fields = record.as_object_mut()?;
+    fields.insert("model".into(), Value::String(model.id.clone()));
+    fields.insert("path".into(), Value::String(model.path.to_string_lossy().into_owned()));
+    fields.insert("resumed".into(), Value::Bool(true));
+    Some(record)
+}
+
+/// Why the journal at `path` cannot be opened: a symbolic link (`O_NOFOLLOW`
+/// gives `ELOOP`) is said as such. A journal in a shared folder could be
+/// planted as a link to a file of the user's, which appending (and cutting a
+/// torn last line off) would damage.
+fn open_error(path: &Path, doing: &str, e: io::Error) -> String {
+    if e.raw_os_error() == Some(libc::ELOOP) {
+        format!(
+            "--journal {}: is a symbolic link; isorun does not {doing} through one (name the file itself)",
+            path.display()
+        )
+    } else {
+        format!("--journal {}: cannot {doing}: {e}", path.display())
+    }
 }
 
 /// What, besides the model, decides a unit's result.
@@ -168,7 +220,7 @@ pub fn runtime_identity(worker: &Path, version: &Result<String, String>) -> Resu
 /// The key of one unit.
 pub fn unit_key(model: &Model, parts: &KeyParts) -> io::Result<String> {
     let mut hasher = Sha256::new();
-    hasher.update(b"isorun journal key v2\0");
+    hasher.update(b"isorun journal key v3\0");
     // Two models with the same files are still two units.
     hasher.update(model.id.as_bytes());
     hasher.update([0]);
@@ -177,17 +229,11 @@ pub fn unit_key(model: &Model, parts: &KeyParts) -> io::Result<String> {
     hasher.update(parts.runtime.as_bytes());
     hasher.update([0]);
     hasher.update(parts.inputs);
-    let binary = model.path.join("saved_model.pb");
     if model.format.is_keras_file() {
         // A Keras file: its own bytes (its export is a function of them and the settings).
         hash_file(&mut hasher, &model.path, "keras file")?;
-    } else if binary.exists() {
-        hash_file(&mut hasher, &binary, "saved_model.pb")?;
     } else {
-        hash_file(&mut hasher, &model.path.join("saved_model.pbtxt"), "saved_model.pbtxt")?;
-    }
-    if !model.format.is_keras_file() {
-        hash_tree(&mut hasher, &model.path.join("variables"), "variables")?;
+        hash_model_tree(&mut hasher, &model.path)?;
     }
     if let Some(dir) = parts.inputs_dir {
         hash_tree(&mut hasher, &dir.join(&model.id), "inputs")?;
@@ -202,9 +248,93 @@ pub fn unit_key(model: &Model, parts: &KeyParts) -> io::Result<String> {
 }
 
 fn hash_file(hasher: &mut Sha256, path: &Path, name: &str) -> io::Result<()> {
-    let mut file = File::open(path)?;
+    let file = open_regular(path, false)?;
     hasher.update(name.as_bytes());
     hasher.update([0]);
+    hash_contents(hasher, file)
+}
+
+/// Opens `path` for reading if it is a regular file, and refuses anything
+/// else before reading a byte: a FIFO (opened without blocking, so a FIFO
+/// nobody writes cannot hang the supervisor), a device (`/dev/zero` would be
+/// read forever), a socket. With `no_follow`, a symbolic link is refused too
+/// (`O_NOFOLLOW`), closing the gap between listing a folder and opening.
+fn open_regular(path: &Path, no_follow: bool) -> io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let flags = libc::O_NONBLOCK | libc::O_NOCTTY | if no_follow { libc::O_NOFOLLOW } else { 0 };
+    let file = OpenOptions::new().read(true).custom_flags(flags).open(path)?;
+    if !file.metadata()?.file_type().is_file() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{}: not a regular file; isorun does not read it", path.display()),
+        ));
+    }
+    Ok(file)
+}
+
+/// Every entry of a SavedModel's tree (`saved_model.pb` or `.pbtxt`,
+/// `variables/`, `assets/`, `assets.extra/`, `fingerprint.pb`, anything
+/// else beside them: a lookup table's `assets/vocab.txt` changes results as
+/// much as a weight does), sorted by relative path so the key does not
+/// depend on the order the file system lists them in. The model's own
+/// folder is the user's choice and may be a link; below it nothing is
+/// followed: a symbolic link is keyed by the path it names (its text) and a
+/// FIFO, socket or device by its kind, none of them read. A link cannot
+/// send the supervisor out of the tree (a link to `/` walked the whole disk,
+/// one to a FIFO hung it), and content-addressed caches (Hugging Face's
+/// `blobs/<sha256>`, DVC's `cache/<md5>`) still get a new key with new
+/// weights, since the link then names another blob.
+fn hash_model_tree(hasher: &mut Sha256, root: &Path) -> io::Result<()> {
+    let mut entries: Vec<(PathBuf, std::fs::FileType)> = Vec::new();
+    // An explicit stack: a hostile tree may be deep.
+    let mut folders = vec![PathBuf::new()];
+    while let Some(relative) = folders.pop() {
+        let folder = root.join(&relative);
+        let listing =
+            std::fs::read_dir(&folder).map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", folder.display())))?;
+        for entry in listing {
+            let entry = entry?;
+            // `file_type` does not follow links.
+            let kind = entry.file_type()?;
+            let path = relative.join(entry.file_name());
+            if kind.is_dir() {
+                folders.push(path.clone());
+            }
+            entries.push((path, kind));
+        }
+    }
+    entries.sort_by(|a, b| a.0.as_os_str().as_encoded_bytes().cmp(b.0.as_os_str().as_encoded_bytes()));
+    hasher.update(b"saved model tree\0");
+    for (relative, kind) in entries {
+        let name = relative.as_os_str().as_encoded_bytes();
+        let tag: &[u8] = if kind.is_dir() {
+            b"folder"
+        } else if kind.is_file() {
+            b"file"
+        } else if kind.is_symlink() {
+            b"link"
+        } else {
+            b"special"
+        };
+        hasher.update(tag);
+        hasher.update([0]);
+        hasher.update((name.len() as u64).to_le_bytes());
+        hasher.update(name);
+        let path = root.join(&relative);
+        if kind.is_file() {
+            hash_contents(hasher, open_regular(&path, true)?)?;
+        } else if kind.is_symlink() {
+            let target = std::fs::read_link(&path)?;
+            let target = target.as_os_str().as_encoded_bytes();
+            hasher.update((target.len() as u64).to_le_bytes());
+            hasher.update(target);
+        }
+    }
+    Ok(())
+}
+
+/// A file's length and bytes.
+fn hash_contents(hasher: &mut Sha256, mut file: File) -> io::Result<()> {
     hasher.update(file.metadata()?.len().to_le_bytes());
     let mut buffer = vec![0u8; 1 << 20];
     loop {
@@ -317,24 +447,25 @@ mod tests {
     }
 
     #[test]
-    fn weights_reached_through_symlinks_are_hashed_and_loops_end() {
+    fn links_in_the_tree_are_keyed_by_what_they_name_and_not_followed() {
         let tmp = tempfile::tempdir().unwrap();
         let model = model(tmp.path());
-        let cache = tmp.path().join("cache");
-        std::fs::create_dir_all(cache.join("blobs")).unwrap();
-        std::fs::write(cache.join("blob"), b"linked weights").unwrap();
-        std::fs::write(cache.join("blobs/shard"), b"shard").unwrap();
+        let blobs = tmp.path().join("blobs");
+        std::fs::create_dir_all(&blobs).unwrap();
+        std::fs::write(blobs.join("sha-1"), b"linked weights").unwrap();
+        std::fs::write(blobs.join("sha-2"), b"new weights").unwrap();
         let variables = model.path.join("variables");
-        std::os::unix::fs::symlink(cache.join("blob"), variables.join("variables.index")).unwrap();
-        std::os::unix::fs::symlink(cache.join("blobs"), variables.join("more")).unwrap();
-        // A loop: a folder that links to its own parent.
+        std::os::unix::fs::symlink(blobs.join("sha-1"), variables.join("variables.index")).unwrap();
+        // A loop (a folder that links to its own parent) is not entered.
         std::os::unix::fs::symlink(&variables, variables.join("more-loop")).unwrap();
         let first = unit_key(&model, &parts()).unwrap();
-        std::fs::write(cache.join("blob"), b"changed weights").unwrap();
+        // A content-addressed cache: new weights are another blob, another link.
+        std::fs::remove_file(variables.join("variables.index")).unwrap();
+        std::os::unix::fs::symlink(blobs.join("sha-2"), variables.join("variables.index")).unwrap();
         let second = unit_key(&model, &parts()).unwrap();
-        assert_ne!(first, second, "a symlinked file's new contents make a new key");
-        std::fs::write(cache.join("blobs/shard"), b"changed shard").unwrap();
-        assert_ne!(second, unit_key(&model, &parts()).unwrap(), "so do a symlinked folder's");
+        assert_ne!(first, second, "a link that names another blob, a new key");
+        std::fs::write(blobs.join("sha-2"), b"edited in place").unwrap();
+        assert_eq!(second, unit_key(&model, &parts()).unwrap(), "what a link points to is not read");
     }
 
     #[test]
@@ -393,6 +524,96 @@ mod tests {
             Journal::open(&journal_path, keep).unwrap().append("k", &record).unwrap();
             let records = read_journal(&journal_path).unwrap();
             assert_eq!(records["k"]["outputs"]["y"].get("values").is_some(), keep);
+        }
+    }
+
+    #[test]
+    fn every_file_of_the_saved_model_is_part_of_the_key() {
+        let tmp = tempfile::tempdir().unwrap();
+        let model = model(tmp.path());
+        for (file, contents) in [
+            ("assets/vocab.txt", "a\nb\n"),
+            ("assets/nested/table.tsv", "x\t1\n"),
+            ("assets.extra/tf_serving_warmup_requests", "warm"),
+            ("fingerprint.pb", "fp"),
+            ("keras_metadata.pb", "meta"),
+        ] {
+            let path = model.path.join(file);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(&path, contents).unwrap();
+            let before = unit_key(&model, &parts()).unwrap();
+            std::fs::write(&path, format!("{contents} edited")).unwrap();
+            assert_ne!(before, unit_key(&model, &parts()).unwrap(), "{file} edited, a new key");
+        }
+        // A file moved within the tree is another tree.
+        let before = unit_key(&model, &parts()).unwrap();
+        std::fs::rename(model.path.join("assets/vocab.txt"), model.path.join("assets/vocab2.txt")).unwrap();
+        assert_ne!(before, unit_key(&model, &parts()).unwrap(), "a renamed asset, a new key");
+    }
+
+    #[test]
+    fn hashing_reads_no_device_or_fifo_and_follows_no_link_out_of_the_tree() {
+        let tmp = tempfile::tempdir().unwrap();
+        let model = model(tmp.path());
+        let assets = model.path.join("assets");
+        std::fs::create_dir_all(&assets).unwrap();
+        // A FIFO nobody writes would block the open (or the read) forever;
+        // /dev/zero would be read forever; a link to / walks the whole disk.
+        let fifo = std::ffi::CString::new(assets.join("fifo").as_os_str().as_encoded_bytes()).unwrap();
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+        std::os::unix::fs::symlink("/dev/zero", assets.join("zero")).unwrap();
+        std::os::unix::fs::symlink("/", model.path.join("variables/root")).unwrap();
+        let (sender, receiver) = std::sync::mpsc::channel();
+        let for_thread = model.clone();
+        std::thread::spawn(move || sender.send(unit_key(&for_thread, &parts()).map_err(|e| e.to_string())));
+        let key = receiver
+            .recv_timeout(std::time::Duration::from_secs(20))
+            .expect("hashing the model ends (no FIFO, device or / read)");
+        let first = key.expect("the FIFO and the links are keyed, not read");
+        // What a link names is keyed; what it points to is not read.
+        std::fs::remove_file(assets.join("zero")).unwrap();
+        std::os::unix::fs::symlink("/dev/null", assets.join("zero")).unwrap();
+        assert_ne!(first, unit_key(&model, &parts()).unwrap(), "a link that names another file, a new key");
+    }
+
+    #[test]
+    fn a_keras_file_that_is_not_a_regular_file_is_refused_unread() {
+        let tmp = tempfile::tempdir().unwrap();
+        let fifo = tmp.path().join("model.keras");
+        let name = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+        assert_eq!(unsafe { libc::mkfifo(name.as_ptr(), 0o600) }, 0);
+        let model = Model { id: "model.keras".into(), path: fifo, format: isorun_engine::ModelFormat::Keras };
+        let error = unit_key(&model, &parts()).unwrap_err().to_string();
+        assert!(error.contains("not a regular file"), "{error}");
+    }
+
+    #[test]
+    fn a_journal_planted_as_a_link_is_neither_read_nor_written_through() {
+        let tmp = tempfile::tempdir().unwrap();
+        let victim = tmp.path().join("victim");
+        std::fs::write(&victim, "line one\nno newline at the end").unwrap();
+        let journal_path = tmp.path().join("journal.jsonl");
+        std::os::unix::fs::symlink(&victim, &journal_path).unwrap();
+        let error = Journal::open(&journal_path, false).err().expect("a linked journal is refused");
+        assert!(error.contains("symbolic link"), "{error}");
+        assert!(read_journal(&journal_path).unwrap_err().contains("symbolic link"));
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "line one\nno newline at the end");
+    }
+
+    #[test]
+    fn a_resumed_record_is_the_current_run_s_model_with_a_known_status() {
+        let tmp = tempfile::tempdir().unwrap();
+        let model = model(tmp.path());
+        // An edited line: another model's name and path, to duplicate its row and hide this one.
+        let edited = serde_json::json!({"model": "other", "path": "/elsewhere", "status": "ok", "wall_ms": 5});
+        let record = resumed_record(edited, &model).expect("a known status is resumed");
+        assert_eq!(record["model"], "m");
+        assert_eq!(record["path"], model.path.to_string_lossy().as_ref());
+        assert_eq!(record["resumed"], true);
+        assert_eq!(record["wall_ms"], 5);
+        for status in [serde_json::json!("fine"), serde_json::json!(1), serde_json::json!("not_run"), Value::Null] {
+            let forged = serde_json::json!({"model": "m", "status": status});
+            assert!(resumed_record(forged, &model).is_none(), "status {status} runs again");
         }
     }
 }

@@ -37,7 +37,12 @@ pub fn junit_xml(report: &Value) -> Result<String, quick_junit::SerializeError> 
         junit.set_time(Duration::from_millis(wall_ms));
     }
     junit.add_test_suite(suite);
-    junit.to_string()
+    // quick-junit drops the C0 controls XML forbids but not U+FFFE and
+    // U+FFFF, which XML forbids too (they are outside its `Char`
+    // production): one in a model's name or message made the whole file
+    // unreadable to CI. They cannot appear in XML at all, so removing them
+    // from the document removes them from every field, present and future.
+    Ok(junit.to_string()?.replace(['\u{fffe}', '\u{ffff}'], ""))
 }
 
 /// `isorun`, or `isorun shard 1/4` for a shard's report.
@@ -214,5 +219,22 @@ mod tests {
             xml.contains(r#"<failure message="below threshold: accuracy&gt;=0.9 not met: 0.5" type="below_threshold""#),
             "{xml}"
         );
+    }
+
+    #[test]
+    fn noncharacters_in_a_name_or_message_leave_the_xml_well_formed() {
+        let report = json!({
+            "units": [
+                {"model": "a\u{fffe}b\u{ffff}", "status": "crashed",
+                 "error": {"kind": "crashed", "message": "bad \u{ffff} message \u{1b}[31m \u{fdd0}"},
+                 "stderr_tail": ["tail \u{fffe}", "\u{1fffe} more"]},
+                {"model": "ok\u{ffff}", "status": "ok", "metrics": {"accuracy\u{fffe}": 0.5}}
+            ]
+        });
+        let xml = junit_xml(&report).unwrap();
+        let document = roxmltree::Document::parse(&xml).unwrap_or_else(|e| panic!("{e}: {xml}"));
+        let names: Vec<&str> =
+            document.descendants().filter(|n| n.has_tag_name("testcase")).filter_map(|n| n.attribute("name")).collect();
+        assert_eq!(names, ["ab", "ok"]);
     }
 }

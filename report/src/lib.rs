@@ -19,12 +19,13 @@ mod junit;
 mod merge;
 pub mod record;
 pub mod shard;
+pub mod text;
 mod timestamp;
 mod unit;
 
 pub use diff::{diff, Finding, Thresholds};
 pub use document::{build, summary, RunInfo, OLDEST_SCHEMA_VERSION, SCHEMA_VERSION};
-pub use files::{read_report, write_files};
+pub use files::{read_report, write_file_atomically, write_files};
 pub use html::{escape_html, html_page};
 pub use junit::junit_xml;
 pub use merge::{merge, merge_with_models, read_model_list};
@@ -53,6 +54,8 @@ pub enum ReportError {
     SchemaVersion { path: PathBuf, found: String },
     #[error("model {model} is in two reports: {} and {}", first.display(), second.display())]
     DuplicateModel { model: String, first: PathBuf, second: PathBuf },
+    #[error("model {model} is in the {which} report twice")]
+    TwiceInReport { model: String, which: &'static str },
     #[error("no report to merge")]
     NothingToMerge,
     #[error("{}: not a model list (the models.json of isorun slurm submit): {what}", path.display())]

@@ -12,7 +12,7 @@ use isorun_engine::{
     Sinks, STATUSES,
 };
 use isorun_protocol::{exit_code, Outcome};
-use isorun_report::journal::{read_journal, runtime_identity, unit_key, Journal, KeyParts};
+use isorun_report::journal::{read_journal, resumed_record, runtime_identity, unit_key, Journal, KeyParts};
 use isorun_report::record::unit_record;
 use isorun_report::{build as build_report, write_files as write_report_files, RunInfo};
 use serde_json::Value;
@@ -51,7 +51,7 @@ pub struct Plan<'a> {
 /// The models of a run: discovered, `--latest-version`, `--shard`.
 pub fn discover_models(args: &RunArgs) -> Result<Vec<Model>, String> {
     let mut models =
-        discover(&args.models, &mut |warning| eprintln!("isorun: warning: {warning}")).map_err(|e| with_causes(&e))?;
+        discover(&args.models, &mut |warning| crate::support::warn(warning)).map_err(|e| with_causes(&e))?;
     if args.latest_version {
         models = latest_versions(models);
     }
@@ -116,8 +116,8 @@ pub fn execute(plan: Plan) -> Result<i32, String> {
         if args.resume {
             let done = read_journal(path)?;
             for (index, key) in keys.iter().enumerate() {
-                if let Some(mut record) = key.as_ref().and_then(|k| done.get(k)).cloned() {
-                    record["resumed"] = Value::Bool(true);
+                let record = key.as_ref().and_then(|k| done.get(k)).cloned();
+                if let Some(record) = record.and_then(|record| resumed_record(record, &models[index])) {
                     resumed.insert(index, record);
                 }
             }
@@ -180,7 +180,7 @@ pub fn execute(plan: Plan) -> Result<i32, String> {
         bar.finish_and_clear();
     }
     if let Some(e) = &journal_error {
-        eprintln!("isorun: error: {e}");
+        crate::support::print_error(e);
     }
 
     let records = printer.records;
@@ -198,7 +198,7 @@ pub fn execute(plan: Plan) -> Result<i32, String> {
             .map_err(|e| with_causes(&e))
         {
             // The work is done and its records printed: a lost report fails the run, not its usage.
-            eprintln!("isorun: error: {e}");
+            crate::support::print_error(e);
             report_failed = true;
         }
     }

@@ -27,7 +27,7 @@ fn main() {
     let args = match config::expand_command_line(std::env::args_os().collect()) {
         Ok(args) => args,
         Err(e) => {
-            eprintln!("isorun: error: {}", support::with_causes(&e));
+            support::print_error(support::with_causes(&e));
             std::process::exit(isorun_protocol::exit_code::USAGE);
         }
     };
@@ -48,7 +48,7 @@ fn main() {
     let code = match commands::dispatch(cli) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("isorun: error: {e}");
+            crate::support::print_error(e);
             isorun_protocol::exit_code::USAGE
         }
     };

@@ -1,10 +1,13 @@
 //! What `run` shows as it goes: records in model order as JSON Lines or a
-//! table, a progress bar on a terminal, and the `--summary` table.
+//! table, a progress bar on a terminal, and the `--summary` table. Every
+//! string of a record but the JSON lines passes `text::one_line`: ids,
+//! statuses, messages and output names are the model's to choose.
 
 use crate::cli::Format;
 use crate::support::own_peak_rss;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use isorun_engine::Model;
+use isorun_report::text::one_line;
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{self, Write};
@@ -44,7 +47,7 @@ pub struct Printer<'a> {
 
 impl<'a> Printer<'a> {
     pub fn new(models: &'a [Model], format: Format, bar: Option<ProgressBar>, fail_on: Vec<String>) -> Printer<'a> {
-        let id_width = models.iter().map(|m| m.id.len()).max().unwrap_or(5).clamp(5, 60);
+        let id_width = models.iter().map(|m| one_line(&m.id).chars().count()).max().unwrap_or(5).clamp(5, 60);
         Printer {
             models,
             format,
@@ -68,7 +71,7 @@ impl<'a> Printer<'a> {
 
     fn update_bar(&self) {
         if let Some(bar) = &self.bar {
-            let running: Vec<&str> = self.running.iter().take(3).map(|&i| self.models[i].id.as_str()).collect();
+            let running: Vec<_> = self.running.iter().take(3).map(|&i| one_line(&self.models[i].id)).collect();
             let more = self.running.len().saturating_sub(running.len());
             let more = if more > 0 { format!(" +{more}") } else { String::new() };
             bar.set_message(format!("{} failed · running: {}{more}", self.failures, running.join(", ")));
@@ -138,8 +141,8 @@ impl<'a> Printer<'a> {
         let detail = match record.get("outputs").and_then(Value::as_object) {
             _ if metrics.is_some() => {
                 let metrics = metrics.into_iter().flatten().map(|(name, value)| match value.as_f64() {
-                    Some(x) => format!("{name} {x:.4}"),
-                    None => format!("{name} {value}"),
+                    Some(x) => format!("{} {x:.4}", one_line(name)),
+                    None => format!("{} {value}", one_line(name)),
                 });
                 std::iter::once(format!("{} examples", record["examples"].as_u64().unwrap_or(0)))
                     .chain(metrics)
@@ -151,25 +154,28 @@ impl<'a> Printer<'a> {
                 .map(|(name, o)| {
                     let dims: Vec<String> =
                         o["shape"].as_array().into_iter().flatten().map(|d| d.to_string()).collect();
-                    format!("{name} {}[{}]", o["dtype"].as_str().unwrap_or("?"), dims.join(", "))
+                    format!("{} {}[{}]", one_line(name), one_line(o["dtype"].as_str().unwrap_or("?")), dims.join(", "))
                 })
                 .collect::<Vec<_>>()
                 .join(", "),
             None => {
                 let text = record["error"]["message"].as_str().unwrap_or("");
                 let first = text.lines().next().unwrap_or("");
-                if first.chars().count() > 100 {
+                let first = if first.chars().count() > 100 {
                     format!("{}...", first.chars().take(100).collect::<String>())
                 } else {
                     first.to_string()
-                }
+                };
+                // `lines` split at `\n` only: a lone `\r` (or an escape
+                // sequence) is still there, and must not rewrite the row.
+                one_line(&first).into_owned()
             }
         };
         let resumed = if record["resumed"] == true { " (resumed)" } else { "" };
         format!(
             "{header}{:<w$}  {:<14}  {:>6.2} s  {:>9}  {detail}{resumed}",
-            record["model"].as_str().unwrap_or("?"),
-            record["status"].as_str().unwrap_or("?"),
+            one_line(record["model"].as_str().unwrap_or("?")),
+            one_line(record["status"].as_str().unwrap_or("?")),
             record["wall_ms"].as_u64().unwrap_or(0) as f64 / 1000.0,
             mib(record["peak_rss_bytes"].as_u64()),
             w = self.id_width
@@ -183,15 +189,27 @@ fn mib(bytes: Option<u64>) -> String {
 
 /// The `--summary` table, on stderr.
 pub fn print_summary(records: &[Value], elapsed: Duration) {
-    let width = records.iter().filter_map(|r| r["model"].as_str()).map(str::len).max().unwrap_or(5).max(5);
-    let mut err = io::stderr().lock();
+    let _ = io::stderr().lock().write_all(summary_text(records, elapsed).as_bytes());
+}
+
+/// The `--summary` table's text.
+fn summary_text(records: &[Value], elapsed: Duration) -> String {
+    use std::fmt::Write as _;
+    let width = records
+        .iter()
+        .filter_map(|r| r["model"].as_str())
+        .map(|m| one_line(m).chars().count())
+        .max()
+        .unwrap_or(5)
+        .max(5);
+    let mut err = String::new();
     let _ = writeln!(err, "\n{:<width$}  {:<14}  {:>9}  {:>12}", "model", "status", "time", "worker peak");
     for r in records {
         let _ = writeln!(
             err,
             "{:<width$}  {:<14}  {:>7.2} s  {:>12}",
-            r["model"].as_str().unwrap_or("?"),
-            r["status"].as_str().unwrap_or("?"),
+            one_line(r["model"].as_str().unwrap_or("?")),
+            one_line(r["status"].as_str().unwrap_or("?")),
             r["wall_ms"].as_u64().unwrap_or(0) as f64 / 1000.0,
             mib(r["peak_rss_bytes"].as_u64())
         );
@@ -206,7 +224,46 @@ pub fn print_summary(records: &[Value], elapsed: Duration) {
         mib(own_peak_rss())
     );
     for r in records.iter().filter(|r| r["status"] != "ok") {
-        let _ =
-            writeln!(err, "  {}: {}", r["model"].as_str().unwrap_or("?"), r["error"]["message"].as_str().unwrap_or(""));
+        let _ = writeln!(
+            err,
+            "  {}: {}",
+            one_line(r["model"].as_str().unwrap_or("?")),
+            one_line(r["error"]["message"].as_str().unwrap_or(""))
+        );
+    }
+    err
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    const FORGED: &str = "\r\x1b[2Kfake  ok  0.02 s  70 MiB\x1b[8m";
+
+    fn assert_no_control_characters(text: &str) {
+        let bad: Vec<char> = text.chars().filter(|c| c.is_control() && *c != '\n').collect();
+        assert!(bad.is_empty(), "control characters {bad:?} in {text:?}");
+    }
+
+    #[test]
+    fn a_model_s_text_cannot_forge_a_table_row_or_the_summary() {
+        let models = [Model::saved_model("evil\x1b]0;title\x07", "/models/evil")];
+        let printer = Printer::new(&models, Format::Table, None, Vec::new());
+        let record = json!({"model": models[0].id, "status": "error", "wall_ms": 20,
+                            "error": {"kind": "error", "message": FORGED}});
+        let row = printer.table_row(&record);
+        assert_no_control_characters(&row);
+        assert_eq!(row.lines().count(), 2, "a header and one row: {row}");
+        assert!(row.contains("\\r\\x1b[2Kfake"), "{row}");
+        let ok = json!({"model": "m", "status": "ok", "wall_ms": 20,
+        "outputs": {"y\n\x1b[31m": {"dtype": "float32", "shape": [1]}},
+        });
+        assert_no_control_characters(&printer.table_row(&ok));
+
+        let message = json!({"model": "two\nlines", "status": "error", "error": {"message": "one\nforged: ok"}});
+        let summary = summary_text(&[record, message], Duration::from_secs(1));
+        assert_no_control_characters(&summary);
+        assert!(summary.contains("two\\nlines") && summary.contains("one\\nforged: ok"), "{summary}");
     }
 }

@@ -3,9 +3,23 @@
 //! from flags, the signal thread, the supervisor's own memory.
 
 use isorun_engine::CancelToken;
+use isorun_report::text::lines;
 use std::io::{self, Write};
 use std::sync::Arc;
 use std::time::Duration;
+
+/// `isorun: warning: MESSAGE` on stderr. Warnings quote folder names and
+/// workers' stderr: the message passes `text::lines`, so an escape sequence
+/// or carriage return in it reaches the terminal as visible text.
+pub fn warn(message: impl std::fmt::Display) {
+    let _ = writeln!(io::stderr(), "isorun: warning: {}", lines(&message.to_string()));
+}
+
+/// `isorun: error: MESSAGE` on stderr, escaped as [`warn`]'s message is
+/// (errors name models, paths and what workers said).
+pub fn print_error(message: impl std::fmt::Display) {
+    let _ = writeln!(io::stderr(), "isorun: error: {}", lines(&message.to_string()));
+}
 
 /// An error and its causes, as one line: `file.npy: cannot read: No such file or directory`.
 /// A cause whose text the message already ends with is not repeated.

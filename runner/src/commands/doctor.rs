@@ -91,7 +91,8 @@ pub fn main(args: &DoctorArgs) -> Result<i32, String> {
         slurm_check(),
     ];
     let mut stdout = std::io::stdout().lock();
-    match stdout.write_all(report(&checks).as_bytes()).and_then(|()| stdout.flush()) {
+    // What the checks quote (a worker's --version output, paths) is escaped.
+    match stdout.write_all(isorun_report::text::lines(&report(&checks)).as_bytes()).and_then(|()| stdout.flush()) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {}
         Err(e) => return Err(format!("cannot write to stdout: {e}")),

@@ -8,6 +8,7 @@
 use crate::cli::InspectArgs;
 use isorun_engine::keras::files::{self, KerasFileError, KerasInfo};
 use isorun_engine::ModelFormat;
+use isorun_report::text::one_line;
 use isorun_tfproto::proto::{MetaGraphDef, SignatureDef, TensorInfo};
 use isorun_tfproto::{read_saved_model, SavedModelError};
 use serde_json::{json, Map, Value};
@@ -127,10 +128,10 @@ fn keras_text(path: &Path, format: ModelFormat, info: &KerasInfo, json: bool) ->
     }
     let mut text = format!(
         "{} ({} file, {}, saved by Keras {})\n  inputs:\n",
-        path.display(),
+        one_line(&path.to_string_lossy()),
         format.name(),
-        if info.class_name.is_empty() { "model" } else { &info.class_name },
-        info.keras_version.as_deref().unwrap_or("?")
+        if info.class_name.is_empty() { "model".into() } else { one_line(&info.class_name) },
+        one_line(info.keras_version.as_deref().unwrap_or("?"))
     );
     for t in &info.inputs {
         let dims = match &t.shape {
@@ -142,11 +143,11 @@ fn keras_text(path: &Path, format: ModelFormat, info: &KerasInfo, json: bool) ->
             }
             None => "unknown rank".into(),
         };
-        text.push_str(&format!("    {}: {} {dims}\n", t.name, t.dtype.map_or("?", |d| d.name())));
+        text.push_str(&format!("    {}: {} {dims}\n", one_line(&t.name), t.dtype.map_or("?", |d| d.name())));
     }
     text.push_str("  outputs:\n");
     for name in &info.outputs {
-        text.push_str(&format!("    {name}\n"));
+        text.push_str(&format!("    {}\n", one_line(name)));
     }
     text
 }
@@ -277,9 +278,10 @@ fn tensors_json(tensors: &[TensorView]) -> Value {
 /// The text form: the path, then each meta graph with its signatures, each
 /// input and output on a line with names and dtypes in aligned columns.
 pub fn to_text(inspection: &Inspection) -> String {
-    let mut text = format!("{}\n", inspection.path.display());
+    let mut text = format!("{}\n", one_line(&inspection.path.to_string_lossy()));
     for graph in &inspection.meta_graphs {
-        text.push_str(&format!("meta graph [{}]\n", graph.tags.join(", ")));
+        let tags: Vec<_> = graph.tags.iter().map(|tag| one_line(tag)).collect();
+        text.push_str(&format!("meta graph [{}]\n", tags.join(", ")));
         if graph.signatures.is_empty() {
             text.push_str("  no signatures\n");
         }
@@ -292,8 +294,8 @@ pub fn to_text(inspection: &Inspection) -> String {
 
 fn signature_text(signature: &SignatureView) -> String {
     let mut text = match signature.method.as_str() {
-        "" => format!("  signature {}\n", signature.key),
-        method => format!("  signature {} ({method})\n", signature.key),
+        "" => format!("  signature {}\n", one_line(&signature.key)),
+        method => format!("  signature {} ({})\n", one_line(&signature.key), one_line(method)),
     };
     text.push_str(&tensors_text("inputs", &signature.inputs));
     text.push_str(&tensors_text("outputs", &signature.outputs));
@@ -304,16 +306,12 @@ fn tensors_text(heading: &str, tensors: &[TensorView]) -> String {
     if tensors.is_empty() {
         return format!("    {heading}: none\n");
     }
-    let name_width = tensors.iter().map(|t| t.name.chars().count()).max().unwrap_or(0);
-    let dtype_width = tensors.iter().map(|t| t.dtype.chars().count()).max().unwrap_or(0);
+    let shown: Vec<_> = tensors.iter().map(|t| (one_line(&t.name), one_line(&t.dtype), &t.shape)).collect();
+    let name_width = shown.iter().map(|(name, _, _)| name.chars().count()).max().unwrap_or(0);
+    let dtype_width = shown.iter().map(|(_, dtype, _)| dtype.chars().count()).max().unwrap_or(0);
     let mut text = format!("    {heading}:\n");
-    for tensor in tensors {
-        text.push_str(&format!(
-            "      {:name_width$}  {:dtype_width$}  {}\n",
-            tensor.name,
-            tensor.dtype,
-            shape_text(&tensor.shape)
-        ));
+    for (name, dtype, shape) in &shown {
+        text.push_str(&format!("      {name:name_width$}  {dtype:dtype_width$}  {}\n", shape_text(shape)));
     }
     text
 }
@@ -384,5 +382,22 @@ mod tests {
         assert!(json["signatures"]["gpu"].get("method").is_none());
         assert_eq!(to_json(&inspection(), &tags(&["serve"]))["signatures"]["cpu"]["method"], "predict");
         assert!(to_json(&inspection(), &tags(&["gpu"])).get("signatures").is_none());
+    }
+
+    #[test]
+    fn names_from_the_model_cannot_forge_lines_or_escape_sequences() {
+        let mut inspection = inspection();
+        inspection.path = PathBuf::from("/models/m\x1b]0;title\x07");
+        let signature = &mut inspection.meta_graphs[0].signatures[0];
+        signature.key = "cpu\n  signature forged".into();
+        signature.method = "\r\x1b[2K".into();
+        signature.inputs[0].name = "images\u{9b}31m".into();
+        signature.outputs[0].dtype = "a\tb".into();
+        inspection.meta_graphs[0].tags = vec!["serve\x1b[8m".into()];
+        let text = to_text(&inspection);
+        let bad: Vec<char> = text.chars().filter(|c| c.is_control() && *c != '\n').collect();
+        assert!(bad.is_empty(), "{bad:?} in {text}");
+        assert!(text.contains("  signature cpu\\n  signature forged (\\r\\x1b[2K)\n"), "{text}");
+        assert!(!text.contains("\n  signature forged"), "{text}");
     }
 }

@@ -6,10 +6,11 @@
 use crate::cli::LsArgs;
 use isorun_engine::{discover, latest_versions, Model};
 use isorun_protocol::exit_code;
+use isorun_report::text::one_line;
 use std::io::{self, Write};
 
 pub fn main(args: &LsArgs) -> Result<i32, String> {
-    let models = discover(&args.dirs, &mut |warning| eprintln!("isorun: warning: {warning}"))
+    let models = discover(&args.dirs, &mut |warning| crate::support::warn(warning))
         .map_err(|e| crate::support::with_causes(&e))?;
     let models = if args.latest_version { latest_versions(models) } else { models };
     let mut stdout = io::stdout().lock();
@@ -25,12 +26,32 @@ pub fn main(args: &LsArgs) -> Result<i32, String> {
     Ok(exit_code::OK)
 }
 
-/// `id<TAB>path<TAB>format` (`saved_model`, `keras`, `h5`).
+/// `id<TAB>path<TAB>format` (`saved_model`, `keras`, `h5`). Ids and paths
+/// are folder names anyone who can write the tree chose: a tab, newline or
+/// escape sequence in them is shown escaped (`\t`, `\n`, `\x1b`), so a
+/// line is always one model of three fields; `--json` keeps the exact names.
 pub fn text_line(model: &Model) -> String {
-    format!("{}\t{}\t{}", model.id, model.path.display(), model.format.name())
+    format!("{}\t{}\t{}", one_line(&model.id), one_line(&model.path.to_string_lossy()), model.format.name())
 }
 
 /// `{"id": ..., "path": ..., "format": ...}`.
 pub fn json_line(model: &Model) -> String {
     serde_json::json!({"id": model.id, "path": model.path.to_string_lossy(), "format": model.format.name()}).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_folder_name_cannot_forge_a_line_or_a_column() {
+        let model = Model::saved_model("a\tforged\nb\x1b]0;title\x07", "/models/a\tforged\nb\x1b]0;title\x07");
+        let line = text_line(&model);
+        assert_eq!(line.split('\t').count(), 3, "{line:?}");
+        assert!(!line.contains('\n') && !line.contains('\x1b') && !line.contains('\x07'), "{line:?}");
+        assert!(line.starts_with("a\\tforged\\nb\\x1b]0;title\\x07\t"), "{line:?}");
+        // JSON keeps the exact name (serde escapes it).
+        let json: serde_json::Value = serde_json::from_str(&json_line(&model)).unwrap();
+        assert_eq!(json["id"], model.id);
+    }
 }

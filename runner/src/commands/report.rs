@@ -28,7 +28,7 @@ fn diff_command(args: &ReportDiffArgs) -> Result<i32, ReportError> {
     }
     let old = read_report(&args.old)?;
     let new = read_report(&args.new)?;
-    let findings = diff(&old, &new, Thresholds { time_ratio: args.time_ratio, memory_ratio: args.memory_ratio });
+    let findings = diff(&old, &new, Thresholds { time_ratio: args.time_ratio, memory_ratio: args.memory_ratio })?;
     let mut text = String::new();
     for finding in &findings {
         let line = if args.json { finding.json().to_string() } else { finding.text() };

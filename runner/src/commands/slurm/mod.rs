@@ -122,7 +122,7 @@ fn submit(args: &SlurmSubmitArgs) -> Result<i32, String> {
     let array_job = match run_sbatch(&sbatch, &[], &array_path) {
         Ok(id) => id,
         Err(message) => {
-            eprintln!("isorun: error: {message}");
+            crate::support::print_error(message);
             return Ok(exit_code::SOME_FAILED);
         }
     };
@@ -130,7 +130,7 @@ fn submit(args: &SlurmSubmitArgs) -> Result<i32, String> {
     let merge_job = match run_sbatch(&sbatch, &[&dependency], &merge_path) {
         Ok(id) => id,
         Err(message) => {
-            eprintln!("isorun: error: {message}");
+            crate::support::print_error(message);
             eprintln!(
                 "isorun: array job {array_job} was submitted; submit the merge yourself: sbatch {dependency} {}",
                 merge_path.display()
@@ -176,7 +176,7 @@ fn parse_task_command(run_args: &[RunArg], shards: u64) -> Result<RunArgs, Parse
 
 /// The models `isorun run` would find, each with its shard.
 fn sharded_models(args: &RunArgs, shards: u64) -> Result<Vec<ShardedModel>, String> {
-    let mut models = discover(&args.models, &mut |warning| eprintln!("isorun: warning: {warning}"))
+    let mut models = discover(&args.models, &mut |warning| crate::support::warn(warning))
         .map_err(|e| crate::support::with_causes(&e))?;
     if args.latest_version {
         models = latest_versions(models);
@@ -282,7 +282,12 @@ fn model_list(models: &[ShardedModel], shards: u64, isorun: &str, run_args: &[Ru
 /// reports and JSON lines, the merged report. Journals stay, for resuming.
 fn write_folder(out: &Path, array: &str, merge: &str, listing: &Value) -> Result<(), String> {
     let failed = |path: &Path, e: std::io::Error| format!("{}: cannot write: {e}", path.display());
+    // The folder may be shared (a group's): a `shards` or `logs` planted as a
+    // link would have the jobs write, and this clear-out delete, elsewhere.
     for dir in [out.join("shards"), out.join("logs")] {
+        if std::fs::symlink_metadata(&dir).is_ok_and(|m| m.file_type().is_symlink()) {
+            return Err(format!("{}: is a symbolic link; isorun does not write through one", dir.display()));
+        }
         std::fs::create_dir_all(&dir).map_err(|e| failed(&dir, e))?;
     }
     let shards = out.join("shards");
@@ -304,7 +309,8 @@ fn write_folder(out: &Path, array: &str, merge: &str, listing: &Value) -> Result
     listing_text.push('\n');
     for (name, text) in [("array.sbatch", array), ("merge.sbatch", merge), ("models.json", listing_text.as_str())] {
         let path = out.join(name);
-        std::fs::write(&path, text).map_err(|e| failed(&path, e))?;
+        // A fresh temporary file renamed over the name: a link planted there is replaced, not followed.
+        isorun_report::write_file_atomically(&path, text.as_bytes()).map_err(|e| failed(&path, e))?;
     }
     Ok(())
 }
@@ -340,4 +346,35 @@ fn find_in_path(name: &str) -> Option<PathBuf> {
     std::env::split_paths(&path)
         .map(|dir| dir.join(name))
         .find(|candidate| candidate.metadata().is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn planted_links_in_the_output_folder_are_not_written_through() {
+        let tmp = tempfile::tempdir().unwrap();
+        let victim = tmp.path().join("victim");
+        std::fs::write(&victim, "the user's own file").unwrap();
+        let victim_folder = tmp.path().join("victim-folder");
+        std::fs::create_dir(&victim_folder).unwrap();
+        std::fs::write(victim_folder.join("1.json"), "kept").unwrap();
+        let out = tmp.path().join("shared");
+        std::fs::create_dir(&out).unwrap();
+        for name in ["array.sbatch", "merge.sbatch", "models.json"] {
+            std::os::unix::fs::symlink(&victim, out.join(name)).unwrap();
+        }
+        write_folder(&out, "#!/bin/sh\n", "#!/bin/sh\n", &json!({"models": []})).unwrap();
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "the user's own file");
+        assert_eq!(std::fs::read_to_string(out.join("array.sbatch")).unwrap(), "#!/bin/sh\n");
+
+        // A planted `shards` link would have its digit-named files removed.
+        let out = tmp.path().join("shared2");
+        std::fs::create_dir(&out).unwrap();
+        std::os::unix::fs::symlink(&victim_folder, out.join("shards")).unwrap();
+        let error = write_folder(&out, "", "", &json!({})).unwrap_err();
+        assert!(error.contains("symbolic link"), "{error}");
+        assert_eq!(std::fs::read_to_string(victim_folder.join("1.json")).unwrap(), "kept");
+    }
 }
