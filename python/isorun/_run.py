@@ -297,15 +297,21 @@ def _start(command: str, models: Union[PathLike, Iterable[PathLike]], inputs: In
     scratch = Path(tempfile.mkdtemp(prefix="isorun-py-"))
     try:
         flags = _input_flags(inputs, scratch)
-        if output_dir is None:
+        # `run` yields each model's outputs, read back from --output-dir;
+        # `eval` yields metrics, and writes outputs only when asked (a model
+        # with a string or scalar head, such as `classes`, would otherwise
+        # fail every unit writing outputs nobody wanted).
+        if output_dir is None and command == "run":
             output_dir = scratch / "outputs"
-        flags.append(f"--output-dir={os.fspath(output_dir)}")
+        if output_dir is not None:
+            flags.append(f"--output-dir={os.fspath(output_dir)}")
         flags += _binary.option_flags({**named, **options})
     except BaseException:
         shutil.rmtree(scratch, ignore_errors=True)
         raise
     args = [binary, command, "--json", *flags, "--", *model_args]
-    return Run(args, output_dir=Path(output_dir), keep_outputs=keep_outputs, cleanup=[scratch])
+    reads = Path(output_dir) if output_dir is not None and command == "run" else None
+    return Run(args, output_dir=reads, keep_outputs=keep_outputs, cleanup=[scratch])
 
 
 def run(

@@ -225,6 +225,22 @@ def test_evaluate_gives_the_metrics_of_isorun_eval(fixtures: Path):
     assert result.metrics["auc"] == pytest.approx(expected["metrics"]["auc"], rel=1e-6)
 
 
+def test_evaluate_scores_a_model_with_a_string_head_without_writing_outputs(made_models: Path, fixtures: Path):
+    # isorun eval scores `probability` and ignores `classes`; the API used to
+    # pass --output-dir always, and writing the string head failed every unit.
+    eval_fixtures = fixtures / "eval"
+    [result] = isorun.evaluate(
+        made_models / "d_classes",
+        data=eval_fixtures / "data" / "data.tfrecord",
+        label="label_bin",
+        metrics=["accuracy"],
+        output="probability",
+        jobs=1,
+    )
+    assert result.ok, result
+    assert result.examples > 0 and 0.0 <= result.metrics["accuracy"] <= 1.0
+
+
 def test_python_m_isorun_is_the_binary():
     ran = subprocess.run([sys.executable, "-m", "isorun", "--version"], capture_output=True, text=True)
     assert ran.returncode == 0 and ran.stdout.startswith("isorun "), ran.stdout + ran.stderr
