@@ -223,6 +223,22 @@ def build_file_ops(path):
 HOSTILE_MODELS = {"file_ops": build_file_ops}
 
 
+# --batch-size over big inputs (tests/integration/run_cli.rs): every output
+# keeps the batch dimension (so chunks join) and is 1/1024 of a
+# [N, 1024] input, so the supervisor's memory shows what the input costs it.
+def build_row_sums(path):
+    class RowSums(tf.Module):
+        @tf.function(input_signature=[spec([None, None], tf.float32, "m")])
+        def serve(self, m):
+            return {"row_sums": tf.reduce_sum(m, axis=1)}
+
+    m = RowSums()
+    tf.saved_model.save(m, path, signatures={"serving_default": m.serve})
+
+
+BATCH_MODELS = {"row_sums": build_row_sums}
+
+
 # TF1 models: built in graph mode with reference variables (`VariableV2`,
 # whose outputs have reference dtypes, DT_FLOAT_REF = 101, in the signatures)
 # and saved with TF1's SavedModel builder, as TF Serving's own test model
@@ -726,6 +742,7 @@ def main():
         with open(os.path.join(tmp_fix, "manifest.json"), "w") as f:
             f.write(to_json(manifest))
         build_models(HOSTILE_MODELS, os.path.join(tmp_fix, "hostile"))
+        build_models(BATCH_MODELS, os.path.join(tmp_fix, "batch"))
         build_models(TF1_MODELS, os.path.join(tmp_fix, "tf1"))
 
         # Examples.
@@ -759,7 +776,7 @@ def main():
         trash_ex = os.path.join(tmp_ex, ".old")
         os.makedirs(trash)
         os.makedirs(trash_ex)
-        for part in ("models", "expected", "manifest.json", "hostile", "tf1"):
+        for part in ("models", "expected", "manifest.json", "hostile", "batch", "tf1"):
             replace(os.path.join(tmp_fix, part), os.path.join(fixtures, part), trash)
         for part in ("models", "inputs.npz"):
             replace(os.path.join(tmp_ex, part), os.path.join(examples, part), trash_ex)

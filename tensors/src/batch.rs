@@ -76,9 +76,9 @@ pub fn chunk(
             TensorData::Shared(i) => {
                 let region = shared.get(*i as usize).ok_or_else(|| format!("input '{name}': no shared region {i}"))?;
                 let size = element_size(region.view().1, elements(rows)?, name)?;
-                let view = region
-                    .sub_view(from * size, (to - from) * size)
-                    .map_err(|e| format!("input '{name}': rows {start}..{end}: {e}"))?;
+                let view = region.sub_view(from * size, (to - from) * size).map_err(|e| {
+                    format!("input '{name}': rows {start}..{end}: {e} (did the file change during the run?)")
+                })?;
                 regions.push(view);
                 Tensor { dtype: tensor.dtype, shape, data: TensorData::Shared(regions.len() as u32 - 1) }
             }
