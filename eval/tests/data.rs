@@ -494,3 +494,49 @@ fn csv_rows_are_examples_with_quoting_and_kind_errors_by_line() {
     let message = Dataset::open(spec(vec![tf, path])).unwrap_err().to_string();
     assert!(message.contains("is TFRecord but") && message.contains("is CSV"), "{message}");
 }
+
+/// Reads every batch with prefetching, as `isorun eval` does.
+fn read_all_prefetched(dataset: &Dataset, sig: &SignatureInfo) -> Result<Vec<Batch>, DataError> {
+    let mut reader = dataset.reader(sig)?.prefetch(2);
+    let mut batches = Vec::new();
+    while let Some(batch) = reader.next_batch() {
+        batches.push(batch?);
+    }
+    Ok(batches)
+}
+
+#[test]
+fn a_later_shard_with_a_string_label_is_an_error_not_the_end_of_the_data() {
+    let dir = tempfile::tempdir().unwrap();
+    npz(&dir.path().join("a.npz"), &shard(0..5), false);
+    let mut arrays = shard(5..7);
+    arrays[1] = ("label", npy("|S1", &[2], b"ab"));
+    npz(&dir.path().join("b.npz"), &arrays, false);
+    let dataset = Dataset::open(spec(vec![dir.path().to_path_buf()])).unwrap();
+    for (how, result) in
+        [("direct", read_all(&dataset, &x_signature())), ("prefetch", read_all_prefetched(&dataset, &x_signature()))]
+    {
+        let message = result.map(|b| b.len()).expect_err(how).to_string();
+        assert!(message.contains("b.npz/label.npy") && message.contains("labels are numbers"), "{how}: {message}");
+    }
+}
+
+#[test]
+fn a_later_shard_with_a_zero_width_weight_is_an_error_not_the_end_of_the_data() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut first = shard(0..5);
+    first.push(("w", npy("<f4", &[5], &[0; 20])));
+    npz(&dir.path().join("a.npz"), &first, false);
+    let mut second = shard(5..7);
+    second.push(("w", npy("|S0", &[2, 0], b"")));
+    npz(&dir.path().join("b.npz"), &second, false);
+    let mut s = spec(vec![dir.path().to_path_buf()]);
+    s.weight = Some("w".into());
+    let dataset = Dataset::open(s).unwrap();
+    for (how, result) in
+        [("direct", read_all(&dataset, &x_signature())), ("prefetch", read_all_prefetched(&dataset, &x_signature()))]
+    {
+        let message = result.map(|b| b.len()).expect_err(how).to_string();
+        assert!(message.contains("b.npz/w.npy") && message.contains("weights must be one number"), "{how}: {message}");
+    }
+}
