@@ -57,6 +57,18 @@ use std::sync::{mpsc, Arc};
 /// The slice value of an example that lacks the slice feature.
 pub const MISSING_SLICE: &str = "__missing__";
 
+/// The most memory one batch may take in the supervisor: for arrays, its
+/// rows' bytes as read plus as converted (a string element counted with its
+/// allocation, so a `|S1` array costs ~25 bytes an element, not 1), checked
+/// against each shard's headers before its rows are read; for TFRecord, the
+/// serialized records. Past it the batch is an error asking for a smaller
+/// `--batch-size`, never an allocation a hostile header chose.
+pub const MAX_BATCH_BYTES: u64 = 1 << 30;
+
+/// The most a batch's buffers reserve before the bytes arrive; past it they
+/// grow with what is read.
+const PREALLOCATE_BYTES: usize = 64 << 20;
+
 /// What to read and what to keep apart from the inputs.
 #[derive(Debug, Clone, PartialEq)]
 pub struct DataSpec {
@@ -381,6 +393,7 @@ impl Dataset {
             skipped: Arc::new(AtomicU64::new(0)),
             record: Vec::new(),
             example: Example::default(),
+            batch_bytes: 0,
         };
         let skipped = Arc::clone(&direct.skipped);
         Ok(BatchReader { feeding, skipped, mode: Mode::Direct(Box::new(direct), false) })
@@ -691,7 +704,10 @@ impl Labels {
         match kind {
             LabelKind::Int => Labels::Int(Vec::with_capacity(rows)),
             LabelKind::Float => Labels::Float(Vec::with_capacity(rows)),
-            LabelKind::Matrix(columns) => Labels::Matrix { columns, values: Vec::with_capacity(rows * columns) },
+            LabelKind::Matrix(columns) => Labels::Matrix {
+                columns,
+                values: Vec::with_capacity(rows.saturating_mul(columns).min(PREALLOCATE_BYTES / 8)),
+            },
         }
     }
 
@@ -731,6 +747,8 @@ struct Direct {
     skipped: Arc<AtomicU64>,
     record: Vec<u8>,
     example: Example,
+    /// Serialized record bytes in the batch being filled.
+    batch_bytes: u64,
 }
 
 enum Mode {
@@ -878,16 +896,19 @@ impl Direct {
             return Ok(None);
         }
         let mut columns: Vec<Column> = match &self.feeding {
-            Feeding::RawRecords { .. } => vec![Column::Strings(Vec::with_capacity(want))],
+            Feeding::RawRecords { .. } => vec![Column::Strings(Vec::with_capacity(want.min(PREALLOCATE_BYTES / 24)))],
             Feeding::Features => self
                 .inputs
                 .iter()
                 .map(|p| {
+                    // Never more than PREALLOCATE_BYTES from the dims a header claims.
+                    let per_row = p.resolved.as_ref().map_or(1, |r| r.1);
+                    let elements = want.saturating_mul(per_row);
                     if p.dtype == DType::String {
-                        Column::Strings(Vec::with_capacity(want))
+                        Column::Strings(Vec::with_capacity(elements.min(PREALLOCATE_BYTES / 24)))
                     } else {
-                        let per_row = p.resolved.as_ref().map_or(1, |r| r.1);
-                        Column::Dense(Vec::with_capacity(want * per_row * p.dtype.element_size().unwrap_or(1)))
+                        let bytes = elements.saturating_mul(p.dtype.element_size().unwrap_or(1));
+                        Column::Dense(Vec::with_capacity(bytes.min(PREALLOCATE_BYTES)))
                     }
                 })
                 .collect(),
@@ -897,6 +918,7 @@ impl Direct {
             weights: spec.weight.as_ref().map(|_| Vec::with_capacity(want)),
             slices: spec.slices.iter().map(|_| Vec::with_capacity(want)).collect(),
         };
+        self.batch_bytes = 0;
         let mut rows = 0;
         while rows < want {
             if self.source.is_none() && !self.open_next()? {
@@ -989,6 +1011,7 @@ impl Direct {
             for name in names {
                 streams.push(ArrayStream::open(&shard, find(name)?)?);
             }
+            check_batch_cost(&self.inputs, &streams, spec)?;
             Source::Arrays { streams, remaining: shard.rows }
         });
         Ok(true)
@@ -1035,6 +1058,17 @@ impl Direct {
                 };
                 let index = *record;
                 *record += 1;
+                self.batch_bytes += self.record.len() as u64;
+                if self.batch_bytes > MAX_BATCH_BYTES {
+                    return Err(DataError::Unsupported {
+                        path: path.to_path_buf(),
+                        reason: format!(
+                            "record {index} at byte offset {offset} brings this batch's records to {} bytes, more \
+                             than the {MAX_BATCH_BYTES} a batch may hold; use a smaller --batch-size",
+                            self.batch_bytes
+                        ),
+                    });
+                }
                 self.example.clear();
                 self.example.merge(self.record.as_slice()).map_err(|source| DataError::NotAnExample {
                     path: path.to_path_buf(),
@@ -1170,6 +1204,45 @@ impl Direct {
         }
         Ok(())
     }
+}
+
+/// Refuses a shard whose batches would take more than [`MAX_BATCH_BYTES`]:
+/// each row's bytes as read and as kept (converted inputs, strings with
+/// their allocation, labels as f64, slice values as text), from the headers,
+/// before any row is read. `streams` are the inputs', then the label's,
+/// the weight's and the slices', as `open_next` opens them.
+fn check_batch_cost(inputs: &[InputPlan], streams: &[ArrayStream], spec: &DataSpec) -> Result<(), DataError> {
+    const STRING: u64 = std::mem::size_of::<ByteBuf>() as u64;
+    const TEXT: u64 = std::mem::size_of::<String>() as u64;
+    let mut costs = Vec::with_capacity(streams.len());
+    for (i, stream) in streams.iter().enumerate() {
+        let elements = stream.info.row_elements();
+        let item = stream.info.element.item_size() as u64;
+        let kept = match inputs.get(i) {
+            Some(plan) if plan.dtype == DType::String => elements.saturating_mul(STRING + item),
+            Some(plan) => elements.saturating_mul(plan.dtype.element_size().unwrap_or(1) as u64),
+            // The label (f64s), the weight (one f64).
+            None if i == inputs.len() || (i == inputs.len() + 1 && spec.weight.is_some()) => elements.saturating_mul(8),
+            // A slice: one text per row, made of one text per element (a number is at most 24 characters).
+            None => elements.saturating_mul(TEXT + item.max(24) + 1).saturating_add(TEXT),
+        };
+        costs.push((stream.row_bytes() as u64).saturating_add(kept));
+    }
+    let row: u64 = costs.iter().fold(0, |a, b| a.saturating_add(*b));
+    let rows = spec.limit.unwrap_or(u64::MAX).min(spec.batch_size as u64).max(1);
+    let batch = row.saturating_mul(rows);
+    if batch <= MAX_BATCH_BYTES {
+        return Ok(());
+    }
+    let (largest, cost) = streams.iter().zip(&costs).max_by_key(|(_, c)| **c).expect("a batch has arrays");
+    Err(DataError::Array {
+        path: largest.info.path.clone(),
+        reason: format!(
+            "a batch of {rows} examples would take about {batch} bytes ({row} an example, {cost} of them for this \
+             {}), more than the {MAX_BATCH_BYTES} a batch may hold; use a smaller --batch-size",
+            largest.info.describe()
+        ),
+    })
 }
 
 fn element_text(element: Element, bytes: &[u8]) -> String {
