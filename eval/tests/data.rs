@@ -692,3 +692,20 @@ fn one_byte_strings_are_budgeted_by_what_they_cost() {
     let message = read_all_prefetched(&dataset, &sig).map(|b| b.len()).unwrap_err().to_string();
     assert!(message.contains("x.npy") && message.contains("--batch-size"), "{message}");
 }
+
+#[test]
+fn a_tfrecord_that_grows_while_read_is_read_as_it_was_opened() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("growing.tfrecord");
+    write(&path, &records(0..1));
+    let mut s = spec(vec![path.clone()]);
+    s.batch_size = 1;
+    let dataset = Dataset::open(s).unwrap();
+    let mut reader = dataset.reader(&x_signature()).unwrap();
+    // The first batch opens the file; then another record is appended.
+    assert_eq!(reader.next_batch().unwrap().unwrap().targets.rows, 1);
+    let mut file = std::fs::OpenOptions::new().append(true).open(&path).unwrap();
+    file.write_all(&records(1..2)).unwrap();
+    drop(file);
+    assert!(reader.next_batch().is_none());
+}
