@@ -709,3 +709,19 @@ fn a_tfrecord_that_grows_while_read_is_read_as_it_was_opened() {
     drop(file);
     assert!(reader.next_batch().is_none());
 }
+
+#[test]
+fn globs_walk_each_folder_once_through_symlink_loops() {
+    let dir = tempfile::tempdir().unwrap();
+    write(&dir.path().join("part-0.tfrecord"), &records(0..2));
+    std::os::unix::fs::symlink(".", dir.path().join("a")).unwrap();
+    std::os::unix::fs::symlink(".", dir.path().join("b")).unwrap();
+    let pattern = dir.path().join("**").join("*.tfrecord");
+    let (sender, receiver) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = sender.send(Dataset::open(spec(vec![pattern])).map(|d| d.files().len()));
+    });
+    // Two links to `.` used to make 2^40 walks (until the kernel's limit of 40 links in a path).
+    let files = receiver.recv_timeout(std::time::Duration::from_secs(20)).expect("the walk ends").unwrap();
+    assert_eq!(files, 1);
+}
