@@ -35,7 +35,8 @@
 //!   as corrupt are not counted), with the record's (or CSV data row's)
 //!   0-based index within its file.
 //! - Memory: nothing grows with the dataset. Records are read into one
-//!   reused buffer, arrays a batch of rows at a time.
+//!   reused buffer, arrays a batch of rows at a time; no buffer is sized by
+//!   what a header claims, and a batch is capped at [`MAX_BATCH_BYTES`].
 //! - Failures mid-stream are errors, never an early end: every shard's
 //!   label and weight arrays are checked as the first shard's were, and a
 //!   panic while reading (or a prefetch thread that stops without saying the
