@@ -6,10 +6,14 @@
 //! read whole: each array gets its own reader positioned at its data (its
 //! own file in a folder; for an `.npz`, its own file handle seeked to the zip
 //! entry's data, decompressed as a stream when the entry is deflated), and a
-//! batch reads `rows × row bytes` from each into a reused buffer. The zip
-//! archive is only used to list the entries; their CRCs are not checked
-//! (the `.npy` header and lengths are). Headers are parsed by
-//! `isorun_tensors::npy::read_npy_header`, with the same checks as a whole read.
+//! batch reads `rows × row bytes` from each into a reused buffer that grows
+//! as the bytes arrive. The zip archive is only used to list the entries;
+//! their CRCs are not checked (the `.npy` header and lengths are). A zip's
+//! sizes are claims, checked before they are used: an entry's data must lie
+//! within the file, a stored entry's sizes agree, and a deflated entry may
+//! not claim more than deflate can expand (1032:1). Headers are parsed by
+//! `isorun_tensors::npy::read_npy_header`, with the same checks as a whole
+//! read (its data must fit in what the entry claims).
 
 use crate::data::DataError;
 use isorun_protocol::DType;
@@ -20,6 +24,12 @@ use std::path::{Path, PathBuf};
 
 /// Buffer of each array's reader.
 const ARRAY_BUFFER: usize = 64 << 10;
+
+/// The most deflate can expand: 1032 bytes out per byte in (zlib's
+/// documented limit: a 258-byte match costs at least two bits). A deflated
+/// entry claiming more than this times its compressed size (plus a little,
+/// for tiny streams) lies about its size.
+const MAX_DEFLATE_RATIO: u64 = 1032;
 
 /// One array of a shard, as its header describes it.
 #[derive(Debug, Clone)]
@@ -76,6 +86,7 @@ pub fn open_shard(path: &Path, npz: bool) -> Result<Shard, DataError> {
     let mut arrays = Vec::new();
     if npz {
         let file = File::open(path).map_err(io)?;
+        let file_len = file.metadata().map_err(io)?.len();
         let mut archive = zip::ZipArchive::new(BufReader::new(file)).map_err(|e| DataError::Array {
             path: path.to_path_buf(),
             reason: format!("not a valid .npz (zip) archive: {e}"),
@@ -101,12 +112,30 @@ pub fn open_shard(path: &Path, npz: bool) -> Result<Shard, DataError> {
                     })
                 }
             };
-            let location = Location::Zip {
-                data_start: entry.data_start(),
-                compressed: entry.compressed_size(),
-                size: entry.size(),
-                deflated,
-            };
+            let (data_start, compressed, size) = (entry.data_start(), entry.compressed_size(), entry.size());
+            let claim = |reason: String| DataError::Array { path: path.join(&name), reason };
+            // A zip's sizes are claims: checked against the file (and what
+            // deflate can do) before anything is read or allocated by them.
+            if data_start.checked_add(compressed).is_none_or(|end| end > file_len) {
+                return Err(claim(format!(
+                    "the zip entry claims {compressed} bytes of data from byte offset {data_start}, but the file is \
+                     {file_len} bytes long"
+                )));
+            }
+            if !deflated && size != compressed {
+                return Err(claim(format!(
+                    "the stored zip entry claims {size} bytes but holds {compressed} bytes (a stored entry's sizes \
+                     are equal)"
+                )));
+            }
+            let most = compressed.saturating_mul(MAX_DEFLATE_RATIO).saturating_add(1 << 10);
+            if deflated && size > most {
+                return Err(claim(format!(
+                    "the deflated zip entry claims {size} bytes from {compressed} compressed bytes, more than \
+                     deflate can expand ({most} at most)"
+                )));
+            }
+            let location = Location::Zip { data_start, compressed, size, deflated };
             arrays.push((key.to_string(), path.join(&name), location));
         }
     } else {
@@ -169,7 +198,8 @@ fn open_array(
             file.seek(SeekFrom::Start(start)).map_err(io)?;
             let raw = BufReader::with_capacity(ARRAY_BUFFER, file).take(compressed);
             if deflated {
-                let inflated = flate2::read::DeflateDecoder::new(raw);
+                // No more than the entry claims, whatever the stream inflates to.
+                let inflated = flate2::read::DeflateDecoder::new(raw).take(size);
                 (Box::new(BufReader::with_capacity(ARRAY_BUFFER, inflated)), size)
             } else {
                 (Box::new(raw), size)
@@ -196,14 +226,27 @@ impl ArrayStream {
         Ok(ArrayStream { info: info.clone(), reader, row_bytes, scratch: Vec::new() })
     }
 
-    /// The bytes of the next `rows` rows (reusing one buffer).
+    /// Bytes of one row (elements per example × item size).
+    pub fn row_bytes(&self) -> usize {
+        self.row_bytes
+    }
+
+    /// The bytes of the next `rows` rows (reusing one buffer). The buffer
+    /// grows with the bytes that arrive, never by what the header claims:
+    /// an entry that ends early costs what it held.
     pub fn read_rows(&mut self, rows: usize) -> Result<&[u8], DataError> {
-        let len = rows.saturating_mul(self.row_bytes);
-        self.scratch.resize(len, 0);
-        self.reader.read_exact(&mut self.scratch).map_err(|e| DataError::Array {
+        let len = rows.saturating_mul(self.row_bytes) as u64;
+        self.scratch.clear();
+        let got = (&mut self.reader).take(len).read_to_end(&mut self.scratch).map_err(|e| DataError::Array {
             path: self.info.path.clone(),
-            reason: format!("ended before its data ({e})"),
+            reason: format!("cannot read its data ({e})"),
         })?;
+        if (got as u64) < len {
+            return Err(DataError::Array {
+                path: self.info.path.clone(),
+                reason: format!("ended before its data: {rows} rows are {len} bytes, only {got} were there"),
+            });
+        }
         Ok(&self.scratch)
     }
 }

@@ -35,7 +35,12 @@
 //!   as corrupt are not counted), with the record's (or CSV data row's)
 //!   0-based index within its file.
 //! - Memory: nothing grows with the dataset. Records are read into one
-//!   reused buffer, arrays a batch of rows at a time.
+//!   reused buffer, arrays a batch of rows at a time; no buffer is sized by
+//!   what a header claims, and a batch is capped at [`MAX_BATCH_BYTES`].
+//! - Failures mid-stream are errors, never an early end: every shard's
+//!   label and weight arrays are checked as the first shard's were, and a
+//!   panic while reading (or a prefetch thread that stops without saying the
+//!   data ended) is a [`DataError::Reader`] naming the file.
 
 use crate::arrays::{self, ArrayInfo, ArrayStream, Number, Shard};
 use crate::csv::{CsvFault, CsvReader};
@@ -47,11 +52,23 @@ use prost::Message;
 use serde_bytes::ByteBuf;
 use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc};
 
 /// The slice value of an example that lacks the slice feature.
 pub const MISSING_SLICE: &str = "__missing__";
+
+/// The most memory one batch may take in the supervisor: for arrays, its
+/// rows' bytes as read plus as converted (a string element counted with its
+/// allocation, so a `|S1` array costs ~25 bytes an element, not 1), checked
+/// against each shard's headers before its rows are read; for TFRecord, the
+/// serialized records. Past it the batch is an error asking for a smaller
+/// `--batch-size`, never an allocation a hostile header chose.
+pub const MAX_BATCH_BYTES: u64 = 1 << 30;
+
+/// The most a batch's buffers reserve before the bytes arrive; past it they
+/// grow with what is read.
+const PREALLOCATE_BYTES: usize = 64 << 20;
 
 /// What to read and what to keep apart from the inputs.
 #[derive(Debug, Clone, PartialEq)]
@@ -184,6 +201,8 @@ pub enum DataError {
     Unsupported { path: PathBuf, reason: String },
     #[error("invalid data spec: {reason}")]
     InvalidSpec { reason: String },
+    #[error("{path}: the data reader failed while reading this file: {reason}")]
+    Reader { path: PathBuf, reason: String },
 }
 
 /// The kind of the label, fixed by the first example.
@@ -308,13 +327,7 @@ impl Dataset {
         }
         let label = label_kind(&first, &spec.label)?;
         if let (Some(weight), FirstLook::Arrays(shard)) = (&spec.weight, &first) {
-            let array = shard.arrays.iter().find(|a| &a.name == weight).expect("checked");
-            if array.row_elements() != 1 || arrays::number(array.element, &[0; 8]).is_none() {
-                return Err(DataError::Array {
-                    path: array.path.clone(),
-                    reason: format!("weights must be one number per example, not {}", array.describe()),
-                });
-            }
+            check_weight_array(shard.arrays.iter().find(|a| &a.name == weight).expect("checked"))?;
         }
         let digest = digest(&spec, &files)?;
         Ok(Dataset { inner: Arc::new(Inner { spec, files, first, label, digest }) })
@@ -374,12 +387,14 @@ impl Dataset {
             feeding: feeding.clone(),
             inputs,
             next_file: 0,
+            reading: Arc::new(AtomicUsize::new(0)),
             source: None,
             produced: 0,
             example_index: 0,
             skipped: Arc::new(AtomicU64::new(0)),
             record: Vec::new(),
             example: Example::default(),
+            batch_bytes: 0,
         };
         let skipped = Arc::clone(&direct.skipped);
         Ok(BatchReader { feeding, skipped, mode: Mode::Direct(Box::new(direct), false) })
@@ -466,22 +481,36 @@ fn label_kind(first: &FirstLook, label: &str) -> Result<LabelKind, DataError> {
                 problem: format!("(the label) {problem}"),
             })
         }
-        FirstLook::Arrays(shard) => {
-            let array = shard.arrays.iter().find(|a| a.name == label).expect("checked");
-            if arrays::number(array.element, &[0; 8]).is_none() {
-                return Err(DataError::Array {
-                    path: array.path.clone(),
-                    reason: format!("labels are numbers, not {}", array.describe()),
-                });
-            }
-            Ok(match array.row_elements() {
-                0 => return Err(DataError::Array { path: array.path.clone(), reason: "labels have no values".into() }),
-                1 if arrays::is_integer(array.element) => LabelKind::Int,
-                1 => LabelKind::Float,
-                n => LabelKind::Matrix(n as usize),
-            })
-        }
+        FirstLook::Arrays(shard) => array_label_kind(shard.arrays.iter().find(|a| a.name == label).expect("checked")),
     }
+}
+
+/// The label kind of an array, checked for every shard: numbers, at least
+/// one per example.
+fn array_label_kind(array: &ArrayInfo) -> Result<LabelKind, DataError> {
+    if arrays::number(array.element, &[0; 8]).is_none() {
+        return Err(DataError::Array {
+            path: array.path.clone(),
+            reason: format!("labels are numbers, not {}", array.describe()),
+        });
+    }
+    Ok(match array.row_elements() {
+        0 => return Err(DataError::Array { path: array.path.clone(), reason: "labels have no values".into() }),
+        1 if arrays::is_integer(array.element) => LabelKind::Int,
+        1 => LabelKind::Float,
+        n => LabelKind::Matrix(n as usize),
+    })
+}
+
+/// Weights are one number per example, in every shard.
+fn check_weight_array(array: &ArrayInfo) -> Result<(), DataError> {
+    if array.row_elements() != 1 || arrays::number(array.element, &[0; 8]).is_none() {
+        return Err(DataError::Array {
+            path: array.path.clone(),
+            reason: format!("weights must be one number per example, not {}", array.describe()),
+        });
+    }
+    Ok(())
 }
 
 /// How one signature input is built.
@@ -676,7 +705,10 @@ impl Labels {
         match kind {
             LabelKind::Int => Labels::Int(Vec::with_capacity(rows)),
             LabelKind::Float => Labels::Float(Vec::with_capacity(rows)),
-            LabelKind::Matrix(columns) => Labels::Matrix { columns, values: Vec::with_capacity(rows * columns) },
+            LabelKind::Matrix(columns) => Labels::Matrix {
+                columns,
+                values: Vec::with_capacity(rows.saturating_mul(columns).min(PREALLOCATE_BYTES / 8)),
+            },
         }
     }
 
@@ -708,21 +740,35 @@ struct Direct {
     feeding: Feeding,
     inputs: Vec<InputPlan>,
     next_file: usize,
+    /// `next_file`, shared with the reader's owner while prefetching.
+    reading: Arc<AtomicUsize>,
     source: Option<Source>,
     produced: u64,
     example_index: u64,
     skipped: Arc<AtomicU64>,
     record: Vec<u8>,
     example: Example,
+    /// Serialized record bytes in the batch being filled.
+    batch_bytes: u64,
 }
 
 enum Mode {
     /// The reader, and whether it is finished.
     Direct(Box<Direct>, bool),
     Prefetch {
-        batches: mpsc::Receiver<Result<Batch, DataError>>,
+        batches: mpsc::Receiver<FromThread>,
         done: bool,
+        /// The file the thread reads, for an error when it stops without a word.
+        reading: Arc<AtomicUsize>,
+        data: Arc<Inner>,
     },
+}
+
+/// What the prefetch thread sends: a channel that closes without `End`
+/// means the thread died, which is an error, not the end of the data.
+enum FromThread {
+    Batch(Result<Batch, DataError>),
+    End,
 }
 
 /// A stream of batches for one model.
@@ -750,14 +796,21 @@ impl BatchReader {
         match &mut self.mode {
             Mode::Direct(_, true) | Mode::Prefetch { done: true, .. } => None,
             Mode::Direct(direct, finished) => {
-                let result = direct.fill().transpose();
+                let result = direct.fill_caught().transpose();
                 if !matches!(result, Some(Ok(_))) {
                     *finished = true;
                 }
                 result
             }
-            Mode::Prefetch { batches, done } => {
-                let result = batches.recv().ok();
+            Mode::Prefetch { batches, done, reading, data } => {
+                let result = match batches.recv() {
+                    Ok(FromThread::Batch(result)) => Some(result),
+                    Ok(FromThread::End) => None,
+                    Err(mpsc::RecvError) => Some(Err(DataError::Reader {
+                        path: data.file_path(reading.load(Ordering::Relaxed)),
+                        reason: "the prefetch thread stopped before the end of the data".into(),
+                    })),
+                };
                 if !matches!(result, Some(Ok(_))) {
                     *done = true;
                 }
@@ -782,24 +835,56 @@ impl BatchReader {
             return BatchReader { feeding, skipped, mode };
         };
         let (sender, batches) = mpsc::sync_channel(depth.max(1) - 1);
+        let reading = Arc::clone(&direct.reading);
+        let data = Arc::clone(&direct.data);
         if !finished {
             std::thread::Builder::new()
                 .name("isorun-eval-prefetch".into())
-                .spawn(move || {
-                    while let Some(result) = direct.fill().transpose() {
-                        let failed = result.is_err();
-                        if sender.send(result).is_err() || failed {
-                            break;
-                        }
+                .spawn(move || loop {
+                    let message = match direct.fill_caught().transpose() {
+                        Some(result) => FromThread::Batch(result),
+                        None => FromThread::End,
+                    };
+                    let last = !matches!(message, FromThread::Batch(Ok(_)));
+                    if sender.send(message).is_err() || last {
+                        break;
                     }
                 })
                 .expect("spawn the prefetch thread");
         }
-        BatchReader { feeding, skipped, mode: Mode::Prefetch { batches, done: finished } }
+        BatchReader { feeding, skipped, mode: Mode::Prefetch { batches, done: finished, reading, data } }
+    }
+}
+
+impl Inner {
+    /// The path of the `opened`-th file opened (1-based; 0 before any: the first).
+    fn file_path(&self, opened: usize) -> PathBuf {
+        self.files[opened.saturating_sub(1).min(self.files.len() - 1)].0.clone()
+    }
+}
+
+/// The text of a panic's payload.
+fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
+    match (payload.downcast_ref::<&str>(), payload.downcast_ref::<String>()) {
+        (Some(text), _) => (*text).to_string(),
+        (_, Some(text)) => text.clone(),
+        _ => "a panic".into(),
     }
 }
 
 impl Direct {
+    /// [`Direct::fill`], with a panic (a bug, but one an untrusted file may
+    /// find) turned into the file's error: never a silent end of the data,
+    /// and never the supervisor's crash.
+    fn fill_caught(&mut self) -> Result<Option<Batch>, DataError> {
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.fill())).unwrap_or_else(|payload| {
+            Err(DataError::Reader {
+                path: self.data.file_path(self.next_file),
+                reason: format!("panicked: {}", panic_text(payload.as_ref())),
+            })
+        })
+    }
+
     /// Reads the next batch; `Ok(None)` at the end.
     fn fill(&mut self) -> Result<Option<Batch>, DataError> {
         let data = Arc::clone(&self.data);
@@ -812,16 +897,19 @@ impl Direct {
             return Ok(None);
         }
         let mut columns: Vec<Column> = match &self.feeding {
-            Feeding::RawRecords { .. } => vec![Column::Strings(Vec::with_capacity(want))],
+            Feeding::RawRecords { .. } => vec![Column::Strings(Vec::with_capacity(want.min(PREALLOCATE_BYTES / 24)))],
             Feeding::Features => self
                 .inputs
                 .iter()
                 .map(|p| {
+                    // Never more than PREALLOCATE_BYTES from the dims a header claims.
+                    let per_row = p.resolved.as_ref().map_or(1, |r| r.1);
+                    let elements = want.saturating_mul(per_row);
                     if p.dtype == DType::String {
-                        Column::Strings(Vec::with_capacity(want))
+                        Column::Strings(Vec::with_capacity(elements.min(PREALLOCATE_BYTES / 24)))
                     } else {
-                        let per_row = p.resolved.as_ref().map_or(1, |r| r.1);
-                        Column::Dense(Vec::with_capacity(want * per_row * p.dtype.element_size().unwrap_or(1)))
+                        let bytes = elements.saturating_mul(p.dtype.element_size().unwrap_or(1));
+                        Column::Dense(Vec::with_capacity(bytes.min(PREALLOCATE_BYTES)))
                     }
                 })
                 .collect(),
@@ -831,6 +919,7 @@ impl Direct {
             weights: spec.weight.as_ref().map(|_| Vec::with_capacity(want)),
             slices: spec.slices.iter().map(|_| Vec::with_capacity(want)).collect(),
         };
+        self.batch_bytes = 0;
         let mut rows = 0;
         while rows < want {
             if self.source.is_none() && !self.open_next()? {
@@ -883,6 +972,7 @@ impl Direct {
     fn open_next(&mut self) -> Result<bool, DataError> {
         let Some((path, format)) = self.data.files.get(self.next_file).cloned() else { return Ok(false) };
         self.next_file += 1;
+        self.reading.store(self.next_file, Ordering::Relaxed);
         self.source = Some(if format == Format::Csv {
             let reader = CsvReader::open(&path).map_err(|(path, fault)| DataError::Csv {
                 path,
@@ -912,10 +1002,17 @@ impl Direct {
                 .chain(std::iter::once(spec.label.as_str()))
                 .chain(spec.weight.as_deref())
                 .chain(spec.slices.iter().map(String::as_str));
+            // Every shard is checked as the first was: a later shard's
+            // string label or empty weight is its error, not a panic.
+            array_label_kind(find(&spec.label)?)?;
+            if let Some(weight) = &spec.weight {
+                check_weight_array(find(weight)?)?;
+            }
             let mut streams = Vec::new();
             for name in names {
                 streams.push(ArrayStream::open(&shard, find(name)?)?);
             }
+            check_batch_cost(&self.inputs, &streams, spec)?;
             Source::Arrays { streams, remaining: shard.rows }
         });
         Ok(true)
@@ -962,6 +1059,17 @@ impl Direct {
                 };
                 let index = *record;
                 *record += 1;
+                self.batch_bytes += self.record.len() as u64;
+                if self.batch_bytes > MAX_BATCH_BYTES {
+                    return Err(DataError::Unsupported {
+                        path: path.to_path_buf(),
+                        reason: format!(
+                            "record {index} at byte offset {offset} brings this batch's records to {} bytes, more \
+                             than the {MAX_BATCH_BYTES} a batch may hold; use a smaller --batch-size",
+                            self.batch_bytes
+                        ),
+                    });
+                }
                 self.example.clear();
                 self.example.merge(self.record.as_slice()).map_err(|source| DataError::NotAnExample {
                     path: path.to_path_buf(),
@@ -1057,7 +1165,9 @@ impl Direct {
             });
         }
         for chunk in bytes.chunks_exact(size) {
-            let value = arrays::number(element, chunk).expect("numeric label");
+            let Some(value) = arrays::number(element, chunk) else {
+                return Err(DataError::Array { path, reason: "labels are numbers, not strings".into() });
+            };
             match (&mut targets.labels, value) {
                 (Labels::Int(v), Number::Int(i)) => v.push(i),
                 (Labels::Float(v), n) => v.push(n.as_f64()),
@@ -1081,7 +1191,7 @@ impl Direct {
         for values in targets.slices.iter_mut() {
             let stream = streams.next().expect("slice");
             let info = stream.info.clone();
-            let per_row = (info.row_elements() as usize).max(1) * info.element.item_size();
+            let per_row = info.row_elements() as usize * info.element.item_size();
             let bytes = stream.read_rows(take)?;
             if per_row == 0 {
                 values.extend(std::iter::repeat_n(String::new(), take));
@@ -1095,6 +1205,45 @@ impl Direct {
         }
         Ok(())
     }
+}
+
+/// Refuses a shard whose batches would take more than [`MAX_BATCH_BYTES`]:
+/// each row's bytes as read and as kept (converted inputs, strings with
+/// their allocation, labels as f64, slice values as text), from the headers,
+/// before any row is read. `streams` are the inputs', then the label's,
+/// the weight's and the slices', as `open_next` opens them.
+fn check_batch_cost(inputs: &[InputPlan], streams: &[ArrayStream], spec: &DataSpec) -> Result<(), DataError> {
+    const STRING: u64 = std::mem::size_of::<ByteBuf>() as u64;
+    const TEXT: u64 = std::mem::size_of::<String>() as u64;
+    let mut costs = Vec::with_capacity(streams.len());
+    for (i, stream) in streams.iter().enumerate() {
+        let elements = stream.info.row_elements();
+        let item = stream.info.element.item_size() as u64;
+        let kept = match inputs.get(i) {
+            Some(plan) if plan.dtype == DType::String => elements.saturating_mul(STRING + item),
+            Some(plan) => elements.saturating_mul(plan.dtype.element_size().unwrap_or(1) as u64),
+            // The label (f64s), the weight (one f64).
+            None if i == inputs.len() || (i == inputs.len() + 1 && spec.weight.is_some()) => elements.saturating_mul(8),
+            // A slice: one text per row, made of one text per element (a number is at most 24 characters).
+            None => elements.saturating_mul(TEXT + item.max(24) + 1).saturating_add(TEXT),
+        };
+        costs.push((stream.row_bytes() as u64).saturating_add(kept));
+    }
+    let row: u64 = costs.iter().fold(0, |a, b| a.saturating_add(*b));
+    let rows = spec.limit.unwrap_or(u64::MAX).min(spec.batch_size as u64).max(1);
+    let batch = row.saturating_mul(rows);
+    if batch <= MAX_BATCH_BYTES {
+        return Ok(());
+    }
+    let (largest, cost) = streams.iter().zip(&costs).max_by_key(|(_, c)| **c).expect("a batch has arrays");
+    Err(DataError::Array {
+        path: largest.info.path.clone(),
+        reason: format!(
+            "a batch of {rows} examples would take about {batch} bytes ({row} an example, {cost} of them for this \
+             {}), more than the {MAX_BATCH_BYTES} a batch may hold; use a smaller --batch-size",
+            largest.info.describe()
+        ),
+    })
 }
 
 fn element_text(element: Element, bytes: &[u8]) -> String {
@@ -1192,4 +1341,94 @@ fn push_array(dtype: DType, element: Element, bytes: &[u8], column: &mut Column)
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A dataset of one TFRecord file of `n` examples, and its signature.
+    fn tfrecord_dataset(dir: &Path, n: i64) -> (Dataset, SignatureInfo) {
+        let path = dir.join("data.tfrecord");
+        let mut bytes = Vec::new();
+        for i in 0..n {
+            let example = Example::new([
+                ("x".to_string(), Feature::floats(vec![i as f32])),
+                ("label".to_string(), Feature::ints(vec![i % 2])),
+            ]);
+            crate::tfrecord::write_record(&mut bytes, &example.encode_to_vec());
+        }
+        std::fs::write(&path, bytes).unwrap();
+        let spec = DataSpec {
+            paths: vec![path],
+            label: "label".into(),
+            weight: None,
+            slices: vec![],
+            renames: vec![],
+            limit: None,
+            batch_size: 2,
+            skip_corrupt: false,
+        };
+        let signature = SignatureInfo {
+            key: "serving_default".into(),
+            inputs: vec![TensorSpec { name: "x".into(), dtype: DType::Float32, shape: Some(vec![None]) }],
+            outputs: vec![],
+        };
+        (Dataset::open(spec).unwrap(), signature)
+    }
+
+    /// A reader whose next `fill` panics (a file being read, but none opened).
+    fn panicking_reader(dataset: &Dataset, signature: &SignatureInfo) -> BatchReader {
+        let mut reader = dataset.reader(signature).unwrap();
+        let Mode::Direct(direct, _) = &mut reader.mode else { unreachable!("direct") };
+        let path = &dataset.files()[0].0;
+        direct.source = Some(Source::Records { reader: RecordReader::open(path, false).unwrap(), record: 0 });
+        reader
+    }
+
+    #[test]
+    fn a_panic_while_reading_is_a_data_error_naming_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let (dataset, signature) = tfrecord_dataset(dir.path(), 5);
+        for prefetch in [false, true] {
+            let mut reader = panicking_reader(&dataset, &signature);
+            if prefetch {
+                reader = reader.prefetch(2);
+            }
+            let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| reader.next_batch()));
+            let message = match result {
+                Ok(Some(Err(e))) => e.to_string(),
+                Ok(other) => panic!("prefetch {prefetch}: {other:?}"),
+                Err(_) => panic!("prefetch {prefetch}: the panic reached the caller"),
+            };
+            assert!(message.contains("data.tfrecord") && message.contains("panicked"), "{message}");
+            assert!(reader.next_batch().is_none(), "finished after the error");
+        }
+    }
+
+    #[test]
+    fn a_prefetch_thread_that_stops_without_an_end_is_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let (dataset, signature) = tfrecord_dataset(dir.path(), 5);
+        let reader = dataset.reader(&signature).unwrap();
+        let (sender, batches) = mpsc::sync_channel(1);
+        sender.send(FromThread::Batch(Err(DataError::InvalidSpec { reason: "first".into() }))).unwrap();
+        drop(sender);
+        let mut reader = BatchReader {
+            mode: Mode::Prefetch {
+                batches,
+                done: false,
+                reading: Arc::new(AtomicUsize::new(1)),
+                data: Arc::clone(&dataset.inner),
+            },
+            ..reader
+        };
+        assert!(matches!(reader.next_batch(), Some(Err(DataError::InvalidSpec { .. }))));
+        assert!(reader.next_batch().is_none(), "finished after an error");
+        if let Mode::Prefetch { done, .. } = &mut reader.mode {
+            *done = false;
+        }
+        let message = reader.next_batch().unwrap().unwrap_err().to_string();
+        assert!(message.contains("data.tfrecord") && message.contains("stopped before the end"), "{message}");
+    }
 }

@@ -35,7 +35,11 @@
 //!   epsilon of the output's dtype (float32's for float32 and bfloat16, float16's for float16,
 //!   float64's for float64 and integers), as sklearn 1.9 does.
 //! - Weights weight every metric as sklearn's `sample_weight` does. The
-//!   confusion matrix counts examples, unweighted (rows: true class).
+//!   confusion matrix counts examples, unweighted (rows: true class), up to
+//!   [`MAX_CONFUSION_CLASSES`] classes (8 MB); past them it is left out
+//!   (`confusion_matrix_omitted`), since classes² cells would be 20 GB at
+//!   50,000 classes. Precision, recall and f1 never read it: they keep
+//!   their own per-class counts.
 //! - mse, mae, rmse (and r2) on binary tasks score the probability against
 //!   the 0/1 label (mse is then the Brier score). rmse is √mse; r2 is
 //!   sklearn's `r2_score` (1 − SS_res/SS_tot; 1 or 0 when SS_tot is 0).
@@ -61,6 +65,8 @@ pub const AUC_EXACT_CAP: usize = 1 << 18;
 pub const AUC_BUCKETS: usize = 1 << 16;
 /// Distinct scores (and then buckets) per slice value.
 pub const SLICE_AUC_CAP: usize = 1 << 10;
+/// The most classes a confusion matrix is kept for (classes² counts).
+pub const MAX_CONFUSION_CLASSES: usize = 1000;
 
 /// A metric name of the fixed vocabulary.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -279,8 +285,12 @@ pub struct Evaluation {
     pub metrics: BTreeMap<String, f64>,
     /// Slice feature -> value -> metric name -> value (plus `examples`).
     pub slices: BTreeMap<String, BTreeMap<String, BTreeMap<String, f64>>>,
-    /// Classification tasks: example counts, rows = true class.
+    /// Classification tasks up to [`MAX_CONFUSION_CLASSES`] classes:
+    /// example counts, rows = true class.
     pub confusion_matrix: Option<Vec<Vec<u64>>>,
+    /// A classifier with more classes than [`MAX_CONFUSION_CLASSES`]: its
+    /// confusion matrix was not kept.
+    pub confusion_matrix_omitted: bool,
     /// Whether auc and pr_auc are exact (not bucketed).
     pub auc_exact: bool,
     /// Whether the slices' auc and pr_auc are exact.
@@ -303,7 +313,8 @@ fn json_metrics(m: &BTreeMap<String, f64>) -> serde_json::Value {
 impl Evaluation {
     /// `{"examples", "task", "classes"?, "output", "metrics_defaulted",
     /// "metrics": {..}, "slices": {..}, "confusion_matrix": [[..]] | null,
-    /// "auc_exact", "slices_auc_exact", "top_k", "threshold", "from_logits"}`; NaN is `null`.
+    /// "confusion_matrix_omitted"?: true, "auc_exact", "slices_auc_exact", "top_k",
+    /// "threshold", "from_logits"}`; NaN is `null`.
     pub fn to_json(&self) -> serde_json::Value {
         let mut object = serde_json::Map::new();
         object.insert("examples".into(), self.examples.into());
@@ -327,6 +338,9 @@ impl Evaluation {
             "confusion_matrix".into(),
             self.confusion_matrix.as_ref().map_or(serde_json::Value::Null, |m| serde_json::json!(m)),
         );
+        if self.confusion_matrix_omitted {
+            object.insert("confusion_matrix_omitted".into(), true.into());
+        }
         object.insert("auc_exact".into(), self.auc_exact.into());
         object.insert("slices_auc_exact".into(), self.slices_auc_exact.into());
         object.insert("top_k".into(), self.top_k.into());
@@ -822,7 +836,7 @@ impl Evaluator {
             (cap, buckets)
         });
         self.overall = Some(State::new(task, overall_curves));
-        if matches!(task, Task::Binary | Task::Multiclass { .. }) {
+        if matches!(task, Task::Binary | Task::Multiclass { .. }) && curve_count <= MAX_CONFUSION_CLASSES {
             self.confusion = Some(vec![vec![0; curve_count.max(2)]; curve_count.max(2)]);
         }
         Ok(task)
@@ -1029,6 +1043,7 @@ impl Evaluator {
             metrics,
             slices,
             confusion_matrix: self.confusion.clone(),
+            confusion_matrix_omitted: matches!(task, Task::Multiclass { classes } if classes > MAX_CONFUSION_CLASSES),
             auc_exact: self.overall.as_ref().is_none_or(State::exact),
             slices_auc_exact: slices_exact,
             top_k: self.spec.top_k,

@@ -5,6 +5,9 @@
 //! characters; otherwise a path with `*`, `?`, `[` or `{` is a pattern
 //! (globset syntax, `*` does not cross `/`, `**` does), and one matching
 //! nothing is an error. Matches and folder entries are sorted bytewise. A
+//! pattern's walk follows symlinked folders but walks each folder once (by
+//! device and inode), so a symlink loop cannot multiply it; a folder reached
+//! by two paths is listed under the first, in bytewise order. A
 //! folder holding `.npy` files is one shard of arrays (`Format::NpyFolder`);
 //! any other folder is a folder of shards: its `.tfrecord`/`.tfrecords`/
 //! `.tfrec`/`.gz`/`.npz`/`.csv` files and its subfolders of `.npy` files, one level
@@ -13,7 +16,9 @@
 //! files are not mixed in one dataset: they are fed differently.
 
 use crate::data::{DataError, Format};
+use std::collections::HashSet;
 use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 /// The files of the given paths, in reading order, with their formats.
@@ -148,28 +153,40 @@ fn glob(pattern: &Path) -> Result<Vec<PathBuf>, DataError> {
     }
     let strip_dot = !pattern.starts_with(".") && base == Path::new(".");
     let mut found = Vec::new();
-    walk(&base, 1, rest, recursive, strip_dot, &matcher, &mut found)?;
+    let mut walk = Walk { max_depth: rest, recursive, strip_dot, matcher, visited: HashSet::new(), found: &mut found };
+    walk.folder(&base, 1);
     found.sort_by(|a, b| a.as_os_str().as_bytes().cmp(b.as_os_str().as_bytes()));
     Ok(found)
 }
 
-fn walk(
-    dir: &Path,
-    depth: usize,
+/// One pattern's walk. Symlinked folders are followed, but each folder
+/// (by device and inode) is walked once: a `link -> .` loop, or two links
+/// to one folder at every level, would otherwise multiply the walk (two
+/// loops: 2^40 walks before the kernel's limit of 40 links in a path).
+struct Walk<'a> {
     max_depth: usize,
     recursive: bool,
     strip_dot: bool,
-    matcher: &globset::GlobMatcher,
-    found: &mut Vec<PathBuf>,
-) -> Result<(), DataError> {
-    let Ok(entries) = sorted_entries(dir) else { return Ok(()) };
-    for entry in entries {
-        let shown = if strip_dot { entry.strip_prefix(".").unwrap_or(&entry).to_path_buf() } else { entry.clone() };
-        if matcher.is_match(&shown) {
-            found.push(shown);
-        } else if entry.is_dir() && (recursive || depth < max_depth) {
-            walk(&entry, depth + 1, max_depth, recursive, strip_dot, matcher, found)?;
+    matcher: globset::GlobMatcher,
+    visited: HashSet<(u64, u64)>,
+    found: &'a mut Vec<PathBuf>,
+}
+
+impl Walk<'_> {
+    fn folder(&mut self, dir: &Path, depth: usize) {
+        let Ok(meta) = std::fs::metadata(dir) else { return };
+        if !self.visited.insert((meta.dev(), meta.ino())) {
+            return;
+        }
+        let Ok(entries) = sorted_entries(dir) else { return };
+        for entry in entries {
+            let shown =
+                if self.strip_dot { entry.strip_prefix(".").unwrap_or(&entry).to_path_buf() } else { entry.clone() };
+            if self.matcher.is_match(&shown) {
+                self.found.push(shown);
+            } else if entry.is_dir() && (self.recursive || depth < self.max_depth) {
+                self.folder(&entry, depth + 1);
+            }
         }
     }
-    Ok(())
 }

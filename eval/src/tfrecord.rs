@@ -10,6 +10,9 @@
 //!   error, not an allocation), and for gzip files, whose decompressed size is
 //!   unknown, against [`MAX_GZIP_RECORD`]. The data buffer is reused from one
 //!   record to the next, so reading allocates nothing per record.
+//! - A plain file is read up to the size it had when opened: one that grows
+//!   meanwhile (a writer still appending) is read as it was, and one that
+//!   shrinks ends in a truncated record.
 //! - Byte offsets in errors are the record's start: in the file for plain
 //!   files, in the decompressed stream for gzip files (said in the message).
 //! - What can be skipped (`--skip-corrupt`) depends on what is still known:
@@ -111,7 +114,10 @@ impl RecordReader {
             }
             Box::new(BufReader::with_capacity(READ_BUFFER, flate2::read::MultiGzDecoder::new(buffered)))
         } else {
-            Box::new(buffered)
+            // Read as it was when opened: bytes appended later are not seen
+            // (the dataset's digest has the size at open), and every offset
+            // stays within `size`.
+            Box::new(buffered.take(size))
         };
         Ok(RecordReader {
             inner,
@@ -174,7 +180,7 @@ impl RecordReader {
         if len > limit {
             return Err(match self.size {
                 // A plain file: the length is right (its CRC says so) but the bytes are not there.
-                Some(size) => RecordFault::Truncated { needed: len + 4, available: size - start - 12 },
+                Some(size) => RecordFault::Truncated { needed: len + 4, available: size.saturating_sub(start + 12) },
                 None => RecordFault::Length { claimed: len, limit },
             });
         }

@@ -494,3 +494,234 @@ fn csv_rows_are_examples_with_quoting_and_kind_errors_by_line() {
     let message = Dataset::open(spec(vec![tf, path])).unwrap_err().to_string();
     assert!(message.contains("is TFRecord but") && message.contains("is CSV"), "{message}");
 }
+
+/// Reads every batch with prefetching, as `isorun eval` does.
+fn read_all_prefetched(dataset: &Dataset, sig: &SignatureInfo) -> Result<Vec<Batch>, DataError> {
+    let mut reader = dataset.reader(sig)?.prefetch(2);
+    let mut batches = Vec::new();
+    while let Some(batch) = reader.next_batch() {
+        batches.push(batch?);
+    }
+    Ok(batches)
+}
+
+#[test]
+fn a_later_shard_with_a_string_label_is_an_error_not_the_end_of_the_data() {
+    let dir = tempfile::tempdir().unwrap();
+    npz(&dir.path().join("a.npz"), &shard(0..5), false);
+    let mut arrays = shard(5..7);
+    arrays[1] = ("label", npy("|S1", &[2], b"ab"));
+    npz(&dir.path().join("b.npz"), &arrays, false);
+    let dataset = Dataset::open(spec(vec![dir.path().to_path_buf()])).unwrap();
+    for (how, result) in
+        [("direct", read_all(&dataset, &x_signature())), ("prefetch", read_all_prefetched(&dataset, &x_signature()))]
+    {
+        let message = result.map(|b| b.len()).expect_err(how).to_string();
+        assert!(message.contains("b.npz/label.npy") && message.contains("labels are numbers"), "{how}: {message}");
+    }
+}
+
+#[test]
+fn a_later_shard_with_a_zero_width_weight_is_an_error_not_the_end_of_the_data() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut first = shard(0..5);
+    first.push(("w", npy("<f4", &[5], &[0; 20])));
+    npz(&dir.path().join("a.npz"), &first, false);
+    let mut second = shard(5..7);
+    second.push(("w", npy("|S0", &[2, 0], b"")));
+    npz(&dir.path().join("b.npz"), &second, false);
+    let mut s = spec(vec![dir.path().to_path_buf()]);
+    s.weight = Some("w".into());
+    let dataset = Dataset::open(s).unwrap();
+    for (how, result) in
+        [("direct", read_all(&dataset, &x_signature())), ("prefetch", read_all_prefetched(&dataset, &x_signature()))]
+    {
+        let message = result.map(|b| b.len()).expect_err(how).to_string();
+        assert!(message.contains("b.npz/w.npy") && message.contains("weights must be one number"), "{how}: {message}");
+    }
+}
+
+/// One entry of a zip written byte by byte: what a hostile writer can claim.
+struct RawEntry {
+    name: &'static str,
+    deflated: bool,
+    /// The bytes stored in the archive (already deflated when `deflated`).
+    data: Vec<u8>,
+    /// The uncompressed size claimed (ZIP64 when past 4 GiB).
+    claimed_size: u64,
+    /// The compressed size claimed; `None`: the data's length.
+    claimed_compressed: Option<u64>,
+}
+
+/// A zip archive (CRCs zero: the reader does not check them) whose sizes
+/// are whatever the entries claim.
+fn raw_zip(entries: &[RawEntry]) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut central = Vec::new();
+    for entry in entries {
+        let offset = out.len() as u32;
+        let compressed = entry.claimed_compressed.unwrap_or(entry.data.len() as u64);
+        let wide = |n: u64| if n >= u32::MAX as u64 { u32::MAX } else { n as u32 };
+        let mut extra = Vec::new();
+        if entry.claimed_size >= u32::MAX as u64 || compressed >= u32::MAX as u64 {
+            let mut fields = Vec::new();
+            if entry.claimed_size >= u32::MAX as u64 {
+                fields.extend_from_slice(&entry.claimed_size.to_le_bytes());
+            }
+            if compressed >= u32::MAX as u64 {
+                fields.extend_from_slice(&compressed.to_le_bytes());
+            }
+            extra.extend_from_slice(&1u16.to_le_bytes());
+            extra.extend_from_slice(&(fields.len() as u16).to_le_bytes());
+            extra.extend_from_slice(&fields);
+        }
+        let method: u16 = if entry.deflated { 8 } else { 0 };
+        let common = |out: &mut Vec<u8>| {
+            out.extend_from_slice(&45u16.to_le_bytes()); // version needed
+            out.extend_from_slice(&0u16.to_le_bytes()); // flags
+            out.extend_from_slice(&method.to_le_bytes());
+            out.extend_from_slice(&[0, 0, 0x21, 0]); // time, date
+            out.extend_from_slice(&0u32.to_le_bytes()); // crc
+            out.extend_from_slice(&wide(compressed).to_le_bytes());
+            out.extend_from_slice(&wide(entry.claimed_size).to_le_bytes());
+            out.extend_from_slice(&(entry.name.len() as u16).to_le_bytes());
+            out.extend_from_slice(&(extra.len() as u16).to_le_bytes());
+        };
+        out.extend_from_slice(&0x0403_4b50u32.to_le_bytes());
+        common(&mut out);
+        out.extend_from_slice(entry.name.as_bytes());
+        out.extend_from_slice(&extra);
+        out.extend_from_slice(&entry.data);
+        central.extend_from_slice(&0x0201_4b50u32.to_le_bytes());
+        central.extend_from_slice(&45u16.to_le_bytes()); // version made by
+        common(&mut central);
+        central.extend_from_slice(&[0; 10]); // comment length, disk, internal and external attributes
+        central.extend_from_slice(&offset.to_le_bytes());
+        central.extend_from_slice(entry.name.as_bytes());
+        central.extend_from_slice(&extra);
+    }
+    let central_offset = out.len() as u32;
+    out.extend_from_slice(&central);
+    out.extend_from_slice(&0x0605_4b50u32.to_le_bytes());
+    out.extend_from_slice(&[0; 4]);
+    out.extend_from_slice(&(entries.len() as u16).to_le_bytes());
+    out.extend_from_slice(&(entries.len() as u16).to_le_bytes());
+    out.extend_from_slice(&(central.len() as u32).to_le_bytes());
+    out.extend_from_slice(&central_offset.to_le_bytes());
+    out.extend_from_slice(&0u16.to_le_bytes());
+    out
+}
+
+fn deflate(bytes: &[u8]) -> Vec<u8> {
+    let mut e = flate2::write::DeflateEncoder::new(Vec::new(), flate2::Compression::best());
+    e.write_all(bytes).unwrap();
+    e.finish().unwrap()
+}
+
+/// A ~520-byte `.npz` whose `label.npy` claims shape `(1, 2^38)` of float32
+/// and whose entry claims 1 TiB (ZIP64), deflated or stored.
+fn hostile_npz(deflated: bool) -> Vec<u8> {
+    let x = npy("<f4", &[1, 3], &[0; 12]);
+    let label = npy("<f4", &[1, 1 << 38], &[]);
+    let claimed = (1u64 << 40) + label.len() as u64;
+    let entry = |name, bytes: Vec<u8>, claimed_size: u64| {
+        if deflated {
+            RawEntry { name, deflated, data: deflate(&bytes), claimed_size, claimed_compressed: None }
+        } else {
+            RawEntry { name, deflated, claimed_compressed: Some(claimed_size), data: bytes, claimed_size }
+        }
+    };
+    let x_len = x.len() as u64;
+    raw_zip(&[entry("x.npy", x, x_len), entry("label.npy", label, claimed)])
+}
+
+#[test]
+fn an_npz_entry_claiming_a_terabyte_is_an_error_not_an_allocation() {
+    let dir = tempfile::tempdir().unwrap();
+    for deflated in [true, false] {
+        let bytes = hostile_npz(deflated);
+        assert!(bytes.len() < 1024, "{} bytes", bytes.len());
+        // Alone, it is refused before any work.
+        let path = dir.path().join(format!("hostile-{deflated}.npz"));
+        write(&path, &bytes);
+        let message = Dataset::open(spec(vec![path.clone()])).map(|_| ()).unwrap_err().to_string();
+        assert!(message.contains("label.npy") && message.contains("claims"), "{message}");
+        // As a later shard, it is the stream's error.
+        let shards = dir.path().join(format!("shards-{deflated}"));
+        std::fs::create_dir(&shards).unwrap();
+        npz(&shards.join("a.npz"), &shard(0..5), false);
+        write(&shards.join("b.npz"), &bytes);
+        let dataset = Dataset::open(spec(vec![shards])).unwrap();
+        let message = read_all_prefetched(&dataset, &x_signature()).map(|b| b.len()).unwrap_err().to_string();
+        assert!(message.contains("b.npz") && message.contains("label.npy") && message.contains("claims"), "{message}");
+    }
+}
+
+/// A folder of `.npy` files whose `x.npy` is a sparse file of `bytes` of
+/// data (costing no disk) with a header of `shape` and `dtype`.
+fn sparse_npy_folder(dir: &Path, dtype: &str, shape: &[u64], bytes: u64) -> PathBuf {
+    let folder = dir.join(format!("sparse-{}", dtype.replace(['<', '|'], "")));
+    std::fs::create_dir(&folder).unwrap();
+    let header = npy(dtype, shape, &[]);
+    let file = std::fs::File::create(folder.join("x.npy")).unwrap();
+    (&file).write_all(&header).unwrap();
+    file.set_len(header.len() as u64 + bytes).unwrap();
+    let rows = shape[0] as usize;
+    write(&folder.join("label.npy"), &npy("<i8", &[rows as u64], &vec![0; rows * 8]));
+    folder
+}
+
+#[test]
+fn a_batch_past_the_byte_cap_is_an_error_not_an_allocation() {
+    let dir = tempfile::tempdir().unwrap();
+    // 4 rows of 512 MiB: 2 GiB a batch.
+    let folder = sparse_npy_folder(dir.path(), "|u1", &[4, 1 << 29], 1 << 31);
+    let dataset = Dataset::open(spec(vec![folder])).unwrap();
+    let sig = signature(vec![input("x", DType::UInt8, vec![None, Some(1 << 29)])]);
+    let message = read_all_prefetched(&dataset, &sig).map(|b| b.len()).unwrap_err().to_string();
+    assert!(message.contains("x.npy") && message.contains("--batch-size"), "{message}");
+}
+
+#[test]
+fn one_byte_strings_are_budgeted_by_what_they_cost() {
+    let dir = tempfile::tempdir().unwrap();
+    // 128 MiB of |S1 in one row: 2^27 strings, ~3 GiB as byte strings.
+    let folder = sparse_npy_folder(dir.path(), "|S1", &[1, 1 << 27], 1 << 27);
+    let dataset = Dataset::open(spec(vec![folder])).unwrap();
+    let sig = signature(vec![input("x", DType::String, vec![None, None])]);
+    let message = read_all_prefetched(&dataset, &sig).map(|b| b.len()).unwrap_err().to_string();
+    assert!(message.contains("x.npy") && message.contains("--batch-size"), "{message}");
+}
+
+#[test]
+fn a_tfrecord_that_grows_while_read_is_read_as_it_was_opened() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("growing.tfrecord");
+    write(&path, &records(0..1));
+    let mut s = spec(vec![path.clone()]);
+    s.batch_size = 1;
+    let dataset = Dataset::open(s).unwrap();
+    let mut reader = dataset.reader(&x_signature()).unwrap();
+    // The first batch opens the file; then another record is appended.
+    assert_eq!(reader.next_batch().unwrap().unwrap().targets.rows, 1);
+    let mut file = std::fs::OpenOptions::new().append(true).open(&path).unwrap();
+    file.write_all(&records(1..2)).unwrap();
+    drop(file);
+    assert!(reader.next_batch().is_none());
+}
+
+#[test]
+fn globs_walk_each_folder_once_through_symlink_loops() {
+    let dir = tempfile::tempdir().unwrap();
+    write(&dir.path().join("part-0.tfrecord"), &records(0..2));
+    std::os::unix::fs::symlink(".", dir.path().join("a")).unwrap();
+    std::os::unix::fs::symlink(".", dir.path().join("b")).unwrap();
+    let pattern = dir.path().join("**").join("*.tfrecord");
+    let (sender, receiver) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = sender.send(Dataset::open(spec(vec![pattern])).map(|d| d.files().len()));
+    });
+    // Two links to `.` used to make 2^40 walks (until the kernel's limit of 40 links in a path).
+    let files = receiver.recv_timeout(std::time::Duration::from_secs(20)).expect("the walk ends").unwrap();
+    assert_eq!(files, 1);
+}

@@ -163,3 +163,43 @@ fn bounds_and_drops_parse_and_check_in_the_metrics_direction() {
     // A bound on a metric not computed does not pass.
     assert!(check(&eval, &["rmse<=1".parse().unwrap()], &[], None).unwrap().value.is_nan());
 }
+
+#[test]
+fn the_confusion_matrix_is_left_out_past_its_class_cap_and_metrics_stay_right() {
+    let classes = 50_000usize;
+    let sig = signature(&[("p", DType::Float32, vec![None, Some(classes as u64)])]);
+    let spec = MetricsSpec {
+        metrics: vec![Metric::Accuracy, Metric::Precision, Metric::Recall, Metric::F1],
+        ..MetricsSpec::default()
+    };
+    let mut evaluator = Evaluator::new(&spec, &sig, &[]).unwrap();
+    // Three rows: true 7 predicted 7, true 49999 predicted 7, true 3 predicted 3.
+    let mut scores = vec![0.0f32; 3 * classes];
+    scores[7] = 1.0;
+    scores[classes + 7] = 1.0;
+    scores[2 * classes + 3] = 1.0;
+    evaluator
+        .update(&f32_output("p", vec![3, classes as u64], &scores), &targets(Labels::Int(vec![7, 49_999, 3])))
+        .unwrap();
+    let e = evaluator.finish();
+    assert_eq!(e.confusion_matrix, None);
+    let json = e.to_json();
+    assert_eq!(json["confusion_matrix"], serde_json::Value::Null);
+    assert_eq!(json["confusion_matrix_omitted"], serde_json::json!(true), "{json}");
+    assert!((e.metrics["accuracy"] - 2.0 / 3.0).abs() < 1e-12);
+    // Classes present: 3, 7, 49999. Precision: 1, 0.5, 0; recall: 1, 1, 0.
+    assert!((e.metrics["precision"] - 0.5).abs() < 1e-12, "{:?}", e.metrics);
+    assert!((e.metrics["recall"] - 2.0 / 3.0).abs() < 1e-12, "{:?}", e.metrics);
+
+    // At the cap it is kept.
+    let classes = isorun_eval::metrics::MAX_CONFUSION_CLASSES;
+    let sig = signature(&[("p", DType::Float32, vec![None, Some(classes as u64)])]);
+    let mut evaluator = Evaluator::new(&spec, &sig, &[]).unwrap();
+    let mut scores = vec![0.0f32; classes];
+    scores[2] = 1.0;
+    evaluator.update(&f32_output("p", vec![1, classes as u64], &scores), &targets(Labels::Int(vec![5]))).unwrap();
+    let e = evaluator.finish();
+    let matrix = e.confusion_matrix.as_ref().expect("kept at the cap");
+    assert_eq!((matrix.len(), matrix[5][2]), (classes, 1));
+    assert!(e.to_json().get("confusion_matrix_omitted").is_none());
+}
