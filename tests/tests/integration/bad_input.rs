@@ -38,7 +38,7 @@ fn run_keras(dir: &Path, args: &[&str]) -> Ran {
 
 use crate::util::npy_bytes;
 
-fn crc32(bytes: &[u8]) -> u32 {
+pub(crate) fn crc32(bytes: &[u8]) -> u32 {
     let mut crc = !0u32;
     for &b in bytes {
         crc ^= u32::from(b);
@@ -51,7 +51,7 @@ fn crc32(bytes: &[u8]) -> u32 {
 
 /// A zip archive of stored (uncompressed) entries. `claimed_size`, when
 /// given, is written as every entry's uncompressed size instead of the truth.
-fn zip_stored(entries: &[(&str, &[u8])], claimed_size: Option<u32>) -> Vec<u8> {
+pub(crate) fn zip_stored(entries: &[(&str, &[u8])], claimed_size: Option<u32>) -> Vec<u8> {
     let mut out = Vec::new();
     let mut central = Vec::new();
     for (name, data) in entries {

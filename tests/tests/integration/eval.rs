@@ -527,3 +527,57 @@ fn batch_timeout_bounds_each_batch_and_timeout_the_whole_model() {
     assert!((100..1000).contains(&examples), "part of the data went through: {record}");
     assert!(took < Duration::from_secs(10), "took {took:?}");
 }
+
+/// `.npz` shards in a folder, each a stored zip of `(entry, .npy bytes)`.
+fn npz_shards(dir: &Path, shards: &[(&str, Vec<(&str, Vec<u8>)>)]) {
+    std::fs::create_dir_all(dir).unwrap();
+    for (name, entries) in shards {
+        let entries: Vec<(&str, &[u8])> = entries.iter().map(|(n, b)| (*n, b.as_slice())).collect();
+        std::fs::write(dir.join(name), crate::bad_input::zip_stored(&entries, None)).unwrap();
+    }
+}
+
+#[test]
+fn a_later_npz_shard_with_a_string_label_is_the_models_dataset_error_not_the_end_of_the_data() {
+    // Only the first shard's label kind was checked; the second's string
+    // label killed the reading thread, which read as the end of the data:
+    // the model ended `ok`, scored on the first shard, exit 0.
+    let tmp = tempfile::tempdir().unwrap();
+    let x = std::fs::read(data("npy/x.npy")).unwrap();
+    let rows = isorun_tensors::npy::read_npy_file(&data("npy/x.npy")).unwrap().shape[0];
+    let label = std::fs::read(data("npy/label_bin.npy")).unwrap();
+    let strings = npy_bytes(
+        &format!("{{'descr': '|S1', 'fortran_order': False, 'shape': ({rows},), }}"),
+        &vec![b'y'; rows as usize],
+    );
+    let shards = tmp.path().join("shards");
+    npz_shards(
+        &shards,
+        &[
+            ("a.npz", vec![("x.npy", x.clone()), ("label_bin.npy", label)]),
+            ("b.npz", vec![("x.npy", x), ("label_bin.npy", strings)]),
+        ],
+    );
+    let ran = eval(&[model("binary")], &shards, "label_bin", &[]);
+    assert_eq!(ran.code, Some(1), "{}\n{}", ran.stdout, ran.stderr);
+    let record = &ran.records[0];
+    assert_eq!(record["status"], "error", "{record}");
+    assert_eq!(record["error"]["kind"], "dataset", "{record}");
+    let message = record["error"]["message"].as_str().unwrap();
+    assert!(message.contains("b.npz"), "{message}");
+}
+
+#[test]
+fn an_npz_whose_entry_claims_more_than_the_file_holds_is_refused_before_work() {
+    let tmp = tempfile::tempdir().unwrap();
+    let x = npy_bytes("{'descr': '<f4', 'fortran_order': False, 'shape': (1, 274877906944), }", &[0; 16]);
+    let label = npy_bytes("{'descr': '<f8', 'fortran_order': False, 'shape': (1,), }", &[0; 8]);
+    let entries: Vec<(&str, &[u8])> = vec![("x.npy", &x), ("label_bin.npy", &label)];
+    let path = tmp.path().join("lying.npz");
+    std::fs::write(&path, crate::bad_input::zip_stored(&entries, Some(0xffff_fff0))).unwrap();
+    assert!(std::fs::metadata(&path).unwrap().len() < 1024);
+    let ran = eval(&[model("binary")], &path, "label_bin", &[]);
+    assert_eq!(ran.code, Some(2), "{}\n{}", ran.stdout, ran.stderr);
+    assert!(ran.records.is_empty(), "{}", ran.stdout);
+    assert!(ran.stderr.contains("lying.npz"), "{}", ran.stderr);
+}
