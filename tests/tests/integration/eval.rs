@@ -528,8 +528,11 @@ fn batch_timeout_bounds_each_batch_and_timeout_the_whole_model() {
     assert!(took < Duration::from_secs(10), "took {took:?}");
 }
 
-/// `.npz` shards in a folder, each a stored zip of `(entry, .npy bytes)`.
-fn npz_shards(dir: &Path, shards: &[(&str, Vec<(&str, Vec<u8>)>)]) {
+/// One `.npz` shard: its file name, and its entries' names and `.npy` bytes.
+type Shard<'a> = (&'a str, Vec<(&'a str, Vec<u8>)>);
+
+/// `.npz` shards in a folder, each a stored zip.
+fn npz_shards(dir: &Path, shards: &[Shard]) {
     std::fs::create_dir_all(dir).unwrap();
     for (name, entries) in shards {
         let entries: Vec<(&str, &[u8])> = entries.iter().map(|(n, b)| (*n, b.as_slice())).collect();
