@@ -616,3 +616,73 @@ fn one_files_code_cannot_write_another_files_export() {
     assert_eq!(ran.record("b_dense.keras")["status"], "ok", "{}\n{}", ran.stdout, ran.stderr);
     assert!(b_entry_planted(&cache2).is_empty(), "A's code wrote B's export: {:?}", b_entry_planted(&cache2));
 }
+
+/// A stand-in for the export's Python (no TensorFlow): answers the probe,
+/// then "exports" the first job by copying a SavedModel and says what
+/// `ISORUN_FAKE_EXPORT` asks: `twice` (its `done` twice), `unstarted` (a
+/// `done` with no `start`).
+fn fake_export_python(dir: &Path) -> PathBuf {
+    let real = real_python3();
+    let saved_model = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/models/linear_regressor");
+    let script = format!(
+        r#"#!{real}
+import json, os, shutil, sys
+code = sys.argv[2] if len(sys.argv) > 2 else ""
+if "importlib.metadata" in code:
+    print(json.dumps({{"executable": os.path.realpath(sys.executable), "prefixes": [sys.prefix], "path": [],
+        "version": "3.11.0", "keras": "3.99.0", "tensorflow": "2.21.0", "tf_keras": None, "dists": []}}))
+    sys.exit(0)
+request = json.loads(sys.stdin.read())
+shutil.copytree({saved_model:?}, request["jobs"][0]["out"])
+def say(m):
+    print(json.dumps(m), flush=True)
+say({{"hello": {{"keras": "3.99.0", "tensorflow": "2.21.0", "python": "3.11.0"}}}})
+done = {{"done": 0, "ok": True, "loader": "keras", "inputs": ["x"], "outputs": ["y"]}}
+if os.environ["ISORUN_FAKE_EXPORT"] == "twice":
+    say({{"start": 0}}); say(done); say(done)
+else:
+    say(done)
+"#,
+        saved_model = saved_model.canonicalize().unwrap().display().to_string()
+    );
+    let path = dir.join("python");
+    std::fs::write(&path, script).unwrap();
+    let mut permissions = std::fs::metadata(&path).unwrap().permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut permissions, 0o755);
+    std::fs::set_permissions(&path, permissions).unwrap();
+    path
+}
+
+/// The real interpreter behind `python3` on `PATH` (not a pyenv shim).
+fn real_python3() -> String {
+    let found = Command::new("python3")
+        .args(["-c", "import os, sys; print(os.path.realpath(sys.executable))"])
+        .output()
+        .expect("python3 on PATH");
+    String::from_utf8(found.stdout).unwrap().trim().to_string()
+}
+
+#[test]
+fn an_export_process_that_finishes_a_file_twice_or_unstarted_is_a_protocol_error_not_a_unit_run_twice() {
+    let tmp = tempfile::tempdir().unwrap();
+    let python = fake_export_python(tmp.path());
+    let model = keras_fixtures().join("ckpts/dense.keras");
+    let inputs = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/inputs.npz");
+    for mode in ["twice", "unstarted"] {
+        let cache = tmp.path().join(format!("cache-{mode}"));
+        let ran = run(isorun()
+            .args(["run", model.to_str().unwrap(), "--inputs", inputs.to_str().unwrap(), "--json", "-j", "1"])
+            .args(["--sandbox", "off", "--python"])
+            .arg(&python)
+            .arg("--keras-cache")
+            .arg(&cache)
+            .env("ISORUN_FAKE_EXPORT", mode));
+        let context = format!("{mode}: {}\n{}", ran.stdout, ran.stderr);
+        assert_eq!(ran.records.len(), 1, "one record for one file: {context}");
+        if mode == "unstarted" {
+            assert_eq!(ran.records[0]["status"], "protocol_error", "{context}");
+            let message = ran.records[0]["error"]["message"].as_str().unwrap_or_default();
+            assert!(message.contains("finished job 0, which was not running"), "{context}");
+        }
+    }
+}
