@@ -268,15 +268,21 @@ fn spawn_auto_execs_a_lone_model_and_forks_the_rest_after_the_first() {
     assert_eq!(worker_starts(&spawn(&three, Some("exec"))), ["exec", "exec", "exec"]);
 }
 
-#[test]
-fn a_one_gib_npy_input_goes_to_the_worker_without_passing_through_the_supervisor_s_memory() {
-    let dir = tempfile::tempdir().unwrap();
-    // float32 [262144, 1024] of zeros: a header, then a 1 GiB hole (sparse, so cheap to make).
-    let path = dir.path().join("m.npy");
+/// `DIR/m.npy`, float32 [262144, 1024] of zeros: a header, then a 1 GiB
+/// hole (sparse, so cheap to make).
+fn sparse_gib_npy(dir: &Path) -> PathBuf {
+    let path = dir.join("m.npy");
     let header = crate::util::npy_bytes("{'descr': '<f4', 'fortran_order': False, 'shape': (262144, 1024), }", &[]);
     std::fs::write(&path, &header).unwrap();
     let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
     file.set_len(header.len() as u64 + (1 << 30)).unwrap();
+    path
+}
+
+#[test]
+fn a_one_gib_npy_input_goes_to_the_worker_without_passing_through_the_supervisor_s_memory() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = sparse_gib_npy(dir.path());
     let ran = run(isorun()
         .arg("run")
         .arg(fixtures().join("models/dynamic"))
@@ -295,11 +301,7 @@ fn a_one_gib_npy_input_goes_to_the_worker_without_passing_through_the_supervisor
 #[test]
 fn with_batch_size_a_one_gib_npy_input_still_never_passes_through_the_supervisor() {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("m.npy");
-    let header = crate::util::npy_bytes("{'descr': '<f4', 'fortran_order': False, 'shape': (262144, 1024), }", &[]);
-    std::fs::write(&path, &header).unwrap();
-    let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
-    file.set_len(header.len() as u64 + (1 << 30)).unwrap();
+    let path = sparse_gib_npy(dir.path());
     // Four chunks of 256 MiB, each a view of the same file; the outputs
     // (row sums, 1 MiB in all) are what the supervisor holds.
     let ran = run(isorun()
