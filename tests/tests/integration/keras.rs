@@ -686,3 +686,38 @@ fn an_export_process_that_finishes_a_file_twice_or_unstarted_is_a_protocol_error
         }
     }
 }
+
+/// The export process, like a worker, starts in a session of its own and
+/// cannot change its process group: where Landlock has no signal scope
+/// (kernels before 6.12; `isorun-deny-landlock` hides it here), a Lambda
+/// run with `--keras-unsafe` that moves into the supervisor's group and
+/// sends SIGKILL to "its own" group used to kill the supervisor (which
+/// leads its own session here, as a user's shell does).
+#[test]
+fn a_lambda_cannot_join_the_supervisors_process_group_from_the_export_process() {
+    use std::os::unix::process::CommandExt;
+    let Some(python) = python("a_lambda_cannot_join_the_supervisors_process_group_from_the_export_process") else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let model = tmp.path().join("joiner.h5");
+    let code = "import os\nfor g in (os.getsid(0), os.getpgid(os.getppid())):\n  if g != os.getpid():\n    try:\n      os.setpgid(0, g)\n      os.kill(0, 9)\n    except PermissionError:\n      pass\nraise PermissionError('setpgid refused')\n";
+    keras2_lambda_h5(&python, &model, code);
+    let mut command = Command::new(crate::util::bin("isorun-deny-landlock"));
+    command
+        .arg(crate::util::bin("isorun"))
+        .args(["run", model.to_str().unwrap(), "--inputs", DENSE_INPUTS, "--json", "--keras-unsafe", "--python"])
+        .arg(&python)
+        .arg("--keras-cache")
+        .arg(tmp.path().join("cache"))
+        .stdin(Stdio::null());
+    // SAFETY: setsid between fork and exec is async-signal-safe.
+    unsafe {
+        command.pre_exec(|| if libc::setsid() < 0 { Err(std::io::Error::last_os_error()) } else { Ok(()) });
+    }
+    let ran = run(&mut command);
+    assert_eq!(ran.code, Some(1), "the supervisor must survive: {:?}\n{}\n{}", ran.code, ran.stdout, ran.stderr);
+    let record = ran.record("joiner.h5");
+    assert_eq!(record["status"], "error", "{record}");
+    assert!(record["error"]["message"].as_str().unwrap().contains("setpgid refused"), "{record}");
+}
