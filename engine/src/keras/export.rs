@@ -545,6 +545,17 @@ mod tests {
     }
 
     #[test]
+    fn answer_lines_end_at_the_first_refused_line() {
+        let stdout = b"{\"hello\": {}}\n{\"start\": 0}\n{\"done\": 0, \"ok\": true, \"loader\": \"keras\"}\n{\"start\": 3}\n{\"start\": 1}\n";
+        let answers = answer_lines(stdout, 2);
+        assert_eq!(answers.len(), 4, "{answers:?}");
+        assert_eq!(answers[2], Ok("model0.keras: exported with keras".into()));
+        assert_eq!(answers[3], Err("export process: started job 3, expected 1".into()));
+        let bad = answer_lines(b"{\"hello\": {}}\nnot json\n{\"start\": 0}\n", 1);
+        assert!(matches!(bad.as_slice(), [Ok(_), Err(e)] if e.starts_with("export process sent a bad line")), "{bad:?}");
+    }
+
+    #[test]
     fn the_export_process_is_held_to_its_protocol() {
         assert_eq!(parse(r#"{"hello": {}}"#, false, None, 0), Ok(Answer::Hello));
         assert_eq!(parse(r#"{"start": 0}"#, true, None, 0), Ok(Answer::Start(0)));
