@@ -351,7 +351,9 @@ mod tests {
     /// checks; without them, a row of 0 elements).
     #[test]
     fn a_row_too_large_to_count_is_an_error() {
-        let mut npy = b"\x93NUMPY\x01\x00v\x00{'descr': '<f4', 'fortran_order': False, 'shape': (0, 4294967296, 4294967296), }".to_vec();
+        let mut npy =
+            b"\x93NUMPY\x01\x00v\x00{'descr': '<f4', 'fortran_order': False, 'shape': (0, 4294967296, 4294967296), }"
+                .to_vec();
         npy.resize(127, b' ');
         npy.push(b'\n');
         assert_eq!(npy, include_bytes!("../tests/fixtures/fuzz/zero_rows_huge_row.npy"));

@@ -552,7 +552,10 @@ mod tests {
         assert_eq!(answers[2], Ok("model0.keras: exported with keras".into()));
         assert_eq!(answers[3], Err("export process: started job 3, expected 1".into()));
         let bad = answer_lines(b"{\"hello\": {}}\nnot json\n{\"start\": 0}\n", 1);
-        assert!(matches!(bad.as_slice(), [Ok(_), Err(e)] if e.starts_with("export process sent a bad line")), "{bad:?}");
+        assert!(
+            matches!(bad.as_slice(), [Ok(_), Err(e)] if e.starts_with("export process sent a bad line")),
+            "{bad:?}"
+        );
     }
 
     #[test]

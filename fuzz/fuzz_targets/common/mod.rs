@@ -54,11 +54,7 @@ fn names(available: &str) -> Vec<String> {
     if available == "nothing" {
         return Vec::new();
     }
-    available
-        .split("), ")
-        .filter_map(|entry| entry.rfind(" (").map(|i| entry[..i].to_string()))
-        .take(4)
-        .collect()
+    available.split("), ").filter_map(|entry| entry.rfind(" (").map(|i| entry[..i].to_string())).take(4).collect()
 }
 
 fn input(name: &str, dtype: DType, shape: Option<Vec<Option<u64>>>) -> TensorSpec {
