@@ -157,6 +157,19 @@ pub fn open_shard(path: &Path, npz: bool) -> Result<Shard, DataError> {
                 reason: "a 0-d array has no examples axis; arrays must be [examples, ...]".into(),
             });
         }
+        // The file's size bounds the whole array, not a row: with no rows,
+        // `[0, 2^32, 2^32]` is a valid header whose rows no u64 can count.
+        let row_bytes = isorun_protocol::Tensor::element_count(&header.shape[1..])
+            .and_then(|n| n.checked_mul(header.element.item_size() as u64));
+        if row_bytes.is_none() {
+            return Err(DataError::Array {
+                path: array_path,
+                reason: format!(
+                    "shape {:?}: one example (the dimensions after the first) has too many elements to count",
+                    header.shape
+                ),
+            });
+        }
         if let Some(first) = infos.first() {
             if first.shape[0] != header.shape[0] {
                 return Err(DataError::RowMismatch {
@@ -326,4 +339,27 @@ pub fn string(element: Element, bytes: &[u8]) -> Option<Vec<u8>> {
 /// Whether the element holds integers (or bools).
 pub fn is_integer(element: Element) -> bool {
     matches!(element, Element::Dense(d, _) if !matches!(d, DType::Float16 | DType::Float32 | DType::Float64 | DType::BFloat16 | DType::String))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Seen reading `row_elements` while writing the `eval_npy` fuzz target,
+    /// which panics on it: no rows, so the file's size bounds nothing, and a
+    /// row of 2^64 elements overflowed counting it (a panic with overflow
+    /// checks; without them, a row of 0 elements).
+    #[test]
+    fn a_row_too_large_to_count_is_an_error() {
+        let mut npy =
+            b"\x93NUMPY\x01\x00v\x00{'descr': '<f4', 'fortran_order': False, 'shape': (0, 4294967296, 4294967296), }"
+                .to_vec();
+        npy.resize(127, b' ');
+        npy.push(b'\n');
+        assert_eq!(npy, include_bytes!("../tests/fixtures/fuzz/zero_rows_huge_row.npy"));
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("label.npy"), &npy).unwrap();
+        let error = open_shard(dir.path(), false).unwrap_err().to_string();
+        assert!(error.contains("label.npy: shape [0, 4294967296, 4294967296]: one example"), "{error}");
+    }
 }

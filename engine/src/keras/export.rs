@@ -442,6 +442,60 @@ impl Answer {
     }
 }
 
+/// The export process's stdout as the supervisor takes it, without a
+/// process: `stdout` read line by line (each at most [`MAX_LINE`] bytes, as
+/// the reading thread does), each line parsed and held to the protocol for
+/// `jobs` files, with the state the supervising loop keeps. What each line
+/// came to, in order, ending with the first line refused (then the process
+/// would be killed). For the fuzz target `export_answer`; not an API.
+pub fn answer_lines(stdout: &[u8], jobs: usize) -> Vec<Result<String, String>> {
+    let settings = Settings::builder("worker").build();
+    let files: Vec<PathBuf> = (0..jobs).map(|i| PathBuf::from(format!("model{i}.keras"))).collect();
+    let mut reader = BufReader::new(stdout);
+    let (mut said_hello, mut current, mut next_start) = (false, None::<usize>, 0usize);
+    let mut seen = Vec::new();
+    loop {
+        let mut line = String::new();
+        match (&mut reader).take(MAX_LINE).read_line(&mut line) {
+            Ok(0) | Err(_) => return seen,
+            Ok(_) => {}
+        }
+        let message: Value = match serde_json::from_str(&line) {
+            Ok(message) => message,
+            Err(e) => {
+                seen.push(Err(format!("export process sent a bad line: {e}")));
+                return seen;
+            }
+        };
+        match Answer::parse(&message, said_hello, current, next_start, jobs) {
+            Ok(Answer::Hello) => {
+                said_hello = true;
+                seen.push(Ok("hello".into()));
+            }
+            Ok(Answer::Start(index)) => {
+                current = Some(index);
+                next_start = index + 1;
+                seen.push(Ok(format!("start {}", files[index].display())));
+            }
+            Ok(Answer::Done { index, loader }) => {
+                let file = &files[index];
+                seen.push(Ok(match loader {
+                    Some(loader) => format!("{}: exported with {loader}", file.display()),
+                    None => {
+                        let text = message.get("error").and_then(Value::as_str).unwrap_or("unknown error");
+                        explain(file, text, &settings)
+                    }
+                }));
+                current = None;
+            }
+            Err(message) => {
+                seen.push(Err(format!("export process: {message}")));
+                return seen;
+            }
+        }
+    }
+}
+
 /// A process that failed for every file it had left: the outcome, its stderr.
 type ProcessFailure = Box<(Outcome, Vec<String>)>;
 
@@ -488,6 +542,20 @@ mod tests {
 
     fn parse(line: &str, said_hello: bool, current: Option<usize>, next: usize) -> Result<Answer, String> {
         Answer::parse(&serde_json::from_str(line).unwrap(), said_hello, current, next, 2)
+    }
+
+    #[test]
+    fn answer_lines_end_at_the_first_refused_line() {
+        let stdout = b"{\"hello\": {}}\n{\"start\": 0}\n{\"done\": 0, \"ok\": true, \"loader\": \"keras\"}\n{\"start\": 3}\n{\"start\": 1}\n";
+        let answers = answer_lines(stdout, 2);
+        assert_eq!(answers.len(), 4, "{answers:?}");
+        assert_eq!(answers[2], Ok("model0.keras: exported with keras".into()));
+        assert_eq!(answers[3], Err("export process: started job 3, expected 1".into()));
+        let bad = answer_lines(b"{\"hello\": {}}\nnot json\n{\"start\": 0}\n", 1);
+        assert!(
+            matches!(bad.as_slice(), [Ok(_), Err(e)] if e.starts_with("export process sent a bad line")),
+            "{bad:?}"
+        );
     }
 
     #[test]

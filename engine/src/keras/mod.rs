@@ -14,6 +14,8 @@ pub mod files;
 mod launch;
 pub mod python;
 
+#[doc(hidden)]
+pub use export::answer_lines as fuzz_export_answer;
 pub use launch::{launch, LAUNCH_ARG};
 
 use crate::cancel::CancelToken;
