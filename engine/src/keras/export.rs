@@ -443,7 +443,7 @@ impl Answer {
 }
 
 /// The export process's stdout as the supervisor takes it, without a
-/// process: `stdout` read line by line (each at most [`MAX_LINE`] bytes, as
+/// process: `stdout` read line by line (each at most `MAX_LINE` bytes, as
 /// the reading thread does), each line parsed and held to the protocol for
 /// `jobs` files, with the state the supervising loop keeps. What each line
 /// came to, in order, ending with the first line refused (then the process
