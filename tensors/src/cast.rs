@@ -28,7 +28,7 @@ pub fn allowed(name: &str, given: DType, wanted: DType) -> Result<(), String> {
 /// What to tell a user who must convert an input themselves.
 pub fn hint(name: &str, wanted: DType) -> String {
     match numpy_name(wanted) {
-        Some(np) => format!(" (convert it first: {name}.astype(np.{np}))"),
+        Some(np) => format!("; convert it first: {name}.astype(np.{np})"),
         None => String::new(),
     }
 }
@@ -57,15 +57,21 @@ pub fn convert(
                 Value::Int(v) => v.to_string(),
                 Value::Float(v) => v.to_string(),
             };
+            let np = numpy_name(wanted).unwrap_or("...");
+            let (problem, what_to_do) = if matches!(kind(wanted), Some(Kind::Float(_))) {
+                (
+                    format!("is not exact in {wanted}"),
+                    format!("round them yourself if that is meant: {name}.astype(np.{np})"),
+                )
+            } else {
+                (
+                    format!("does not fit in {wanted}"),
+                    format!("give values that fit ({name}.astype(np.{np}) would wrap them)"),
+                )
+            };
             return Err(format!(
-                "input '{name}': expected dtype {wanted}, given {given} whose element {} ({shown}) {}{}",
+                "input '{name}': expected dtype {wanted}, given {given} whose element {} ({shown}) {problem}; {what_to_do}",
                 first + i as u64,
-                if matches!(kind(wanted), Some(Kind::Float(_))) {
-                    format!("is not exact in {wanted}")
-                } else {
-                    format!("does not fit in {wanted}")
-                },
-                hint(name, wanted)
             ));
         }
     }
@@ -227,8 +233,8 @@ mod tests {
         let big: Vec<u8> = [1i64, 3_000_000_000].iter().flat_map(|v| v.to_le_bytes()).collect();
         assert_eq!(
             cast(DType::Int64, DType::Int32, &big).unwrap_err(),
-            "input 'x': expected dtype int32, given int64 whose element 1 (3000000000) does not fit in int32 \
-             (convert it first: x.astype(np.int32))"
+            "input 'x': expected dtype int32, given int64 whose element 1 (3000000000) does not fit in int32; \
+             give values that fit (x.astype(np.int32) would wrap them)"
         );
         let inexact: Vec<u8> = (1i64 << 24 | 1).to_le_bytes().to_vec();
         assert!(cast(DType::Int64, DType::Float32, &inexact).unwrap_err().contains("is not exact in float32"));
@@ -239,7 +245,7 @@ mod tests {
     fn floats_never_become_integers() {
         assert_eq!(
             allowed("x", DType::Float64, DType::Int64).unwrap_err(),
-            "input 'x': expected dtype int64, given float64 (convert it first: x.astype(np.int64))"
+            "input 'x': expected dtype int64, given float64; convert it first: x.astype(np.int64)"
         );
         assert!(allowed("x", DType::Float32, DType::Float16).is_err());
         assert!(allowed("x", DType::String, DType::Float32).is_err());
