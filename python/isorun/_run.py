@@ -229,13 +229,20 @@ class Run(Iterator[Result]):
 
 
 def _last_error(stderr: str) -> str:
-    """isorun's `isorun: error: ...` line (or clap's `error: ...`), else its last line."""
-    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
-    for line in reversed(lines):
+    """isorun's `isorun: error: ...` line (or clap's `error: ...`) with the
+    indented lines that follow it (a list, such as the inputs a signature
+    takes), else its last line."""
+    raw = [line.rstrip() for line in stderr.splitlines() if line.strip()]
+    for at in range(len(raw) - 1, -1, -1):
         for prefix in ("isorun: error: ", "error: "):
-            if line.startswith(prefix):
-                return line[len(prefix):]
-    return lines[-1] if lines else ""
+            if raw[at].strip().startswith(prefix):
+                listed = []
+                for line in raw[at + 1:]:
+                    if not line.startswith("  "):
+                        break
+                    listed.append(line)
+                return "\n".join([raw[at].strip()[len(prefix):]] + listed)
+    return raw[-1].strip() if raw else ""
 
 
 def _read_outputs(folder: Path, described: Mapping[str, Any]) -> Dict[str, Any]:

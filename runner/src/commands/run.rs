@@ -76,8 +76,8 @@ fn refuse_missing_inputs(models: &[Model], settings: &Settings) -> Result<(), St
         needs.push(format!("  ... and {} more", total - needs.len()));
     }
     Err(format!(
-        "no inputs given, and signature '{}' takes some:\n{}\ngive them with --inputs FILE (.npz or .json), \
-         --input NAME=PATH (.npy or .json) or --input 'NAME=@[[...]]'",
+        "no inputs given (--inputs FILE.npz|FILE.json, --input NAME=PATH.npy or --input 'NAME=@[[...]]'), and \
+         signature '{}' takes some:\n{}",
         settings.signature,
         needs.join("\n")
     ))

@@ -285,9 +285,9 @@ fn run_without_inputs_for_a_signature_that_needs_some_exits_2_listing_them() {
     assert!(ran.stdout.is_empty(), "{}", ran.stdout);
     assert_eq!(
         ran.stderr,
-        "isorun: error: no inputs given, and signature 'serving_default' takes some:\n  a: x (float32, [?, 4])\n  \
-         b: x (float32, [?, 4])\n  c: x (float32, [?, 4])\ngive them with --inputs FILE (.npz or .json), --input \
-         NAME=PATH (.npy or .json) or --input 'NAME=@[[...]]'\n"
+        "isorun: error: no inputs given (--inputs FILE.npz|FILE.json, --input NAME=PATH.npy or --input \
+         'NAME=@[[...]]'), and signature 'serving_default' takes some:\n  a: x (float32, [?, 4])\n  \
+         b: x (float32, [?, 4])\n  c: x (float32, [?, 4])\n"
     );
     // A signature that takes no inputs still runs without any.
     let ran = run(isorun().arg("run").arg(fixtures().join("tf1/counter")).args(["--signature", "get_counter"]));
