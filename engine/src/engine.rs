@@ -99,14 +99,15 @@ impl Engine {
         on_event: &mut dyn FnMut(Event),
         sink: &dyn OutputSink,
     ) -> RunSummary {
-        // Inputs that do not fit a signature this process can read end their
-        // unit here, before any worker starts; the others run.
-        let mut decided = vec![false; models.len()];
-        for report in crate::inputs::decide_early(models, inputs, &self.settings).into_iter().flatten() {
-            decided[report.index] = true;
-            on_event(Event::Finished(Box::new(report)));
-        }
         self.staged(models, cancel, on_event, |models, on_event, producer| {
+            // Inputs that do not fit a signature this process can read end
+            // their unit here, before any worker starts (a Keras file's too
+            // when its SavedModel is in the cache already); the others run.
+            let mut decided = vec![false; models.len()];
+            for report in crate::inputs::decide_early(models, inputs, &self.settings).into_iter().flatten() {
+                decided[report.index] = true;
+                on_event(Event::Finished(Box::new(report)));
+            }
             let work = Work::Inputs { inputs, sink, decided: &decided };
             run_all(models, work, &self.settings, cancel, on_event, producer)
         })

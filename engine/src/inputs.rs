@@ -137,9 +137,9 @@ impl PreparedInputs {
     /// as given where it cannot (an unusual `saved_model.pb`), for the
     /// worker to decide.
     pub(crate) fn for_unit(&self, model: &Model, settings: &crate::Settings) -> Result<ModelInputs, ModelError> {
-        match signature_of(&model.path, &settings.tags, &settings.signature) {
-            Ok(info) => self.for_signature(model, &info, settings.strict_dtypes),
-            Err(_) => Ok(ModelInputs {
+        match signature_here(model, settings) {
+            Some(info) => self.for_signature(model, &info, settings.strict_dtypes),
+            None => Ok(ModelInputs {
                 tensors: self.for_model(model, &settings.signature, &settings.tags)?,
                 shared: self.shared.clone(),
                 casts: Vec::new(),
@@ -335,11 +335,27 @@ pub(crate) fn decide_early(
                 return None;
             }
             let began = std::time::Instant::now();
-            let info = signature_of(&model.path, &settings.tags, &settings.signature).ok()?;
+            let info = signature_here(model, settings)?;
             let error = inputs.for_signature(model, &info, settings.strict_dtypes).err()?;
             let mut report = crate::UnitReport::new(index, isorun_protocol::Outcome::Error(error));
             report.wall = began.elapsed();
             Some(report)
         })
         .collect()
+}
+
+/// A `saved_model.pb` larger than this (a graph with its weights frozen in)
+/// is not parsed in the supervisor for its signature alone: its worker
+/// checks the inputs, as it always did (JSON inputs still need it read).
+const SIGNATURE_READ_LIMIT: u64 = 64 << 20;
+
+/// The signature `settings` name, read without TensorFlow where that is
+/// cheap and possible; `None` leaves the inputs to the worker (an unusual
+/// or very large `saved_model.pb`, a missing signature: the worker says).
+pub fn signature_here(model: &Model, settings: &crate::Settings) -> Option<SignatureInfo> {
+    let size = std::fs::metadata(model.path.join("saved_model.pb")).ok()?.len();
+    if size > SIGNATURE_READ_LIMIT {
+        return None;
+    }
+    signature_of(&model.path, &settings.tags, &settings.signature).ok()
 }

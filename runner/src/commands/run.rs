@@ -7,10 +7,9 @@ use crate::cli::RunArgs;
 use crate::drive::{discover_models, execute, Plan, Work};
 use crate::settings::{report_settings, run_settings};
 use crate::support::with_causes;
-use isorun_engine::{Model, ModelFormat, PreparedInputs, Settings};
+use isorun_engine::{signature_here, Model, ModelFormat, PreparedInputs, Settings};
 use isorun_protocol::TensorSpec;
 use isorun_tensors::inputs::load_inputs;
-use isorun_tensors::json_input::signature_of;
 use std::time::Instant;
 
 /// Runs the command; `Err` is a usage error (exit 2).
@@ -61,7 +60,7 @@ pub fn main(args: RunArgs, quiet: bool) -> Result<i32, String> {
 fn refuse_missing_inputs(models: &[Model], settings: &Settings) -> Result<(), String> {
     let mut needs = Vec::new();
     for model in models.iter().filter(|m| m.format == ModelFormat::SavedModel) {
-        let Ok(info) = signature_of(&model.path, &settings.tags, &settings.signature) else { continue };
+        let Some(info) = signature_here(model, settings) else { continue };
         if !info.inputs.is_empty() {
             let takes: Vec<String> = info.inputs.iter().map(TensorSpec::describe).collect();
             needs.push(format!("  {}: {}", model.id, takes.join(", ")));

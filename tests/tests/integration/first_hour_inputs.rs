@@ -293,3 +293,40 @@ fn run_without_inputs_for_a_signature_that_needs_some_exits_2_listing_them() {
     let ran = run(isorun().arg("run").arg(fixtures().join("tf1/counter")).args(["--signature", "get_counter"]));
     assert_eq!(ran.code, Some(0), "{}", ran.stderr);
 }
+
+#[test]
+fn a_keras_file_is_cast_after_its_export_and_checked_before_any_worker_once_cached() {
+    let python = std::env::var_os("ISORUN_KERAS_PYTHON").map(PathBuf::from).unwrap_or_else(|| {
+        let cache = std::env::var_os("XDG_CACHE_HOME")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| Path::new(&std::env::var_os("HOME").expect("HOME")).join(".cache"));
+        cache.join("isorun/fixtures-venv/bin/python")
+    });
+    if !python.is_file() {
+        eprintln!("NOTE: first_hour_inputs keras test SKIPPED: no Python with Keras at {}", python.display());
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let model = fixtures().join("keras/iris.keras");
+    let cache = tmp.path().join("cache");
+    let keras_run = |given: &str| {
+        run(isorun().arg("run").arg(&model).arg("--python").arg(&python).arg("--keras-cache").arg(&cache).args([
+            "--load-timeout",
+            "300",
+            "--json",
+            "--input",
+            given,
+        ]))
+    };
+    let x64 = input("x", &write(tmp.path(), "x64.npy", &f64_npy(&[1, 4], |i| i as f64)));
+    let first = keras_run(&x64);
+    assert_eq!(first.code, Some(0), "{}\n{}", first.stdout, first.stderr);
+    assert_eq!(first.records[0]["cast"], json!({"x": "float64→float32"}), "{}", first.records[0]);
+    let wrong = input("x", &write(tmp.path(), "r.npy", &f32_npy(&[4], |_| 1.0)));
+    let second = keras_run(&wrong);
+    assert_eq!(second.code, Some(1), "{}", second.stderr);
+    let record = &second.records[0];
+    assert_eq!(record["error"]["message"], "input 'x': expected shape [?, 4] (rank 2), given [4] (rank 1)");
+    assert_eq!(record["export"]["cached"], true, "{record}");
+    assert_no_worker(record);
+}
