@@ -199,6 +199,11 @@ impl PreparedInputs {
                         return Err(mismatch(strict_refusal(&name, spec.dtype, tensor.dtype)));
                     }
                     let (cast, _) = cast_tensor(&name, &tensor, spec.dtype, &[]).map_err(mismatch)?;
+                    tracing::info!(
+                        "input '{name}' of {}: cast {} for the signature",
+                        model.id,
+                        cast::describe(tensor.dtype, spec.dtype)
+                    );
                     inputs.casts.push((name.clone(), cast::describe(tensor.dtype, spec.dtype)));
                     inputs.tensors.push((name, cast));
                 }
@@ -358,4 +363,60 @@ pub fn signature_here(model: &Model, settings: &crate::Settings) -> Option<Signa
         return None;
     }
     signature_of(&model.path, &settings.tags, &settings.signature).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use isorun_protocol::TensorSpec;
+    use std::os::fd::AsRawFd;
+
+    fn signature(dtype: DType) -> SignatureInfo {
+        SignatureInfo {
+            key: "serving_default".into(),
+            inputs: vec![TensorSpec { name: "x".into(), dtype, shape: Some(vec![None, Some(4)]) }],
+            outputs: vec![],
+        }
+    }
+
+    fn prepared(rows: usize) -> PreparedInputs {
+        let bytes: Vec<u8> = (0..rows * 4).flat_map(|i| (i as f64).to_le_bytes()).collect();
+        let tensor = Tensor::dense(DType::Float64, vec![rows as u64, 4], bytes);
+        PreparedInputs::new(Inputs { tensors: vec![("x".into(), tensor)], ..Inputs::default() }, None)
+    }
+
+    fn floats(bytes: &[u8]) -> Vec<f32> {
+        bytes.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect()
+    }
+
+    #[test]
+    fn a_large_input_is_cast_once_into_a_region_of_its_own_for_every_model() {
+        // 4096 × 4 float64 = 128 KiB: in shared memory.
+        let inputs = prepared(4096);
+        let model = Model::saved_model("m", "/nonexistent");
+        let first = inputs.for_signature(&model, &signature(DType::Float32), false).unwrap();
+        assert_eq!(first.casts, [("x".to_string(), "float64→float32".to_string())]);
+        let TensorData::Shared(index) = first.tensors[0].1.data else { panic!("not in shared memory") };
+        assert_eq!(index as usize, inputs.shared.len(), "a new region after the inputs' own");
+        let region = &first.shared[index as usize];
+        assert_eq!(region.len(), 4096 * 4 * 4);
+        assert_eq!(floats(&region[..16]), [0.0, 1.0, 2.0, 3.0]);
+        assert_eq!(floats(&region[region.len() - 4..]), [16383.0]);
+        let again = inputs.for_signature(&model, &signature(DType::Float32), false).unwrap();
+        assert_eq!(again.shared[index as usize].fd().as_raw_fd(), region.fd().as_raw_fd(), "made once");
+        assert_eq!(inputs.casts.lock().unwrap().len(), 1);
+    }
+
+    #[test]
+    fn strict_refuses_and_a_matching_dtype_is_no_cast() {
+        let inputs = prepared(2);
+        let model = Model::saved_model("m", "/nonexistent");
+        let err = inputs.for_signature(&model, &signature(DType::Float32), true).err().unwrap();
+        assert_eq!(err.kind, ErrorKind::InputMismatch);
+        assert!(err.message.contains("--strict-dtypes"), "{}", err.message);
+        let same = inputs.for_signature(&model, &signature(DType::Float64), true).unwrap();
+        assert!(same.casts.is_empty());
+        let TensorData::Dense(bytes) = &same.tensors[0].1.data else { panic!("small inputs stay in the message") };
+        assert_eq!(bytes.len(), 2 * 4 * 8);
+    }
 }
