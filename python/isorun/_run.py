@@ -340,8 +340,11 @@ def run(
     `timeout` (seconds), `memory_limit` (bytes, or `"2G"`) and every other
     keyword are `isorun run`'s options with `_` for `-` (`retries=2`,
     `batch_size=64`, `spawn="exec"`, `sandbox="off"`, `output_dir=...` to
-    keep the `.npy` files). A model that fails is a `Result` whose status
-    says how; a usage error raises `UsageError`.
+    keep the `.npy` files). Arrays are cast to the signature's dtypes as
+    Keras's `predict` does (`np.ones((1, 4))`, float64, becomes float32;
+    `Result.record["cast"]` says so; `strict_dtypes=True` refuses). A model
+    that fails is a `Result` whose status says how; a usage error raises
+    `UsageError`.
 
     >>> for result in isorun.run(["models/"], {"x": np.ones((8, 32), np.float32)}):
     ...     print(result.model, result.status, result.outputs.get("y"))
