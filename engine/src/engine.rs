@@ -100,7 +100,16 @@ impl Engine {
         sink: &dyn OutputSink,
     ) -> RunSummary {
         self.staged(models, cancel, on_event, |models, on_event, producer| {
-            run_all(models, Work::Inputs { inputs, sink }, &self.settings, cancel, on_event, producer)
+            // Inputs that do not fit a signature this process can read end
+            // their unit here, before any worker starts (a Keras file's too
+            // when its SavedModel is in the cache already); the others run.
+            let mut decided = vec![false; models.len()];
+            for report in crate::inputs::decide_early(models, inputs, &self.settings).into_iter().flatten() {
+                decided[report.index] = true;
+                on_event(Event::Finished(Box::new(report)));
+            }
+            let work = Work::Inputs { inputs, sink, decided: &decided };
+            run_all(models, work, &self.settings, cancel, on_event, producer)
         })
     }
 

@@ -34,6 +34,9 @@ pub(crate) struct UnitQueue {
     state: Mutex<QueueState>,
     arrived: Condvar,
     per_worker: usize,
+    /// Units already decided before the run (their inputs do not fit their
+    /// signature, see `inputs::decide_early`): never queued.
+    decided: Vec<bool>,
 }
 
 #[derive(Default)]
@@ -46,11 +49,19 @@ struct QueueState {
 
 impl UnitQueue {
     pub(crate) fn new(per_worker: usize) -> UnitQueue {
-        UnitQueue { state: Mutex::new(QueueState::default()), arrived: Condvar::new(), per_worker: per_worker.max(1) }
+        UnitQueue {
+            state: Mutex::new(QueueState::default()),
+            arrived: Condvar::new(),
+            per_worker: per_worker.max(1),
+            decided: Vec::new(),
+        }
     }
 
-    /// A unit ready to run.
+    /// A unit ready to run (unless it was decided before the run).
     pub(crate) fn push(&self, index: usize) {
+        if self.decided.get(index).copied().unwrap_or(false) {
+            return;
+        }
         self.state.lock().expect("queue").ready.push_back(index);
         self.arrived.notify_one();
     }
@@ -130,8 +141,14 @@ pub(crate) fn run_all(
 ) -> Option<String> {
     let tensorflow_version = &OnceLock::new();
     // Each slot starts at most one worker when the units fit the slots (see SpawnMode::Auto).
-    let few_units = models.len().div_ceil(settings.models_per_worker.max(1)) <= settings.jobs.max(1);
-    let queue = UnitQueue::new(settings.models_per_worker);
+    let decided = match work {
+        Work::Inputs { decided, .. } => decided.to_vec(),
+        Work::Feed(_) => Vec::new(),
+    };
+    let units = models.len() - decided.iter().filter(|&&d| d).count();
+    let few_units = units.div_ceil(settings.models_per_worker.max(1)) <= settings.jobs.max(1);
+    let mut queue = UnitQueue::new(settings.models_per_worker);
+    queue.decided = decided;
     if producer.is_none() {
         for index in 0..models.len() {
             queue.push(index);
@@ -240,7 +257,12 @@ pub(crate) fn run_all(
 /// whose outputs go to a sink, or a stream of batches per unit.
 #[derive(Clone, Copy)]
 pub(crate) enum Work<'a> {
-    Inputs { inputs: &'a PreparedInputs, sink: &'a dyn OutputSink },
+    /// `decided`: units already reported (see `inputs::decide_early`), never run.
+    Inputs {
+        inputs: &'a PreparedInputs,
+        sink: &'a dyn OutputSink,
+        decided: &'a [bool],
+    },
     Feed(&'a dyn Feed),
 }
 
@@ -614,7 +636,7 @@ impl Slot<'_> {
 
     fn run_unit(&self, worker: &mut WorkerProcess, index: usize, batch: &[usize], started: Instant) -> UnitEnd {
         match self.work {
-            Work::Inputs { inputs, sink } => self.run_with_inputs(worker, index, batch, started, inputs, sink),
+            Work::Inputs { inputs, sink, .. } => self.run_with_inputs(worker, index, batch, started, inputs, sink),
             Work::Feed(feed) => self.run_fed(worker, index, batch, started, feed),
         }
     }
@@ -726,8 +748,11 @@ impl Slot<'_> {
     ) -> UnitEnd {
         let model = &self.models[index];
         let mut report = UnitReport::new(index, Outcome::Ok);
-        let inputs = match prepared.for_model(model, &self.settings.signature, &self.settings.tags) {
-            Ok(inputs) => inputs,
+        let (inputs, shared) = match prepared.for_unit(model, self.settings) {
+            Ok(prepared) => {
+                report.casts = prepared.casts;
+                (prepared.tensors, prepared.shared)
+            }
             Err(error) => {
                 report.outcome = Outcome::Error(error);
                 return UnitEnd { report, worker_usable: true };
@@ -753,9 +778,9 @@ impl Slot<'_> {
         let mut whole = Some(inputs);
         for step in 0..ranges.len().max(1) {
             let (inputs, shared) = match ranges.get(step) {
-                None => (whole.take().unwrap_or_default(), prepared.shared.clone()),
+                None => (whole.take().unwrap_or_default(), shared.clone()),
                 Some(&(start, end)) => {
-                    match batch::chunk(whole.as_deref().unwrap_or_default(), &prepared.shared, start, end) {
+                    match batch::chunk(whole.as_deref().unwrap_or_default(), &shared, start, end) {
                         Ok(chunk) => chunk,
                         Err(message) => {
                             // The input file changed under the run (truncated): this unit's error.

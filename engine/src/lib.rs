@@ -61,7 +61,7 @@ pub use cancel::CancelToken;
 pub use discover::{discover, is_saved_model, latest_versions, DiscoverError, Model, ModelFormat};
 pub use engine::{Engine, Event, RunSummary, SetupError};
 pub use feed::{Feed, FeedStream, FeedSummary, StreamReport};
-pub use inputs::PreparedInputs;
+pub use inputs::{signature_here, PreparedInputs};
 pub use isorun_protocol::Outcome;
 pub use process::{library_path, memory_fields, pidfd_signals_process_group, worker_version, SpawnSpec};
 pub use session::{check_outputs, MAX_RANK};

@@ -86,6 +86,9 @@ pub struct Settings {
     pub values: bool,
     /// Feed the inputs in chunks of this many rows and join the outputs.
     pub batch_size: Option<usize>,
+    /// Refuse an input whose dtype is not the signature's, rather than
+    /// cast it (`isorun_tensors::cast`: float64 to float32 and the like).
+    pub strict_dtypes: bool,
     /// Custom-op libraries for every worker (absolute paths).
     pub libraries: Vec<String>,
     /// Limit on a worker's private memory (RssAnon + RssShmem), in bytes.
@@ -136,6 +139,7 @@ impl Settings {
                 reap_timeout: crate::process::DEFAULT_REAP_TIMEOUT,
                 values: false,
                 batch_size: None,
+                strict_dtypes: false,
                 libraries: Vec::new(),
                 memory_limit: None,
                 retries: 0,
@@ -202,6 +206,8 @@ impl SettingsBuilder {
         values: bool,
         /// Rows per request.
         batch_size: Option<usize>,
+        /// No dtype casts.
+        strict_dtypes: bool,
         /// Custom-op libraries (absolute paths).
         libraries: Vec<String>,
         /// Limit on a worker's private memory, in bytes.

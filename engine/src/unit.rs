@@ -54,6 +54,8 @@ pub struct UnitReport {
     pub stream: Option<StreamReport>,
     /// How a Keras file's SavedModel was made (exported now, or found in the cache).
     pub export: Option<crate::keras::ExportReport>,
+    /// Inputs cast to the signature's dtypes: name and `from→to` (`float64→float32`).
+    pub casts: Vec<(String, String)>,
 }
 
 /// How a unit's spare worker was readied (see `--spares`).
@@ -123,6 +125,7 @@ impl UnitReport {
             attempts: Vec::new(),
             stream: None,
             export: None,
+            casts: Vec::new(),
         }
     }
 }

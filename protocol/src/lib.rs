@@ -5,6 +5,7 @@
 //! the fault-injection worker agree on one definition.
 
 mod dtype;
+pub mod matching;
 mod message;
 mod outcome;
 mod tensor;

@@ -229,13 +229,20 @@ class Run(Iterator[Result]):
 
 
 def _last_error(stderr: str) -> str:
-    """isorun's `isorun: error: ...` line (or clap's `error: ...`), else its last line."""
-    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
-    for line in reversed(lines):
+    """isorun's `isorun: error: ...` line (or clap's `error: ...`) with the
+    indented lines that follow it (a list, such as the inputs a signature
+    takes), else its last line."""
+    raw = [line.rstrip() for line in stderr.splitlines() if line.strip()]
+    for at in range(len(raw) - 1, -1, -1):
         for prefix in ("isorun: error: ", "error: "):
-            if line.startswith(prefix):
-                return line[len(prefix):]
-    return lines[-1] if lines else ""
+            if raw[at].strip().startswith(prefix):
+                listed = []
+                for line in raw[at + 1:]:
+                    if not line.startswith("  "):
+                        break
+                    listed.append(line)
+                return "\n".join([raw[at].strip()[len(prefix):]] + listed)
+    return raw[-1].strip() if raw else ""
 
 
 def _read_outputs(folder: Path, described: Mapping[str, Any]) -> Dict[str, Any]:
@@ -333,8 +340,11 @@ def run(
     `timeout` (seconds), `memory_limit` (bytes, or `"2G"`) and every other
     keyword are `isorun run`'s options with `_` for `-` (`retries=2`,
     `batch_size=64`, `spawn="exec"`, `sandbox="off"`, `output_dir=...` to
-    keep the `.npy` files). A model that fails is a `Result` whose status
-    says how; a usage error raises `UsageError`.
+    keep the `.npy` files). Arrays are cast to the signature's dtypes as
+    Keras's `predict` does (`np.ones((1, 4))`, float64, becomes float32;
+    `Result.record["cast"]` says so; `strict_dtypes=True` refuses). A model
+    that fails is a `Result` whose status says how; a usage error raises
+    `UsageError`.
 
     >>> for result in isorun.run(["models/"], {"x": np.ones((8, 32), np.float32)}):
     ...     print(result.model, result.status, result.outputs.get("y"))

@@ -98,6 +98,19 @@ def test_many_models_stream_in_model_order_with_arrays_as_inputs(made_models: Pa
     assert [r.model for r in rest] == ["b_abort"]
 
 
+def test_numpys_default_float64_is_cast_to_the_signatures_float32(made_models: Path):
+    [doubled] = isorun.run(made_models / "a_double", {"x": np.ones(3)})
+    assert doubled.ok, doubled
+    assert doubled.record["cast"] == {"x": "float64→float32"}
+    np.testing.assert_array_equal(doubled.outputs["y"], np.full(3, 2, np.float32))
+    [strict] = isorun.run(made_models / "a_double", {"x": np.ones(3)}, strict_dtypes=True)
+    assert strict.status == "error" and strict.error is not None, strict
+    assert strict.error.kind == "input_mismatch"
+    assert "x.astype(np.float32)" in strict.error.message
+    with pytest.raises(isorun.UsageError, match=r"no inputs given[^\n]*\n  a_double: x \(float32, \[\?\]\)"):
+        list(isorun.run(made_models / "a_double"))
+
+
 def test_a_crashing_model_is_a_result_and_the_next_model_still_runs(made_models: Path):
     x = np.ones(3, np.float32)
     results = list(isorun.run([made_models / "b_abort", made_models / "a_double"], {"x": x}, jobs=1, timeout=60))

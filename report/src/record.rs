@@ -40,6 +40,12 @@ pub fn unit_record(model: &Model, report: &UnitReport) -> Value {
         }
         r.insert("export".into(), Value::Object(e));
     }
+    if !report.casts.is_empty() {
+        // Inputs cast to the signature's dtypes (`--strict-dtypes` refuses instead).
+        let casts: serde_json::Map<String, Value> =
+            report.casts.iter().map(|(name, cast)| (name.clone(), json!(cast))).collect();
+        r.insert("cast".into(), Value::Object(casts));
+    }
     r.insert("wall_ms".into(), json!(report.wall.as_millis() as u64));
     if let Some(ms) = report.load_ms {
         r.insert("load_ms".into(), json!(ms));

@@ -302,6 +302,11 @@ pub struct RunArgs {
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..), help_heading = "Inputs")]
     pub batch_size: Option<u64>,
 
+    /// Refuse an input whose dtype is not the signature's; by default float64 becomes float32,
+    /// integers become narrower integers or floats where every value fits exactly (records say `cast`).
+    #[arg(long, help_heading = "Inputs")]
+    pub strict_dtypes: bool,
+
     /// Load a custom-op library (.so) into each worker before the model (repeatable).
     #[arg(long, value_name = "PATH.so", help_heading = "Inputs")]
     pub load_library: Vec<PathBuf>,

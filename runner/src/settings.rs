@@ -124,6 +124,7 @@ pub fn run_settings(args: &RunArgs) -> Result<RunSettings, String> {
         .grace(Duration::from_secs(2))
         .values(args.values)
         .batch_size(args.batch_size.map(|n| n as usize))
+        .strict_dtypes(args.strict_dtypes)
         .memory_limit(args.memory_limit)
         .retries(args.retries)
         .retry_on(statuses("--retry-on", &args.retry_on)?)
@@ -244,6 +245,9 @@ pub fn report_settings(args: &RunArgs, run: &RunSettings) -> Value {
     }
     if let Some(n) = settings.batch_size {
         s.insert("batch_size".into(), json!(n));
+    }
+    if settings.strict_dtypes {
+        s.insert("strict_dtypes".into(), json!(true));
     }
     if !settings.gpus.is_empty() {
         s.insert("gpus".into(), json!(settings.gpus));

@@ -10,6 +10,7 @@
 //! starts a process or prints.
 
 pub mod batch;
+pub mod cast;
 pub mod golden;
 pub mod inputs;
 pub mod json_input;

@@ -63,6 +63,30 @@ impl SharedMemory {
         SharedMemory::from_fd(file.into())
     }
 
+    /// A new sealed region written by `fill` piece by piece (so that a
+    /// large converted input is never held whole in this process's memory).
+    pub fn from_writes<E: From<io::Error>>(
+        fill: impl FnOnce(&mut dyn Write) -> Result<(), E>,
+    ) -> Result<SharedMemory, E> {
+        // SAFETY: a constant name; the descriptor is owned at once.
+        let fd = unsafe { libc::memfd_create(c"isorun-input".as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error().into());
+        }
+        // SAFETY: a new descriptor, ours alone.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        let file = std::fs::File::from(fd);
+        let mut writer = io::BufWriter::with_capacity(1 << 20, &file);
+        fill(&mut writer)?;
+        writer.flush()?;
+        drop(writer);
+        // SAFETY: fcntl on a descriptor we own.
+        if unsafe { libc::fcntl(file.as_raw_fd(), libc::F_ADD_SEALS, SEALS) } < 0 {
+            return Err(io::Error::last_os_error().into());
+        }
+        Ok(SharedMemory::from_fd(file.into())?)
+    }
+
     /// A new sealed region holding `len` bytes of `file` from `offset`,
     /// copied by the kernel (`sendfile`, or a 1 MiB buffer where it cannot
     /// be used): the caller's memory does not grow with `len`, since the

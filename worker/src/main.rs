@@ -8,7 +8,6 @@
 mod in_process;
 mod serve;
 mod tf;
-mod validate;
 mod warm;
 
 use isorun_protocol::ENV_IPC_FD;

@@ -5,8 +5,8 @@
 //! request for the same folder and tags; a different model replaces it.
 
 use crate::tf::{load_library, tensorflow_version, SavedModel};
-use crate::validate::match_inputs;
 use crate::warm;
+use isorun_protocol::matching::match_inputs;
 use isorun_protocol::{
     ErrorKind, Hello, ModelError, RunRequest, SandboxSpec, ToWorker, UnitResult, WorkerMessage, PROTOCOL_VERSION,
 };

@@ -132,6 +132,7 @@ fn refuse_run_only_flags(run: &RunArgs) -> Result<(), String> {
         ("--inputs-dir", run.inputs_dir.is_some()),
         ("--expect", run.expect.is_some()),
         ("--values", run.values),
+        ("--strict-dtypes", run.strict_dtypes),
     ];
     match given.iter().find(|(_, given)| *given) {
         Some((flag, _)) => {

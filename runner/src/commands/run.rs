@@ -7,7 +7,8 @@ use crate::cli::RunArgs;
 use crate::drive::{discover_models, execute, Plan, Work};
 use crate::settings::{report_settings, run_settings};
 use crate::support::with_causes;
-use isorun_engine::PreparedInputs;
+use isorun_engine::{signature_here, Model, ModelFormat, PreparedInputs, Settings};
+use isorun_protocol::TensorSpec;
 use isorun_tensors::inputs::load_inputs;
 use std::time::Instant;
 
@@ -26,12 +27,15 @@ pub fn main(args: RunArgs, quiet: bool) -> Result<i32, String> {
         return Err(format!("--inputs-dir {}: not a folder", dir.display()));
     }
     let inputs = PreparedInputs::new(inputs, args.inputs_dir.clone());
+    if inputs.is_empty() {
+        refuse_missing_inputs(&models, settings)?;
+    }
     let sinks = run_settings.sinks();
     let tolerances = run_settings.expect.as_ref().map(|e| (e.rtol, e.atol));
     let key_settings = format!(
         "{}\0{:?}\0{:?}\0{:?}\0{:?}",
         settings.signature, settings.tags, settings.batch_size, settings.libraries, tolerances
-    );
+    ) + if settings.strict_dtypes { "\0strict_dtypes" } else { "" };
     let plan = Plan {
         args: &args,
         quiet,
@@ -47,4 +51,33 @@ pub fn main(args: RunArgs, quiet: bool) -> Result<i32, String> {
         report_settings: report_settings(&args, &run_settings),
     };
     execute(plan)
+}
+
+/// No inputs were given: a usage error, before any work, when a signature
+/// read here needs some (listed, so that the user knows what to give). A
+/// signature without inputs runs; Keras files and signatures this process
+/// cannot read are left to their workers.
+fn refuse_missing_inputs(models: &[Model], settings: &Settings) -> Result<(), String> {
+    let mut needs = Vec::new();
+    for model in models.iter().filter(|m| m.format == ModelFormat::SavedModel) {
+        let Some(info) = signature_here(model, settings) else { continue };
+        if !info.inputs.is_empty() {
+            let takes: Vec<String> = info.inputs.iter().map(TensorSpec::describe).collect();
+            needs.push(format!("  {}: {}", model.id, takes.join(", ")));
+        }
+    }
+    if needs.is_empty() {
+        return Ok(());
+    }
+    let total = needs.len();
+    needs.truncate(10);
+    if total > needs.len() {
+        needs.push(format!("  ... and {} more", total - needs.len()));
+    }
+    Err(format!(
+        "no inputs given (--inputs FILE.npz|FILE.json, --input NAME=PATH.npy or --input 'NAME=@[[...]]'), and \
+         signature '{}' takes some:\n{}",
+        settings.signature,
+        needs.join("\n")
+    ))
 }

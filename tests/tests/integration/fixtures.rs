@@ -629,8 +629,16 @@ fn a_missing_input_is_named_with_its_dtype_and_shape() {
 #[test]
 fn a_wrong_dtype_names_the_expected_and_the_given() {
     let tmp = tempfile::tempdir().unwrap();
-    let args = vec!["--input".into(), input_file(tmp.path(), "features", "f.npy", &i64_tensor(vec![3, 8]))];
-    assert_refused("keras_mlp", &args, "input_mismatch", "input 'features': expected dtype float32, given int64");
+    // int64 into float32 is cast where exact (first_hour_inputs.rs); --strict-dtypes refuses it.
+    let mut args = vec!["--input".into(), input_file(tmp.path(), "features", "f.npy", &i64_tensor(vec![3, 8]))];
+    args.push("--strict-dtypes".into());
+    assert_refused(
+        "keras_mlp",
+        &args,
+        "input_mismatch",
+        "input 'features': expected dtype float32, given int64 (--strict-dtypes: no casts); convert it first: \
+         features.astype(np.float32)",
+    );
 }
 
 #[test]

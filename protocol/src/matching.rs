@@ -1,9 +1,9 @@
-//! Checks a request's inputs against the signature before TensorFlow sees
-//! them, so that a wrong name, dtype or shape is an error that names the
-//! input, what the model expects and what was given, rather than whatever
-//! TensorFlow makes of it.
+//! Checks inputs against a signature before TensorFlow sees them, so that a
+//! wrong name, dtype or shape is an error that names the input, what the
+//! model expects and what was given. The supervisor decides with it before
+//! any worker starts (where it can read the signature); the worker again.
 
-use isorun_protocol::{ErrorKind, ModelError, SignatureInfo, Tensor, TensorSpec};
+use crate::{ErrorKind, ModelError, SignatureInfo, Tensor, TensorSpec};
 
 /// The given inputs in the signature's input order, or the first problem found.
 pub fn match_inputs<'a>(
@@ -73,7 +73,7 @@ fn check_one(spec: &TensorSpec, tensor: &Tensor) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use isorun_protocol::DType;
+    use crate::DType;
 
     fn signature() -> SignatureInfo {
         SignatureInfo {
