@@ -3,8 +3,14 @@
 //! breach, colours in a log file, inspect's two forms of an unknown
 //! dimension, the GPU a worker never had, `doctor` without `--json`).
 
-use crate::util::{fake_models, isorun_fault, run, write_input, Ran};
+use crate::util::{fake_models, isorun, isorun_fault, run, write_input, Ran};
+use serde_json::{json, Value};
 use std::path::Path;
+
+fn read_json(path: &Path) -> Value {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: not JSON: {e}", path.display()))
+}
 
 /// `isorun run` of the fault worker on `root/models` with a journal.
 fn journaled(root: &Path, extra: &[&str]) -> Ran {
@@ -41,4 +47,85 @@ fn resume_with_values_reruns_units_journaled_without_them_and_says_so() {
     assert_eq!(third.record("good")["resumed"], true, "{}", third.stderr);
     assert!(third.record("good")["outputs"]["x"]["values"].is_array());
     assert!(!third.stderr.contains("without --values"), "{}", third.stderr);
+}
+
+#[test]
+fn report_merge_of_some_shards_is_refused_naming_the_missing_ones_unless_partial() {
+    let tmp = tempfile::tempdir().unwrap();
+    let models = tmp.path().join("models");
+    let ids = ["alpha", "beta", "delta", "gamma", "zeta"];
+    fake_models(&models, &ids);
+    let input = write_input(tmp.path());
+    let shard0 = tmp.path().join("shard0.json");
+    let ran = run(isorun_fault(&[])
+        .arg(&models)
+        .arg(format!("--input=x={}", input.display()))
+        .args(["--json", "--shard", "0/3", "--report"])
+        .arg(&shard0));
+    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    let half = tmp.path().join("half.json");
+    let merge = |extra: &[&str]| run(isorun().args(["report", "merge"]).arg(&shard0).arg("-o").arg(&half).args(extra));
+
+    let refused = merge(&[]);
+    assert_eq!(refused.code, Some(2), "{}", refused.stderr);
+    assert!(
+        refused.stderr.starts_with("isorun: error: missing 1/3, 2/3: 0/3 given;")
+            && refused.stderr.contains("--partial"),
+        "{}",
+        refused.stderr
+    );
+    assert!(!half.exists(), "nothing is written");
+
+    let partial = merge(&["--partial"]);
+    assert_eq!(partial.code, Some(0), "{}", partial.stderr);
+    assert!(partial.stderr.contains("isorun: warning: missing 1/3, 2/3 (merged from 0/3)"), "{}", partial.stderr);
+    let merged = read_json(&half);
+    assert_eq!(merged["settings"]["missing_shards"], json!(["1/3", "2/3"]));
+    assert_eq!(merged["settings"]["merged_from"], json!(["0/3"]));
+
+    // With the model list (the Slurm merge job), the lost shards' models are not_run: a warning, exit 0.
+    let list = tmp.path().join("models.json");
+    let listed: Vec<Value> = ids.iter().map(|id| json!({"model": id})).collect();
+    std::fs::write(&list, json!({"shards": 3, "models": listed}).to_string()).unwrap();
+    let with_models = merge(&["--models", list.to_str().unwrap()]);
+    assert_eq!(with_models.code, Some(0), "{}", with_models.stderr);
+    assert!(with_models.stderr.contains("warning: missing 1/3, 2/3"), "{}", with_models.stderr);
+    let merged = read_json(&half);
+    assert_eq!(merged["summary"]["total"], ids.len());
+    let shard_units = read_json(&shard0)["units"].as_array().unwrap().len();
+    assert_eq!(merged["summary"]["by_status"]["not_run"], ids.len() - shard_units);
+}
+
+#[test]
+fn report_merge_refuses_a_run_report_with_an_eval_report() {
+    let tmp = tempfile::tempdir().unwrap();
+    let at = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_714_566_896);
+    let info = |settings: Value| isorun_report::RunInfo {
+        started_at: at,
+        finished_at: at,
+        command: vec!["isorun".into()],
+        settings,
+        tensorflow_version: None,
+    };
+    let (run_report, eval_report) = (tmp.path().join("run.json"), tmp.path().join("eval.json"));
+    let unit = |model: &str| json!({"model": model, "status": "ok", "wall_ms": 5});
+    let write = |path: &Path, model: &str, settings: Value| {
+        let report = isorun_report::build(&[unit(model)], &info(settings));
+        isorun_report::write_files(&report, Some(path), None, None).unwrap();
+    };
+    write(&run_report, "a", json!({"jobs": 1}));
+    write(&eval_report, "b", json!({"jobs": 1, "eval": {"label": "y"}}));
+    let output = tmp.path().join("merged.json");
+    let ran =
+        run(isorun().args(["report", "merge", "--partial"]).arg(&run_report).arg(&eval_report).arg("-o").arg(&output));
+    assert_eq!(ran.code, Some(2), "{}", ran.stderr);
+    assert_eq!(
+        ran.stderr.trim_end(),
+        format!(
+            "isorun: error: cannot merge the run report {} with the eval report {}: they are not shards of one run",
+            run_report.display(),
+            eval_report.display()
+        )
+    );
+    assert!(!output.exists());
 }
