@@ -3,7 +3,7 @@
 //! breach, colours in a log file, inspect's two forms of an unknown
 //! dimension, the GPU a worker never had, `doctor` without `--json`).
 
-use crate::util::{fake_models, isorun, isorun_fault, run, write_input, Ran};
+use crate::util::{fake_models, fixtures, isorun, isorun_fault, run, write_input, Ran};
 use serde_json::{json, Value};
 use std::path::Path;
 
@@ -128,4 +128,24 @@ fn report_merge_refuses_a_run_report_with_an_eval_report() {
         )
     );
     assert!(!output.exists());
+}
+
+#[test]
+fn eval_records_every_breach_and_the_first_as_breach() {
+    let eval = fixtures().join("eval");
+    let ran = run(isorun()
+        .arg("eval")
+        .arg(eval.join("models/binary"))
+        .arg("--data")
+        .arg(eval.join("data/data.tfrecord"))
+        .args(["--label", "label_bin", "-j", "1", "--json"])
+        .args(["--threshold", "accuracy>=0.99", "--threshold", "auc>=0", "--threshold", "log_loss<=0.0001"]));
+    assert_eq!(ran.code, Some(1), "{}", ran.stderr);
+    let record = ran.record("binary");
+    assert_eq!(record["status"], "below_threshold", "{record}");
+    let rules: Vec<&str> = record["breaches"].as_array().unwrap().iter().map(|b| b["rule"].as_str().unwrap()).collect();
+    assert_eq!(rules, ["accuracy>=0.99", "log_loss<=0.0001"], "{record}");
+    assert_eq!(record["breach"], record["breaches"][0], "the first is today's breach");
+    assert_eq!(record["breaches"][1]["metric"], "log_loss");
+    assert_eq!(record["breaches"][1]["bound"], 0.0001);
 }
