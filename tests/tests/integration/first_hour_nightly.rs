@@ -149,3 +149,30 @@ fn eval_records_every_breach_and_the_first_as_breach() {
     assert_eq!(record["breaches"][1]["metric"], "log_loss");
     assert_eq!(record["breaches"][1]["bound"], 0.0001);
 }
+
+#[test]
+fn verbose_logs_are_coloured_only_on_a_terminal_or_when_forced() {
+    let tmp = tempfile::tempdir().unwrap();
+    fake_models(&tmp.path().join("models"), &["good"]);
+    let input = write_input(tmp.path());
+    let verbose = |env: &[(&str, &str)]| {
+        let mut command = isorun_fault(&[]);
+        for var in ["NO_COLOR", "CLICOLOR_FORCE", "CLICOLOR"] {
+            command.env_remove(var);
+        }
+        command.env("TERM", "xterm-256color").envs(env.iter().copied());
+        run(command
+            .arg("-v")
+            .arg(tmp.path().join("models"))
+            .arg(format!("--input=x={}", input.display()))
+            .arg("--json"))
+    };
+    let piped = verbose(&[]);
+    assert_eq!(piped.code, Some(0), "{}", piped.stderr);
+    assert!(piped.stderr.contains("starting"), "-v logs: {}", piped.stderr);
+    assert!(!piped.stderr.contains('\x1b'), "no ANSI colours into a file: {:?}", piped.stderr);
+    let forced = verbose(&[("CLICOLOR_FORCE", "1")]);
+    assert!(forced.stderr.contains("\x1b["), "CLICOLOR_FORCE colours: {:?}", forced.stderr);
+    let no_color = verbose(&[("CLICOLOR_FORCE", "1"), ("NO_COLOR", "1")]);
+    assert!(!no_color.stderr.contains('\x1b'), "NO_COLOR wins: {:?}", no_color.stderr);
+}
