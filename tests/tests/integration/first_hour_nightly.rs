@@ -176,3 +176,42 @@ fn verbose_logs_are_coloured_only_on_a_terminal_or_when_forced() {
     let no_color = verbose(&[("CLICOLOR_FORCE", "1"), ("NO_COLOR", "1")]);
     assert!(!no_color.stderr.contains('\x1b'), "NO_COLOR wins: {:?}", no_color.stderr);
 }
+
+#[test]
+fn inspect_json_writes_an_unknown_size_as_null_for_saved_models_and_keras_files() {
+    let saved_model = run(isorun().args(["inspect", "--json"]).arg(fixtures().join("models/multi_sig")));
+    assert_eq!(saved_model.code, Some(0), "{}", saved_model.stderr);
+    let x = &saved_model.records[0]["signatures"]["serving_default"]["inputs"]["x"];
+    assert_eq!(x["shape"], json!([null, 3]), "{x}");
+    let keras = run(isorun().args(["inspect", "--json"]).arg(fixtures().join("keras/multi.keras")));
+    assert_eq!(keras.code, Some(0), "{}", keras.stderr);
+    assert_eq!(keras.records[0]["inputs"]["a"]["shape"], json!([null, 3]), "the same form");
+}
+
+#[test]
+fn eval_records_give_slice_examples_as_integers_and_only_the_settings_of_their_task() {
+    let eval = fixtures().join("eval");
+    let record = |model: &str, label: &str| {
+        let ran = run(isorun()
+            .arg("eval")
+            .arg(eval.join("models").join(model))
+            .arg("--data")
+            .arg(eval.join("data/data.tfrecord"))
+            .args(["--label", label, "--slice", "country", "-j", "1", "--json"]));
+        assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+        ran.record(model).clone()
+    };
+    let multiclass = record("multiclass", "label_cls");
+    let binary = record("binary", "label_bin");
+    for record in [&multiclass, &binary] {
+        let slices = record["slices"]["country"].as_object().unwrap();
+        assert!(!slices.is_empty(), "{record}");
+        for (value, metrics) in slices {
+            assert!(metrics["examples"].is_u64(), "slice {value}'s examples is an integer: {metrics}");
+        }
+    }
+    assert_eq!(multiclass["top_k"], 5, "{multiclass}");
+    assert!(multiclass.get("threshold").is_none(), "the binary threshold is not multiclass's: {multiclass}");
+    assert_eq!(binary["threshold"], 0.5, "{binary}");
+    assert!(binary.get("top_k").is_none(), "top_k is not binary's: {binary}");
+}
