@@ -215,3 +215,38 @@ fn eval_records_give_slice_examples_as_integers_and_only_the_settings_of_their_t
     assert_eq!(binary["threshold"], 0.5, "{binary}");
     assert!(binary.get("top_k").is_none(), "top_k is not binary's: {binary}");
 }
+
+#[test]
+fn gpus_on_a_machine_without_any_record_no_device_and_bind_the_workers_to_none() {
+    let has_gpu = std::fs::read_dir("/dev").unwrap().flatten().any(|e| {
+        let name = e.file_name().to_string_lossy().into_owned();
+        name.strip_prefix("nvidia").is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+    });
+    if has_gpu {
+        eprintln!("this machine has a GPU: the GPU-less case is not tested here");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    fake_models(&tmp.path().join("models"), &["fault-env", "good"]);
+    let input = write_input(tmp.path());
+    let ran = run(isorun_fault(&[])
+        .arg(tmp.path().join("models"))
+        .arg(format!("--input=x={}", input.display()))
+        .args(["--values", "--json", "--gpus", "0,1"])
+        .env_remove("CUDA_VISIBLE_DEVICES")
+        .env_remove("ISORUN_ASSUME_GPUS"));
+    let nvml_absent = ran.stderr.contains("this machine has no GPU") || ran.stderr.contains("NVML (libnvidia-ml.so.1");
+    if !nvml_absent {
+        eprintln!("NVML is present here without a /dev/nvidiaN: not the GPU-less case: {}", ran.stderr);
+        return;
+    }
+    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    let warnings: Vec<&str> = ran.stderr.lines().filter(|l| l.contains("no GPU")).collect();
+    assert_eq!(warnings.len(), 1, "{}", ran.stderr);
+    assert!(warnings[0].starts_with("isorun: warning: --gpus 0,1: this machine has no GPU"), "{}", warnings[0]);
+    for record in &ran.records {
+        assert!(record.get("gpu").is_none(), "the worker had no GPU: {record}");
+    }
+    let env = ran.record("fault-env");
+    assert_eq!(env["outputs"]["CUDA_VISIBLE_DEVICES"]["values"][0], "", "the worker was shown no device: {env}");
+}
