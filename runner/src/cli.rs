@@ -266,6 +266,10 @@ pub struct DoctorArgs {
     /// The Python to check for Keras files (default: python3 on PATH).
     #[arg(long, value_name = "PATH", env = "ISORUN_PYTHON")]
     pub python: Option<PathBuf>,
+
+    /// One JSON object instead of text: `{"can_run_models", "checks": [{"name", "status", "detail"}]}`.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]

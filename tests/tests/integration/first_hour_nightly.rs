@@ -250,3 +250,32 @@ fn gpus_on_a_machine_without_any_record_no_device_and_bind_the_workers_to_none()
     let env = ran.record("fault-env");
     assert_eq!(env["outputs"]["CUDA_VISIBLE_DEVICES"]["values"][0], "", "the worker was shown no device: {env}");
 }
+
+#[test]
+fn doctor_json_gives_the_facts_of_the_text_as_one_object() {
+    let text = isorun().arg("doctor").output().unwrap();
+    let json = isorun().args(["doctor", "--json"]).output().unwrap();
+    assert_eq!(json.status.code(), text.status.code(), "the same exit code");
+    let stdout = String::from_utf8(json.stdout).unwrap();
+    assert_eq!(stdout.lines().count(), 1, "one line: {stdout}");
+    let report: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(report["can_run_models"], text.status.code() == Some(0), "{report}");
+    let checks = report["checks"].as_array().unwrap();
+    let lines: Vec<String> = String::from_utf8(text.stdout).unwrap().lines().map(str::to_string).collect();
+    assert_eq!(checks.len(), lines.len(), "one check per text line: {report}");
+    for (check, line) in checks.iter().zip(&lines) {
+        let (name, status, detail) =
+            (check["name"].as_str().unwrap(), check["status"].as_str().unwrap(), check["detail"].as_str().unwrap());
+        let words: Vec<&str> = line.split_whitespace().collect();
+        assert!(line.starts_with(name) && words.contains(&status), "{check} against {line:?}");
+        // The detail is the rest of the line, as the text aligns it (the keras check's Python answers anew, so
+        // only its start is compared).
+        let rest = line[name.len()..].trim_start()[status.len()..].trim_start();
+        let same = |a: &str, b: &str| a.split_whitespace().take(3).eq(b.split_whitespace().take(3));
+        assert!(same(rest, detail), "{name}: {detail:?} against {rest:?}");
+    }
+    let names: Vec<&str> = checks.iter().map(|c| c["name"].as_str().unwrap()).collect();
+    for name in ["libtensorflow", "worker", "worker start", "sandbox", "gpu"] {
+        assert!(names.contains(&name), "{name} in {names:?}");
+    }
+}
