@@ -9,11 +9,15 @@
 //! means what `nvidia-smi` shows. NVML (`libnvidia-ml.so.1`, part of the
 //! driver) is loaded at run time, once per run and only when `--gpus` asks
 //! for devices; a machine without it is normal, not an error: the workers
-//! still run, and their records have no GPU memory fields.
+//! still run, and their records have no GPU memory fields. Without NVML
+//! and without a `/dev/nvidiaN` device there is no GPU to bind
+//! ([`nvidia_devices_present`]): the CLI binds none, so records do not name
+//! a device the worker never had.
 
 use nvml_wrapper::enums::device::UsedGpuMemory;
 use nvml_wrapper::{Device, Nvml};
 use std::ffi::OsStr;
+use std::path::Path;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
@@ -66,6 +70,24 @@ pub fn slots_on_device(devices: &[String], jobs: usize, slot: usize) -> usize {
         Some(device) => (0..jobs).filter(|&s| slot_device(devices, s) == Some(device)).count(),
         None => 0,
     }
+}
+
+/// Whether this machine shows CUDA an NVIDIA device: a `/dev/nvidiaN` file,
+/// which the driver makes for each GPU (and a container is given for each
+/// of its GPUs). Without one and without NVML, a worker bound to a device
+/// runs on the CPU, and the caller should not record the device as its.
+pub fn nvidia_devices_present() -> bool {
+    nvidia_device_files(Path::new("/dev"))
+}
+
+/// Whether `dev` holds an `nvidiaN` entry (`nvidiactl`, `nvidia-uvm` are not GPUs).
+fn nvidia_device_files(dev: &Path) -> bool {
+    let Ok(entries) = std::fs::read_dir(dev) else { return false };
+    entries.flatten().any(|entry| {
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        name.strip_prefix("nvidia").is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+    })
 }
 
 /// NVML's library, as the driver installs it.
@@ -409,6 +431,19 @@ mod tests {
         assert_eq!(shared.after_exit(), None);
         device.set(GIB, &[]);
         assert_eq!(alone.after_exit(), Some(GpuReturn { returned_bytes: 4 * GIB, used_after_bytes: GIB }));
+    }
+
+    #[test]
+    fn only_nvidia_n_device_files_are_gpus() {
+        let dev = tempfile::tempdir().unwrap();
+        assert!(!nvidia_device_files(dev.path()));
+        for name in ["nvidiactl", "nvidia-uvm", "nvidia", "nvidia-caps"] {
+            std::fs::write(dev.path().join(name), b"").unwrap();
+        }
+        assert!(!nvidia_device_files(dev.path()), "control devices are not GPUs");
+        std::fs::write(dev.path().join("nvidia0"), b"").unwrap();
+        assert!(nvidia_device_files(dev.path()));
+        assert!(!nvidia_device_files(&dev.path().join("missing")));
     }
 
     #[test]

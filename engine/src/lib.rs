@@ -72,7 +72,7 @@ pub use worker_session::{Answer, WorkerSession};
 
 /// GPU devices: `--gpus` lists, NVML, per-unit GPU memory.
 pub mod gpus {
-    pub use crate::gpu::{describe, nvml, parse_gpus, resolve, GpuList, GpuReturn};
+    pub use crate::gpu::{describe, nvidia_devices_present, nvml, parse_gpus, resolve, GpuList, GpuReturn};
 }
 
 /// Where the worker binary and libtensorflow are.

@@ -310,11 +310,22 @@ fn json_metrics(m: &BTreeMap<String, f64>) -> serde_json::Value {
     serde_json::Value::Object(m.iter().map(|(k, v)| (k.clone(), json_number(*v))).collect())
 }
 
+/// A slice's metrics, with its `examples` count as an integer (the map
+/// holds it as an `f64` beside the metrics).
+fn slice_json(m: &BTreeMap<String, f64>) -> serde_json::Value {
+    let mut object = json_metrics(m);
+    if let (Some(examples), Some(fields)) = (m.get("examples"), object.as_object_mut()) {
+        fields.insert("examples".into(), (*examples as u64).into());
+    }
+    object
+}
+
 impl Evaluation {
     /// `{"examples", "task", "classes"?, "output", "metrics_defaulted",
     /// "metrics": {..}, "slices": {..}, "confusion_matrix": [[..]] | null,
-    /// "confusion_matrix_omitted"?: true, "auc_exact", "slices_auc_exact", "top_k",
-    /// "threshold", "from_logits"}`; NaN is `null`.
+    /// "confusion_matrix_omitted"?: true, "auc_exact", "slices_auc_exact",
+    /// "threshold" (binary), "top_k" (multiclass), "from_logits" (both)}`;
+    /// NaN is `null`; a slice's `examples` is an integer.
     pub fn to_json(&self) -> serde_json::Value {
         let mut object = serde_json::Map::new();
         object.insert("examples".into(), self.examples.into());
@@ -329,7 +340,7 @@ impl Evaluation {
             .slices
             .iter()
             .map(|(feature, values)| {
-                let values = values.iter().map(|(v, m)| (v.clone(), json_metrics(m))).collect();
+                let values = values.iter().map(|(v, m)| (v.clone(), slice_json(m))).collect();
                 (feature.clone(), serde_json::Value::Object(values))
             })
             .collect();
@@ -343,9 +354,19 @@ impl Evaluation {
         }
         object.insert("auc_exact".into(), self.auc_exact.into());
         object.insert("slices_auc_exact".into(), self.slices_auc_exact.into());
-        object.insert("top_k".into(), self.top_k.into());
-        object.insert("threshold".into(), json_number(self.threshold));
-        object.insert("from_logits".into(), self.from_logits.into());
+        // Only the settings that apply to the task: k to top_k_accuracy
+        // (multiclass), the decision threshold to binary, logits to both.
+        match self.task {
+            Task::Binary => {
+                object.insert("threshold".into(), json_number(self.threshold));
+                object.insert("from_logits".into(), self.from_logits.into());
+            }
+            Task::Multiclass { .. } => {
+                object.insert("top_k".into(), self.top_k.into());
+                object.insert("from_logits".into(), self.from_logits.into());
+            }
+            Task::Regression => {}
+        }
         serde_json::Value::Object(object)
     }
 }

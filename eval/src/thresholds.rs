@@ -117,38 +117,20 @@ impl std::str::FromStr for MaxDrop {
     }
 }
 
-/// A rule an evaluation does not meet.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Breach {
-    pub metric: String,
-    /// The rule as written: `accuracy>=0.9` or `max drop accuracy=2%`.
-    pub rule: String,
-    /// The value the metric had to reach.
-    pub bound: f64,
-    /// The value it had (NaN when the evaluation lacks it).
-    pub value: f64,
-    /// The baseline's value, for drops.
-    pub baseline: Option<f64>,
-}
+/// A rule an evaluation does not meet: the protocol's, since the outcome
+/// `below_threshold` carries every one.
+pub use isorun_protocol::Breach;
 
-impl std::fmt::Display for Breach {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} is {} (rule {}, bound {}", self.metric, self.value, self.rule, self.bound)?;
-        if let Some(b) = self.baseline {
-            write!(f, ", baseline {b}")?;
-        }
-        f.write_str(")")
-    }
-}
-
-/// The first breach, if any: bounds first, then drops against the
-/// baseline's metrics, if a baseline is given.
+/// Every breach, in order: bounds first (as given), then drops against
+/// the baseline's metrics, if a baseline is given. The first is the
+/// outcome's; a nightly job wants to see all it missed at once.
 pub fn check(
     evaluation: &Evaluation,
     bounds: &[Bound],
     drops: &[MaxDrop],
     baseline: Option<&BTreeMap<String, f64>>,
-) -> Option<Breach> {
+) -> Vec<Breach> {
+    let mut breaches = Vec::new();
     let value_of = |m: Metric| evaluation.metrics.get(m.name()).copied().unwrap_or(f64::NAN);
     for bound in bounds {
         let value = value_of(bound.metric);
@@ -157,7 +139,7 @@ pub fn check(
             BoundOp::AtMost => value <= bound.value,
         };
         if !met {
-            return Some(Breach {
+            breaches.push(Breach {
                 metric: bound.metric.name().into(),
                 rule: bound.to_string(),
                 bound: bound.value,
@@ -166,7 +148,7 @@ pub fn check(
             });
         }
     }
-    let baseline = baseline?;
+    let Some(baseline) = baseline else { return breaches };
     for drop in drops {
         let Some(&base) = baseline.get(drop.metric.name()) else { continue };
         if !base.is_finite() {
@@ -180,7 +162,7 @@ pub fn check(
             (base + allowed, value <= base + allowed)
         };
         if !met {
-            return Some(Breach {
+            breaches.push(Breach {
                 metric: drop.metric.name().into(),
                 rule: format!("max drop {drop}"),
                 bound,
@@ -189,5 +171,43 @@ pub fn check(
             });
         }
     }
-    None
+    breaches
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metrics::Task;
+
+    fn evaluation(metrics: &[(&str, f64)]) -> Evaluation {
+        Evaluation {
+            examples: 10,
+            task: Task::Binary,
+            output: "y".into(),
+            defaulted: false,
+            metrics: metrics.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
+            slices: BTreeMap::new(),
+            confusion_matrix: None,
+            confusion_matrix_omitted: false,
+            auc_exact: true,
+            slices_auc_exact: true,
+            top_k: 5,
+            threshold: 0.5,
+            from_logits: false,
+        }
+    }
+
+    #[test]
+    fn every_breach_is_found_bounds_first_then_drops() {
+        let evaluation = evaluation(&[("accuracy", 0.5), ("auc", 0.6), ("log_loss", 0.9)]);
+        let bounds: Vec<Bound> =
+            ["accuracy>=0.9", "auc>=0.5", "log_loss<=0.5"].iter().map(|b| b.parse().unwrap()).collect();
+        let drops: Vec<MaxDrop> = ["auc=0.05"].iter().map(|d| d.parse().unwrap()).collect();
+        let baseline: BTreeMap<String, f64> = [("auc".to_string(), 0.7)].into();
+        let breaches = check(&evaluation, &bounds, &drops, Some(&baseline));
+        let rules: Vec<&str> = breaches.iter().map(|b| b.rule.as_str()).collect();
+        assert_eq!(rules, ["accuracy>=0.9", "log_loss<=0.5", "max drop auc=0.05"]);
+        assert_eq!(breaches[2].baseline, Some(0.7));
+        assert!(check(&evaluation, &bounds[1..2], &[], None).is_empty());
+    }
 }

@@ -15,7 +15,7 @@ pub use message::{
     Hello, RunRequest, SandboxSpec, SessionConfig, SignatureInfo, TensorSpec, ToWorker, UnitResult, WarmRequest,
     WorkerMessage,
 };
-pub use outcome::{signal_name, ErrorKind, ModelError, NotRunReason, Outcome, Phase};
+pub use outcome::{signal_name, Breach, ErrorKind, ModelError, NotRunReason, Outcome, Phase};
 pub use tensor::{Tensor, TensorData, TensorError};
 
 /// Bumped on every change of the wire types; a worker whose `Hello` carries

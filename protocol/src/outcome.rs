@@ -123,6 +123,49 @@ impl NotRunReason {
     }
 }
 
+/// A rule an evaluation does not meet (`--threshold`, `--max-drop`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Breach {
+    pub metric: String,
+    /// The rule as written: `accuracy>=0.9` or `max drop accuracy=2%`.
+    pub rule: String,
+    /// The value the metric had to reach.
+    pub bound: f64,
+    /// The value it had (NaN when the evaluation lacks it).
+    pub value: f64,
+    /// The baseline's value, for drops.
+    pub baseline: Option<f64>,
+}
+
+impl fmt::Display for Breach {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} is {} (rule {}, bound {}", self.metric, self.value, self.rule, self.bound)?;
+        if let Some(b) = self.baseline {
+            write!(f, ", baseline {b}")?;
+        }
+        f.write_str(")")
+    }
+}
+
+impl Outcome {
+    /// The outcome of an evaluation that missed `breaches` (the first is the
+    /// one the outcome names); `None` when it missed none.
+    pub fn below_threshold(mut breaches: Vec<Breach>) -> Option<Outcome> {
+        if breaches.is_empty() {
+            return None;
+        }
+        let first = breaches.remove(0);
+        Some(Outcome::BelowThreshold {
+            metric: first.metric,
+            rule: first.rule,
+            bound: first.bound,
+            value: first.value,
+            baseline: first.baseline,
+            others: breaches,
+        })
+    }
+}
+
 /// Everything a unit of work can end as.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum Outcome {
@@ -160,6 +203,9 @@ pub enum Outcome {
         value: f64,
         /// The baseline's value, for a drop.
         baseline: Option<f64>,
+        /// The rules missed after this first one, in the order they were checked.
+        #[serde(default)]
+        others: Vec<Breach>,
     },
     /// The unit was never run to an end.
     NotRun { reason: NotRunReason },

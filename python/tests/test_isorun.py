@@ -220,6 +220,7 @@ def test_inspect_reads_the_signatures(fixtures: Path):
     signatures = described["meta_graphs"][0]["signatures"]
     assert {"add", "mixed", "serving_default"} <= set(signatures)
     assert signatures["add"]["inputs"]["a"]["dtype"] == "int64"
+    assert signatures["add"]["inputs"]["a"]["shape"] == [None], "an unknown size is None (JSON null)"
 
 
 def test_evaluate_gives_the_metrics_of_isorun_eval(fixtures: Path):

@@ -10,8 +10,9 @@ use std::time::SystemTime;
 
 /// The `schema_version` this isorun writes. A change that would break a
 /// reader of reports increases it. Version 2 (`isorun eval`) added, per
-/// unit, `examples`, `metrics`, `slices`, `task`, `output`, `breach` (of
-/// status `below_threshold`), `baseline_metrics` and `change`; a version 1
+/// unit, `examples`, `metrics`, `slices`, `task`, `output`, `breach` and
+/// `breaches` (of status `below_threshold`; `breaches`, every rule missed,
+/// is an addition a reader may ignore), `baseline_metrics` and `change`; a version 1
 /// report is a version 2 report without them, so both are read.
 pub const SCHEMA_VERSION: u64 = 2;
 

@@ -22,7 +22,8 @@
 //!
 //! With `--values`, the journal keeps the outputs' values, so that resumed
 //! records carry them as computed records do; without it, they are dropped
-//! to keep lines small. A torn last line (no newline: a kill in the middle
+//! to keep lines small (a `--values` run does not resume a line without
+//! them: `runner/src/drive.rs` runs the unit again and warns once). A torn last line (no newline: a kill in the middle
 //! of a write) is ignored and cut off before the next append; any other line
 //! that is not a record with a key is an error naming the journal and line.
 //! A resumed record keeps nothing the current run knows better: its model

@@ -28,7 +28,7 @@ pub use document::{build, summary, RunInfo, OLDEST_SCHEMA_VERSION, SCHEMA_VERSIO
 pub use files::{read_report, write_file_atomically, write_files};
 pub use html::{escape_html, html_page};
 pub use junit::junit_xml;
-pub use merge::{merge, merge_with_models, read_model_list};
+pub use merge::{given_shards, merge, merge_with_models, missing_shards, read_model_list};
 pub use timestamp::{format_rfc3339, parse_rfc3339, unix_milliseconds};
 
 use std::path::PathBuf;
@@ -58,6 +58,16 @@ pub enum ReportError {
     TwiceInReport { model: String, which: &'static str },
     #[error("no report to merge")]
     NothingToMerge,
+    #[error("cannot merge the run report {} with the eval report {}: they are not shards of one run", run.display(), eval.display())]
+    MixedKinds { run: PathBuf, eval: PathBuf },
+    #[error("{} is shard {first} but {} is shard {second}: not shards of one run", first_path.display(), second_path.display())]
+    ShardCounts { first: String, first_path: PathBuf, second: String, second_path: PathBuf },
+    #[error(
+        "missing {}: {} given; give every shard's report, or --partial to merge these anyway \
+         (or --models models.json, which adds the missing shards' models as not_run)",
+        missing.join(", "), given.join(", ")
+    )]
+    MissingShards { missing: Vec<String>, given: Vec<String> },
     #[error("{}: not a model list (the models.json of isorun slurm submit): {what}", path.display())]
     NotAModelList { path: PathBuf, what: String },
     #[error("{flag} {value}: expected a positive number")]

@@ -9,6 +9,13 @@
 //! holds (its shard task failed or was cancelled before writing its report)
 //! becomes a `not_run` unit with reason `shard_task_lost`: a lost task shows
 //! in the merged report instead of making its models silently disappear.
+//!
+//! Shard reports say which shard they are (`settings.shard`, `K/N`): the
+//! shards of N that no report is are [`missing_shards`], which the CLI
+//! refuses without `--partial` or `--models` (a merge of half the shards
+//! looked like a whole run), and a merged report of them names them in
+//! `settings.missing_shards`. Reports of different N, or a `run` report
+//! with an `eval` report (`settings.eval`), are not one run: refused.
 
 use super::document::{assemble, Header};
 use super::junit::shard_text;
@@ -23,6 +30,62 @@ use std::path::{Path, PathBuf};
 /// The merged report of `reports` (each with the file it came from).
 pub fn merge(reports: &[(PathBuf, Value)]) -> Result<Value, ReportError> {
     merge_with_models(reports, None)
+}
+
+/// `(K, N)` of a shard report's `settings.shard` (`"K/N"` or `{"index", "count"}`).
+fn shard_of(report: &Value) -> Option<(u64, u64)> {
+    match &report["settings"]["shard"] {
+        Value::String(text) => {
+            let (index, count) = text.split_once('/')?;
+            Some((index.trim().parse().ok()?, count.trim().parse().ok()?))
+        }
+        Value::Object(shard) => Some((shard.get("index")?.as_u64()?, shard.get("count")?.as_u64()?)),
+        _ => None,
+    }
+}
+
+/// The shards (`K/N`) of the sharded run that none of `reports` is, in
+/// order; empty when no report is a shard or every shard is there. Shard
+/// reports of different counts are refused.
+pub fn missing_shards(reports: &[(PathBuf, Value)]) -> Result<Vec<String>, ReportError> {
+    let mut first: Option<(u64, u64, &Path)> = None;
+    let mut present = std::collections::BTreeSet::new();
+    for (path, report) in reports {
+        let Some((index, count)) = shard_of(report) else { continue };
+        match first {
+            Some((first_index, first_count, first_path)) if first_count != count => {
+                return Err(ReportError::ShardCounts {
+                    first: format!("{first_index}/{first_count}"),
+                    first_path: first_path.to_path_buf(),
+                    second: format!("{index}/{count}"),
+                    second_path: path.clone(),
+                });
+            }
+            Some(_) => {}
+            None => first = Some((index, count, path)),
+        }
+        present.insert(index);
+    }
+    Ok(first.map_or_else(Vec::new, |(_, count, _)| {
+        (0..count).filter(|k| !present.contains(k)).map(|k| format!("{k}/{count}")).collect()
+    }))
+}
+
+/// The shards `reports` are (`K/N`, as given), for a message.
+pub fn given_shards(reports: &[(PathBuf, Value)]) -> Vec<String> {
+    reports.iter().map(|(path, report)| shard_text(report).unwrap_or_else(|| path.display().to_string())).collect()
+}
+
+/// Refuses a `run` report merged with an `eval` report (an eval report's
+/// settings have `eval`).
+fn check_one_kind(reports: &[(PathBuf, Value)]) -> Result<(), ReportError> {
+    let is_eval = |report: &Value| report["settings"].get("eval").is_some();
+    let run = reports.iter().find(|(_, report)| !is_eval(report));
+    let eval = reports.iter().find(|(_, report)| is_eval(report));
+    match (run, eval) {
+        (Some((run, _)), Some((eval, _))) => Err(ReportError::MixedKinds { run: run.clone(), eval: eval.clone() }),
+        _ => Ok(()),
+    }
 }
 
 /// The models a sharded run was to run, as `models.json` lists them:
@@ -96,6 +159,8 @@ pub fn merge_with_models(reports: &[(PathBuf, Value)], models: Option<&ModelList
     if reports.is_empty() && models.is_none() {
         return Err(ReportError::NothingToMerge);
     }
+    check_one_kind(reports)?;
+    let missing = missing_shards(reports)?;
     let no_report = Value::Null;
     let first = reports.first().map_or(&no_report, |(_, report)| report);
     let mut owner: BTreeMap<String, &Path> = BTreeMap::new();
@@ -139,9 +204,10 @@ pub fn merge_with_models(reports: &[(PathBuf, Value)], models: Option<&ModelList
 
     let mut settings = first["settings"].as_object().cloned().unwrap_or_default();
     settings.remove("shard");
-    let merged_from: Vec<String> =
-        reports.iter().map(|(path, report)| shard_text(report).unwrap_or_else(|| path.display().to_string())).collect();
-    settings.insert("merged_from".into(), json!(merged_from));
+    settings.insert("merged_from".into(), json!(given_shards(reports)));
+    if !missing.is_empty() {
+        settings.insert("missing_shards".into(), json!(missing));
+    }
 
     let header = Header {
         isorun_version: first["isorun_version"].as_str().unwrap_or(env!("CARGO_PKG_VERSION")).to_string(),
@@ -240,6 +306,44 @@ mod tests {
         assert_eq!(merged["command"], json!(["isorun", "run", "models/"]));
         assert_eq!(merged["settings"], json!({"merged_from": []}));
         assert!(matches!(merge_with_models(&[], None), Err(ReportError::NothingToMerge)));
+    }
+
+    #[test]
+    fn missing_shards_are_named_and_kept_in_the_merged_settings() {
+        let at = ("2024-01-01T10:00:00Z", "2024-01-01T10:00:01Z");
+        let reports = [(PathBuf::from("0.json"), shard("0/3", at.0, at.1, &["a"]))];
+        assert_eq!(missing_shards(&reports).unwrap(), ["1/3", "2/3"]);
+        let merged = merge(&reports).unwrap();
+        assert_eq!(merged["settings"]["missing_shards"], json!(["1/3", "2/3"]));
+
+        let mut whole = reports.to_vec();
+        whole.push((PathBuf::from("1.json"), shard("1/3", at.0, at.1, &["b"])));
+        whole.push((PathBuf::from("2.json"), shard("2/3", at.0, at.1, &["c"])));
+        assert!(missing_shards(&whole).unwrap().is_empty());
+        assert!(merge(&whole).unwrap()["settings"].get("missing_shards").is_none());
+
+        let mut unsharded = shard("0/1", at.0, at.1, &["a"]);
+        unsharded["settings"].as_object_mut().unwrap().remove("shard");
+        assert!(missing_shards(&[(PathBuf::from("r.json"), unsharded)]).unwrap().is_empty());
+
+        let other_count = [whole[0].clone(), (PathBuf::from("x.json"), shard("1/2", at.0, at.1, &["b"]))];
+        assert_eq!(
+            merge(&other_count).unwrap_err().to_string(),
+            "0.json is shard 0/3 but x.json is shard 1/2: not shards of one run"
+        );
+    }
+
+    #[test]
+    fn a_run_report_and_an_eval_report_are_not_merged() {
+        let at = ("2024-01-01T10:00:00Z", "2024-01-01T10:00:01Z");
+        let mut eval = shard("1/2", at.0, at.1, &["b"]);
+        eval["settings"]["eval"] = json!({"label": "y"});
+        let reports =
+            [(PathBuf::from("run.json"), shard("0/2", at.0, at.1, &["a"])), (PathBuf::from("eval.json"), eval)];
+        assert_eq!(
+            merge(&reports).unwrap_err().to_string(),
+            "cannot merge the run report run.json with the eval report eval.json: they are not shards of one run"
+        );
     }
 
     #[test]

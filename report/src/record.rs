@@ -3,7 +3,7 @@
 //! record goes to stdout, the journal and the reports.
 
 use isorun_engine::{Attempt, Model, StreamReport, UnitReport};
-use isorun_protocol::{signal_name, Outcome};
+use isorun_protocol::{signal_name, Breach, Outcome};
 use serde_json::{json, Map, Value};
 
 /// The record of one model's unit.
@@ -202,19 +202,34 @@ fn outcome_fields(r: &mut Map<String, Value>, outcome: &Outcome) {
             }
             r.insert("mismatch".into(), Value::Object(m));
         }
-        Outcome::BelowThreshold { metric, rule, bound, value, baseline } => {
-            let mut b = Map::new();
-            b.insert("metric".into(), json!(metric));
-            b.insert("rule".into(), json!(rule));
-            b.insert("bound".into(), json!(bound));
-            b.insert("value".into(), json!(value));
-            if let Some(baseline) = baseline {
-                b.insert("baseline".into(), json!(baseline));
-            }
-            r.insert("breach".into(), Value::Object(b));
+        Outcome::BelowThreshold { metric, rule, bound, value, baseline, others } => {
+            // `breach` is the first (the outcome's), `breaches` every one, the first first.
+            let first = Breach {
+                metric: metric.clone(),
+                rule: rule.clone(),
+                bound: *bound,
+                value: *value,
+                baseline: *baseline,
+            };
+            r.insert("breach".into(), breach_json(&first));
+            let all = std::iter::once(&first).chain(others).map(breach_json).collect();
+            r.insert("breaches".into(), Value::Array(all));
         }
         _ => {}
     }
+}
+
+/// `{"metric", "rule", "bound", "value"[, "baseline"]}`.
+fn breach_json(breach: &Breach) -> Value {
+    let mut b = Map::new();
+    b.insert("metric".into(), json!(breach.metric));
+    b.insert("rule".into(), json!(breach.rule));
+    b.insert("bound".into(), json!(breach.bound));
+    b.insert("value".into(), json!(breach.value));
+    if let Some(baseline) = breach.baseline {
+        b.insert("baseline".into(), json!(baseline));
+    }
+    Value::Object(b)
 }
 
 #[cfg(test)]
@@ -229,6 +244,29 @@ mod tests {
 
     fn gpu_keys(record: &Value) -> Vec<&str> {
         record.as_object().unwrap().keys().map(String::as_str).filter(|k| k.starts_with("gpu")).collect()
+    }
+
+    #[test]
+    fn every_breach_is_in_breaches_and_the_first_is_breach() {
+        let breach = |rule: &str, baseline| Breach {
+            metric: "accuracy".into(),
+            rule: rule.into(),
+            bound: 0.9,
+            value: 0.5,
+            baseline,
+        };
+        let breaches = vec![breach("accuracy>=0.9", None), breach("max drop accuracy=0.01", Some(0.91))];
+        let outcome = Outcome::below_threshold(breaches).unwrap();
+        let record = unit_record(&model(), &UnitReport::new(0, outcome));
+        assert_eq!(
+            record["breach"],
+            json!({"metric": "accuracy", "rule": "accuracy>=0.9", "bound": 0.9, "value": 0.5})
+        );
+        assert_eq!(record["breaches"][0], record["breach"]);
+        assert_eq!(record["breaches"][1]["rule"], "max drop accuracy=0.01");
+        assert_eq!(record["breaches"][1]["baseline"], 0.91);
+        assert_eq!(record["breaches"].as_array().unwrap().len(), 2);
+        assert!(Outcome::below_threshold(Vec::new()).is_none());
     }
 
     #[test]

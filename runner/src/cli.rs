@@ -222,6 +222,10 @@ pub struct ReportMergeArgs {
     /// in no report is added as `not_run` with reason `shard_task_lost`.
     #[arg(long, value_name = "PATH.json")]
     pub models: Option<PathBuf>,
+    /// Merge shard reports even when some shards of the run are missing (a warning names them,
+    /// and so does the merged report's `settings.missing_shards`); without it that is refused.
+    #[arg(long)]
+    pub partial: bool,
 }
 
 /// How far workers are confined.
@@ -262,6 +266,10 @@ pub struct DoctorArgs {
     /// The Python to check for Keras files (default: python3 on PATH).
     #[arg(long, value_name = "PATH", env = "ISORUN_PYTHON")]
     pub python: Option<PathBuf>,
+
+    /// One JSON object instead of text: `{"can_run_models", "checks": [{"name", "status", "detail"}]}`.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]

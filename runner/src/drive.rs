@@ -61,6 +61,15 @@ pub fn discover_models(args: &RunArgs) -> Result<Vec<Model>, String> {
     Ok(models)
 }
 
+/// Whether a journaled record has an output whose values were not kept
+/// (its line was written by a run without `--values`).
+fn lacks_values(record: &Value) -> bool {
+    record
+        .get("outputs")
+        .and_then(Value::as_object)
+        .is_some_and(|outputs| outputs.values().any(|output| output.get("values").is_none()))
+}
+
 /// Runs the plan: resumes from the journal, runs the rest, prints a record
 /// per model in model order, writes the reports; the exit code.
 pub fn execute(plan: Plan) -> Result<i32, String> {
@@ -115,11 +124,24 @@ pub fn execute(plan: Plan) -> Result<i32, String> {
         }
         if args.resume {
             let done = read_journal(path)?;
+            let mut without_values = 0;
             for (index, key) in keys.iter().enumerate() {
                 let record = key.as_ref().and_then(|k| done.get(k)).cloned();
                 if let Some(record) = record.and_then(|record| resumed_record(record, &models[index])) {
+                    // A line written without --values cannot give the values
+                    // this run asks for: the unit runs again.
+                    if settings.values && lacks_values(&record) {
+                        without_values += 1;
+                        continue;
+                    }
                     resumed.insert(index, record);
                 }
+            }
+            if without_values > 0 {
+                eprintln!(
+                    "isorun: warning: {without_values} unit(s) in the journal were written without --values; \
+                     running them again for their values"
+                );
             }
         }
         journal = Some(Journal::open(path, settings.values)?);

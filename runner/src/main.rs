@@ -39,8 +39,11 @@ fn main() {
         (false, 2) => tracing::Level::DEBUG,
         (false, _) => tracing::Level::TRACE,
     };
+    use std::io::IsTerminal;
+    let colours = support::stderr_colours(std::io::stderr().is_terminal(), |name| std::env::var(name).ok());
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
+        .with_ansi(colours)
         .with_max_level(level)
         .with_target(false)
         .without_time()

@@ -46,10 +46,26 @@ impl RunSettings {
 /// Validates `run`'s flags.
 pub fn run_settings(args: &RunArgs) -> Result<RunSettings, String> {
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let gpus = match &args.gpus {
+    let mut gpus = match &args.gpus {
         Some(list) => gpus::resolve(list, nvml())?,
         None => Vec::new(),
     };
+    // No NVIDIA driver at all (no NVML, no /dev/nvidiaN): a worker bound to a
+    // device would run on the CPU, so it is bound to none and its record
+    // names none. ISORUN_ASSUME_GPUS=1 binds anyway (tests, or devices CUDA
+    // reaches that isorun cannot see).
+    if !gpus.is_empty()
+        && nvml().is_none()
+        && !gpus::nvidia_devices_present()
+        && std::env::var_os("ISORUN_ASSUME_GPUS").is_none_or(|v| v.is_empty() || v == "0")
+    {
+        eprintln!(
+            "isorun: warning: --gpus {}: this machine has no GPU (no NVIDIA driver: neither NVML nor a /dev/nvidiaN \
+             device): the workers run on the CPU and their records name no \"gpu\"",
+            gpus.join(",")
+        );
+        gpus.clear();
+    }
     let jobs = args.jobs.unwrap_or(if gpus.is_empty() { cpus } else { gpus.len() * args.workers_per_gpu as usize });
     if jobs == 0 {
         return Err("--jobs 0: expected at least 1".into());

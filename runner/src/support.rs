@@ -69,6 +69,25 @@ pub fn watch_signals(stop: Arc<CancelToken>) -> io::Result<signal_hook::iterator
     Ok(handle)
 }
 
+/// Whether `-v`'s log lines on stderr get ANSI colours: only on a terminal
+/// (`-v 2>v.log` is a plain file), and never with `NO_COLOR` set and not
+/// empty; `CLICOLOR_FORCE` (not empty, not `0`) colours a pipe or a file
+/// too, `CLICOLOR=0` and `TERM=dumb` turn colours off. `var` reads the
+/// environment (a parameter, for tests).
+pub fn stderr_colours(stderr_is_terminal: bool, var: impl Fn(&str) -> Option<String>) -> bool {
+    let set = |name: &str| var(name).is_some_and(|v| !v.is_empty());
+    if set("NO_COLOR") {
+        return false;
+    }
+    if set("CLICOLOR_FORCE") && var("CLICOLOR_FORCE").as_deref() != Some("0") {
+        return true;
+    }
+    if var("CLICOLOR").as_deref() == Some("0") || var("TERM").as_deref() == Some("dumb") {
+        return false;
+    }
+    stderr_is_terminal
+}
+
 /// This process's peak resident memory so far.
 pub fn own_peak_rss() -> Option<u64> {
     isorun_engine::memory_fields("self", &["VmHWM:"])
@@ -119,5 +138,27 @@ pub fn workers_libtensorflow(
                 Err(_) => Err(e.to_string()),
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::stderr_colours;
+
+    fn colours(terminal: bool, env: &[(&str, &str)]) -> bool {
+        stderr_colours(terminal, |name| env.iter().find(|(k, _)| *k == name).map(|(_, v)| v.to_string()))
+    }
+
+    #[test]
+    fn colours_only_on_a_terminal_unless_the_environment_says_otherwise() {
+        assert!(colours(true, &[]));
+        assert!(!colours(false, &[]), "a file or a pipe gets no colours");
+        assert!(!colours(true, &[("NO_COLOR", "1")]));
+        assert!(colours(true, &[("NO_COLOR", "")]), "an empty NO_COLOR is unset");
+        assert!(colours(false, &[("CLICOLOR_FORCE", "1")]));
+        assert!(!colours(false, &[("CLICOLOR_FORCE", "0")]));
+        assert!(!colours(false, &[("CLICOLOR_FORCE", "1"), ("NO_COLOR", "1")]), "NO_COLOR wins");
+        assert!(!colours(true, &[("CLICOLOR", "0")]));
+        assert!(!colours(true, &[("TERM", "dumb")]));
     }
 }

@@ -90,9 +90,15 @@ pub fn main(args: &DoctorArgs) -> Result<i32, String> {
         keras_check(args.python.as_deref()),
         slurm_check(),
     ];
+    // What the checks quote (a worker's --version output, paths) is escaped
+    // in text; JSON escapes it itself.
+    let text = if args.json {
+        format!("{}\n", json_report(&checks, can_run_models))
+    } else {
+        isorun_report::text::lines(&report(&checks)).to_string()
+    };
     let mut stdout = std::io::stdout().lock();
-    // What the checks quote (a worker's --version output, paths) is escaped.
-    match stdout.write_all(isorun_report::text::lines(&report(&checks)).as_bytes()).and_then(|()| stdout.flush()) {
+    match stdout.write_all(text.as_bytes()).and_then(|()| stdout.flush()) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {}
         Err(e) => return Err(format!("cannot write to stdout: {e}")),
@@ -105,6 +111,16 @@ pub fn report(checks: &[Check]) -> String {
     let name_width = checks.iter().map(|c| c.name.len()).max().unwrap_or(0) + 2;
     let status_width = checks.iter().map(|c| c.status.name().len()).max().unwrap_or(0) + 2;
     checks.iter().map(|c| format!("{:name_width$}{:status_width$}{}\n", c.name, c.status.name(), c.detail)).collect()
+}
+
+/// `doctor --json`: the same checks as the text, in its order:
+/// `{"can_run_models": bool, "checks": [{"name", "status", "detail"}, ...]}`.
+pub fn json_report(checks: &[Check], can_run_models: bool) -> serde_json::Value {
+    let checks: Vec<serde_json::Value> = checks
+        .iter()
+        .map(|c| serde_json::json!({"name": c.name, "status": c.status.name(), "detail": c.detail}))
+        .collect();
+    serde_json::json!({"can_run_models": can_run_models, "checks": checks})
 }
 
 /// Which libtensorflow the workers get, where it came from and its version;
@@ -474,6 +490,22 @@ mod tests {
              gpu            none         none found\n\
              sandbox        unavailable  no\n"
         );
+    }
+
+    #[test]
+    fn json_report_has_every_check_in_order() {
+        let checks = [
+            Check::new("libtensorflow", Status::Ok, "/lib (TensorFlow 2.21.0, cpu)"),
+            Check::new("gpu", Status::None, "none \x1b found"),
+        ];
+        assert_eq!(
+            json_report(&checks, true),
+            serde_json::json!({"can_run_models": true, "checks": [
+                {"name": "libtensorflow", "status": "ok", "detail": "/lib (TensorFlow 2.21.0, cpu)"},
+                {"name": "gpu", "status": "none", "detail": "none \x1b found"},
+            ]})
+        );
+        assert!(!json_report(&checks, false).to_string().contains('\x1b'), "escaped by JSON");
     }
 
     #[test]

@@ -336,14 +336,7 @@ impl FeedStream for EvalStream<'_> {
                 Some(metrics)
             }
         };
-        let breach =
-            check(&evaluation, &self.rules.bounds, &self.rules.drops, baseline).map(|breach| Outcome::BelowThreshold {
-                metric: breach.metric,
-                rule: breach.rule,
-                bound: breach.bound,
-                value: breach.value,
-                baseline: breach.baseline,
-            });
+        let breach = Outcome::below_threshold(check(&evaluation, &self.rules.bounds, &self.rules.drops, baseline));
         let outcome = written.or(breach);
         FeedSummary { examples: evaluation.examples, fields, outcome }
     }

@@ -268,7 +268,8 @@ fn tensors_json(tensors: &[TensorView]) -> Value {
     for tensor in tensors {
         let shape = match &tensor.shape {
             None => Value::Null,
-            Some(dims) => dims.iter().map(|dim| dim.map_or(json!(-1), |size| json!(size))).collect(),
+            // An unknown size is `null`, as for Keras files (`keras_text`); TensorFlow's -1 is not JSON's word for it.
+            Some(dims) => dims.iter().map(|dim| dim.map_or(Value::Null, |size| json!(size))).collect(),
         };
         object.insert(tensor.name.clone(), json!({"dtype": tensor.dtype, "shape": shape}));
     }
@@ -378,7 +379,7 @@ mod tests {
         let json = to_json(&inspection(), &tags(&["gpu", "serve", "gpu"]));
         assert_eq!(json["signatures"], json["meta_graphs"][1]["signatures"]);
         assert_eq!(json["signatures"]["gpu"]["outputs"]["h"], json!({"dtype": "resource", "shape": null}));
-        assert_eq!(json["signatures"]["gpu"]["inputs"]["images"]["shape"], json!([-1, 224, 224, 3]));
+        assert_eq!(json["signatures"]["gpu"]["inputs"]["images"]["shape"], json!([null, 224, 224, 3]));
         assert!(json["signatures"]["gpu"].get("method").is_none());
         assert_eq!(to_json(&inspection(), &tags(&["serve"]))["signatures"]["cpu"]["method"], "predict");
         assert!(to_json(&inspection(), &tags(&["gpu"])).get("signatures").is_none());

@@ -7,7 +7,8 @@ use crate::cli::{ReportCommand, ReportDiffArgs, ReportMergeArgs};
 use crate::support::with_causes;
 use isorun_protocol::exit_code;
 use isorun_report::{
-    diff, merge_with_models, read_model_list, read_report, write_files, Finding, ReportError, Thresholds,
+    diff, given_shards, merge_with_models, missing_shards, read_model_list, read_report, write_files, Finding,
+    ReportError, Thresholds,
 };
 use std::io::Write;
 
@@ -52,6 +53,18 @@ fn merge_command(args: &ReportMergeArgs) -> Result<i32, ReportError> {
         .map(|path| read_report(path).map(|report| (path.clone(), report)))
         .collect::<Result<Vec<_>, _>>()?;
     let models = args.models.as_deref().map(read_model_list).transpose()?;
+    let missing = missing_shards(&reports)?;
+    if !missing.is_empty() {
+        if models.is_none() && !args.partial {
+            return Err(ReportError::MissingShards { missing, given: given_shards(&reports) });
+        }
+        // With --models, the missing shards' models are in the report as not_run.
+        eprintln!(
+            "isorun: warning: missing {} (merged from {}); the merged report names them in settings.missing_shards",
+            missing.join(", "),
+            given_shards(&reports).join(", ")
+        );
+    }
     let merged = merge_with_models(&reports, models.as_ref())?;
     write_files(&merged, Some(&args.output), args.junit.as_deref(), args.html.as_deref())?;
     Ok(exit_code::OK)

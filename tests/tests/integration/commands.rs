@@ -204,7 +204,7 @@ fn inspect_all_adds_the_init_op_to_the_text() {
 }
 
 #[test]
-fn inspect_json_gives_dtypes_shapes_with_minus_one_and_methods() {
+fn inspect_json_gives_dtypes_shapes_with_null_for_unknown_sizes_and_methods() {
     let json = inspect_json(&[model("multi_sig").to_str().unwrap()]);
     assert_eq!(keys(&json), ["path", "meta_graphs", "signatures"]);
     assert_eq!(json["path"], model("multi_sig").to_str().unwrap());
@@ -214,10 +214,10 @@ fn inspect_json_gives_dtypes_shapes_with_minus_one_and_methods() {
     assert_eq!(signatures, &json["meta_graphs"][0]["signatures"], "top-level signatures are those of [serve]");
     assert_eq!(keys(signatures), ["add", "mixed", "serving_default"], "sorted, no __saved_model_init_op");
     let serving = &signatures["serving_default"];
-    assert_eq!(serving["inputs"]["x"], serde_json::json!({"dtype": "float32", "shape": [-1, 3]}));
-    assert_eq!(serving["outputs"]["y"], serde_json::json!({"dtype": "float32", "shape": [-1, 3]}));
+    assert_eq!(serving["inputs"]["x"], serde_json::json!({"dtype": "float32", "shape": [null, 3]}));
+    assert_eq!(serving["outputs"]["y"], serde_json::json!({"dtype": "float32", "shape": [null, 3]}));
     assert_eq!(serving["method"], "tensorflow/serving/predict");
-    assert_eq!(signatures["add"]["inputs"]["a"], serde_json::json!({"dtype": "int64", "shape": [-1]}));
+    assert_eq!(signatures["add"]["inputs"]["a"], serde_json::json!({"dtype": "int64", "shape": [null]}));
     let mixed = &signatures["mixed"];
     assert_eq!(keys(&mixed["inputs"]), ["counts", "flags", "floats", "words"]);
     assert_eq!(mixed["inputs"]["words"], serde_json::json!({"dtype": "string", "shape": [2]}));
@@ -229,8 +229,8 @@ fn inspect_json_gives_dtypes_shapes_with_minus_one_and_methods() {
     assert_eq!(
         keras["signatures"]["serving_default"],
         serde_json::json!({
-            "inputs": {"features": {"dtype": "float32", "shape": [-1, 8]}},
-            "outputs": {"probabilities": {"dtype": "float32", "shape": [-1, 4]}},
+            "inputs": {"features": {"dtype": "float32", "shape": [null, 8]}},
+            "outputs": {"probabilities": {"dtype": "float32", "shape": [null, 4]}},
             "method": "tensorflow/serving/predict",
         })
     );

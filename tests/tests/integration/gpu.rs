@@ -7,14 +7,18 @@ use crate::util::{fake_models, isorun_fault, run, write_input, Ran};
 use serde_json::Value;
 use std::path::Path;
 
-/// `isorun run` over `names` with the fault worker, `--values --json`, and
-/// no `CUDA_VISIBLE_DEVICES` of the test's own environment.
+/// `isorun run` over `names` with the fault worker, `--values --json`,
+/// no `CUDA_VISIBLE_DEVICES` of the test's own environment, and
+/// `ISORUN_ASSUME_GPUS=1`.
 fn run_gpu(root: &Path, names: &[&str], extra: &[&str], env: Option<&str>) -> Ran {
     fake_models(&root.join("models"), names);
     let input = write_input(root);
     let mut command = isorun_fault(&[]);
     command.arg(root.join("models")).arg(format!("--input=x={}", input.display())).args(["--values", "--json"]);
     command.args(extra).env_remove("CUDA_VISIBLE_DEVICES").env_remove("CUDA_DEVICE_ORDER");
+    // Bind slots to devices as on a GPU machine, also on one without (where a
+    // run binds none: first_hour_nightly.rs tests that).
+    command.env("ISORUN_ASSUME_GPUS", "1");
     if let Some(devices) = env {
         command.env("CUDA_VISIBLE_DEVICES", devices);
     }
