@@ -187,6 +187,17 @@ impl Outcome {
     }
 }
 
+/// A size for people: `512 B`, `27.3 MiB`, `2.00 GiB`.
+pub fn human_bytes(bytes: u64) -> String {
+    const MIB: f64 = (1u64 << 20) as f64;
+    const GIB: f64 = (1u64 << 30) as f64;
+    match bytes {
+        b if b < 1 << 20 => format!("{b} B"),
+        b if b < 1 << 30 => format!("{:.1} MiB", b as f64 / MIB),
+        b => format!("{:.2} GiB", b as f64 / GIB),
+    }
+}
+
 /// The conventional name of a signal number (`SIGSEGV`), for records and messages.
 pub fn signal_name(signal: i32) -> String {
     let name = match signal {
@@ -224,7 +235,9 @@ impl fmt::Display for Outcome {
             Outcome::Crashed { exit_code: Some(c), .. } => write!(f, "crashed: exited with code {c}"),
             Outcome::Crashed { .. } => f.write_str("crashed"),
             Outcome::Timeout { phase } => write!(f, "timeout while in phase {}", phase.name()),
-            Outcome::MemoryLimit { peak_bytes } => write!(f, "memory limit exceeded (peak {peak_bytes} bytes)"),
+            Outcome::MemoryLimit { peak_bytes } => {
+                write!(f, "memory limit exceeded (peak {})", human_bytes(*peak_bytes))
+            }
             Outcome::ProtocolError { message } => write!(f, "protocol error: {message}"),
             Outcome::SpawnFailed { message } => write!(f, "worker could not be started: {message}"),
             Outcome::Mismatch { output, message, .. } => write!(f, "mismatch in output {output}: {message}"),
@@ -254,5 +267,13 @@ mod tests {
         assert_eq!(error.to_string(), "error: tensorflow (INVALID_ARGUMENT): x must be non-negative");
         assert_eq!(Outcome::Timeout { phase: Phase::Load }.to_string(), "timeout while in phase load");
         assert_eq!(signal_name(64), "signal 64");
+    }
+
+    #[test]
+    fn memory_is_shown_in_mib_and_gib() {
+        let over = Outcome::MemoryLimit { peak_bytes: 28_598_272 };
+        assert_eq!(over.to_string(), "memory limit exceeded (peak 27.3 MiB)");
+        assert_eq!(human_bytes(4), "4 B");
+        assert_eq!(human_bytes(3 << 30), "3.00 GiB");
     }
 }

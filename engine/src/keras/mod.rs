@@ -121,6 +121,8 @@ struct ExportWork {
     python: python::Python,
     /// Each key, the models it serves (the same bytes twice export once).
     keys: Vec<(String, Vec<usize>)>,
+    /// The `--keras-module` files' SHA-256, in the key and in `export.json`.
+    module_hashes: Vec<String>,
 }
 
 impl Staged {
@@ -184,9 +186,19 @@ impl Staged {
             let staging = job.out.parent().expect("a staging folder").to_path_buf();
             let result = match end {
                 JobEnd::Exported { loader, ms } => {
+                    // Beside the versions, what else made the key (`isorun cache ls` shows it).
+                    let modules: Vec<serde_json::Value> = settings
+                        .keras
+                        .modules
+                        .iter()
+                        .zip(&work.module_hashes)
+                        .map(|(path, sha256)| serde_json::json!({"path": path, "sha256": sha256}))
+                        .collect();
                     let about = serde_json::json!({
                         "source": job.file, "from": self.source_format(indexes[0]).name(), "loader": loader,
-                        "keras": work.python.keras, "tensorflow": work.python.tensorflow, "ms": ms,
+                        "keras": work.python.keras, "tensorflow": work.python.tensorflow,
+                        "tf_keras": work.python.tf_keras, "keras_modules": modules,
+                        "keras_unsafe": settings.keras.unsafe_code, "ms": ms,
                     });
                     match cache::lookup(&work.cache, key)
                         .map(Ok)
@@ -343,7 +355,7 @@ pub(crate) fn plan(models: &[Model], settings: &Settings) -> Staged {
         }
     }
     if !keys.is_empty() {
-        staged.work = Some(ExportWork { cache, python, keys });
+        staged.work = Some(ExportWork { cache, python, keys, module_hashes });
     }
     staged
 }

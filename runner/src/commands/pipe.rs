@@ -85,7 +85,9 @@ fn keras_saved_model(args: &PipeArgs) -> Result<PathBuf, String> {
 
 /// Runs the command; `Err` is a usage error (exit 2).
 pub fn main(args: &PipeArgs) -> Result<i32, String> {
-    let model_dir = if args.model.is_file() {
+    let model_dir = if !args.model.exists() {
+        return Err(format!("{}: no such file or directory", args.model.display()));
+    } else if args.model.is_file() {
         keras_saved_model(args)?
     } else if is_saved_model(&args.model) {
         std::path::absolute(&args.model).map_err(|e| format!("{}: {e}", args.model.display()))?
