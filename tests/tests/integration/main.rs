@@ -7,6 +7,7 @@ mod commands;
 mod config;
 mod eval;
 mod faults;
+mod first_hour_messages;
 mod fixtures;
 mod gpu;
 mod hostile;
