@@ -14,7 +14,7 @@ pub use message::{
     Hello, RunRequest, SandboxSpec, SessionConfig, SignatureInfo, TensorSpec, ToWorker, UnitResult, WarmRequest,
     WorkerMessage,
 };
-pub use outcome::{human_bytes, signal_name, ErrorKind, ModelError, NotRunReason, Outcome, Phase};
+pub use outcome::{human_bytes, short_number, signal_name, ErrorKind, ModelError, NotRunReason, Outcome, Phase};
 pub use tensor::{Tensor, TensorData, TensorError};
 
 /// Bumped on every change of the wire types; a worker whose `Hello` carries

@@ -187,6 +187,23 @@ impl Outcome {
     }
 }
 
+/// A number for people: at most 6 significant digits, no float noise
+/// (`-0.09000000000000008` is `-0.09`, `0.912345678` is `0.912346`).
+pub fn short_number(x: f64) -> String {
+    if !x.is_finite() || x == 0.0 {
+        return x.to_string();
+    }
+    let magnitude = x.abs().log10().floor() as i32;
+    let decimals = (5 - magnitude).clamp(0, 15) as usize;
+    let text = format!("{x:.decimals$}");
+    let text = if text.contains('.') { text.trim_end_matches('0').trim_end_matches('.') } else { &text };
+    if text == "-0" {
+        "0".into()
+    } else {
+        text.to_string()
+    }
+}
+
 /// A size for people: `512 B`, `27.3 MiB`, `2.00 GiB`.
 pub fn human_bytes(bytes: u64) -> String {
     const MIB: f64 = (1u64 << 20) as f64;
@@ -242,9 +259,12 @@ impl fmt::Display for Outcome {
             Outcome::SpawnFailed { message } => write!(f, "worker could not be started: {message}"),
             Outcome::Mismatch { output, message, .. } => write!(f, "mismatch in output {output}: {message}"),
             Outcome::BelowThreshold { rule, value, baseline: Some(baseline), .. } => {
+                let (value, baseline) = (short_number(*value), short_number(*baseline));
                 write!(f, "below threshold: {rule} not met: {value} against the baseline's {baseline}")
             }
-            Outcome::BelowThreshold { rule, value, .. } => write!(f, "below threshold: {rule} not met: {value}"),
+            Outcome::BelowThreshold { rule, value, .. } => {
+                write!(f, "below threshold: {rule} not met: {}", short_number(*value))
+            }
             Outcome::NotRun { reason } => write!(f, "not run: {}", reason.name()),
         }
     }
@@ -267,6 +287,27 @@ mod tests {
         assert_eq!(error.to_string(), "error: tensorflow (INVALID_ARGUMENT): x must be non-negative");
         assert_eq!(Outcome::Timeout { phase: Phase::Load }.to_string(), "timeout while in phase load");
         assert_eq!(signal_name(64), "signal 64");
+    }
+
+    #[test]
+    fn numbers_in_messages_have_no_float_noise() {
+        assert_eq!(short_number(-0.09000000000000008), "-0.09");
+        assert_eq!(short_number(0.912345678), "0.912346");
+        assert_eq!(short_number(1234.5), "1234.5");
+        assert_eq!(short_number(3.0), "3");
+        assert_eq!(short_number(0.0), "0");
+        assert_eq!(short_number(f64::NAN), "NaN");
+        let breach = Outcome::BelowThreshold {
+            metric: "accuracy".into(),
+            rule: "max drop accuracy=0.01".into(),
+            bound: 0.89,
+            value: 0.8000000000000002,
+            baseline: Some(0.9),
+        };
+        assert_eq!(
+            breach.to_string(),
+            "below threshold: max drop accuracy=0.01 not met: 0.8 against the baseline's 0.9"
+        );
     }
 
     #[test]

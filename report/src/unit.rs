@@ -126,7 +126,10 @@ impl<'a> Unit<'a> {
 /// already starts with it (`crashed: killed by SIGSEGV`).
 pub fn failure_text(status: &str, message: Option<&str>) -> String {
     match message {
-        Some(message) if message.starts_with(status) => message.to_string(),
+        // `below_threshold` is said `below threshold: ...` in its message.
+        Some(message) if message.starts_with(status) || message.starts_with(&status.replace('_', " ")) => {
+            message.to_string()
+        }
         Some(message) if !message.is_empty() => format!("{status}: {message}"),
         _ => status.to_string(),
     }
@@ -178,6 +181,8 @@ mod tests {
         assert_eq!(failure_text("crashed", Some("crashed: killed by SIGSEGV")), "crashed: killed by SIGSEGV");
         assert_eq!(failure_text("error", Some("x must be non-negative")), "error: x must be non-negative");
         assert_eq!(failure_text("timeout", None), "timeout");
+        let breach = "below threshold: max drop accuracy=0.01 not met: 0.8";
+        assert_eq!(failure_text("below_threshold", Some(breach)), breach, "the status is not said twice");
         let error =
             json!({"status": "error", "error": {"kind": "tensorflow", "code": "INVALID_ARGUMENT", "message": "x < 0"}});
         assert_eq!(Unit(&error).failure_text(), "error: tensorflow (INVALID_ARGUMENT): x < 0");

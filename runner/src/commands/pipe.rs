@@ -79,6 +79,10 @@ fn keras_saved_model(args: &PipeArgs) -> Result<PathBuf, String> {
     let stop = CancelToken::new();
     match isorun_engine::keras::saved_model_for(&model, &settings, &stop) {
         Ok((path, _)) => Ok(path),
+        // An export's error says its own kind once: not `error: export_failed: ...` after this prefix.
+        Err(isorun_protocol::Outcome::Error(error)) => {
+            Err(format!("{}: cannot export the Keras file: {}", args.model.display(), error.message))
+        }
         Err(outcome) => Err(format!("{}: cannot export the Keras file: {outcome}", args.model.display())),
     }
 }
