@@ -79,15 +79,20 @@ fn json_lines(path: &Path, text: &str) -> Option<ReportError> {
     if !(first.is_object() && second.is_object()) {
         return None;
     }
+    let shown = path.display();
     let path = path.to_path_buf();
     Some(if first.get("key").is_some() {
         ReportError::JsonLines {
-            path,
+            path: path.clone(),
             what: "a journal (--journal)",
-            how: "--journal FILE --resume (the models it holds are not run again)",
+            how: format!("--journal {shown} --resume --report report.json (the models it holds are not run again)"),
         }
     } else {
-        ReportError::JsonLines { path, what: "the records a run printed", how: "--journal FILE --resume" }
+        ReportError::JsonLines {
+            path: path.clone(),
+            what: "the records a run printed",
+            how: "--report report.json".into(),
+        }
     })
 }
 
@@ -129,7 +134,7 @@ mod first_hour_tests {
         std::fs::write(&journal, "{\"key\": \"a\", \"model\": \"m\"}\n{\"key\": \"b\", \"model\": \"n\"}\n").unwrap();
         let text = read_report(&journal).unwrap_err().to_string();
         assert!(text.contains("j.jsonl: not an isorun report but a journal (--journal)"), "{text}");
-        assert!(text.contains("--journal FILE --resume") && text.contains("--report report.json"), "{text}");
+        assert!(text.contains("--resume --report report.json"), "{text}");
         let records = tmp.path().join("r.jsonl");
         std::fs::write(&records, "{\"model\": \"m\"}\n{\"model\": \"n\"}\n").unwrap();
         let text = read_report(&records).unwrap_err().to_string();

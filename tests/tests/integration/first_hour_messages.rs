@@ -2,7 +2,7 @@
 //! the table and its totals line, the man pages, a quiet closed pipe, and
 //! messages that say what is wrong and what to do instead of misleading.
 
-use crate::util::{bin, fake_models, fixtures, isorun, run};
+use crate::util::{bin, fake_models, fixtures, isorun, isorun_fault, run, write_input};
 use std::path::Path;
 use std::process::Stdio;
 
@@ -213,4 +213,46 @@ fn limits_are_named_and_memory_is_in_mib() {
     let message = late.records[0]["error"]["message"].as_str().unwrap();
     assert!(message.starts_with("timeout while in phase "), "{message}");
     assert!(message.ends_with("(limit: --timeout 0.05 s)"), "{message}");
+}
+
+#[test]
+fn the_stderr_tail_shows_no_tensorflow_start_up_banner() {
+    let ran = run(isorun()
+        .arg("run")
+        .arg(examples().join("models/must_be_negative"))
+        .arg("--inputs")
+        .arg(examples().join("inputs.npz"))
+        .arg("--json"));
+    assert_eq!(ran.code, Some(1), "{}", ran.stderr);
+    let record = &ran.records[0];
+    assert_eq!(record["status"], "error", "{record}");
+    let tail = record["stderr_tail"].to_string();
+    for banner in ["absl::InitializeLog", "oneDNN custom operations", "cudart_stub", "Could not find cuda drivers"] {
+        assert!(!tail.contains(banner), "{banner} in {tail}");
+    }
+}
+
+#[test]
+fn report_diff_with_a_journal_says_it_is_one_and_how_to_make_a_report() {
+    let tmp = tempfile::tempdir().unwrap();
+    fake_models(tmp.path(), &["models/a", "models/b"]);
+    let input = write_input(tmp.path());
+    let report = tmp.path().join("r.json");
+    let journal = tmp.path().join("j.jsonl");
+    let ran = run(isorun_fault(&[])
+        .arg(tmp.path().join("models"))
+        .arg(format!("--input=x={}", input.display()))
+        .arg("--report")
+        .arg(&report)
+        .arg("--journal")
+        .arg(&journal)
+        .arg("--json"));
+    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    let said = usage_error(isorun().args(["report", "diff"]).arg(&report).arg(&journal), tmp.path());
+    insta::assert_snapshot!("report_diff_with_a_journal", said);
+    // The records a run printed, given as a report.
+    let printed = tmp.path().join("printed.jsonl");
+    std::fs::write(&printed, &ran.stdout).unwrap();
+    let said = usage_error(isorun().args(["report", "diff"]).arg(&report).arg(&printed), tmp.path());
+    assert!(said.contains("printed.jsonl: not an isorun report but the records a run printed"), "{said}");
 }
