@@ -256,3 +256,25 @@ fn report_diff_with_a_journal_says_it_is_one_and_how_to_make_a_report() {
     let said = usage_error(isorun().args(["report", "diff"]).arg(&report).arg(&printed), tmp.path());
     assert!(said.contains("printed.jsonl: not an isorun report but the records a run printed"), "{said}");
 }
+
+#[test]
+fn a_breach_says_its_status_once_and_its_numbers_short() {
+    let tmp = tempfile::tempdir().unwrap();
+    let html = tmp.path().join("r.html");
+    let ran = run(isorun()
+        .arg("eval")
+        .arg(examples().join("eval/models/iris_e002"))
+        .arg("--data")
+        .arg(examples().join("eval/iris.tfrecord"))
+        .args(["--label", "species", "--metric", "accuracy", "--threshold", "accuracy>=0.999", "--json", "--html"])
+        .arg(&html));
+    assert_eq!(ran.code, Some(1), "{}", ran.stderr);
+    let record = &ran.records[0];
+    assert_eq!(record["status"], "below_threshold", "{record}");
+    let message = record["error"]["message"].as_str().unwrap();
+    let value = message.rsplit("not met: ").next().unwrap();
+    assert!(value.len() <= 8 && value.parse::<f64>().is_ok(), "a short number: {message}");
+    let page = std::fs::read_to_string(&html).unwrap();
+    assert!(page.contains("below threshold: accuracy&gt;=0.999 not met"), "the breach in the failure box");
+    assert!(!page.contains("below_threshold: below threshold"), "the status said twice");
+}
