@@ -278,3 +278,27 @@ fn a_breach_says_its_status_once_and_its_numbers_short() {
     assert!(page.contains("below threshold: accuracy&gt;=0.999 not met"), "the breach in the failure box");
     assert!(!page.contains("below_threshold: below threshold"), "the status said twice");
 }
+
+#[test]
+fn pipe_s_keras_export_error_is_not_prefixed_twice() {
+    let tmp = tempfile::tempdir().unwrap();
+    let model = tmp.path().join("broken.keras");
+    std::fs::write(&model, b"PK\x03\x04not a zip").unwrap();
+    let python = tmp.path().join("python");
+    std::fs::write(&python, "#!/bin/sh\nexit 1\n").unwrap();
+    std::fs::set_permissions(&python, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let said = usage_error(
+        isorun()
+            .arg("pipe")
+            .arg(&model)
+            .arg("--keras-cache")
+            .arg(tmp.path().join("cache"))
+            .env("ISORUN_PYTHON", &python),
+        tmp.path(),
+    );
+    assert!(
+        said.starts_with("isorun: error: [tmp]/broken.keras: cannot export the Keras file: [tmp]/python "),
+        "{said}"
+    );
+    assert!(!said.contains("error: export_failed"), "{said}");
+}
