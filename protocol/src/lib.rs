@@ -4,11 +4,13 @@
 //! TensorFlow and no operating-system code, so that both sides, the tests and
 //! the fault-injection worker agree on one definition.
 
+mod banner;
 mod dtype;
 mod message;
 mod outcome;
 mod tensor;
 
+pub use banner::is_tensorflow_banner;
 pub use dtype::{tf_code_name, DType};
 pub use message::{
     Hello, RunRequest, SandboxSpec, SessionConfig, SignatureInfo, TensorSpec, ToWorker, UnitResult, WarmRequest,
