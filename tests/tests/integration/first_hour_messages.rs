@@ -192,6 +192,7 @@ fn usage_errors_say_what_to_do() {
     let copy = tmp.path().join("m");
     crate::util::copy_dir(&model, &copy);
     said += &usage_error(isorun().arg("run").arg(copy.join("saved_model.pb")), tmp.path());
+    said += &usage_error(isorun().arg("inspect").arg(copy.join("saved_model.pb")), tmp.path());
     insta::assert_snapshot!("first_hour_usage_errors", said);
 }
 
