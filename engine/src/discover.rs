@@ -109,12 +109,29 @@ pub enum DiscoverError {
     WeightsOnly(PathBuf),
     #[error("{0}: not an HDF5 file (no HDF5 signature)")]
     NotHdf5(PathBuf),
-    #[error("{0}: no model found (no SavedModel folder, .keras or full-model .h5 file under it)")]
-    NoneFound(PathBuf),
+    #[error("{0}: no model found (no SavedModel folder, .keras or full-model .h5 file under it){1}")]
+    NoneFound(PathBuf, SkippedFiles),
+    #[error("{0}: a SavedModel is the folder that holds saved_model.pb: give the folder, {1}")]
+    SavedModelFile(PathBuf, PathBuf),
     #[error("two models have the id '{id}': {first} and {second}")]
     DuplicateId { id: String, first: PathBuf, second: PathBuf },
     #[error("{path}: cannot read")]
     Io { path: PathBuf, source: std::io::Error },
+}
+
+/// The weights-only files a search skipped, named in its `no model found`.
+#[derive(Debug, Default)]
+pub struct SkippedFiles(pub Vec<PathBuf>);
+
+impl std::fmt::Display for SkippedFiles {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let Some(first) = self.0.first() else { return Ok(()) };
+        write!(f, "; skipped {} (weights only: a model needs its architecture too", first.display())?;
+        if self.0.len() > 1 {
+            write!(f, ", and {} more like it", self.0.len() - 1)?;
+        }
+        write!(f, "; save it with model.save(\"model.keras\"))")
+    }
 }
 
 /// True if `dir` is a SavedModel folder.
@@ -135,6 +152,11 @@ pub fn discover(args: &[PathBuf], warn: &mut dyn FnMut(String)) -> Result<Vec<Mo
         let root = std::path::absolute(arg).map_err(|e| DiscoverError::Io { path: arg.clone(), source: e })?;
         let mut found = Vec::new();
         if !meta.is_dir() {
+            let name = root.file_name().unwrap_or_default();
+            if name == "saved_model.pb" || name == "saved_model.pbtxt" {
+                let folder = arg.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+                return Err(DiscoverError::SavedModelFile(arg.clone(), folder.to_path_buf()));
+            }
             let Some(format) = keras_model_file(&root)? else {
                 return Err(DiscoverError::NotAFolder(arg.clone()));
             };
@@ -149,21 +171,37 @@ pub fn discover(args: &[PathBuf], warn: &mut dyn FnMut(String)) -> Result<Vec<Mo
                 return Err(DiscoverError::Io { path: arg.clone(), source });
             }
             let mut visited = HashSet::new();
-            walk(&root, &root, &mut visited, &mut found, warn);
+            let mut skipped = SkippedFiles::default();
+            walk(&root, &root, &mut visited, &mut found, &mut skipped, warn);
             if found.is_empty() {
-                return Err(DiscoverError::NoneFound(arg.clone()));
+                for path in &mut skipped.0 {
+                    *path = arg.join(path.strip_prefix(&root).unwrap_or(path));
+                }
+                return Err(DiscoverError::NoneFound(arg.clone(), skipped));
             }
             found.sort_by(|a, b| a.path.as_os_str().as_encoded_bytes().cmp(b.path.as_os_str().as_encoded_bytes()));
             name_versions_after_their_model(&root, &mut found);
         }
         for model in found {
             if let Some(other) = models.iter().find(|m| m.id == model.id) {
+                // The same model reached twice (`serving/mymodel serving/`) is one model.
+                if same_file(&other.path, &model.path) {
+                    continue;
+                }
                 return Err(DiscoverError::DuplicateId { id: model.id, first: other.path.clone(), second: model.path });
             }
             models.push(model);
         }
     }
     Ok(models)
+}
+
+/// Whether two paths name one file or folder.
+fn same_file(a: &Path, b: &Path) -> bool {
+    match (std::fs::metadata(a), std::fs::metadata(b)) {
+        (Ok(a), Ok(b)) => (a.dev(), a.ino()) == (b.dev(), b.ino()),
+        _ => a == b,
+    }
 }
 
 /// The id of a SavedModel given directly: the folder's own name, or
@@ -247,6 +285,7 @@ fn walk(
     dir: &Path,
     visited: &mut HashSet<(u64, u64)>,
     found: &mut Vec<Model>,
+    skipped: &mut SkippedFiles,
     warn: &mut dyn FnMut(String),
 ) {
     // Symbolic links are followed, but a folder is entered once: no loops.
@@ -270,7 +309,7 @@ fn walk(
     children.sort();
     for child in children {
         if child.is_dir() {
-            walk(root, &child, visited, found, warn);
+            walk(root, &child, visited, found, skipped, warn);
             continue;
         }
         // Keras files beside the folders; weights-only HDF5 files are not models.
@@ -279,7 +318,8 @@ fn walk(
                 let id = child.strip_prefix(root).unwrap_or(&child).to_string_lossy().into_owned();
                 found.push(Model { id, path: child, format });
             }
-            Ok(None) | Err(DiscoverError::WeightsOnly(_)) => {}
+            Ok(None) => {}
+            Err(DiscoverError::WeightsOnly(path)) => skipped.0.push(path),
             Err(e) => warn(format!("skipped: {e}")),
         }
     }
@@ -353,6 +393,41 @@ mod tests {
         assert_eq!(ids(&mixed), ["mymodel/1", "mymodel/10", "mymodel/2", "draft"]);
         let one_version = discover(&[serving.join("mymodel/2")], &mut |w| panic!("{w}")).unwrap();
         assert_eq!(ids(&one_version), ["mymodel/2"]);
+    }
+
+    #[test]
+    fn the_same_model_reached_twice_is_one_model() {
+        let tmp = tempfile::tempdir().unwrap();
+        let serving = tmp.path().join("serving");
+        touch_model(&serving.join("mymodel/1"));
+        touch_model(&serving.join("mymodel/2"));
+        let models = discover(&[serving.join("mymodel"), serving.clone()], &mut |w| panic!("{w}")).unwrap();
+        assert_eq!(ids(&models), ["mymodel/1", "mymodel/2"]);
+        // Two different folders with one id are still refused.
+        touch_model(&tmp.path().join("other/mymodel/1"));
+        let err = discover(&[serving.clone(), tmp.path().join("other")], &mut |_| {}).unwrap_err();
+        assert!(matches!(err, DiscoverError::DuplicateId { .. }), "{err}");
+    }
+
+    #[test]
+    fn no_model_found_names_the_weights_file_it_skipped() {
+        let tmp = tempfile::tempdir().unwrap();
+        std::fs::write(tmp.path().join("x.weights.h5"), b"\x89HDF\r\n\x1a\n").unwrap();
+        let err = discover(&[tmp.path().to_path_buf()], &mut |_| {}).unwrap_err();
+        let text = err.to_string();
+        assert!(text.contains("no model found") && text.contains("skipped") && text.contains("x.weights.h5"), "{text}");
+        let empty = tempfile::tempdir().unwrap();
+        let text = discover(&[empty.path().to_path_buf()], &mut |_| {}).unwrap_err().to_string();
+        assert!(!text.contains("skipped"), "{text}");
+    }
+
+    #[test]
+    fn a_saved_model_pb_given_as_the_model_suggests_its_folder() {
+        let tmp = tempfile::tempdir().unwrap();
+        touch_model(&tmp.path().join("m"));
+        let err = discover(&[tmp.path().join("m/saved_model.pb")], &mut |_| {}).unwrap_err();
+        let text = err.to_string();
+        assert!(text.ends_with(&format!("give the folder, {}", tmp.path().join("m").display())), "{text}");
     }
 
     #[test]

@@ -110,16 +110,36 @@ impl Metric {
         Metric::R2,
     ];
 
-    /// The metric of a name; an unknown name's error lists the vocabulary
+    /// Common other names of metrics (Keras's and scikit-learn's), taken as the metric.
+    pub const ALIASES: [(&'static str, Metric); 6] = [
+        ("acc", Metric::Accuracy),
+        ("roc_auc", Metric::Auc),
+        ("logloss", Metric::LogLoss),
+        ("cross_entropy", Metric::LogLoss),
+        ("mean_squared_error", Metric::Mse),
+        ("mean_absolute_error", Metric::Mae),
+    ];
+
+    /// The metric of a name (or of an alias: `acc`, `roc_auc`, `logloss`);
+    /// an unknown name's error lists the vocabulary
     /// and the closest name.
     pub fn parse(name: &str) -> Result<Metric, String> {
         let wanted = name.trim().to_ascii_lowercase().replace('-', "_");
         if let Some(m) = Metric::ALL.into_iter().find(|m| m.name() == wanted) {
             return Ok(m);
         }
+        if let Some((_, m)) = Metric::ALIASES.iter().find(|(alias, _)| *alias == wanted) {
+            return Ok(*m);
+        }
         let names: Vec<&str> = Metric::ALL.iter().map(|m| m.name()).collect();
-        let closest = names.iter().map(|n| (edit_distance(&wanted, n), *n)).min().filter(|(d, _)| *d <= 3);
-        let hint = closest.map_or(String::new(), |(_, n)| format!(" (did you mean '{n}'?)"));
+        // A name the user began (`acc`, `prec`) before one a few edits away.
+        let prefixed: Vec<&str> =
+            names.iter().copied().filter(|n| !wanted.is_empty() && n.starts_with(&wanted)).collect();
+        let closest = match prefixed[..] {
+            [one] => Some(one),
+            _ => names.iter().map(|n| (edit_distance(&wanted, n), *n)).min().filter(|(d, _)| *d <= 3).map(|(_, n)| n),
+        };
+        let hint = closest.map_or(String::new(), |n| format!(" (did you mean '{n}'?)"));
         Err(format!("unknown metric '{name}'{hint}; metrics are: {}", names.join(", ")))
     }
 

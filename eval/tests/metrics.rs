@@ -106,6 +106,17 @@ fn bad_outputs_labels_and_metrics_are_errors_naming_them() {
 }
 
 #[test]
+fn metric_aliases_are_taken_and_a_prefix_is_suggested_before_a_near_name() {
+    assert_eq!(Metric::parse("acc"), Ok(Metric::Accuracy));
+    assert_eq!(Metric::parse("roc_auc"), Ok(Metric::Auc));
+    assert_eq!(Metric::parse("logloss"), Ok(Metric::LogLoss));
+    // `accu` is one edit from nothing useful but the start of accuracy.
+    assert!(Metric::parse("accu").unwrap_err().contains("did you mean 'accuracy'"));
+    assert!(Metric::parse("calib").unwrap_err().contains("did you mean 'calibration'"));
+    assert!(Metric::parse("acuracy").unwrap_err().contains("did you mean 'accuracy'"));
+}
+
+#[test]
 fn slices_have_their_own_metrics_and_log_loss_clips_like_sklearn() {
     let sig = signature(&[("p", DType::Float64, vec![None])]);
     let spec = MetricsSpec { metrics: vec![Metric::Accuracy, Metric::LogLoss], ..MetricsSpec::default() };
@@ -140,7 +151,8 @@ fn bounds_and_drops_parse_and_check_in_the_metrics_direction() {
     assert_eq!(bound, Bound { metric: Metric::Accuracy, op: BoundOp::AtLeast, value: 0.9 });
     assert_eq!("log_loss <= 0.3".parse::<Bound>().unwrap().op, BoundOp::AtMost);
     assert!("accuracy>0.9".parse::<Bound>().unwrap_err().contains("'>' and '<' and '=' alone are not bounds"));
-    assert!("acc>=0.9".parse::<Bound>().unwrap_err().contains("unknown metric 'acc'"));
+    assert!("acuracy>=0.9".parse::<Bound>().unwrap_err().contains("unknown metric 'acuracy'"));
+    assert_eq!("acc>=0.9".parse::<Bound>().unwrap().metric, Metric::Accuracy, "an alias");
     assert!("accuracy>=high".parse::<Bound>().unwrap_err().contains("'high' is not a number"));
     let relative: MaxDrop = "accuracy=2%".parse().unwrap();
     assert_eq!(relative, MaxDrop { metric: Metric::Accuracy, amount: 0.02, relative: true });

@@ -4,18 +4,22 @@
 //! TensorFlow and no operating-system code, so that both sides, the tests and
 //! the fault-injection worker agree on one definition.
 
+mod banner;
 mod dtype;
 pub mod matching;
 mod message;
 mod outcome;
 mod tensor;
 
+pub use banner::is_tensorflow_banner;
 pub use dtype::{tf_code_name, DType};
 pub use message::{
     Hello, RunRequest, SandboxSpec, SessionConfig, SignatureInfo, TensorSpec, ToWorker, UnitResult, WarmRequest,
     WorkerMessage,
 };
-pub use outcome::{signal_name, Breach, ErrorKind, ModelError, NotRunReason, Outcome, Phase};
+pub use outcome::{
+    human_bytes, short_number, signal_name, Breach, ErrorKind, ModelError, NotRunReason, Outcome, Phase,
+};
 pub use tensor::{Tensor, TensorData, TensorError};
 
 /// Bumped on every change of the wire types; a worker whose `Hello` carries

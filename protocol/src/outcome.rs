@@ -233,6 +233,34 @@ impl Outcome {
     }
 }
 
+/// A number for people: at most 6 significant digits, no float noise
+/// (`-0.09000000000000008` is `-0.09`, `0.912345678` is `0.912346`).
+pub fn short_number(x: f64) -> String {
+    if !x.is_finite() || x == 0.0 {
+        return x.to_string();
+    }
+    let magnitude = x.abs().log10().floor() as i32;
+    let decimals = (5 - magnitude).clamp(0, 15) as usize;
+    let text = format!("{x:.decimals$}");
+    let text = if text.contains('.') { text.trim_end_matches('0').trim_end_matches('.') } else { &text };
+    if text == "-0" {
+        "0".into()
+    } else {
+        text.to_string()
+    }
+}
+
+/// A size for people: `512 B`, `27.3 MiB`, `2.00 GiB`.
+pub fn human_bytes(bytes: u64) -> String {
+    const MIB: f64 = (1u64 << 20) as f64;
+    const GIB: f64 = (1u64 << 30) as f64;
+    match bytes {
+        b if b < 1 << 20 => format!("{b} B"),
+        b if b < 1 << 30 => format!("{:.1} MiB", b as f64 / MIB),
+        b => format!("{:.2} GiB", b as f64 / GIB),
+    }
+}
+
 /// The conventional name of a signal number (`SIGSEGV`), for records and messages.
 pub fn signal_name(signal: i32) -> String {
     let name = match signal {
@@ -270,14 +298,19 @@ impl fmt::Display for Outcome {
             Outcome::Crashed { exit_code: Some(c), .. } => write!(f, "crashed: exited with code {c}"),
             Outcome::Crashed { .. } => f.write_str("crashed"),
             Outcome::Timeout { phase } => write!(f, "timeout while in phase {}", phase.name()),
-            Outcome::MemoryLimit { peak_bytes } => write!(f, "memory limit exceeded (peak {peak_bytes} bytes)"),
+            Outcome::MemoryLimit { peak_bytes } => {
+                write!(f, "memory limit exceeded (peak {})", human_bytes(*peak_bytes))
+            }
             Outcome::ProtocolError { message } => write!(f, "protocol error: {message}"),
             Outcome::SpawnFailed { message } => write!(f, "worker could not be started: {message}"),
             Outcome::Mismatch { output, message, .. } => write!(f, "mismatch in output {output}: {message}"),
             Outcome::BelowThreshold { rule, value, baseline: Some(baseline), .. } => {
+                let (value, baseline) = (short_number(*value), short_number(*baseline));
                 write!(f, "below threshold: {rule} not met: {value} against the baseline's {baseline}")
             }
-            Outcome::BelowThreshold { rule, value, .. } => write!(f, "below threshold: {rule} not met: {value}"),
+            Outcome::BelowThreshold { rule, value, .. } => {
+                write!(f, "below threshold: {rule} not met: {}", short_number(*value))
+            }
             Outcome::NotRun { reason } => write!(f, "not run: {}", reason.name()),
         }
     }
@@ -300,5 +333,35 @@ mod tests {
         assert_eq!(error.to_string(), "error: tensorflow (INVALID_ARGUMENT): x must be non-negative");
         assert_eq!(Outcome::Timeout { phase: Phase::Load }.to_string(), "timeout while in phase load");
         assert_eq!(signal_name(64), "signal 64");
+    }
+
+    #[test]
+    fn numbers_in_messages_have_no_float_noise() {
+        assert_eq!(short_number(-0.09000000000000008), "-0.09");
+        assert_eq!(short_number(0.912345678), "0.912346");
+        assert_eq!(short_number(1234.5), "1234.5");
+        assert_eq!(short_number(3.0), "3");
+        assert_eq!(short_number(0.0), "0");
+        assert_eq!(short_number(f64::NAN), "NaN");
+        let breach = Outcome::BelowThreshold {
+            metric: "accuracy".into(),
+            rule: "max drop accuracy=0.01".into(),
+            bound: 0.89,
+            value: 0.8000000000000002,
+            baseline: Some(0.9),
+            others: Vec::new(),
+        };
+        assert_eq!(
+            breach.to_string(),
+            "below threshold: max drop accuracy=0.01 not met: 0.8 against the baseline's 0.9"
+        );
+    }
+
+    #[test]
+    fn memory_is_shown_in_mib_and_gib() {
+        let over = Outcome::MemoryLimit { peak_bytes: 28_598_272 };
+        assert_eq!(over.to_string(), "memory limit exceeded (peak 27.3 MiB)");
+        assert_eq!(human_bytes(4), "4 B");
+        assert_eq!(human_bytes(3 << 30), "3.00 GiB");
     }
 }

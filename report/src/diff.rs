@@ -7,6 +7,7 @@
 use super::text::one_line;
 use super::unit::{bytes_text, seconds_text, Unit, Verdict};
 use super::ReportError;
+use isorun_protocol::short_number;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 
@@ -88,7 +89,11 @@ impl Finding {
                 bytes_text(*new_peak_rss_bytes),
                 ratio(*old_peak_rss_bytes, *new_peak_rss_bytes)
             ),
-            Finding::Metric { metric, old, new, .. } => format!("{metric} {old} -> {new} ({:+})", new - old),
+            Finding::Metric { metric, old, new, .. } => {
+                let change = new - old;
+                let sign = if change >= 0.0 { "+" } else { "" };
+                format!("{metric} {} -> {} ({sign}{})", short_number(*old), short_number(*new), short_number(change))
+            }
             Finding::Added { status, .. } => status.clone(),
             Finding::Removed { old_status, .. } => format!("was {old_status}"),
         };

@@ -70,12 +70,39 @@ pub fn write_file_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     Ok(())
 }
 
+/// A file of JSON lines given as a report: a journal (its records have a
+/// `key`) or the records a run printed, each said with how to get a report.
+fn json_lines(path: &Path, text: &str) -> Option<ReportError> {
+    let mut lines = text.lines().filter(|l| !l.trim().is_empty());
+    let first: Value = serde_json::from_str(lines.next()?).ok()?;
+    let second: Value = serde_json::from_str(lines.next()?).ok()?;
+    if !(first.is_object() && second.is_object()) {
+        return None;
+    }
+    let shown = path.display();
+    let path = path.to_path_buf();
+    Some(if first.get("key").is_some() {
+        ReportError::JsonLines {
+            path: path.clone(),
+            what: "a journal (--journal)",
+            how: format!("--journal {shown} --resume --report report.json (the models it holds are not run again)"),
+        }
+    } else {
+        ReportError::JsonLines {
+            path: path.clone(),
+            what: "the records a run printed",
+            how: "--report report.json".into(),
+        }
+    })
+}
+
 /// Reads a report file and checks that it is one this isorun understands.
 pub fn read_report(path: &Path) -> Result<Value, ReportError> {
     let text =
         std::fs::read_to_string(path).map_err(|source| ReportError::Read { path: path.to_path_buf(), source })?;
-    let report: Value =
-        serde_json::from_str(&text).map_err(|source| ReportError::NotJson { path: path.to_path_buf(), source })?;
+    let report: Value = serde_json::from_str(&text).map_err(|source| {
+        json_lines(path, &text).unwrap_or(ReportError::NotJson { path: path.to_path_buf(), source })
+    })?;
     let not_a_report = |what: &str| ReportError::NotAReport { path: path.to_path_buf(), what: what.to_string() };
     if !report.is_object() {
         return Err(not_a_report("not a JSON object"));
@@ -94,6 +121,28 @@ pub fn read_report(path: &Path) -> Result<Value, ReportError> {
         return Err(not_a_report(&format!("unit {index} has no model or no status")));
     }
     Ok(report)
+}
+
+#[cfg(test)]
+mod first_hour_tests {
+    use super::*;
+
+    #[test]
+    fn a_journal_given_as_a_report_is_said_to_be_one() {
+        let tmp = tempfile::tempdir().unwrap();
+        let journal = tmp.path().join("j.jsonl");
+        std::fs::write(&journal, "{\"key\": \"a\", \"model\": \"m\"}\n{\"key\": \"b\", \"model\": \"n\"}\n").unwrap();
+        let text = read_report(&journal).unwrap_err().to_string();
+        assert!(text.contains("j.jsonl: not an isorun report but a journal (--journal)"), "{text}");
+        assert!(text.contains("--resume --report report.json"), "{text}");
+        let records = tmp.path().join("r.jsonl");
+        std::fs::write(&records, "{\"model\": \"m\"}\n{\"model\": \"n\"}\n").unwrap();
+        let text = read_report(&records).unwrap_err().to_string();
+        assert!(text.contains("but the records a run printed"), "{text}");
+        let broken = tmp.path().join("b.json");
+        std::fs::write(&broken, "{\"units\": [").unwrap();
+        assert!(matches!(read_report(&broken), Err(ReportError::NotJson { .. })));
+    }
 }
 
 #[cfg(test)]

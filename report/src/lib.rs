@@ -50,6 +50,11 @@ pub enum ReportError {
     },
     #[error("{}: not an isorun report: {what}", path.display())]
     NotAReport { path: PathBuf, what: String },
+    #[error(
+        "{}: not an isorun report but {what} (JSON Lines); to make a report, run the same command again with {how}",
+        path.display()
+    )]
+    JsonLines { path: PathBuf, what: &'static str, how: String },
     #[error("{}: report schema_version {found}, but this isorun reads versions {OLDEST_SCHEMA_VERSION} to {SCHEMA_VERSION}", path.display())]
     SchemaVersion { path: PathBuf, found: String },
     #[error("model {model} is in two reports: {} and {}", first.display(), second.display())]

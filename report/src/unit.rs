@@ -112,13 +112,16 @@ impl<'a> Unit<'a> {
         }
     }
 
-    /// The last lines the worker wrote on stderr (on failure).
+    /// The last lines the worker wrote on stderr (on failure), without
+    /// TensorFlow's start-up banner (records from before it was left out
+    /// of the tail still hold it).
     pub fn stderr_tail(&self) -> Vec<&'a str> {
-        match &self.0["stderr_tail"] {
+        let lines: Vec<&'a str> = match &self.0["stderr_tail"] {
             Value::Array(lines) => lines.iter().filter_map(Value::as_str).collect(),
             Value::String(text) => text.lines().collect(),
             _ => Vec::new(),
-        }
+        };
+        lines.into_iter().filter(|line| !isorun_protocol::is_tensorflow_banner(line)).collect()
     }
 }
 
@@ -126,7 +129,10 @@ impl<'a> Unit<'a> {
 /// already starts with it (`crashed: killed by SIGSEGV`).
 pub fn failure_text(status: &str, message: Option<&str>) -> String {
     match message {
-        Some(message) if message.starts_with(status) => message.to_string(),
+        // `below_threshold` is said `below threshold: ...` in its message.
+        Some(message) if message.starts_with(status) || message.starts_with(&status.replace('_', " ")) => {
+            message.to_string()
+        }
         Some(message) if !message.is_empty() => format!("{status}: {message}"),
         _ => status.to_string(),
     }
@@ -178,6 +184,13 @@ mod tests {
         assert_eq!(failure_text("crashed", Some("crashed: killed by SIGSEGV")), "crashed: killed by SIGSEGV");
         assert_eq!(failure_text("error", Some("x must be non-negative")), "error: x must be non-negative");
         assert_eq!(failure_text("timeout", None), "timeout");
+        let banner = json!({"stderr_tail": [
+            "WARNING: All log messages before absl::InitializeLog() is called are written to STDERR",
+            "I0000 port.cc:153] oneDNN custom operations are on. You may see slightly different numerical results",
+            "F0000 the cause"]});
+        assert_eq!(Unit(&banner).stderr_tail(), ["F0000 the cause"], "the banner is left out");
+        let breach = "below threshold: max drop accuracy=0.01 not met: 0.8";
+        assert_eq!(failure_text("below_threshold", Some(breach)), breach, "the status is not said twice");
         let error =
             json!({"status": "error", "error": {"kind": "tensorflow", "code": "INVALID_ARGUMENT", "message": "x < 0"}});
         assert_eq!(Unit(&error).failure_text(), "error: tensorflow (INVALID_ARGUMENT): x < 0");

@@ -54,9 +54,22 @@ pub enum Command {
     Slurm(SlurmCommand),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
     Completions(CompletionsArgs),
-    /// Print the man page (roff) on stdout.
-    #[command(hide = true)]
-    Man,
+    /// Print a man page (roff) on stdout: isorun's, or a command's (`isorun man run`); --out-dir installs them all.
+    Man(ManArgs),
+}
+
+#[derive(Debug, Args)]
+#[command(after_help = "Examples:
+  isorun man run | man -l -
+  isorun man --out-dir ~/.local/share/man/man1   # isorun.1, isorun-run.1, isorun-report-diff.1, ...")]
+pub struct ManArgs {
+    /// The command whose page to print (`run`, `report diff`) [default: isorun's own].
+    #[arg(value_name = "COMMAND")]
+    pub command: Vec<String>,
+
+    /// Write the pages into DIR as files (every page, or COMMAND's), and print their paths.
+    #[arg(long, value_name = "DIR")]
+    pub out_dir: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -335,7 +348,8 @@ pub struct RunArgs {
     #[arg(long, help_heading = "Outputs")]
     pub values: bool,
 
-    /// Print a summary table on stderr when done (status, time, memory per model).
+    /// With JSON Lines on stdout, print the table and the totals line on stderr when done (a table
+    /// on a terminal, or --format table, ends with the totals line anyway).
     #[arg(long, help_heading = "Outputs")]
     pub summary: bool,
 
@@ -447,8 +461,8 @@ pub struct RunArgs {
     #[arg(long, value_name = "F", help_heading = "GPUs")]
     pub gpu_memory_fraction: Option<f64>,
 
-    /// Stop a worker whose private memory (RssAnon + RssShmem) passes SIZE (e.g. 2G, 512M).
-    #[arg(long, value_name = "SIZE", value_parser = crate::size::parse_size, help_heading = "Nightly")]
+    /// Stop a worker whose private memory (RssAnon + RssShmem) passes SIZE (e.g. 2G, 512M; a bare number is bytes, at least 16 MiB).
+    #[arg(long, value_name = "SIZE", value_parser = crate::size::parse_memory_limit, help_heading = "Nightly")]
     pub memory_limit: Option<u64>,
 
     /// Run a unit again up to N times when it crashes, times out, hits the memory limit, breaks the protocol or cannot start.

@@ -155,7 +155,10 @@ pub fn execute(plan: Plan) -> Result<i32, String> {
     let signals = watch_signals(Arc::clone(&stop)).map_err(|e| format!("cannot install signal handlers: {e}"))?;
     let bar = (!quiet && io::stderr().is_terminal()).then(|| progress_bar(models.len() as u64));
     let mut printer = Printer::new(&models, format, bar, fail_on);
-    printer.keep_records = args.summary || args.report.is_some() || args.junit.is_some() || args.html.is_some();
+    printer.keep_records = (args.summary && format == Format::Jsonl)
+        || args.report.is_some()
+        || args.junit.is_some()
+        || args.html.is_some();
     for (index, record) in resumed {
         printer.accept(index, record);
     }
@@ -166,7 +169,8 @@ pub fn execute(plan: Plan) -> Result<i32, String> {
             Event::Started(i) => printer.started(to_run[i]),
             Event::Finished(report) => {
                 let index = to_run[report.index];
-                let record = unit_record(&models[index], &report);
+                let mut record = unit_record(&models[index], &report);
+                name_the_limit(&mut record, settings);
                 if let (Some(journal), Some(key)) = (journal.as_mut(), &keys[index]) {
                     // Done means journaled: a unit not run to its end is not.
                     if !matches!(report.outcome, Outcome::NotRun { .. }) {
@@ -205,7 +209,7 @@ pub fn execute(plan: Plan) -> Result<i32, String> {
         crate::support::print_error(e);
     }
 
-    let records = printer.records;
+    let records = std::mem::take(&mut printer.records);
     let mut report_failed = journal_error.is_some();
     if args.report.is_some() || args.junit.is_some() || args.html.is_some() {
         let info = RunInfo {
@@ -224,7 +228,9 @@ pub fn execute(plan: Plan) -> Result<i32, String> {
             report_failed = true;
         }
     }
-    if args.summary {
+    // A table ends with its totals line; JSON Lines get the table and totals on stderr with --summary.
+    printer.finish(started.elapsed());
+    if args.summary && format == Format::Jsonl {
         print_summary(&records, started.elapsed());
     }
     let failed = printer.failures > 0;
@@ -235,4 +241,35 @@ pub fn execute(plan: Plan) -> Result<i32, String> {
         _ if failed || report_failed => exit_code::SOME_FAILED,
         _ => exit_code::OK,
     })
+}
+
+/// A timeout or memory-limit record's message names the limit that was hit
+/// (`timeout while in phase start (limit: --timeout 0.05 s)`), which the
+/// engine's outcome does not carry.
+fn name_the_limit(record: &mut Value, settings: &Settings) {
+    let limit = match (record["status"].as_str(), record["phase"].as_str()) {
+        (Some("timeout"), Some(phase)) => {
+            let mut limits: Vec<(&str, Duration)> = Vec::new();
+            if phase == "start" {
+                limits.push(("--start-timeout", settings.start_timeout));
+            }
+            if matches!(phase, "start" | "load") {
+                limits.extend(settings.load_timeout.map(|t| ("--load-timeout", t)));
+            }
+            if phase == "run" {
+                limits.extend(settings.batch_timeout.map(|t| ("--batch-timeout", t)));
+            }
+            limits.extend(settings.timeout.map(|t| ("--timeout", t)));
+            let Some((flag, limit)) = limits.into_iter().min_by_key(|(_, t)| *t) else { return };
+            format!("limit: {flag} {} s", limit.as_secs_f64())
+        }
+        (Some("memory_limit"), _) => match settings.memory_limit {
+            Some(limit) => format!("limit: --memory-limit {}", isorun_protocol::human_bytes(limit)),
+            None => return,
+        },
+        _ => return,
+    };
+    if let Some(Value::String(message)) = record.get_mut("error").and_then(|e| e.get_mut("message")) {
+        *message = format!("{message} ({limit})");
+    }
 }

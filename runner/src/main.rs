@@ -23,6 +23,7 @@ fn main() {
         eprintln!("{}", isorun_engine::keras::launch(&spec));
         std::process::exit(126);
     }
+    quiet_broken_pipe();
     // `run --config FILE` puts the file's settings on the command line first.
     let args = match config::expand_command_line(std::env::args_os().collect()) {
         Ok(args) => args,
@@ -56,4 +57,23 @@ fn main() {
         }
     };
     std::process::exit(code);
+}
+
+/// A `println!` whose reader went away (`isorun cache ls | head -1`)
+/// panics; that is a normal end for a tool in a pipeline: exit 0 with no
+/// message, as the commands that write through `support::print_stdout` do.
+fn quiet_broken_pipe() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let message = info
+            .payload()
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| info.payload().downcast_ref::<&str>().copied())
+            .unwrap_or("");
+        if message.starts_with("failed printing to stdout") && message.contains("Broken pipe") {
+            std::process::exit(isorun_protocol::exit_code::OK);
+        }
+        default(info);
+    }));
 }

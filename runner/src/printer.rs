@@ -1,5 +1,6 @@
 //! What `run` shows as it goes: records in model order as JSON Lines or a
-//! table, a progress bar on a terminal, and the `--summary` table. Every
+//! table with a totals line under it, a progress bar on a terminal, and
+//! the `--summary` (the same table and totals on stderr, for JSON Lines). Every
 //! string of a record but the JSON lines passes `text::one_line`: ids,
 //! statuses, messages and output names are the model's to choose.
 
@@ -37,6 +38,9 @@ pub struct Printer<'a> {
     /// Statuses that count as failures.
     fail_on: Vec<String>,
     pub failures: usize,
+    /// Records accepted, and how many of them were ok: the totals line.
+    pub count: usize,
+    pub ok: usize,
     pub broken_pipe: bool,
     /// Every record, kept only when a report or summary needs them, so the
     /// supervisor's memory does not grow with the number of units otherwise.
@@ -57,6 +61,8 @@ impl<'a> Printer<'a> {
             running: BTreeSet::new(),
             fail_on,
             failures: 0,
+            count: 0,
+            ok: 0,
             broken_pipe: false,
             records: Vec::new(),
             keep_records: false,
@@ -80,6 +86,10 @@ impl<'a> Printer<'a> {
 
     pub fn accept(&mut self, index: usize, record: Value) {
         self.running.remove(&index);
+        self.count += 1;
+        if record["status"] == "ok" {
+            self.ok += 1;
+        }
         if self.fail_on.iter().any(|s| record["status"] == s.as_str()) {
             self.failures += 1;
         }
@@ -92,7 +102,10 @@ impl<'a> Printer<'a> {
             if !self.broken_pipe {
                 let text = match self.format {
                     Format::Jsonl => record.to_string(),
-                    Format::Table => self.table_row(&record),
+                    Format::Table if self.next == 0 => {
+                        format!("{}\n{}", table_header(self.id_width), table_row(&record, self.id_width))
+                    }
+                    Format::Table => table_row(&record, self.id_width),
                 };
                 let write = || -> io::Result<()> {
                     let mut out = io::stdout().lock();
@@ -123,71 +136,94 @@ impl<'a> Printer<'a> {
         }
     }
 
-    fn table_row(&self, record: &Value) -> String {
-        let header = if self.next == 0 {
-            format!(
-                "{:<w$}  {:<14}  {:>8}  {:>9}  {}\n",
-                "model",
-                "status",
-                "time",
-                "peak mem",
-                "outputs, metrics / error",
-                w = self.id_width
-            )
-        } else {
-            String::new()
-        };
-        let metrics = record.get("metrics").and_then(Value::as_object).filter(|_| record["status"] == "ok");
-        let detail = match record.get("outputs").and_then(Value::as_object) {
-            _ if metrics.is_some() => {
-                let metrics = metrics.into_iter().flatten().map(|(name, value)| match value.as_f64() {
-                    Some(x) => format!("{} {x:.4}", one_line(name)),
-                    None => format!("{} {value}", one_line(name)),
-                });
-                std::iter::once(format!("{} examples", record["examples"].as_u64().unwrap_or(0)))
-                    .chain(metrics)
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            }
-            Some(outputs) => outputs
-                .iter()
-                .map(|(name, o)| {
-                    let dims: Vec<String> =
-                        o["shape"].as_array().into_iter().flatten().map(|d| d.to_string()).collect();
-                    format!("{} {}[{}]", one_line(name), one_line(o["dtype"].as_str().unwrap_or("?")), dims.join(", "))
-                })
-                .collect::<Vec<_>>()
-                .join(", "),
-            None => {
-                let text = record["error"]["message"].as_str().unwrap_or("");
-                let first = text.lines().next().unwrap_or("");
-                let first = if first.chars().count() > 100 {
-                    format!("{}...", first.chars().take(100).collect::<String>())
-                } else {
-                    first.to_string()
-                };
-                // `lines` split at `\n` only: a lone `\r` (or an escape
-                // sequence) is still there, and must not rewrite the row.
-                one_line(&first).into_owned()
-            }
-        };
-        let resumed = if record["resumed"] == true { " (resumed)" } else { "" };
-        format!(
-            "{header}{:<w$}  {:<14}  {:>6.2} s  {:>9}  {detail}{resumed}",
-            one_line(record["model"].as_str().unwrap_or("?")),
-            one_line(record["status"].as_str().unwrap_or("?")),
-            record["wall_ms"].as_u64().unwrap_or(0) as f64 / 1000.0,
-            mib(record["peak_rss_bytes"].as_u64()),
-            w = self.id_width
-        )
+    /// Ends the printing: on a table, the totals line under it (stdout, as the table).
+    pub fn finish(&self, elapsed: Duration) {
+        if self.format == Format::Table && !self.broken_pipe {
+            let write = || -> io::Result<()> {
+                let mut out = io::stdout().lock();
+                writeln!(out, "\n{}", totals_line(self.count, self.ok, elapsed))?;
+                out.flush()
+            };
+            let _ = write();
+        }
     }
+}
+
+/// The table's header line, for ids up to `id_width` characters.
+fn table_header(id_width: usize) -> String {
+    format!(
+        "{:<w$}  {:<14}  {:>8}  {:>9}  {}",
+        "model",
+        "status",
+        "time",
+        "peak mem",
+        "outputs, metrics / error",
+        w = id_width
+    )
+}
+
+/// One record as a table row.
+fn table_row(record: &Value, id_width: usize) -> String {
+    let metrics = record.get("metrics").and_then(Value::as_object).filter(|_| record["status"] == "ok");
+    let detail = match record.get("outputs").and_then(Value::as_object) {
+        _ if metrics.is_some() => {
+            let metrics = metrics.into_iter().flatten().map(|(name, value)| match value.as_f64() {
+                Some(x) => format!("{} {x:.4}", one_line(name)),
+                None => format!("{} {value}", one_line(name)),
+            });
+            std::iter::once(format!("{} examples", record["examples"].as_u64().unwrap_or(0)))
+                .chain(metrics)
+                .collect::<Vec<_>>()
+                .join(", ")
+        }
+        Some(outputs) => outputs
+            .iter()
+            .map(|(name, o)| {
+                let dims: Vec<String> = o["shape"].as_array().into_iter().flatten().map(|d| d.to_string()).collect();
+                format!("{} {}[{}]", one_line(name), one_line(o["dtype"].as_str().unwrap_or("?")), dims.join(", "))
+            })
+            .collect::<Vec<_>>()
+            .join(", "),
+        None => {
+            let text = record["error"]["message"].as_str().unwrap_or("");
+            let first = text.lines().next().unwrap_or("");
+            let first = if first.chars().count() > 100 {
+                format!("{}...", first.chars().take(100).collect::<String>())
+            } else {
+                first.to_string()
+            };
+            // `lines` split at `\n` only: a lone `\r` (or an escape
+            // sequence) is still there, and must not rewrite the row.
+            one_line(&first).into_owned()
+        }
+    };
+    let resumed = if record["resumed"] == true { " (resumed)" } else { "" };
+    format!(
+        "{:<w$}  {:<14}  {:>6.2} s  {:>9}  {detail}{resumed}",
+        one_line(record["model"].as_str().unwrap_or("?")),
+        one_line(record["status"].as_str().unwrap_or("?")),
+        record["wall_ms"].as_u64().unwrap_or(0) as f64 / 1000.0,
+        mib(record["peak_rss_bytes"].as_u64()),
+        w = id_width
+    )
 }
 
 fn mib(bytes: Option<u64>) -> String {
     bytes.map_or("-".into(), |b| format!("{:.0} MiB", b as f64 / (1024.0 * 1024.0)))
 }
 
-/// The `--summary` table, on stderr.
+/// The totals line: `3 models: 2 ok, 1 not ok, in 0.54 s; supervisor peak memory 6 MiB`.
+fn totals_line(count: usize, ok: usize, elapsed: Duration) -> String {
+    format!(
+        "{count} models: {ok} ok, {} not ok, in {:.2} s; supervisor peak memory {}",
+        count - ok,
+        elapsed.as_secs_f64(),
+        mib(own_peak_rss())
+    )
+}
+
+/// The `--summary` with JSON Lines on stdout: the table (the layout a
+/// terminal shows) and the totals line, on stderr.
 pub fn print_summary(records: &[Value], elapsed: Duration) {
     let _ = io::stderr().lock().write_all(summary_text(records, elapsed).as_bytes());
 }
@@ -201,28 +237,14 @@ fn summary_text(records: &[Value], elapsed: Duration) -> String {
         .map(|m| one_line(m).chars().count())
         .max()
         .unwrap_or(5)
-        .max(5);
+        .clamp(5, 60);
     let mut err = String::new();
-    let _ = writeln!(err, "\n{:<width$}  {:<14}  {:>9}  {:>12}", "model", "status", "time", "worker peak");
+    let _ = writeln!(err, "\n{}", table_header(width));
     for r in records {
-        let _ = writeln!(
-            err,
-            "{:<width$}  {:<14}  {:>7.2} s  {:>12}",
-            one_line(r["model"].as_str().unwrap_or("?")),
-            one_line(r["status"].as_str().unwrap_or("?")),
-            r["wall_ms"].as_u64().unwrap_or(0) as f64 / 1000.0,
-            mib(r["peak_rss_bytes"].as_u64())
-        );
+        let _ = writeln!(err, "{}", table_row(r, width));
     }
     let ok = records.iter().filter(|r| r["status"] == "ok").count();
-    let _ = writeln!(
-        err,
-        "\n{} models: {ok} ok, {} not ok, in {:.2} s; supervisor peak memory {}",
-        records.len(),
-        records.len() - ok,
-        elapsed.as_secs_f64(),
-        mib(own_peak_rss())
-    );
+    let _ = writeln!(err, "\n{}", totals_line(records.len(), ok, elapsed));
     for r in records.iter().filter(|r| r["status"] != "ok") {
         let _ = writeln!(
             err,
@@ -249,17 +271,16 @@ mod tests {
     #[test]
     fn a_model_s_text_cannot_forge_a_table_row_or_the_summary() {
         let models = [Model::saved_model("evil\x1b]0;title\x07", "/models/evil")];
-        let printer = Printer::new(&models, Format::Table, None, Vec::new());
         let record = json!({"model": models[0].id, "status": "error", "wall_ms": 20,
                             "error": {"kind": "error", "message": FORGED}});
-        let row = printer.table_row(&record);
+        let row = table_row(&record, 20);
         assert_no_control_characters(&row);
-        assert_eq!(row.lines().count(), 2, "a header and one row: {row}");
+        assert_eq!(row.lines().count(), 1, "one row: {row}");
         assert!(row.contains("\\r\\x1b[2Kfake"), "{row}");
         let ok = json!({"model": "m", "status": "ok", "wall_ms": 20,
         "outputs": {"y\n\x1b[31m": {"dtype": "float32", "shape": [1]}},
         });
-        assert_no_control_characters(&printer.table_row(&ok));
+        assert_no_control_characters(&table_row(&ok, 20));
 
         let message = json!({"model": "two\nlines", "status": "error", "error": {"message": "one\nforged: ok"}});
         let summary = summary_text(&[record, message], Duration::from_secs(1));

@@ -26,6 +26,23 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
     Ok(bytes.round() as u64)
 }
 
+/// The smallest memory limit taken as a bare number: `--memory-limit 4`
+/// is surely 4 GiB meant, not 4 bytes.
+const BARE_MEMORY_LIMIT_FLOOR: u64 = 16 << 20;
+
+/// Parses `--memory-limit`: a size, refused below 16 MiB unless given with a unit.
+pub fn parse_memory_limit(text: &str) -> Result<u64, String> {
+    let bytes = parse_size(text)?;
+    let bare = text.trim().bytes().all(|b| b.is_ascii_digit() || b == b'.');
+    if bare && bytes < BARE_MEMORY_LIMIT_FLOOR {
+        let number = text.trim();
+        return Err(format!(
+            "'{number}' is {number} bytes, below 16 MiB: no worker runs in that; give a unit ({number}G, {number}M), or {number}B if bytes are meant"
+        ));
+    }
+    Ok(bytes)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -40,5 +57,15 @@ mod tests {
         assert_eq!(parse_size("100"), Ok(100));
         assert!(parse_size("2X").unwrap_err().contains("unknown unit 'X'"));
         assert!(parse_size("lots").is_err());
+    }
+
+    #[test]
+    fn a_bare_memory_limit_below_16_mib_is_refused() {
+        let err = parse_memory_limit("4").unwrap_err();
+        assert!(err.contains("'4' is 4 bytes, below 16 MiB") && err.contains("4G"), "{err}");
+        assert_eq!(parse_memory_limit("4G"), Ok(4 << 30));
+        assert_eq!(parse_memory_limit("4B"), Ok(4));
+        assert_eq!(parse_memory_limit("1M"), Ok(1 << 20));
+        assert_eq!(parse_memory_limit("2000000000"), Ok(2_000_000_000));
     }
 }

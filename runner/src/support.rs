@@ -21,6 +21,18 @@ pub fn print_error(message: impl std::fmt::Display) {
     let _ = writeln!(io::stderr(), "isorun: error: {}", lines(&message.to_string()));
 }
 
+/// Writes a command's whole output on stdout; a reader that went away
+/// (`isorun man | head -1`) is a normal end, exit 0 and no message, as
+/// for `run`, `ls` and `inspect`.
+pub fn print_stdout(bytes: &[u8]) -> Result<i32, String> {
+    let mut out = io::stdout().lock();
+    match out.write_all(bytes).and_then(|()| out.flush()) {
+        Ok(()) => Ok(isorun_protocol::exit_code::OK),
+        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => Ok(isorun_protocol::exit_code::OK),
+        Err(e) => Err(format!("cannot write to stdout: {e}")),
+    }
+}
+
 /// An error and its causes, as one line: `file.npy: cannot read: No such file or directory`.
 /// A cause whose text the message already ends with is not repeated.
 pub fn with_causes(error: &dyn std::error::Error) -> String {

@@ -21,6 +21,8 @@ pub enum InputError {
     Duplicate { name: String, first: String, second: String },
     #[error("{path}: unsupported input file (expected .npy or .json for --input, .npz or .json or - for --inputs)")]
     Extension { path: PathBuf },
+    #[error("--input {name}={json}: inline JSON needs an @ before it: --input '{name}=@{json}'")]
+    InlineWithoutAt { name: String, json: String },
     #[error("{source_name}: not valid JSON: {reason}")]
     Json { source_name: String, reason: String },
     #[error("{source_name}: expected an object of input name to nested lists, or one nested list")]
@@ -109,11 +111,19 @@ pub fn load_inputs(pairs: &[String], files: &[PathBuf]) -> Result<Inputs, InputE
             let value = parse_json(&read_text(path)?, &source)?;
             claim(name, source)?;
             inputs.json.push((name.to_string(), value));
+        } else if looks_like_json(what) && !path.exists() {
+            return Err(InputError::InlineWithoutAt { name: name.to_string(), json: what.to_string() });
         } else {
             return Err(InputError::Extension { path: path.to_path_buf() });
         }
     }
     Ok(inputs)
+}
+
+/// Whether an `--input` value is JSON given without its `@` (`x=[[1, 2]]`).
+fn looks_like_json(what: &str) -> bool {
+    let what = what.trim_start();
+    what.starts_with('[') || what.starts_with('{') || serde_json::from_str::<f64>(what).is_ok()
 }
 
 fn read_text(path: &Path) -> Result<String, InputError> {

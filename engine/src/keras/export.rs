@@ -12,7 +12,7 @@
 use super::launch::{LaunchSpec, LAUNCH_ARG};
 use super::python::Python;
 use crate::cancel::CancelToken;
-use crate::process::{memory_fields, set_child_safety};
+use crate::process::{is_tensorflow_banner, memory_fields, set_child_safety};
 use crate::settings::Settings;
 use isorun_protocol::{ErrorKind, ModelError, NotRunReason, Outcome, Phase};
 use serde_json::{json, Value};
@@ -222,6 +222,9 @@ impl Exporter<'_> {
         let tail = std::sync::Arc::clone(&stderr_tail);
         std::thread::spawn(move || {
             for line in BufReader::new(stderr).split(b'\n').map_while(Result::ok) {
+                if is_tensorflow_banner(&String::from_utf8_lossy(&line[..line.len().min(2000)])) {
+                    continue;
+                }
                 let mut tail = tail.lock().expect("stderr tail");
                 if tail.len() == 20 {
                     tail.pop_front();

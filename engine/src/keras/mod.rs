@@ -117,12 +117,30 @@ enum Fate {
     Export,
 }
 
+/// What made an entry's key beside the file and the versions, for its
+/// `export.json` (`isorun cache ls` shows them): the `--keras-module`
+/// files with their SHA-256, and `--keras-unsafe`.
+fn key_parts(keras: &KerasSettings, module_hashes: &[String]) -> serde_json::Map<String, serde_json::Value> {
+    let modules: Vec<serde_json::Value> = keras
+        .modules
+        .iter()
+        .zip(module_hashes)
+        .map(|(path, sha256)| serde_json::json!({"path": path, "sha256": sha256}))
+        .collect();
+    let mut parts = serde_json::Map::new();
+    parts.insert("keras_modules".into(), serde_json::Value::Array(modules));
+    parts.insert("keras_unsafe".into(), serde_json::Value::Bool(keras.unsafe_code));
+    parts
+}
+
 /// The exports a run needs: one per distinct key.
 struct ExportWork {
     cache: PathBuf,
     python: python::Python,
     /// Each key, the models it serves (the same bytes twice export once).
     keys: Vec<(String, Vec<usize>)>,
+    /// The `--keras-module` files' SHA-256, in the key and in `export.json`.
+    module_hashes: Vec<String>,
 }
 
 impl Staged {
@@ -186,10 +204,14 @@ impl Staged {
             let staging = job.out.parent().expect("a staging folder").to_path_buf();
             let result = match end {
                 JobEnd::Exported { loader, ms } => {
-                    let about = serde_json::json!({
+                    let mut about = serde_json::json!({
                         "source": job.file, "from": self.source_format(indexes[0]).name(), "loader": loader,
-                        "keras": work.python.keras, "tensorflow": work.python.tensorflow, "ms": ms,
+                        "keras": work.python.keras, "tensorflow": work.python.tensorflow,
+                        "tf_keras": work.python.tf_keras, "ms": ms,
                     });
+                    if let Some(about) = about.as_object_mut() {
+                        about.extend(key_parts(&settings.keras, &work.module_hashes));
+                    }
                     match cache::lookup(&work.cache, key)
                         .map(Ok)
                         .unwrap_or_else(|| cache::commit(&work.cache, key, &staging, &about))
@@ -345,7 +367,7 @@ pub(crate) fn plan(models: &[Model], settings: &Settings) -> Staged {
         }
     }
     if !keys.is_empty() {
-        staged.work = Some(ExportWork { cache, python, keys });
+        staged.work = Some(ExportWork { cache, python, keys, module_hashes });
     }
     staged
 }
@@ -392,4 +414,19 @@ pub fn saved_model_for(
     }
     let export = staged.exports.lock().expect("exports")[0].take();
     Ok((staged.models[0].path.clone(), export))
+}
+
+#[cfg(test)]
+mod key_parts_tests {
+    use super::*;
+
+    #[test]
+    fn export_json_records_the_modules_and_unsafe_that_made_the_key() {
+        let keras = KerasSettings::default().modules(vec![PathBuf::from("/src/layers.py")]).unsafe_code(true);
+        let parts = key_parts(&keras, &["ab".repeat(32)]);
+        assert_eq!(parts["keras_modules"], serde_json::json!([{"path": "/src/layers.py", "sha256": "ab".repeat(32)}]));
+        assert_eq!(parts["keras_unsafe"], true);
+        let plain = key_parts(&KerasSettings::default(), &[]);
+        assert_eq!(serde_json::Value::Object(plain), serde_json::json!({"keras_modules": [], "keras_unsafe": false}));
+    }
 }

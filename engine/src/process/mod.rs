@@ -7,7 +7,7 @@ mod zygote;
 
 pub use spec::{library_path, worker_version, SpawnSpec};
 pub use worker::{
-    memory_fields, pidfd_signals_process_group, set_child_safety, Event, Exit, ExitStatus, WorkerProcess,
-    DEFAULT_REAP_TIMEOUT,
+    is_tensorflow_banner, memory_fields, pidfd_signals_process_group, set_child_safety, Event, Exit, ExitStatus,
+    WorkerProcess, DEFAULT_REAP_TIMEOUT,
 };
 pub use zygote::Zygote;

@@ -79,8 +79,13 @@ pub struct StderrTail {
 const STDERR_LINES: usize = 20;
 const STDERR_LINE_BYTES: usize = 2000;
 
+pub use isorun_protocol::is_tensorflow_banner;
+
 impl StderrTail {
     fn push(&mut self, line: &[u8]) {
+        if is_tensorflow_banner(&String::from_utf8_lossy(&line[..line.len().min(STDERR_LINE_BYTES)])) {
+            return;
+        }
         let mut text = String::from_utf8_lossy(&line[..line.len().min(STDERR_LINE_BYTES)]).into_owned();
         if line.len() > STDERR_LINE_BYTES {
             text.push_str(" [...]");
@@ -719,6 +724,26 @@ mod tests {
     use super::super::spec::library_path;
     use super::*;
     use std::path::PathBuf;
+
+    #[test]
+    fn the_stderr_tail_leaves_out_tensorflow_s_start_up_banner() {
+        let said = "WARNING: All log messages before absl::InitializeLog() is called are written to STDERR
+I0000 00:00:1733000000.000000   12 cuda_executor.cc:1015] failed call to cuInit: INTERNAL: CUDA error
+2026-12-02 06:00:00.000000: I external/local_xla/xla/tsl/cuda/cudart_stub.cc:32] Could not find cuda drivers on your machine, GPU will not be used.
+2026-12-02 06:00:00.000000: I tensorflow/core/util/port.cc:153] oneDNN custom operations are on. You may see slightly different numerical results due to floating-point round-off errors from different computation orders. To turn them off, set the environment variable `TF_ENABLE_ONEDNN_OPTS=0`.
+2026-12-02 06:00:00.000000: I tensorflow/core/platform/cpu_feature_guard.cc:210] This TensorFlow binary is optimized to use available CPU instructions in performance-critical operations.
+To enable the following instructions: AVX2 FMA, in other operations, rebuild TensorFlow with the appropriate compiler flags.
+Traceback: the model's own error
+";
+        let tail = Mutex::new(StderrTail::default());
+        collect_stderr(said.as_bytes(), &tail);
+        assert_eq!(tail.lock().unwrap().lines(), ["Traceback: the model's own error"]);
+        // Still bounded: 20 lines at most.
+        let flood = "line\n".repeat(100);
+        let tail = Mutex::new(StderrTail::default());
+        collect_stderr(flood.as_bytes(), &tail);
+        assert_eq!(tail.lock().unwrap().lines().len(), 20);
+    }
 
     fn spec(gpu: Option<&str>, lib_dir: Option<PathBuf>) -> SpawnSpec {
         SpawnSpec {

@@ -23,6 +23,8 @@ pub enum InspectError {
     Missing(PathBuf),
     #[error("{0}: not a folder (MODEL is a SavedModel folder, the one holding saved_model.pb)")]
     NotAFolder(PathBuf),
+    #[error("{0}: a SavedModel is the folder that holds saved_model.pb: give the folder, {1}")]
+    SavedModelFile(PathBuf, PathBuf),
     #[error("{0}: not a SavedModel (no saved_model.pb in it; `isorun ls` finds SavedModels under a folder)")]
     NoSavedModel(PathBuf),
     #[error(
@@ -181,6 +183,10 @@ fn check_folder(model: &Path) -> Result<(), InspectError> {
         _ => InspectError::Io { path: model.to_path_buf(), source },
     })?;
     if !meta.is_dir() {
+        if model.file_name().is_some_and(|n| n == "saved_model.pb" || n == "saved_model.pbtxt") {
+            let folder = model.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+            return Err(InspectError::SavedModelFile(model.to_path_buf(), folder.to_path_buf()));
+        }
         return Err(InspectError::NotAFolder(model.to_path_buf()));
     }
     let protobuf = model.join("saved_model.pb");

@@ -6,13 +6,13 @@ mod doctor;
 mod eval;
 mod inspect;
 mod ls;
+mod man;
 mod pipe;
 mod report;
 mod run;
 mod slurm;
 
 use crate::cli::{Cli, Command};
-use isorun_protocol::exit_code;
 
 /// Runs the command; `Err` is a usage error (exit 2).
 pub fn dispatch(cli: Cli) -> Result<i32, String> {
@@ -28,13 +28,10 @@ pub fn dispatch(cli: Cli) -> Result<i32, String> {
         Command::Slurm(command) => slurm::main(&command),
         Command::Completions(args) => {
             let mut command = <Cli as clap::CommandFactory>::command();
-            clap_complete::generate(args.shell, &mut command, "isorun", &mut std::io::stdout());
-            Ok(exit_code::OK)
+            let mut script = Vec::new();
+            clap_complete::generate(args.shell, &mut command, "isorun", &mut script);
+            crate::support::print_stdout(&script)
         }
-        Command::Man => {
-            let command = <Cli as clap::CommandFactory>::command();
-            clap_mangen::Man::new(command).render(&mut std::io::stdout()).map_err(|e| e.to_string())?;
-            Ok(exit_code::OK)
-        }
+        Command::Man(args) => man::main(&args),
     }
 }

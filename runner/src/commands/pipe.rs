@@ -79,13 +79,19 @@ fn keras_saved_model(args: &PipeArgs) -> Result<PathBuf, String> {
     let stop = CancelToken::new();
     match isorun_engine::keras::saved_model_for(&model, &settings, &stop) {
         Ok((path, _)) => Ok(path),
+        // An export's error says its own kind once: not `error: export_failed: ...` after this prefix.
+        Err(isorun_protocol::Outcome::Error(error)) => {
+            Err(format!("{}: cannot export the Keras file: {}", args.model.display(), error.message))
+        }
         Err(outcome) => Err(format!("{}: cannot export the Keras file: {outcome}", args.model.display())),
     }
 }
 
 /// Runs the command; `Err` is a usage error (exit 2).
 pub fn main(args: &PipeArgs) -> Result<i32, String> {
-    let model_dir = if args.model.is_file() {
+    let model_dir = if !args.model.exists() {
+        return Err(format!("{}: no such file or directory", args.model.display()));
+    } else if args.model.is_file() {
         keras_saved_model(args)?
     } else if is_saved_model(&args.model) {
         std::path::absolute(&args.model).map_err(|e| format!("{}: {e}", args.model.display()))?

@@ -8,6 +8,7 @@ mod config;
 mod eval;
 mod faults;
 mod first_hour_inputs;
+mod first_hour_messages;
 mod first_hour_nightly;
 mod fixtures;
 mod gpu;

@@ -125,11 +125,20 @@ fn a_folder_without_a_saved_model_is_named() {
 #[test]
 fn a_model_that_is_a_file_is_named() {
     let tmp = tempfile::tempdir().unwrap();
-    let file = keras_model().join("saved_model.pb");
+    let other = tempfile::tempdir().unwrap();
+    let file = other.path().join("notes.txt");
+    std::fs::write(&file, b"not a model").unwrap();
     assert_usage_error(
         tmp.path(),
         &args(&[&file, &"--inputs", &keras_inputs()]),
         &[file.to_str().unwrap(), "not a model"],
+    );
+    // A SavedModel's protobuf file: its folder is suggested.
+    let pb = keras_model().join("saved_model.pb");
+    assert_usage_error(
+        tmp.path(),
+        &args(&[&pb, &"--inputs", &keras_inputs()]),
+        &[pb.to_str().unwrap(), "give the folder", keras_model().to_str().unwrap()],
     );
 }
 
