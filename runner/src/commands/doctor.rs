@@ -308,7 +308,7 @@ fn sandbox_check() -> Check {
 /// records use, and those it will report missing.
 fn sandbox_detail(abi: Result<i64, String>) -> Check {
     const NAME: &str = "sandbox";
-    const ALWAYS: &str = "no_unix_sockets (seccomp), no_network, no_new_privs, clean_env, work_dir";
+    const ALWAYS: &str = "no_unix_sockets, own_session (seccomp), no_network, no_new_privs, clean_env, work_dir";
     const SCOPES: &str = "signal_scope, abstract_unix_scope (Landlock ABI 6, Linux 6.12)";
     match abi {
         Ok(abi) if abi >= 6 => Check::new(
@@ -518,7 +518,12 @@ mod tests {
         assert!(six_ten.contains("missing signal_scope, abstract_unix_scope"), "{six_ten}");
         assert!(said(Ok(3)).contains("landlock_partial"));
         let none = said(Err("Function not implemented".into()));
-        assert!(none.contains("missing landlock, signal_scope") && none.contains("no_unix_sockets"), "{none}");
+        assert!(
+            none.contains("missing landlock, signal_scope")
+                && none.contains("no_unix_sockets")
+                && none.contains("own_session"),
+            "{none}"
+        );
         assert!(none.contains("signal_filter") && six_ten.contains("signal_filter") && !new.contains("signal_filter"));
         assert_eq!(sandbox_detail(Err(String::new())).status, Status::Unavailable);
     }
