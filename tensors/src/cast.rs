@@ -102,22 +102,15 @@ fn kind(dtype: DType) -> Option<Kind> {
     })
 }
 
+/// NumPy's name of a dtype, for an `.astype(np.NAME)` hint: isorun's
+/// own name, but `bool_`; none for what NumPy has no dtype of (bfloat16,
+/// strings).
 fn numpy_name(dtype: DType) -> Option<&'static str> {
-    Some(match dtype {
-        DType::Float32 => "float32",
-        DType::Float64 => "float64",
-        DType::Float16 => "float16",
-        DType::Int8 => "int8",
-        DType::Int16 => "int16",
-        DType::Int32 => "int32",
-        DType::Int64 => "int64",
-        DType::UInt8 => "uint8",
-        DType::UInt16 => "uint16",
-        DType::UInt32 => "uint32",
-        DType::UInt64 => "uint64",
-        DType::Bool => "bool_",
-        DType::BFloat16 | DType::String => return None,
-    })
+    match dtype {
+        DType::Bool => Some("bool_"),
+        DType::BFloat16 | DType::String => None,
+        other => Some(other.name()),
+    }
 }
 
 #[derive(Clone, Copy)]
