@@ -18,6 +18,14 @@ gives for the inputs beside them:
   keras2/k2_seq.h5     Keras 2 (tf_keras) Sequential: Keras 3's legacy loader reads it
   keras2/k2_local.h5   Keras 2 LocallyConnected1D, gone from Keras 3: only tf_keras reads it
   hang_layers.py       a --keras-module that never returns (load timeout)
+  checkpoints/run/     one training run's checkpoints (two inputs "a" [?, 3], "b" [?, 2],
+                       BatchNorm, outputs "score", "probs"), trained between saves so the
+                       weights and moving statistics differ: epoch_01..03.keras; beside them
+                       epoch_02_wider.keras (one unit more: its own graph) and
+                       epoch_02_extra.keras (epoch_01's config, epoch_03's weights with one
+                       dataset more and one bias stored as float64: Keras loads it, but its
+                       weights are not laid out as the graph's)
+  checkpoints/inputs.npz, checkpoints/expected/<file>/<output>.npy   model.predict's
   inputs/<model>.npz   inputs; expected/<model>/<output>.npy   model.predict's outputs
 
 Run under the fixtures venv (tensorflow-cpu 2.21.0, keras 3); fixed seeds.
@@ -110,6 +118,71 @@ def keras2(out, rng):
         np.save(os.path.join(exp, model.output_names[0] + ".npy"), model.predict(inputs, verbose=0))
 
 
+def checkpoint_model(units):
+    a = keras.Input((3,), name="a")
+    b = keras.Input((2,), name="b")
+    h = keras.layers.Dense(units, activation="relu", name="hidden")(keras.layers.Concatenate(name="joined")([a, b]))
+    h = keras.layers.BatchNormalization(name="norm")(h)
+    score = keras.layers.Dense(1, name="score")(h)
+    probs = keras.layers.Dense(4, activation="softmax", name="probs")(h)
+    model = keras.Model({"a": a, "b": b}, {"score": score, "probs": probs}, name="run")
+    model.compile("adam", {"score": "mse", "probs": "categorical_crossentropy"})
+    return model
+
+
+def checkpoints(out):
+    """One training run's checkpoints (ModelCheckpoint-like: one model saved
+    after each epoch), a file one unit wider, and a file whose weights do not
+    lay out as its config's graph; with model.predict's outputs."""
+    import h5py
+    import zipfile
+
+    keras.utils.set_random_seed(11)
+    rng = np.random.default_rng(11)
+    folder = os.path.join(out, "checkpoints", "run")
+    os.makedirs(folder)
+    data = {"a": rng.standard_normal((64, 3)).astype("float32"), "b": rng.standard_normal((64, 2)).astype("float32")}
+    targets = {"score": rng.standard_normal((64, 1)), "probs": np.eye(4)[rng.integers(0, 4, 64)]}
+    inputs = {"a": rng.standard_normal((4, 3)).astype("float32"), "b": rng.standard_normal((4, 2)).astype("float32")}
+    np.savez(os.path.join(out, "checkpoints", "inputs.npz"), **inputs)
+    model = checkpoint_model(8)
+    files = {}
+    for epoch in (1, 2, 3):
+        model.fit(data, targets, epochs=1, batch_size=16, verbose=0)
+        files[f"epoch_{epoch:02d}"] = os.path.join(folder, f"epoch_{epoch:02d}.keras")
+        model.save(files[f"epoch_{epoch:02d}"])
+    wider = checkpoint_model(9)
+    wider.fit(data, targets, epochs=1, batch_size=16, verbose=0)
+    files["epoch_02_wider"] = os.path.join(folder, "epoch_02_wider.keras")
+    wider.save(files["epoch_02_wider"])
+    # epoch_01's config and metadata, epoch_03's weights re-laid: an extra
+    # dataset, and the hidden bias as float64.
+    extra = os.path.join(folder, "epoch_02_extra.keras")
+    tmp = tempfile.mkdtemp()
+    with zipfile.ZipFile(files["epoch_03"]) as source:
+        source.extract("model.weights.h5", tmp)
+    weights = os.path.join(tmp, "model.weights.h5")
+    with h5py.File(weights, "r+") as store:
+        store.create_dataset("layers/unused/vars/0", data=np.ones((2, 2), dtype="float32"))
+        # The store names layers by class ("dense" is the first Dense: hidden).
+        bias = store["layers/dense/vars/1"][()]
+        del store["layers/dense/vars/1"]
+        store.create_dataset("layers/dense/vars/1", data=bias.astype("float64"))
+    with zipfile.ZipFile(files["epoch_01"]) as source, zipfile.ZipFile(extra, "w") as target:
+        for name in ("metadata.json", "config.json"):
+            target.writestr(name, source.read(name))
+        target.write(weights, "model.weights.h5")
+    shutil.rmtree(tmp)
+    files["epoch_02_extra"] = extra
+    for stem, path in files.items():
+        loaded = keras.models.load_model(path, compile=False)
+        pred = loaded.predict(inputs, verbose=0)
+        exp = os.path.join(out, "checkpoints", "expected", stem + ".keras")
+        os.makedirs(exp, exist_ok=True)
+        for name, value in pred.items():
+            np.save(os.path.join(exp, name + ".npy"), np.asarray(value))
+
+
 def main(repo):
     keras.utils.set_random_seed(7)
     final = os.path.join(repo, "tests", "fixtures", "keras")
@@ -178,6 +251,7 @@ def main(repo):
     iris.save(os.path.join(out, "iris.keras"))
 
     keras2(out, rng)
+    checkpoints(out)
 
     data = open(os.path.join(ckpts, "dense.keras"), "rb").read()
     open(os.path.join(out, "truncated.keras"), "wb").write(data[: len(data) // 2])
@@ -190,4 +264,10 @@ def main(repo):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    if len(sys.argv) > 2 and sys.argv[2] == "--checkpoints-only":
+        # Only tests/fixtures/keras/checkpoints (the other files as they are).
+        final = os.path.join(sys.argv[1], "tests", "fixtures", "keras")
+        shutil.rmtree(os.path.join(final, "checkpoints"), ignore_errors=True)
+        checkpoints(final)
+    else:
+        main(sys.argv[1])

@@ -38,6 +38,9 @@ pub fn unit_record(model: &Model, report: &UnitReport) -> Value {
         if let Some(loader) = &export.loader {
             e.insert("loader".into(), json!(loader));
         }
+        if let Some(graph) = export.graph {
+            e.insert("graph".into(), json!(graph.name()));
+        }
         r.insert("export".into(), Value::Object(e));
     }
     if !report.casts.is_empty() {

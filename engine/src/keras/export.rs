@@ -34,19 +34,66 @@ const TICK: Duration = Duration::from_millis(20);
 const MAX_LINE: u64 = 1 << 20;
 
 /// One file to export, into `out` (which must not exist yet); `id` is the
-/// caller's, handed back with its end.
+/// caller's, handed back with its end. Jobs with the same `graph` (the
+/// key of their architecture, [`super::files::architecture_digest`] with
+/// the toolchain) that one process exports in a row share one trace.
 #[derive(Debug, Clone)]
 pub struct Job {
     pub id: usize,
     pub file: PathBuf,
     pub out: PathBuf,
+    pub graph: Option<String>,
 }
 
 /// How one job ended.
 #[derive(Debug, Clone)]
 pub enum JobEnd {
-    Exported { loader: String, ms: u64 },
+    Exported { loader: String, ms: u64, graph: GraphSource },
     Failed { outcome: Outcome, stderr: Vec<String> },
+}
+
+/// Where an export's graph came from: traced from the file, or the trace
+/// of an earlier file of the same architecture with this file's weights
+/// written into a copy (`export.graph` of the record and of `export.json`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GraphSource {
+    Traced,
+    Shared,
+}
+
+impl GraphSource {
+    pub fn name(self) -> &'static str {
+        match self {
+            GraphSource::Traced => "traced",
+            GraphSource::Shared => "shared",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<GraphSource> {
+        [GraphSource::Traced, GraphSource::Shared].into_iter().find(|g| g.name() == name)
+    }
+}
+
+/// How much less a file that shares an earlier file's trace costs than a
+/// traced one, in the planning of processes (measured: ~55 ms for
+/// `load_weights` and the variables against ~700 ms for a trace and save).
+pub const SHARED_PER_TRACE: usize = 8;
+
+/// How many of `jobs`, from the first, one process takes: at most
+/// `per_process` traced (a job whose graph is not the one before it), and
+/// at most [`SHARED_PER_TRACE`] times that in all.
+fn batch_len(jobs: &[&Job], per_process: usize) -> usize {
+    let mut traced = 0;
+    for (n, job) in jobs.iter().enumerate() {
+        let shares = n > 0 && job.graph.is_some() && job.graph == jobs[n - 1].graph;
+        if !shares {
+            traced += 1;
+        }
+        if traced > per_process || n >= per_process * SHARED_PER_TRACE {
+            return n.max(1);
+        }
+    }
+    jobs.len()
 }
 
 /// What every export process of a stage shares.
@@ -67,7 +114,9 @@ impl Exporter<'_> {
     /// to `on_end`, once.
     pub fn export_all(&self, jobs: &[Job], per_process: usize) {
         let mut pending: VecDeque<usize> = (0..jobs.len()).collect();
-        let mut solo = per_process <= 1;
+        // One at a time (`per_process` 1 and no graph shared, as with
+        // --keras-unsafe) follows from `batch_len`; `solo` is for bisection.
+        let mut solo = false;
         while !pending.is_empty() {
             if let Some(reason) = self.stop.not_starting() {
                 for index in pending.drain(..) {
@@ -78,7 +127,8 @@ impl Exporter<'_> {
                 }
                 break;
             }
-            let take = if solo { 1 } else { per_process.min(pending.len()) };
+            let queued: Vec<&Job> = pending.iter().map(|&i| &jobs[i]).collect();
+            let take = if solo { 1 } else { batch_len(&queued, per_process) };
             let batch: Vec<usize> = pending.drain(..take).collect();
             let run = self.run_process(&batch.iter().map(|&i| &jobs[i]).collect::<Vec<_>>());
             for (position, (end, reported)) in run.ends.into_iter().zip(run.reported).enumerate() {
@@ -195,7 +245,7 @@ impl Exporter<'_> {
         let request = json!({
             "modules": self.settings.keras.modules,
             "unsafe": self.settings.keras.unsafe_code,
-            "jobs": jobs.iter().map(|j| json!({"file": j.file, "out": j.out})).collect::<Vec<_>>(),
+            "jobs": jobs.iter().map(|j| json!({"file": j.file, "out": j.out, "graph": j.graph})).collect::<Vec<_>>(),
         });
         if let Some(mut stdin) = child.stdin.take() {
             let _ = stdin.write_all(request.to_string().as_bytes());
@@ -249,6 +299,8 @@ impl Exporter<'_> {
         let mut next_start = 0usize;
         let mut last_progress = Instant::now();
         let mut peak = 0u64;
+        // The graphs this process exported a file of: only a later file of one may share it.
+        let mut graphs_done: Vec<&str> = Vec::new();
         loop {
             if self.stop.requested() {
                 kill(&mut child);
@@ -319,11 +371,19 @@ impl Exporter<'_> {
                     } else if let Answer::Start(index) = answer {
                         current = Some((index, Instant::now()));
                         next_start = index + 1;
-                    } else if let Answer::Done { index, loader } = answer {
+                    } else if let Answer::Done { index, loader, graph } = answer {
                         let job = jobs[index];
                         let ms = current.map_or(0, |(_, since)| since.elapsed().as_millis() as u64);
                         let end = if let Some(loader) = loader {
-                            JobEnd::Exported { loader: loader.to_string(), ms }
+                            let known = job.graph.as_deref().filter(|g| graphs_done.contains(g));
+                            if graph == GraphSource::Shared && known.is_none() {
+                                let outcome = Outcome::ProtocolError {
+                                    message: format!("export process: job {index} shared a graph it was not given"),
+                                };
+                                return job_failed(&mut child, run, current, said_hello, outcome);
+                            }
+                            graphs_done.extend(job.graph.as_deref());
+                            JobEnd::Exported { loader: loader.to_string(), ms, graph }
                         } else {
                             let text = message.get("error").and_then(Value::as_str).unwrap_or("unknown error");
                             let error =
@@ -380,10 +440,12 @@ impl Exporter<'_> {
 enum Answer {
     Hello,
     Start(usize),
-    /// `loader` is `Some` (one of [`LOADERS`]) when the file was exported.
+    /// `loader` is `Some` (one of [`LOADERS`]) when the file was exported;
+    /// `graph` says whether it was traced (also when not said).
     Done {
         index: usize,
         loader: Option<&'static str>,
+        graph: GraphSource,
     },
 }
 
@@ -430,8 +492,17 @@ impl Answer {
                 });
             }
             if object.get("ok").and_then(Value::as_bool) != Some(true) {
-                return Ok(Answer::Done { index: i, loader: None });
+                return Ok(Answer::Done { index: i, loader: None, graph: GraphSource::Traced });
             }
+            let graph = match object.get("graph") {
+                None => GraphSource::Traced,
+                Some(named) => named.as_str().and_then(GraphSource::from_name).ok_or_else(|| {
+                    format!(
+                        "finished job {i} with an unknown graph {:?}",
+                        named.to_string().chars().take(40).collect::<String>()
+                    )
+                })?,
+            };
             let named = object.get("loader").and_then(Value::as_str).unwrap_or_default();
             let Some(loader) = LOADERS.iter().find(|l| **l == named) else {
                 return Err(format!(
@@ -439,7 +510,7 @@ impl Answer {
                     named.chars().take(40).collect::<String>()
                 ));
             };
-            return Ok(Answer::Done { index: i, loader: Some(loader) });
+            return Ok(Answer::Done { index: i, loader: Some(loader), graph });
         }
         Err("a line that is none of hello, start, done".into())
     }
@@ -480,7 +551,7 @@ pub fn answer_lines(stdout: &[u8], jobs: usize) -> Vec<Result<String, String>> {
                 next_start = index + 1;
                 seen.push(Ok(format!("start {}", files[index].display())));
             }
-            Ok(Answer::Done { index, loader }) => {
+            Ok(Answer::Done { index, loader, .. }) => {
                 let file = &files[index];
                 seen.push(Ok(match loader {
                     Some(loader) => format!("{}: exported with {loader}", file.display()),
@@ -566,9 +637,15 @@ mod tests {
         assert_eq!(parse(r#"{"hello": {}}"#, false, None, 0), Ok(Answer::Hello));
         assert_eq!(parse(r#"{"start": 0}"#, true, None, 0), Ok(Answer::Start(0)));
         let ok = r#"{"done": 0, "ok": true, "loader": "tf_keras"}"#;
-        assert_eq!(parse(ok, true, Some(0), 1), Ok(Answer::Done { index: 0, loader: Some("tf_keras") }));
+        assert_eq!(
+            parse(ok, true, Some(0), 1),
+            Ok(Answer::Done { index: 0, loader: Some("tf_keras"), graph: GraphSource::Traced })
+        );
         let failed = r#"{"done": 1, "ok": false, "error": "x"}"#;
-        assert_eq!(parse(failed, true, Some(1), 2), Ok(Answer::Done { index: 1, loader: None }));
+        assert_eq!(
+            parse(failed, true, Some(1), 2),
+            Ok(Answer::Done { index: 1, loader: None, graph: GraphSource::Traced })
+        );
         let refused = [
             (r#"{"done": 0, "ok": true, "loader": "keras"}"#, true, None, 1, "not running"),
             (r#"{"done": 1, "ok": true, "loader": "keras"}"#, true, Some(0), 1, "while job 0"),
@@ -577,6 +654,7 @@ mod tests {
             (r#"{"start": 1}"#, true, Some(0), 1, "started job 1"),
             (r#"{"start": 2}"#, true, None, 2, "expected none"),
             (r#"{"done": 0, "ok": true, "loader": "keras\n\u001b[2J"}"#, true, Some(0), 1, "unknown loader"),
+            (r#"{"done": 0, "ok": true, "loader": "keras", "graph": "borrowed"}"#, true, Some(0), 1, "unknown graph"),
             (r#"{"hello": {}}"#, true, None, 0, "second hello"),
             (r#"{"start": 0}"#, false, None, 0, "before its hello"),
             (r#"{"queued": 0}"#, true, None, 0, "none of"),

@@ -45,6 +45,10 @@ pub struct KerasInfo {
     /// The first layer whose config carries Python code (a `Lambda`'s
     /// bytecode), named as the error shows it; see [`code_in_config`].
     pub code: Option<String>,
+    /// What decides the model's graph, as a digest: files with the same
+    /// one (checkpoints of one training run) share one trace; see
+    /// [`architecture_digest`]. `None` where the config was not found.
+    pub architecture: Option<String>,
 }
 
 /// One input of a Keras model, from its `InputLayer`.
@@ -111,6 +115,7 @@ pub fn read_keras(path: &Path) -> Result<KerasInfo, KerasFileError> {
     let metadata = member("metadata.json")?;
     let mut info = describe_config(&config);
     info.keras_version = metadata.as_ref().and_then(|m| m.get("keras_version")).and_then(Value::as_str).map(Into::into);
+    info.architecture = Some(architecture_digest("keras", &config, info.keras_version.as_deref()));
     Ok(info)
 }
 
@@ -135,7 +140,66 @@ pub fn read_h5(path: &Path) -> Result<KerasInfo, KerasFileError> {
             s.split('.').count() >= 2 && s.split('.').all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
         })
         .map(Into::into);
+    info.architecture = Some(architecture_digest("h5", &config, info.keras_version.as_deref()));
     Ok(info)
+}
+
+/// The SHA-256 (hex) of what decides the graph a Keras file loads into:
+/// its format, the Keras version that saved it and its model config (the
+/// `config.json` of a `.keras` archive, the `model_config` of an `.h5`),
+/// written with sorted keys, less the top-level `compile_config` (the
+/// optimizer and loss, which a callback may change between checkpoints and
+/// the export, loading with `compile=False`, never uses). Weights are not
+/// in a config; the `date_saved` of `metadata.json` is not taken. Two files
+/// with the same digest build the same model, so the export traces it once
+/// and writes each file's weights into a copy (`keras_export.py` checks
+/// that the weights fit before it does).
+pub fn architecture_digest(format: &str, config: &Value, keras_version: Option<&str>) -> String {
+    use sha2::Digest;
+    let mut graph = config.clone();
+    if let Some(map) = graph.as_object_mut() {
+        map.remove("compile_config");
+    }
+    let mut text = String::new();
+    canonical_json(&graph, &mut text);
+    let mut hasher = sha2::Sha256::new();
+    for part in [format, keras_version.unwrap_or("-"), &text] {
+        hasher.update((part.len() as u64).to_le_bytes());
+        hasher.update(part.as_bytes());
+    }
+    super::cache::hex(&hasher.finalize())
+}
+
+/// JSON with every object's keys sorted: one text for one value, whatever
+/// order the file wrote its keys in.
+fn canonical_json(value: &Value, out: &mut String) {
+    match value {
+        Value::Object(map) => {
+            let mut keys: Vec<&String> = map.keys().collect();
+            keys.sort();
+            out.push('{');
+            for (i, key) in keys.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                out.push_str(&Value::String(key.clone()).to_string());
+                out.push(':');
+                canonical_json(&map[key], out);
+            }
+            out.push('}');
+        }
+        Value::Array(items) => {
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                canonical_json(item, out);
+            }
+            out.push(']');
+        }
+        other => out.push_str(&other.to_string()),
+    }
 }
 
 fn read_head(path: &Path) -> Result<Vec<u8>, KerasFileError> {

@@ -4,13 +4,14 @@ Started by the isorun engine (engine/src/keras/export.rs), inside the same
 sandbox as a worker where the run has one. Reads one JSON request on stdin:
 
   {"modules": [FILE.py...], "unsafe": bool,
-   "jobs": [{"file": PATH, "out": DIR}, ...]}
+   "jobs": [{"file": PATH, "out": DIR, "graph": KEY|null}, ...]}
 
 and answers on the stdout it was given, one JSON object a line:
 
   {"hello": {"keras": V, "tensorflow": V, "python": V}}
   {"start": i}
-  {"done": i, "ok": true, "loader": "keras"|"tf_keras", "inputs": [...], "outputs": [...]}
+  {"done": i, "ok": true, "loader": "keras"|"tf_keras", "graph": "traced"|"shared",
+   "inputs": [...], "outputs": [...]}
   {"done": i, "ok": false, "error": TEXT}
 
 Anything else the model's code prints goes to stderr. Each model is loaded
@@ -18,13 +19,27 @@ with keras.models.load_model(safe_mode=not unsafe, compile=False) and written
 with keras.export.ExportArchive, whose serving_default endpoint takes the
 model's inputs under their input layers' names and returns a dict keyed by
 the model's output names, so the SavedModel speaks Keras's names.
+
+Jobs with the same "graph" (the supervisor's key of the file's architecture:
+its config without the compile settings, the versions, the modules) share
+one trace: the first is exported as above and kept; for each later one the
+file's weights are loaded into that model (`load_weights`, which runs no
+code from the file) and only `variables/` is written, beside a copy of the
+first export's `saved_model.pb`. That is done only when the file's weights
+have the very layout (every dataset's path, shape and dtype) of the traced
+file's, Keras loads them without a warning and the variables written are
+the traced export's (names, shapes, dtypes, count); else the file is
+exported in full ("graph": "traced"), so a file never runs in a graph it
+does not fit.
 """
 
 import importlib.util
 import json
 import os
+import shutil
 import sys
 import traceback
+import warnings
 
 # The protocol keeps the stdout isorun gave us; everything else goes to stderr.
 _answers = os.fdopen(os.dup(1), "w", buffering=1)
@@ -105,7 +120,7 @@ def export_keras(model, out):
     archive.track(model)
     archive.add_endpoint(name="serving_default", fn=serve, input_signature=specs)
     archive.write_out(out, verbose=False)
-    return names, outputs
+    return names, outputs, archive
 
 
 def export_tf_keras(path, out):
@@ -157,6 +172,102 @@ def h5_carries_code(path):
     return search(config)
 
 
+def weights_layout(path):
+    """Every weight dataset of a Keras file (path, shape, dtype), without
+    reading the values; None where the weights are not in one HDF5 store
+    (sharded weights, or an unreadable file): such a file is not shared."""
+    import h5py
+    import zipfile
+
+    found = []
+
+    def visit(name, item):
+        if isinstance(item, h5py.Dataset):
+            found.append((name, tuple(item.shape), item.dtype.str))
+
+    try:
+        if path.endswith(".keras"):
+            with zipfile.ZipFile(path) as archive, archive.open("model.weights.h5") as member:
+                with h5py.File(member, "r") as store:
+                    store.visititems(visit)
+        else:
+            with h5py.File(path, "r") as store:
+                store.visititems(visit)
+    except Exception:  # noqa: BLE001 - not shareable, exported in full
+        return None
+    return sorted(found)
+
+
+def checkpoint_layout(out):
+    """The variables of an export's checkpoint: name -> (shape, dtype)."""
+    prefix = os.path.join(out, "variables", "variables")
+    reader = tf.train.load_checkpoint(prefix)
+    shapes = reader.get_variable_to_shape_map()
+    dtypes = reader.get_variable_to_dtype_map()
+    return {name: (tuple(shapes[name]), dtypes[name].name) for name in shapes}
+
+
+def shareable(model, out):
+    """Whether later files of this architecture may reuse this export: no
+    assets (a vocabulary travels beside the graph, not in variables) and no
+    layer that keeps state outside its variables."""
+    assets = os.path.join(out, "assets")
+    if os.path.isdir(assets) and os.listdir(assets):
+        return False
+    layers = list(model._flatten_layers(include_self=True))
+    return not any(hasattr(layer, "load_assets") for layer in layers)
+
+
+class Graph:
+    """A traced export kept for the files of the same architecture."""
+
+    def __init__(self, key, model, archive, out, layout, names, outputs):
+        self.key = key
+        self.model = model
+        self.archive = archive
+        self.layout = layout
+        self.names = names
+        self.outputs = outputs
+        # The export itself is moved into the cache once reported: keep what is copied.
+        with open(os.path.join(out, "saved_model.pb"), "rb") as f:
+            self.saved_model = f.read()
+        self.variables = checkpoint_layout(out)
+
+
+def export_shared(graph, path, out):
+    """Writes `out` from `graph` with the weights of `path`; a string says
+    why not (the caller exports the file in full)."""
+    from tensorflow.python.checkpoint import checkpoint as checkpoint_lib
+    from tensorflow.python.checkpoint import graph_view
+
+    layout = weights_layout(path)
+    if layout is None or layout != graph.layout:
+        return "its weights are laid out unlike the traced file's"
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        graph.model.load_weights(path)
+    if caught:
+        return f"loading its weights warned: {caught[0].message}"
+    os.makedirs(os.path.join(out, "variables"))
+    os.makedirs(os.path.join(out, "assets"))
+    with open(os.path.join(out, "saved_model.pb"), "wb") as f:
+        f.write(graph.saved_model)
+    saver = checkpoint_lib.TrackableSaver(graph_view.ObjectGraphView(graph.archive._tf_trackable))
+    saver.save(os.path.join(out, "variables", "variables"))
+    written = checkpoint_layout(out)
+    if written != graph.variables:
+        return "the variables written differ from the traced export's"
+    try:
+        from tensorflow.python.saved_model.pywrap_saved_model import fingerprinting
+
+        with open(os.path.join(out, "fingerprint.pb"), "wb") as f:
+            f.write(fingerprinting.CreateFingerprintDef(out))
+    except Exception:  # noqa: BLE001 - the fingerprint is optional (no loader requires it)
+        pass
+    return None
+
+
+graph = None
 exported_bytes = 0
 for index, job in enumerate(request["jobs"]):
     say({"start": index})
@@ -171,6 +282,18 @@ for index, job in enumerate(request["jobs"]):
     try:
         loader = "keras"
         unsafe = request.get("unsafe", False)
+        key = job.get("graph")
+        if key is not None and not unsafe and graph is not None and graph.key == key:
+            try:
+                why = export_shared(graph, job["file"], job["out"])
+            except Exception as error:  # noqa: BLE001 - a file that does not fit is exported in full
+                why = f"{type(error).__name__}: {error}"
+            if why is None:
+                say({"done": index, "ok": True, "loader": "keras", "graph": "shared", "inputs": graph.names,
+                     "outputs": graph.outputs})
+                continue
+            print(f"isorun: {job['file']}: exported in full: {why}", file=sys.stderr)
+            shutil.rmtree(job["out"], ignore_errors=True)
         try:
             model = keras.models.load_model(job["file"], compile=False, safe_mode=not unsafe)
         except Exception as keras_error:
@@ -186,9 +309,15 @@ for index, job in enumerate(request["jobs"]):
             except Exception:
                 raise keras_error from None
         else:
-            names, outputs = export_keras(model, job["out"])
-            del model
-        say({"done": index, "ok": True, "loader": loader, "inputs": names, "outputs": outputs})
+            names, outputs, archive = export_keras(model, job["out"])
+            if key is not None and not unsafe and (graph is None or graph.key != key):
+                layout = weights_layout(job["file"])
+                # Only one graph is kept: the supervisor sends a group's files in a row.
+                graph = None
+                if layout is not None and shareable(model, job["out"]):
+                    graph = Graph(key, model, archive, job["out"], layout, names, outputs)
+            del model, archive
+        say({"done": index, "ok": True, "loader": loader, "graph": "traced", "inputs": names, "outputs": outputs})
     except BaseException as error:  # noqa: BLE001 - every failure is this model's record
         text = f"{type(error).__name__}: {error}".strip()
         traceback.print_exc(file=sys.stderr)

@@ -16,6 +16,7 @@ pub mod python;
 
 #[doc(hidden)]
 pub use export::answer_lines as fuzz_export_answer;
+pub use export::GraphSource;
 pub use launch::{launch, LAUNCH_ARG};
 
 use crate::cancel::CancelToken;
@@ -24,7 +25,7 @@ use crate::engine::Event;
 use crate::executor::UnitQueue;
 use crate::settings::Settings;
 use crate::unit::UnitReport;
-use export::{Exporter, Job, JobEnd};
+use export::{Exporter, Job, JobEnd, SHARED_PER_TRACE};
 use isorun_protocol::{ErrorKind, ModelError, Outcome};
 use std::path::PathBuf;
 use std::sync::{mpsc, Mutex};
@@ -49,8 +50,9 @@ pub struct KerasSettings {
     /// A program that applies the sandbox and execs Python ([`launch`]);
     /// without one, the export process runs unsandboxed.
     pub launcher: Option<PathBuf>,
-    /// Files one export process converts in a row (0: the default, the
-    /// files shared out over `jobs` processes, at most [`MAX_FILES_PER_PROCESS`] each).
+    /// Files one export process traces in a row (0: the default, the
+    /// files shared out over `jobs` processes, at most [`MAX_FILES_PER_PROCESS`] each);
+    /// the files that share a traced file's graph come with it.
     pub files_per_process: usize,
 }
 
@@ -94,6 +96,9 @@ pub struct ExportReport {
     pub ms: u64,
     /// What read it: `keras`, or `tf_keras` for a Keras 2 file Keras 3 cannot read.
     pub loader: Option<String>,
+    /// Whether its graph was traced from it or shared with an earlier file
+    /// of the same architecture (only its variables written).
+    pub graph: Option<GraphSource>,
 }
 
 /// A run's models after planning the export stage: the same models, in
@@ -133,12 +138,20 @@ fn key_parts(keras: &KerasSettings, module_hashes: &[String]) -> serde_json::Map
     parts
 }
 
+/// One export a run needs: a cache entry's key, the models it serves (the
+/// same bytes twice export once), and the key of the file's architecture
+/// (its graph), where files of one architecture may share a trace.
+struct KeyWork {
+    key: String,
+    indexes: Vec<usize>,
+    graph: Option<String>,
+}
+
 /// The exports a run needs: one per distinct key.
 struct ExportWork {
     cache: PathBuf,
     python: python::Python,
-    /// Each key, the models it serves (the same bytes twice export once).
-    keys: Vec<(String, Vec<usize>)>,
+    keys: Vec<KeyWork>,
     /// The `--keras-module` files' SHA-256, in the key and in `export.json`.
     module_hashes: Vec<String>,
 }
@@ -178,7 +191,7 @@ impl Staged {
         let Some(work) = &self.work else { return };
         let mut jobs = Vec::new();
         let mut staging = Vec::new();
-        for (id, (_, indexes)) in work.keys.iter().enumerate() {
+        for (id, KeyWork { indexes, graph, .. }) in work.keys.iter().enumerate() {
             let dir = match cache::staging_dir(&work.cache) {
                 Ok(dir) => dir,
                 Err(e) => {
@@ -189,25 +202,32 @@ impl Staged {
                     continue;
                 }
             };
-            jobs.push(Job { id, file: self.models_source(indexes[0]), out: dir.join("saved_model") });
+            jobs.push(Job {
+                id,
+                file: self.models_source(indexes[0]),
+                out: dir.join("saved_model"),
+                graph: graph.clone(),
+            });
             staging.push(dir);
         }
+        let groups = by_graph(&jobs);
         let per_process = match (settings.keras.unsafe_code, settings.keras.files_per_process) {
             // Code from a file runs: it gets a process of its own, so it cannot touch another file's export.
             (true, _) => 1,
-            // Python with TensorFlow takes seconds to start: one process per slot, up to 32 files each.
-            (false, 0) => jobs.len().div_ceil(settings.jobs.max(1)).clamp(1, MAX_FILES_PER_PROCESS),
+            // Python with TensorFlow takes seconds to start: one process per slot, up to 32 traced files each.
+            (false, 0) => groups.len().div_ceil(settings.jobs.max(1)).clamp(1, MAX_FILES_PER_PROCESS),
             (false, n) => n,
         };
         let on_end = |job: &Job, end: JobEnd| {
-            let (key, indexes) = &work.keys[job.id];
+            let KeyWork { key, indexes, graph: architecture } = &work.keys[job.id];
             let staging = job.out.parent().expect("a staging folder").to_path_buf();
             let result = match end {
-                JobEnd::Exported { loader, ms } => {
+                JobEnd::Exported { loader, ms, graph } => {
                     let mut about = serde_json::json!({
                         "source": job.file, "from": self.source_format(indexes[0]).name(), "loader": loader,
                         "keras": work.python.keras, "tensorflow": work.python.tensorflow,
-                        "tf_keras": work.python.tf_keras, "ms": ms,
+                        "tf_keras": work.python.tf_keras, "ms": ms, "graph": graph.name(),
+                        "architecture": architecture,
                     });
                     if let Some(about) = about.as_object_mut() {
                         about.extend(key_parts(&settings.keras, &work.module_hashes));
@@ -216,7 +236,7 @@ impl Staged {
                         .map(Ok)
                         .unwrap_or_else(|| cache::commit(&work.cache, key, &staging, &about))
                     {
-                        Ok(_) => Ok((loader, ms)),
+                        Ok(_) => Ok((loader, ms, graph)),
                         Err(e) => Err((
                             export_error(format!(
                                 "{}: cannot store the export in {}: {e}",
@@ -234,14 +254,19 @@ impl Staged {
             for &index in indexes {
                 let format = self.source_format(index);
                 match &result {
-                    Ok((loader, ms)) => {
-                        self.exports.lock().expect("exports")[index] =
-                            Some(ExportReport { from: format, cached: false, ms: *ms, loader: Some(loader.clone()) });
+                    Ok((loader, ms, graph)) => {
+                        self.exports.lock().expect("exports")[index] = Some(ExportReport {
+                            from: format,
+                            cached: false,
+                            ms: *ms,
+                            loader: Some(loader.clone()),
+                            graph: Some(*graph),
+                        });
                         queue.push(index);
                     }
                     Err((outcome, stderr, ms)) => {
                         self.exports.lock().expect("exports")[index] =
-                            Some(ExportReport { from: format, cached: false, ms: *ms, loader: None });
+                            Some(ExportReport { from: format, cached: false, ms: *ms, loader: None, graph: None });
                         report_failure(index, outcome.clone(), stderr.clone());
                     }
                 }
@@ -250,11 +275,13 @@ impl Staged {
         let exporter =
             Exporter { python: &work.python, settings, stop, scratch_root: work.cache.clone(), on_end: &on_end };
         let began = Instant::now();
-        // Up to `jobs` export processes at a time, each on a thread that lives as long as it does.
-        let slots = settings.jobs.max(1).min(jobs.len().div_ceil(per_process)).max(1);
-        let chunk = jobs.len().div_ceil(slots).max(1);
+        // Up to `jobs` export processes at a time, each on a thread that
+        // lives as long as it does; the files of one architecture go to one
+        // of them, in a row, so they share its trace.
+        let slots = settings.jobs.max(1).min(groups.len().div_ceil(per_process)).max(1);
+        let parts = share_out(&jobs, &groups, slots);
         std::thread::scope(|scope| {
-            for part in jobs.chunks(chunk) {
+            for part in &parts {
                 let exporter = &exporter;
                 scope.spawn(move || exporter.export_all(part, per_process));
             }
@@ -272,6 +299,34 @@ impl Staged {
     fn source_format(&self, index: usize) -> ModelFormat {
         self.sources[index].1
     }
+}
+
+/// The jobs in groups of one architecture (in the order each first
+/// appears); a job without a graph is a group of its own.
+fn by_graph(jobs: &[Job]) -> Vec<Vec<usize>> {
+    let mut groups: Vec<Vec<usize>> = Vec::new();
+    for (index, job) in jobs.iter().enumerate() {
+        let same =
+            job.graph.as_ref().and_then(|g| groups.iter_mut().find(|group| jobs[group[0]].graph.as_ref() == Some(g)));
+        match same {
+            Some(group) => group.push(index),
+            None => groups.push(vec![index]),
+        }
+    }
+    groups
+}
+
+/// The groups dealt to `slots` export threads, whole, each to the one with
+/// the least work so far (a traced file counts [`SHARED_PER_TRACE`], a
+/// file sharing its trace one); empty parts dropped.
+fn share_out(jobs: &[Job], groups: &[Vec<usize>], slots: usize) -> Vec<Vec<Job>> {
+    let mut parts: Vec<(usize, Vec<Job>)> = (0..slots.max(1)).map(|_| (0, Vec::new())).collect();
+    for group in groups {
+        let (load, part) = parts.iter_mut().min_by_key(|(load, _)| *load).expect("one slot at least");
+        *load += SHARED_PER_TRACE + group.len() - 1;
+        part.extend(group.iter().map(|&i| jobs[i].clone()));
+    }
+    parts.into_iter().map(|(_, part)| part).filter(|part| !part.is_empty()).collect()
 }
 
 /// Why a file holding Python code is not exported without `--keras-unsafe`.
@@ -305,7 +360,7 @@ pub(crate) fn plan(models: &[Model], settings: &Settings) -> Staged {
     let fail = |staged: &mut Staged, index: usize, message: String| {
         staged.fates[index] = Fate::Failed(Box::new((export_error(message), Vec::new())));
         staged.exports.get_mut().expect("exports")[index] =
-            Some(ExportReport { from: models[index].format, cached: false, ms: 0, loader: None });
+            Some(ExportReport { from: models[index].format, cached: false, ms: 0, loader: None, graph: None });
     };
     let (cache, python, module_hashes) = match toolchain(settings) {
         Ok(found) => found,
@@ -317,7 +372,7 @@ pub(crate) fn plan(models: &[Model], settings: &Settings) -> Staged {
         }
     };
     let versions = [python.keras.as_str(), python.tensorflow.as_str(), python.tf_keras.as_deref().unwrap_or("-")];
-    let mut keys: Vec<(String, Vec<usize>)> = Vec::new();
+    let mut keys: Vec<KeyWork> = Vec::new();
     for &index in &keras {
         let began = Instant::now();
         let model = &models[index];
@@ -336,10 +391,16 @@ pub(crate) fn plan(models: &[Model], settings: &Settings) -> Staged {
         // Python code in the file runs only with --keras-unsafe: refused
         // here, before any Python starts (tf_keras ignores safe_mode for
         // HDF5 files and would run a Lambda's bytecode while loading).
-        if let Some(code) = info.and_then(|i| i.code).filter(|_| !settings.keras.unsafe_code) {
-            fail(&mut staged, index, unsafe_code_refused(&model.path, &code));
+        if let Some(code) = info.as_ref().and_then(|i| i.code.as_ref()).filter(|_| !settings.keras.unsafe_code) {
+            fail(&mut staged, index, unsafe_code_refused(&model.path, code));
             continue;
         }
+        // Files of one architecture share a trace, unless a file's code runs
+        // (--keras-unsafe: each file a process of its own) or its config was not found.
+        let graph = info
+            .and_then(|i| i.architecture)
+            .filter(|_| !settings.keras.unsafe_code)
+            .map(|architecture| cache::entry_key(&architecture, &versions, &module_hashes, false));
         let hash = match cache::hash_file(&model.path) {
             Ok(hash) => hash,
             Err(e) => {
@@ -351,19 +412,24 @@ pub(crate) fn plan(models: &[Model], settings: &Settings) -> Staged {
         staged.models[index] =
             Model { id: model.id.clone(), path: cache.join(&key).join("saved_model"), format: ModelFormat::SavedModel };
         if cache::lookup(&cache, &key).is_some() {
-            let loader = std::fs::read(cache.join(&key).join("export.json"))
+            let about = std::fs::read(cache.join(&key).join("export.json"))
                 .ok()
-                .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
-                .and_then(|v| v.get("loader").and_then(|l| l.as_str()).map(String::from));
+                .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok());
+            let text = |name: &str| about.as_ref().and_then(|v| v.get(name)?.as_str().map(String::from));
             let ms = began.elapsed().as_millis() as u64;
-            staged.exports.get_mut().expect("exports")[index] =
-                Some(ExportReport { from: model.format, cached: true, ms, loader });
+            staged.exports.get_mut().expect("exports")[index] = Some(ExportReport {
+                from: model.format,
+                cached: true,
+                ms,
+                loader: text("loader"),
+                graph: text("graph").as_deref().and_then(GraphSource::from_name),
+            });
             continue;
         }
         staged.fates[index] = Fate::Export;
-        match keys.iter_mut().find(|(k, _)| *k == key) {
-            Some((_, indexes)) => indexes.push(index),
-            None => keys.push((key, vec![index])),
+        match keys.iter_mut().find(|k| k.key == key) {
+            Some(work) => work.indexes.push(index),
+            None => keys.push(KeyWork { key, indexes: vec![index], graph }),
         }
     }
     if !keys.is_empty() {
