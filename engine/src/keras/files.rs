@@ -432,6 +432,27 @@ mod tests {
     }
 
     #[test]
+    fn the_architecture_leaves_out_compile_settings_and_key_order_but_not_a_unit() {
+        let config = |units: u64, lr: f64| {
+            serde_json::json!({"class_name": "Functional", "config": {"name": "run", "layers": [
+                {"class_name": "Dense", "config": {"name": "hidden", "units": units}}]},
+                "compile_config": {"optimizer": {"config": {"learning_rate": lr}}}})
+        };
+        let base = architecture_digest("keras", &config(8, 0.001), Some("3.15.1"));
+        // Checkpoints of one run: a learning rate changed by a callback shares the graph.
+        assert_eq!(base, architecture_digest("keras", &config(8, 0.0001), Some("3.15.1")));
+        let reordered: Value = serde_json::from_str(
+            r#"{"config": {"layers": [{"config": {"units": 8, "name": "hidden"}, "class_name": "Dense"}], "name": "run"},
+                "class_name": "Functional"}"#,
+        )
+        .unwrap();
+        assert_eq!(base, architecture_digest("keras", &reordered, Some("3.15.1")));
+        assert_ne!(base, architecture_digest("keras", &config(9, 0.001), Some("3.15.1")), "one unit more");
+        assert_ne!(base, architecture_digest("h5", &config(8, 0.001), Some("3.15.1")), "another format");
+        assert_ne!(base, architecture_digest("keras", &config(8, 0.001), Some("3.16.0")), "another Keras");
+    }
+
+    #[test]
     fn heap_objects_are_bounded_by_their_collection() {
         let mut bytes = b"xxxxGCOL\x01\0\0\0".to_vec();
         bytes.extend_from_slice(&(16u64 + 16 + 8 + 16).to_le_bytes());
