@@ -493,7 +493,12 @@ fn narrow(field: &'static str, values: &[i32], dtype: DType) -> Result<(), Tenso
 
 /// A string tensor: `string_val` filled as the dense fields are, its bytes
 /// (each element's length, and 8 for its place) within `limit`.
-fn strings(proto: &proto::TensorProto, shape: Vec<u64>, elements: u128, limit: u64) -> Result<Tensor, TensorProtoError> {
+fn strings(
+    proto: &proto::TensorProto,
+    shape: Vec<u64>,
+    elements: u128,
+    limit: u64,
+) -> Result<Tensor, TensorProtoError> {
     let values = &proto.string_val;
     if values.len() as u128 > elements {
         return Err(TensorProtoError::TooManyValues {
@@ -559,8 +564,12 @@ mod tests {
         assert_eq!((scalar.shape.clone(), values(&scalar)), (vec![], vec![5.0]));
         let int8 = TensorProto { dtype: 6, tensor_shape: shape(&[2]), int_val: vec![-3, 4], ..TensorProto::default() };
         assert_eq!(tensor_from_proto(&int8, LIMIT).unwrap(), Tensor::dense(DType::Int8, vec![2], vec![0xfd, 4]));
-        let words =
-            TensorProto { dtype: 7, tensor_shape: shape(&[2]), string_val: vec![b"a".to_vec()], ..TensorProto::default() };
+        let words = TensorProto {
+            dtype: 7,
+            tensor_shape: shape(&[2]),
+            string_val: vec![b"a".to_vec()],
+            ..TensorProto::default()
+        };
         assert_eq!(tensor_from_proto(&words, LIMIT).unwrap(), Tensor::strings(vec![2], vec![b"a".to_vec(); 2]));
     }
 
