@@ -180,11 +180,11 @@ fn table_row(record: &Value, id_width: usize) -> String {
     let metrics = record.get("metrics").and_then(Value::as_object).filter(|_| record["status"] == "ok");
     let warmup = record.get("warmup").filter(|_| record["status"] == "ok");
     let detail = match record.get("outputs").and_then(Value::as_object) {
-        _ if warmup.is_some() => format!(
-            "{} warm-up requests, {} examples",
-            warmup.and_then(|w| w["requests"].as_u64()).unwrap_or(0),
-            record["examples"].as_u64().unwrap_or(0)
-        ),
+        _ if warmup.is_some() => {
+            let requests = warmup.and_then(|w| w["requests"].as_u64()).unwrap_or(0);
+            let plural = if requests == 1 { "" } else { "s" };
+            format!("{requests} warm-up request{plural}, {} examples", record["examples"].as_u64().unwrap_or(0))
+        }
         _ if metrics.is_some() => {
             let metrics = metrics.into_iter().flatten().map(|(name, value)| match value.as_f64() {
                 Some(x) => format!("{} {x:.4}", one_line(name)),

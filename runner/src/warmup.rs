@@ -136,10 +136,10 @@ impl Requests {
         let meta = match std::fs::metadata(&path) {
             Ok(meta) => meta,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                // The record's `path` names the model; the file is always in the same place.
                 return Err(dataset_error(format!(
-                    "no TF Serving warm-up requests: {} does not exist (--warmup-inputs)",
-                    path.display()
-                )))
+                    "no TF Serving warm-up requests: the SavedModel has no {WARMUP_FILE} (--warmup-inputs)"
+                )));
             }
             Err(e) => return Err(dataset_error(format!("{}: cannot read: {e}", path.display()))),
         };
@@ -444,7 +444,7 @@ mod tests {
         let (_dir, missing) = model_with(None);
         let message = error_of(&missing);
         assert!(message.starts_with("no TF Serving warm-up requests: "), "{message}");
-        assert!(message.contains("assets.extra/tf_serving_warmup_requests does not exist"), "{message}");
+        assert!(message.ends_with("has no assets.extra/tf_serving_warmup_requests (--warmup-inputs)"), "{message}");
         let (_dir, empty) = model_with(Some(b""));
         assert!(error_of(&empty).ends_with("tf_serving_warmup_requests: holds no warm-up requests"));
         let mut garbage = Vec::new();

@@ -90,8 +90,11 @@ fn every_warm_up_request_runs_and_its_outputs_equal_tensorflow_s() {
     assert_eq!(plain["status"], "error");
     assert_eq!(plain["error"]["kind"], "dataset");
     let message = plain["error"]["message"].as_str().unwrap();
-    assert!(message.starts_with("no TF Serving warm-up requests: "), "{message}");
-    assert!(message.ends_with("plain/assets.extra/tf_serving_warmup_requests does not exist (--warmup-inputs)"));
+    assert_eq!(
+        message,
+        "no TF Serving warm-up requests: the SavedModel has no assets.extra/tf_serving_warmup_requests \
+         (--warmup-inputs)"
+    );
     assert!(plain.get("worker_id").is_none(), "decided before any worker: {plain}");
 }
 
