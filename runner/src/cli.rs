@@ -298,6 +298,7 @@ pub struct CompletionsArgs {
   isorun run models/resnet --input images=images.npy --output-dir out/ --values
   isorun run models/ --inputs batch.npz -j 2 --timeout 60 --json | jq -r 'select(.status != \"ok\") | .model'
   isorun run models/linear --input 'x=@[[1, 2, 3, 4]]' --values
+  isorun run exports/ --warmup-inputs      (each TF Serving export on its own warm-up requests)
 
 Exit codes: 0 every model ok; 1 some model not ok; 2 usage error (nothing run);
 130/143 interrupted by Ctrl-C/SIGTERM. A closed stdout ends the run with 0.")]
@@ -318,6 +319,27 @@ pub struct RunArgs {
     /// Per-model inputs: DIR/<model id>/<input name>.npy (or .json), used before the shared ones.
     #[arg(long, value_name = "DIR", help_heading = "Inputs")]
     pub inputs_dir: Option<PathBuf>,
+
+    /// Run each SavedModel on its own TF Serving warm-up requests
+    /// (assets.extra/tf_serving_warmup_requests): one record per model, ok when every request ran, a model
+    /// without the file an error. A request runs the signature it names, else --signature; classify and
+    /// regress requests feed their tf.Examples to a signature's one string input.
+    #[arg(
+        long,
+        conflicts_with_all = ["input", "inputs", "inputs_dir", "batch_size", "expect"],
+        help_heading = "Inputs"
+    )]
+    pub warmup_inputs: bool,
+
+    /// With --warmup-inputs: only the first N requests of each model's file.
+    #[arg(
+        long,
+        value_name = "N",
+        requires = "warmup_inputs",
+        value_parser = clap::value_parser!(u64).range(1..),
+        help_heading = "Inputs"
+    )]
+    pub warmup_limit: Option<u64>,
 
     /// Split inputs along their first dimension into runs of at most N rows; outputs are joined back.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..), help_heading = "Inputs")]

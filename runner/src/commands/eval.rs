@@ -130,6 +130,7 @@ fn refuse_run_only_flags(run: &RunArgs) -> Result<(), String> {
         ("--input", !run.input.is_empty()),
         ("--inputs", !run.inputs.is_empty()),
         ("--inputs-dir", run.inputs_dir.is_some()),
+        ("--warmup-inputs", run.warmup_inputs),
         ("--expect", run.expect.is_some()),
         ("--values", run.values),
         ("--strict-dtypes", run.strict_dtypes),
