@@ -105,7 +105,8 @@ impl Curve {
                 *self = merged;
             }
             (Some(mine), Some(theirs)) => {
-                let same = mine.low == theirs.low && mine.high == theirs.high && mine.counts.len() == theirs.counts.len();
+                let same =
+                    mine.low == theirs.low && mine.high == theirs.high && mine.counts.len() == theirs.counts.len();
                 let n = theirs.counts.len() as f64;
                 for (i, &(pos, neg)) in theirs.counts.iter().enumerate() {
                     let at = if same {
@@ -168,7 +169,10 @@ impl Curve {
     /// The curve of [`Curve::to_json`]; `Err` says what is wrong.
     pub fn from_json(value: &serde_json::Value) -> Result<Curve, String> {
         let count = |key: &str| {
-            value[key].as_u64().filter(|&n| n >= 1 && n <= 1 << 24).ok_or_else(|| format!("curve: no \"{key}\" count"))
+            value[key]
+                .as_u64()
+                .filter(|n| (1..=1 << 24).contains(n))
+                .ok_or_else(|| format!("curve: no \"{key}\" count"))
         };
         let mut curve = Curve::new(count("cap")? as usize, count("buckets")? as usize);
         let float = |v: &serde_json::Value| if v.is_null() { Some(f64::NAN) } else { v.as_f64() };

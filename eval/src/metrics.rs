@@ -59,7 +59,6 @@ pub use crate::task::{Metric, Task};
 use isorun_protocol::{DType, SignatureInfo, Tensor, TensorData};
 use std::collections::BTreeMap;
 
-
 /// What to compute, and how to read the output.
 #[derive(Debug, Clone, PartialEq)]
 pub struct MetricsSpec {
@@ -506,7 +505,11 @@ impl Evaluator {
         }
         if targets.slices.len() != self.state.slice_names.len() {
             return Err(EvalError::TargetRows {
-                what: format!("the slices ({} features, expected {})", targets.slices.len(), self.state.slice_names.len()),
+                what: format!(
+                    "the slices ({} features, expected {})",
+                    targets.slices.len(),
+                    self.state.slice_names.len()
+                ),
                 len: targets.slices.len(),
                 rows,
             });

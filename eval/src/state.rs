@@ -7,7 +7,7 @@
 //! metrics of one pass over all of it.
 //!
 //! Exactness: counts are integers; every sum of weights, losses and errors
-//! is an [`ExactSum`] (exact whatever the order of its terms; the terms are
+//! is an `ExactSum` (exact whatever the order of its terms; the terms are
 //! per-example values, computed the same way on any machine), so those
 //! metrics are the same to the last bit. AUC and average precision keep the
 //! weight of positives and negatives per distinct score: unweighted, those
@@ -567,7 +567,8 @@ impl MetricState {
         if self.slice_names != other.slice_names {
             return Err(differ("slices", format!("{:?}", self.slice_names), format!("{:?}", other.slice_names)));
         }
-        let settings = |s: &MetricState| format!("top_k {}, threshold {}, from_logits {}", s.top_k, s.threshold, s.from_logits);
+        let settings =
+            |s: &MetricState| format!("top_k {}, threshold {}, from_logits {}", s.top_k, s.threshold, s.from_logits);
         if (self.top_k, self.threshold.to_bits(), self.from_logits)
             != (other.top_k, other.threshold.to_bits(), other.from_logits)
         {
@@ -667,7 +668,11 @@ impl MetricState {
         let metrics_of = |key: &str| -> Result<Vec<Metric>, StateError> {
             let list = value[key].as_array().ok_or_else(|| invalid(format!("no \"{key}\" list")))?;
             list.iter()
-                .map(|m| m.as_str().ok_or_else(|| invalid(format!("{key}: {m}"))).and_then(|m| Metric::parse(m).map_err(invalid)))
+                .map(|m| {
+                    m.as_str()
+                        .ok_or_else(|| invalid(format!("{key}: {m}")))
+                        .and_then(|m| Metric::parse(m).map_err(invalid))
+                })
                 .collect()
         };
         let slice_names: Vec<String> = value["slice_features"]
@@ -706,21 +711,27 @@ impl MetricState {
         state.task = Some(task);
         state.metrics = metrics_of("metrics")?;
         if !value["overall"].is_null() {
-            state.overall = Some(state_from_json(&value["overall"], task).map_err(|e| invalid(format!("overall: {e}")))?);
+            state.overall =
+                Some(state_from_json(&value["overall"], task).map_err(|e| invalid(format!("overall: {e}")))?);
         }
         let slices = value["slices"].as_array().map(Vec::as_slice).unwrap_or_default();
         if slices.len() != state.slice_names.len() {
-            return Err(invalid(format!("{} slice states for {} slice features", slices.len(), state.slice_names.len())));
+            return Err(invalid(format!(
+                "{} slice states for {} slice features",
+                slices.len(),
+                state.slice_names.len()
+            )));
         }
         for ((feature, states), name) in slices.iter().zip(&mut state.slices).zip(&state.slice_names) {
-            let values = feature["values"].as_object().ok_or_else(|| invalid(format!("slice {name}: no \"values\"")))?;
+            let values =
+                feature["values"].as_object().ok_or_else(|| invalid(format!("slice {name}: no \"values\"")))?;
             for (v, s) in values {
                 let parsed = state_from_json(s, task).map_err(|e| invalid(format!("slice {name}={v}: {e}")))?;
                 states.values.insert(v.clone(), parsed);
             }
             if !feature["other"].is_null() {
-                let parsed =
-                    state_from_json(&feature["other"], task).map_err(|e| invalid(format!("slice {name} other: {e}")))?;
+                let parsed = state_from_json(&feature["other"], task)
+                    .map_err(|e| invalid(format!("slice {name} other: {e}")))?;
                 states.other = Some(parsed);
             }
         }
@@ -862,7 +873,9 @@ fn state_from_json(value: &Value, task: Task) -> Result<State, String> {
                 .ok_or_else(|| format!("\"present\" is not {classes} flags"))?;
             let curves = match value["curves"].as_array() {
                 None => None,
-                Some(list) if list.len() == classes => Some(list.iter().map(Curve::from_json).collect::<Result<_, _>>()?),
+                Some(list) if list.len() == classes => {
+                    Some(list.iter().map(Curve::from_json).collect::<Result<_, _>>()?)
+                }
                 Some(list) => return Err(format!("{} curves for {classes} classes", list.len())),
             };
             State::Multiclass(MulticlassState {

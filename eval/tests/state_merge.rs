@@ -81,7 +81,9 @@ fn reference_cases() -> Vec<Case> {
             labels,
             outputs,
             weights: case["weights"].as_array().map(|_| floats(&case["weights"])),
-            slice: case.get("slice").map(|s| s.as_array().unwrap().iter().map(|v| v.as_str().unwrap().into()).collect()),
+            slice: case
+                .get("slice")
+                .map(|s| s.as_array().unwrap().iter().map(|v| v.as_str().unwrap().into()).collect()),
             spec: MetricsSpec {
                 metrics,
                 from_logits: case["from_logits"].as_bool().unwrap(),
@@ -167,7 +169,11 @@ fn evaluate(case: &Case, rows: &[usize], batch: usize) -> Evaluator {
             rows: n,
             labels,
             weights: case.weights.as_ref().map(|w| chunk.iter().map(|&r| w[r]).collect()),
-            slices: case.slice.iter().map(|s| ("group".to_string(), chunk.iter().map(|&r| s[r].clone()).collect())).collect(),
+            slices: case
+                .slice
+                .iter()
+                .map(|s| ("group".to_string(), chunk.iter().map(|&r| s[r].clone()).collect()))
+                .collect(),
         };
         evaluator.update(&[("out".into(), Tensor::dense(DType::Float64, shape, bytes))], &targets).unwrap();
     }
@@ -201,7 +207,12 @@ fn assert_equal(case: &Case, what: &str, merged: &Evaluation, one: &Evaluation) 
         assert_eq!(merged.slices[feature].len(), values.len(), "{what}: slice {feature}");
         for (value, metrics) in values {
             for (name, v) in metrics {
-                same(&format!("{what}: slice {feature}={value} {name}"), merged.slices[feature][value][name], *v, bitwise);
+                same(
+                    &format!("{what}: slice {feature}={value} {name}"),
+                    merged.slices[feature][value][name],
+                    *v,
+                    bitwise,
+                );
             }
         }
     }

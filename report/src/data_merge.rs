@@ -121,7 +121,7 @@ fn merge_group(members: &BTreeMap<u64, (&PathBuf, &Value)>, count: u64) -> Resul
     let rules = rules_of(first_path, eval_settings)?;
     let with_baseline = eval_settings.get("baseline").is_some();
     // Model id -> data shard index -> (report, unit), models in order of first appearance.
-    let mut models: Vec<(String, BTreeMap<u64, (&Path, &Value)>)> = Vec::new();
+    let mut models: Vec<(String, ShardUnits<'_>)> = Vec::new();
     for (&index, (path, report)) in members {
         for unit in report["units"].as_array().map(Vec::as_slice).unwrap_or_default() {
             let model = Unit(unit).model();
@@ -174,10 +174,13 @@ fn rules_of(path: &Path, eval: &Value) -> Result<EvalRules, ReportError> {
     Ok(rules)
 }
 
+/// One model's units by data shard index, with the report each came from.
+type ShardUnits<'a> = BTreeMap<u64, (&'a Path, &'a Value)>;
+
 /// One model's data shards, as one record.
 fn merge_model(
     model: &str,
-    shards: &BTreeMap<u64, (&Path, &Value)>,
+    shards: &ShardUnits<'_>,
     count: u64,
     rules: &EvalRules,
     with_baseline: bool,
