@@ -7,7 +7,8 @@
 //!   makes a [`BatchReader`] for one model's signature: inputs for the
 //!   worker, [`Targets`] (labels, weights, slices) for the supervisor.
 //! - [`Evaluator`] keeps metric state (never predictions) batch by batch and
-//!   gives an [`Evaluation`].
+//!   gives an [`Evaluation`]; its [`MetricState`] merges with the states of
+//!   other parts of the data (`--data-shard`) into the metrics of all of it.
 //! - [`check`] compares an evaluation with [`Bound`]s and [`MaxDrop`]s
 //!   against a baseline.
 //!
@@ -18,12 +19,16 @@ mod arrays;
 mod csv;
 mod curve;
 pub mod data;
+mod exact;
 pub mod example;
 pub mod metrics;
 mod paths;
+pub mod state;
+mod task;
 pub mod tfrecord;
 pub mod thresholds;
 
 pub use data::{Batch, BatchReader, DataError, DataSpec, Dataset, Feeding, Format, Labels, Targets, MISSING_SLICE};
 pub use metrics::{EvalError, Evaluation, Evaluator, Metric, MetricsSpec, Task};
+pub use state::{MergeError, MetricState, StateError};
 pub use thresholds::{check, Bound, BoundOp, Breach, MaxDrop};
