@@ -69,6 +69,7 @@ pub fn main(args: EvalArgs, quiet: bool) -> Result<i32, String> {
         limit: eval.limit,
         batch_size: batch_size as usize,
         skip_corrupt: eval.skip_corrupt,
+        shard: None,
     })
     .map_err(|e| format!("--data: {}", with_causes(&e)))?;
     let baseline = match &eval.baseline {
