@@ -7,7 +7,7 @@
 use isorun_eval::example::{Example, Feature};
 use isorun_eval::tfrecord::write_record;
 use isorun_eval::{DataShard, DataSpec, Dataset, Labels};
-use isorun_protocol::{DType, SignatureInfo, TensorSpec};
+use isorun_protocol::{DType, SignatureInfo, TensorData, TensorSpec};
 use prost::Message;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -126,7 +126,8 @@ fn read_ids(spec: DataSpec) -> Vec<i64> {
     while let Some(batch) = reader.next_batch() {
         let batch = batch.unwrap();
         let Labels::Int(labels) = &batch.targets.labels else { panic!("int labels") };
-        let fed: Vec<i64> = batch.inputs[0].1.data_bytes().chunks_exact(8).map(|c| i64::from_le_bytes(c.try_into().unwrap())).collect();
+        let TensorData::Dense(bytes) = &batch.inputs[0].1.data else { panic!("dense input") };
+        let fed: Vec<i64> = bytes.chunks_exact(8).map(|c| i64::from_le_bytes(c.try_into().unwrap())).collect();
         assert_eq!(&fed, labels, "inputs and labels agree");
         ids.extend_from_slice(labels);
     }
