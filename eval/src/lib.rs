@@ -15,20 +15,26 @@
 //! Memory does not grow with the dataset: records and rows are streamed,
 //! and ranking metrics (AUC) keep counts per distinct score, capped.
 
-mod arrays;
-mod csv;
+mod batch;
 mod curve;
 pub mod data;
+mod element;
+pub mod error;
 mod exact;
 pub mod example;
+pub mod format;
 pub mod metrics;
 mod paths;
+pub mod shard;
+mod source;
 pub mod state;
 mod task;
 pub mod tfrecord;
 pub mod thresholds;
 
-pub use data::{Batch, BatchReader, DataError, DataSpec, Dataset, Feeding, Format, Labels, Targets, MISSING_SLICE};
+pub use data::{
+    Batch, BatchReader, DataError, DataShard, DataSpec, Dataset, Feeding, Format, Labels, Targets, MISSING_SLICE,
+};
 pub use metrics::{EvalError, Evaluation, Evaluator, Metric, MetricsSpec, Task};
 pub use state::{MergeError, MetricState, StateError};
 pub use thresholds::{check, Bound, BoundOp, Breach, MaxDrop};

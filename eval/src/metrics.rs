@@ -297,7 +297,7 @@ fn to_f64(tensor: &Tensor, output: &str, out: &mut Vec<f64>) -> Result<(), EvalE
         out.extend(bytes.chunks_exact(8).map(|c| f64::from_le_bytes(c.try_into().expect("8 bytes"))));
     } else {
         out.extend(
-            bytes.chunks_exact(size).map(|c| crate::arrays::number(element, c).map_or(f64::NAN, |n| n.as_f64())),
+            bytes.chunks_exact(size).map(|c| crate::element::number(element, c).map_or(f64::NAN, |n| n.as_f64())),
         );
     }
     Ok(())

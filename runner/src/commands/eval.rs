@@ -81,6 +81,7 @@ pub fn main(args: EvalArgs, quiet: bool) -> Result<i32, String> {
         limit: eval.limit,
         batch_size: batch_size as usize,
         skip_corrupt: eval.skip_corrupt,
+        shard: data_shard.map(|s| isorun_eval::DataShard { index: s.index, count: s.count }),
     })
     .map_err(|e| format!("--data: {}", with_causes(&e)))?;
     let baseline = match &eval.baseline {
