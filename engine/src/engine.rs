@@ -118,7 +118,9 @@ impl Engine {
     /// the model loaded); the stream scores each batch's outputs and its
     /// summary goes in the unit's [`UnitReport::stream`]. Limits, retries
     /// (from the first batch), crash handling and cancellation are those of
-    /// [`Engine::run`]; `batch_timeout` bounds each batch.
+    /// [`Engine::run`]; `batch_timeout` bounds each batch. A SavedModel
+    /// whose [`Feed::check`] gives an outcome ends with it before any worker
+    /// starts.
     pub fn run_feed(
         &self,
         models: &[Model],
@@ -127,7 +129,21 @@ impl Engine {
         on_event: &mut dyn FnMut(Event),
     ) -> RunSummary {
         self.staged(models, cancel, on_event, |models, on_event, producer| {
-            run_all(models, Work::Feed(feed), &self.settings, cancel, on_event, producer)
+            // A stream that cannot fit its model ends the unit here, before any worker starts.
+            let mut decided = vec![false; models.len()];
+            for (index, model) in models.iter().enumerate() {
+                if model.format != crate::discover::ModelFormat::SavedModel {
+                    continue;
+                }
+                let began = std::time::Instant::now();
+                if let Some(outcome) = feed.check(model) {
+                    let mut report = UnitReport::new(index, outcome);
+                    report.wall = began.elapsed();
+                    decided[index] = true;
+                    on_event(Event::Finished(Box::new(report)));
+                }
+            }
+            run_all(models, Work::Feed { feed, decided: &decided }, &self.settings, cancel, on_event, producer)
         })
     }
 

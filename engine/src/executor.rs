@@ -142,8 +142,7 @@ pub(crate) fn run_all(
     let tensorflow_version = &OnceLock::new();
     // Each slot starts at most one worker when the units fit the slots (see SpawnMode::Auto).
     let decided = match work {
-        Work::Inputs { decided, .. } => decided.to_vec(),
-        Work::Feed(_) => Vec::new(),
+        Work::Inputs { decided, .. } | Work::Feed { decided, .. } => decided.to_vec(),
     };
     let units = models.len() - decided.iter().filter(|&&d| d).count();
     let few_units = units.div_ceil(settings.models_per_worker.max(1)) <= settings.jobs.max(1);
@@ -258,12 +257,9 @@ pub(crate) fn run_all(
 #[derive(Clone, Copy)]
 pub(crate) enum Work<'a> {
     /// `decided`: units already reported (see `inputs::decide_early`), never run.
-    Inputs {
-        inputs: &'a PreparedInputs,
-        sink: &'a dyn OutputSink,
-        decided: &'a [bool],
-    },
-    Feed(&'a dyn Feed),
+    Inputs { inputs: &'a PreparedInputs, sink: &'a dyn OutputSink, decided: &'a [bool] },
+    /// `decided`: units the feed's [`Feed::check`] already ended, never run.
+    Feed { feed: &'a dyn Feed, decided: &'a [bool] },
 }
 
 struct Slot<'a> {
@@ -637,7 +633,7 @@ impl Slot<'_> {
     fn run_unit(&self, worker: &mut WorkerProcess, index: usize, batch: &[usize], started: Instant) -> UnitEnd {
         match self.work {
             Work::Inputs { inputs, sink, .. } => self.run_with_inputs(worker, index, batch, started, inputs, sink),
-            Work::Feed(feed) => self.run_fed(worker, index, batch, started, feed),
+            Work::Feed { feed, .. } => self.run_fed(worker, index, batch, started, feed),
         }
     }
 
@@ -699,7 +695,11 @@ impl Slot<'_> {
             };
             let mut shared = Vec::new();
             let inputs = place_shared(inputs, &mut shared);
-            let envelope = RequestEnvelope::new(&ToWorker::Run(self.request(index, batch, inputs)), shared);
+            let mut request = self.request(index, batch, inputs);
+            if let Some(signature) = stream.signature() {
+                request.signature = signature.to_string();
+            }
+            let envelope = RequestEnvelope::new(&ToWorker::Run(request), shared);
             let sent = Instant::now();
             let end = run_request(worker, envelope, index as u64, self.stop, deadlines);
             report.load_ms = report.load_ms.or(end.load_ms);

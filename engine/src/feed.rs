@@ -15,6 +15,14 @@ pub trait Feed: Sync {
     /// The batches for `model`; an `Err` is the unit's outcome (e.g. its
     /// signature has an input the data does not have).
     fn open(&self, model: &Model) -> Result<Box<dyn FeedStream + '_>, Outcome>;
+
+    /// Called for each SavedModel before any worker starts: an outcome (its
+    /// inputs cannot fit its signature) ends the unit at once, with no
+    /// worker. `None` (the default): the unit runs, and [`open`](Self::open)
+    /// decides again.
+    fn check(&self, _model: &Model) -> Option<Outcome> {
+        None
+    }
 }
 
 /// One attempt's batches: called from the slot's thread only.
@@ -22,6 +30,11 @@ pub trait FeedStream: Send {
     /// The inputs of the next batch, `None` at the end; an `Err` (a corrupt
     /// record) ends the unit with that outcome.
     fn next_batch(&mut self) -> Option<Result<Vec<(String, Tensor)>, Outcome>>;
+    /// The signature the batch last given runs; `None` (the default): the
+    /// settings' signature. (TF Serving's warm-up requests each name theirs.)
+    fn signature(&self) -> Option<&str> {
+        None
+    }
     /// The checked outputs of the batch last given; an `Err` (outputs that
     /// cannot be scored) ends the unit with that outcome.
     fn accept(&mut self, outputs: Vec<(String, Tensor)>) -> Result<(), Outcome>;

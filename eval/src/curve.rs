@@ -67,18 +67,7 @@ impl Curve {
     /// Adds one example's score.
     pub fn add(&mut self, score: f64, positive: bool, weight: f64) {
         let (pos, neg) = if positive { (weight, 0.0) } else { (0.0, weight) };
-        if let Some(buckets) = &mut self.buckets {
-            let i = buckets.index(score);
-            buckets.counts[i].0 += pos;
-            buckets.counts[i].1 += neg;
-            return;
-        }
-        let entry = self.exact.entry(key(score)).or_insert((0.0, 0.0));
-        entry.0 += pos;
-        entry.1 += neg;
-        if self.exact.len() > self.cap {
-            self.switch_to_buckets();
-        }
+        self.add_counts(score, pos, neg);
     }
 
     fn switch_to_buckets(&mut self) {
@@ -93,6 +82,139 @@ impl Curve {
         }
         self.exact = HashMap::new();
         self.buckets = Some(buckets);
+    }
+
+    /// Adds the counts of `other` (another part of the same data): the
+    /// curve one pass over both parts would hold. Exact maps join while the
+    /// distinct scores stay within the cap (a pass would have bucketed past
+    /// it too); bucketed counts of the same range add bucket by bucket
+    /// (probabilities always bucket over [0, 1]); else the other's buckets
+    /// are placed by their middle score, approximate as bucketing is.
+    pub fn merge(&mut self, other: &Curve) {
+        match (&mut self.buckets, &other.buckets) {
+            (_, None) => {
+                for (&k, &(pos, neg)) in &other.exact {
+                    self.add_counts(unkey(k), pos, neg);
+                }
+            }
+            (None, Some(_)) => {
+                let mut merged = other.clone();
+                for (&k, &(pos, neg)) in &self.exact {
+                    merged.add_counts(unkey(k), pos, neg);
+                }
+                *self = merged;
+            }
+            (Some(mine), Some(theirs)) => {
+                let same =
+                    mine.low == theirs.low && mine.high == theirs.high && mine.counts.len() == theirs.counts.len();
+                let n = theirs.counts.len() as f64;
+                for (i, &(pos, neg)) in theirs.counts.iter().enumerate() {
+                    let at = if same {
+                        i
+                    } else {
+                        mine.index(theirs.low + (i as f64 + 0.5) / n * (theirs.high - theirs.low))
+                    };
+                    mine.counts[at].0 += pos;
+                    mine.counts[at].1 += neg;
+                }
+            }
+        }
+    }
+
+    /// Adds weights of positives and negatives at one score.
+    fn add_counts(&mut self, score: f64, pos: f64, neg: f64) {
+        if let Some(buckets) = &mut self.buckets {
+            let i = buckets.index(score);
+            buckets.counts[i].0 += pos;
+            buckets.counts[i].1 += neg;
+            return;
+        }
+        let entry = self.exact.entry(key(score)).or_insert((0.0, 0.0));
+        entry.0 += pos;
+        entry.1 += neg;
+        if self.exact.len() > self.cap {
+            self.switch_to_buckets();
+        }
+    }
+
+    /// `{"cap", "buckets", "scores": [[score, pos, neg], ...]}` (scores
+    /// increasing) while exact, else `{"cap", "buckets", "low", "high",
+    /// "counts": [[bucket, pos, neg], ...]}` (the non-empty buckets).
+    pub fn to_json(&self) -> serde_json::Value {
+        let number = |v: f64| serde_json::Number::from_f64(v).map_or(serde_json::Value::Null, Into::into);
+        let mut object = serde_json::Map::new();
+        object.insert("cap".into(), self.cap.into());
+        object.insert("buckets".into(), self.bucket_count.into());
+        match &self.buckets {
+            None => {
+                let mut keys: Vec<(&u64, &(f64, f64))> = self.exact.iter().collect();
+                keys.sort_unstable_by_key(|(k, _)| **k);
+                let scores =
+                    keys.into_iter().map(|(&k, &(p, n))| serde_json::json!([number(unkey(k)), number(p), number(n)]));
+                object.insert("scores".into(), scores.collect());
+            }
+            Some(b) => {
+                object.insert("low".into(), number(b.low));
+                object.insert("high".into(), number(b.high));
+                let counts = b.counts.iter().enumerate().filter(|(_, &(p, n))| p != 0.0 || n != 0.0);
+                object.insert(
+                    "counts".into(),
+                    counts.map(|(i, &(p, n))| serde_json::json!([i, number(p), number(n)])).collect(),
+                );
+            }
+        }
+        serde_json::Value::Object(object)
+    }
+
+    /// The curve of [`Curve::to_json`]; `Err` says what is wrong.
+    pub fn from_json(value: &serde_json::Value) -> Result<Curve, String> {
+        let count = |key: &str| {
+            value[key]
+                .as_u64()
+                .filter(|n| (1..=1 << 24).contains(n))
+                .ok_or_else(|| format!("curve: no \"{key}\" count"))
+        };
+        let mut curve = Curve::new(count("cap")? as usize, count("buckets")? as usize);
+        let float = |v: &serde_json::Value| if v.is_null() { Some(f64::NAN) } else { v.as_f64() };
+        let triple = |entry: &serde_json::Value| -> Result<(f64, f64, f64), String> {
+            match entry.as_array().map(Vec::as_slice) {
+                Some([a, b, c]) => match (float(a), float(b), float(c)) {
+                    (Some(a), Some(b), Some(c)) => Ok((a, b, c)),
+                    _ => Err(format!("curve: {entry} is not three numbers")),
+                },
+                _ => Err(format!("curve: {entry} is not [score, positives, negatives]")),
+            }
+        };
+        if let Some(scores) = value["scores"].as_array() {
+            if scores.len() > curve.cap {
+                return Err(format!("curve: {} scores, past its cap of {}", scores.len(), curve.cap));
+            }
+            for entry in scores {
+                let (score, pos, neg) = triple(entry)?;
+                if !score.is_finite() {
+                    return Err(format!("curve: score {entry} is not finite"));
+                }
+                curve.exact.insert(key(score), (pos, neg));
+            }
+        } else if let Some(counts) = value["counts"].as_array() {
+            let (Some(low), Some(high)) = (value["low"].as_f64(), value["high"].as_f64()) else {
+                return Err("curve: bucketed without \"low\" and \"high\"".into());
+            };
+            let mut buckets = Buckets { low, high, counts: vec![(0.0, 0.0); curve.bucket_count] };
+            for entry in counts {
+                let (i, pos, neg) = triple(entry)?;
+                let slot = buckets
+                    .counts
+                    .get_mut(i as usize)
+                    .filter(|_| i >= 0.0 && i.fract() == 0.0)
+                    .ok_or_else(|| format!("curve: bucket {i} of {}", curve.bucket_count))?;
+                *slot = (pos, neg);
+            }
+            curve.buckets = Some(buckets);
+        } else {
+            return Err("curve: neither \"scores\" nor \"counts\"".into());
+        }
+        Ok(curve)
     }
 
     /// Whether the counts are per distinct score (not bucketed).

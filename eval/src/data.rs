@@ -2,8 +2,11 @@
 //! supervisor keeps to score it.
 //!
 //! A [`Dataset`] is the checked list of files (see `paths` for how paths,
-//! folders and globs become files); [`Dataset::reader`] makes a
-//! [`BatchReader`] for one model's signature. Each batch has the worker's
+//! folders and globs become files, `format` for the formats, `source` for
+//! their readers, `shard` for which files and parts a [`DataShard`]
+//! reads); [`Dataset::reader`] makes a [`BatchReader`] for one model's
+//! signature, which asks the file's source for pieces and builds batches
+//! from them with the conversions in `batch`. Each batch has the worker's
 //! inputs (dense tensors shaped by the signature) and the [`Targets`]
 //! (labels, weights, slice values) that never leave the supervisor.
 //!
@@ -29,11 +32,12 @@
 //! - Slices: a slice feature's value as text (ints decimal, floats Rust's
 //!   shortest round trip, bytes UTF-8 lossy, several values joined by `,`);
 //!   an example without the feature is in slice `__missing__`.
-//! - CSV rows become examples of one-value features (see the `csv` module)
+//! - CSV rows become examples of one-value features (see `source::csv`)
 //!   and go through the same conversions.
 //! - Example indices in errors are 0-based over the dataset (records skipped
 //!   as corrupt are not counted), with the record's (or CSV data row's)
-//!   0-based index within its file.
+//!   0-based index within its file (within its part, for a shard's part of
+//!   a plain TFRecord file, which is entered midway).
 //! - Memory: nothing grows with the dataset. Records are read into one
 //!   reused buffer, arrays a batch of rows at a time; no buffer is sized by
 //!   what a header claims, and a batch is capped at [`MAX_BATCH_BYTES`].
@@ -42,33 +46,23 @@
 //!   panic while reading (or a prefetch thread that stops without saying the
 //!   data ended) is a [`DataError::Reader`] naming the file.
 
-use crate::arrays::{self, ArrayInfo, ArrayStream, Number, Shard};
-use crate::csv::{CsvFault, CsvReader};
-use crate::example::{Example, Feature, Kind};
-use crate::tfrecord::{RecordFault, RecordReader};
-use isorun_protocol::{DType, SignatureInfo, Tensor, TensorData, TensorSpec};
-use isorun_tensors::npy::Element;
-use prost::Message;
-use serde_bytes::ByteBuf;
+use crate::batch::{
+    add_columns, add_example, check_batch_cost, Column, ExamplePlace, InputPlan, LabelKind, Roles, TargetsOut,
+    PREALLOCATE_BYTES,
+};
+use crate::element;
+use crate::example::Example;
+use crate::source::{ColumnInfo, Look, Options, Part, Piece, Source};
+use isorun_protocol::{DType, SignatureInfo, Tensor, TensorData};
 use sha2::{Digest, Sha256};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc};
 
-/// The slice value of an example that lacks the slice feature.
-pub const MISSING_SLICE: &str = "__missing__";
-
-/// The most memory one batch may take in the supervisor: for arrays, its
-/// rows' bytes as read plus as converted (a string element counted with its
-/// allocation, so a `|S1` array costs ~25 bytes an element, not 1), checked
-/// against each shard's headers before its rows are read; for TFRecord, the
-/// serialized records. Past it the batch is an error asking for a smaller
-/// `--batch-size`, never an allocation a hostile header chose.
-pub const MAX_BATCH_BYTES: u64 = 1 << 30;
-
-/// The most a batch's buffers reserve before the bytes arrive; past it they
-/// grow with what is read.
-const PREALLOCATE_BYTES: usize = 64 << 20;
+pub use crate::batch::{Batch, Labels, Targets, MAX_BATCH_BYTES, MISSING_SLICE};
+pub use crate::error::DataError;
+pub use crate::format::Format;
+pub use crate::shard::DataShard;
 
 /// What to read and what to keep apart from the inputs.
 #[derive(Debug, Clone, PartialEq)]
@@ -83,59 +77,14 @@ pub struct DataSpec {
     pub slices: Vec<String>,
     /// `(signature input name, feature name)`.
     pub renames: Vec<(String, String)>,
-    /// Read at most this many examples.
+    /// Read at most this many examples (of the shard's, with `shard`).
     pub limit: Option<u64>,
     /// Rows per batch, at least 1.
     pub batch_size: usize,
     /// Skip corrupt TFRecord records (counted) instead of failing.
     pub skip_corrupt: bool,
-}
-
-/// The format of one data file (or folder).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Format {
-    /// `.tfrecord`, `.tfrecords`, `.tfrec`: TFRecord of `tf.Example`.
-    TfRecord,
-    /// `.gz`: gzip-compressed TFRecord.
-    TfRecordGzip,
-    /// `.npz`: arrays aligned by name.
-    Npz,
-    /// A folder of `NAME.npy` arrays.
-    NpyFolder,
-    /// `.csv`: a header row, then one example per row (see the `csv` module).
-    Csv,
-}
-
-impl Format {
-    /// The name used in messages and records.
-    pub fn name(self) -> &'static str {
-        match self {
-            Format::TfRecord => "tfrecord",
-            Format::TfRecordGzip => "tfrecord-gzip",
-            Format::Npz => "npz",
-            Format::NpyFolder => "npy-folder",
-            Format::Csv => "csv",
-        }
-    }
-
-    /// Whether the file holds arrays (`.npz`, a folder of `.npy`).
-    pub fn is_arrays(self) -> bool {
-        matches!(self, Format::Npz | Format::NpyFolder)
-    }
-
-    /// Files of one family can be one dataset: TFRecord, arrays, CSV.
-    pub(crate) fn family(self) -> &'static str {
-        match self {
-            Format::TfRecord | Format::TfRecordGzip => "TFRecord",
-            Format::Npz | Format::NpyFolder => ".npz/.npy",
-            Format::Csv => "CSV",
-        }
-    }
-
-    /// Whether the file holds TFRecord records.
-    pub fn is_tfrecord(self) -> bool {
-        matches!(self, Format::TfRecord | Format::TfRecordGzip)
-    }
+    /// Read only this shard of the dataset (see the `shard` module).
+    pub shard: Option<DataShard>,
 }
 
 /// How a model is fed.
@@ -147,97 +96,27 @@ pub enum Feeding {
     Features,
 }
 
-/// Why data could not be read. Every variant names the file (or pattern).
-#[derive(Debug, thiserror::Error)]
-pub enum DataError {
-    #[error("{path}: no such file or folder")]
-    NotFound { path: PathBuf },
-    #[error("{pattern}: the pattern matches no file")]
-    NoMatch { pattern: PathBuf },
-    #[error("{pattern}: bad glob pattern: {reason}")]
-    BadPattern { pattern: PathBuf, reason: String },
-    #[error(
-        "{path}: unknown data format (expected .tfrecord, .tfrecords, .tfrec, .gz, .npz, or a folder of NAME.npy \
-         arrays; a lone .npy file holds one array, give its folder)"
-    )]
-    UnknownFormat { path: PathBuf },
-    #[error("{path}: no data files (.tfrecord, .tfrecords, .tfrec, .gz, .npz, or .npy arrays) in this folder")]
-    NoData { path: PathBuf },
-    #[error("{first} is {first_family} but {other} is {other_family}: one dataset's files are all TFRecord, all .npz/.npy or all CSV")]
-    MixedFormats { first: PathBuf, first_family: &'static str, other: PathBuf, other_family: &'static str },
-    #[error("{path}: line {line}: {reason}")]
-    Csv { path: PathBuf, line: u64, reason: String },
-    #[error("{path}: cannot read")]
-    Io {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("{path}: {fault} at byte offset {offset}{}", if *.gzip { " of the decompressed stream" } else { "" })]
-    Corrupt { path: PathBuf, offset: u64, gzip: bool, fault: RecordFault },
-    #[error("{path}: record {record} at byte offset {offset} is not a tf.Example")]
-    NotAnExample {
-        path: PathBuf,
-        record: u64,
-        offset: u64,
-        #[source]
-        source: prost::DecodeError,
-    },
-    #[error(
-        "{path}: example {example} (0-based in the dataset; record {record} of this file): feature '{key}' {problem}"
-    )]
-    Example { path: PathBuf, example: u64, record: u64, key: String, problem: String },
-    #[error("{path}: {reason}")]
-    Array { path: PathBuf, reason: String },
-    #[error("{path}: {rows} examples (first axis) but {other} has {other_rows}")]
-    RowMismatch { path: PathBuf, rows: u64, other: PathBuf, other_rows: u64 },
-    #[error("{path}: holds no examples")]
-    Empty { path: PathBuf },
-    #[error("{path}: no {what} '{name}' in the first example; it has: {available}")]
-    MissingFeature { path: PathBuf, what: &'static str, name: String, available: String },
-    #[error("{path}: signature input '{input}' has no feature or array '{feature}'; there are: {available}")]
-    MissingInput { path: PathBuf, input: String, feature: String, available: String },
-    #[error("{path}: {reason}")]
-    Unsupported { path: PathBuf, reason: String },
-    #[error("invalid data spec: {reason}")]
-    InvalidSpec { reason: String },
-    #[error("{path}: the data reader failed while reading this file: {reason}")]
-    Reader { path: PathBuf, reason: String },
-}
-
-/// The kind of the label, fixed by the first example.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum LabelKind {
-    Int,
-    Float,
-    Matrix(usize),
-}
-
-/// What the first example (or the first shard's headers) shows.
+/// What the first example (or the first file's columns) shows.
 #[derive(Debug, Clone)]
-enum FirstLook {
+struct FirstLook {
+    path: PathBuf,
+    what: Seen,
+}
+
+#[derive(Debug, Clone)]
+enum Seen {
     /// Feature names with their kind and length.
-    Example {
-        path: PathBuf,
-        features: Vec<(String, &'static str, usize)>,
-    },
-    Arrays(Shard),
+    Features(Vec<(String, &'static str, usize)>),
+    Columns(Vec<ColumnInfo>),
 }
 
 impl FirstLook {
-    fn path(&self) -> &Path {
-        match self {
-            FirstLook::Example { path, .. } => path,
-            FirstLook::Arrays(shard) => &shard.path,
-        }
-    }
-
     fn available(&self) -> String {
-        let names: Vec<String> = match self {
-            FirstLook::Example { features, .. } => {
+        let names: Vec<String> = match &self.what {
+            Seen::Features(features) => {
                 features.iter().map(|(n, kind, len)| format!("{n} ({kind}, {len} values)")).collect()
             }
-            FirstLook::Arrays(shard) => shard.arrays.iter().map(|a| format!("{} ({})", a.name, a.describe())).collect(),
+            Seen::Columns(columns) => columns.iter().map(|c| format!("{} ({})", c.name, c.describe)).collect(),
         };
         if names.is_empty() {
             "nothing".into()
@@ -247,16 +126,28 @@ impl FirstLook {
     }
 
     fn has(&self, name: &str) -> bool {
-        match self {
-            FirstLook::Example { features, .. } => features.iter().any(|(n, ..)| n == name),
-            FirstLook::Arrays(shard) => shard.arrays.iter().any(|a| a.name == name),
+        match &self.what {
+            Seen::Features(features) => features.iter().any(|(n, ..)| n == name),
+            Seen::Columns(columns) => columns.iter().any(|c| c.name == name),
+        }
+    }
+
+    fn column(&self, name: &str) -> Option<&ColumnInfo> {
+        match &self.what {
+            Seen::Features(_) => None,
+            Seen::Columns(columns) => columns.iter().find(|c| c.name == name),
         }
     }
 }
 
 struct Inner {
     spec: DataSpec,
+    /// The files this dataset (or shard) reads.
     files: Vec<(PathBuf, Format)>,
+    /// The part of each file read.
+    part: Part,
+    /// The family's format that decides feeding: the first file's.
+    format: Format,
     first: FirstLook,
     label: LabelKind,
     digest: String,
@@ -274,15 +165,13 @@ impl std::fmt::Debug for Dataset {
     }
 }
 
-fn kind_of(feature: &Feature) -> &'static str {
-    feature.kind_name()
-}
-
 impl Dataset {
     /// Checks before any work: every path exists / every glob matches,
     /// every file has a known format, files are readable, the first example
     /// (of the first file) parses and has the label (and weight, and slice
-    /// features). Errors name the path.
+    /// features). Errors name the path. With a shard, the checks are the
+    /// whole dataset's (every shard agrees on them), and then the shard's
+    /// files and parts are chosen.
     pub fn open(spec: DataSpec) -> Result<Dataset, DataError> {
         if spec.batch_size == 0 {
             return Err(DataError::InvalidSpec { reason: "the batch size must be at least 1".into() });
@@ -290,24 +179,13 @@ impl Dataset {
         if spec.paths.is_empty() {
             return Err(DataError::InvalidSpec { reason: "no data paths given".into() });
         }
-        let files = crate::paths::expand(&spec.paths)?;
-        for (path, format) in &files {
-            let io = |source| DataError::Io { path: path.clone(), source };
-            match format {
-                Format::NpyFolder => drop(std::fs::read_dir(path).map_err(io)?),
-                Format::TfRecordGzip => drop(RecordReader::open(path, true).map_err(io)?),
-                _ => drop(std::fs::File::open(path).map_err(io)?),
-            }
+        let all = crate::paths::expand(&spec.paths)?;
+        for (path, format) in &all {
+            (format.info().probe)(path)?;
         }
-        let first = if files[0].1.is_tfrecord() {
-            first_example(&files, spec.skip_corrupt)?
-        } else if files[0].1 == Format::Csv {
-            first_row(&files)?
-        } else {
-            FirstLook::Arrays(arrays::open_shard(&files[0].0, files[0].1 == Format::Npz)?)
-        };
+        let first = first_look(&all, &options(&spec, Part::WHOLE, Vec::new(), Arc::default()))?;
         let missing = |what: &'static str, name: &str| DataError::MissingFeature {
-            path: first.path().to_path_buf(),
+            path: first.path.clone(),
             what,
             name: name.to_string(),
             available: first.available(),
@@ -326,16 +204,28 @@ impl Dataset {
             }
         }
         let label = label_kind(&first, &spec.label)?;
-        if let (Some(weight), FirstLook::Arrays(shard)) = (&spec.weight, &first) {
-            check_weight_array(shard.arrays.iter().find(|a| &a.name == weight).expect("checked"))?;
+        if let Some(column) = spec.weight.as_ref().and_then(|w| first.column(w)) {
+            check_weight_column(column)?;
         }
+        let format = all[0].1;
+        let (files, part) = match spec.shard {
+            Some(shard) => shard.select(&all),
+            None => (all, Part::WHOLE),
+        };
         let digest = digest(&spec, &files)?;
-        Ok(Dataset { inner: Arc::new(Inner { spec, files, first, label, digest }) })
+        Ok(Dataset { inner: Arc::new(Inner { spec, files, part, format, first, label, digest }) })
     }
 
-    /// The files, in the order read (sorted bytewise within a folder/glob), and their format.
+    /// The files, in the order read (sorted bytewise within a folder/glob),
+    /// and their format; with a shard, the files the shard reads (all of
+    /// them when each is split into parts, see [`Dataset::part`]).
     pub fn files(&self) -> &[(PathBuf, Format)] {
         &self.inner.files
+    }
+
+    /// Which part of each file is read, `(K, N)`: `(0, 1)` for all of it.
+    pub fn part(&self) -> (u64, u64) {
+        (self.inner.part.index, self.inner.part.count)
     }
 
     /// The spec the dataset was opened with.
@@ -343,7 +233,8 @@ impl Dataset {
         &self.inner.spec
     }
 
-    /// SHA-256 (hex) over the spec and each file's path, size and mtime, for journal keys.
+    /// SHA-256 (hex) over the spec (its shard included) and each file's
+    /// path, size and mtime, for journal keys.
     pub fn digest(&self) -> String {
         self.inner.digest.clone()
     }
@@ -354,12 +245,12 @@ impl Dataset {
     /// naming the input and the available features.
     pub fn reader(&self, signature: &SignatureInfo) -> Result<BatchReader, DataError> {
         let inner = &self.inner;
-        let path = inner.first.path().to_path_buf();
+        let path = inner.first.path.clone();
         let feature_name = |input: &str| -> String {
             inner.spec.renames.iter().find(|(i, _)| i == input).map_or(input.to_string(), |(_, f)| f.clone())
         };
         let raw = match signature.inputs.as_slice() {
-            [only] if only.dtype == DType::String && inner.files[0].1.is_tfrecord() => {
+            [only] if only.dtype == DType::String && inner.format.is_tfrecord() => {
                 !inner.first.has(&feature_name(&only.name))
             }
             _ => false,
@@ -378,7 +269,7 @@ impl Dataset {
                         available: inner.first.available(),
                     });
                 }
-                plans.push(InputPlan::new(spec, feature, &path, !inner.files[0].1.is_arrays())?);
+                plans.push(InputPlan::new(spec, feature, &path, !inner.format.is_columnar())?);
             }
             (Feeding::Features, plans)
         };
@@ -392,13 +283,15 @@ impl Dataset {
             produced: 0,
             example_index: 0,
             skipped: Arc::new(AtomicU64::new(0)),
-            record: Vec::new(),
-            example: Example::default(),
-            batch_bytes: 0,
         };
         let skipped = Arc::clone(&direct.skipped);
         Ok(BatchReader { feeding, skipped, mode: Mode::Direct(Box::new(direct), false) })
     }
+}
+
+/// How sources are opened for this spec.
+fn options(spec: &DataSpec, part: Part, columns: Vec<String>, skipped: Arc<AtomicU64>) -> Options {
+    Options { skip_corrupt: spec.skip_corrupt, skipped, columns, part }
 }
 
 fn digest(spec: &DataSpec, files: &[(PathBuf, Format)]) -> Result<String, DataError> {
@@ -414,57 +307,33 @@ fn digest(spec: &DataSpec, files: &[(PathBuf, Format)]) -> Result<String, DataEr
 
 /// An example's features, sorted by name: name, kind and value count.
 fn feature_list(example: &Example) -> Vec<(String, &'static str, usize)> {
-    let mut features: Vec<(String, &'static str, usize)> =
-        example.features.iter().flat_map(|f| f.feature.iter()).map(|(k, f)| (k.clone(), kind_of(f), f.len())).collect();
+    let mut features: Vec<(String, &'static str, usize)> = example
+        .features
+        .iter()
+        .flat_map(|f| f.feature.iter())
+        .map(|(k, f)| (k.clone(), f.kind_name(), f.len()))
+        .collect();
     features.sort();
     features
 }
 
-/// The first row of the first CSV file that has one, as an example.
-fn first_row(files: &[(PathBuf, Format)]) -> Result<FirstLook, DataError> {
-    for (path, _) in files {
-        let csv_error =
-            |(path, fault): (PathBuf, CsvFault)| DataError::Csv { path, line: fault.line, reason: fault.reason };
-        let mut reader = CsvReader::open(path).map_err(csv_error)?;
-        let mut example = Example::default();
-        if reader.next_row(&mut example).map_err(|f| csv_error((path.clone(), f)))?.is_some() {
-            return Ok(FirstLook::Example { path: path.clone(), features: feature_list(&example) });
-        }
-    }
-    Err(DataError::Empty { path: files[0].0.clone() })
-}
-
-/// The first example of the first file that has one.
-fn first_example(files: &[(PathBuf, Format)], skip_corrupt: bool) -> Result<FirstLook, DataError> {
-    let mut data = Vec::new();
+/// The first example of the first file that has one (row formats), or the
+/// first file's columns (columnar formats, whose files all show columns).
+fn first_look(files: &[(PathBuf, Format)], options: &Options) -> Result<FirstLook, DataError> {
     for (path, format) in files {
-        let gzip = *format == Format::TfRecordGzip;
-        let mut reader =
-            RecordReader::open(path, gzip).map_err(|source| DataError::Io { path: path.clone(), source })?;
-        loop {
-            match reader.next_record(&mut data) {
-                Ok(None) => break,
-                Ok(Some(offset)) => {
-                    let example = Example::decode(data.as_slice()).map_err(|source| DataError::NotAnExample {
-                        path: path.clone(),
-                        record: 0,
-                        offset,
-                        source,
-                    })?;
-                    return Ok(FirstLook::Example { path: path.clone(), features: feature_list(&example) });
-                }
-                Err((_, fault)) if skip_corrupt && fault.resumable() => {}
-                Err((_, _)) if skip_corrupt => break,
-                Err((offset, fault)) => return Err(DataError::Corrupt { path: path.clone(), offset, gzip, fault }),
-            }
-        }
+        let what = match (format.info().peek)(path, options)? {
+            None => continue,
+            Some(Look::Example(example)) => Seen::Features(feature_list(&example)),
+            Some(Look::Columns(columns)) => Seen::Columns(columns),
+        };
+        return Ok(FirstLook { path: path.clone(), what });
     }
     Err(DataError::Empty { path: files[0].0.clone() })
 }
 
 fn label_kind(first: &FirstLook, label: &str) -> Result<LabelKind, DataError> {
-    match first {
-        FirstLook::Example { path, features } => {
+    match &first.what {
+        Seen::Features(features) => {
             let (_, kind, len) = features.iter().find(|(n, ..)| n == label).expect("checked");
             let problem = match (*kind, *len) {
                 (_, 0) => "is empty",
@@ -474,264 +343,44 @@ fn label_kind(first: &FirstLook, label: &str) -> Result<LabelKind, DataError> {
                 _ => return Ok(LabelKind::Float),
             };
             Err(DataError::Example {
-                path: path.clone(),
+                path: first.path.clone(),
                 example: 0,
                 record: 0,
+                within: "this file".into(),
                 key: label.to_string(),
                 problem: format!("(the label) {problem}"),
             })
         }
-        FirstLook::Arrays(shard) => array_label_kind(shard.arrays.iter().find(|a| a.name == label).expect("checked")),
+        Seen::Columns(_) => column_label_kind(first.column(label).expect("checked")),
     }
 }
 
-/// The label kind of an array, checked for every shard: numbers, at least
+/// The label kind of a column, checked for every file: numbers, at least
 /// one per example.
-fn array_label_kind(array: &ArrayInfo) -> Result<LabelKind, DataError> {
-    if arrays::number(array.element, &[0; 8]).is_none() {
+fn column_label_kind(column: &ColumnInfo) -> Result<LabelKind, DataError> {
+    if element::number(column.element, &[0; 8]).is_none() {
         return Err(DataError::Array {
-            path: array.path.clone(),
-            reason: format!("labels are numbers, not {}", array.describe()),
+            path: column.path.clone(),
+            reason: format!("labels are numbers, not {}", column.describe),
         });
     }
-    Ok(match array.row_elements() {
-        0 => return Err(DataError::Array { path: array.path.clone(), reason: "labels have no values".into() }),
-        1 if arrays::is_integer(array.element) => LabelKind::Int,
+    Ok(match column.row_elements() {
+        0 => return Err(DataError::Array { path: column.path.clone(), reason: "labels have no values".into() }),
+        1 if element::is_integer(column.element) => LabelKind::Int,
         1 => LabelKind::Float,
         n => LabelKind::Matrix(n as usize),
     })
 }
 
-/// Weights are one number per example, in every shard.
-fn check_weight_array(array: &ArrayInfo) -> Result<(), DataError> {
-    if array.row_elements() != 1 || arrays::number(array.element, &[0; 8]).is_none() {
+/// Weights are one number per example, in every file.
+fn check_weight_column(column: &ColumnInfo) -> Result<(), DataError> {
+    if column.row_elements() != 1 || element::number(column.element, &[0; 8]).is_none() {
         return Err(DataError::Array {
-            path: array.path.clone(),
-            reason: format!("weights must be one number per example, not {}", array.describe()),
+            path: column.path.clone(),
+            reason: format!("weights must be one number per example, not {}", column.describe),
         });
     }
     Ok(())
-}
-
-/// How one signature input is built.
-#[derive(Debug, Clone)]
-struct InputPlan {
-    input: String,
-    source: String,
-    dtype: DType,
-    /// The signature's dims after the batch dim; `None` for unknown rank.
-    dims: Option<Vec<Option<u64>>>,
-    /// The dims and values per example, fixed by the first example seen.
-    resolved: Option<(Vec<u64>, usize)>,
-}
-
-impl InputPlan {
-    fn new(spec: &TensorSpec, source: String, path: &Path, examples: bool) -> Result<InputPlan, DataError> {
-        let dims = match &spec.shape {
-            None => None,
-            Some(dims) if dims.is_empty() => {
-                return Err(DataError::Unsupported {
-                    path: path.to_path_buf(),
-                    reason: format!("signature input {} is a scalar: it has no batch dimension", spec.describe()),
-                })
-            }
-            Some(dims) => {
-                let tail = dims[1..].to_vec();
-                if examples && tail.iter().filter(|d| d.is_none()).count() > 1 {
-                    return Err(DataError::Unsupported {
-                        path: path.to_path_buf(),
-                        reason: format!(
-                            "signature input {} has more than one unknown dimension besides the batch: features \
-                             cannot be shaped for it",
-                            spec.describe()
-                        ),
-                    });
-                }
-                Some(tail)
-            }
-        };
-        Ok(InputPlan { input: spec.name.clone(), source, dtype: spec.dtype, dims, resolved: None })
-    }
-
-    fn shape_text(&self) -> String {
-        match &self.dims {
-            None => "<unknown rank>".into(),
-            Some(d) => {
-                let all: Vec<String> = std::iter::once("?".to_string())
-                    .chain(d.iter().map(|d| d.map_or("?".into(), |n| n.to_string())))
-                    .collect();
-                format!("[{}]", all.join(", "))
-            }
-        }
-    }
-
-    /// Fixes the per-example dims from a first count (and an array's own dims).
-    fn resolve(&mut self, count: usize, own: Option<&[u64]>) -> Result<usize, String> {
-        if let Some((_, n)) = &self.resolved {
-            return if *n == count {
-                Ok(*n)
-            } else {
-                Err(format!("has {count} values, expected {n} (input '{}' shape {})", self.input, self.shape_text()))
-            };
-        }
-        let tail: Vec<u64> = match (&self.dims, own) {
-            (None, Some(own)) => own.to_vec(),
-            (None, None) if count == 1 => Vec::new(),
-            (None, None) => vec![count as u64],
-            (Some(dims), Some(own))
-                if own.len() == dims.len() && dims.iter().zip(own).all(|(d, o)| d.is_none_or(|d| d == *o)) =>
-            {
-                own.to_vec()
-            }
-            (Some(dims), _) => {
-                let known: u64 = dims.iter().flatten().product();
-                let unknown = dims.iter().filter(|d| d.is_none()).count();
-                let fits = match unknown {
-                    0 => known == count as u64,
-                    1 => (count as u64).checked_rem(known) == Some(0),
-                    _ => false,
-                };
-                if !fits {
-                    return Err(format!(
-                        "has {count} values per example, which input '{}' of shape {} cannot take",
-                        self.input,
-                        self.shape_text()
-                    ));
-                }
-                dims.iter().map(|d| d.unwrap_or_else(|| count as u64 / known)).collect()
-            }
-        };
-        self.resolved = Some((tail, count));
-        Ok(count)
-    }
-
-    fn tensor(&self, rows: usize, column: Column) -> Tensor {
-        let mut shape = vec![rows as u64];
-        if let Some((tail, _)) = &self.resolved {
-            shape.extend_from_slice(tail);
-        } else if let Some(dims) = &self.dims {
-            // No row seen (an empty batch cannot happen); unknown dims as 0.
-            shape.extend(dims.iter().map(|d| d.unwrap_or(0)));
-        }
-        match column {
-            Column::Dense(bytes) => Tensor::dense(self.dtype, shape, bytes),
-            Column::Strings(strings) => Tensor { dtype: DType::String, shape, data: TensorData::Strings(strings) },
-        }
-    }
-}
-
-fn is_float(dtype: DType) -> bool {
-    matches!(dtype, DType::Float32 | DType::Float64 | DType::Float16 | DType::BFloat16)
-}
-
-/// Appends one number in `dtype`'s layout; errors say what does not fit.
-fn put_number(dtype: DType, value: Number, out: &mut Vec<u8>) -> Result<(), String> {
-    let out_of_range = || format!("value {} is out of range for {dtype}", value.as_f64());
-    let int = || match value {
-        Number::Int(i) => Ok(i),
-        Number::BigUnsigned(_) => Err(out_of_range()),
-        Number::Float(f) => Err(format!("float value {f} cannot feed a {dtype} input")),
-    };
-    match dtype {
-        DType::Float32 => out.extend_from_slice(&(value.as_f64() as f32).to_le_bytes()),
-        DType::Float64 => out.extend_from_slice(&value.as_f64().to_le_bytes()),
-        DType::Float16 => out.extend_from_slice(&half::f16::from_f64(value.as_f64()).to_le_bytes()),
-        DType::BFloat16 => out.extend_from_slice(&half::bf16::from_f64(value.as_f64()).to_le_bytes()),
-        DType::Bool => out.push(u8::from(int()? != 0)),
-        DType::Int8 => out.extend_from_slice(&i8::try_from(int()?).map_err(|_| out_of_range())?.to_le_bytes()),
-        DType::Int16 => out.extend_from_slice(&i16::try_from(int()?).map_err(|_| out_of_range())?.to_le_bytes()),
-        DType::Int32 => out.extend_from_slice(&i32::try_from(int()?).map_err(|_| out_of_range())?.to_le_bytes()),
-        DType::Int64 => out.extend_from_slice(&int()?.to_le_bytes()),
-        DType::UInt8 => out.extend_from_slice(&u8::try_from(int()?).map_err(|_| out_of_range())?.to_le_bytes()),
-        DType::UInt16 => out.extend_from_slice(&u16::try_from(int()?).map_err(|_| out_of_range())?.to_le_bytes()),
-        DType::UInt32 => out.extend_from_slice(&u32::try_from(int()?).map_err(|_| out_of_range())?.to_le_bytes()),
-        DType::UInt64 => match value {
-            Number::BigUnsigned(u) => out.extend_from_slice(&u.to_le_bytes()),
-            _ => out.extend_from_slice(&u64::try_from(int()?).map_err(|_| out_of_range())?.to_le_bytes()),
-        },
-        DType::String => return Err("a number cannot feed a string input".into()),
-    }
-    Ok(())
-}
-
-/// A column being filled.
-#[derive(Debug)]
-enum Column {
-    Dense(Vec<u8>),
-    Strings(Vec<ByteBuf>),
-}
-
-/// Labels (and weights, slices) being filled.
-#[derive(Debug)]
-struct TargetsOut {
-    labels: Labels,
-    weights: Option<Vec<f64>>,
-    slices: Vec<Vec<String>>,
-}
-
-/// One batch: what the worker gets and what stays in the supervisor.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Batch {
-    /// Signature input name -> dense tensor with the signature's dtype, shape `[rows, ...]`.
-    pub inputs: Vec<(String, Tensor)>,
-    /// Labels, weights and slice values: these stay in the supervisor.
-    pub targets: Targets,
-}
-
-/// What a batch is scored against.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Targets {
-    pub rows: usize,
-    pub labels: Labels,
-    pub weights: Option<Vec<f64>>,
-    /// Per `--slice` feature: each row's value as text.
-    pub slices: Vec<(String, Vec<String>)>,
-}
-
-/// A batch's labels.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Labels {
-    Int(Vec<i64>),
-    Float(Vec<f64>),
-    /// One-hot or multi-value labels, row-major.
-    Matrix {
-        columns: usize,
-        values: Vec<f64>,
-    },
-}
-
-impl Labels {
-    fn empty(kind: LabelKind, rows: usize) -> Labels {
-        match kind {
-            LabelKind::Int => Labels::Int(Vec::with_capacity(rows)),
-            LabelKind::Float => Labels::Float(Vec::with_capacity(rows)),
-            LabelKind::Matrix(columns) => Labels::Matrix {
-                columns,
-                values: Vec::with_capacity(rows.saturating_mul(columns).min(PREALLOCATE_BYTES / 8)),
-            },
-        }
-    }
-
-    /// Rows held.
-    pub fn len(&self) -> usize {
-        match self {
-            Labels::Int(v) => v.len(),
-            Labels::Float(v) => v.len(),
-            Labels::Matrix { columns, values } => values.len() / (*columns).max(1),
-        }
-    }
-
-    /// Whether no rows are held.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-}
-
-/// Where rows come from now.
-enum Source {
-    Records { reader: RecordReader, record: u64 },
-    Csv { reader: CsvReader, row: u64 },
-    Arrays { streams: Vec<ArrayStream>, remaining: u64 },
 }
 
 /// The reader itself, on the caller's thread or the prefetch thread.
@@ -742,14 +391,10 @@ struct Direct {
     next_file: usize,
     /// `next_file`, shared with the reader's owner while prefetching.
     reading: Arc<AtomicUsize>,
-    source: Option<Source>,
+    source: Option<Box<dyn Source>>,
     produced: u64,
     example_index: u64,
     skipped: Arc<AtomicU64>,
-    record: Vec<u8>,
-    example: Example,
-    /// Serialized record bytes in the batch being filled.
-    batch_bytes: u64,
 }
 
 enum Mode {
@@ -915,32 +560,51 @@ impl Direct {
                 .collect(),
         };
         let mut targets = TargetsOut {
-            labels: Labels::empty(self.data.label, want),
+            labels: Labels::empty(data.label, want),
             weights: spec.weight.as_ref().map(|_| Vec::with_capacity(want)),
             slices: spec.slices.iter().map(|_| Vec::with_capacity(want)).collect(),
         };
-        self.batch_bytes = 0;
+        let roles = Roles { label: &spec.label, weight: spec.weight.as_deref(), slices: &spec.slices };
+        let raw_feeding = matches!(self.feeding, Feeding::RawRecords { .. });
+        // Serialized record bytes in the batch being filled.
+        let mut batch_bytes = 0u64;
         let mut rows = 0;
         while rows < want {
             if self.source.is_none() && !self.open_next()? {
                 break;
             }
-            match self.source.as_mut().expect("opened") {
-                Source::Records { .. } | Source::Csv { .. } => {
-                    if !self.read_record(&mut columns, &mut targets)? {
-                        self.source = None;
-                        continue;
+            let path = data.files[self.next_file - 1].0.as_path();
+            let source = self.source.as_mut().expect("opened");
+            let within = source.within().to_string();
+            match source.next_piece(want - rows)? {
+                None => {
+                    self.source = None;
+                }
+                Some(Piece::Example { example, record, raw }) => {
+                    if let Some(raw) = raw {
+                        batch_bytes += raw.bytes.len() as u64;
+                        if batch_bytes > MAX_BATCH_BYTES {
+                            return Err(DataError::Unsupported {
+                                path: path.to_path_buf(),
+                                reason: format!(
+                                    "record {record} at byte offset {} brings this batch's records to {batch_bytes} \
+                                     bytes, more than the {MAX_BATCH_BYTES} a batch may hold; use a smaller \
+                                     --batch-size",
+                                    raw.offset
+                                ),
+                            });
+                        }
                     }
+                    let place = ExamplePlace { path, example: self.example_index, record, within: &within };
+                    self.example_index += 1;
+                    let raw = if raw_feeding { Some(raw.map_or(&[][..], |r| r.bytes)) } else { None };
+                    add_example(&mut self.inputs, example, raw, &place, roles, &mut columns, &mut targets)?;
                     rows += 1;
                 }
-                Source::Arrays { remaining, .. } => {
-                    let take = (*remaining).min((want - rows) as u64) as usize;
-                    if take == 0 {
-                        self.source = None;
-                        continue;
-                    }
-                    self.read_arrays(take, &mut columns, &mut targets)?;
-                    rows += take;
+                Some(Piece::Columns { rows: taken, columns: chunks }) => {
+                    add_columns(&mut self.inputs, taken, chunks, &mut columns, &mut targets)?;
+                    self.example_index += taken as u64;
+                    rows += taken;
                 }
             }
         }
@@ -968,384 +632,45 @@ impl Direct {
         Ok(Some(Batch { inputs, targets: Targets { rows, labels: targets.labels, weights: targets.weights, slices } }))
     }
 
-    /// Opens the next file; false when there is none.
+    /// Opens the next file's source; false when there is none. A columnar
+    /// file's columns are checked as the first file's were: a later file's
+    /// string label or empty weight is its error, not a panic.
     fn open_next(&mut self) -> Result<bool, DataError> {
         let Some((path, format)) = self.data.files.get(self.next_file).cloned() else { return Ok(false) };
         self.next_file += 1;
         self.reading.store(self.next_file, Ordering::Relaxed);
-        self.source = Some(if format == Format::Csv {
-            let reader = CsvReader::open(&path).map_err(|(path, fault)| DataError::Csv {
-                path,
-                line: fault.line,
-                reason: fault.reason,
-            })?;
-            Source::Csv { reader, row: 0 }
-        } else if format.is_tfrecord() {
-            let reader = RecordReader::open(&path, format == Format::TfRecordGzip)
-                .map_err(|source| DataError::Io { path: path.clone(), source })?;
-            Source::Records { reader, record: 0 }
-        } else {
-            let shard = arrays::open_shard(&path, format == Format::Npz)?;
-            let find = |name: &str| -> Result<&ArrayInfo, DataError> {
-                shard.arrays.iter().find(|a| a.name == name).ok_or_else(|| DataError::MissingInput {
-                    path: path.clone(),
-                    input: name.to_string(),
-                    feature: name.to_string(),
-                    available: shard.arrays.iter().map(|a| a.name.clone()).collect::<Vec<_>>().join(", "),
-                })
-            };
-            let spec = &self.data.spec;
-            let names = self
-                .inputs
-                .iter()
-                .map(|p| p.source.as_str())
-                .chain(std::iter::once(spec.label.as_str()))
-                .chain(spec.weight.as_deref())
-                .chain(spec.slices.iter().map(String::as_str));
-            // Every shard is checked as the first was: a later shard's
-            // string label or empty weight is its error, not a panic.
-            array_label_kind(find(&spec.label)?)?;
-            if let Some(weight) = &spec.weight {
-                check_weight_array(find(weight)?)?;
-            }
-            let mut streams = Vec::new();
-            for name in names {
-                streams.push(ArrayStream::open(&shard, find(name)?)?);
-            }
-            check_batch_cost(&self.inputs, &streams, spec)?;
-            Source::Arrays { streams, remaining: shard.rows }
-        });
-        Ok(true)
-    }
-
-    /// Reads one record (or CSV row) into the batch; false at the end of the file.
-    fn read_record(&mut self, columns: &mut [Column], targets: &mut TargetsOut) -> Result<bool, DataError> {
-        let data = Arc::clone(&self.data);
-        let path = data.files[self.next_file - 1].0.as_path();
-        let index = match self.source.as_mut() {
-            Some(Source::Csv { reader, row }) => {
-                let line = reader.next_row(&mut self.example).map_err(|fault| DataError::Csv {
-                    path: path.to_path_buf(),
-                    line: fault.line,
-                    reason: fault.reason,
-                })?;
-                if line.is_none() {
-                    return Ok(false);
-                }
-                *row += 1;
-                *row - 1
-            }
-            Some(Source::Records { reader, record }) => {
-                let offset = loop {
-                    match reader.next_record(&mut self.record) {
-                        Ok(None) => return Ok(false),
-                        Ok(Some(offset)) => break offset,
-                        Err((_, fault)) if data.spec.skip_corrupt => {
-                            self.skipped.fetch_add(1, Ordering::Relaxed);
-                            if !fault.resumable() {
-                                return Ok(false);
-                            }
-                            *record += 1;
-                        }
-                        Err((offset, fault)) => {
-                            return Err(DataError::Corrupt {
-                                path: path.to_path_buf(),
-                                offset,
-                                gzip: reader.gzip(),
-                                fault,
-                            })
-                        }
-                    }
-                };
-                let index = *record;
-                *record += 1;
-                self.batch_bytes += self.record.len() as u64;
-                if self.batch_bytes > MAX_BATCH_BYTES {
-                    return Err(DataError::Unsupported {
-                        path: path.to_path_buf(),
-                        reason: format!(
-                            "record {index} at byte offset {offset} brings this batch's records to {} bytes, more \
-                             than the {MAX_BATCH_BYTES} a batch may hold; use a smaller --batch-size",
-                            self.batch_bytes
-                        ),
-                    });
-                }
-                self.example.clear();
-                self.example.merge(self.record.as_slice()).map_err(|source| DataError::NotAnExample {
-                    path: path.to_path_buf(),
-                    record: index,
-                    offset,
-                    source,
-                })?;
-                index
-            }
-            _ => unreachable!("examples"),
-        };
-        let example_index = self.example_index;
-        self.example_index += 1;
-        let error = |key: &str, problem: String| DataError::Example {
-            path: path.to_path_buf(),
-            example: example_index,
-            record: index,
-            key: key.to_string(),
-            problem,
-        };
-        let features = self.example.features.as_ref().map(|f| &f.feature);
-        let get = |key: &str| features.and_then(|f| f.get(key));
-        match &self.feeding {
-            Feeding::RawRecords { .. } => {
-                let Column::Strings(strings) = &mut columns[0] else { unreachable!("strings") };
-                strings.push(ByteBuf::from(self.record.clone()));
-            }
-            Feeding::Features => {
-                for (plan, column) in self.inputs.iter_mut().zip(columns.iter_mut()) {
-                    let feature = get(&plan.source).ok_or_else(|| error(&plan.source, "is missing".into()))?;
-                    plan.resolve(feature.len(), None).map_err(|p| error(&plan.source, p))?;
-                    push_feature(plan.dtype, feature, column).map_err(|p| error(&plan.source, p))?;
-                }
-            }
-        }
         let spec = &self.data.spec;
-        let label = get(&spec.label).ok_or_else(|| error(&spec.label, "(the label) is missing".into()))?;
-        push_label(&mut targets.labels, label).map_err(|p| error(&spec.label, format!("(the label) {p}")))?;
-        if let (Some(key), Some(weights)) = (&spec.weight, targets.weights.as_mut()) {
-            let feature = get(key).ok_or_else(|| error(key, "(the weight) is missing".into()))?;
-            let value = match &feature.kind {
-                Some(Kind::FloatList(l)) if l.value.len() == 1 => f64::from(l.value[0]),
-                Some(Kind::Int64List(l)) if l.value.len() == 1 => l.value[0] as f64,
-                _ => {
-                    return Err(error(
-                        key,
-                        format!(
-                            "(the weight) is {} of {} values; weights are one number",
-                            feature.kind_name(),
-                            feature.len()
-                        ),
-                    ))
-                }
-            };
-            weights.push(value);
+        let columns: Vec<String> = self
+            .inputs
+            .iter()
+            .map(|p| p.source.clone())
+            .chain(std::iter::once(spec.label.clone()))
+            .chain(spec.weight.clone())
+            .chain(spec.slices.iter().cloned())
+            .collect();
+        let options = options(spec, self.data.part, columns, Arc::clone(&self.skipped));
+        let source = (format.info().open)(&path, &options)?;
+        let infos = source.columns();
+        if !infos.is_empty() {
+            let label = &infos[self.inputs.len()];
+            column_label_kind(label)?;
+            if spec.weight.is_some() {
+                check_weight_column(&infos[self.inputs.len() + 1])?;
+            }
+            let rows = spec.limit.unwrap_or(u64::MAX).min(spec.batch_size as u64).max(1);
+            check_batch_cost(&self.inputs, infos, spec.weight.is_some(), rows)?;
         }
-        for (key, values) in spec.slices.iter().zip(targets.slices.iter_mut()) {
-            values.push(get(key).map_or_else(|| MISSING_SLICE.to_string(), slice_text));
-        }
+        self.source = Some(source);
         Ok(true)
     }
-
-    /// Reads `take` rows of every array into the batch.
-    fn read_arrays(&mut self, take: usize, columns: &mut [Column], targets: &mut TargetsOut) -> Result<(), DataError> {
-        let Some(Source::Arrays { streams, remaining }) = self.source.as_mut() else { unreachable!("arrays") };
-        *remaining -= take as u64;
-        let mut streams = streams.iter_mut();
-        for (plan, column) in self.inputs.iter_mut().zip(columns.iter_mut()) {
-            let stream = streams.next().expect("one per input");
-            let info = stream.info.clone();
-            let fail = |reason: String| DataError::Array { path: info.path.clone(), reason };
-            plan.resolve(info.row_elements() as usize, Some(&info.shape[1..])).map_err(fail)?;
-            let bytes = stream.read_rows(take)?;
-            push_array(plan.dtype, info.element, bytes, column).map_err(|r| DataError::Array {
-                path: info.path.clone(),
-                reason: format!("cannot feed input '{}' ({}): {r}", plan.input, plan.dtype),
-            })?;
-        }
-        let label = streams.next().expect("label");
-        let element = label.info.element;
-        let size = element.item_size();
-        let path = label.info.path.clone();
-        let row_elements = label.info.row_elements() as usize;
-        let bytes = label.read_rows(take)?;
-        let expected = match &targets.labels {
-            Labels::Matrix { columns, .. } => *columns,
-            _ => 1,
-        };
-        if row_elements != expected {
-            return Err(DataError::Array {
-                path,
-                reason: format!("labels have {row_elements} values per example here, {expected} in the first shard"),
-            });
-        }
-        for chunk in bytes.chunks_exact(size) {
-            let Some(value) = arrays::number(element, chunk) else {
-                return Err(DataError::Array { path, reason: "labels are numbers, not strings".into() });
-            };
-            match (&mut targets.labels, value) {
-                (Labels::Int(v), Number::Int(i)) => v.push(i),
-                (Labels::Float(v), n) => v.push(n.as_f64()),
-                (Labels::Matrix { values, .. }, n) => values.push(n.as_f64()),
-                (Labels::Int(_), n) => {
-                    return Err(DataError::Array {
-                        path,
-                        reason: format!("label {} is not an integer like the first shard's labels", n.as_f64()),
-                    })
-                }
-            }
-        }
-        if let Some(weights) = targets.weights.as_mut() {
-            let stream = streams.next().expect("weight");
-            let element = stream.info.element;
-            let bytes = stream.read_rows(take)?;
-            for chunk in bytes.chunks_exact(element.item_size()) {
-                weights.push(arrays::number(element, chunk).map_or(f64::NAN, Number::as_f64));
-            }
-        }
-        for values in targets.slices.iter_mut() {
-            let stream = streams.next().expect("slice");
-            let info = stream.info.clone();
-            let per_row = info.row_elements() as usize * info.element.item_size();
-            let bytes = stream.read_rows(take)?;
-            if per_row == 0 {
-                values.extend(std::iter::repeat_n(String::new(), take));
-                continue;
-            }
-            for row in bytes.chunks_exact(per_row) {
-                let texts: Vec<String> =
-                    row.chunks_exact(info.element.item_size()).map(|e| element_text(info.element, e)).collect();
-                values.push(texts.join(","));
-            }
-        }
-        Ok(())
-    }
-}
-
-/// Refuses a shard whose batches would take more than [`MAX_BATCH_BYTES`]:
-/// each row's bytes as read and as kept (converted inputs, strings with
-/// their allocation, labels as f64, slice values as text), from the headers,
-/// before any row is read. `streams` are the inputs', then the label's,
-/// the weight's and the slices', as `open_next` opens them.
-fn check_batch_cost(inputs: &[InputPlan], streams: &[ArrayStream], spec: &DataSpec) -> Result<(), DataError> {
-    const STRING: u64 = std::mem::size_of::<ByteBuf>() as u64;
-    const TEXT: u64 = std::mem::size_of::<String>() as u64;
-    let mut costs = Vec::with_capacity(streams.len());
-    for (i, stream) in streams.iter().enumerate() {
-        let elements = stream.info.row_elements();
-        let item = stream.info.element.item_size() as u64;
-        let kept = match inputs.get(i) {
-            Some(plan) if plan.dtype == DType::String => elements.saturating_mul(STRING + item),
-            Some(plan) => elements.saturating_mul(plan.dtype.element_size().unwrap_or(1) as u64),
-            // The label (f64s), the weight (one f64).
-            None if i == inputs.len() || (i == inputs.len() + 1 && spec.weight.is_some()) => elements.saturating_mul(8),
-            // A slice: one text per row, made of one text per element (a number is at most 24 characters).
-            None => elements.saturating_mul(TEXT + item.max(24) + 1).saturating_add(TEXT),
-        };
-        costs.push((stream.row_bytes() as u64).saturating_add(kept));
-    }
-    let row: u64 = costs.iter().fold(0, |a, b| a.saturating_add(*b));
-    let rows = spec.limit.unwrap_or(u64::MAX).min(spec.batch_size as u64).max(1);
-    let batch = row.saturating_mul(rows);
-    if batch <= MAX_BATCH_BYTES {
-        return Ok(());
-    }
-    let (largest, cost) = streams.iter().zip(&costs).max_by_key(|(_, c)| **c).expect("a batch has arrays");
-    Err(DataError::Array {
-        path: largest.info.path.clone(),
-        reason: format!(
-            "a batch of {rows} examples would take about {batch} bytes ({row} an example, {cost} of them for this \
-             {}), more than the {MAX_BATCH_BYTES} a batch may hold; use a smaller --batch-size",
-            largest.info.describe()
-        ),
-    })
-}
-
-fn element_text(element: Element, bytes: &[u8]) -> String {
-    match arrays::number(element, bytes) {
-        Some(Number::Int(i)) => i.to_string(),
-        Some(Number::BigUnsigned(u)) => u.to_string(),
-        Some(Number::Float(f)) => match element {
-            Element::Dense(DType::Float64, _) => f.to_string(),
-            _ => (f as f32).to_string(),
-        },
-        None => String::from_utf8_lossy(&arrays::string(element, bytes).unwrap_or_default()).into_owned(),
-    }
-}
-
-fn slice_text(feature: &Feature) -> String {
-    match &feature.kind {
-        Some(Kind::Int64List(l)) => l.value.iter().map(i64::to_string).collect::<Vec<_>>().join(","),
-        Some(Kind::FloatList(l)) => l.value.iter().map(f32::to_string).collect::<Vec<_>>().join(","),
-        Some(Kind::BytesList(l)) => l.value.iter().map(|b| String::from_utf8_lossy(b)).collect::<Vec<_>>().join(","),
-        None => String::new(),
-    }
-}
-
-fn push_feature(dtype: DType, feature: &Feature, column: &mut Column) -> Result<(), String> {
-    let wrong_kind = |expected: &str| format!("is {}, expected {expected} for a {dtype} input", feature.kind_name());
-    match (column, &feature.kind) {
-        (Column::Strings(strings), Some(Kind::BytesList(l))) => {
-            strings.extend(l.value.iter().map(|b| ByteBuf::from(b.clone())));
-        }
-        (Column::Strings(_), _) => return Err(wrong_kind("bytes_list")),
-        (Column::Dense(out), Some(Kind::FloatList(l))) if is_float(dtype) => {
-            if dtype == DType::Float32 {
-                for v in &l.value {
-                    out.extend_from_slice(&v.to_le_bytes());
-                }
-            } else {
-                for v in &l.value {
-                    put_number(dtype, Number::Float(f64::from(*v)), out)?;
-                }
-            }
-        }
-        (Column::Dense(out), Some(Kind::Int64List(l))) => {
-            for v in &l.value {
-                put_number(dtype, Number::Int(*v), out)?;
-            }
-        }
-        (Column::Dense(_), _) if is_float(dtype) => return Err(wrong_kind("float_list or int64_list")),
-        (Column::Dense(_), _) => return Err(wrong_kind("int64_list")),
-    }
-    Ok(())
-}
-
-fn push_label(labels: &mut Labels, feature: &Feature) -> Result<(), String> {
-    let wrong =
-        |expected: String| format!("is {} of {} values, expected {expected}", feature.kind_name(), feature.len());
-    match (labels, &feature.kind) {
-        (Labels::Int(v), Some(Kind::Int64List(l))) if l.value.len() == 1 => v.push(l.value[0]),
-        (Labels::Int(_), _) => return Err(wrong("int64_list of 1 value (as in the first example)".into())),
-        (Labels::Float(v), Some(Kind::FloatList(l))) if l.value.len() == 1 => v.push(f64::from(l.value[0])),
-        (Labels::Float(_), _) => return Err(wrong("float_list of 1 value (as in the first example)".into())),
-        (Labels::Matrix { columns, values }, Some(Kind::FloatList(l))) if l.value.len() == *columns => {
-            values.extend(l.value.iter().map(|v| f64::from(*v)));
-        }
-        (Labels::Matrix { columns, values }, Some(Kind::Int64List(l))) if l.value.len() == *columns => {
-            values.extend(l.value.iter().map(|v| *v as f64));
-        }
-        (Labels::Matrix { columns, .. }, _) => {
-            return Err(wrong(format!("{columns} numbers (as in the first example)")))
-        }
-    }
-    Ok(())
-}
-
-fn push_array(dtype: DType, element: Element, bytes: &[u8], column: &mut Column) -> Result<(), String> {
-    let size = element.item_size();
-    match column {
-        Column::Strings(strings) => {
-            if size == 0 {
-                return Ok(());
-            }
-            for chunk in bytes.chunks_exact(size) {
-                let s = arrays::string(element, chunk).ok_or("a numeric array cannot feed a string input")?;
-                strings.push(ByteBuf::from(s));
-            }
-        }
-        Column::Dense(out) => {
-            if element == Element::Dense(dtype, false) && dtype != DType::Bool {
-                out.extend_from_slice(bytes);
-                return Ok(());
-            }
-            for chunk in bytes.chunks_exact(size.max(1)) {
-                let value = arrays::number(element, chunk).ok_or("a string array cannot feed a numeric input")?;
-                put_number(dtype, value, out)?;
-            }
-        }
-    }
-    Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::example::Feature;
+    use isorun_protocol::TensorSpec;
+    use std::path::Path;
 
     /// A dataset of one TFRecord file of `n` examples, and its signature.
     fn tfrecord_dataset(dir: &Path, n: i64) -> (Dataset, SignatureInfo) {
@@ -1356,7 +681,7 @@ mod tests {
                 ("x".to_string(), Feature::floats(vec![i as f32])),
                 ("label".to_string(), Feature::ints(vec![i % 2])),
             ]);
-            crate::tfrecord::write_record(&mut bytes, &example.encode_to_vec());
+            crate::tfrecord::write_record(&mut bytes, &prost::Message::encode_to_vec(&example));
         }
         std::fs::write(&path, bytes).unwrap();
         let spec = DataSpec {
@@ -1368,6 +693,7 @@ mod tests {
             limit: None,
             batch_size: 2,
             skip_corrupt: false,
+            shard: None,
         };
         let signature = SignatureInfo {
             key: "serving_default".into(),
@@ -1382,7 +708,8 @@ mod tests {
         let mut reader = dataset.reader(signature).unwrap();
         let Mode::Direct(direct, _) = &mut reader.mode else { unreachable!("direct") };
         let path = &dataset.files()[0].0;
-        direct.source = Some(Source::Records { reader: RecordReader::open(path, false).unwrap(), record: 0 });
+        let options = options(dataset.spec(), Part::WHOLE, Vec::new(), Arc::default());
+        direct.source = Some((Format::TfRecord.info().open)(path, &options).unwrap());
         reader
     }
 

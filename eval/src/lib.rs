@@ -7,23 +7,34 @@
 //!   makes a [`BatchReader`] for one model's signature: inputs for the
 //!   worker, [`Targets`] (labels, weights, slices) for the supervisor.
 //! - [`Evaluator`] keeps metric state (never predictions) batch by batch and
-//!   gives an [`Evaluation`].
+//!   gives an [`Evaluation`]; its [`MetricState`] merges with the states of
+//!   other parts of the data (`--data-shard`) into the metrics of all of it.
 //! - [`check`] compares an evaluation with [`Bound`]s and [`MaxDrop`]s
 //!   against a baseline.
 //!
 //! Memory does not grow with the dataset: records and rows are streamed,
 //! and ranking metrics (AUC) keep counts per distinct score, capped.
 
-mod arrays;
-mod csv;
+mod batch;
 mod curve;
 pub mod data;
+mod element;
+pub mod error;
+mod exact;
 pub mod example;
+pub mod format;
 pub mod metrics;
 mod paths;
+pub mod shard;
+mod source;
+pub mod state;
+mod task;
 pub mod tfrecord;
 pub mod thresholds;
 
-pub use data::{Batch, BatchReader, DataError, DataSpec, Dataset, Feeding, Format, Labels, Targets, MISSING_SLICE};
+pub use data::{
+    Batch, BatchReader, DataError, DataShard, DataSpec, Dataset, Feeding, Format, Labels, Targets, MISSING_SLICE,
+};
 pub use metrics::{EvalError, Evaluation, Evaluator, Metric, MetricsSpec, Task};
+pub use state::{MergeError, MetricState, StateError};
 pub use thresholds::{check, Bound, BoundOp, Breach, MaxDrop};

@@ -50,160 +50,14 @@
 //!   A metric that cannot be computed (AUC with one class only) is NaN,
 //!   written as `null` in JSON.
 
-use crate::curve::Curve;
 use crate::data::{Labels, Targets};
+use crate::state::{metric_values, MetricState, Row, State};
+pub use crate::state::{
+    AUC_BUCKETS, AUC_EXACT_CAP, MAX_CONFUSION_CLASSES, MAX_SLICE_VALUES, OTHER_SLICE, SLICE_AUC_CAP,
+};
+pub use crate::task::{Metric, Task};
 use isorun_protocol::{DType, SignatureInfo, Tensor, TensorData};
-use std::collections::{BTreeMap, HashMap};
-
-/// The slice value that collects values past [`MAX_SLICE_VALUES`].
-pub const OTHER_SLICE: &str = "__other__";
-/// Distinct values kept per slice feature.
-pub const MAX_SLICE_VALUES: usize = 1000;
-/// Distinct scores kept exactly, over all classes, before AUC is bucketed.
-pub const AUC_EXACT_CAP: usize = 1 << 18;
-/// Buckets of a bucketed AUC.
-pub const AUC_BUCKETS: usize = 1 << 16;
-/// Distinct scores (and then buckets) per slice value.
-pub const SLICE_AUC_CAP: usize = 1 << 10;
-/// The most classes a confusion matrix is kept for (classes² counts).
-pub const MAX_CONFUSION_CLASSES: usize = 1000;
-
-/// A metric name of the fixed vocabulary.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Metric {
-    Accuracy,
-    TopKAccuracy,
-    Auc,
-    PrAuc,
-    LogLoss,
-    Precision,
-    Recall,
-    F1,
-    Mse,
-    Mae,
-    Rmse,
-    MeanPrediction,
-    MeanLabel,
-    /// mean_prediction / mean_label.
-    Calibration,
-    /// Coefficient of determination.
-    R2,
-}
-
-impl Metric {
-    /// Every metric, in the vocabulary's order.
-    pub const ALL: [Metric; 15] = [
-        Metric::Accuracy,
-        Metric::TopKAccuracy,
-        Metric::Auc,
-        Metric::PrAuc,
-        Metric::LogLoss,
-        Metric::Precision,
-        Metric::Recall,
-        Metric::F1,
-        Metric::Mse,
-        Metric::Mae,
-        Metric::Rmse,
-        Metric::MeanPrediction,
-        Metric::MeanLabel,
-        Metric::Calibration,
-        Metric::R2,
-    ];
-
-    /// Common other names of metrics (Keras's and scikit-learn's), taken as the metric.
-    pub const ALIASES: [(&'static str, Metric); 6] = [
-        ("acc", Metric::Accuracy),
-        ("roc_auc", Metric::Auc),
-        ("logloss", Metric::LogLoss),
-        ("cross_entropy", Metric::LogLoss),
-        ("mean_squared_error", Metric::Mse),
-        ("mean_absolute_error", Metric::Mae),
-    ];
-
-    /// The metric of a name (or of an alias: `acc`, `roc_auc`, `logloss`);
-    /// an unknown name's error lists the vocabulary
-    /// and the closest name.
-    pub fn parse(name: &str) -> Result<Metric, String> {
-        let wanted = name.trim().to_ascii_lowercase().replace('-', "_");
-        if let Some(m) = Metric::ALL.into_iter().find(|m| m.name() == wanted) {
-            return Ok(m);
-        }
-        if let Some((_, m)) = Metric::ALIASES.iter().find(|(alias, _)| *alias == wanted) {
-            return Ok(*m);
-        }
-        let names: Vec<&str> = Metric::ALL.iter().map(|m| m.name()).collect();
-        // A name the user began (`acc`, `prec`) before one a few edits away.
-        let prefixed: Vec<&str> =
-            names.iter().copied().filter(|n| !wanted.is_empty() && n.starts_with(&wanted)).collect();
-        let closest = match prefixed[..] {
-            [one] => Some(one),
-            _ => names.iter().map(|n| (edit_distance(&wanted, n), *n)).min().filter(|(d, _)| *d <= 3).map(|(_, n)| n),
-        };
-        let hint = closest.map_or(String::new(), |n| format!(" (did you mean '{n}'?)"));
-        Err(format!("unknown metric '{name}'{hint}; metrics are: {}", names.join(", ")))
-    }
-
-    /// The name in the vocabulary (and in reports).
-    pub fn name(&self) -> &'static str {
-        match self {
-            Metric::Accuracy => "accuracy",
-            Metric::TopKAccuracy => "top_k_accuracy",
-            Metric::Auc => "auc",
-            Metric::PrAuc => "pr_auc",
-            Metric::LogLoss => "log_loss",
-            Metric::Precision => "precision",
-            Metric::Recall => "recall",
-            Metric::F1 => "f1",
-            Metric::Mse => "mse",
-            Metric::Mae => "mae",
-            Metric::Rmse => "rmse",
-            Metric::MeanPrediction => "mean_prediction",
-            Metric::MeanLabel => "mean_label",
-            Metric::Calibration => "calibration",
-            Metric::R2 => "r2",
-        }
-    }
-
-    /// False for losses and errors (log_loss, mse, mae, rmse). mean_prediction,
-    /// mean_label and calibration have no better direction and count as
-    /// higher-is-better for bounds and drops.
-    pub fn higher_is_better(&self) -> bool {
-        !matches!(self, Metric::LogLoss | Metric::Mse | Metric::Mae | Metric::Rmse)
-    }
-
-    /// Whether the metric applies to a task.
-    pub fn applies_to(&self, task: Task) -> bool {
-        use Metric::*;
-        match task {
-            Task::Binary => !matches!(self, TopKAccuracy | R2),
-            Task::Multiclass { .. } => {
-                matches!(self, Accuracy | TopKAccuracy | Auc | PrAuc | LogLoss | Precision | Recall | F1)
-            }
-            Task::Regression => matches!(self, Mse | Mae | Rmse | R2 | MeanPrediction | MeanLabel | Calibration),
-        }
-    }
-}
-
-fn edit_distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut row: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut prev = row[0];
-        row[0] = i + 1;
-        for (j, cb) in b.iter().enumerate() {
-            let here = row[j + 1];
-            row[j + 1] = (prev + usize::from(ca != *cb)).min(row[j] + 1).min(here + 1);
-            prev = here;
-        }
-    }
-    row[b.len()]
-}
-
-impl std::fmt::Display for Metric {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
-    }
-}
+use std::collections::BTreeMap;
 
 /// What to compute, and how to read the output.
 #[derive(Debug, Clone, PartialEq)]
@@ -232,36 +86,6 @@ impl Default for MetricsSpec {
 /// Output names preferred when a signature has several outputs.
 const PREFERRED_OUTPUTS: [&str; 8] =
     ["probabilities", "probs", "predictions", "scores", "logits", "output", "outputs", "output_0"];
-
-/// What kind of problem the model solves, as decided from the first batch.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Task {
-    Binary,
-    Multiclass { classes: usize },
-    Regression,
-}
-
-impl Task {
-    /// `binary`, `multiclass` or `regression`.
-    pub fn name(&self) -> &'static str {
-        match self {
-            Task::Binary => "binary",
-            Task::Multiclass { .. } => "multiclass",
-            Task::Regression => "regression",
-        }
-    }
-
-    /// The metrics used when none are asked for.
-    pub fn default_metrics(&self, top_k: usize) -> Vec<Metric> {
-        use Metric::*;
-        match self {
-            Task::Binary => vec![Accuracy, Auc, LogLoss, Precision, Recall, F1],
-            Task::Multiclass { classes } if *classes > top_k => vec![Accuracy, TopKAccuracy, LogLoss],
-            Task::Multiclass { .. } => vec![Accuracy, LogLoss],
-            Task::Regression => vec![Mse, Mae, Rmse],
-        }
-    }
-}
 
 /// Why outputs could not be scored.
 #[derive(Debug, thiserror::Error)]
@@ -341,6 +165,46 @@ fn slice_json(m: &BTreeMap<String, f64>) -> serde_json::Value {
 }
 
 impl Evaluation {
+    /// The metrics of a metric state ([`Evaluator::state`], maybe merged
+    /// with others): the same as [`Evaluator::finish`] of one pass over all
+    /// the examples the state holds.
+    pub fn from_state(state: &MetricState) -> Evaluation {
+        let task = state.task.unwrap_or(match state.output_columns {
+            Some(c) if c >= 2 => Task::Multiclass { classes: c as usize },
+            _ => Task::Binary,
+        });
+        let metrics = state.overall.as_ref().map(|s| metric_values(s, &state.metrics)).unwrap_or_default();
+        let mut slices = BTreeMap::new();
+        let mut slices_exact = true;
+        for (name, states) in state.slice_names.iter().zip(&state.slices) {
+            let mut by_value = BTreeMap::new();
+            for (value, slice) in
+                states.values.iter().map(|(v, s)| (v.as_str(), s)).chain(states.other.iter().map(|s| (OTHER_SLICE, s)))
+            {
+                let mut m = metric_values(slice, &state.metrics);
+                m.insert("examples".into(), slice.examples() as f64);
+                slices_exact &= slice.exact();
+                by_value.insert(value.to_string(), m);
+            }
+            slices.insert(name.clone(), by_value);
+        }
+        Evaluation {
+            examples: state.examples,
+            task,
+            output: state.output.clone(),
+            defaulted: state.requested.is_empty(),
+            metrics,
+            slices,
+            confusion_matrix: state.confusion.clone(),
+            confusion_matrix_omitted: matches!(task, Task::Multiclass { classes } if classes > MAX_CONFUSION_CLASSES),
+            auc_exact: state.overall.as_ref().is_none_or(State::exact),
+            slices_auc_exact: slices_exact,
+            top_k: state.top_k,
+            threshold: state.threshold,
+            from_logits: state.from_logits,
+        }
+    }
+
     /// `{"examples", "task", "classes"?, "output", "metrics_defaulted",
     /// "metrics": {..}, "slices": {..}, "confusion_matrix": [[..]] | null,
     /// "confusion_matrix_omitted"?: true, "auc_exact", "slices_auc_exact",
@@ -391,284 +255,13 @@ impl Evaluation {
     }
 }
 
-/// Metric state of one task over some examples.
-#[derive(Debug, Clone)]
-enum State {
-    Binary(BinaryState),
-    Multiclass(MulticlassState),
-    Regression(RegressionState),
-}
-
-#[derive(Debug, Clone, Default)]
-struct Sums {
-    examples: u64,
-    weight: f64,
-    log_loss: f64,
-    sum_prediction: f64,
-    sum_label: f64,
-    squared_error: f64,
-    absolute_error: f64,
-    /// Σ w (y − shift), Σ w (y − shift)² for r2.
-    shifted_label: f64,
-    shifted_label_squared: f64,
-    shift: Option<f64>,
-}
-
-impl Sums {
-    fn add(&mut self, prediction: f64, label: f64, weight: f64) {
-        self.examples += 1;
-        self.weight += weight;
-        self.sum_prediction += weight * prediction;
-        self.sum_label += weight * label;
-        let error = prediction - label;
-        self.squared_error += weight * error * error;
-        self.absolute_error += weight * error.abs();
-        let shift = *self.shift.get_or_insert(label);
-        let y = label - shift;
-        self.shifted_label += weight * y;
-        self.shifted_label_squared += weight * y * y;
-    }
-
-    fn r2(&self) -> f64 {
-        let total = self.shifted_label_squared - self.shifted_label * self.shifted_label / self.weight;
-        if total == 0.0 {
-            return if self.squared_error == 0.0 { 1.0 } else { 0.0 };
-        }
-        1.0 - self.squared_error / total
-    }
-}
-
-#[derive(Debug, Clone)]
-struct BinaryState {
-    sums: Sums,
-    tp: f64,
-    fp: f64,
-    tn: f64,
-    fn_: f64,
-    curve: Option<Curve>,
-}
-
-#[derive(Debug, Clone)]
-struct MulticlassState {
-    sums: Sums,
-    correct: f64,
-    top_k: f64,
-    tp: Vec<f64>,
-    fp: Vec<f64>,
-    fn_: Vec<f64>,
-    present: Vec<bool>,
-    curves: Option<Vec<Curve>>,
-}
-
-#[derive(Debug, Clone)]
-struct RegressionState {
-    sums: Sums,
-}
-
-fn ratio(a: f64, b: f64) -> f64 {
-    if b == 0.0 {
-        0.0
-    } else {
-        a / b
-    }
-}
-
-fn divide(a: f64, b: f64) -> f64 {
-    if b == 0.0 {
-        f64::NAN
-    } else {
-        a / b
-    }
-}
-
-fn mean(values: impl Iterator<Item = f64>) -> f64 {
-    let (sum, n) = values.filter(|v| !v.is_nan()).fold((0.0, 0usize), |(s, n), v| (s + v, n + 1));
-    if n == 0 {
-        f64::NAN
-    } else {
-        sum / n as f64
-    }
-}
-
-impl State {
-    fn new(task: Task, curves: Option<(usize, usize)>) -> State {
-        match task {
-            Task::Binary => State::Binary(BinaryState {
-                sums: Sums::default(),
-                tp: 0.0,
-                fp: 0.0,
-                tn: 0.0,
-                fn_: 0.0,
-                curve: curves.map(|(cap, buckets)| Curve::new(cap, buckets)),
-            }),
-            Task::Multiclass { classes } => State::Multiclass(MulticlassState {
-                sums: Sums::default(),
-                correct: 0.0,
-                top_k: 0.0,
-                tp: vec![0.0; classes],
-                fp: vec![0.0; classes],
-                fn_: vec![0.0; classes],
-                present: vec![false; classes],
-                curves: curves.map(|(cap, buckets)| (0..classes).map(|_| Curve::new(cap, buckets)).collect()),
-            }),
-            Task::Regression => State::Regression(RegressionState { sums: Sums::default() }),
-        }
-    }
-
-    fn add(&mut self, row: &Row<'_>, threshold: f64, top_k: usize, eps: f64) {
-        match self {
-            State::Binary(s) => {
-                let p = row.scores[0];
-                let positive = row.label == 1.0;
-                let predicted = p > threshold;
-                match (positive, predicted) {
-                    (true, true) => s.tp += row.weight,
-                    (false, true) => s.fp += row.weight,
-                    (false, false) => s.tn += row.weight,
-                    (true, false) => s.fn_ += row.weight,
-                }
-                let q = if positive { p } else { 1.0 - p };
-                s.sums.log_loss -= row.weight * q.clamp(eps, 1.0 - eps).ln();
-                s.sums.add(p, row.label, row.weight);
-                if let Some(curve) = &mut s.curve {
-                    curve.add(p, positive, row.weight);
-                }
-            }
-            State::Multiclass(s) => {
-                let class = row.class;
-                let scores = row.scores;
-                s.sums.examples += 1;
-                s.sums.weight += row.weight;
-                if row.predicted == class {
-                    s.correct += row.weight;
-                    s.tp[class] += row.weight;
-                } else {
-                    s.fn_[class] += row.weight;
-                    s.fp[row.predicted] += row.weight;
-                }
-                s.present[class] = true;
-                s.present[row.predicted] = true;
-                let higher = scores.iter().filter(|&&v| v > scores[class]).count();
-                if higher < top_k {
-                    s.top_k += row.weight;
-                }
-                let loss = match row.soft_label {
-                    Some(soft) => soft
-                        .iter()
-                        .zip(scores)
-                        .filter(|(y, _)| **y != 0.0)
-                        .map(|(y, p)| -y * p.clamp(eps, 1.0 - eps).ln())
-                        .sum(),
-                    None => -scores[class].clamp(eps, 1.0 - eps).ln(),
-                };
-                s.sums.log_loss += row.weight * loss;
-                if let Some(curves) = &mut s.curves {
-                    for (c, curve) in curves.iter_mut().enumerate() {
-                        curve.add(scores[c], c == class, row.weight);
-                    }
-                }
-            }
-            State::Regression(s) => s.sums.add(row.scores[0], row.label, row.weight),
-        }
-    }
-
-    fn exact(&self) -> bool {
-        match self {
-            State::Binary(s) => s.curve.as_ref().is_none_or(Curve::exact),
-            State::Multiclass(s) => s.curves.iter().flatten().all(Curve::exact),
-            State::Regression(_) => true,
-        }
-    }
-
-    fn value(&self, metric: Metric) -> f64 {
-        let sums = match self {
-            State::Binary(s) => &s.sums,
-            State::Multiclass(s) => &s.sums,
-            State::Regression(s) => &s.sums,
-        };
-        let w = sums.weight;
-        match (self, metric) {
-            (_, Metric::LogLoss) => divide(sums.log_loss, w),
-            (_, Metric::Mse) => divide(sums.squared_error, w),
-            (_, Metric::Rmse) => divide(sums.squared_error, w).sqrt(),
-            (_, Metric::Mae) => divide(sums.absolute_error, w),
-            (_, Metric::MeanPrediction) => divide(sums.sum_prediction, w),
-            (_, Metric::MeanLabel) => divide(sums.sum_label, w),
-            (_, Metric::Calibration) => divide(sums.sum_prediction, sums.sum_label),
-            (_, Metric::R2) => sums.r2(),
-            (State::Binary(s), Metric::Accuracy) => divide(s.tp + s.tn, w),
-            (State::Binary(s), Metric::Precision) => ratio(s.tp, s.tp + s.fp),
-            (State::Binary(s), Metric::Recall) => ratio(s.tp, s.tp + s.fn_),
-            (State::Binary(s), Metric::F1) => ratio(2.0 * s.tp, 2.0 * s.tp + s.fp + s.fn_),
-            (State::Binary(s), Metric::Auc) => s.curve.as_ref().map_or(f64::NAN, Curve::roc_auc),
-            (State::Binary(s), Metric::PrAuc) => s.curve.as_ref().map_or(f64::NAN, Curve::average_precision),
-            (State::Multiclass(s), Metric::Accuracy) => divide(s.correct, w),
-            (State::Multiclass(s), Metric::TopKAccuracy) => divide(s.top_k, w),
-            (State::Multiclass(s), Metric::Precision) => s.macro_average(|c| ratio(s.tp[c], s.tp[c] + s.fp[c])),
-            (State::Multiclass(s), Metric::Recall) => s.macro_average(|c| ratio(s.tp[c], s.tp[c] + s.fn_[c])),
-            (State::Multiclass(s), Metric::F1) => {
-                s.macro_average(|c| ratio(2.0 * s.tp[c], 2.0 * s.tp[c] + s.fp[c] + s.fn_[c]))
-            }
-            (State::Multiclass(s), Metric::Auc) => {
-                s.curves.as_ref().map_or(f64::NAN, |c| mean(c.iter().map(Curve::roc_auc)))
-            }
-            (State::Multiclass(s), Metric::PrAuc) => {
-                s.curves.as_ref().map_or(f64::NAN, |c| mean(c.iter().map(Curve::average_precision)))
-            }
-            _ => f64::NAN,
-        }
-    }
-
-    fn examples(&self) -> u64 {
-        match self {
-            State::Binary(s) => s.sums.examples,
-            State::Multiclass(s) => s.sums.examples,
-            State::Regression(s) => s.sums.examples,
-        }
-    }
-}
-
-impl MulticlassState {
-    fn macro_average(&self, per_class: impl Fn(usize) -> f64) -> f64 {
-        mean((0..self.present.len()).filter(|&c| self.present[c]).map(per_class))
-    }
-}
-
-/// One example as every state needs it.
-struct Row<'a> {
-    /// Probabilities (after sigmoid/softmax); binary and regression: one value.
-    scores: &'a [f64],
-    /// Binary/regression label.
-    label: f64,
-    /// Multiclass true class and predicted class.
-    class: usize,
-    predicted: usize,
-    /// Multiclass `Matrix` labels.
-    soft_label: Option<&'a [f64]>,
-    weight: f64,
-}
-
-/// One slice feature's states.
-#[derive(Debug, Clone, Default)]
-struct SliceStates {
-    values: HashMap<String, State>,
-    other: Option<State>,
-}
-
 /// Scores batches of one model's outputs.
 #[derive(Debug, Clone)]
 pub struct Evaluator {
     spec: MetricsSpec,
-    output: String,
     output_dtype: DType,
-    output_columns: Option<u64>,
-    slice_names: Vec<String>,
-    task: Option<Task>,
-    metrics: Vec<Metric>,
-    overall: Option<State>,
-    slices: Vec<SliceStates>,
-    confusion: Option<Vec<Vec<u64>>>,
-    examples: u64,
+    /// Everything the metrics come from (`state()` hands out a copy).
+    state: MetricState,
     values: Vec<f64>,
 }
 
@@ -704,7 +297,7 @@ fn to_f64(tensor: &Tensor, output: &str, out: &mut Vec<f64>) -> Result<(), EvalE
         out.extend(bytes.chunks_exact(8).map(|c| f64::from_le_bytes(c.try_into().expect("8 bytes"))));
     } else {
         out.extend(
-            bytes.chunks_exact(size).map(|c| crate::arrays::number(element, c).map_or(f64::NAN, |n| n.as_f64())),
+            bytes.chunks_exact(size).map(|c| crate::element::number(element, c).map_or(f64::NAN, |n| n.as_f64())),
         );
     }
     Ok(())
@@ -791,34 +384,28 @@ impl Evaluator {
             Some(_) => Some(1),
             None => None,
         };
-        Ok(Evaluator {
-            spec: spec.clone(),
-            output: chosen.name.clone(),
-            output_dtype: chosen.dtype,
+        let state = MetricState::new(
+            chosen.name.clone(),
             output_columns,
-            slice_names: slices.to_vec(),
-            task: None,
-            metrics: Vec::new(),
-            overall: None,
-            slices: vec![SliceStates::default(); slices.len()],
-            confusion: None,
-            examples: 0,
-            values: Vec::new(),
-        })
+            spec.metrics.clone(),
+            (spec.top_k, spec.threshold, spec.from_logits),
+            slices.to_vec(),
+        );
+        Ok(Evaluator { spec: spec.clone(), output_dtype: chosen.dtype, state, values: Vec::new() })
     }
 
     /// The output scored.
     pub fn output(&self) -> &str {
-        &self.output
+        &self.state.output
     }
 
     /// The task, once the first batch decided it.
     pub fn task(&self) -> Option<Task> {
-        self.task
+        self.state.task
     }
 
     fn decide(&mut self, columns: usize, labels: &Labels) -> Result<Task, EvalError> {
-        let output = self.output.clone();
+        let output = self.state.output.clone();
         let task = match labels {
             Labels::Float(_) if columns == 1 => Task::Regression,
             Labels::Float(_) => {
@@ -864,9 +451,9 @@ impl Evaluator {
                 unique.push(m);
             }
         }
-        self.metrics = unique;
-        self.task = Some(task);
-        let wants_curves = self.metrics.iter().any(|m| matches!(m, Metric::Auc | Metric::PrAuc));
+        self.state.metrics = unique;
+        self.state.task = Some(task);
+        let wants_curves = self.state.metrics.iter().any(|m| matches!(m, Metric::Auc | Metric::PrAuc));
         let curve_count = match task {
             Task::Multiclass { classes } => classes,
             _ => 1,
@@ -876,16 +463,16 @@ impl Evaluator {
             let buckets = (AUC_BUCKETS * 16 / curve_count).clamp(1 << 10, AUC_BUCKETS);
             (cap, buckets)
         });
-        self.overall = Some(State::new(task, overall_curves));
+        self.state.overall = Some(State::new(task, overall_curves));
         if matches!(task, Task::Binary | Task::Multiclass { .. }) && curve_count <= MAX_CONFUSION_CLASSES {
-            self.confusion = Some(vec![vec![0; curve_count.max(2)]; curve_count.max(2)]);
+            self.state.confusion = Some(vec![vec![0; curve_count.max(2)]; curve_count.max(2)]);
         }
         Ok(task)
     }
 
     fn slice_state(&self) -> State {
-        let task = self.task.expect("decided");
-        let wants_curves = self.metrics.iter().any(|m| matches!(m, Metric::Auc | Metric::PrAuc));
+        let task = self.state.task.expect("decided");
+        let wants_curves = self.state.metrics.iter().any(|m| matches!(m, Metric::Auc | Metric::PrAuc));
         State::new(task, (wants_curves && task == Task::Binary).then_some((SLICE_AUC_CAP, SLICE_AUC_CAP)))
     }
 
@@ -894,7 +481,7 @@ impl Evaluator {
     /// targets', a label outside [0, classes), a non-numeric output, a metric
     /// that does not apply to the task; a failed batch adds nothing.
     pub fn update(&mut self, outputs: &[(String, Tensor)], targets: &Targets) -> Result<(), EvalError> {
-        let output = self.output.clone();
+        let output = self.state.output.clone();
         let (_, tensor) = outputs.iter().find(|(n, _)| *n == output).ok_or_else(|| EvalError::MissingOutput {
             output: output.clone(),
             available: outputs.iter().map(|(n, _)| n.clone()).collect::<Vec<_>>().join(", "),
@@ -916,9 +503,13 @@ impl Evaluator {
                 return Err(EvalError::TargetRows { what: "the weights".into(), len: w.len(), rows });
             }
         }
-        if targets.slices.len() != self.slice_names.len() {
+        if targets.slices.len() != self.state.slice_names.len() {
             return Err(EvalError::TargetRows {
-                what: format!("the slices ({} features, expected {})", targets.slices.len(), self.slice_names.len()),
+                what: format!(
+                    "the slices ({} features, expected {})",
+                    targets.slices.len(),
+                    self.state.slice_names.len()
+                ),
                 len: targets.slices.len(),
                 rows,
             });
@@ -941,12 +532,12 @@ impl Evaluator {
         targets: &Targets,
         values: &mut Vec<f64>,
     ) -> Result<(), EvalError> {
-        let output = self.output.clone();
+        let output = self.state.output.clone();
         to_f64(tensor, &output, values)?;
         if let Some((row, value)) = values.iter().enumerate().find(|(_, v)| !v.is_finite()) {
             return Err(EvalError::NotFinite { output, row: row / columns, value: *value });
         }
-        let task = match self.task {
+        let task = match self.state.task {
             Some(task) => task,
             None => self.decide(columns, &targets.labels)?,
         };
@@ -1006,8 +597,8 @@ impl Evaluator {
         }
         let eps = epsilon(self.output_dtype);
         let (threshold, top_k) = (self.spec.threshold, self.spec.top_k);
-        let mut overall = self.overall.take().expect("decided");
-        let mut slices = std::mem::take(&mut self.slices);
+        let mut overall = self.state.overall.take().expect("decided");
+        let mut slices = std::mem::take(&mut self.state.slices);
         for r in 0..rows {
             let scores = &values[r * columns..(r + 1) * columns];
             let weight = targets.weights.as_ref().map_or(1.0, |w| w[r]);
@@ -1022,7 +613,7 @@ impl Evaluator {
             let predicted = if columns > 1 { argmax(scores) } else { 0 };
             let row = Row { scores, label, class, predicted, soft_label, weight };
             overall.add(&row, threshold, top_k, eps);
-            if let Some(confusion) = &mut self.confusion {
+            if let Some(confusion) = &mut self.state.confusion {
                 let (truth, guess) = match task {
                     Task::Binary => (label as usize, usize::from(scores[0] > threshold)),
                     _ => (class, predicted),
@@ -1041,55 +632,25 @@ impl Evaluator {
                 state.add(&row, threshold, top_k, eps);
             }
         }
-        self.overall = Some(overall);
-        self.slices = slices;
-        self.examples += rows as u64;
+        self.state.overall = Some(overall);
+        self.state.slices = slices;
+        self.state.examples += rows as u64;
         Ok(())
     }
 
     /// Examples scored so far.
     pub fn examples(&self) -> u64 {
-        self.examples
+        self.state.examples
     }
 
     /// The metrics so far (cheap enough to call once at the end).
     pub fn finish(&self) -> Evaluation {
-        let task = self.task.unwrap_or(match self.output_columns {
-            Some(c) if c >= 2 => Task::Multiclass { classes: c as usize },
-            _ => Task::Binary,
-        });
-        let values = |state: &State| -> BTreeMap<String, f64> {
-            self.metrics.iter().map(|m| (m.name().to_string(), state.value(*m))).collect()
-        };
-        let metrics = self.overall.as_ref().map(values).unwrap_or_default();
-        let mut slices = BTreeMap::new();
-        let mut slices_exact = true;
-        for (name, states) in self.slice_names.iter().zip(&self.slices) {
-            let mut by_value = BTreeMap::new();
-            for (value, state) in
-                states.values.iter().map(|(v, s)| (v.as_str(), s)).chain(states.other.iter().map(|s| (OTHER_SLICE, s)))
-            {
-                let mut m = values(state);
-                m.insert("examples".into(), state.examples() as f64);
-                slices_exact &= state.exact();
-                by_value.insert(value.to_string(), m);
-            }
-            slices.insert(name.clone(), by_value);
-        }
-        Evaluation {
-            examples: self.examples,
-            task,
-            output: self.output.clone(),
-            defaulted: self.spec.metrics.is_empty(),
-            metrics,
-            slices,
-            confusion_matrix: self.confusion.clone(),
-            confusion_matrix_omitted: matches!(task, Task::Multiclass { classes } if classes > MAX_CONFUSION_CLASSES),
-            auc_exact: self.overall.as_ref().is_none_or(State::exact),
-            slices_auc_exact: slices_exact,
-            top_k: self.spec.top_k,
-            threshold: self.spec.threshold,
-            from_logits: self.spec.from_logits,
-        }
+        Evaluation::from_state(&self.state)
+    }
+
+    /// The metric state so far: what `--data-shard` writes, and what
+    /// merges with the states of the other shards.
+    pub fn state(&self) -> MetricState {
+        self.state.clone()
     }
 }

@@ -15,7 +15,8 @@
 //! named explicitly must have a known extension. TFRecord, array and CSV
 //! files are not mixed in one dataset: they are fed differently.
 
-use crate::data::{DataError, Format};
+use crate::error::DataError;
+use crate::format::Format;
 use std::collections::HashSet;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
@@ -60,19 +61,7 @@ fn is_pattern(path: &Path) -> bool {
 
 /// The format a file's name says, if any.
 pub fn format_of(path: &Path) -> Option<Format> {
-    let name = path.file_name()?.as_bytes();
-    let ends = |s: &[u8]| name.len() > s.len() && name.ends_with(s);
-    if ends(b".tfrecord") || ends(b".tfrecords") || ends(b".tfrec") {
-        Some(Format::TfRecord)
-    } else if ends(b".gz") {
-        Some(Format::TfRecordGzip)
-    } else if ends(b".npz") {
-        Some(Format::Npz)
-    } else if ends(b".csv") {
-        Some(Format::Csv)
-    } else {
-        None
-    }
+    Format::of_file_name(path.file_name()?.as_bytes())
 }
 
 fn sorted_entries(dir: &Path) -> Result<Vec<PathBuf>, DataError> {

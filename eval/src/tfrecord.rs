@@ -19,9 +19,14 @@
 //!   after a data CRC mismatch the next record's position is known, so only
 //!   that record is skipped; after a bad length CRC or a truncation nothing
 //!   further in the file can be trusted, so the rest of the file is skipped.
+//! - A byte range of a plain file ([`RecordReader::open_range`], for data
+//!   shards) reads the records that start in the range; a range that starts
+//!   inside a record begins at the next record boundary ([`next_boundary`]:
+//!   the first position whose length CRC and data CRC both check).
 
 use std::fs::File;
-use std::io::{self, BufReader, Read};
+use std::io::{self, BufReader, Read, Seek, SeekFrom};
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 /// The largest record a gzip-compressed file may hold: its decompressed size
@@ -96,6 +101,8 @@ pub struct RecordReader {
     size: Option<u64>,
     /// Set after a fault that is not resumable: the reader returns nothing more.
     dead: bool,
+    /// Records starting at or after this offset are not read.
+    end: u64,
 }
 
 impl RecordReader {
@@ -126,7 +133,18 @@ impl RecordReader {
             offset: 0,
             size: (!gzip).then_some(size),
             dead: false,
+            end: u64::MAX,
         })
+    }
+
+    /// Opens a plain file to read the records that start in `[start, end)`;
+    /// `start` must be a record boundary (see [`next_boundary`]).
+    pub fn open_range(path: &Path, start: u64, end: u64) -> io::Result<RecordReader> {
+        let mut file = File::open(path)?;
+        let size = file.metadata()?.len();
+        file.seek(SeekFrom::Start(start.min(size)))?;
+        let inner = Box::new(BufReader::with_capacity(READ_BUFFER, file).take(size.saturating_sub(start)));
+        Ok(RecordReader { inner, path: path.to_path_buf(), gzip: false, offset: start, size: Some(size), dead: false, end })
     }
 
     /// The file read.
@@ -144,7 +162,7 @@ impl RecordReader {
     /// fault))` for a bad record, after which only a resumable fault lets
     /// reading go on.
     pub fn next_record(&mut self, data: &mut Vec<u8>) -> Result<Option<u64>, (u64, RecordFault)> {
-        if self.dead {
+        if self.dead || self.offset >= self.end {
             return Ok(None);
         }
         let start = self.offset;
@@ -210,6 +228,56 @@ impl RecordReader {
         }
         Ok(true)
     }
+}
+
+/// The first record boundary at or after `from` in a plain TFRecord file
+/// of `size` bytes: the first position where a whole record (its length
+/// within the file, its length CRC and its data CRC) checks; `size` when
+/// there is none. A false boundary needs both CRCs of random bytes to match
+/// (a chance of 2^-64 per position), the data CRC read only where the length
+/// CRC matched.
+pub fn next_boundary(path: &Path, from: u64) -> io::Result<u64> {
+    const WINDOW: usize = 1 << 20;
+    let file = File::open(path)?;
+    let size = file.metadata()?.len();
+    let mut window = Vec::new();
+    let mut base = from;
+    let mut pos = from;
+    while pos.saturating_add(16) <= size {
+        if pos + 12 > base + window.len() as u64 {
+            base = pos;
+            let len = (WINDOW as u64).min(size - pos) as usize;
+            window.resize(len, 0);
+            file.read_exact_at(&mut window, pos)?;
+        }
+        let at = (pos - base) as usize;
+        let header = &window[at..at + 12];
+        let len_bytes: [u8; 8] = header[..8].try_into().expect("8 bytes");
+        if masked_crc32c(&len_bytes) == u32::from_le_bytes(header[8..].try_into().expect("4 bytes")) {
+            let len = u64::from_le_bytes(len_bytes);
+            if len <= size - pos - 16 && data_crc_matches(&file, pos + 12, len)? {
+                return Ok(pos);
+            }
+        }
+        pos += 1;
+    }
+    Ok(size)
+}
+
+/// Whether the `len` bytes at `start` are followed by their masked CRC32C.
+fn data_crc_matches(file: &File, start: u64, len: u64) -> io::Result<bool> {
+    let mut chunk = vec![0u8; (len as usize).min(64 << 10)];
+    let mut crc = 0;
+    let mut done = 0;
+    while done < len {
+        let n = ((len - done) as usize).min(chunk.len());
+        file.read_exact_at(&mut chunk[..n], start + done)?;
+        crc = crc32c::crc32c_append(crc, &chunk[..n]);
+        done += n as u64;
+    }
+    let mut stored = [0u8; 4];
+    file.read_exact_at(&mut stored, start + len)?;
+    Ok(crc.rotate_right(15).wrapping_add(0xa282_ead8) == u32::from_le_bytes(stored))
 }
 
 /// Reads until `buf` is full or the stream ends; the number of bytes read.

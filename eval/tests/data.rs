@@ -20,6 +20,7 @@ fn spec(paths: Vec<PathBuf>) -> DataSpec {
         limit: None,
         batch_size: 4,
         skip_corrupt: false,
+        shard: None,
     }
 }
 

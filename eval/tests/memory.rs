@@ -51,6 +51,7 @@ fn reading_and_scoring_a_large_tfrecord_keeps_peak_rss_bounded() {
         limit: None,
         batch_size: 256,
         skip_corrupt: false,
+        shard: None,
     };
     let signature = SignatureInfo {
         key: "serving_default".into(),

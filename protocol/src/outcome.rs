@@ -24,7 +24,8 @@ pub enum ErrorKind {
     /// The supervisor could not write the outputs (disk full, permissions).
     OutputWrite,
     /// The evaluation data could not be read or does not fit the model
-    /// (corrupt record, missing feature): `isorun eval`.
+    /// (corrupt record, missing feature): `isorun eval`; a missing or
+    /// corrupt TF Serving warm-up file: `isorun run --warmup-inputs`.
     Dataset,
     /// The outputs cannot be scored against the labels (shape, a label
     /// outside the classes): `isorun eval`.

@@ -2,7 +2,8 @@
 //! it: a JSON document to keep and compare (`--report`), JUnit XML for CI
 //! (`--junit`), a self-contained HTML page (`--html`), and the commands
 //! that read reports back: [`diff`] (what changed since last time, for
-//! `isorun report diff`) and [`merge`] (shard reports joined into one).
+//! `isorun report diff`) and [`merge`] (shard reports joined into one;
+//! [`merge_data_shards`] first, for the data shards of `eval --data-shard`).
 //!
 //! Reports are built from the same unit records `run` prints
 //! ([`record::unit_record`], the one place a record's keys are decided), so
@@ -10,8 +11,10 @@
 //! ([`journal`]) and shards ([`shard`]) keep and split those records across
 //! runs and machines.
 
+mod data_merge;
 mod diff;
 mod document;
+pub mod eval_record;
 mod files;
 mod html;
 pub mod journal;
@@ -23,6 +26,7 @@ pub mod text;
 mod timestamp;
 mod unit;
 
+pub use data_merge::{data_shard_of, merge_data_shards, DataMerge};
 pub use diff::{diff, Finding, Thresholds};
 pub use document::{build, summary, RunInfo, OLDEST_SCHEMA_VERSION, SCHEMA_VERSION};
 pub use files::{read_report, write_file_atomically, write_files};
@@ -73,6 +77,16 @@ pub enum ReportError {
         missing.join(", "), given.join(", ")
     )]
     MissingShards { missing: Vec<String>, given: Vec<String> },
+    #[error("{} is a data shard (eval --data-shard) but {} is not: not shards of one evaluation", sharded.display(), other.display())]
+    NotADataShard { sharded: PathBuf, other: PathBuf },
+    #[error("{} and {} are not data shards of one evaluation: their settings.eval.{key} differ", first.display(), second.display())]
+    DataSettings { first: PathBuf, second: PathBuf, key: String },
+    #[error("{shard} is in two reports: {} and {}", first.display(), second.display())]
+    DataShardTwice { shard: String, first: PathBuf, second: PathBuf },
+    #[error("{}: model {model}: {reason}", path.display())]
+    BadState { path: PathBuf, model: String, reason: String },
+    #[error("{}: settings.eval rule '{rule}': {reason}", path.display())]
+    BadRule { path: PathBuf, rule: String, reason: String },
     #[error("{}: not a model list (the models.json of isorun slurm submit): {what}", path.display())]
     NotAModelList { path: PathBuf, what: String },
     #[error("{flag} {value}: expected a positive number")]

@@ -192,9 +192,13 @@ Slower and bigger apply to models ok in both reports; times under 50 ms count as
 Exit codes: 0 no model newly fails; 1 some model passed in OLD.json and does not in NEW.json;
 2 a file cannot be read or is not a report of this schema version.")]
     Diff(ReportDiffArgs),
-    /// Join the reports of shard runs (`--shard K/N`) into one, as if it were one run.
+    /// Join the reports of shard runs (`--shard K/N`, `eval --data-shard K/N`) into one, as if it were one run.
     #[command(after_help = "Examples:
-  isorun report merge shards/*.json -o report.json --junit report.xml --html report.html")]
+  isorun report merge shards/*.json -o report.json --junit report.xml --html report.html
+  isorun report merge eval-0.json eval-1.json eval-2.json -o eval.json   # eval --data-shard 0/3, 1/3, 2/3
+
+Exit codes: 0 merged; 1 (data shards only) some merged model is not ok, as the unsharded eval;
+2 a report cannot be read, or the reports are not shards of one run.")]
     Merge(ReportMergeArgs),
 }
 
@@ -219,7 +223,9 @@ pub struct ReportDiffArgs {
 
 #[derive(Debug, Args)]
 pub struct ReportMergeArgs {
-    /// Shard reports to join.
+    /// Shard reports to join: of `--shard K/N` runs, of `eval --data-shard K/N` (each model's metric
+    /// states merged into exact metrics, then --threshold and --max-drop checked, exit 1 when a
+    /// model is not ok, as the unsharded eval), or both.
     #[arg(value_name = "REPORT.json", required_unless_present = "models")]
     pub reports: Vec<PathBuf>,
     /// Where to write the merged report.
@@ -237,6 +243,7 @@ pub struct ReportMergeArgs {
     pub models: Option<PathBuf>,
     /// Merge shard reports even when some shards of the run are missing (a warning names them,
     /// and so does the merged report's `settings.missing_shards`); without it that is refused.
+    /// A model without every data shard (`eval --data-shard`) is then not_run, never partial metrics.
     #[arg(long)]
     pub partial: bool,
 }
@@ -298,6 +305,7 @@ pub struct CompletionsArgs {
   isorun run models/resnet --input images=images.npy --output-dir out/ --values
   isorun run models/ --inputs batch.npz -j 2 --timeout 60 --json | jq -r 'select(.status != \"ok\") | .model'
   isorun run models/linear --input 'x=@[[1, 2, 3, 4]]' --values
+  isorun run exports/ --warmup-inputs      (each TF Serving export on its own warm-up requests)
 
 Exit codes: 0 every model ok; 1 some model not ok; 2 usage error (nothing run);
 130/143 interrupted by Ctrl-C/SIGTERM. A closed stdout ends the run with 0.")]
@@ -318,6 +326,27 @@ pub struct RunArgs {
     /// Per-model inputs: DIR/<model id>/<input name>.npy (or .json), used before the shared ones.
     #[arg(long, value_name = "DIR", help_heading = "Inputs")]
     pub inputs_dir: Option<PathBuf>,
+
+    /// Run each SavedModel on its own TF Serving warm-up requests
+    /// (assets.extra/tf_serving_warmup_requests): one record per model, ok when every request ran, a model
+    /// without the file an error. A request runs the signature it names, else --signature; classify and
+    /// regress requests feed their tf.Examples to a signature's one string input.
+    #[arg(
+        long,
+        conflicts_with_all = ["input", "inputs", "inputs_dir", "batch_size", "expect"],
+        help_heading = "Inputs"
+    )]
+    pub warmup_inputs: bool,
+
+    /// With --warmup-inputs: only the first N requests of each model's file.
+    #[arg(
+        long,
+        value_name = "N",
+        requires = "warmup_inputs",
+        value_parser = clap::value_parser!(u64).range(1..),
+        help_heading = "Inputs"
+    )]
+    pub warmup_limit: Option<u64>,
 
     /// Split inputs along their first dimension into runs of at most N rows; outputs are joined back.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..), help_heading = "Inputs")]
@@ -692,6 +721,13 @@ pub struct EvalOptions {
     /// Evaluate the first N examples only.
     #[arg(long, value_name = "N", help_heading = "Evaluation")]
     pub limit: Option<u64>,
+
+    /// Evaluate shard K of N of the data only (whole files round-robin when there are at least N,
+    /// else ranges of records), for one machine of N. Each record then carries the model's
+    /// metric_state and the shard's partial_metrics; --threshold and --max-drop are not checked on
+    /// a shard but by `isorun report merge`, which joins the N reports into exact metrics.
+    #[arg(long, value_name = "K/N", help_heading = "Evaluation")]
+    pub data_shard: Option<String>,
 
     /// Skip corrupt TFRecord records (counted) instead of ending the model with an error.
     #[arg(long, help_heading = "Evaluation")]

@@ -11,6 +11,7 @@ mod printer;
 mod settings;
 mod size;
 mod support;
+mod warmup;
 
 use clap::Parser;
 

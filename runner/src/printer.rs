@@ -123,9 +123,13 @@ impl<'a> Printer<'a> {
             // Values live in the output files and JSON lines, not in reports.
             let mut kept = record;
             if let Some(Value::Object(outputs)) = kept.get_mut("outputs") {
-                for output in outputs.values_mut() {
-                    if let Value::Object(o) = output {
-                        o.remove("values");
+                drop_values(outputs);
+            }
+            // `--warmup-inputs`: each request's outputs.
+            if let Some(Value::Array(requests)) = kept.get_mut("requests") {
+                for request in requests {
+                    if let Some(Value::Object(outputs)) = request.get_mut("outputs") {
+                        drop_values(outputs);
                     }
                 }
             }
@@ -149,6 +153,15 @@ impl<'a> Printer<'a> {
     }
 }
 
+/// Removes `values` from each output of a record.
+fn drop_values(outputs: &mut serde_json::Map<String, Value>) {
+    for output in outputs.values_mut() {
+        if let Value::Object(o) = output {
+            o.remove("values");
+        }
+    }
+}
+
 /// The table's header line, for ids up to `id_width` characters.
 fn table_header(id_width: usize) -> String {
     format!(
@@ -165,7 +178,13 @@ fn table_header(id_width: usize) -> String {
 /// One record as a table row.
 fn table_row(record: &Value, id_width: usize) -> String {
     let metrics = record.get("metrics").and_then(Value::as_object).filter(|_| record["status"] == "ok");
+    let warmup = record.get("warmup").filter(|_| record["status"] == "ok");
     let detail = match record.get("outputs").and_then(Value::as_object) {
+        _ if warmup.is_some() => {
+            let requests = warmup.and_then(|w| w["requests"].as_u64()).unwrap_or(0);
+            let plural = if requests == 1 { "" } else { "s" };
+            format!("{requests} warm-up request{plural}, {} examples", record["examples"].as_u64().unwrap_or(0))
+        }
         _ if metrics.is_some() => {
             let metrics = metrics.into_iter().flatten().map(|(name, value)| match value.as_f64() {
                 Some(x) => format!("{} {x:.4}", one_line(name)),

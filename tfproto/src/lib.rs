@@ -4,9 +4,11 @@
 //! TensorFlow version). The supervisor reads signatures from `saved_model.pb`
 //! without libtensorflow; the worker decodes the `MetaGraphDef` TensorFlow
 //! hands back at load time; both encode the session `ConfigProto` here.
+//! `serving` decodes TF Serving's warm-up requests (`PredictionLog`).
 
 mod config;
 mod saved_model;
+pub mod serving;
 
 pub use config::{cpu_only_config_proto, session_config_proto};
 pub use saved_model::{

@@ -44,6 +44,7 @@ fn spec(path: &Path, label: &str, weight: Option<&str>, slices: &[&str], skip_co
         limit: Some(64),
         batch_size: 7,
         skip_corrupt,
+        shard: None,
     }
 }
 

@@ -13,8 +13,10 @@ use crate::drive::{discover_models, execute, Plan, Work};
 use crate::settings::{report_settings, run_settings};
 use crate::support::with_causes;
 use isorun_engine::{Feed, FeedStream, FeedSummary, Model};
-use isorun_eval::{check, BatchReader, Bound, DataSpec, Dataset, Evaluator, MaxDrop, Metric, MetricsSpec, Targets};
+use isorun_eval::{BatchReader, Bound, DataSpec, Dataset, Evaluator, MaxDrop, Metric, MetricsSpec, Targets};
 use isorun_protocol::{ErrorKind, ModelError, Outcome, Tensor};
+use isorun_report::eval_record::{data_shard_fields, evaluation_fields, EvalRules};
+use isorun_report::shard::{parse_shard, Shard};
 use isorun_tensors::json_input::signature_of;
 use isorun_tensors::output::StreamedOutputs;
 use serde_json::{json, Map, Value};
@@ -37,6 +39,16 @@ pub fn main(args: EvalArgs, quiet: bool) -> Result<i32, String> {
     // Batches are the feed's; the engine must not split them again.
     engine.batch_size = None;
     let rules = Rules::parse(&eval)?;
+    let data_shard = eval
+        .data_shard
+        .as_deref()
+        .map(|text| parse_shard(text).map_err(|e| format!("--data-shard {text}: {e}")))
+        .transpose()?;
+    if data_shard.is_some() && eval.limit.is_some() {
+        return Err("--limit cannot be given with --data-shard: the first N examples of the whole dataset \
+                    are not a shard's; limit the data itself"
+            .into());
+    }
     let metrics = eval
         .metrics
         .iter()
@@ -69,6 +81,7 @@ pub fn main(args: EvalArgs, quiet: bool) -> Result<i32, String> {
         limit: eval.limit,
         batch_size: batch_size as usize,
         skip_corrupt: eval.skip_corrupt,
+        shard: data_shard.map(|s| isorun_eval::DataShard { index: s.index, count: s.count }),
     })
     .map_err(|e| format!("--data: {}", with_causes(&e)))?;
     let baseline = match &eval.baseline {
@@ -76,7 +89,7 @@ pub fn main(args: EvalArgs, quiet: bool) -> Result<i32, String> {
         None => None,
     };
     let key_settings = format!(
-        "eval v1\0{}\0{:?}\0{batch_size}\0{:?}\0{}\0{:?}\0{:?}\0{:?}\0{:?}\0{}\0{}\0{:?}\0{:?}\0{:?}\0{:?}",
+        "eval v1\0{}\0{:?}\0{batch_size}\0{:?}\0{}\0{:?}\0{:?}\0{:?}\0{:?}\0{}\0{}\0{:?}\0{:?}\0{:?}\0{:?}\0{:?}",
         engine.signature,
         engine.tags,
         engine.libraries,
@@ -91,9 +104,10 @@ pub fn main(args: EvalArgs, quiet: bool) -> Result<i32, String> {
         eval.max_drops,
         eval.limit,
         baseline.as_ref().map(|b| b.digest.clone()),
+        data_shard.map(|s| s.to_string()),
     );
     let mut settings = report_settings(&run, &run_settings);
-    settings["eval"] = eval_settings(&eval, &dataset, batch_size);
+    settings["eval"] = eval_settings(&eval, &dataset, batch_size, data_shard);
     if let Some(dir) = &run.output_dir {
         std::fs::create_dir_all(dir).map_err(|e| format!("--output-dir {}: cannot create: {e}", dir.display()))?;
     }
@@ -104,6 +118,7 @@ pub fn main(args: EvalArgs, quiet: bool) -> Result<i32, String> {
         slices: eval.slices.clone(),
         rules,
         baseline,
+        data_shard,
         signature: engine.signature.clone(),
         tags: engine.tags.clone(),
     };
@@ -130,6 +145,7 @@ fn refuse_run_only_flags(run: &RunArgs) -> Result<(), String> {
         ("--input", !run.input.is_empty()),
         ("--inputs", !run.inputs.is_empty()),
         ("--inputs-dir", run.inputs_dir.is_some()),
+        ("--warmup-inputs", run.warmup_inputs),
         ("--expect", run.expect.is_some()),
         ("--values", run.values),
         ("--strict-dtypes", run.strict_dtypes),
@@ -145,8 +161,7 @@ fn refuse_run_only_flags(run: &RunArgs) -> Result<(), String> {
 /// `--threshold` (a number, or bounds) and `--max-drop`, parsed.
 struct Rules {
     decision: f64,
-    bounds: Vec<Bound>,
-    drops: Vec<MaxDrop>,
+    checks: EvalRules,
 }
 
 impl Rules {
@@ -170,7 +185,7 @@ impl Rules {
             .iter()
             .map(|given| given.parse::<MaxDrop>().map_err(|e| format!("--max-drop {given}: {e}")))
             .collect::<Result<_, _>>()?;
-        Ok(Rules { decision: decision.unwrap_or(0.5), bounds, drops })
+        Ok(Rules { decision: decision.unwrap_or(0.5), checks: EvalRules { bounds, drops } })
     }
 }
 
@@ -202,7 +217,7 @@ fn read_baseline(path: &Path) -> Result<Baseline, String> {
 }
 
 /// The evaluation's settings, as reports show them.
-fn eval_settings(eval: &EvalOptions, dataset: &Dataset, batch_size: u64) -> Value {
+fn eval_settings(eval: &EvalOptions, dataset: &Dataset, batch_size: u64, data_shard: Option<Shard>) -> Value {
     let files: Vec<String> = dataset.files().iter().map(|(path, _)| path.to_string_lossy().into_owned()).collect();
     let mut s = Map::new();
     s.insert("data".into(), json!(files));
@@ -227,6 +242,10 @@ fn eval_settings(eval: &EvalOptions, dataset: &Dataset, batch_size: u64) -> Valu
         s.insert("baseline".into(), json!(baseline.to_string_lossy()));
         s.insert("max_drops".into(), json!(eval.max_drops));
     }
+    if let Some(shard) = data_shard {
+        // `report merge` checks the thresholds and drops above once the shards are merged.
+        s.insert("data_shard".into(), json!(shard.to_string()));
+    }
     Value::Object(s)
 }
 
@@ -239,6 +258,8 @@ struct EvalFeed {
     slices: Vec<String>,
     rules: Rules,
     baseline: Option<Baseline>,
+    /// `--data-shard`: records carry the metric state; no rule is checked.
+    data_shard: Option<Shard>,
     signature: String,
     tags: Vec<String>,
 }
@@ -256,7 +277,15 @@ impl Feed for EvalFeed {
             Some(dir) => Some(StreamedOutputs::create(dir, &model.id).map_err(output_error)?),
             None => None,
         };
-        Ok(Box::new(EvalStream { reader, evaluator, targets: None, rules: &self.rules, baseline, outputs }))
+        Ok(Box::new(EvalStream {
+            reader,
+            evaluator,
+            targets: None,
+            rules: &self.rules.checks,
+            baseline,
+            data_shard: self.data_shard,
+            outputs,
+        }))
     }
 }
 
@@ -266,9 +295,10 @@ struct EvalStream<'a> {
     evaluator: Evaluator,
     /// The labels (weights, slice values) of the batch the worker has.
     targets: Option<Targets>,
-    rules: &'a Rules,
+    rules: &'a EvalRules,
     /// `None`: no baseline given; `Some(None)`: the model is new.
     baseline: Option<Option<BTreeMap<String, f64>>>,
+    data_shard: Option<Shard>,
     /// `--output-dir`: the outputs so far, put in place when the unit ends well.
     outputs: Option<StreamedOutputs>,
 }
@@ -308,35 +338,15 @@ impl FeedStream for EvalStream<'_> {
             _ => None,
         };
         let evaluation = self.evaluator.finish();
-        let mut fields = match evaluation.to_json() {
-            Value::Object(map) => map,
-            _ => Map::new(),
-        };
-        // `examples` is the engine's field; the rest is the evaluation's.
-        // Keys that do not apply are left out, as everywhere in records.
-        fields.remove("examples");
-        fields.retain(|_, value| !value.is_null() && *value != json!({}));
-        if self.reader.skipped() > 0 {
-            fields.insert("skipped_corrupt".into(), json!(self.reader.skipped()));
-        }
-        let baseline = match &self.baseline {
-            None => None,
-            Some(None) => {
-                fields.insert("baseline".into(), json!("new"));
-                None
+        let baseline = self.baseline.as_ref().map(Option::as_ref);
+        let skipped = self.reader.skipped();
+        let (fields, breach) = match self.data_shard {
+            Some(shard) => {
+                let state = self.evaluator.state();
+                (data_shard_fields(&evaluation, &state, &shard.to_string(), skipped, baseline), None)
             }
-            Some(Some(metrics)) => {
-                let change: Map<String, Value> = evaluation
-                    .metrics
-                    .iter()
-                    .filter_map(|(name, value)| Some((name.clone(), json!(value - metrics.get(name)?))))
-                    .collect();
-                fields.insert("baseline_metrics".into(), json!(metrics));
-                fields.insert("change".into(), Value::Object(change));
-                Some(metrics)
-            }
+            None => evaluation_fields(&evaluation, skipped, baseline, self.rules),
         };
-        let breach = Outcome::below_threshold(check(&evaluation, &self.rules.bounds, &self.rules.drops, baseline));
         let outcome = written.or(breach);
         FeedSummary { examples: evaluation.examples, fields, outcome }
     }

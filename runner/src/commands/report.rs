@@ -1,5 +1,7 @@
 //! `isorun report diff|merge`: reports read back. `diff` exits 0 when no
-//! model newly fails and 1 when one does; `merge` exits 0. A report that
+//! model newly fails and 1 when one does; `merge` exits 0, except that a
+//! merge of data shards (`eval --data-shard`) exits as the unsharded eval
+//! would: 1 when some model is not ok. A report that
 //! cannot be read (or is not a report of this schema version) is an error,
 //! exit 2. The reading, comparing and merging are `isorun-report`'s.
 
@@ -7,8 +9,8 @@ use crate::cli::{ReportCommand, ReportDiffArgs, ReportMergeArgs};
 use crate::support::with_causes;
 use isorun_protocol::exit_code;
 use isorun_report::{
-    diff, given_shards, merge_with_models, missing_shards, read_model_list, read_report, write_files, Finding,
-    ReportError, Thresholds,
+    diff, given_shards, merge_data_shards, merge_with_models, missing_shards, read_model_list, read_report,
+    write_files, Finding, ReportError, Thresholds,
 };
 use std::io::Write;
 
@@ -53,19 +55,34 @@ fn merge_command(args: &ReportMergeArgs) -> Result<i32, ReportError> {
         .map(|path| read_report(path).map(|report| (path.clone(), report)))
         .collect::<Result<Vec<_>, _>>()?;
     let models = args.models.as_deref().map(read_model_list).transpose()?;
-    let missing = missing_shards(&reports)?;
+    // Data shards first: each model shard's data shards become one report of it.
+    let data = merge_data_shards(&reports)?;
+    let (reports, data_missing) = match &data {
+        Some(data) => (data.reports.clone(), data.missing.clone()),
+        None => (reports, Vec::new()),
+    };
+    let given = data.as_ref().map_or_else(|| given_shards(&reports), |data| data.given.clone());
+    let mut missing = missing_shards(&reports)?;
+    missing.extend(data_missing);
     if !missing.is_empty() {
         if models.is_none() && !args.partial {
-            return Err(ReportError::MissingShards { missing, given: given_shards(&reports) });
+            return Err(ReportError::MissingShards { missing, given });
         }
         // With --models, the missing shards' models are in the report as not_run.
         eprintln!(
             "isorun: warning: missing {} (merged from {}); the merged report names them in settings.missing_shards",
             missing.join(", "),
-            given_shards(&reports).join(", ")
+            given.join(", ")
         );
     }
-    let merged = merge_with_models(&reports, models.as_ref())?;
+    let mut merged = merge_with_models(&reports, models.as_ref())?;
+    if data.is_some() {
+        merged["settings"]["merged_from"] = serde_json::json!(given);
+        if !missing.is_empty() {
+            merged["settings"]["missing_shards"] = serde_json::json!(missing);
+        }
+    }
     write_files(&merged, Some(&args.output), args.junit.as_deref(), args.html.as_deref())?;
-    Ok(exit_code::OK)
+    let all_ok = merged["units"].as_array().into_iter().flatten().all(|unit| unit["status"] == "ok");
+    Ok(if data.is_some() && !all_ok { exit_code::SOME_FAILED } else { exit_code::OK })
 }

@@ -7,6 +7,7 @@ use crate::cli::RunArgs;
 use crate::drive::{discover_models, execute, Plan, Work};
 use crate::settings::{report_settings, run_settings};
 use crate::support::with_causes;
+use crate::warmup::WarmupFeed;
 use isorun_engine::{signature_here, Model, ModelFormat, PreparedInputs, Settings};
 use isorun_protocol::TensorSpec;
 use isorun_tensors::inputs::load_inputs;
@@ -19,6 +20,9 @@ pub fn main(args: RunArgs, quiet: bool) -> Result<i32, String> {
     let run_settings = run_settings(&args)?;
     let settings = &run_settings.engine;
     let models = discover_models(&args)?;
+    if args.warmup_inputs {
+        return warmup(&args, quiet, started, started_at, &run_settings, models);
+    }
     let inputs = load_inputs(&args.input, &args.inputs).map_err(|e| with_causes(&e))?;
     if let Some(dir) = &run_settings.output_dir {
         std::fs::create_dir_all(dir).map_err(|e| format!("--output-dir {}: cannot create: {e}", dir.display()))?;
@@ -49,6 +53,48 @@ pub fn main(args: RunArgs, quiet: bool) -> Result<i32, String> {
         key_settings,
         expect_dir: run_settings.expect.as_ref().map(|e| e.dir.clone()),
         report_settings: report_settings(&args, &run_settings),
+    };
+    execute(plan)
+}
+
+/// `--warmup-inputs`: each model fed its own TF Serving warm-up requests
+/// (`crate::warmup`), checked against its signatures before any worker.
+fn warmup(
+    args: &RunArgs,
+    quiet: bool,
+    started: Instant,
+    started_at: std::time::SystemTime,
+    run_settings: &crate::settings::RunSettings,
+    models: Vec<Model>,
+) -> Result<i32, String> {
+    let settings = &run_settings.engine;
+    if let Some(dir) = &run_settings.output_dir {
+        std::fs::create_dir_all(dir).map_err(|e| format!("--output-dir {}: cannot create: {e}", dir.display()))?;
+    }
+    let feed = WarmupFeed {
+        limit: args.warmup_limit,
+        signature: settings.signature.clone(),
+        tags: settings.tags.clone(),
+        strict_dtypes: settings.strict_dtypes,
+        values: settings.values,
+        output_dir: run_settings.output_dir.clone(),
+    };
+    let key_settings = format!("{}\0{:?}\0{:?}", settings.signature, settings.tags, settings.libraries)
+        + if settings.strict_dtypes { "\0strict_dtypes" } else { "" }
+        + &crate::warmup::key_settings(args.warmup_limit);
+    let plan = Plan {
+        args,
+        quiet,
+        started,
+        started_at,
+        engine: settings.clone(),
+        models,
+        work: Work::Feed(&feed),
+        // Each model's requests are in its folder, which its key hashes.
+        key_inputs: Vec::new(),
+        key_settings,
+        expect_dir: None,
+        report_settings: report_settings(args, run_settings),
     };
     execute(plan)
 }

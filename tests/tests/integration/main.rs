@@ -28,3 +28,4 @@ mod spares;
 mod tf1;
 mod usage;
 mod util;
+mod warmup;

@@ -14,9 +14,14 @@
 //! not claim more than deflate can expand (1032:1). Headers are parsed by
 //! `isorun_tensors::npy::read_npy_header`, with the same checks as a whole
 //! read (its data must fit in what the entry claims).
+//!
+//! As a source, columnar: each piece is every asked-for array's bytes for
+//! the same rows. Parts: part `K` of `N` is the rows `[K*n/N, (K+1)*n/N)`
+//! of the shard's `n` (the rows before it are read and dropped: a deflated
+//! entry cannot be entered midway).
 
-use crate::data::DataError;
-use isorun_protocol::DType;
+use super::{ColumnChunk, ColumnInfo, Look, Options, Piece, Source, Values};
+use crate::error::DataError;
 use isorun_tensors::npy::{read_npy_header, Element, NpyError, NpyHeader};
 use std::fs::File;
 use std::io::{BufReader, Read, Seek, SeekFrom};
@@ -264,81 +269,106 @@ impl ArrayStream {
     }
 }
 
-/// A number read from a dense element.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Number {
-    Int(i64),
-    /// A `uint64` past `i64::MAX`.
-    BigUnsigned(u64),
-    Float(f64),
-}
-
-impl Number {
-    /// As a float.
-    pub fn as_f64(self) -> f64 {
-        match self {
-            Number::Int(i) => i as f64,
-            Number::BigUnsigned(u) => u as f64,
-            Number::Float(f) => f,
+impl ArrayInfo {
+    fn column(&self) -> ColumnInfo {
+        ColumnInfo {
+            name: self.name.clone(),
+            path: self.path.clone(),
+            element: self.element,
+            dims: self.shape[1..].to_vec(),
+            describe: self.describe(),
         }
     }
 }
 
-/// The number in `bytes` (one element); `None` for string elements.
-pub fn number(element: Element, bytes: &[u8]) -> Option<Number> {
-    let Element::Dense(dtype, big_endian) = element else { return None };
-    let mut raw = [0u8; 8];
-    let n = bytes.len().min(8);
-    raw[..n].copy_from_slice(&bytes[..n]);
-    if big_endian {
-        raw[..n].reverse();
-    }
-    let b2 = [raw[0], raw[1]];
-    let b4 = [raw[0], raw[1], raw[2], raw[3]];
-    Some(match dtype {
-        DType::Float32 => Number::Float(f64::from(f32::from_le_bytes(b4))),
-        DType::Float64 => Number::Float(f64::from_le_bytes(raw)),
-        DType::Float16 => Number::Float(f64::from(half::f16::from_le_bytes(b2).to_f32())),
-        DType::BFloat16 => Number::Float(f64::from(half::bf16::from_le_bytes(b2).to_f32())),
-        DType::Int8 => Number::Int(i64::from(raw[0] as i8)),
-        DType::Int16 => Number::Int(i64::from(i16::from_le_bytes(b2))),
-        DType::Int32 => Number::Int(i64::from(i32::from_le_bytes(b4))),
-        DType::Int64 => Number::Int(i64::from_le_bytes(raw)),
-        DType::UInt8 => Number::Int(i64::from(raw[0])),
-        DType::UInt16 => Number::Int(i64::from(u16::from_le_bytes(b2))),
-        DType::UInt32 => Number::Int(i64::from(u32::from_le_bytes(b4))),
-        DType::UInt64 => {
-            let u = u64::from_le_bytes(raw);
-            i64::try_from(u).map_or(Number::BigUnsigned(u), Number::Int)
-        }
-        DType::Bool => Number::Int(i64::from(raw[0] != 0)),
-        DType::String => return None,
-    })
+/// The most bytes read at once while skipping the rows before a part.
+const SKIP_BYTES: usize = 16 << 20;
+
+pub(crate) fn probe_folder(path: &Path) -> Result<(), DataError> {
+    std::fs::read_dir(path).map(drop).map_err(super::io_error(path))
 }
 
-/// The byte string in `bytes` (one element of a string array); `None` for numbers.
-pub fn string(element: Element, bytes: &[u8]) -> Option<Vec<u8>> {
-    match element {
-        Element::Bytes(_) => {
-            let end = bytes.iter().rposition(|&b| b != 0).map_or(0, |i| i + 1);
-            Some(bytes[..end].to_vec())
-        }
-        Element::Unicode(_, big_endian) => {
-            let mut s = String::new();
-            for unit in bytes.chunks_exact(4) {
-                let raw = [unit[0], unit[1], unit[2], unit[3]];
-                let code = if big_endian { u32::from_be_bytes(raw) } else { u32::from_le_bytes(raw) };
-                s.push(char::from_u32(code).unwrap_or(char::REPLACEMENT_CHARACTER));
+pub(crate) fn peek_npz(path: &Path, _options: &Options) -> Result<Option<Look>, DataError> {
+    peek(path, true)
+}
+
+pub(crate) fn peek_folder(path: &Path, _options: &Options) -> Result<Option<Look>, DataError> {
+    peek(path, false)
+}
+
+fn peek(path: &Path, npz: bool) -> Result<Option<Look>, DataError> {
+    let shard = open_shard(path, npz)?;
+    Ok(Some(Look::Columns(shard.arrays.iter().map(ArrayInfo::column).collect())))
+}
+
+pub(crate) fn open_npz(path: &Path, options: &Options) -> Result<Box<dyn Source>, DataError> {
+    open(path, true, options)
+}
+
+pub(crate) fn open_folder(path: &Path, options: &Options) -> Result<Box<dyn Source>, DataError> {
+    open(path, false, options)
+}
+
+fn open(path: &Path, npz: bool, options: &Options) -> Result<Box<dyn Source>, DataError> {
+    let shard = open_shard(path, npz)?;
+    let find = |name: &str| -> Result<&ArrayInfo, DataError> {
+        shard.arrays.iter().find(|a| a.name == name).ok_or_else(|| DataError::MissingInput {
+            path: path.to_path_buf(),
+            input: name.to_string(),
+            feature: name.to_string(),
+            available: shard.arrays.iter().map(|a| a.name.clone()).collect::<Vec<_>>().join(", "),
+        })
+    };
+    let mut columns = Vec::new();
+    let mut streams = Vec::new();
+    for name in &options.columns {
+        let info = find(name)?;
+        columns.push(info.column());
+        streams.push(ArrayStream::open(&shard, info)?);
+    }
+    let (lo, hi) = options.part.rows(shard.rows);
+    Ok(Box::new(ArraySource { columns, streams, skip: lo, remaining: hi - lo }))
+}
+
+/// One shard's asked-for arrays, read a range of rows at a time.
+struct ArraySource {
+    columns: Vec<ColumnInfo>,
+    streams: Vec<ArrayStream>,
+    /// Rows still to be skipped before this part's.
+    skip: u64,
+    remaining: u64,
+}
+
+impl Source for ArraySource {
+    fn columns(&self) -> &[ColumnInfo] {
+        &self.columns
+    }
+
+    fn next_piece(&mut self, max_rows: usize) -> Result<Option<Piece<'_>>, DataError> {
+        while self.skip > 0 {
+            let widest = self.streams.iter().map(ArrayStream::row_bytes).max().unwrap_or(1).max(1);
+            let rows = self.skip.min((SKIP_BYTES / widest).max(1) as u64);
+            for stream in &mut self.streams {
+                stream.read_rows(rows as usize)?;
             }
-            Some(s.trim_end_matches('\0').as_bytes().to_vec())
+            self.skip -= rows;
         }
-        Element::Dense(..) => None,
+        let take = self.remaining.min(max_rows as u64) as usize;
+        if take == 0 {
+            return Ok(None);
+        }
+        self.remaining -= take as u64;
+        let mut chunks = Vec::with_capacity(self.streams.len());
+        for (stream, info) in self.streams.iter_mut().zip(&self.columns) {
+            let bytes = stream.read_rows(take)?.to_vec();
+            chunks.push(ColumnChunk {
+                path: info.path.clone(),
+                dims: info.dims.clone(),
+                values: Values::Elements { element: info.element, bytes },
+            });
+        }
+        Ok(Some(Piece::Columns { rows: take, columns: chunks }))
     }
-}
-
-/// Whether the element holds integers (or bools).
-pub fn is_integer(element: Element) -> bool {
-    matches!(element, Element::Dense(d, _) if !matches!(d, DType::Float16 | DType::Float32 | DType::Float64 | DType::BFloat16 | DType::String))
 }
 
 #[cfg(test)]
@@ -356,7 +386,7 @@ mod tests {
                 .to_vec();
         npy.resize(127, b' ');
         npy.push(b'\n');
-        assert_eq!(npy, include_bytes!("../tests/fixtures/fuzz/zero_rows_huge_row.npy"));
+        assert_eq!(npy, include_bytes!("../../tests/fixtures/fuzz/zero_rows_huge_row.npy"));
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("label.npy"), &npy).unwrap();
         let error = open_shard(dir.path(), false).unwrap_err().to_string();

@@ -10,7 +10,13 @@
 //! `inf` included), `bytes_list` otherwise; a later cell that does not fit
 //! is an error naming the row and column. An empty cell is a missing
 //! feature. A row with another number of cells than the header is an error.
+//!
+//! Parts: part `K` of `N` is the data rows `[K*n/N, (K+1)*n/N)` of the
+//! file's `n`, counted by a first pass (the last part reads to the end, so
+//! a row that stopped the count is still met).
 
+use super::{Look, Options, Piece, Source};
+use crate::error::DataError;
 use crate::example::{Example, Feature, Features};
 use std::fs::File;
 use std::io::{BufRead, BufReader};
@@ -207,5 +213,65 @@ fn bad_cell(line: u64, column: &str, cell: &[u8], expected: &str) -> CsvFault {
     CsvFault {
         line,
         reason: format!("column '{column}' is '{}' but earlier rows made it {expected}", String::from_utf8_lossy(cell)),
+    }
+}
+
+fn csv_error(path: &Path) -> impl Fn(CsvFault) -> DataError + '_ {
+    move |fault| DataError::Csv { path: path.to_path_buf(), line: fault.line, reason: fault.reason }
+}
+
+fn open_reader(path: &Path) -> Result<CsvReader, DataError> {
+    CsvReader::open(path).map_err(|(path, fault)| csv_error(&path)(fault))
+}
+
+/// The first row, as an example.
+pub(crate) fn peek(path: &Path, _options: &Options) -> Result<Option<Look>, DataError> {
+    let mut reader = open_reader(path)?;
+    let mut example = Example::default();
+    Ok(reader.next_row(&mut example).map_err(csv_error(path))?.map(|_| Look::Example(example)))
+}
+
+pub(crate) fn open(path: &Path, options: &Options) -> Result<Box<dyn Source>, DataError> {
+    let range = if options.part.is_whole() {
+        (0, u64::MAX)
+    } else {
+        let mut counter = open_reader(path)?;
+        let mut example = Example::default();
+        let mut rows = 0;
+        while let Ok(Some(_)) = counter.next_row(&mut example) {
+            rows += 1;
+        }
+        let (lo, hi) = options.part.rows(rows);
+        (lo, if options.part.index + 1 == options.part.count { u64::MAX } else { hi })
+    };
+    let reader = open_reader(path)?;
+    Ok(Box::new(CsvSource { reader, path: path.to_path_buf(), row: 0, range, example: Example::default() }))
+}
+
+/// One CSV file's rows, as examples.
+struct CsvSource {
+    reader: CsvReader,
+    path: PathBuf,
+    /// The next data row's 0-based index.
+    row: u64,
+    /// Rows `[lo, hi)` are this part's.
+    range: (u64, u64),
+    example: Example,
+}
+
+impl Source for CsvSource {
+    fn next_piece(&mut self, _max_rows: usize) -> Result<Option<Piece<'_>>, DataError> {
+        loop {
+            if self.row >= self.range.1 {
+                return Ok(None);
+            }
+            if self.reader.next_row(&mut self.example).map_err(csv_error(&self.path))?.is_none() {
+                return Ok(None);
+            }
+            self.row += 1;
+            if self.row > self.range.0 {
+                return Ok(Some(Piece::Example { example: &self.example, record: self.row - 1, raw: None }));
+            }
+        }
     }
 }

@@ -1,0 +1,899 @@
+//! The metric state of one model over some examples: everything the
+//! metrics are computed from (counts, sums, confusion counts, per-score
+//! positive and negative weights for AUC, per-slice states), and nothing
+//! else. It is what `isorun eval --data-shard K/N` writes into a record and
+//! what `isorun report merge` joins: [`MetricState::merge`] of the states of
+//! any split of the data, finished with `Evaluation::from_state`, gives the
+//! metrics of one pass over all of it.
+//!
+//! Exactness: counts are integers; every sum of weights, losses and errors
+//! is an `ExactSum` (exact whatever the order of its terms; the terms are
+//! per-example values, computed the same way on any machine), so those
+//! metrics are the same to the last bit. AUC and average precision keep the
+//! weight of positives and negatives per distinct score: unweighted, those
+//! are exact integer counts and the merged AUC is the one-pass AUC exactly;
+//! with `--weight`, a score's weights are plain sums (each score's few
+//! examples, rounded in another order: ~1e-16 relative). A curve past its
+//! cap is bucketed, here as in one pass (`auc_exact: false`, and `exact` in
+//! the state's JSON). Slices past [`MAX_SLICE_VALUES`] values: which values
+//! get their own state depends on the order the values came in, and merged
+//! shards see them in shard order.
+//!
+//! The JSON ([`MetricState::to_json`]) is versioned ([`STATE_VERSION`]) and
+//! compact: zero sums are left out, a sum is a number (or its exact
+//! partials, a list, when one number cannot hold it). Its size is bounded by
+//! the caps: an exact curve is at most [`AUC_EXACT_CAP`] scores (~40 bytes
+//! each, ~10 MB), a slice value's at most [`SLICE_AUC_CAP`].
+
+use crate::curve::Curve;
+use crate::exact::{two_product, ExactSum};
+use crate::task::{Metric, Task};
+use serde_json::{json, Map, Value};
+use std::collections::{BTreeMap, HashMap};
+
+/// The slice value that collects values past [`MAX_SLICE_VALUES`].
+pub const OTHER_SLICE: &str = "__other__";
+/// Distinct values kept per slice feature.
+pub const MAX_SLICE_VALUES: usize = 1000;
+/// Distinct scores kept exactly, over all classes, before AUC is bucketed.
+pub const AUC_EXACT_CAP: usize = 1 << 18;
+/// Buckets of a bucketed AUC.
+pub const AUC_BUCKETS: usize = 1 << 16;
+/// Distinct scores (and then buckets) per slice value.
+pub const SLICE_AUC_CAP: usize = 1 << 10;
+/// The most classes a confusion matrix is kept for (classes² counts).
+pub const MAX_CONFUSION_CLASSES: usize = 1000;
+/// The version of the state's JSON; another version is refused.
+pub const STATE_VERSION: u64 = 1;
+
+/// Metric state of one task over some examples.
+#[derive(Debug, Clone)]
+pub(crate) enum State {
+    Binary(BinaryState),
+    Multiclass(MulticlassState),
+    Regression(RegressionState),
+}
+
+/// The sums every task keeps (multiclass: examples, weight and log loss).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Sums {
+    pub(crate) examples: u64,
+    pub(crate) weight: ExactSum,
+    pub(crate) log_loss: ExactSum,
+    /// Σ w·p.
+    prediction: ExactSum,
+    /// Σ w·y and Σ w·y², exactly (the products too), for mean_label and r2.
+    label: ExactSum,
+    label_squared: ExactSum,
+    squared_error: ExactSum,
+    absolute_error: ExactSum,
+}
+
+const SUM_NAMES: [&str; 7] =
+    ["weight", "log_loss", "prediction", "label", "label_squared", "squared_error", "absolute_error"];
+
+impl Sums {
+    fn fields(&self) -> [&ExactSum; 7] {
+        [
+            &self.weight,
+            &self.log_loss,
+            &self.prediction,
+            &self.label,
+            &self.label_squared,
+            &self.squared_error,
+            &self.absolute_error,
+        ]
+    }
+
+    fn fields_mut(&mut self) -> [&mut ExactSum; 7] {
+        [
+            &mut self.weight,
+            &mut self.log_loss,
+            &mut self.prediction,
+            &mut self.label,
+            &mut self.label_squared,
+            &mut self.squared_error,
+            &mut self.absolute_error,
+        ]
+    }
+
+    fn add(&mut self, prediction: f64, label: f64, weight: f64) {
+        self.examples += 1;
+        self.weight.add(weight);
+        self.prediction.add(weight * prediction);
+        let (wy, wy_low) = two_product(weight, label);
+        self.label.add(wy);
+        self.label.add(wy_low);
+        for (high, low) in [two_product(wy, label), two_product(wy_low, label)] {
+            self.label_squared.add(high);
+            self.label_squared.add(low);
+        }
+        let error = prediction - label;
+        self.squared_error.add(weight * error * error);
+        self.absolute_error.add(weight * error.abs());
+    }
+
+    fn merge(&mut self, other: &Sums) {
+        self.examples += other.examples;
+        for (mine, theirs) in self.fields_mut().into_iter().zip(other.fields()) {
+            mine.merge(theirs);
+        }
+    }
+
+    /// sklearn's r2_score: 1 − SS_res/SS_tot, SS_tot = Σw·y² − (Σw·y)²/Σw
+    /// from exact sums in double-double (no cancellation left to round).
+    fn r2(&self) -> f64 {
+        let (w, s1, s2) = (self.weight.dd(), self.label.dd(), self.label_squared.dd());
+        let total = s2.add(s1.mul(s1).div(w).neg());
+        // What double-double leaves of an exact 0 (every label equal) is 0.
+        let total = if total.0.abs() <= 1e-30 * s2.0.abs() { 0.0 } else { total.value() };
+        let residual = self.squared_error.value();
+        if total == 0.0 {
+            return if residual == 0.0 { 1.0 } else { 0.0 };
+        }
+        1.0 - residual / total
+    }
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct BinaryState {
+    sums: Sums,
+    tp: ExactSum,
+    fp: ExactSum,
+    tn: ExactSum,
+    fn_: ExactSum,
+    curve: Option<Curve>,
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct MulticlassState {
+    sums: Sums,
+    correct: ExactSum,
+    top_k: ExactSum,
+    tp: Vec<ExactSum>,
+    fp: Vec<ExactSum>,
+    fn_: Vec<ExactSum>,
+    present: Vec<bool>,
+    curves: Option<Vec<Curve>>,
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct RegressionState {
+    sums: Sums,
+}
+
+fn ratio(a: f64, b: f64) -> f64 {
+    if b == 0.0 {
+        0.0
+    } else {
+        a / b
+    }
+}
+
+fn divide(a: f64, b: f64) -> f64 {
+    if b == 0.0 {
+        f64::NAN
+    } else {
+        a / b
+    }
+}
+
+fn mean(values: impl Iterator<Item = f64>) -> f64 {
+    let (sum, n) = values.filter(|v| !v.is_nan()).fold((0.0, 0usize), |(s, n), v| (s + v, n + 1));
+    if n == 0 {
+        f64::NAN
+    } else {
+        sum / n as f64
+    }
+}
+
+/// One example as every state needs it.
+pub(crate) struct Row<'a> {
+    /// Probabilities (after sigmoid/softmax); binary and regression: one value.
+    pub(crate) scores: &'a [f64],
+    /// Binary/regression label.
+    pub(crate) label: f64,
+    /// Multiclass true class and predicted class.
+    pub(crate) class: usize,
+    pub(crate) predicted: usize,
+    /// Multiclass `Matrix` labels.
+    pub(crate) soft_label: Option<&'a [f64]>,
+    pub(crate) weight: f64,
+}
+
+impl State {
+    pub(crate) fn new(task: Task, curves: Option<(usize, usize)>) -> State {
+        match task {
+            Task::Binary => State::Binary(BinaryState {
+                sums: Sums::default(),
+                tp: ExactSum::default(),
+                fp: ExactSum::default(),
+                tn: ExactSum::default(),
+                fn_: ExactSum::default(),
+                curve: curves.map(|(cap, buckets)| Curve::new(cap, buckets)),
+            }),
+            Task::Multiclass { classes } => State::Multiclass(MulticlassState {
+                sums: Sums::default(),
+                correct: ExactSum::default(),
+                top_k: ExactSum::default(),
+                tp: vec![ExactSum::default(); classes],
+                fp: vec![ExactSum::default(); classes],
+                fn_: vec![ExactSum::default(); classes],
+                present: vec![false; classes],
+                curves: curves.map(|(cap, buckets)| (0..classes).map(|_| Curve::new(cap, buckets)).collect()),
+            }),
+            Task::Regression => State::Regression(RegressionState { sums: Sums::default() }),
+        }
+    }
+
+    pub(crate) fn add(&mut self, row: &Row<'_>, threshold: f64, top_k: usize, eps: f64) {
+        match self {
+            State::Binary(s) => {
+                let p = row.scores[0];
+                let positive = row.label == 1.0;
+                let predicted = p > threshold;
+                match (positive, predicted) {
+                    (true, true) => s.tp.add(row.weight),
+                    (false, true) => s.fp.add(row.weight),
+                    (false, false) => s.tn.add(row.weight),
+                    (true, false) => s.fn_.add(row.weight),
+                }
+                let q = if positive { p } else { 1.0 - p };
+                s.sums.log_loss.add(-row.weight * q.clamp(eps, 1.0 - eps).ln());
+                s.sums.add(p, row.label, row.weight);
+                if let Some(curve) = &mut s.curve {
+                    curve.add(p, positive, row.weight);
+                }
+            }
+            State::Multiclass(s) => {
+                let class = row.class;
+                let scores = row.scores;
+                s.sums.examples += 1;
+                s.sums.weight.add(row.weight);
+                if row.predicted == class {
+                    s.correct.add(row.weight);
+                    s.tp[class].add(row.weight);
+                } else {
+                    s.fn_[class].add(row.weight);
+                    s.fp[row.predicted].add(row.weight);
+                }
+                s.present[class] = true;
+                s.present[row.predicted] = true;
+                let higher = scores.iter().filter(|&&v| v > scores[class]).count();
+                if higher < top_k {
+                    s.top_k.add(row.weight);
+                }
+                let loss: f64 = match row.soft_label {
+                    Some(soft) => soft
+                        .iter()
+                        .zip(scores)
+                        .filter(|(y, _)| **y != 0.0)
+                        .map(|(y, p)| -y * p.clamp(eps, 1.0 - eps).ln())
+                        .sum(),
+                    None => -scores[class].clamp(eps, 1.0 - eps).ln(),
+                };
+                s.sums.log_loss.add(row.weight * loss);
+                if let Some(curves) = &mut s.curves {
+                    for (c, curve) in curves.iter_mut().enumerate() {
+                        curve.add(scores[c], c == class, row.weight);
+                    }
+                }
+            }
+            State::Regression(s) => s.sums.add(row.scores[0], row.label, row.weight),
+        }
+    }
+
+    pub(crate) fn exact(&self) -> bool {
+        match self {
+            State::Binary(s) => s.curve.as_ref().is_none_or(Curve::exact),
+            State::Multiclass(s) => s.curves.iter().flatten().all(Curve::exact),
+            State::Regression(_) => true,
+        }
+    }
+
+    fn sums(&self) -> &Sums {
+        match self {
+            State::Binary(s) => &s.sums,
+            State::Multiclass(s) => &s.sums,
+            State::Regression(s) => &s.sums,
+        }
+    }
+
+    pub(crate) fn value(&self, metric: Metric) -> f64 {
+        let sums = self.sums();
+        let w = sums.weight.value();
+        match (self, metric) {
+            (_, Metric::LogLoss) => divide(sums.log_loss.value(), w),
+            (_, Metric::Mse) => divide(sums.squared_error.value(), w),
+            (_, Metric::Rmse) => divide(sums.squared_error.value(), w).sqrt(),
+            (_, Metric::Mae) => divide(sums.absolute_error.value(), w),
+            (_, Metric::MeanPrediction) => divide(sums.prediction.value(), w),
+            (_, Metric::MeanLabel) => divide(sums.label.value(), w),
+            (_, Metric::Calibration) => divide(sums.prediction.value(), sums.label.value()),
+            (_, Metric::R2) => sums.r2(),
+            (State::Binary(s), Metric::Accuracy) => {
+                let mut right = s.tp.clone();
+                right.merge(&s.tn);
+                divide(right.value(), w)
+            }
+            (State::Binary(s), Metric::Precision) => {
+                let tp = s.tp.value();
+                ratio(tp, tp + s.fp.value())
+            }
+            (State::Binary(s), Metric::Recall) => {
+                let tp = s.tp.value();
+                ratio(tp, tp + s.fn_.value())
+            }
+            (State::Binary(s), Metric::F1) => {
+                let tp = s.tp.value();
+                ratio(2.0 * tp, 2.0 * tp + s.fp.value() + s.fn_.value())
+            }
+            (State::Binary(s), Metric::Auc) => s.curve.as_ref().map_or(f64::NAN, Curve::roc_auc),
+            (State::Binary(s), Metric::PrAuc) => s.curve.as_ref().map_or(f64::NAN, Curve::average_precision),
+            (State::Multiclass(s), Metric::Accuracy) => divide(s.correct.value(), w),
+            (State::Multiclass(s), Metric::TopKAccuracy) => divide(s.top_k.value(), w),
+            (State::Multiclass(s), Metric::Precision) => {
+                s.macro_average(|c| ratio(s.tp[c].value(), s.tp[c].value() + s.fp[c].value()))
+            }
+            (State::Multiclass(s), Metric::Recall) => {
+                s.macro_average(|c| ratio(s.tp[c].value(), s.tp[c].value() + s.fn_[c].value()))
+            }
+            (State::Multiclass(s), Metric::F1) => s.macro_average(|c| {
+                let tp = s.tp[c].value();
+                ratio(2.0 * tp, 2.0 * tp + s.fp[c].value() + s.fn_[c].value())
+            }),
+            (State::Multiclass(s), Metric::Auc) => {
+                s.curves.as_ref().map_or(f64::NAN, |c| mean(c.iter().map(Curve::roc_auc)))
+            }
+            (State::Multiclass(s), Metric::PrAuc) => {
+                s.curves.as_ref().map_or(f64::NAN, |c| mean(c.iter().map(Curve::average_precision)))
+            }
+            _ => f64::NAN,
+        }
+    }
+
+    pub(crate) fn examples(&self) -> u64 {
+        self.sums().examples
+    }
+
+    /// Adds `other`, a state of the same task over other examples.
+    fn merge(&mut self, other: &State) -> Result<(), String> {
+        match (self, other) {
+            (State::Binary(a), State::Binary(b)) => {
+                a.sums.merge(&b.sums);
+                for (x, y) in [(&mut a.tp, &b.tp), (&mut a.fp, &b.fp), (&mut a.tn, &b.tn), (&mut a.fn_, &b.fn_)] {
+                    x.merge(y);
+                }
+                merge_curve(&mut a.curve, b.curve.as_ref())
+            }
+            (State::Multiclass(a), State::Multiclass(b)) => {
+                if a.tp.len() != b.tp.len() {
+                    return Err(format!("{} classes against {}", a.tp.len(), b.tp.len()));
+                }
+                a.sums.merge(&b.sums);
+                a.correct.merge(&b.correct);
+                a.top_k.merge(&b.top_k);
+                for (x, y) in [(&mut a.tp, &b.tp), (&mut a.fp, &b.fp), (&mut a.fn_, &b.fn_)] {
+                    x.iter_mut().zip(y).for_each(|(x, y)| x.merge(y));
+                }
+                a.present.iter_mut().zip(&b.present).for_each(|(x, y)| *x |= *y);
+                match (&mut a.curves, &b.curves) {
+                    (Some(x), Some(y)) => x.iter_mut().zip(y).for_each(|(x, y)| x.merge(y)),
+                    (None, None) => {}
+                    _ => return Err("one has AUC curves and the other not".into()),
+                }
+                Ok(())
+            }
+            (State::Regression(a), State::Regression(b)) => {
+                a.sums.merge(&b.sums);
+                Ok(())
+            }
+            _ => Err("states of different tasks".into()),
+        }
+    }
+}
+
+fn merge_curve(mine: &mut Option<Curve>, theirs: Option<&Curve>) -> Result<(), String> {
+    match (mine, theirs) {
+        (Some(a), Some(b)) => {
+            a.merge(b);
+            Ok(())
+        }
+        (None, None) => Ok(()),
+        _ => Err("one has an AUC curve and the other not".into()),
+    }
+}
+
+impl MulticlassState {
+    fn macro_average(&self, per_class: impl Fn(usize) -> f64) -> f64 {
+        mean((0..self.present.len()).filter(|&c| self.present[c]).map(per_class))
+    }
+}
+
+/// One slice feature's states.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct SliceStates {
+    pub(crate) values: HashMap<String, State>,
+    pub(crate) other: Option<State>,
+}
+
+impl SliceStates {
+    /// Values of `other` join this feature's states: the same value's state,
+    /// a new one while fewer than [`MAX_SLICE_VALUES`], else `__other__`.
+    fn merge(&mut self, other: &SliceStates) -> Result<(), String> {
+        let mut values: Vec<(&String, &State)> = other.values.iter().collect();
+        values.sort_by(|a, b| a.0.cmp(b.0));
+        for (value, state) in values.into_iter().map(|(v, s)| (Some(v), s)).chain(other.other.iter().map(|s| (None, s)))
+        {
+            let target = match value {
+                Some(value) if self.values.contains_key(value) => self.values.get_mut(value),
+                Some(value) if self.values.len() < MAX_SLICE_VALUES => {
+                    self.values.insert(value.clone(), state.clone());
+                    continue;
+                }
+                _ => None,
+            };
+            match (target, &mut self.other) {
+                (Some(mine), _) => mine.merge(state)?,
+                (None, Some(mine)) => mine.merge(state)?,
+                (None, other @ None) => *other = Some(state.clone()),
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Everything one model's metrics are computed from, over the examples seen
+/// so far: [`crate::Evaluator::state`], merged with [`MetricState::merge`],
+/// finished with [`crate::Evaluation::from_state`].
+#[derive(Debug, Clone)]
+pub struct MetricState {
+    pub(crate) output: String,
+    /// The output's declared columns, to guess the task of no examples.
+    pub(crate) output_columns: Option<u64>,
+    /// The metrics asked for (empty: the task's default).
+    pub(crate) requested: Vec<Metric>,
+    pub(crate) top_k: usize,
+    pub(crate) threshold: f64,
+    pub(crate) from_logits: bool,
+    pub(crate) slice_names: Vec<String>,
+    /// Decided at the first batch; `None` before any.
+    pub(crate) task: Option<Task>,
+    /// The metrics computed (`requested`, or the task's default).
+    pub(crate) metrics: Vec<Metric>,
+    pub(crate) overall: Option<State>,
+    pub(crate) slices: Vec<SliceStates>,
+    pub(crate) confusion: Option<Vec<Vec<u64>>>,
+    pub(crate) examples: u64,
+    /// What the state is of, for errors (`shards/0.json, model m, data shard 0/3`).
+    source: String,
+}
+
+/// Why two metric states cannot be merged.
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum MergeError {
+    #[error("cannot merge the metric state of {second} into that of {first}: their {what} differ ({first_value} against {second_value})")]
+    Differ { what: &'static str, first: String, first_value: String, second: String, second_value: String },
+    #[error("cannot merge the metric state of {second} into that of {first}: {reason}")]
+    Inconsistent { first: String, second: String, reason: String },
+}
+
+/// Why a metric state's JSON cannot be read.
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum StateError {
+    #[error("metric_state version {found}; this isorun reads version {STATE_VERSION}")]
+    Version { found: String },
+    #[error("metric_state: {what}")]
+    Invalid { what: String },
+}
+
+fn invalid(what: impl Into<String>) -> StateError {
+    StateError::Invalid { what: what.into() }
+}
+
+impl MetricState {
+    pub(crate) fn new(
+        output: String,
+        output_columns: Option<u64>,
+        requested: Vec<Metric>,
+        (top_k, threshold, from_logits): (usize, f64, bool),
+        slice_names: Vec<String>,
+    ) -> MetricState {
+        let slices = vec![SliceStates::default(); slice_names.len()];
+        MetricState {
+            output,
+            output_columns,
+            requested,
+            top_k,
+            threshold,
+            from_logits,
+            slice_names,
+            task: None,
+            metrics: Vec::new(),
+            overall: None,
+            slices,
+            confusion: None,
+            examples: 0,
+            source: "this state".into(),
+        }
+    }
+
+    /// Examples the state holds.
+    pub fn examples(&self) -> u64 {
+        self.examples
+    }
+
+    /// The task, once a batch decided it.
+    pub fn task(&self) -> Option<Task> {
+        self.task
+    }
+
+    /// Names what the state is of, for merge errors.
+    pub fn set_source(&mut self, source: impl Into<String>) {
+        self.source = source.into();
+    }
+
+    /// What the state is of (as [`MetricState::set_source`] named it).
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+
+    /// Whether every curve (overall and slices) is per distinct score, not bucketed.
+    pub fn exact(&self) -> bool {
+        self.overall.as_ref().is_none_or(State::exact)
+            && self.slices.iter().all(|s| s.values.values().chain(s.other.iter()).all(State::exact))
+    }
+
+    /// Adds the state of other examples of the same model and settings (the
+    /// same output, metrics asked for, k, decision threshold, logits, slice
+    /// features, and task once both saw examples): the state one pass over
+    /// both would hold. A refused merge changes nothing.
+    pub fn merge(&mut self, other: &MetricState) -> Result<(), MergeError> {
+        let (first, second) = (self.source.clone(), other.source.clone());
+        let differ = |what: &'static str, a: String, b: String| MergeError::Differ {
+            what,
+            first: first.clone(),
+            first_value: a,
+            second: second.clone(),
+            second_value: b,
+        };
+        let names = |m: &[Metric]| format!("[{}]", m.iter().map(Metric::name).collect::<Vec<_>>().join(", "));
+        if self.output != other.output {
+            return Err(differ("outputs", self.output.clone(), other.output.clone()));
+        }
+        if self.requested != other.requested {
+            return Err(differ("metrics", names(&self.requested), names(&other.requested)));
+        }
+        if self.slice_names != other.slice_names {
+            return Err(differ("slices", format!("{:?}", self.slice_names), format!("{:?}", other.slice_names)));
+        }
+        let settings =
+            |s: &MetricState| format!("top_k {}, threshold {}, from_logits {}", s.top_k, s.threshold, s.from_logits);
+        if (self.top_k, self.threshold.to_bits(), self.from_logits)
+            != (other.top_k, other.threshold.to_bits(), other.from_logits)
+        {
+            return Err(differ("settings", settings(self), settings(other)));
+        }
+        let Some(task) = other.task else {
+            return Ok(()); // no examples: nothing to add
+        };
+        let Some(mine) = self.task else {
+            let source = std::mem::take(&mut self.source);
+            *self = other.clone();
+            self.source = source;
+            return Ok(());
+        };
+        let task_text = |t: Task| match t {
+            Task::Multiclass { classes } => format!("multiclass ({classes} classes)"),
+            t => t.name().to_string(),
+        };
+        if mine != task {
+            return Err(differ("tasks", task_text(mine), task_text(task)));
+        }
+        if self.metrics != other.metrics {
+            return Err(differ("metrics", names(&self.metrics), names(&other.metrics)));
+        }
+        let inconsistent =
+            |reason: String| MergeError::Inconsistent { first: first.clone(), second: second.clone(), reason };
+        let mut merged = self.clone();
+        match (&mut merged.overall, &other.overall) {
+            (Some(a), Some(b)) => a.merge(b).map_err(&inconsistent)?,
+            (a @ None, b) => a.clone_from(b),
+            (Some(_), None) => {}
+        }
+        for (mine, theirs) in merged.slices.iter_mut().zip(&other.slices) {
+            mine.merge(theirs).map_err(&inconsistent)?;
+        }
+        match (&mut merged.confusion, &other.confusion) {
+            (Some(a), Some(b)) if a.len() == b.len() => {
+                a.iter_mut().flatten().zip(b.iter().flatten()).for_each(|(x, y)| *x += y);
+            }
+            (None, None) => {}
+            _ => return Err(inconsistent("confusion matrices of different sizes".into())),
+        }
+        merged.examples += other.examples;
+        *self = merged;
+        Ok(())
+    }
+
+    /// The state as compact JSON (see the module's doc).
+    pub fn to_json(&self) -> Value {
+        let mut o = Map::new();
+        o.insert("version".into(), STATE_VERSION.into());
+        o.insert("output".into(), json!(self.output));
+        if let Some(columns) = self.output_columns {
+            o.insert("output_columns".into(), columns.into());
+        }
+        o.insert("requested".into(), json!(self.requested.iter().map(Metric::name).collect::<Vec<_>>()));
+        o.insert("top_k".into(), self.top_k.into());
+        o.insert("threshold".into(), json!(self.threshold));
+        o.insert("from_logits".into(), self.from_logits.into());
+        o.insert("slice_features".into(), json!(self.slice_names));
+        o.insert("examples".into(), self.examples.into());
+        o.insert("exact".into(), self.exact().into());
+        if let Some(task) = self.task {
+            o.insert("task".into(), task.name().into());
+            if let Task::Multiclass { classes } = task {
+                o.insert("classes".into(), classes.into());
+            }
+            o.insert("metrics".into(), json!(self.metrics.iter().map(Metric::name).collect::<Vec<_>>()));
+            if let Some(overall) = &self.overall {
+                o.insert("overall".into(), state_json(overall));
+            }
+            let slices = self.slices.iter().map(|s| {
+                let mut values: Vec<(&String, &State)> = s.values.iter().collect();
+                values.sort_by(|a, b| a.0.cmp(b.0));
+                let values: Map<String, Value> = values.into_iter().map(|(v, s)| (v.clone(), state_json(s))).collect();
+                let mut feature = json!({ "values": values });
+                if let Some(other) = &s.other {
+                    feature["other"] = state_json(other);
+                }
+                feature
+            });
+            o.insert("slices".into(), slices.collect());
+            if let Some(confusion) = &self.confusion {
+                o.insert("confusion".into(), json!(confusion));
+            }
+        }
+        Value::Object(o)
+    }
+
+    /// The state of [`MetricState::to_json`]'s JSON.
+    pub fn from_json(value: &Value) -> Result<MetricState, StateError> {
+        match value["version"].as_u64() {
+            Some(STATE_VERSION) => {}
+            _ => return Err(StateError::Version { found: value["version"].to_string() }),
+        }
+        let text = |key: &str| value[key].as_str().map(str::to_string).ok_or_else(|| invalid(format!("no \"{key}\"")));
+        let metrics_of = |key: &str| -> Result<Vec<Metric>, StateError> {
+            let list = value[key].as_array().ok_or_else(|| invalid(format!("no \"{key}\" list")))?;
+            list.iter()
+                .map(|m| {
+                    m.as_str()
+                        .ok_or_else(|| invalid(format!("{key}: {m}")))
+                        .and_then(|m| Metric::parse(m).map_err(invalid))
+                })
+                .collect()
+        };
+        let slice_names: Vec<String> = value["slice_features"]
+            .as_array()
+            .ok_or_else(|| invalid("no \"slice_features\" list"))?
+            .iter()
+            .map(|s| s.as_str().map(str::to_string).ok_or_else(|| invalid("a slice feature that is not a string")))
+            .collect::<Result<_, _>>()?;
+        let mut state = MetricState::new(
+            text("output")?,
+            value["output_columns"].as_u64(),
+            metrics_of("requested")?,
+            (
+                value["top_k"].as_u64().ok_or_else(|| invalid("no \"top_k\""))? as usize,
+                value["threshold"].as_f64().ok_or_else(|| invalid("no \"threshold\""))?,
+                value["from_logits"].as_bool().ok_or_else(|| invalid("no \"from_logits\""))?,
+            ),
+            slice_names,
+        );
+        state.examples = value["examples"].as_u64().ok_or_else(|| invalid("no \"examples\" count"))?;
+        let Some(task_name) = value["task"].as_str() else {
+            if state.examples > 0 {
+                return Err(invalid("examples but no \"task\""));
+            }
+            return Ok(state);
+        };
+        let task = match task_name {
+            "binary" => Task::Binary,
+            "regression" => Task::Regression,
+            "multiclass" => {
+                let classes = value["classes"].as_u64().filter(|&c| c >= 2).ok_or_else(|| invalid("no \"classes\""))?;
+                Task::Multiclass { classes: classes as usize }
+            }
+            other => return Err(invalid(format!("unknown task '{other}'"))),
+        };
+        state.task = Some(task);
+        state.metrics = metrics_of("metrics")?;
+        if !value["overall"].is_null() {
+            state.overall =
+                Some(state_from_json(&value["overall"], task).map_err(|e| invalid(format!("overall: {e}")))?);
+        }
+        let slices = value["slices"].as_array().map(Vec::as_slice).unwrap_or_default();
+        if slices.len() != state.slice_names.len() {
+            return Err(invalid(format!(
+                "{} slice states for {} slice features",
+                slices.len(),
+                state.slice_names.len()
+            )));
+        }
+        for ((feature, states), name) in slices.iter().zip(&mut state.slices).zip(&state.slice_names) {
+            let values =
+                feature["values"].as_object().ok_or_else(|| invalid(format!("slice {name}: no \"values\"")))?;
+            for (v, s) in values {
+                let parsed = state_from_json(s, task).map_err(|e| invalid(format!("slice {name}={v}: {e}")))?;
+                states.values.insert(v.clone(), parsed);
+            }
+            if !feature["other"].is_null() {
+                let parsed = state_from_json(&feature["other"], task)
+                    .map_err(|e| invalid(format!("slice {name} other: {e}")))?;
+                states.other = Some(parsed);
+            }
+        }
+        if !value["confusion"].is_null() {
+            let rows = value["confusion"].as_array().ok_or_else(|| invalid("confusion is not a list"))?;
+            let matrix = rows
+                .iter()
+                .map(|row| {
+                    row.as_array()
+                        .and_then(|r| r.iter().map(Value::as_u64).collect::<Option<Vec<u64>>>())
+                        .filter(|r| r.len() == rows.len())
+                        .ok_or_else(|| invalid("confusion is not a square matrix of counts"))
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            state.confusion = Some(matrix);
+        }
+        Ok(state)
+    }
+}
+
+fn special_name(x: f64) -> &'static str {
+    if x.is_nan() {
+        "nan"
+    } else if x > 0.0 {
+        "inf"
+    } else {
+        "-inf"
+    }
+}
+
+/// A sum: a number when one number holds it exactly, else its partials
+/// (and `"inf"`, `"-inf"` or `"nan"` for non-finite terms).
+fn sum_json(sum: &ExactSum) -> Value {
+    let (partials, special) = sum.parts();
+    match partials {
+        [] | [_] if special == 0.0 => json!(partials.first().copied().unwrap_or(0.0)),
+        _ => {
+            let mut list: Vec<Value> = partials.iter().map(|p| json!(p)).collect();
+            if special != 0.0 || special.is_nan() {
+                list.push(json!(special_name(special)));
+            }
+            Value::Array(list)
+        }
+    }
+}
+
+fn sum_from_json(value: &Value) -> Result<ExactSum, String> {
+    if let Some(x) = value.as_f64() {
+        return Ok(ExactSum::from_parts(&[x], 0.0));
+    }
+    let list = value.as_array().ok_or_else(|| format!("{value} is not a sum"))?;
+    let mut terms = Vec::new();
+    let mut special = 0.0;
+    for item in list {
+        match (item.as_f64(), item.as_str()) {
+            (Some(x), _) => terms.push(x),
+            (None, Some("inf")) => special += f64::INFINITY,
+            (None, Some("-inf")) => special += f64::NEG_INFINITY,
+            (None, Some("nan")) => special = f64::NAN,
+            _ => return Err(format!("{item} is not a term of a sum")),
+        }
+    }
+    Ok(ExactSum::from_parts(&terms, special))
+}
+
+fn put_sum(o: &mut Map<String, Value>, key: &str, sum: &ExactSum) {
+    if *sum != ExactSum::default() {
+        o.insert(key.into(), sum_json(sum));
+    }
+}
+
+fn get_sum(o: &Value, key: &str) -> Result<ExactSum, String> {
+    match o.get(key) {
+        None | Some(Value::Null) => Ok(ExactSum::default()),
+        Some(v) => sum_from_json(v).map_err(|e| format!("{key}: {e}")),
+    }
+}
+
+fn state_json(state: &State) -> Value {
+    let mut o = Map::new();
+    let sums = state.sums();
+    o.insert("examples".into(), sums.examples.into());
+    for (name, sum) in SUM_NAMES.iter().zip(sums.fields()) {
+        put_sum(&mut o, name, sum);
+    }
+    match state {
+        State::Binary(s) => {
+            for (name, sum) in [("tp", &s.tp), ("fp", &s.fp), ("tn", &s.tn), ("fn", &s.fn_)] {
+                put_sum(&mut o, name, sum);
+            }
+            if let Some(curve) = &s.curve {
+                o.insert("curve".into(), curve.to_json());
+            }
+        }
+        State::Multiclass(s) => {
+            put_sum(&mut o, "correct", &s.correct);
+            put_sum(&mut o, "top_k", &s.top_k);
+            for (name, sums) in [("tp", &s.tp), ("fp", &s.fp), ("fn", &s.fn_)] {
+                o.insert(name.into(), sums.iter().map(sum_json).collect());
+            }
+            o.insert("present".into(), s.present.iter().map(|&p| u8::from(p)).collect());
+            if let Some(curves) = &s.curves {
+                o.insert("curves".into(), curves.iter().map(Curve::to_json).collect());
+            }
+        }
+        State::Regression(_) => {}
+    }
+    Value::Object(o)
+}
+
+fn state_from_json(value: &Value, task: Task) -> Result<State, String> {
+    if !value.is_object() {
+        return Err("not an object".into());
+    }
+    let mut sums = Sums { examples: value["examples"].as_u64().ok_or("no \"examples\" count")?, ..Sums::default() };
+    for (name, sum) in SUM_NAMES.iter().zip(sums.fields_mut()) {
+        *sum = get_sum(value, name)?;
+    }
+    let curve = |v: &Value| if v.is_null() { Ok(None) } else { Curve::from_json(v).map(Some) };
+    Ok(match task {
+        Task::Binary => State::Binary(BinaryState {
+            sums,
+            tp: get_sum(value, "tp")?,
+            fp: get_sum(value, "fp")?,
+            tn: get_sum(value, "tn")?,
+            fn_: get_sum(value, "fn")?,
+            curve: curve(&value["curve"])?,
+        }),
+        Task::Multiclass { classes } => {
+            let per_class = |key: &str| -> Result<Vec<ExactSum>, String> {
+                let list = value[key].as_array().filter(|l| l.len() == classes);
+                let list = list.ok_or_else(|| format!("\"{key}\" is not {classes} sums"))?;
+                list.iter().map(sum_from_json).collect()
+            };
+            let present = value["present"]
+                .as_array()
+                .filter(|l| l.len() == classes)
+                .and_then(|l| l.iter().map(|p| p.as_u64().map(|p| p != 0)).collect::<Option<Vec<bool>>>())
+                .ok_or_else(|| format!("\"present\" is not {classes} flags"))?;
+            let curves = match value["curves"].as_array() {
+                None => None,
+                Some(list) if list.len() == classes => {
+                    Some(list.iter().map(Curve::from_json).collect::<Result<_, _>>()?)
+                }
+                Some(list) => return Err(format!("{} curves for {classes} classes", list.len())),
+            };
+            State::Multiclass(MulticlassState {
+                sums,
+                correct: get_sum(value, "correct")?,
+                top_k: get_sum(value, "top_k")?,
+                tp: per_class("tp")?,
+                fp: per_class("fp")?,
+                fn_: per_class("fn")?,
+                present,
+                curves,
+            })
+        }
+        Task::Regression => State::Regression(RegressionState { sums }),
+    })
+}
+
+/// The metrics of `state` (a slice value's or the whole data's), by name.
+pub(crate) fn metric_values(state: &State, metrics: &[Metric]) -> BTreeMap<String, f64> {
+    metrics.iter().map(|m| (m.name().to_string(), state.value(*m))).collect()
+}
