@@ -721,3 +721,61 @@ fn a_lambda_cannot_join_the_supervisors_process_group_from_the_export_process() 
     assert_eq!(record["status"], "error", "{record}");
     assert!(record["error"]["message"].as_str().unwrap().contains("setpgid refused"), "{record}");
 }
+
+/// One training run's checkpoints share one trace: the first file of an
+/// architecture is traced, the later ones get only their weights written
+/// into a copy of its export; a file one unit wider gets its own trace, and
+/// one whose weights are not laid out as its config's graph is exported in
+/// full. Every output equals that file's own `model.predict` (so a shared
+/// export carries its own weights and BatchNorm statistics, not the traced
+/// file's), and the cached second run gives the same.
+#[test]
+fn checkpoints_of_one_architecture_share_one_trace_and_each_gives_its_own_predict() {
+    let Some(python) = python("checkpoints_of_one_architecture_share_one_trace_and_each_gives_its_own_predict") else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let run_dir = tmp.path().join("run");
+    crate::util::copy_dir(&keras_fixtures().join("checkpoints/run"), &run_dir);
+    let inputs = keras_fixtures().join("checkpoints/inputs.npz");
+    let cache = tmp.path().join("cache");
+    let out = tmp.path().join("out");
+    let args = [
+        "-j",
+        "1",
+        "--inputs",
+        inputs.to_str().unwrap(),
+        "--output-dir",
+        out.to_str().unwrap(),
+        run_dir.to_str().unwrap(),
+    ];
+    let first = keras_run(&python, &cache, &args);
+    assert_eq!(first.code, Some(0), "{}\n{}", first.stdout, first.stderr);
+    let files = ["epoch_01.keras", "epoch_02.keras", "epoch_02_extra.keras", "epoch_02_wider.keras", "epoch_03.keras"];
+    assert_eq!(first.statuses().len(), files.len(), "{}", first.stdout);
+    let graph = |ran: &Ran, id: &str| ran.record(id)["export"]["graph"].as_str().map(str::to_string);
+    let graphs: Vec<Option<String>> = files.iter().map(|id| graph(&first, id)).collect();
+    let traced = graphs.iter().filter(|g| g.as_deref() == Some("traced")).count();
+    let shared = graphs.iter().filter(|g| g.as_deref() == Some("shared")).count();
+    // epoch_01 (or whichever of its group comes first) is traced, two more share it;
+    // the wider one and the re-laid one are traced.
+    assert_eq!((traced, shared), (3, 2), "{graphs:?}");
+    assert_eq!(graph(&first, "epoch_02_wider.keras").as_deref(), Some("traced"));
+    assert_eq!(graph(&first, "epoch_02_extra.keras").as_deref(), Some("traced"));
+    for id in files {
+        let case = format!("../checkpoints/expected/{id}");
+        assert_outputs_equal_predict(&out, id, &case, &["score", "probs"]);
+    }
+    // The three epochs' outputs differ: each export carries its own weights.
+    let (_, one) = floats(&out.join("epoch_01.keras/score.npy"));
+    let (_, three) = floats(&out.join("epoch_03.keras/score.npy"));
+    assert!(one.iter().zip(&three).any(|(a, b)| (a - b).abs() > 1e-4), "{one:?} {three:?}");
+    // Second run: every file from the cache, outputs unchanged.
+    std::fs::remove_dir_all(&out).unwrap();
+    let second = keras_run(&python, &cache, &args);
+    assert_eq!(second.code, Some(0), "{}\n{}", second.stdout, second.stderr);
+    for id in files {
+        assert_eq!(second.record(id)["export"]["cached"], true, "{id}");
+        assert_outputs_equal_predict(&out, id, &format!("../checkpoints/expected/{id}"), &["score", "probs"]);
+    }
+}
