@@ -147,7 +147,10 @@ pub fn read_h5(path: &Path) -> Result<KerasInfo, KerasFileError> {
 /// The SHA-256 (hex) of what decides the graph a Keras file loads into:
 /// its format, the Keras version that saved it and its model config (the
 /// `config.json` of a `.keras` archive, the `model_config` of an `.h5`),
-/// written with sorted keys, less the top-level `compile_config` (the
+/// written with sorted keys and each `shared_object_id` renumbered in the
+/// order of first appearance (Keras writes a Python `id()` there, an address
+/// that differs in every process, to mark objects the config shares), less
+/// the top-level `compile_config` (the
 /// optimizer and loss, which a callback may change between checkpoints and
 /// the export, loading with `compile=False`, never uses). Weights are not
 /// in a config; the `date_saved` of `metadata.json` is not taken. Two files
@@ -160,6 +163,7 @@ pub fn architecture_digest(format: &str, config: &Value, keras_version: Option<&
     if let Some(map) = graph.as_object_mut() {
         map.remove("compile_config");
     }
+    renumber_shared_objects(&mut graph, &mut Vec::new());
     let mut text = String::new();
     canonical_json(&graph, &mut text);
     let mut hasher = sha2::Sha256::new();
@@ -168,6 +172,29 @@ pub fn architecture_digest(format: &str, config: &Value, keras_version: Option<&
         hasher.update(part.as_bytes());
     }
     super::cache::hex(&hasher.finalize())
+}
+
+/// Replaces every `shared_object_id` by its index among the distinct ids
+/// met so far, depth first in the file's key order: two configs that share
+/// the same objects in the same places get the same numbers.
+fn renumber_shared_objects(value: &mut Value, seen: &mut Vec<Value>) {
+    match value {
+        Value::Object(map) => {
+            for (key, item) in map.iter_mut() {
+                if key == "shared_object_id" {
+                    let index = seen.iter().position(|s| s == item).unwrap_or_else(|| {
+                        seen.push(item.clone());
+                        seen.len() - 1
+                    });
+                    *item = Value::from(index as u64);
+                } else {
+                    renumber_shared_objects(item, seen);
+                }
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(|item| renumber_shared_objects(item, seen)),
+        _ => {}
+    }
 }
 
 /// JSON with every object's keys sorted: one text for one value, whatever
@@ -450,6 +477,21 @@ mod tests {
         assert_ne!(base, architecture_digest("keras", &config(9, 0.001), Some("3.15.1")), "one unit more");
         assert_ne!(base, architecture_digest("h5", &config(8, 0.001), Some("3.15.1")), "another format");
         assert_ne!(base, architecture_digest("keras", &config(8, 0.001), Some("3.16.0")), "another Keras");
+    }
+
+    #[test]
+    fn shared_object_ids_count_by_first_appearance_not_by_address() {
+        let config = |first: u64, second: u64| {
+            serde_json::json!({"class_name": "Functional", "config": {"layers": [
+                {"class_name": "Dense", "config": {"dtype": {"class_name": "DTypePolicy", "shared_object_id": first}}},
+                {"class_name": "Dense", "config": {"dtype": {"class_name": "DTypePolicy", "shared_object_id": second}}}]}})
+        };
+        let digest = |c: Value| architecture_digest("keras", &c, Some("3.15.1"));
+        // Another process saved the same model: other addresses, the same sharing.
+        assert_eq!(digest(config(140090043142160, 140090043142160)), digest(config(140089953923920, 140089953923920)));
+        assert_eq!(digest(config(1, 2)), digest(config(7, 5)));
+        // One object shared by both layers is not two objects.
+        assert_ne!(digest(config(1, 1)), digest(config(1, 2)));
     }
 
     #[test]

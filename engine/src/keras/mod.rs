@@ -214,8 +214,13 @@ impl Staged {
         let per_process = match (settings.keras.unsafe_code, settings.keras.files_per_process) {
             // Code from a file runs: it gets a process of its own, so it cannot touch another file's export.
             (true, _) => 1,
-            // Python with TensorFlow takes seconds to start: one process per slot, up to 32 traced files each.
-            (false, 0) => groups.len().div_ceil(settings.jobs.max(1)).clamp(1, MAX_FILES_PER_PROCESS),
+            // Python with TensorFlow takes seconds to start: one process per slot, up to 32 traced
+            // files each; a file that shares a trace counts 1/SHARED_PER_TRACE of a traced one
+            // (a checkpoint folder of one architecture is one process, not one per 8 files).
+            (false, 0) => {
+                let units: usize = groups.iter().map(|g| 1 + (g.len() - 1).div_ceil(SHARED_PER_TRACE)).sum();
+                units.div_ceil(settings.jobs.max(1)).clamp(1, MAX_FILES_PER_PROCESS)
+            }
             (false, n) => n,
         };
         let on_end = |job: &Job, end: JobEnd| {
