@@ -269,6 +269,9 @@ impl Dataset {
                         available: inner.first.available(),
                     });
                 }
+                if let Some(column) = inner.first.column(&feature) {
+                    check_input_column(column, spec)?;
+                }
                 plans.push(InputPlan::new(spec, feature, &path, !inner.format.is_columnar())?);
             }
             (Feeding::Features, plans)
@@ -369,6 +372,19 @@ fn column_label_kind(column: &ColumnInfo) -> Result<LabelKind, DataError> {
         1 if element::is_integer(column.element) => LabelKind::Int,
         1 => LabelKind::Float,
         n => LabelKind::Matrix(n as usize),
+    })
+}
+
+/// A column of strings cannot feed a numeric input, nor numbers a string
+/// input: refused from the first file's header or schema, before any work.
+fn check_input_column(column: &ColumnInfo, input: &isorun_protocol::TensorSpec) -> Result<(), DataError> {
+    let numbers = element::number(column.element, &[0; 8]).is_some();
+    if numbers == (input.dtype != DType::String) {
+        return Ok(());
+    }
+    Err(DataError::Array {
+        path: column.path.clone(),
+        reason: format!("a {} column cannot feed input {}", column.describe, input.describe()),
     })
 }
 
