@@ -407,8 +407,54 @@ fn arrow_error(path: &Path) -> impl Fn(ArrowError) -> DataError + '_ {
     move |e| DataError::Array { path: path.to_path_buf(), reason: format!("cannot read it as Arrow IPC: {e}") }
 }
 
-/// Walks the message framing (headers only), checking every claimed length
-/// against the file; the rows of each record batch.
+/// One message's header at `at` (before `end`): `None` for the
+/// end-of-stream marker, else where its body ends and, for a record batch,
+/// its rows. Every claimed length is checked against `end`.
+fn message_at(
+    reader: &mut BufReader<File>,
+    path: &Path,
+    at: u64,
+    end: u64,
+    buf: &mut Vec<u8>,
+) -> Result<Option<(u64, Option<u64>)>, DataError> {
+    reader.seek(SeekFrom::Start(at)).map_err(super::io_error(path))?;
+    let mut word = [0u8; 4];
+    let truncated = || corrupt(path, at, "ends inside a message header (truncated?)");
+    reader.read_exact(&mut word).map_err(|_| truncated())?;
+    let mut header = 4;
+    if word == [0xff; 4] {
+        reader.read_exact(&mut word).map_err(|_| truncated())?;
+        header = 8;
+    }
+    let meta = u64::from(u32::from_le_bytes(word));
+    if meta == 0 {
+        return Ok(None);
+    }
+    if meta > MAX_METADATA || at + header + meta > end {
+        return Err(corrupt(path, at, format!("a message claims {meta} bytes of metadata, past the end (truncated?)")));
+    }
+    buf.resize(meta as usize, 0);
+    reader.read_exact(buf).map_err(|_| corrupt(path, at, "ends inside a message (truncated?)"))?;
+    let message = arrow_ipc::root_as_message(buf).map_err(|e| corrupt(path, at, e))?;
+    let body = u64::try_from(message.bodyLength()).map_err(|_| corrupt(path, at, "a negative body length"))?;
+    let next = at + header + meta;
+    if body > end - next {
+        return Err(corrupt(
+            path,
+            at,
+            format!("a message claims a body of {body} bytes, but {} are left (truncated?)", end - next),
+        ));
+    }
+    let rows = match message.header_as_record_batch() {
+        Some(batch) => Some(u64::try_from(batch.length()).map_err(|_| corrupt(path, at, "a negative row count"))?),
+        None => None,
+    };
+    Ok(Some((next + body, rows)))
+}
+
+/// Walks the message framing (headers only, never bodies), checking every
+/// claimed length against the file; the rows of each record batch. A file
+/// is walked by its footer's blocks, a stream message by message.
 fn walk(path: &Path) -> Result<Framing, DataError> {
     let io = super::io_error(path);
     let file = File::open(path).map_err(&io)?;
@@ -416,71 +462,58 @@ fn walk(path: &Path) -> Result<Framing, DataError> {
     let mut reader = BufReader::new(file);
     let mut magic = Vec::with_capacity(8);
     (&mut reader).take(8).read_to_end(&mut magic).map_err(&io)?;
-    let file_format = magic.starts_with(FILE_MAGIC);
-    let (mut at, end) = if file_format {
-        if len < 8 + 10 {
-            return Err(corrupt(path, 0, "too short for the Arrow file format"));
-        }
-        let mut tail = [0u8; 10];
-        reader.seek(SeekFrom::Start(len - 10)).map_err(&io)?;
-        reader.read_exact(&mut tail).map_err(&io)?;
-        if &tail[4..] != FILE_MAGIC {
-            return Err(corrupt(path, len - 6, "the file does not end with ARROW1 (truncated?)"));
-        }
-        let footer = u64::from(u32::from_le_bytes([tail[0], tail[1], tail[2], tail[3]]));
-        if footer + 10 + 8 > len {
-            return Err(corrupt(path, len - 10, format!("the footer claims {footer} bytes, more than the file holds")));
-        }
-        (8, len - 10 - footer)
-    } else {
-        (0, len)
-    };
     let mut batch_rows = Vec::new();
     let mut buf = Vec::new();
-    loop {
-        if at >= end {
-            if file_format {
-                break;
+    if !magic.starts_with(FILE_MAGIC) {
+        let mut at = 0;
+        loop {
+            if at >= len {
+                return Err(corrupt(path, at, "the stream ends without its end-of-stream marker (truncated?)"));
             }
-            return Err(corrupt(path, at, "the stream ends without its end-of-stream marker (truncated?)"));
+            match message_at(&mut reader, path, at, len, &mut buf)? {
+                None => break,
+                Some((next, rows)) => {
+                    batch_rows.extend(rows);
+                    at = next;
+                }
+            }
         }
-        reader.seek(SeekFrom::Start(at)).map_err(&io)?;
-        let mut word = [0u8; 4];
-        let read_word = |reader: &mut BufReader<File>, word: &mut [u8; 4], at: u64| {
-            reader.read_exact(word).map_err(|_| corrupt(path, at, "ends inside a message header (truncated?)"))
-        };
-        read_word(&mut reader, &mut word, at)?;
-        let mut header = 4;
-        if word == [0xff; 4] {
-            read_word(&mut reader, &mut word, at)?;
-            header = 8;
-        }
-        let meta = u64::from(u32::from_le_bytes(word));
-        if meta == 0 {
-            break;
-        }
-        if meta > MAX_METADATA || at + header + meta > end {
-            return Err(corrupt(path, at, format!("a message claims {meta} bytes of metadata, past the end")));
-        }
-        buf.resize(meta as usize, 0);
-        reader.read_exact(&mut buf).map_err(|_| corrupt(path, at, "ends inside a message (truncated?)"))?;
-        let message = arrow_ipc::root_as_message(&buf).map_err(|e| corrupt(path, at, e))?;
-        let body = u64::try_from(message.bodyLength()).map_err(|_| corrupt(path, at, "a negative body length"))?;
-        let next = at + header + meta;
-        if body > end - next {
-            return Err(corrupt(
-                path,
-                at,
-                format!("a message claims a body of {body} bytes, but {} are left (truncated?)", end - next),
-            ));
-        }
-        if let Some(batch) = message.header_as_record_batch() {
-            let rows = u64::try_from(batch.length()).map_err(|_| corrupt(path, at, "a negative row count"))?;
-            batch_rows.push(rows);
-        }
-        at = next + body;
+        return Ok(Framing { file_format: false, batch_rows });
     }
-    Ok(Framing { file_format, batch_rows })
+    if len < 8 + 10 {
+        return Err(corrupt(path, 0, "too short for the Arrow file format (truncated?)"));
+    }
+    let mut tail = [0u8; 10];
+    reader.seek(SeekFrom::Start(len - 10)).map_err(&io)?;
+    reader.read_exact(&mut tail).map_err(&io)?;
+    if &tail[4..] != FILE_MAGIC {
+        return Err(corrupt(path, len - 6, "the file does not end with ARROW1 (truncated?)"));
+    }
+    let footer = u64::from(u32::from_le_bytes([tail[0], tail[1], tail[2], tail[3]]));
+    if footer + 10 + 8 > len || footer > MAX_METADATA {
+        return Err(corrupt(path, len - 10, format!("the footer claims {footer} bytes of a {len}-byte file")));
+    }
+    let end = len - 10 - footer;
+    let mut bytes = vec![0u8; footer as usize];
+    reader.seek(SeekFrom::Start(end)).map_err(&io)?;
+    reader.read_exact(&mut bytes).map_err(&io)?;
+    let parsed = arrow_ipc::root_as_footer(&bytes).map_err(|e| corrupt(path, end, format!("its footer: {e}")))?;
+    let blocks = parsed.dictionaries().into_iter().flatten().map(|b| (b, false));
+    for (block, batch) in blocks.chain(parsed.recordBatches().into_iter().flatten().map(|b| (b, true))) {
+        let at = u64::try_from(block.offset()).map_err(|_| corrupt(path, end, "a block at a negative offset"))?;
+        let claimed = u64::try_from(block.bodyLength()).ok().zip(u64::try_from(block.metaDataLength()).ok());
+        let fits = claimed.and_then(|(b, m)| at.checked_add(b)?.checked_add(m)).is_some_and(|e| e <= end);
+        if !fits {
+            return Err(corrupt(path, at, "the footer claims a block past the data (truncated?)"));
+        }
+        let Some((_, rows)) = message_at(&mut reader, path, at, end, &mut buf)? else {
+            return Err(corrupt(path, at, "the footer's block holds no message"));
+        };
+        if batch {
+            batch_rows.push(rows.ok_or_else(|| corrupt(path, at, "the footer's block is not a record batch"))?);
+        }
+    }
+    Ok(Framing { file_format: true, batch_rows })
 }
 
 /// An IPC reader of the projected columns (all when `projection` is `None`).
