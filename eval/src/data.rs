@@ -23,8 +23,10 @@
 //!   (for arrays: the array's own dimensions).
 //! - Conversions: float inputs take `float_list` or `int64_list`; integer
 //!   and bool inputs take `int64_list` (range-checked; bool is value != 0);
-//!   string inputs take `bytes_list`. Arrays convert the same way (an
-//!   integer input refuses a float array).
+//!   string inputs take `bytes_list`. Arrays (and Parquet/Arrow columns)
+//!   convert the same way (an integer input refuses a float array); a
+//!   column of strings for a numeric input, or of numbers for a string
+//!   input, is refused by [`Dataset::reader`], before any batch.
 //! - Labels: integers (or bools) with one value per example are
 //!   [`Labels::Int`], floats [`Labels::Float`], more values per example
 //!   [`Labels::Matrix`]; the kind is the first example's, and every later

@@ -109,7 +109,13 @@ fn floats(data: &TensorData, size: usize) -> Vec<f64> {
     let TensorData::Dense(bytes) = data else { panic!("dense") };
     bytes
         .chunks_exact(size)
-        .map(|c| if size == 4 { f64::from(f32::from_le_bytes(c.try_into().unwrap())) } else { f64::from_le_bytes(c.try_into().unwrap()) })
+        .map(|c| {
+            if size == 4 {
+                f64::from(f32::from_le_bytes(c.try_into().unwrap()))
+            } else {
+                f64::from_le_bytes(c.try_into().unwrap())
+            }
+        })
         .collect()
 }
 
@@ -169,7 +175,10 @@ fn a_column_that_does_not_fit_names_the_file_column_and_row() {
     for name in ["r.parquet", "r.arrow"] {
         let path = write(dir.path(), name, &ragged);
         let error = read_all(&path).unwrap_err().to_string();
-        assert!(error.contains(&format!("{name}: column 'fixed': row 5 (0-based in the file): a list of 3")), "{error}");
+        assert!(
+            error.contains(&format!("{name}: column 'fixed': row 5 (0-based in the file): a list of 3")),
+            "{error}"
+        );
     }
     // A null label.
     let mut columns: Vec<(String, ArrayRef)> =
@@ -199,7 +208,13 @@ fn truncated_flipped_and_hostile_files_are_errors_naming_the_file_never_panics()
         // message claiming 4 GiB of metadata instead).
         let mut huge = good.clone();
         let n = huge.len();
-        let at = if name.ends_with(".parquet") { n - 8 } else if name.ends_with(".feather") { n - 10 } else { 4 };
+        let at = if name.ends_with(".parquet") {
+            n - 8
+        } else if name.ends_with(".feather") {
+            n - 10
+        } else {
+            4
+        };
         huge[at..at + 4].copy_from_slice(&u32::MAX.to_le_bytes());
         cases.push(huge);
         for (i, bytes) in cases.iter().enumerate() {
@@ -215,6 +230,9 @@ fn truncated_flipped_and_hostile_files_are_errors_naming_the_file_never_panics()
             }
         }
         let error = read_all(&path).unwrap_err().to_string();
-        assert!(error.contains("footer claims") || error.contains("claims 4294967295 bytes of metadata"), "{name}: {error}");
+        assert!(
+            error.contains("footer claims") || error.contains("claims 4294967295 bytes of metadata"),
+            "{name}: {error}"
+        );
     }
 }

@@ -87,9 +87,7 @@ fn element_of(data_type: &DataType) -> Option<Element> {
         | DataType::LargeBinary
         | DataType::BinaryView => Element::Bytes(0),
         DataType::Dictionary(_, value) => return element_of(value),
-        DataType::FixedSizeList(f, _) | DataType::List(f) | DataType::LargeList(f) => {
-            return element_of(f.data_type())
-        }
+        DataType::FixedSizeList(f, _) | DataType::List(f) | DataType::LargeList(f) => return element_of(f.data_type()),
         _ => return None,
     })
 }
@@ -106,9 +104,7 @@ fn has_variable_list(data_type: &DataType) -> bool {
 /// The dims a type fixes (fixed-size lists), with `None` for variable lists.
 fn type_dims(data_type: &DataType) -> Vec<Option<u64>> {
     match data_type {
-        DataType::FixedSizeList(f, k) => {
-            std::iter::once(Some(*k as u64)).chain(type_dims(f.data_type())).collect()
-        }
+        DataType::FixedSizeList(f, k) => std::iter::once(Some(*k as u64)).chain(type_dims(f.data_type())).collect(),
         DataType::List(f) | DataType::LargeList(f) => std::iter::once(None).chain(type_dims(f.data_type())).collect(),
         _ => Vec::new(),
     }
@@ -119,10 +115,10 @@ fn type_dims(data_type: &DataType) -> Vec<Option<u64>> {
 pub(crate) fn column_info(path: &Path, field: &Field, first: Option<&ArrayRef>) -> ColumnInfo {
     let data_type = field.data_type();
     let name = field.name().clone();
-    let mut dims: Vec<u64> =
-        first.and_then(|a| convert(a, 0, 1, &name, path).ok()).map(|(dims, _)| dims).unwrap_or_else(|| {
-            type_dims(data_type).into_iter().map(|d| d.unwrap_or(1)).collect()
-        });
+    let mut dims: Vec<u64> = first
+        .and_then(|a| convert(a, 0, 1, &name, path).ok())
+        .map(|(dims, _)| dims)
+        .unwrap_or_else(|| type_dims(data_type).into_iter().map(|d| d.unwrap_or(1)).collect());
     let element = element_of(data_type);
     let kind = match element {
         Some(Element::Dense(d, _)) => d.name().to_string(),
@@ -313,10 +309,13 @@ pub(crate) fn find_columns(path: &Path, schema: &Schema, asked: &[String]) -> Re
         .collect()
 }
 
+/// Record batches as a reader hands them.
+pub(crate) type Batches = Box<dyn Iterator<Item = Result<RecordBatch, DataError>> + Send>;
+
 /// Batches in, pieces out: the part of a Source that Arrow and Parquet share.
 pub(crate) struct BatchPieces {
     pub path: PathBuf,
-    pub batches: Box<dyn Iterator<Item = Result<RecordBatch, DataError>> + Send>,
+    pub batches: Batches,
     pub columns: Vec<ColumnInfo>,
     /// For each asked column, its index in the batches.
     pub indices: Vec<usize>,
@@ -521,7 +520,7 @@ fn ipc_batches(
     path: &Path,
     file_format: bool,
     projection: Option<Vec<usize>>,
-) -> Result<(std::sync::Arc<Schema>, Box<dyn Iterator<Item = Result<RecordBatch, DataError>> + Send>), DataError> {
+) -> Result<(std::sync::Arc<Schema>, Batches), DataError> {
     let file = File::open(path).map_err(super::io_error(path))?;
     let owned = path.to_path_buf();
     let error = move |e: ArrowError| DataError::Array {

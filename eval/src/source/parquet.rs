@@ -104,7 +104,11 @@ fn read_error(path: &Path) -> impl Fn(parquet::errors::ParquetError) -> DataErro
 }
 
 /// The file's columns, variable lists shown by their first row (of the columns `wanted`).
-fn columns(path: &Path, meta: &ArrowReaderMetadata, wanted: impl Fn(&str) -> bool) -> Result<Vec<ColumnInfo>, DataError> {
+fn columns(
+    path: &Path,
+    meta: &ArrowReaderMetadata,
+    wanted: impl Fn(&str) -> bool,
+) -> Result<Vec<ColumnInfo>, DataError> {
     let schema = meta.schema();
     let variable = variable_columns(schema, wanted);
     let mut first: Vec<Option<ArrayRef>> = vec![None; schema.fields().len()];

@@ -51,12 +51,7 @@ fn assert_metrics(got: &Value, expected: &Value, what: &str) {
 
 #[test]
 fn parquet_from_pandas_and_arrow_from_datasets_give_the_tfrecord_s_metrics() {
-    let sources = [
-        table("data.parquet"),
-        table("hf"),
-        table("hf/data-00000-of-00001.arrow"),
-        table("data.feather"),
-    ];
+    let sources = [table("data.parquet"), table("hf"), table("hf/data-00000-of-00001.arrow"), table("data.feather")];
     for name in ["binary", "binary_weighted", "binary_sliced", "multiclass", "regression_weighted"] {
         let case = case(name);
         let id = case["model"].as_str().unwrap();
@@ -117,7 +112,10 @@ fn columns_that_do_not_fit_name_the_file_column_and_row() {
     let ran = eval("binary", &table("ragged.parquet"), "label_bin", &small);
     assert_eq!(ran.code, Some(1), "{}", ran.stderr);
     let message = model_error(&ran);
-    assert!(message.contains("ragged.parquet: column 'x': row 6") && message.contains("a list of 3 values"), "{message}");
+    assert!(
+        message.contains("ragged.parquet: column 'x': row 6") && message.contains("a list of 3 values"),
+        "{message}"
+    );
     let ran = eval("binary", &table("null_label.parquet"), "label_bin", &small);
     let message = model_error(&ran);
     assert!(message.contains("null_label.parquet: column 'label_bin': row 4") && message.contains("null"), "{message}");
