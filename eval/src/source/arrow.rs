@@ -116,7 +116,7 @@ pub(crate) fn column_info(path: &Path, field: &Field, first: Option<&ArrayRef>) 
     let data_type = field.data_type();
     let name = field.name().clone();
     let mut dims: Vec<u64> = first
-        .and_then(|a| convert(a, 0, 1, &name, path).ok())
+        .and_then(|a| convert(a, 0, &name, path).ok())
         .map(|(dims, _)| dims)
         .unwrap_or_else(|| type_dims(data_type).into_iter().map(|d| d.unwrap_or(1)).collect());
     let element = element_of(data_type);
@@ -283,7 +283,6 @@ fn convert_list<O: OffsetSizeTrait>(
 pub(crate) fn convert(
     array: &ArrayRef,
     first_row: u64,
-    _rows: usize,
     name: &str,
     path: &Path,
 ) -> Result<(Vec<u64>, Values), DataError> {
@@ -342,7 +341,7 @@ impl BatchPieces {
                     let mut chunks = Vec::with_capacity(self.indices.len());
                     for (&index, info) in self.indices.iter().zip(&self.columns) {
                         let array = batch.column(index).slice(*at, take);
-                        let (dims, values) = convert(&array, first_row, take, &info.name, &self.path)?;
+                        let (dims, values) = convert(&array, first_row, &info.name, &self.path)?;
                         chunks.push(ColumnChunk { path: info.path.clone(), dims, values });
                     }
                     *at += take;
