@@ -23,8 +23,10 @@
 //!   (for arrays: the array's own dimensions).
 //! - Conversions: float inputs take `float_list` or `int64_list`; integer
 //!   and bool inputs take `int64_list` (range-checked; bool is value != 0);
-//!   string inputs take `bytes_list`. Arrays convert the same way (an
-//!   integer input refuses a float array).
+//!   string inputs take `bytes_list`. Arrays (and Parquet/Arrow columns)
+//!   convert the same way (an integer input refuses a float array); a
+//!   column of strings for a numeric input, or of numbers for a string
+//!   input, is refused by [`Dataset::reader`], before any batch.
 //! - Labels: integers (or bools) with one value per example are
 //!   [`Labels::Int`], floats [`Labels::Float`], more values per example
 //!   [`Labels::Matrix`]; the kind is the first example's, and every later
@@ -269,6 +271,9 @@ impl Dataset {
                         available: inner.first.available(),
                     });
                 }
+                if let Some(column) = inner.first.column(&feature) {
+                    check_input_column(column, spec)?;
+                }
                 plans.push(InputPlan::new(spec, feature, &path, !inner.format.is_columnar())?);
             }
             (Feeding::Features, plans)
@@ -369,6 +374,19 @@ fn column_label_kind(column: &ColumnInfo) -> Result<LabelKind, DataError> {
         1 if element::is_integer(column.element) => LabelKind::Int,
         1 => LabelKind::Float,
         n => LabelKind::Matrix(n as usize),
+    })
+}
+
+/// A column of strings cannot feed a numeric input, nor numbers a string
+/// input: refused from the first file's header or schema, before any work.
+fn check_input_column(column: &ColumnInfo, input: &isorun_protocol::TensorSpec) -> Result<(), DataError> {
+    let numbers = element::number(column.element, &[0; 8]).is_some();
+    if numbers == (input.dtype != DType::String) {
+        return Ok(());
+    }
+    Err(DataError::Array {
+        path: column.path.clone(),
+        reason: format!("a {} column cannot feed input {}", column.describe, input.describe()),
     })
 }
 

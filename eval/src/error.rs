@@ -15,13 +15,16 @@ pub enum DataError {
     #[error("{pattern}: bad glob pattern: {reason}")]
     BadPattern { pattern: PathBuf, reason: String },
     #[error(
-        "{path}: unknown data format (expected .tfrecord, .tfrecords, .tfrec, .gz, .npz, or a folder of NAME.npy \
-         arrays; a lone .npy file holds one array, give its folder)"
+        "{path}: unknown data format (expected .tfrecord, .tfrecords, .tfrec, .gz, .npz, .csv, .parquet, .pq, \
+         .arrow, .feather, .ipc, or a folder of NAME.npy arrays; a lone .npy file holds one array, give its folder)"
     )]
     UnknownFormat { path: PathBuf },
-    #[error("{path}: no data files (.tfrecord, .tfrecords, .tfrec, .gz, .npz, or .npy arrays) in this folder")]
+    #[error(
+        "{path}: no data files (.tfrecord, .tfrecords, .tfrec, .gz, .npz, .csv, .parquet, .pq, .arrow, .feather, .ipc, \
+         or .npy arrays) in this folder"
+    )]
     NoData { path: PathBuf },
-    #[error("{first} is {first_family} but {other} is {other_family}: one dataset's files are all TFRecord, all .npz/.npy or all CSV")]
+    #[error("{first} is {first_family} but {other} is {other_family}: one dataset's files are all TFRecord, all .npz/.npy, all CSV or all Parquet/Arrow")]
     MixedFormats { first: PathBuf, first_family: &'static str, other: PathBuf, other_family: &'static str },
     #[error("{path}: line {line}: {reason}")]
     Csv { path: PathBuf, line: u64, reason: String },

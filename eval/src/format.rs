@@ -1,7 +1,7 @@
 //! The data formats and their registry: one line per format says its name,
 //! the file name endings that select it, its family (files of one family
 //! can be one dataset), how it is laid out, and its reader's functions (in
-//! `source`). Adding a format is a variant here, its line in [`FORMATS`],
+//! `source`). Adding a format is a variant here, its line in `FORMATS`,
 //! and its file in `source/`.
 
 use crate::source::{self, Open, Peek, Probe};
@@ -19,6 +19,11 @@ pub enum Format {
     NpyFolder,
     /// `.csv`: a header row, then one example per row (see the `csv` source).
     Csv,
+    /// `.parquet`, `.pq`: Parquet, read through Arrow (see the `parquet` source).
+    Parquet,
+    /// `.arrow`, `.feather`, `.ipc`: Arrow IPC, the file or the stream format
+    /// (what Hugging Face `datasets` writes; see the `arrow` source).
+    Arrow,
 }
 
 /// How a format stores examples, which decides how it is fed.
@@ -55,6 +60,8 @@ pub(crate) const FORMATS: &[FormatInfo] = &[
     FormatInfo { format: Format::Npz, name: "npz", suffixes: &[".npz"], family: ".npz/.npy", layout: Layout::Columns, probe: source::probe_file, peek: source::arrays::peek_npz, open: source::arrays::open_npz },
     FormatInfo { format: Format::NpyFolder, name: "npy-folder", suffixes: &[], family: ".npz/.npy", layout: Layout::Columns, probe: source::arrays::probe_folder, peek: source::arrays::peek_folder, open: source::arrays::open_folder },
     FormatInfo { format: Format::Csv, name: "csv", suffixes: &[".csv"], family: "CSV", layout: Layout::Rows, probe: source::probe_file, peek: source::csv::peek, open: source::csv::open },
+    FormatInfo { format: Format::Parquet, name: "parquet", suffixes: &[".parquet", ".pq"], family: "Parquet/Arrow", layout: Layout::Columns, probe: source::probe_file, peek: source::parquet::peek, open: source::parquet::open },
+    FormatInfo { format: Format::Arrow, name: "arrow", suffixes: &[".arrow", ".feather", ".ipc"], family: "Parquet/Arrow", layout: Layout::Columns, probe: source::probe_file, peek: source::arrow::peek, open: source::arrow::open },
 ];
 
 impl Format {
@@ -93,7 +100,7 @@ impl Format {
         matches!(self, Format::Npz | Format::NpyFolder)
     }
 
-    /// Files of one family can be one dataset: TFRecord, arrays, CSV.
+    /// Files of one family can be one dataset: TFRecord, arrays, CSV, Parquet/Arrow.
     pub(crate) fn family(self) -> &'static str {
         self.info().family
     }

@@ -10,9 +10,9 @@
 //! by two paths is listed under the first, in bytewise order. A
 //! folder holding `.npy` files is one shard of arrays (`Format::NpyFolder`);
 //! any other folder is a folder of shards: its `.tfrecord`/`.tfrecords`/
-//! `.tfrec`/`.gz`/`.npz`/`.csv` files and its subfolders of `.npy` files, one level
+//! `.tfrec`/`.gz`/`.npz`/`.csv`/`.parquet`/`.pq`/`.arrow`/`.feather`/`.ipc` files and its subfolders of `.npy` files, one level
 //! deep, other entries (`_SUCCESS`, READMEs, hidden files) ignored. A file
-//! named explicitly must have a known extension. TFRecord, array and CSV
+//! named explicitly must have a known extension. TFRecord, array, CSV and Parquet/Arrow
 //! files are not mixed in one dataset: they are fed differently.
 
 use crate::error::DataError;

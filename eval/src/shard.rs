@@ -12,9 +12,13 @@
 //!   (K+1)*len/N)` (a part resynchronises at its range's start on the next
 //!   position whose length CRC and data CRC both check); gzip TFRecord,
 //!   which cannot be entered midway, the records `[K*n/N, (K+1)*n/N)`
-//!   counted from the start; `.npz`, `.npy` folders and CSV, the rows
-//!   `[K*rows/N, (K+1)*rows/N)`. A part may be empty (a file with fewer
-//!   examples than `N`): that shard reads nothing of it.
+//!   counted from the start; `.npz`, `.npy` folders, CSV and Arrow IPC
+//!   (file or stream: the rows are counted from the message headers,
+//!   without reading bodies; the batches before a part are read and
+//!   dropped unconverted), the rows `[K*rows/N, (K+1)*rows/N)`; Parquet, the
+//!   row groups `[K*g/N, (K+1)*g/N)` of its `g` (a file of fewer row groups
+//!   than `N` leaves some parts empty). A part may be empty (a file with
+//!   fewer examples than `N`): that shard reads nothing of it.
 //!
 //! Within a shard, examples come in file order; concatenating the shards'
 //! examples gives the unsharded dataset's, as a multiset, and in order

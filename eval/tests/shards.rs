@@ -4,13 +4,19 @@
 //! file is split into N parts (fewer), including files with fewer examples
 //! than N and empty ones.
 
+use arrow_array::{ArrayRef, Int64Array, RecordBatch, StringArray};
+use arrow_ipc::writer::{FileWriter, StreamWriter};
+use arrow_schema::{DataType, Field, Schema};
 use isorun_eval::example::{Example, Feature};
 use isorun_eval::tfrecord::write_record;
 use isorun_eval::{DataShard, DataSpec, Dataset, Labels};
 use isorun_protocol::{DType, SignatureInfo, TensorData, TensorSpec};
+use parquet::arrow::ArrowWriter;
+use parquet::file::properties::WriterProperties;
 use prost::Message;
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 #[derive(Debug, Clone, Copy)]
 enum Kind {
@@ -20,9 +26,42 @@ enum Kind {
     NpzDeflated,
     NpyFolder,
     Csv,
+    /// Row groups of 2 rows.
+    Parquet,
+    /// Record batches of 2 rows.
+    ArrowStream,
+    ArrowFile,
 }
 
-const KINDS: [Kind; 6] = [Kind::TfRecord, Kind::TfRecordGzip, Kind::Npz, Kind::NpzDeflated, Kind::NpyFolder, Kind::Csv];
+const KINDS: [Kind; 9] = [
+    Kind::TfRecord,
+    Kind::TfRecordGzip,
+    Kind::Npz,
+    Kind::NpzDeflated,
+    Kind::NpyFolder,
+    Kind::Csv,
+    Kind::Parquet,
+    Kind::ArrowStream,
+    Kind::ArrowFile,
+];
+
+/// The ids as a label column and a string column, in batches of 2 rows.
+fn record_batches(ids: &[i64]) -> (Arc<Schema>, Vec<RecordBatch>) {
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("label", DataType::Int64, false),
+        Field::new("pad", DataType::Utf8, false),
+    ]));
+    let batches = ids
+        .chunks(2)
+        .map(|ids| {
+            let pads: Vec<String> = ids.iter().map(|id| "q".repeat((*id as usize * 7) % 13)).collect();
+            let columns: Vec<ArrayRef> =
+                vec![Arc::new(Int64Array::from(ids.to_vec())), Arc::new(StringArray::from(pads))];
+            RecordBatch::try_new(Arc::clone(&schema), columns).unwrap()
+        })
+        .collect();
+    (schema, batches)
+}
 
 /// Records of different sizes, so that byte ranges fall inside records.
 fn tfrecords(ids: &[i64]) -> Vec<u8> {
@@ -93,6 +132,39 @@ fn write_file(dir: &Path, index: usize, kind: Kind, ids: &[i64]) -> PathBuf {
                 text.push_str(&format!("{id},\"{}\"\n", "q,".repeat((*id as usize * 7) % 13)));
             }
             std::fs::write(&path, text).unwrap();
+            path
+        }
+        Kind::Parquet => {
+            let path = name(".parquet");
+            let (schema, batches) = record_batches(ids);
+            let properties = WriterProperties::builder().set_max_row_group_row_count(Some(2)).build();
+            let file = std::fs::File::create(&path).unwrap();
+            let mut writer = ArrowWriter::try_new(file, schema, Some(properties)).unwrap();
+            for batch in &batches {
+                writer.write(batch).unwrap();
+                writer.flush().unwrap();
+            }
+            writer.close().unwrap();
+            path
+        }
+        Kind::ArrowStream => {
+            let path = name(".arrow");
+            let (schema, batches) = record_batches(ids);
+            let mut writer = StreamWriter::try_new(std::fs::File::create(&path).unwrap(), &schema).unwrap();
+            for batch in &batches {
+                writer.write(batch).unwrap();
+            }
+            writer.finish().unwrap();
+            path
+        }
+        Kind::ArrowFile => {
+            let path = name(".feather");
+            let (schema, batches) = record_batches(ids);
+            let mut writer = FileWriter::try_new(std::fs::File::create(&path).unwrap(), &schema).unwrap();
+            for batch in &batches {
+                writer.write(batch).unwrap();
+            }
+            writer.finish().unwrap();
             path
         }
     }

@@ -688,7 +688,8 @@ pub struct EvalArgs {
 /// What `eval` adds to `run`'s flags.
 #[derive(Debug, Args)]
 pub struct EvalOptions {
-    /// The dataset: TFRecord files of tf.Example (.tfrecord, .tfrecords, .gz), .npz files, folders
+    /// The dataset: TFRecord files of tf.Example (.tfrecord, .tfrecords, .gz), .npz files, CSV,
+    /// Parquet (.parquet), Arrow IPC (.arrow, .feather: what Hugging Face datasets writes), folders
     /// of them or of NAME.npy arrays, or globs (repeatable; read in order).
     #[arg(long, value_name = "PATH", required = true, help_heading = "Evaluation")]
     pub data: Vec<PathBuf>,

@@ -1,0 +1,238 @@
+//! Parquet and Arrow IPC through the public API: every column type the
+//! sources read feeds the signature's dtype and shape (scalars, fixed-size
+//! and equal-length lists, lists of lists, bool, float16, uint64,
+//! dictionary strings as inputs and as slices), and truncated, byte-flipped
+//! or hostile files are errors naming the file, never a panic.
+
+use arrow_array::builder::{FixedSizeListBuilder, Float32Builder, ListBuilder, StringDictionaryBuilder};
+use arrow_array::types::Int32Type;
+use arrow_array::{
+    ArrayRef, BooleanArray, Float16Array, Int64Array, LargeStringArray, RecordBatch, StringArray, UInt64Array,
+};
+use arrow_ipc::writer::{FileWriter, StreamWriter};
+use arrow_schema::Schema;
+use isorun_eval::{DataError, DataSpec, Dataset, Labels};
+use isorun_protocol::{DType, SignatureInfo, TensorData, TensorSpec};
+use parquet::arrow::ArrowWriter;
+use parquet::file::properties::WriterProperties;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+const ROWS: usize = 10;
+
+/// A batch of every readable kind of column.
+fn batch() -> RecordBatch {
+    let mut fixed = FixedSizeListBuilder::new(Float32Builder::new(), 2);
+    let mut nested = ListBuilder::new(ListBuilder::new(Float32Builder::new()));
+    let mut group = StringDictionaryBuilder::<Int32Type>::new();
+    for i in 0..ROWS {
+        fixed.values().append_slice(&[i as f32, -(i as f32)]);
+        fixed.append(true);
+        for j in 0..2 {
+            nested.values().values().append_slice(&[i as f32, j as f32, 0.5]);
+            nested.values().append(true);
+        }
+        nested.append(true);
+        group.append_value(if i % 3 == 0 { "a" } else { "b" });
+    }
+    let columns: Vec<(&str, ArrayRef)> = vec![
+        ("label", Arc::new(Int64Array::from_iter_values((0..ROWS as i64).map(|i| i % 2)))),
+        ("flag", Arc::new(BooleanArray::from_iter((0..ROWS).map(|i| Some(i % 2 == 1))))),
+        ("half", Arc::new(Float16Array::from_iter_values((0..ROWS).map(|i| half::f16::from_f32(i as f32))))),
+        ("big", Arc::new(UInt64Array::from_iter_values((0..ROWS as u64).map(|i| i * 1000)))),
+        ("fixed", Arc::new(fixed.finish())),
+        ("nested", Arc::new(nested.finish())),
+        ("group", Arc::new(group.finish())),
+        ("text", Arc::new(LargeStringArray::from_iter_values((0..ROWS).map(|i| format!("t{i}"))))),
+        ("name", Arc::new(StringArray::from_iter_values((0..ROWS).map(|i| format!("n{i}"))))),
+    ];
+    RecordBatch::try_from_iter(columns).unwrap()
+}
+
+fn write(dir: &Path, name: &str, batch: &RecordBatch) -> PathBuf {
+    let path = dir.join(name);
+    let file = std::fs::File::create(&path).unwrap();
+    let schema: Arc<Schema> = batch.schema();
+    if name.ends_with(".parquet") {
+        let properties = WriterProperties::builder().set_max_row_group_row_count(Some(3)).build();
+        let mut writer = ArrowWriter::try_new(file, schema, Some(properties)).unwrap();
+        writer.write(batch).unwrap();
+        writer.close().unwrap();
+    } else if name.ends_with(".feather") {
+        let mut writer = FileWriter::try_new(file, &schema).unwrap();
+        writer.write(&batch.slice(0, 4)).unwrap();
+        writer.write(&batch.slice(4, ROWS - 4)).unwrap();
+        writer.finish().unwrap();
+    } else {
+        let mut writer = StreamWriter::try_new(file, &schema).unwrap();
+        writer.write(&batch.slice(0, 4)).unwrap();
+        writer.write(&batch.slice(4, ROWS - 4)).unwrap();
+        writer.finish().unwrap();
+    }
+    path
+}
+
+fn spec(path: &Path) -> DataSpec {
+    DataSpec {
+        paths: vec![path.to_path_buf()],
+        label: "label".into(),
+        weight: Some("big".into()),
+        slices: vec!["group".into(), "fixed".into()],
+        renames: vec![("flag_in".into(), "flag".into())],
+        limit: None,
+        batch_size: 4,
+        skip_corrupt: false,
+        shard: None,
+    }
+}
+
+fn input(name: &str, dtype: DType, dims: &[Option<u64>]) -> TensorSpec {
+    TensorSpec { name: name.into(), dtype, shape: Some(dims.to_vec()) }
+}
+
+fn signature() -> SignatureInfo {
+    SignatureInfo {
+        key: "serving_default".into(),
+        inputs: vec![
+            input("flag_in", DType::Float32, &[None, Some(1)]),
+            input("half", DType::Float32, &[None]),
+            input("fixed", DType::Float64, &[None, Some(2)]),
+            input("nested", DType::Float32, &[None, None, Some(3)]),
+            input("group", DType::String, &[None]),
+            input("text", DType::String, &[None]),
+        ],
+        outputs: vec![],
+    }
+}
+
+fn floats(data: &TensorData, size: usize) -> Vec<f64> {
+    let TensorData::Dense(bytes) = data else { panic!("dense") };
+    bytes
+        .chunks_exact(size)
+        .map(|c| {
+            if size == 4 {
+                f64::from(f32::from_le_bytes(c.try_into().unwrap()))
+            } else {
+                f64::from_le_bytes(c.try_into().unwrap())
+            }
+        })
+        .collect()
+}
+
+/// Reads every batch (an error is returned, a panic is not caught here).
+fn read_all(path: &Path) -> Result<Vec<isorun_eval::Batch>, DataError> {
+    let dataset = Dataset::open(spec(path))?;
+    let mut reader = dataset.reader(&signature())?;
+    let mut batches = Vec::new();
+    while let Some(batch) = reader.next_batch() {
+        batches.push(batch?);
+    }
+    Ok(batches)
+}
+
+#[test]
+fn every_column_type_feeds_the_signature_s_dtype_and_shape() {
+    let dir = tempfile::tempdir().unwrap();
+    for name in ["t.parquet", "t.arrow", "t.feather"] {
+        let path = write(dir.path(), name, &batch());
+        let batches = read_all(&path).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(batches.iter().map(|b| b.targets.rows).collect::<Vec<_>>(), [4, 4, 2], "{name}");
+        let first = &batches[0];
+        let get = |input: &str| &first.inputs.iter().find(|(n, _)| n == input).unwrap().1;
+        assert_eq!(get("flag_in").shape, [4, 1], "{name}");
+        assert_eq!(floats(&get("flag_in").data, 4), [0.0, 1.0, 0.0, 1.0], "{name}: bool as float");
+        assert_eq!(floats(&get("half").data, 4), [0.0, 1.0, 2.0, 3.0], "{name}: float16");
+        assert_eq!(get("fixed").shape, [4, 2], "{name}");
+        assert_eq!(floats(&get("fixed").data, 8)[..4], [0.0, -0.0, 1.0, -1.0], "{name}: fixed-size list as f64");
+        assert_eq!(get("nested").shape, [4, 2, 3], "{name}: lists of lists");
+        assert_eq!(floats(&get("nested").data, 4)[..6], [0.0, 0.0, 0.5, 0.0, 1.0, 0.5], "{name}");
+        let TensorData::Strings(groups) = &get("group").data else { panic!("strings") };
+        let groups: Vec<&[u8]> = groups.iter().map(|s| s.as_slice()).collect();
+        assert_eq!(groups, [b"a", b"b", b"b", b"a"], "{name}: dictionary strings as an input");
+        let TensorData::Strings(texts) = &get("text").data else { panic!("strings") };
+        assert_eq!(texts[3].as_slice(), b"t3", "{name}: large utf8");
+        assert_eq!(first.targets.labels, Labels::Int(vec![0, 1, 0, 1]), "{name}");
+        assert_eq!(first.targets.weights, Some(vec![0.0, 1000.0, 2000.0, 3000.0]), "{name}: uint64 weights");
+        assert_eq!(first.targets.slices[0].1, ["a", "b", "b", "a"], "{name}: dictionary strings as a slice");
+        assert_eq!(first.targets.slices[1].1[1], "1,-1", "{name}: a list slice");
+    }
+}
+
+#[test]
+fn a_column_that_does_not_fit_names_the_file_column_and_row() {
+    let dir = tempfile::tempdir().unwrap();
+    // Lists of 2 values, but 3 in row 5.
+    let mut ragged = ListBuilder::new(Float32Builder::new());
+    for i in 0..ROWS {
+        ragged.values().append_slice(if i == 5 { &[1.0, 2.0, 3.0] } else { &[1.0, 2.0] });
+        ragged.append(true);
+    }
+    let mut columns: Vec<(String, ArrayRef)> =
+        batch().schema().fields().iter().map(|f| f.name().clone()).zip(batch().columns().iter().cloned()).collect();
+    columns.retain(|(n, _)| n != "fixed");
+    columns.push(("fixed".into(), Arc::new(ragged.finish())));
+    let ragged = RecordBatch::try_from_iter(columns).unwrap();
+    for name in ["r.parquet", "r.arrow"] {
+        let path = write(dir.path(), name, &ragged);
+        let error = read_all(&path).unwrap_err().to_string();
+        assert!(
+            error.contains(&format!("{name}: column 'fixed': row 5 (0-based in the file): a list of 3")),
+            "{error}"
+        );
+    }
+    // A null label.
+    let mut columns: Vec<(String, ArrayRef)> =
+        batch().schema().fields().iter().map(|f| f.name().clone()).zip(batch().columns().iter().cloned()).collect();
+    columns[0].1 = Arc::new(Int64Array::from_iter((0..ROWS as i64).map(|i| (i != 7).then_some(i % 2))));
+    let nulls = RecordBatch::try_from_iter(columns).unwrap();
+    for name in ["n.parquet", "n.feather"] {
+        let path = write(dir.path(), name, &nulls);
+        let error = read_all(&path).unwrap_err().to_string();
+        assert!(error.contains(&format!("{name}: column 'label': row 7 (0-based in the file): is null")), "{error}");
+    }
+}
+
+#[test]
+fn truncated_flipped_and_hostile_files_are_errors_naming_the_file_never_panics() {
+    let dir = tempfile::tempdir().unwrap();
+    for name in ["h.parquet", "h.arrow", "h.feather"] {
+        let good = std::fs::read(write(dir.path(), name, &batch())).unwrap();
+        let path = dir.path().join(format!("bad-{name}"));
+        let mut cases: Vec<Vec<u8>> = (0..good.len()).step_by(7).map(|n| good[..n].to_vec()).collect();
+        for at in (0..good.len()).step_by(5) {
+            let mut flipped = good.clone();
+            flipped[at] ^= 0xff;
+            cases.push(flipped);
+        }
+        // A footer length that claims 4 GiB (a stream has no footer: a
+        // message claiming 4 GiB of metadata instead).
+        let mut huge = good.clone();
+        let n = huge.len();
+        let at = if name.ends_with(".parquet") {
+            n - 8
+        } else if name.ends_with(".feather") {
+            n - 10
+        } else {
+            4
+        };
+        huge[at..at + 4].copy_from_slice(&u32::MAX.to_le_bytes());
+        cases.push(huge);
+        for (i, bytes) in cases.iter().enumerate() {
+            std::fs::write(&path, bytes).unwrap();
+            let result = std::panic::catch_unwind(|| read_all(&path).map(|b| b.len()));
+            match result {
+                Err(_) => panic!("{name} case {i}: a panic reached the caller"),
+                Ok(Err(e)) => {
+                    let text = e.to_string();
+                    assert!(text.contains(&format!("bad-{name}")), "{name} case {i}: {text}");
+                }
+                Ok(Ok(_)) => {}
+            }
+        }
+        let error = read_all(&path).unwrap_err().to_string();
+        assert!(
+            error.contains("footer claims") || error.contains("claims 4294967295 bytes of metadata"),
+            "{name}: {error}"
+        );
+    }
+}
