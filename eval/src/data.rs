@@ -85,6 +85,10 @@ pub struct DataSpec {
     pub skip_corrupt: bool,
     /// Read only this shard of the dataset (see the `shard` module).
     pub shard: Option<DataShard>,
+    /// Read the files named (or matched by a pattern) as this format,
+    /// whatever their names say (`--data-format`); folders are still
+    /// listed by file name endings.
+    pub format: Option<Format>,
 }
 
 /// How a model is fed.
@@ -179,7 +183,7 @@ impl Dataset {
         if spec.paths.is_empty() {
             return Err(DataError::InvalidSpec { reason: "no data paths given".into() });
         }
-        let all = crate::paths::expand(&spec.paths)?;
+        let all = crate::paths::expand(&spec.paths, spec.format)?;
         for (path, format) in &all {
             (format.info().probe)(path)?;
         }
@@ -694,6 +698,7 @@ mod tests {
             batch_size: 2,
             skip_corrupt: false,
             shard: None,
+            format: None,
         };
         let signature = SignatureInfo {
             key: "serving_default".into(),

@@ -19,6 +19,10 @@ pub enum Format {
     NpyFolder,
     /// `.csv`: a header row, then one example per row (see the `csv` source).
     Csv,
+    /// `.jsonl`, `.ndjson`: one JSON object per line (see the `jsonl` source).
+    Jsonl,
+    /// `.jsonl.gz`, `.ndjson.gz`: gzip-compressed JSON Lines.
+    JsonlGzip,
 }
 
 /// How a format stores examples, which decides how it is fed.
@@ -55,6 +59,8 @@ pub(crate) const FORMATS: &[FormatInfo] = &[
     FormatInfo { format: Format::Npz, name: "npz", suffixes: &[".npz"], family: ".npz/.npy", layout: Layout::Columns, probe: source::probe_file, peek: source::arrays::peek_npz, open: source::arrays::open_npz },
     FormatInfo { format: Format::NpyFolder, name: "npy-folder", suffixes: &[], family: ".npz/.npy", layout: Layout::Columns, probe: source::arrays::probe_folder, peek: source::arrays::peek_folder, open: source::arrays::open_folder },
     FormatInfo { format: Format::Csv, name: "csv", suffixes: &[".csv"], family: "CSV", layout: Layout::Rows, probe: source::probe_file, peek: source::csv::peek, open: source::csv::open },
+    FormatInfo { format: Format::Jsonl, name: "jsonl", suffixes: &[".jsonl", ".ndjson"], family: "JSON Lines", layout: Layout::Columns, probe: source::probe_file, peek: source::jsonl::peek_plain, open: source::jsonl::open_plain },
+    FormatInfo { format: Format::JsonlGzip, name: "jsonl-gzip", suffixes: &[".jsonl.gz", ".ndjson.gz"], family: "JSON Lines", layout: Layout::Columns, probe: source::probe_file, peek: source::jsonl::peek_gzip, open: source::jsonl::open_gzip },
 ];
 
 impl Format {
@@ -93,7 +99,7 @@ impl Format {
         matches!(self, Format::Npz | Format::NpyFolder)
     }
 
-    /// Files of one family can be one dataset: TFRecord, arrays, CSV.
+    /// Files of one family can be one dataset: TFRecord, arrays, CSV, JSON Lines.
     pub(crate) fn family(self) -> &'static str {
         self.info().family
     }

@@ -109,6 +109,7 @@ fn spec(paths: Vec<PathBuf>, shard: Option<DataShard>, limit: Option<u64>) -> Da
         batch_size: 3,
         skip_corrupt: false,
         shard,
+        format: None,
     }
 }
 

@@ -688,10 +688,17 @@ pub struct EvalArgs {
 /// What `eval` adds to `run`'s flags.
 #[derive(Debug, Args)]
 pub struct EvalOptions {
-    /// The dataset: TFRecord files of tf.Example (.tfrecord, .tfrecords, .gz), .npz files, folders
-    /// of them or of NAME.npy arrays, or globs (repeatable; read in order).
+    /// The dataset: TFRecord files of tf.Example (.tfrecord, .tfrecords, .gz), .npz files, CSV
+    /// (.csv), JSON Lines (.jsonl, .ndjson, .jsonl.gz: one object per line), folders of them or of
+    /// NAME.npy arrays, or globs (repeatable; read in order).
     #[arg(long, value_name = "PATH", required = true, help_heading = "Evaluation")]
     pub data: Vec<PathBuf>,
+
+    /// Read the --data files named (or matched by a glob) as this format whatever their names
+    /// say: tfrecord, tfrecord-gzip, npz, npy-folder, csv, jsonl, jsonl-gzip (a folder's files are
+    /// still chosen by their endings).
+    #[arg(long, value_name = "NAME", help_heading = "Evaluation")]
+    pub data_format: Option<String>,
 
     /// The label: a tf.Example feature or an array name. It never goes to the model.
     #[arg(long, value_name = "KEY", required = true, help_heading = "Evaluation")]

@@ -7,7 +7,7 @@
 //! - row sources (TFRecord, CSV) hand one [`Example`] at a time
 //!   ([`Piece::Example`]); a `tf.Example` is the common row type, so a CSV
 //!   row goes through the same conversions as a TFRecord record;
-//! - columnar sources (`.npz`, `.npy` folders) hand whole columns of up to
+//! - columnar sources (`.npz`, `.npy` folders, JSON Lines) hand whole columns of up to
 //!   a batch of rows ([`Piece::Columns`]): bytes with an element type, or
 //!   strings, one [`ColumnChunk`] per column asked for, in the order asked.
 //!
@@ -21,6 +21,7 @@
 
 pub(crate) mod arrays;
 pub(crate) mod csv;
+pub(crate) mod jsonl;
 pub(crate) mod tfrecord;
 
 use crate::error::DataError;
@@ -102,7 +103,6 @@ pub(crate) enum Values {
     /// `rows × row elements` elements, each `element.item_size()` bytes.
     Elements { element: Element, bytes: Vec<u8> },
     /// `rows × row elements` byte strings.
-    #[expect(dead_code, reason = "the Arrow and Parquet sources hand strings; no source of this commit does")]
     Strings(Vec<Vec<u8>>),
 }
 
