@@ -687,3 +687,183 @@ impl JsonlSource {
         Ok(Some((rows, chunks)))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::data::{DataSpec, Dataset, Labels};
+    use isorun_protocol::{SignatureInfo, Tensor, TensorData, TensorSpec};
+    use std::io::Write;
+
+    fn spec(path: &Path) -> DataSpec {
+        DataSpec {
+            paths: vec![path.to_path_buf()],
+            label: "y".into(),
+            weight: None,
+            slices: vec![],
+            renames: vec![],
+            limit: None,
+            batch_size: 2,
+            skip_corrupt: false,
+            shard: None,
+            format: None,
+        }
+    }
+
+    fn signature(inputs: &[(&str, DType, Vec<Option<u64>>)]) -> SignatureInfo {
+        SignatureInfo {
+            key: "serving_default".into(),
+            inputs: inputs
+                .iter()
+                .map(|(name, dtype, shape)| TensorSpec { name: name.to_string(), dtype: *dtype, shape: Some(shape.clone()) })
+                .collect(),
+            outputs: vec![],
+        }
+    }
+
+    /// Every batch's inputs and labels, or the first error's message.
+    fn read(path: &Path, inputs: &[(&str, DType, Vec<Option<u64>>)]) -> Result<(Vec<Vec<Tensor>>, Vec<Labels>), String> {
+        let dataset = Dataset::open(spec(path)).map_err(|e| e.to_string())?;
+        let mut reader = dataset.reader(&signature(inputs)).map_err(|e| e.to_string())?;
+        let (mut tensors, mut labels) = (Vec::new(), Vec::new());
+        while let Some(batch) = reader.next_batch() {
+            let batch = batch.map_err(|e| e.to_string())?;
+            tensors.push(batch.inputs.into_iter().map(|(_, t)| t).collect());
+            labels.push(batch.targets.labels);
+        }
+        Ok((tensors, labels))
+    }
+
+    fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+        let path = dir.join(name);
+        std::fs::write(&path, text).unwrap();
+        path
+    }
+
+    fn floats(t: &Tensor) -> Vec<f32> {
+        let TensorData::Dense(bytes) = &t.data else { panic!("dense") };
+        bytes.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect()
+    }
+
+    #[test]
+    fn nested_lists_strings_and_numbers_become_columns() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = write(
+            dir.path(),
+            "d.jsonl",
+            "\u{feff}{\"m\": [[1, 2], [3, 4]], \"s\": \"a\", \"y\": 1}\n\n{\"m\": [[5, 6.5], [7, 8]], \"s\": {\"base64\": \"//4=\"}, \"y\": 0}\r\n{\"m\": [[\"NaN\", 0], [0, 0]], \"s\": \"c\", \"y\": 1}",
+        );
+        // A [N, 2, 2] float32 input takes an integer first line (a float one later);
+        // but the integers' key is an int64 column: 6.5 is an error there.
+        let error = read(&path, &[("m", DType::Float32, vec![None, Some(2), Some(2)])]).unwrap_err();
+        assert!(error.contains("d.jsonl: line 3: key 'm' holds 6.5, not an integer like line 1's"), "{error}");
+        let path = write(
+            dir.path(),
+            "e.jsonl",
+            "{\"m\": [[1.0, 2], [3, 4]], \"s\": \"a\", \"y\": 1}\n\n{\"m\": [[5, 6.5], [7, 8]], \"s\": {\"base64\": \"//4=\"}, \"y\": 0}\n{\"m\": [[\"NaN\", 0], [0, 0]], \"s\": \"c\", \"y\": 1}\n",
+        );
+        let inputs = [("m", DType::Float32, vec![None, Some(2), Some(2)]), ("s", DType::String, vec![None])];
+        let (tensors, labels) = read(&path, &inputs).unwrap();
+        assert_eq!(tensors[0][0].shape, vec![2, 2, 2]);
+        assert_eq!(floats(&tensors[0][0]), [1.0, 2.0, 3.0, 4.0, 5.0, 6.5, 7.0, 8.0]);
+        assert!(floats(&tensors[1][0])[0].is_nan());
+        let TensorData::Strings(strings) = &tensors[0][1].data else { panic!("strings") };
+        assert_eq!(strings.iter().map(|s| s.to_vec()).collect::<Vec<_>>(), [b"a".to_vec(), vec![0xff, 0xfe]]);
+        assert_eq!(labels, [Labels::Int(vec![1, 0]), Labels::Int(vec![1])]);
+    }
+
+    #[test]
+    fn a_value_that_does_not_fit_names_the_file_line_and_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let x = [("x", DType::Float32, vec![None, Some(2)])];
+        let cases = [
+            ("{\"x\": [1.5, 2], \"y\": 1}\n{\"x\": [1, 2, 3], \"y\": 0}\n", "line 2: key 'x' is a list of shape [3] but a list of shape [2] on line 1"),
+            ("{\"x\": [1.5, 2], \"y\": 1}\n{\"y\": 0}\n", "line 2: key 'x' is missing; expected float64 [2]"),
+            ("{\"x\": [1.5, 2], \"y\": 1}\n\n{\"x\": null, \"y\": 0}\n", "line 3: key 'x' is null; expected float64 [2]"),
+            ("{\"x\": [1.5, 2], \"y\": 1}\n{\"x\": [1, \"a\"], \"y\": 0}\n", "line 2: key 'x' holds \"a\"; expected numbers"),
+            ("{\"x\": [1.5, 2], \"y\": 1}\n{\"x\": [[1], 2], \"y\": 0}\n", "line 2: key 'x' is a ragged nested list"),
+            ("{\"x\": [1.5, 2], \"y\": 1}\n{\"x\": [1, 2], \"y\": 0.5}\n", "line 2: key 'y' holds 0.5, not an integer"),
+            ("{\"x\": [1.5, 2], \"y\": 1}\n{\"x\": [1, 2], \"y\": 0,}\n", "line 2: column 22: not valid JSON: trailing comma"),
+            ("{\"x\": [1.5, 2], \"y\": 1}\n[1, 2]\n", "line 2: is [1,2], not a JSON object"),
+        ];
+        for (i, (text, want)) in cases.iter().enumerate() {
+            let path = write(dir.path(), &format!("case{i}.jsonl"), text);
+            let error = read(&path, &x).unwrap_err();
+            assert!(error.contains(&format!("case{i}.jsonl: {want}")), "case {i}: {error}");
+        }
+        // Checked before any batch: the first line's keys and values.
+        let path = write(dir.path(), "first.jsonl", "{\"z\": [1, 2], \"y\": 1}\n");
+        let error = Dataset::open(spec(&path)).unwrap().reader(&signature(&x)).unwrap_err().to_string();
+        assert!(error.contains("first.jsonl") && error.contains("'x'") && error.contains("z (int64 [2])"), "{error}");
+        let path = write(dir.path(), "label.jsonl", "{\"x\": [1, 2], \"y\": \"cat\"}\n");
+        let error = Dataset::open(spec(&path)).unwrap_err().to_string();
+        assert!(error.contains("label.jsonl: line 1: key 'y': labels are numbers, not string"), "{error}");
+        let path = write(dir.path(), "object.jsonl", "{\"x\": {\"a\": 1}, \"y\": 1}\n");
+        let error = read(&path, &x).unwrap_err();
+        assert!(error.contains("object.jsonl: line 1: key 'x' is an object or value isorun does not read"), "{error}");
+        // The signature's dtype: checked by the shared conversions, naming the key and lines.
+        let path = write(dir.path(), "dtype.jsonl", "{\"x\": [1.5, 2], \"y\": 1}\n{\"x\": [1.5, 2], \"y\": 1}\n");
+        let error = read(&path, &[("x", DType::Int32, vec![None, Some(2)])]).unwrap_err();
+        assert!(error.contains("dtype.jsonl: lines 1-2: key 'x': cannot feed input 'x' (int32)"), "{error}");
+    }
+
+    #[test]
+    fn a_line_longer_than_the_cap_is_an_error_without_holding_it() {
+        // An endless line: found after MAX_LINE_BYTES (+2) bytes, never more held.
+        let endless = std::io::repeat(b' ').take(u64::MAX);
+        let mut lines = Lines::new(Box::new(BufReader::new(endless)), false, 0);
+        let Err(fault) = lines.next(u64::MAX) else { panic!("a line past the cap") };
+        assert_eq!(fault.line, 1);
+        assert!(fault.reason.contains(&format!("longer than {MAX_LINE_BYTES} bytes")), "{}", fault.reason);
+        assert!(lines.buf.len() <= MAX_LINE_BYTES + 2);
+        // Through a file, with a small cap: the line is named.
+        let dir = tempfile::tempdir().unwrap();
+        let path = write(dir.path(), "long.jsonl", &format!("{{\"y\": 1}}\n{{\"y\": \"{}\"}}\n", "a".repeat(100)));
+        let mut lines = open_stream(&path, Compression::None).unwrap();
+        lines.max_line = 50;
+        assert!(lines.next(u64::MAX).is_ok());
+        let Err(fault) = lines.next(u64::MAX) else { panic!("too long") };
+        assert_eq!(fault.line, 2);
+    }
+
+    #[test]
+    fn deep_nesting_is_an_error_not_a_stack_overflow() {
+        let dir = tempfile::tempdir().unwrap();
+        let deep = format!("{{\"y\": 1, \"x\": {}1{}}}\n", "[".repeat(100_000), "]".repeat(100_000));
+        let path = write(dir.path(), "deep.jsonl", &deep);
+        let error = Dataset::open(spec(&path)).unwrap_err().to_string();
+        assert!(error.contains("deep.jsonl: line 1: column") && error.contains("recursion limit"), "{error}");
+    }
+
+    #[test]
+    fn gzip_is_streamed_and_a_truncated_stream_names_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let text: String = (0..2000).map(|i| format!("{{\"x\": [{i}, 1], \"y\": {}}}\n", i % 2)).collect();
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        gz.write_all(text.as_bytes()).unwrap();
+        let bytes = gz.finish().unwrap();
+        let path = dir.path().join("d.jsonl.gz");
+        std::fs::write(&path, &bytes).unwrap();
+        let x = [("x", DType::Float32, vec![None, Some(2)])];
+        let (tensors, _) = read(&path, &x).unwrap();
+        assert_eq!(tensors.len(), 1000);
+        let cut = dir.path().join("cut.jsonl.gz");
+        std::fs::write(&cut, &bytes[..bytes.len() / 2]).unwrap();
+        let error = read(&cut, &x).unwrap_err();
+        assert!(error.contains("cut.jsonl.gz: line") && error.contains("gzip stream is corrupt or truncated"), "{error}");
+    }
+
+    #[test]
+    fn an_error_in_a_part_names_the_file_s_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut text: String = (0..50).map(|i| format!("{{\"x\": [{i}, 1], \"y\": 1}}\n")).collect();
+        text.push_str("{\"x\": [1], \"y\": 1}\n");
+        let path = write(dir.path(), "p.jsonl", &text);
+        let mut spec = spec(&path);
+        spec.shard = Some(crate::DataShard { index: 1, count: 2 });
+        let dataset = Dataset::open(spec).unwrap();
+        let mut reader = dataset.reader(&signature(&[("x", DType::Float32, vec![None, Some(2)])])).unwrap();
+        let error = std::iter::from_fn(|| reader.next_batch()).find_map(Result::err).unwrap().to_string();
+        assert!(error.contains("p.jsonl: line 51: key 'x' is a list of shape [1]"), "{error}");
+    }
+}
