@@ -349,7 +349,6 @@ pub(crate) fn push_array(dtype: DType, element: Element, bytes: &[u8], column: &
     Ok(())
 }
 
-
 /// The names a batch takes besides the inputs.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Roles<'a> {
@@ -576,4 +575,3 @@ pub(crate) fn check_batch_cost(
         ),
     })
 }
-

@@ -34,6 +34,8 @@
 //!   an example without the feature is in slice `__missing__`.
 //! - CSV rows become examples of one-value features (see `source::csv`)
 //!   and go through the same conversions.
+//! - JSON Lines are read as columns (see `source::jsonl`): each key's values
+//!   with the first line's element type and dimensions, converted as arrays.
 //! - Example indices in errors are 0-based over the dataset (records skipped
 //!   as corrupt are not counted), with the record's (or CSV data row's)
 //!   0-based index within its file (within its part, for a shard's part of

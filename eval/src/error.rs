@@ -68,4 +68,3 @@ pub enum DataError {
     #[error("{path}: the data reader failed while reading this file: {reason}")]
     Reader { path: PathBuf, reason: String },
 }
-

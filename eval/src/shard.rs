@@ -13,7 +13,10 @@
 //!   position whose length CRC and data CRC both check); gzip TFRecord,
 //!   which cannot be entered midway, the records `[K*n/N, (K+1)*n/N)`
 //!   counted from the start; `.npz`, `.npy` folders and CSV, the rows
-//!   `[K*rows/N, (K+1)*rows/N)`. A part may be empty (a file with fewer
+//!   `[K*rows/N, (K+1)*rows/N)`; plain JSON Lines, the lines that *start*
+//!   in the bytes `[K*len/N, (K+1)*len/N)` (a part entered midway skips to
+//!   the next line start); gzip JSON Lines, the non-blank lines `[K*n/N,
+//!   (K+1)*n/N)` counted from the start. A part may be empty (a file with fewer
 //!   examples than `N`): that shard reads nothing of it.
 //!
 //! Within a shard, examples come in file order; concatenating the shards'

@@ -144,7 +144,15 @@ impl RecordReader {
         let size = file.metadata()?.len();
         file.seek(SeekFrom::Start(start.min(size)))?;
         let inner = Box::new(BufReader::with_capacity(READ_BUFFER, file).take(size.saturating_sub(start)));
-        Ok(RecordReader { inner, path: path.to_path_buf(), gzip: false, offset: start, size: Some(size), dead: false, end })
+        Ok(RecordReader {
+            inner,
+            path: path.to_path_buf(),
+            gzip: false,
+            offset: start,
+            size: Some(size),
+            dead: false,
+            end,
+        })
     }
 
     /// The file read.

@@ -175,8 +175,7 @@ fn read_ids(spec: DataSpec) -> Vec<i64> {
 }
 
 /// Datasets as the example counts of their files; ids run on across files.
-const LAYOUTS: &[&[usize]] =
-    &[&[1], &[2], &[5], &[40], &[3, 1], &[6, 0, 4], &[1, 2, 3, 4, 5, 6, 7, 8]];
+const LAYOUTS: &[&[usize]] = &[&[1], &[2], &[5], &[40], &[3, 1], &[6, 0, 4], &[1, 2, 3, 4, 5, 6, 7, 8]];
 
 #[test]
 fn the_shards_of_every_format_hold_each_example_once_in_file_order() {

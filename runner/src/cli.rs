@@ -671,6 +671,8 @@ pub struct SlurmSubmitArgs {
   isorun eval models/ --data test.tfrecord --label label
   isorun eval models/ --data 'shards/*.tfrecord.gz' --label label --metric accuracy --metric auc --slice country
   isorun eval models/ --data test.npz --label y --threshold 'accuracy>=0.9' --report eval.json
+  isorun eval models/ --data test.jsonl.gz --label label --slice country
+  isorun eval models/ --data examples.txt --data-format jsonl --label label
   isorun eval models/ --data test.tfrecord --label label --baseline last-night.json --max-drop accuracy=1%
 
 Each record is run's, plus \"examples\", \"metrics\" (and \"slices\", \"task\", \"output\").

@@ -435,7 +435,8 @@ fn first_object(path: &Path, lines: &mut Lines) -> Result<Option<(Vec<Key>, u64)
 
 fn peek(path: &Path, compression: Compression) -> Result<Option<Look>, DataError> {
     let mut lines = open_stream(path, compression)?;
-    Ok(first_object(path, &mut lines)?.map(|(keys, line)| Look::Columns(keys.iter().map(|k| k.info(path, line)).collect())))
+    Ok(first_object(path, &mut lines)?
+        .map(|(keys, line)| Look::Columns(keys.iter().map(|k| k.info(path, line)).collect())))
 }
 
 pub(crate) fn peek_plain(path: &Path, _options: &Options) -> Result<Option<Look>, DataError> {
@@ -470,7 +471,11 @@ fn open(path: &Path, compression: Compression, options: &Options) -> Result<Box<
             ));
         };
         if let Err(what) = &key.kind {
-            return Err(jsonl_error(path, first_line, format!("key '{name}' is {what}; expected a value isorun reads")));
+            return Err(jsonl_error(
+                path,
+                first_line,
+                format!("key '{name}' is {what}; expected a value isorun reads"),
+            ));
         }
         wanted.push(key.clone());
     }
@@ -612,7 +617,11 @@ impl Source for JsonlSource {
 }
 
 impl JsonlSource {
-    fn read_piece(&mut self, lines: &mut Lines, max_rows: usize) -> Result<Option<(usize, Vec<ColumnChunk>)>, DataError> {
+    fn read_piece(
+        &mut self,
+        lines: &mut Lines,
+        max_rows: usize,
+    ) -> Result<Option<(usize, Vec<ColumnChunk>)>, DataError> {
         while self.skip > 0 {
             match lines.next(u64::MAX) {
                 Ok(true) => self.skip -= 1,
@@ -715,14 +724,21 @@ mod tests {
             key: "serving_default".into(),
             inputs: inputs
                 .iter()
-                .map(|(name, dtype, shape)| TensorSpec { name: name.to_string(), dtype: *dtype, shape: Some(shape.clone()) })
+                .map(|(name, dtype, shape)| TensorSpec {
+                    name: name.to_string(),
+                    dtype: *dtype,
+                    shape: Some(shape.clone()),
+                })
                 .collect(),
             outputs: vec![],
         }
     }
 
     /// Every batch's inputs and labels, or the first error's message.
-    fn read(path: &Path, inputs: &[(&str, DType, Vec<Option<u64>>)]) -> Result<(Vec<Vec<Tensor>>, Vec<Labels>), String> {
+    fn read(
+        path: &Path,
+        inputs: &[(&str, DType, Vec<Option<u64>>)],
+    ) -> Result<(Vec<Vec<Tensor>>, Vec<Labels>), String> {
         let dataset = Dataset::open(spec(path)).map_err(|e| e.to_string())?;
         let mut reader = dataset.reader(&signature(inputs)).map_err(|e| e.to_string())?;
         let (mut tensors, mut labels) = (Vec::new(), Vec::new());
@@ -777,13 +793,25 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let x = [("x", DType::Float32, vec![None, Some(2)])];
         let cases = [
-            ("{\"x\": [1.5, 2], \"y\": 1}\n{\"x\": [1, 2, 3], \"y\": 0}\n", "line 2: key 'x' is a list of shape [3] but a list of shape [2] on line 1"),
+            (
+                "{\"x\": [1.5, 2], \"y\": 1}\n{\"x\": [1, 2, 3], \"y\": 0}\n",
+                "line 2: key 'x' is a list of shape [3] but a list of shape [2] on line 1",
+            ),
             ("{\"x\": [1.5, 2], \"y\": 1}\n{\"y\": 0}\n", "line 2: key 'x' is missing; expected float64 [2]"),
-            ("{\"x\": [1.5, 2], \"y\": 1}\n\n{\"x\": null, \"y\": 0}\n", "line 3: key 'x' is null; expected float64 [2]"),
-            ("{\"x\": [1.5, 2], \"y\": 1}\n{\"x\": [1, \"a\"], \"y\": 0}\n", "line 2: key 'x' holds \"a\"; expected numbers"),
+            (
+                "{\"x\": [1.5, 2], \"y\": 1}\n\n{\"x\": null, \"y\": 0}\n",
+                "line 3: key 'x' is null; expected float64 [2]",
+            ),
+            (
+                "{\"x\": [1.5, 2], \"y\": 1}\n{\"x\": [1, \"a\"], \"y\": 0}\n",
+                "line 2: key 'x' holds \"a\"; expected numbers",
+            ),
             ("{\"x\": [1.5, 2], \"y\": 1}\n{\"x\": [[1], 2], \"y\": 0}\n", "line 2: key 'x' is a ragged nested list"),
             ("{\"x\": [1.5, 2], \"y\": 1}\n{\"x\": [1, 2], \"y\": 0.5}\n", "line 2: key 'y' holds 0.5, not an integer"),
-            ("{\"x\": [1.5, 2], \"y\": 1}\n{\"x\": [1, 2], \"y\": 0,}\n", "line 2: column 22: not valid JSON: trailing comma"),
+            (
+                "{\"x\": [1.5, 2], \"y\": 1}\n{\"x\": [1, 2], \"y\": 0,}\n",
+                "line 2: column 22: not valid JSON: trailing comma",
+            ),
             ("{\"x\": [1.5, 2], \"y\": 1}\n[1, 2]\n", "line 2: is [1,2], not a JSON object"),
         ];
         for (i, (text, want)) in cases.iter().enumerate() {
@@ -850,7 +878,10 @@ mod tests {
         let cut = dir.path().join("cut.jsonl.gz");
         std::fs::write(&cut, &bytes[..bytes.len() / 2]).unwrap();
         let error = read(&cut, &x).unwrap_err();
-        assert!(error.contains("cut.jsonl.gz: line") && error.contains("gzip stream is corrupt or truncated"), "{error}");
+        assert!(
+            error.contains("cut.jsonl.gz: line") && error.contains("gzip stream is corrupt or truncated"),
+            "{error}"
+        );
     }
 
     #[test]

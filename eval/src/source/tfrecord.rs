@@ -53,9 +53,7 @@ fn peek(path: &Path, gzip: bool, skip_corrupt: bool) -> Result<Option<Look>, Dat
             }
             Err((_, fault)) if skip_corrupt && fault.resumable() => {}
             Err((_, _)) if skip_corrupt => return Ok(None),
-            Err((offset, fault)) => {
-                return Err(DataError::Corrupt { path: path.to_path_buf(), offset, gzip, fault })
-            }
+            Err((offset, fault)) => return Err(DataError::Corrupt { path: path.to_path_buf(), offset, gzip, fault }),
         }
     }
 }
@@ -179,10 +177,6 @@ impl Source for TfRecordSource {
             offset,
             source,
         })?;
-        Ok(Some(Piece::Example {
-            example: &self.example,
-            record: index,
-            raw: Some(Raw { bytes: &self.data, offset }),
-        }))
+        Ok(Some(Piece::Example { example: &self.example, record: index, raw: Some(Raw { bytes: &self.data, offset }) }))
     }
 }

@@ -74,7 +74,10 @@ pub fn main(args: EvalArgs, quiet: bool) -> Result<i32, String> {
     let data_format = match &eval.data_format {
         None => None,
         Some(name) => Some(isorun_eval::Format::from_name(name).ok_or_else(|| {
-            format!("--data-format {name}: unknown format; the formats are: {}", isorun_eval::Format::names().join(", "))
+            format!(
+                "--data-format {name}: unknown format; the formats are: {}",
+                isorun_eval::Format::names().join(", ")
+            )
         })?),
     };
     let models = discover_models(&run)?;

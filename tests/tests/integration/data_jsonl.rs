@@ -92,7 +92,11 @@ fn data_format_reads_a_jsonl_file_of_another_name() {
     let metric = ["--metric".to_string(), "auc".to_string()];
     let ran = eval("binary", &txt, "label_bin", &metric);
     assert_eq!(ran.code, Some(2), "{}", ran.stderr);
-    assert!(ran.stderr.contains("examples.txt: unknown data format") && ran.stderr.contains("--data-format"), "{}", ran.stderr);
+    assert!(
+        ran.stderr.contains("examples.txt: unknown data format") && ran.stderr.contains("--data-format"),
+        "{}",
+        ran.stderr
+    );
     let with_format = [metric.to_vec(), vec!["--data-format".into(), "jsonl".into()]].concat();
     let record = ok_record(&eval("binary", &txt, "label_bin", &with_format), "binary");
     let tfrecord = ok_record(&eval("binary", &data("data.tfrecord"), "label_bin", &metric), "binary");
@@ -109,9 +113,17 @@ fn data_format_reads_a_jsonl_file_of_another_name() {
 fn bad_first_lines_are_usage_errors_naming_file_line_and_key_before_any_worker_runs() {
     let dir = tempfile::tempdir().unwrap();
     let cases = [
-        ("string_label.jsonl", format!("{}\n", r#"{"x": [1.0, 2.0, 3.0, 4.0], "label_bin": "yes"}"#), "string_label.jsonl: line 1: key 'label_bin': labels are numbers, not string"),
+        (
+            "string_label.jsonl",
+            format!("{}\n", r#"{"x": [1.0, 2.0, 3.0, 4.0], "label_bin": "yes"}"#),
+            "string_label.jsonl: line 1: key 'label_bin': labels are numbers, not string",
+        ),
         ("no_label.jsonl", format!("\n{}\n", r#"{"x": [1.0, 2.0, 3.0, 4.0]}"#), "no label 'label_bin'"),
-        ("bad_json.jsonl", "{\"x\": [1.0, 2.0, 3.0, 4.0], \"label_bin\": 1\n".to_string(), "bad_json.jsonl: line 1: column"),
+        (
+            "bad_json.jsonl",
+            "{\"x\": [1.0, 2.0, 3.0, 4.0], \"label_bin\": 1\n".to_string(),
+            "bad_json.jsonl: line 1: column",
+        ),
         ("empty.jsonl", "\n\n".to_string(), "empty.jsonl: holds no examples"),
         ("cut.jsonl.gz", String::new(), "cut.jsonl.gz: line 1: cannot read: the gzip stream is corrupt or truncated"),
     ];
