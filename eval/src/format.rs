@@ -1,7 +1,7 @@
 //! The data formats and their registry: one line per format says its name,
 //! the file name endings that select it, its family (files of one family
 //! can be one dataset), how it is laid out, and its reader's functions (in
-//! `source`). Adding a format is a variant here, its line in [`FORMATS`],
+//! `source`). Adding a format is a variant here, its line in `FORMATS`,
 //! and its file in `source/`.
 
 use crate::source::{self, Open, Peek, Probe};
