@@ -622,6 +622,9 @@ impl JsonlSource {
         lines: &mut Lines,
         max_rows: usize,
     ) -> Result<Option<(usize, Vec<ColumnChunk>)>, DataError> {
+        if self.rows == 0 {
+            return Ok(None);
+        }
         while self.skip > 0 {
             match lines.next(u64::MAX) {
                 Ok(true) => self.skip -= 1,
