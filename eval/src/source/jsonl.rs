@@ -15,9 +15,9 @@
 //!   bools, strings (UTF-8 text, or `{"base64": "..."}` for bytes), nested
 //!   lists whose nesting is their shape. A key's element type and shape are
 //!   its value's on the file's first line: integers (`int64`; a later
-//!   `2.0` is taken, a later `1.5` is an error: write the first line's
-//!   value as `1.0`), floats (`float64`; integers and `"NaN"`,
-//!   `"Infinity"`, `"-Infinity"` are taken), bools, strings. A later
+//!   `1.5` makes the key's values `float64` from there on, as JSON writers
+//!   differ on writing `0.0` as `0`), floats (`float64`; integers and
+//!   `"NaN"`, `"Infinity"`, `"-Infinity"` are taken), bools, strings. A later
 //!   line's value of another type or shape, missing or `null`, is an error
 //!   naming the file, the line (1-based) and the key, expected vs given.
 //! - Blank lines are skipped (and counted in line numbers); a UTF-8 byte
@@ -236,7 +236,10 @@ enum Builder {
 }
 
 /// Appends one line's value of `key`; the reason it does not fit, if not.
-fn push_value(key: &Key, kind: Kind, value: &Value, first_line: u64, out: &mut Builder) -> Result<(), String> {
+/// A key of integers that meets a number with a fraction becomes a key of
+/// numbers from there on (the values already read are converted): JSON
+/// writers differ on whether `0.0` is written `0`.
+fn push_value(key: &mut Key, value: &Value, first_line: u64, out: &mut Builder) -> Result<(), String> {
     if value.is_null() {
         return Err(format!("is null; expected {} (as on line {first_line})", key.describe()));
     }
@@ -253,31 +256,31 @@ fn push_value(key: &Key, kind: Kind, value: &Value, first_line: u64, out: &mut B
             describe_value(value)
         ));
     }
-    let wrong = |leaf: &Value| {
-        format!(
-            "holds {}; expected {} (as on line {first_line}: {})",
-            describe_value(leaf),
-            kind.name(),
-            key.describe()
-        )
+    let wrong = |leaf: &Value, key: &Key| {
+        let kind = key.kind().map_or("values", Kind::name);
+        format!("holds {}; expected {kind} (as on line {first_line}: {})", describe_value(leaf), key.describe())
     };
     for leaf in found {
+        let kind = key.kind().expect("checked when opened");
         match (kind, &mut *out) {
             (Kind::Int, Builder::Elements(bytes)) => {
                 let int = leaf.as_i64().or_else(|| {
                     let f = leaf.as_f64().filter(|f| f.fract() == 0.0 && f.abs() < 9.2e18)?;
                     Some(f as i64)
                 });
-                match int {
-                    Some(i) => bytes.extend_from_slice(&i.to_le_bytes()),
-                    None if leaf.is_number() => {
-                        return Err(format!(
-                            "holds {}, not an integer like line {first_line}'s value (write that one as a float, \
-                             e.g. 1.0, to make the key's values numbers)",
-                            describe_value(leaf)
-                        ))
+                match (int, leaf.as_f64()) {
+                    (Some(i), _) => bytes.extend_from_slice(&i.to_le_bytes()),
+                    (None, Some(f)) => {
+                        let ints = std::mem::take(bytes);
+                        bytes.extend(
+                            ints.chunks_exact(8).flat_map(|c| {
+                                (i64::from_le_bytes(c.try_into().expect("8 bytes")) as f64).to_le_bytes()
+                            }),
+                        );
+                        bytes.extend_from_slice(&f.to_le_bytes());
+                        key.kind = Ok(Kind::Float);
                     }
-                    None => return Err(wrong(leaf)),
+                    (None, None) => return Err(wrong(leaf, key)),
                 }
             }
             (Kind::Float, Builder::Elements(bytes)) => {
@@ -291,12 +294,14 @@ fn push_value(key: &Key, kind: Kind, value: &Value, first_line: u64, out: &mut B
                     },
                     _ => None,
                 };
-                bytes.extend_from_slice(&f.ok_or_else(|| wrong(leaf))?.to_le_bytes());
+                bytes.extend_from_slice(&f.ok_or_else(|| wrong(leaf, key))?.to_le_bytes());
             }
-            (Kind::Bool, Builder::Elements(bytes)) => bytes.push(u8::from(leaf.as_bool().ok_or_else(|| wrong(leaf))?)),
+            (Kind::Bool, Builder::Elements(bytes)) => {
+                bytes.push(u8::from(leaf.as_bool().ok_or_else(|| wrong(leaf, key))?))
+            }
             (Kind::String, Builder::Strings(strings)) => match leaf {
                 Value::String(s) => strings.push(s.as_bytes().to_vec()),
-                other => strings.push(base64_bytes(other).ok_or_else(|| wrong(leaf))?),
+                other => strings.push(base64_bytes(other).ok_or_else(|| wrong(leaf, key))?),
             },
             _ => unreachable!("the builder is the kind's"),
         }
@@ -654,11 +659,10 @@ impl JsonlSource {
                 Ok(object) => object,
                 Err(reason) => return Err(self.error(line, reason)),
             };
-            for (key, builder) in self.keys.iter().zip(builders.iter_mut()) {
-                let kind = key.kind().expect("checked when opened");
+            for (key, builder) in self.keys.iter_mut().zip(builders.iter_mut()) {
                 let pushed = match object.get(&key.name) {
                     None => Err(format!("is missing; expected {} (as on line {})", key.describe(), self.first_line)),
-                    Some(value) => push_value(key, kind, value, self.first_line, builder),
+                    Some(value) => push_value(key, value, self.first_line, builder),
                 };
                 if let Err(reason) = pushed {
                     let name = key.name.clone();
@@ -772,10 +776,22 @@ mod tests {
             "d.jsonl",
             "\u{feff}{\"m\": [[1, 2], [3, 4]], \"s\": \"a\", \"y\": 1}\n\n{\"m\": [[5, 6.5], [7, 8]], \"s\": {\"base64\": \"//4=\"}, \"y\": 0}\r\n{\"m\": [[\"NaN\", 0], [0, 0]], \"s\": \"c\", \"y\": 1}",
         );
-        // A [N, 2, 2] float32 input takes an integer first line (a float one later);
-        // but the integers' key is an int64 column: 6.5 is an error there.
-        let error = read(&path, &[("m", DType::Float32, vec![None, Some(2), Some(2)])]).unwrap_err();
-        assert!(error.contains("d.jsonl: line 3: key 'm' holds 6.5, not an integer like line 1's"), "{error}");
+        // A key of integers meeting 6.5 becomes a key of numbers (a float
+        // input takes both), which then takes "NaN" too.
+        let m = [("m", DType::Float32, vec![None, Some(2), Some(2)])];
+        let (tensors, _) = read(&path, &m).unwrap();
+        assert_eq!(floats(&tensors[0][0]), [1.0, 2.0, 3.0, 4.0, 5.0, 6.5, 7.0, 8.0]);
+        assert!(floats(&tensors[1][0])[0].is_nan());
+        let path = write(
+            dir.path(),
+            "w.jsonl",
+            "{\"m\": [[1, 2], [3, 4]], \"y\": 1}\n{\"m\": [[5, 6.5], [7, 8]], \"y\": 0}\n",
+        );
+        let (tensors, _) = read(&path, &m).unwrap();
+        assert_eq!(floats(&tensors[0][0]), [1.0, 2.0, 3.0, 4.0, 5.0, 6.5, 7.0, 8.0]);
+        // An integer input refuses the widened key, naming it.
+        let error = read(&path, &[("m", DType::Int64, vec![None, Some(2), Some(2)])]).unwrap_err();
+        assert!(error.contains("w.jsonl: lines 1-2: key 'm': cannot feed input 'm' (int64)"), "{error}");
         let path = write(
             dir.path(),
             "e.jsonl",
@@ -810,7 +826,10 @@ mod tests {
                 "line 2: key 'x' holds \"a\"; expected numbers",
             ),
             ("{\"x\": [1.5, 2], \"y\": 1}\n{\"x\": [[1], 2], \"y\": 0}\n", "line 2: key 'x' is a ragged nested list"),
-            ("{\"x\": [1.5, 2], \"y\": 1}\n{\"x\": [1, 2], \"y\": 0.5}\n", "line 2: key 'y' holds 0.5, not an integer"),
+            (
+                "{\"x\": [1.5, 2], \"y\": 1}\n{\"x\": [1, 2], \"y\": 0.5}\n",
+                "lines 1-2: key 'y': label 0.5 is not an integer",
+            ),
             (
                 "{\"x\": [1.5, 2], \"y\": 1}\n{\"x\": [1, 2], \"y\": 0,}\n",
                 "line 2: column 22: not valid JSON: trailing comma",
