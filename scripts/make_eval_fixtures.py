@@ -14,8 +14,10 @@ numbers scikit-learn and NumPy give on Python TensorFlow's own predictions.
                     returns too, and cheap enough to stream big datasets)
   tests/fixtures/eval/data/
       data.tfrecord, data.tfrecord.gz, shards/part-0000{0,1,2}.tfrecord,
-      data.npz, npy/<name>.npy: the same 1000 examples (features x float 4,
-      label_bin int, label_cls int, target float, weight float, country bytes)
+      data.npz, npy/<name>.npy, data.jsonl, data.jsonl.gz: the same 1000
+      examples (features x float 4, label_bin int, label_cls int, target
+      float, weight float, country bytes; .npz/.npy have no country); the
+      JSON Lines are written by Python's json module, one object a line
       corrupt.tfrecord: data.tfrecord with one data byte of record 300 flipped
       truncated.tfrecord: data.tfrecord cut in the middle of record 700
   tests/fixtures/eval/expected.json: per case, the flags and the expected metrics
@@ -25,6 +27,7 @@ numbers scikit-learn and NumPy give on Python TensorFlow's own predictions.
 Run through `scripts/make-fixtures --eval-only` (same venv, plus scikit-learn).
 """
 
+import gzip
 import json
 import os
 import shutil
@@ -227,6 +230,29 @@ def regression_metrics(y, p, w):
     }
 
 
+def write_jsonl(d, data):
+    """data.jsonl and data.jsonl.gz: one json.dumps object a line. x is
+    written as float32's shortest text (it feeds a float32 input, exactly);
+    target and weight as float64 of the float32 value, as TFRecord's
+    float_list holds them, so that metrics equal the TFRecord run's."""
+    lines = []
+    for i in range(len(data["x"])):
+        row = {
+            "x": [float(str(v)) for v in data["x"][i]],
+            "label_bin": int(data["label_bin"][i]),
+            "label_cls": int(data["label_cls"][i]),
+            "target": float(data["target"][i]),
+            "weight": float(data["weight"][i]),
+            "country": data["country"][i].decode(),
+        }
+        lines.append(json.dumps(row) + "\n")
+    text = "".join(lines).encode()
+    open(os.path.join(d, "data.jsonl"), "wb").write(text)
+    with open(os.path.join(d, "data.jsonl.gz"), "wb") as raw:
+        with gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as gz:
+            gz.write(text)
+
+
 def main():
     repo = os.path.abspath(sys.argv[1])
     tf.keras.utils.set_random_seed(0)
@@ -255,6 +281,7 @@ def main():
     np.savez(os.path.join(d, "data.npz"), **arrays)
     for k, v in arrays.items():
         np.save(os.path.join(d, "npy", f"{k}.npy"), v)
+    write_jsonl(d, data)
     blob = open(os.path.join(d, "data.tfrecord"), "rb").read()
     offsets = record_offsets(os.path.join(d, "data.tfrecord"))
     off, length = offsets[300]

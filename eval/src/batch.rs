@@ -486,6 +486,8 @@ pub(crate) fn add_columns(
         };
         match (&mut targets.labels, value) {
             (Labels::Int(v), Number::Int(i)) => v.push(i),
+            // A whole float (a JSON Lines key of integers widened by a later 0.5).
+            (Labels::Int(v), Number::Float(f)) if f.fract() == 0.0 && f.abs() < 9.2e18 => v.push(f as i64),
             (Labels::Float(v), n) => v.push(n.as_f64()),
             (Labels::Matrix { values, .. }, n) => values.push(n.as_f64()),
             (Labels::Int(_), n) => {

@@ -36,6 +36,8 @@
 //!   an example without the feature is in slice `__missing__`.
 //! - CSV rows become examples of one-value features (see `source::csv`)
 //!   and go through the same conversions.
+//! - JSON Lines are read as columns (see `source::jsonl`): each key's values
+//!   with the first line's element type and dimensions, converted as arrays.
 //! - Example indices in errors are 0-based over the dataset (records skipped
 //!   as corrupt are not counted), with the record's (or CSV data row's)
 //!   0-based index within its file (within its part, for a shard's part of
@@ -87,6 +89,10 @@ pub struct DataSpec {
     pub skip_corrupt: bool,
     /// Read only this shard of the dataset (see the `shard` module).
     pub shard: Option<DataShard>,
+    /// Read the files named (or matched by a pattern) as this format,
+    /// whatever their names say (`--data-format`); folders are still
+    /// listed by file name endings.
+    pub format: Option<Format>,
 }
 
 /// How a model is fed.
@@ -181,7 +187,7 @@ impl Dataset {
         if spec.paths.is_empty() {
             return Err(DataError::InvalidSpec { reason: "no data paths given".into() });
         }
-        let all = crate::paths::expand(&spec.paths)?;
+        let all = crate::paths::expand(&spec.paths, spec.format)?;
         for (path, format) in &all {
             (format.info().probe)(path)?;
         }
@@ -712,6 +718,7 @@ mod tests {
             batch_size: 2,
             skip_corrupt: false,
             shard: None,
+            format: None,
         };
         let signature = SignatureInfo {
             key: "serving_default".into(),

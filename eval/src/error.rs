@@ -16,18 +16,21 @@ pub enum DataError {
     BadPattern { pattern: PathBuf, reason: String },
     #[error(
         "{path}: unknown data format (expected .tfrecord, .tfrecords, .tfrec, .gz, .npz, .csv, .parquet, .pq, \
-         .arrow, .feather, .ipc, or a folder of NAME.npy arrays; a lone .npy file holds one array, give its folder)"
+         .arrow, .feather, .ipc, .jsonl, .ndjson, .jsonl.gz, .ndjson.gz, or a folder of NAME.npy arrays; a lone .npy \
+         file holds one array, give its folder; --data-format NAME reads a file of another name)"
     )]
     UnknownFormat { path: PathBuf },
     #[error(
         "{path}: no data files (.tfrecord, .tfrecords, .tfrec, .gz, .npz, .csv, .parquet, .pq, .arrow, .feather, .ipc, \
-         or .npy arrays) in this folder"
+         .jsonl, .ndjson, .jsonl.gz, .ndjson.gz, or .npy arrays) in this folder"
     )]
     NoData { path: PathBuf },
-    #[error("{first} is {first_family} but {other} is {other_family}: one dataset's files are all TFRecord, all .npz/.npy, all CSV or all Parquet/Arrow")]
+    #[error("{first} is {first_family} but {other} is {other_family}: one dataset's files are all TFRecord, all .npz/.npy, all CSV, all Parquet/Arrow or all JSON Lines")]
     MixedFormats { first: PathBuf, first_family: &'static str, other: PathBuf, other_family: &'static str },
     #[error("{path}: line {line}: {reason}")]
     Csv { path: PathBuf, line: u64, reason: String },
+    #[error("{path}: line {line}: {reason}")]
+    Jsonl { path: PathBuf, line: u64, reason: String },
     #[error("{path}: cannot read")]
     Io {
         path: PathBuf,

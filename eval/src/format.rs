@@ -24,6 +24,10 @@ pub enum Format {
     /// `.arrow`, `.feather`, `.ipc`: Arrow IPC, the file or the stream format
     /// (what Hugging Face `datasets` writes; see the `arrow` source).
     Arrow,
+    /// `.jsonl`, `.ndjson`: one JSON object per line (see the `jsonl` source).
+    Jsonl,
+    /// `.jsonl.gz`, `.ndjson.gz`: gzip-compressed JSON Lines.
+    JsonlGzip,
 }
 
 /// How a format stores examples, which decides how it is fed.
@@ -62,6 +66,8 @@ pub(crate) const FORMATS: &[FormatInfo] = &[
     FormatInfo { format: Format::Csv, name: "csv", suffixes: &[".csv"], family: "CSV", layout: Layout::Rows, probe: source::probe_file, peek: source::csv::peek, open: source::csv::open },
     FormatInfo { format: Format::Parquet, name: "parquet", suffixes: &[".parquet", ".pq"], family: "Parquet/Arrow", layout: Layout::Columns, probe: source::probe_file, peek: source::parquet::peek, open: source::parquet::open },
     FormatInfo { format: Format::Arrow, name: "arrow", suffixes: &[".arrow", ".feather", ".ipc"], family: "Parquet/Arrow", layout: Layout::Columns, probe: source::probe_file, peek: source::arrow::peek, open: source::arrow::open },
+    FormatInfo { format: Format::Jsonl, name: "jsonl", suffixes: &[".jsonl", ".ndjson"], family: "JSON Lines", layout: Layout::Columns, probe: source::probe_file, peek: source::jsonl::peek_plain, open: source::jsonl::open_plain },
+    FormatInfo { format: Format::JsonlGzip, name: "jsonl-gzip", suffixes: &[".jsonl.gz", ".ndjson.gz"], family: "JSON Lines", layout: Layout::Columns, probe: source::probe_file, peek: source::jsonl::peek_gzip, open: source::jsonl::open_gzip },
 ];
 
 impl Format {
@@ -100,7 +106,7 @@ impl Format {
         matches!(self, Format::Npz | Format::NpyFolder)
     }
 
-    /// Files of one family can be one dataset: TFRecord, arrays, CSV, Parquet/Arrow.
+    /// Files of one family can be one dataset: TFRecord, arrays, CSV, Parquet/Arrow, JSON Lines.
     pub(crate) fn family(self) -> &'static str {
         self.info().family
     }

@@ -3,7 +3,7 @@
 //! or a command line (the engine and `isorun eval` drive it).
 //!
 //! - [`Dataset`] checks the data (TFRecord of `tf.Example`, plain or gzip;
-//!   `.npz`; folders of `.npy`; CSV; Parquet; Arrow IPC) before any work, and [`Dataset::reader`]
+//!   `.npz`; folders of `.npy`; CSV; Parquet; Arrow IPC; JSON Lines) before any work, and [`Dataset::reader`]
 //!   makes a [`BatchReader`] for one model's signature: inputs for the
 //!   worker, [`Targets`] (labels, weights, slices) for the supervisor.
 //! - [`Evaluator`] keeps metric state (never predictions) batch by batch and

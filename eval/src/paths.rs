@@ -10,10 +10,12 @@
 //! by two paths is listed under the first, in bytewise order. A
 //! folder holding `.npy` files is one shard of arrays (`Format::NpyFolder`);
 //! any other folder is a folder of shards: its `.tfrecord`/`.tfrecords`/
-//! `.tfrec`/`.gz`/`.npz`/`.csv`/`.parquet`/`.pq`/`.arrow`/`.feather`/`.ipc` files and its subfolders of `.npy` files, one level
-//! deep, other entries (`_SUCCESS`, READMEs, hidden files) ignored. A file
-//! named explicitly must have a known extension. TFRecord, array, CSV and Parquet/Arrow
-//! files are not mixed in one dataset: they are fed differently.
+//! `.tfrec`/`.gz`/`.npz`/`.csv`/`.parquet`/`.pq`/`.arrow`/`.feather`/`.ipc`/`.jsonl`/`.ndjson`(`.gz`) files and its
+//! subfolders of `.npy` files, one level deep, other entries (`_SUCCESS`, READMEs, hidden files) ignored. A file
+//! named explicitly must have a known extension, unless `--data-format`
+//! says its format (which then holds for every file named or matched by a
+//! pattern). TFRecord, array, CSV, Parquet/Arrow and JSON Lines files are not mixed in one dataset: they are fed
+//! differently.
 
 use crate::error::DataError;
 use crate::format::Format;
@@ -23,18 +25,20 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 /// The files of the given paths, in reading order, with their formats.
-pub fn expand(paths: &[PathBuf]) -> Result<Vec<(PathBuf, Format)>, DataError> {
+/// With `forced`, files named or matched are read as that format whatever
+/// their names say (a folder's files are still chosen by their endings).
+pub fn expand(paths: &[PathBuf], forced: Option<Format>) -> Result<Vec<(PathBuf, Format)>, DataError> {
     let mut files = Vec::new();
     for path in paths {
         if path.exists() {
-            resolve(path, true, &mut files)?;
+            resolve(path, true, forced, &mut files)?;
         } else if is_pattern(path) {
             let matches = glob(path)?;
             if matches.is_empty() {
                 return Err(DataError::NoMatch { pattern: path.clone() });
             }
             for found in matches {
-                resolve(&found, false, &mut files)?;
+                resolve(&found, false, forced, &mut files)?;
             }
         } else {
             return Err(DataError::NotFound { path: path.clone() });
@@ -78,7 +82,12 @@ fn has_npy(dir: &Path) -> Result<bool, DataError> {
     Ok(sorted_entries(dir)?.iter().any(|p| p.is_file() && p.extension().is_some_and(|e| e == "npy")))
 }
 
-fn resolve(path: &Path, explicit: bool, files: &mut Vec<(PathBuf, Format)>) -> Result<(), DataError> {
+fn resolve(
+    path: &Path,
+    explicit: bool,
+    forced: Option<Format>,
+    files: &mut Vec<(PathBuf, Format)>,
+) -> Result<(), DataError> {
     if path.is_dir() {
         if has_npy(path)? {
             files.push((path.to_path_buf(), Format::NpyFolder));
@@ -103,7 +112,7 @@ fn resolve(path: &Path, explicit: bool, files: &mut Vec<(PathBuf, Format)>) -> R
         }
         return Ok(());
     }
-    match format_of(path) {
+    match forced.or_else(|| format_of(path)) {
         Some(format) => files.push((path.to_path_buf(), format)),
         None if explicit || path.extension().is_some_and(|e| e == "npy") => {
             return Err(DataError::UnknownFormat { path: path.to_path_buf() })

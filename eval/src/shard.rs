@@ -17,8 +17,11 @@
 //!   without reading bodies; the batches before a part are read and
 //!   dropped unconverted), the rows `[K*rows/N, (K+1)*rows/N)`; Parquet, the
 //!   row groups `[K*g/N, (K+1)*g/N)` of its `g` (a file of fewer row groups
-//!   than `N` leaves some parts empty). A part may be empty (a file with
-//!   fewer examples than `N`): that shard reads nothing of it.
+//!   than `N` leaves some parts empty); plain JSON Lines, the lines that *start*
+//!   in the bytes `[K*len/N, (K+1)*len/N)` (a part entered midway skips to
+//!   the next line start); gzip JSON Lines, the non-blank lines `[K*n/N,
+//!   (K+1)*n/N)` counted from the start. A part may be empty (a file with fewer
+//!   examples than `N`): that shard reads nothing of it.
 //!
 //! Within a shard, examples come in file order; concatenating the shards'
 //! examples gives the unsharded dataset's, as a multiset, and in order

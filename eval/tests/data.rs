@@ -21,6 +21,7 @@ fn spec(paths: Vec<PathBuf>) -> DataSpec {
         batch_size: 4,
         skip_corrupt: false,
         shard: None,
+        format: None,
     }
 }
 

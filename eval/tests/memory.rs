@@ -52,6 +52,7 @@ fn reading_and_scoring_a_large_tfrecord_keeps_peak_rss_bounded() {
         batch_size: 256,
         skip_corrupt: false,
         shard: None,
+        format: None,
     };
     let signature = SignatureInfo {
         key: "serving_default".into(),

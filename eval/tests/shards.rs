@@ -31,9 +31,11 @@ enum Kind {
     /// Record batches of 2 rows.
     ArrowStream,
     ArrowFile,
+    Jsonl,
+    JsonlGzip,
 }
 
-const KINDS: [Kind; 9] = [
+const KINDS: [Kind; 11] = [
     Kind::TfRecord,
     Kind::TfRecordGzip,
     Kind::Npz,
@@ -43,6 +45,8 @@ const KINDS: [Kind; 9] = [
     Kind::Parquet,
     Kind::ArrowStream,
     Kind::ArrowFile,
+    Kind::Jsonl,
+    Kind::JsonlGzip,
 ];
 
 /// The ids as a label column and a string column, in batches of 2 rows.
@@ -61,6 +65,22 @@ fn record_batches(ids: &[i64]) -> (Arc<Schema>, Vec<RecordBatch>) {
         })
         .collect();
     (schema, batches)
+}
+
+/// JSON Lines of different lengths (so that byte ranges fall inside lines),
+/// with blank lines and a `\r\n` line end between some of them.
+fn jsonl(ids: &[i64]) -> Vec<u8> {
+    let mut text = String::new();
+    for &id in ids {
+        let pad = "p".repeat((id as usize * 37) % 301);
+        text.push_str(&format!("{{\"pad\": \"{pad}\", \"label\": {id}}}"));
+        text.push_str(match id % 3 {
+            0 => "\n",
+            1 => "\r\n\n",
+            _ => "\n  \n",
+        });
+    }
+    text.into_bytes()
 }
 
 /// Records of different sizes, so that byte ranges fall inside records.
@@ -167,6 +187,18 @@ fn write_file(dir: &Path, index: usize, kind: Kind, ids: &[i64]) -> PathBuf {
             writer.finish().unwrap();
             path
         }
+        Kind::Jsonl => {
+            let path = name(".jsonl");
+            std::fs::write(&path, jsonl(ids)).unwrap();
+            path
+        }
+        Kind::JsonlGzip => {
+            let path = name(".jsonl.gz");
+            let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+            gz.write_all(&jsonl(ids)).unwrap();
+            std::fs::write(&path, gz.finish().unwrap()).unwrap();
+            path
+        }
     }
 }
 
@@ -181,6 +213,7 @@ fn spec(paths: Vec<PathBuf>, shard: Option<DataShard>, limit: Option<u64>) -> Da
         batch_size: 3,
         skip_corrupt: false,
         shard,
+        format: None,
     }
 }
 
@@ -260,6 +293,21 @@ fn a_tfrecord_part_resynchronises_on_record_boundaries_at_any_offset() {
     let dir = tempfile::tempdir().unwrap();
     let ids: Vec<i64> = (0..6).collect();
     let path = write_file(dir.path(), 0, Kind::TfRecord, &ids);
+    let count = std::fs::metadata(&path).unwrap().len();
+    let mut union = Vec::new();
+    for index in 0..count {
+        union.extend(read_ids(spec(vec![path.clone()], Some(DataShard { index, count }), None)));
+    }
+    assert_eq!(union, ids, "in order, each once");
+}
+
+#[test]
+fn a_jsonl_part_holds_the_lines_that_start_in_it_at_any_offset() {
+    // N = bytes: some part starts at every byte of the file, inside lines,
+    // on line ends and on blank lines; each line is read once, in order.
+    let dir = tempfile::tempdir().unwrap();
+    let ids: Vec<i64> = (0..7).collect();
+    let path = write_file(dir.path(), 0, Kind::Jsonl, &ids);
     let count = std::fs::metadata(&path).unwrap().len();
     let mut union = Vec::new();
     for index in 0..count {

@@ -671,6 +671,8 @@ pub struct SlurmSubmitArgs {
   isorun eval models/ --data test.tfrecord --label label
   isorun eval models/ --data 'shards/*.tfrecord.gz' --label label --metric accuracy --metric auc --slice country
   isorun eval models/ --data test.npz --label y --threshold 'accuracy>=0.9' --report eval.json
+  isorun eval models/ --data test.jsonl.gz --label label --slice country
+  isorun eval models/ --data examples.txt --data-format jsonl --label label
   isorun eval models/ --data test.tfrecord --label label --baseline last-night.json --max-drop accuracy=1%
 
 Each record is run's, plus \"examples\", \"metrics\" (and \"slices\", \"task\", \"output\").
@@ -689,10 +691,17 @@ pub struct EvalArgs {
 #[derive(Debug, Args)]
 pub struct EvalOptions {
     /// The dataset: TFRecord files of tf.Example (.tfrecord, .tfrecords, .gz), .npz files, CSV,
-    /// Parquet (.parquet), Arrow IPC (.arrow, .feather: what Hugging Face datasets writes), folders
-    /// of them or of NAME.npy arrays, or globs (repeatable; read in order).
+    /// Parquet (.parquet), Arrow IPC (.arrow, .feather: what Hugging Face datasets writes), JSON
+    /// Lines (.jsonl, .ndjson, .jsonl.gz: one object per line), folders of them or of NAME.npy
+    /// arrays, or globs (repeatable; read in order).
     #[arg(long, value_name = "PATH", required = true, help_heading = "Evaluation")]
     pub data: Vec<PathBuf>,
+
+    /// Read the --data files named (or matched by a glob) as this format whatever their names
+    /// say: tfrecord, tfrecord-gzip, npz, npy-folder, csv, jsonl, jsonl-gzip (a folder's files are
+    /// still chosen by their endings).
+    #[arg(long, value_name = "NAME", help_heading = "Evaluation")]
+    pub data_format: Option<String>,
 
     /// The label: a tf.Example feature or an array name. It never goes to the model.
     #[arg(long, value_name = "KEY", required = true, help_heading = "Evaluation")]

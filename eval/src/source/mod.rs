@@ -7,7 +7,7 @@
 //! - row sources (TFRecord, CSV) hand one [`Example`] at a time
 //!   ([`Piece::Example`]); a `tf.Example` is the common row type, so a CSV
 //!   row goes through the same conversions as a TFRecord record;
-//! - columnar sources (`.npz`, `.npy` folders, Parquet, Arrow IPC) hand whole columns of up to
+//! - columnar sources (`.npz`, `.npy` folders, Parquet, Arrow IPC, JSON Lines) hand whole columns of up to
 //!   a batch of rows ([`Piece::Columns`]): bytes with an element type, or
 //!   strings, one [`ColumnChunk`] per column asked for, in the order asked.
 //!
@@ -22,6 +22,7 @@
 pub(crate) mod arrays;
 pub(crate) mod arrow;
 pub(crate) mod csv;
+pub(crate) mod jsonl;
 pub(crate) mod parquet;
 pub(crate) mod tfrecord;
 

@@ -71,6 +71,15 @@ pub fn main(args: EvalArgs, quiet: bool) -> Result<i32, String> {
             _ => Err(format!("--feature {pair}: expected INPUT=FEATURE")),
         })
         .collect::<Result<Vec<_>, _>>()?;
+    let data_format = match &eval.data_format {
+        None => None,
+        Some(name) => Some(isorun_eval::Format::from_name(name).ok_or_else(|| {
+            format!(
+                "--data-format {name}: unknown format; the formats are: {}",
+                isorun_eval::Format::names().join(", ")
+            )
+        })?),
+    };
     let models = discover_models(&run)?;
     let dataset = Dataset::open(DataSpec {
         paths: eval.data.clone(),
@@ -82,6 +91,7 @@ pub fn main(args: EvalArgs, quiet: bool) -> Result<i32, String> {
         batch_size: batch_size as usize,
         skip_corrupt: eval.skip_corrupt,
         shard: data_shard.map(|s| isorun_eval::DataShard { index: s.index, count: s.count }),
+        format: data_format,
     })
     .map_err(|e| format!("--data: {}", with_causes(&e)))?;
     let baseline = match &eval.baseline {

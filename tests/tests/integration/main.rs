@@ -6,6 +6,7 @@ mod bad_input;
 mod commands;
 mod config;
 mod data_formats;
+mod data_jsonl;
 mod eval;
 mod faults;
 mod first_hour_inputs;
