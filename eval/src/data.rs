@@ -392,7 +392,13 @@ fn check_input_column(column: &ColumnInfo, input: &isorun_protocol::TensorSpec) 
     }
     Err(DataError::Array {
         path: column.path.clone(),
-        reason: format!("a {} column cannot feed input {}", column.describe, input.describe()),
+        // A type ("string") is named as a column's; a description that is a
+        // phrase of its own (JSON Lines' "an object or value ...") as it is.
+        reason: if column.describe.starts_with("a ") || column.describe.starts_with("an ") {
+            format!("{} cannot feed input {}", column.describe, input.describe())
+        } else {
+            format!("a {} column cannot feed input {}", column.describe, input.describe())
+        },
     })
 }
 

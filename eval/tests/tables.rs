@@ -83,6 +83,7 @@ fn spec(path: &Path) -> DataSpec {
         batch_size: 4,
         skip_corrupt: false,
         shard: None,
+        format: None,
     }
 }
 

@@ -850,7 +850,7 @@ mod tests {
         assert!(error.contains("label.jsonl: line 1: key 'y': labels are numbers, not string"), "{error}");
         let path = write(dir.path(), "object.jsonl", "{\"x\": {\"a\": 1}, \"y\": 1}\n");
         let error = read(&path, &x).unwrap_err();
-        assert!(error.contains("object.jsonl: line 1: key 'x' is an object or value isorun does not read"), "{error}");
+        assert!(error.contains("object.jsonl: line 1: key 'x': an object or value isorun does not read ({\"a\":1}) cannot feed input x"), "{error}");
         // The signature's dtype: checked by the shared conversions, naming the key and lines.
         let path = write(dir.path(), "dtype.jsonl", "{\"x\": [1.5, 2], \"y\": 1}\n{\"x\": [1.5, 2], \"y\": 1}\n");
         let error = read(&path, &[("x", DType::Int32, vec![None, Some(2)])]).unwrap_err();

@@ -105,7 +105,11 @@ fn data_format_reads_a_jsonl_file_of_another_name() {
     let ran = eval("binary", &txt, "label_bin", &["--data-format".into(), "json-lines".into()]);
     assert_eq!(ran.code, Some(2), "{}", ran.stderr);
     assert!(ran.stderr.contains("--data-format json-lines: unknown format"), "{}", ran.stderr);
-    assert!(ran.stderr.contains("tfrecord, tfrecord-gzip, npz, npy-folder, csv, jsonl, jsonl-gzip"), "{}", ran.stderr);
+    assert!(
+        ran.stderr.contains("tfrecord, tfrecord-gzip, npz, npy-folder, csv, parquet, arrow, jsonl, jsonl-gzip"),
+        "{}",
+        ran.stderr
+    );
     assert!(ran.records.is_empty());
 }
 
