@@ -624,6 +624,12 @@ pub struct SlurmSubmitArgs {
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=10_000))]
     pub shards: u64,
 
+    /// With `eval`: split the data of each model shard into D shards too (`eval --data-shard`); the
+    /// array has N × D tasks, task T running model shard T / D on data shard T % D, and the merge job
+    /// merges each model's D metric states into exact metrics, then checks --threshold/--max-drop.
+    #[arg(long, value_name = "D", value_parser = clap::value_parser!(u64).range(1..=10_000))]
+    pub data_shards: Option<u64>,
+
     /// Folder for the scripts, models.json, the shards' journals and reports, and the merged report.
     #[arg(long, value_name = "DIR")]
     pub out: PathBuf,
@@ -660,7 +666,7 @@ pub struct SlurmSubmitArgs {
     #[arg(long)]
     pub dry_run: bool,
 
-    /// The arguments of `isorun run`: models and run options.
+    /// The arguments of `isorun run`: models and run options; or `eval` and the arguments of `isorun eval`.
     #[arg(value_name = "RUN ARGS", required = true, trailing_var_arg = true, allow_hyphen_values = true)]
     pub run_args: Vec<std::ffi::OsString>,
 }

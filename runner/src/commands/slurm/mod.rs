@@ -3,6 +3,12 @@
 //! K/N` with its own journal and report, and a merge job that starts when
 //! every task has ended (`afterany`) and joins the reports.
 //!
+//! `eval` is submitted the same way (RUN ARGS begin with `eval`), and with
+//! `--data-shards D` the array has N × D tasks: task T runs model shard
+//! T / D and data shard T mod D (`--shard $((T / D))/N --data-shard $((T %
+//! D))/D`), and the merge job merges each model's data shards into exact
+//! metrics (`isorun report merge`).
+//!
 //! Submit checks the run arguments as `isorun run` would (clap, discovery,
 //! the inputs) before writing anything, because a mistake found by a batch
 //! job hours later, N times over, is expensive. It also writes the models
@@ -13,7 +19,7 @@
 mod run_args;
 mod script;
 
-pub use run_args::{prepare as prepare_run_args, RunArg};
+pub use run_args::{prepare as prepare_run_args, RunArg, TaskCommand};
 pub use script::{array_script, merge_script, Plan};
 
 use crate::cli::{Cli, Command, RunArgs, SlurmCommand, SlurmSubmitArgs};
@@ -58,8 +64,14 @@ fn submit(args: &SlurmSubmitArgs) -> Result<i32, String> {
     let isorun = isorun.to_str().ok_or("this executable's path is not UTF-8")?.to_string();
 
     // The run arguments: paths absolute, then checked by `isorun run`'s own parser.
-    let run_args = prepare_run_args(&args.run_args)?;
-    let parsed = match parse_task_command(&run_args, args.shards) {
+    let (task, raw_args) = TaskCommand::split(&args.run_args);
+    if args.data_shards.is_some() && task != TaskCommand::Eval {
+        return Err("--data-shards splits the data of an eval: give `eval` and its arguments (isorun slurm submit \
+                    --shards N --data-shards D --out DIR eval MODELS --data ... --label ...)"
+            .into());
+    }
+    let run_args = prepare_run_args(raw_args, task)?;
+    let parsed = match parse_task_command(&run_args, args.shards, task, args.data_shards) {
         Ok(parsed) => parsed,
         Err(Parsed::Usage(message)) => return Err(message),
         Err(Parsed::Clap(error)) => {
@@ -75,13 +87,15 @@ fn submit(args: &SlurmSubmitArgs) -> Result<i32, String> {
     }
     let models = sharded_models(&parsed, args.shards)?;
     check_files(&parsed)?;
-    check_earlier_submit(&out, args.shards)?;
+    check_earlier_submit(&out, args.shards, args.data_shards)?;
 
     let plan = Plan {
         isorun: &isorun,
         submit_dir: &submit_dir,
         out: &out_text,
         shards: args.shards,
+        data_shards: args.data_shards,
+        command: task.name(),
         job_name: &args.job_name,
         partition: args.partition.as_deref(),
         time: args.time.as_deref(),
@@ -93,10 +107,17 @@ fn submit(args: &SlurmSubmitArgs) -> Result<i32, String> {
         jobs_from_slurm: args.cpus_per_task.is_some() && parsed.jobs.is_none(),
     };
     let (array, merge) = (array_script(&plan), merge_script(&plan));
-    let listing = model_list(&models, args.shards, &isorun, &run_args);
+    let listing = model_list(&models, (args.shards, args.data_shards), &isorun, task, &run_args);
     let per_shard = shard_sizes(&models, args.shards);
     let sizes: Vec<String> = per_shard.iter().map(u64::to_string).collect();
     eprintln!("isorun: {} models in {} shards ({})", models.len(), args.shards, sizes.join(", "));
+    if let Some(data_shards) = args.data_shards {
+        eprintln!(
+            "isorun: {} array tasks: each model shard's data in {data_shards} shards (task T: model shard T / \
+             {data_shards}, data shard T % {data_shards})",
+            args.shards * data_shards
+        );
+    }
     if let Some(empty) = per_shard.iter().position(|&n| n == 0) {
         eprintln!("isorun: warning: shard {empty} (and maybe others) has no model; its task runs nothing");
     }
@@ -152,13 +173,21 @@ enum Parsed {
 
 /// The run arguments as one task's `isorun run` command sees them (the
 /// flags submit adds included, `--config` expanded), parsed by clap.
-fn parse_task_command(run_args: &[RunArg], shards: u64) -> Result<RunArgs, Parsed> {
-    let mut argv: Vec<OsString> = vec!["isorun".into(), "run".into()];
+fn parse_task_command(
+    run_args: &[RunArg],
+    shards: u64,
+    task: TaskCommand,
+    data_shards: Option<u64>,
+) -> Result<RunArgs, Parsed> {
+    let mut argv: Vec<OsString> = vec!["isorun".into(), task.name().into()];
     argv.extend(run_args.iter().flat_map(|item| item.words.iter().map(OsString::from)));
     // What the script adds (shard 0 stands for every K): the same flags clap will see there.
     let double_dash = run_args.iter().any(|item| item.words == ["--"]);
     let added: [&str; 7] = ["--shard", &format!("0/{shards}"), "--journal", "j", "--resume", "--report", "r"];
-    let added: Vec<OsString> = added.iter().map(OsString::from).chain([OsString::from("--json")]).collect();
+    let mut added: Vec<OsString> = added.iter().map(OsString::from).chain([OsString::from("--json")]).collect();
+    if let Some(count) = data_shards {
+        added.extend([OsString::from("--data-shard"), OsString::from(format!("0/{count}"))]);
+    }
     if double_dash {
         // After `--` every word is a MODEL: the flags go before it.
         let at = argv.iter().position(|word| word == "--").expect("there is a --");
@@ -170,7 +199,8 @@ fn parse_task_command(run_args: &[RunArg], shards: u64) -> Result<RunArgs, Parse
     let cli = <Cli as clap::Parser>::try_parse_from(argv).map_err(Parsed::Clap)?;
     match cli.command {
         Command::Run(args) => Ok(*args),
-        _ => unreachable!("the command line starts with run"),
+        Command::Eval(args) => Ok(args.run),
+        _ => unreachable!("the command line starts with run or eval"),
     }
 }
 
@@ -246,10 +276,21 @@ fn check_sbatch_options(args: &SlurmSubmitArgs) -> Result<(), String> {
 
 /// Submitting again into a folder resumes from its journals, which hold
 /// the shards of the first submit: another shard count is refused.
-fn check_earlier_submit(out: &Path, shards: u64) -> Result<(), String> {
+fn check_earlier_submit(out: &Path, shards: u64, data_shards: Option<u64>) -> Result<(), String> {
     let path = out.join("models.json");
     let Ok(text) = std::fs::read_to_string(&path) else { return Ok(()) };
-    let earlier = serde_json::from_str::<Value>(&text).ok().and_then(|v| v["shards"].as_u64());
+    let listing = serde_json::from_str::<Value>(&text).ok();
+    let earlier = listing.as_ref().and_then(|v| v["shards"].as_u64());
+    let earlier_data = listing.as_ref().and_then(|v| v["data_shards"].as_u64());
+    if listing.is_some() && earlier_data != data_shards {
+        let given = |d: Option<u64>| d.map_or("no --data-shards".to_string(), |d| format!("--data-shards {d}"));
+        return Err(format!(
+            "{} was submitted with {} ({}): submit with it again to resume, or give another --out",
+            out.display(),
+            given(earlier_data),
+            path.display()
+        ));
+    }
     match earlier {
         Some(earlier) if earlier != shards => Err(format!(
             "{} was submitted with --shards {earlier} ({}): submit with --shards {earlier} to resume it, \
@@ -262,10 +303,16 @@ fn check_earlier_submit(out: &Path, shards: u64) -> Result<(), String> {
 }
 
 /// `models.json`: the models and their shards, for `isorun report merge --models`.
-fn model_list(models: &[ShardedModel], shards: u64, isorun: &str, run_args: &[RunArg]) -> Value {
-    let mut command = vec![isorun.to_string(), "run".to_string()];
+fn model_list(
+    models: &[ShardedModel],
+    (shards, data_shards): (u64, Option<u64>),
+    isorun: &str,
+    task: TaskCommand,
+    run_args: &[RunArg],
+) -> Value {
+    let mut command = vec![isorun.to_string(), task.name().to_string()];
     command.extend(run_args.iter().flat_map(|item| item.words.iter().cloned()));
-    json!({
+    let mut listing = json!({
         "shards": shards,
         "submitted_at": format_rfc3339(isorun_report::unix_milliseconds(std::time::SystemTime::now())),
         "isorun_version": env!("CARGO_PKG_VERSION"),
@@ -274,7 +321,11 @@ fn model_list(models: &[ShardedModel], shards: u64, isorun: &str, run_args: &[Ru
             .iter()
             .map(|m| json!({"model": m.id, "path": m.path.to_string_lossy(), "shard": m.shard}))
             .collect::<Vec<_>>(),
-    })
+    });
+    if let Some(data_shards) = data_shards {
+        listing["data_shards"] = json!(data_shards);
+    }
+    listing
 }
 
 /// Writes the scripts and `models.json`, and clears what an earlier submit
