@@ -5,6 +5,7 @@
 mod bad_input;
 mod commands;
 mod config;
+mod data_shards;
 mod eval;
 mod faults;
 mod first_hour_inputs;
