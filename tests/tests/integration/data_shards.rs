@@ -163,7 +163,7 @@ fn assert_close(a: &Value, b: &Value, at: &str) {
 /// field of every unit but the run details (metrics, slices, confusion
 /// matrix, examples, status, task, output, exactness) to 1e-12, the
 /// summary, and the exit code.
-fn assert_same_report(local: (Option<i32>, &Value), merged: (Option<i32>, &Value), count: u64, what: &str) {
+pub(crate) fn assert_same_report(local: (Option<i32>, &Value), merged: (Option<i32>, &Value), count: u64, what: &str) {
     assert_eq!(merged.0, local.0, "{what}: the exit code of the merge and of the one-machine eval");
     let (local, merged) = (local.1, merged.1);
     assert_eq!(merged["summary"], local["summary"], "{what}: the summary");

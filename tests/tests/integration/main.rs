@@ -24,6 +24,7 @@ mod reports;
 mod run_cli;
 mod sandbox;
 mod slurm;
+mod slurm_data_shards;
 mod soak;
 mod spares;
 mod tf1;

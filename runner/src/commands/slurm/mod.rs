@@ -22,7 +22,7 @@ mod script;
 pub use run_args::{prepare as prepare_run_args, RunArg, TaskCommand};
 pub use script::{array_script, merge_script, Plan};
 
-use crate::cli::{Cli, Command, RunArgs, SlurmCommand, SlurmSubmitArgs};
+use crate::cli::{Cli, Command, EvalOptions, RunArgs, SlurmCommand, SlurmSubmitArgs};
 use isorun_engine::{discover, latest_versions};
 use isorun_protocol::exit_code;
 use isorun_report::format_rfc3339;
@@ -71,7 +71,7 @@ fn submit(args: &SlurmSubmitArgs) -> Result<i32, String> {
             .into());
     }
     let run_args = prepare_run_args(raw_args, task)?;
-    let parsed = match parse_task_command(&run_args, args.shards, task, args.data_shards) {
+    let (parsed, eval) = match parse_task_command(&run_args, args.shards, task, args.data_shards) {
         Ok(parsed) => parsed,
         Err(Parsed::Usage(message)) => return Err(message),
         Err(Parsed::Clap(error)) => {
@@ -87,6 +87,9 @@ fn submit(args: &SlurmSubmitArgs) -> Result<i32, String> {
     }
     let models = sharded_models(&parsed, args.shards)?;
     check_files(&parsed)?;
+    if let Some(eval) = &eval {
+        check_eval(eval, parsed.batch_size)?;
+    }
     check_earlier_submit(&out, args.shards, args.data_shards)?;
 
     let plan = Plan {
@@ -178,7 +181,7 @@ fn parse_task_command(
     shards: u64,
     task: TaskCommand,
     data_shards: Option<u64>,
-) -> Result<RunArgs, Parsed> {
+) -> Result<(RunArgs, Option<EvalOptions>), Parsed> {
     let mut argv: Vec<OsString> = vec!["isorun".into(), task.name().into()];
     argv.extend(run_args.iter().flat_map(|item| item.words.iter().map(OsString::from)));
     // What the script adds (shard 0 stands for every K): the same flags clap will see there.
@@ -198,8 +201,8 @@ fn parse_task_command(
     let argv = crate::config::expand_command_line(argv).map_err(|e| Parsed::Usage(crate::support::with_causes(&e)))?;
     let cli = <Cli as clap::Parser>::try_parse_from(argv).map_err(Parsed::Clap)?;
     match cli.command {
-        Command::Run(args) => Ok(*args),
-        Command::Eval(args) => Ok(args.run),
+        Command::Run(args) => Ok((*args, None)),
+        Command::Eval(args) => Ok((args.run, Some(args.eval))),
         _ => unreachable!("the command line starts with run or eval"),
     }
 }
@@ -242,6 +245,31 @@ fn check_files(args: &RunArgs) -> Result<(), String> {
         return Err(format!("--load-library {}: no such file", library.display()));
     }
     isorun_engine::locations::worker_binary(args.worker.worker.as_deref())?;
+    Ok(())
+}
+
+/// What `eval` checks before any work that a task would otherwise find
+/// hours later, N times over: `--limit` is not given with data shards, and
+/// the data opens (its files and first example, the label, weight and
+/// slice features).
+fn check_eval(eval: &EvalOptions, batch_size: Option<u64>) -> Result<(), String> {
+    if eval.data_shard.is_some() && eval.limit.is_some() {
+        return Err("--limit cannot be given with --data-shards: the first N examples of the whole dataset \
+                    are not a shard's; limit the data itself"
+            .into());
+    }
+    let spec = isorun_eval::DataSpec {
+        paths: eval.data.clone(),
+        label: eval.label.clone(),
+        weight: eval.weight.clone(),
+        slices: eval.slices.clone(),
+        renames: Vec::new(),
+        limit: None,
+        batch_size: batch_size.unwrap_or(1) as usize,
+        skip_corrupt: eval.skip_corrupt,
+        shard: None,
+    };
+    isorun_eval::Dataset::open(spec).map_err(|e| format!("--data: {}", crate::support::with_causes(&e)))?;
     Ok(())
 }
 
