@@ -209,6 +209,41 @@ exec {isorun} report merge ${{reports[@]+\"${{reports[@]}}\"}} \\
 mod tests {
     use super::*;
 
+    fn plan(data_shards: Option<u64>, command: &'static str) -> Plan<'static> {
+        Plan {
+            isorun: "/opt/isorun",
+            submit_dir: "/srv",
+            out: "/srv/night",
+            shards: 2,
+            data_shards,
+            command,
+            job_name: "isorun",
+            partition: None,
+            time: None,
+            cpus_per_task: None,
+            mem: None,
+            gpus_per_task: None,
+            sbatch_args: &[],
+            run_args: &[],
+            jobs_from_slurm: false,
+        }
+    }
+
+    #[test]
+    fn data_shards_make_an_array_of_model_shards_times_data_shards() {
+        let script = array_script(&plan(Some(3), "eval"));
+        assert!(script.contains("#SBATCH --array=0-5\n"), "{script}");
+        assert!(script.contains("N=2\nD=3\nK=$((T / D))\n"), "{script}");
+        assert!(script.contains("exec /opt/isorun eval \\\n"), "{script}");
+        assert!(script.contains("  --shard \"$K/$N\" \\\n  --data-shard \"$((T % D))/$D\" \\\n"), "{script}");
+        assert!(script.contains("--report \"$OUT/shards/$T.json\""), "{script}");
+        assert!(merge_script(&plan(Some(3), "eval")).contains("each model's 3 metric states are merged"));
+        // Without data shards: task K runs model shard K, as before.
+        let script = array_script(&plan(None, "run"));
+        assert!(script.contains("#SBATCH --array=0-1\n") && script.contains("exec /opt/isorun run \\\n"), "{script}");
+        assert!(!script.contains("data-shard") && script.contains("--report \"$OUT/shards/$K.json\""), "{script}");
+    }
+
     #[test]
     fn words_are_quoted_only_when_needed() {
         assert_eq!(shell_quote("/srv/models"), "/srv/models");
