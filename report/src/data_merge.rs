@@ -91,8 +91,7 @@ pub fn merge_data_shards(reports: &[(PathBuf, Value)]) -> Result<Option<DataMerg
                 first: first_path.clone(),
                 second: path.clone(),
                 key,
-                first_value,
-                second_value,
+                values: format!("{first_value} against {second_value}"),
                 hint,
             });
         }

@@ -80,16 +80,15 @@ pub enum ReportError {
     #[error("{} is a data shard (eval --data-shard) but {} is not: not shards of one evaluation", sharded.display(), other.display())]
     NotADataShard { sharded: PathBuf, other: PathBuf },
     #[error(
-        "{} and {} are not data shards of one evaluation: their settings.{key} differ ({first_value} against \
-         {second_value}); {hint}",
+        "{} and {} are not data shards of one evaluation: their settings.{key} differ ({values}); {hint}",
         first.display(), second.display()
     )]
     DataSettings {
         first: PathBuf,
         second: PathBuf,
         key: String,
-        first_value: String,
-        second_value: String,
+        /// `FIRST against SECOND`.
+        values: String,
         hint: &'static str,
     },
     #[error("{shard} is in two reports: {} and {}", first.display(), second.display())]

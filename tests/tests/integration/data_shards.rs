@@ -143,7 +143,8 @@ fn assert_close(a: &Value, b: &Value, at: &str) {
             assert!((x - y).abs() <= 1e-12 * x.abs().max(y.abs()).max(1.0), "{at}: {x} against {y}");
         }
         (Value::Object(x), Value::Object(y)) => {
-            let keys = |o: &serde_json::Map<String, Value>| o.keys().cloned().collect::<std::collections::BTreeSet<_>>();
+            let keys =
+                |o: &serde_json::Map<String, Value>| o.keys().cloned().collect::<std::collections::BTreeSet<_>>();
             assert_eq!(keys(x), keys(y), "{at}: the keys");
             for (key, value) in x {
                 assert_close(value, &y[key], &format!("{at}.{key}"));
@@ -280,7 +281,8 @@ fn two_of_three_shards(dir: &Path) -> Vec<PathBuf> {
     (0..2)
         .map(|k| {
             let name = format!("{k}.json");
-            let (code, _, ran) = eval(dir, &binary, &data("data.tfrecord"), &["--data-shard", &format!("{k}/3")], &name);
+            let (code, _, ran) =
+                eval(dir, &binary, &data("data.tfrecord"), &["--data-shard", &format!("{k}/3")], &name);
             assert_eq!(code, Some(0), "{}", ran.stderr);
             dir.join(name)
         })
@@ -392,12 +394,12 @@ fn limit_with_data_shard_is_a_usage_error() {
     assert!(ran.stderr.contains("--limit cannot be given with --data-shard"), "{}", ran.stderr);
     assert!(!dir.path().join("r.json").exists());
     for bad in ["3/3", "1-3", "0/0"] {
-        let ran = run(isorun()
-            .arg("eval")
-            .arg(model("binary"))
-            .arg("--data")
-            .arg(data("data.tfrecord"))
-            .args(["--label", "label_bin", "--data-shard", bad]));
+        let ran = run(isorun().arg("eval").arg(model("binary")).arg("--data").arg(data("data.tfrecord")).args([
+            "--label",
+            "label_bin",
+            "--data-shard",
+            bad,
+        ]));
         assert_eq!(ran.code, Some(2), "--data-shard {bad}: {}", ran.stderr);
         assert!(ran.stderr.contains("--data-shard"), "{}", ran.stderr);
     }

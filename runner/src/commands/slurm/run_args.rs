@@ -261,8 +261,9 @@ mod tests {
 
     #[test]
     fn eval_s_data_and_baseline_become_absolute_and_its_data_shard_is_refused() {
-        let raw: Vec<OsString> =
-            ["eval", "models", "--data", "d/*.tfrecord", "--baseline=b.json", "--label", "y"].map(OsString::from).into();
+        let raw: Vec<OsString> = ["eval", "models", "--data", "d/*.tfrecord", "--baseline=b.json", "--label", "y"]
+            .map(OsString::from)
+            .into();
         let (task, rest) = TaskCommand::split(&raw);
         assert_eq!(task, TaskCommand::Eval);
         let items: Vec<Vec<String>> = prepare(rest, task).unwrap().into_iter().map(|item| item.words).collect();

@@ -118,7 +118,9 @@ pub fn array_script(plan: &Plan<'_>) -> String {
     }
     s.push_str(&shared_options(plan));
     let counts = match plan.data_shards {
-        None => format!("K=${{SLURM_ARRAY_TASK_ID:?not a Slurm array task: submit this script with sbatch}}\nN={shards}\n"),
+        None => {
+            format!("K=${{SLURM_ARRAY_TASK_ID:?not a Slurm array task: submit this script with sbatch}}\nN={shards}\n")
+        }
         Some(data_shards) => format!(
             "T=${{SLURM_ARRAY_TASK_ID:?not a Slurm array task: submit this script with sbatch}}\n\
              N={shards}\nD={data_shards}\nK=$((T / D))\n"
