@@ -159,6 +159,9 @@ struct Inner {
     first: FirstLook,
     label: LabelKind,
     digest: String,
+    /// Every file of the dataset, a shard's or not.
+    dataset_files: Vec<(PathBuf, Format)>,
+    dataset_digest: String,
 }
 
 /// A checked dataset; cheap to clone, shared between readers.
@@ -216,12 +219,17 @@ impl Dataset {
             check_weight_column(column)?;
         }
         let format = all[0].1;
+        // What every shard of this dataset shares: its files, not how they were named or split.
+        let dataset_digest = digest(&DataSpec { paths: Vec::new(), shard: None, ..spec.clone() }, &all)?;
         let (files, part) = match spec.shard {
             Some(shard) => shard.select(&all),
-            None => (all, Part::WHOLE),
+            None => (all.clone(), Part::WHOLE),
         };
         let digest = digest(&spec, &files)?;
-        Ok(Dataset { inner: Arc::new(Inner { spec, files, part, format, first, label, digest }) })
+        let dataset_files = all;
+        Ok(Dataset {
+            inner: Arc::new(Inner { spec, files, part, format, first, label, digest, dataset_files, dataset_digest }),
+        })
     }
 
     /// The files, in the order read (sorted bytewise within a folder/glob),
@@ -229,6 +237,20 @@ impl Dataset {
     /// them when each is split into parts, see [`Dataset::part`]).
     pub fn files(&self) -> &[(PathBuf, Format)] {
         &self.inner.files
+    }
+
+    /// Every file of the dataset, in reading order, a shard's or not: what
+    /// every data shard of one dataset agrees on.
+    pub fn dataset_files(&self) -> &[(PathBuf, Format)] {
+        &self.inner.dataset_files
+    }
+
+    /// SHA-256 (hex) over every file of the dataset (path, format, size and
+    /// mtime) and the spec but for its paths and shard: the same for every
+    /// data shard of one dataset read the same way, so `isorun report
+    /// merge` can refuse shards of different data.
+    pub fn dataset_digest(&self) -> String {
+        self.inner.dataset_digest.clone()
     }
 
     /// Which part of each file is read, `(K, N)`: `(0, 1)` for all of it.

@@ -80,8 +80,20 @@ pub fn merge_data_shards(reports: &[(PathBuf, Value)]) -> Result<Option<DataMerg
                 second_path: path.clone(),
             });
         }
-        if let Some(key) = differing_key(&reference, &eval_settings_but_shard(report)) {
-            return Err(ReportError::DataSettings { first: first_path.clone(), second: path.clone(), key });
+        if let Some((key, first_value, second_value)) = differing_key(&reference, &eval_settings_but_shard(report)) {
+            let hint = if key == "eval.data_digest" {
+                "the same files must be read, unchanged (size and modification time), with the same \
+                 --feature, --skip-corrupt, --label, --weight and --slice"
+            } else {
+                "every data shard must be run with the same flags and data"
+            };
+            return Err(ReportError::DataSettings {
+                first: first_path.clone(),
+                second: path.clone(),
+                key,
+                values: format!("{first_value} against {second_value}"),
+                hint,
+            });
         }
         let model_shard = super::junit::shard_text(report).unwrap_or_default();
         given.push(label(&model_shard, (index, count)));
@@ -103,15 +115,44 @@ pub fn merge_data_shards(reports: &[(PathBuf, Value)]) -> Result<Option<DataMerg
     Ok(Some(DataMerge { reports: merged, missing, given }))
 }
 
-/// `settings.eval` without `data_shard`.
+/// What the data shards of one evaluation share: `settings.eval` but for
+/// `data_shard` (files, dataset digest, label, metrics, rules, baseline),
+/// and the signature and tags the models were run with, keyed by their
+/// path under `settings`.
 fn eval_settings_but_shard(report: &Value) -> Map<String, Value> {
-    let mut settings = report["settings"]["eval"].as_object().cloned().unwrap_or_default();
-    settings.remove("data_shard");
-    settings
+    let mut shared = Map::new();
+    for (key, value) in report["settings"]["eval"].as_object().into_iter().flatten() {
+        if key != "data_shard" {
+            shared.insert(format!("eval.{key}"), value.clone());
+        }
+    }
+    for key in ["signature", "tags"] {
+        if let Some(value) = report["settings"].get(key) {
+            shared.insert(key.to_string(), value.clone());
+        }
+    }
+    shared
 }
 
-fn differing_key(a: &Map<String, Value>, b: &Map<String, Value>) -> Option<String> {
-    a.keys().chain(b.keys()).find(|key| a.get(*key) != b.get(*key)).cloned()
+/// The first key whose values differ, with both values (shortened), `absent`
+/// for none. The dataset's digest sums up files and flags that have keys of
+/// their own, so it comes last: a differing flag is named, not the digest.
+fn differing_key(a: &Map<String, Value>, b: &Map<String, Value>) -> Option<(String, String, String)> {
+    let digest_last = |key: &&String| key.as_str() == "eval.data_digest";
+    let mut keys: Vec<&String> = a.keys().chain(b.keys()).collect();
+    keys.sort_by_key(digest_last);
+    let key = keys.into_iter().find(|key| a.get(*key) != b.get(*key))?;
+    let shown = |value: Option<&Value>| match value {
+        None => "absent".to_string(),
+        Some(value) => {
+            let text = value.to_string();
+            match text.char_indices().nth(120) {
+                Some((at, _)) => format!("{}...", &text[..at]),
+                None => text,
+            }
+        }
+    };
+    Some((key.clone(), shown(a.get(key)), shown(b.get(key))))
 }
 
 /// The data shards of one model shard, as one report.

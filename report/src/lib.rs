@@ -79,8 +79,18 @@ pub enum ReportError {
     MissingShards { missing: Vec<String>, given: Vec<String> },
     #[error("{} is a data shard (eval --data-shard) but {} is not: not shards of one evaluation", sharded.display(), other.display())]
     NotADataShard { sharded: PathBuf, other: PathBuf },
-    #[error("{} and {} are not data shards of one evaluation: their settings.eval.{key} differ", first.display(), second.display())]
-    DataSettings { first: PathBuf, second: PathBuf, key: String },
+    #[error(
+        "{} and {} are not data shards of one evaluation: their settings.{key} differ ({values}); {hint}",
+        first.display(), second.display()
+    )]
+    DataSettings {
+        first: PathBuf,
+        second: PathBuf,
+        key: String,
+        /// `FIRST against SECOND`.
+        values: String,
+        hint: &'static str,
+    },
     #[error("{shard} is in two reports: {} and {}", first.display(), second.display())]
     DataShardTwice { shard: String, first: PathBuf, second: PathBuf },
     #[error("{}: model {model}: {reason}", path.display())]

@@ -225,7 +225,9 @@ pub struct ReportDiffArgs {
 pub struct ReportMergeArgs {
     /// Shard reports to join: of `--shard K/N` runs, of `eval --data-shard K/N` (each model's metric
     /// states merged into exact metrics, then --threshold and --max-drop checked, exit 1 when a
-    /// model is not ok, as the unsharded eval), or both.
+    /// model is not ok, as the unsharded eval), or both. Data shards must be of one evaluation:
+    /// the same settings.eval (files, label, metrics, rules), signature, tags and data_digest (the
+    /// files' sizes and modification times, --feature, --skip-corrupt); else exit 2, naming it.
     #[arg(value_name = "REPORT.json", required_unless_present = "models")]
     pub reports: Vec<PathBuf>,
     /// Where to write the merged report.
@@ -606,12 +608,17 @@ pub enum SlurmCommand {
   isorun slurm submit --shards 4 --partition gpu --gpus-per-task 1 --time 04:00:00 --out nightly/ \\
       -- models/ --inputs inputs.npz --retries 2 --memory-limit 8G
   isorun slurm submit --shards 4 --out nightly/ --dry-run -- models/ --inputs inputs.npz
+  isorun slurm submit --shards 2 --data-shards 8 --out eval-night/ \\
+      eval models/ --data 'test/*.tfrecord' --label label --threshold 'auc>=0.9'
 
 Everything after `--` (or from the first argument submit does not know) is `isorun run`'s,
-checked here as `isorun run` would check it; relative paths are made absolute. Submit sets
---shard, --journal, --resume, --report and --json of each task itself. Task K writes
-DIR/shards/K.json (report), K.jsonl (JSON lines) and K.journal.jsonl (journal); the merge job,
-started after every task has ended (afterany), writes DIR/report.json, .xml and .html, with
+or, when its first word is `eval`, `isorun eval`'s, checked here as that command would check
+it (eval's data opened, its first example read); relative paths are made absolute. With
+--data-shards D the array has N × D tasks, task T running `isorun eval --shard $((T / D))/N
+--data-shard $((T % D))/D`, and the merge job merges the data shards into exact metrics.
+Submit sets --shard, --data-shard, --journal, --resume, --report and --json of each task itself.
+Task K writes DIR/shards/K.json (report), K.jsonl (JSON lines) and K.journal.jsonl (journal);
+the merge job, started after every task has ended (afterany), writes DIR/report.json, .xml and .html, with
 the models of a lost task as not_run (shard_task_lost). Submitting again with the same DIR
 resumes: models a task finished before are not run again.
 Exit codes: 0 submitted (or printed); 1 sbatch failed; 2 usage error (nothing written).")]
@@ -620,9 +627,15 @@ Exit codes: 0 submitted (or printed); 1 sbatch failed; 2 usage error (nothing wr
 
 #[derive(Debug, Args)]
 pub struct SlurmSubmitArgs {
-    /// Array tasks: task K runs `isorun run --shard K/N`.
+    /// Model shards: task K runs `isorun run --shard K/N` (with --data-shards D, N × D tasks).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=10_000))]
     pub shards: u64,
+
+    /// With `eval`: split the data of each model shard into D shards too (`eval --data-shard`); the
+    /// array has N × D tasks, task T running model shard T / D on data shard T % D, and the merge job
+    /// merges each model's D metric states into exact metrics, then checks --threshold/--max-drop.
+    #[arg(long, value_name = "D", value_parser = clap::value_parser!(u64).range(1..=10_000))]
+    pub data_shards: Option<u64>,
 
     /// Folder for the scripts, models.json, the shards' journals and reports, and the merged report.
     #[arg(long, value_name = "DIR")]
@@ -660,7 +673,7 @@ pub struct SlurmSubmitArgs {
     #[arg(long)]
     pub dry_run: bool,
 
-    /// The arguments of `isorun run`: models and run options.
+    /// The arguments of `isorun run`: models and run options; or `eval` and the arguments of `isorun eval`.
     #[arg(value_name = "RUN ARGS", required = true, trailing_var_arg = true, allow_hyphen_values = true)]
     pub run_args: Vec<std::ffi::OsString>,
 }

@@ -228,7 +228,9 @@ fn read_baseline(path: &Path) -> Result<Baseline, String> {
 
 /// The evaluation's settings, as reports show them.
 fn eval_settings(eval: &EvalOptions, dataset: &Dataset, batch_size: u64, data_shard: Option<Shard>) -> Value {
-    let files: Vec<String> = dataset.files().iter().map(|(path, _)| path.to_string_lossy().into_owned()).collect();
+    // The whole dataset's files, a shard's too: every data shard of one evaluation agrees on them.
+    let files: Vec<String> =
+        dataset.dataset_files().iter().map(|(path, _)| path.to_string_lossy().into_owned()).collect();
     let mut s = Map::new();
     s.insert("data".into(), json!(files));
     s.insert("label".into(), json!(eval.label));
@@ -253,6 +255,8 @@ fn eval_settings(eval: &EvalOptions, dataset: &Dataset, batch_size: u64, data_sh
         s.insert("max_drops".into(), json!(eval.max_drops));
     }
     if let Some(shard) = data_shard {
+        // Sizes and mtimes of the files, and how they are read: `report merge` refuses shards of other data.
+        s.insert("data_digest".into(), json!(dataset.dataset_digest()));
         // `report merge` checks the thresholds and drops above once the shards are merged.
         s.insert("data_shard".into(), json!(shard.to_string()));
     }

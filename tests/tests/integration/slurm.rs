@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 /// How long a submitted run may take to be merged (a loaded CI machine with 2 CPUs).
 const MERGE_TIMEOUT: Duration = Duration::from_secs(240);
 
-fn skip(why: &str) {
+pub(crate) fn skip(why: &str) {
     eprintln!(
         "\n\
          ************************************************************************\n\
@@ -40,14 +40,14 @@ static ONE_CLUSTER: Mutex<()> = Mutex::new(());
 
 /// A running private cluster; dropping it brings the cluster down (also when
 /// the test fails), then removes its folder and lets the next test start one.
-struct Cluster {
+pub(crate) struct Cluster {
     dir: tempfile::TempDir,
     conf: PathBuf,
     _turn: MutexGuard<'static, ()>,
 }
 
 impl Cluster {
-    fn up() -> Option<Cluster> {
+    pub(crate) fn up() -> Option<Cluster> {
         // SAFETY: geteuid has no preconditions.
         if unsafe { libc::geteuid() } != 0 {
             skip("this test does not run as root (slurmd and munged run as root here)");
@@ -85,7 +85,7 @@ impl Cluster {
     }
 
     /// `JobState` of a job (or array task, `12_2`) as scontrol shows it.
-    fn job_state(&self, job: &str) -> String {
+    pub(crate) fn job_state(&self, job: &str) -> String {
         let output = self.command("scontrol").args(["show", "job", job]).output().unwrap();
         let text = String::from_utf8_lossy(&output.stdout);
         text.split_whitespace()
@@ -95,7 +95,7 @@ impl Cluster {
     }
 
     /// `isorun slurm submit ARGS` in `cwd`: the array and merge job ids.
-    fn submit(&self, cwd: &Path, env: &[(&str, &Path)], args: &[&str]) -> (String, String) {
+    pub(crate) fn submit(&self, cwd: &Path, env: &[(&str, &Path)], args: &[&str]) -> (String, String) {
         let mut command = isorun();
         command.current_dir(cwd).env("SLURM_CONF", &self.conf).args(["slurm", "submit"]).args(args);
         for (name, value) in env {
@@ -113,7 +113,7 @@ impl Cluster {
     }
 
     /// Waits for the merge job to write `out/report.json` and end; the report.
-    fn merged_report(&self, out: &Path, merge_job: &str) -> Value {
+    pub(crate) fn merged_report(&self, out: &Path, merge_job: &str) -> Value {
         let started = Instant::now();
         let report = out.join("report.json");
         while !report.exists() || !matches!(self.job_state(merge_job).as_str(), "COMPLETED" | "FAILED") {
@@ -146,7 +146,7 @@ impl Drop for Cluster {
     }
 }
 
-fn read_json(path: &Path) -> Value {
+pub(crate) fn read_json(path: &Path) -> Value {
     let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }

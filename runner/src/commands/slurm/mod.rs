@@ -3,6 +3,12 @@
 //! K/N` with its own journal and report, and a merge job that starts when
 //! every task has ended (`afterany`) and joins the reports.
 //!
+//! `eval` is submitted the same way (RUN ARGS begin with `eval`), and with
+//! `--data-shards D` the array has N × D tasks: task T runs model shard
+//! T / D and data shard T mod D (`--shard $((T / D))/N --data-shard $((T %
+//! D))/D`), and the merge job merges each model's data shards into exact
+//! metrics (`isorun report merge`).
+//!
 //! Submit checks the run arguments as `isorun run` would (clap, discovery,
 //! the inputs) before writing anything, because a mistake found by a batch
 //! job hours later, N times over, is expensive. It also writes the models
@@ -13,10 +19,10 @@
 mod run_args;
 mod script;
 
-pub use run_args::{prepare as prepare_run_args, RunArg};
+pub use run_args::{prepare as prepare_run_args, RunArg, TaskCommand};
 pub use script::{array_script, merge_script, Plan};
 
-use crate::cli::{Cli, Command, RunArgs, SlurmCommand, SlurmSubmitArgs};
+use crate::cli::{Cli, Command, EvalOptions, RunArgs, SlurmCommand, SlurmSubmitArgs};
 use isorun_engine::{discover, latest_versions};
 use isorun_protocol::exit_code;
 use isorun_report::format_rfc3339;
@@ -58,8 +64,14 @@ fn submit(args: &SlurmSubmitArgs) -> Result<i32, String> {
     let isorun = isorun.to_str().ok_or("this executable's path is not UTF-8")?.to_string();
 
     // The run arguments: paths absolute, then checked by `isorun run`'s own parser.
-    let run_args = prepare_run_args(&args.run_args)?;
-    let parsed = match parse_task_command(&run_args, args.shards) {
+    let (task, raw_args) = TaskCommand::split(&args.run_args);
+    if args.data_shards.is_some() && task != TaskCommand::Eval {
+        return Err("--data-shards splits the data of an eval: give `eval` and its arguments (isorun slurm submit \
+                    --shards N --data-shards D --out DIR eval MODELS --data ... --label ...)"
+            .into());
+    }
+    let run_args = prepare_run_args(raw_args, task)?;
+    let (parsed, eval) = match parse_task_command(&run_args, args.shards, task, args.data_shards) {
         Ok(parsed) => parsed,
         Err(Parsed::Usage(message)) => return Err(message),
         Err(Parsed::Clap(error)) => {
@@ -75,13 +87,18 @@ fn submit(args: &SlurmSubmitArgs) -> Result<i32, String> {
     }
     let models = sharded_models(&parsed, args.shards)?;
     check_files(&parsed)?;
-    check_earlier_submit(&out, args.shards)?;
+    if let Some(eval) = &eval {
+        check_eval(eval, parsed.batch_size)?;
+    }
+    check_earlier_submit(&out, args.shards, args.data_shards)?;
 
     let plan = Plan {
         isorun: &isorun,
         submit_dir: &submit_dir,
         out: &out_text,
         shards: args.shards,
+        data_shards: args.data_shards,
+        command: task.name(),
         job_name: &args.job_name,
         partition: args.partition.as_deref(),
         time: args.time.as_deref(),
@@ -93,10 +110,17 @@ fn submit(args: &SlurmSubmitArgs) -> Result<i32, String> {
         jobs_from_slurm: args.cpus_per_task.is_some() && parsed.jobs.is_none(),
     };
     let (array, merge) = (array_script(&plan), merge_script(&plan));
-    let listing = model_list(&models, args.shards, &isorun, &run_args);
+    let listing = model_list(&models, (args.shards, args.data_shards), &isorun, task, &run_args);
     let per_shard = shard_sizes(&models, args.shards);
     let sizes: Vec<String> = per_shard.iter().map(u64::to_string).collect();
     eprintln!("isorun: {} models in {} shards ({})", models.len(), args.shards, sizes.join(", "));
+    if let Some(data_shards) = args.data_shards {
+        eprintln!(
+            "isorun: {} array tasks: each model shard's data in {data_shards} shards (task T: model shard T / \
+             {data_shards}, data shard T % {data_shards})",
+            args.shards * data_shards
+        );
+    }
     if let Some(empty) = per_shard.iter().position(|&n| n == 0) {
         eprintln!("isorun: warning: shard {empty} (and maybe others) has no model; its task runs nothing");
     }
@@ -152,13 +176,21 @@ enum Parsed {
 
 /// The run arguments as one task's `isorun run` command sees them (the
 /// flags submit adds included, `--config` expanded), parsed by clap.
-fn parse_task_command(run_args: &[RunArg], shards: u64) -> Result<RunArgs, Parsed> {
-    let mut argv: Vec<OsString> = vec!["isorun".into(), "run".into()];
+fn parse_task_command(
+    run_args: &[RunArg],
+    shards: u64,
+    task: TaskCommand,
+    data_shards: Option<u64>,
+) -> Result<(RunArgs, Option<EvalOptions>), Parsed> {
+    let mut argv: Vec<OsString> = vec!["isorun".into(), task.name().into()];
     argv.extend(run_args.iter().flat_map(|item| item.words.iter().map(OsString::from)));
     // What the script adds (shard 0 stands for every K): the same flags clap will see there.
     let double_dash = run_args.iter().any(|item| item.words == ["--"]);
     let added: [&str; 7] = ["--shard", &format!("0/{shards}"), "--journal", "j", "--resume", "--report", "r"];
-    let added: Vec<OsString> = added.iter().map(OsString::from).chain([OsString::from("--json")]).collect();
+    let mut added: Vec<OsString> = added.iter().map(OsString::from).chain([OsString::from("--json")]).collect();
+    if let Some(count) = data_shards {
+        added.extend([OsString::from("--data-shard"), OsString::from(format!("0/{count}"))]);
+    }
     if double_dash {
         // After `--` every word is a MODEL: the flags go before it.
         let at = argv.iter().position(|word| word == "--").expect("there is a --");
@@ -169,8 +201,9 @@ fn parse_task_command(run_args: &[RunArg], shards: u64) -> Result<RunArgs, Parse
     let argv = crate::config::expand_command_line(argv).map_err(|e| Parsed::Usage(crate::support::with_causes(&e)))?;
     let cli = <Cli as clap::Parser>::try_parse_from(argv).map_err(Parsed::Clap)?;
     match cli.command {
-        Command::Run(args) => Ok(*args),
-        _ => unreachable!("the command line starts with run"),
+        Command::Run(args) => Ok((*args, None)),
+        Command::Eval(args) => Ok((args.run, Some(args.eval))),
+        _ => unreachable!("the command line starts with run or eval"),
     }
 }
 
@@ -215,6 +248,40 @@ fn check_files(args: &RunArgs) -> Result<(), String> {
     Ok(())
 }
 
+/// What `eval` checks before any work that a task would otherwise find
+/// hours later, N times over: `--limit` is not given with data shards, and
+/// the data opens (its files and first example, the label, weight and
+/// slice features).
+fn check_eval(eval: &EvalOptions, batch_size: Option<u64>) -> Result<(), String> {
+    if eval.data_shard.is_some() && eval.limit.is_some() {
+        return Err("--limit cannot be given with --data-shards: the first N examples of the whole dataset \
+                    are not a shard's; limit the data itself"
+            .into());
+    }
+    let spec = isorun_eval::DataSpec {
+        paths: eval.data.clone(),
+        label: eval.label.clone(),
+        weight: eval.weight.clone(),
+        slices: eval.slices.clone(),
+        renames: Vec::new(),
+        limit: None,
+        batch_size: batch_size.unwrap_or(1) as usize,
+        skip_corrupt: eval.skip_corrupt,
+        shard: None,
+        format: match &eval.data_format {
+            None => None,
+            Some(name) => Some(isorun_eval::Format::from_name(name).ok_or_else(|| {
+                format!(
+                    "--data-format {name}: unknown format; the formats are: {}",
+                    isorun_eval::Format::names().join(", ")
+                )
+            })?),
+        },
+    };
+    isorun_eval::Dataset::open(spec).map_err(|e| format!("--data: {}", crate::support::with_causes(&e)))?;
+    Ok(())
+}
+
 /// `--partition`, `--time`, `--mem`, `--job-name` and `--sbatch-arg` go into
 /// `#SBATCH` lines, which sbatch splits at spaces.
 fn check_sbatch_options(args: &SlurmSubmitArgs) -> Result<(), String> {
@@ -246,10 +313,21 @@ fn check_sbatch_options(args: &SlurmSubmitArgs) -> Result<(), String> {
 
 /// Submitting again into a folder resumes from its journals, which hold
 /// the shards of the first submit: another shard count is refused.
-fn check_earlier_submit(out: &Path, shards: u64) -> Result<(), String> {
+fn check_earlier_submit(out: &Path, shards: u64, data_shards: Option<u64>) -> Result<(), String> {
     let path = out.join("models.json");
     let Ok(text) = std::fs::read_to_string(&path) else { return Ok(()) };
-    let earlier = serde_json::from_str::<Value>(&text).ok().and_then(|v| v["shards"].as_u64());
+    let listing = serde_json::from_str::<Value>(&text).ok();
+    let earlier = listing.as_ref().and_then(|v| v["shards"].as_u64());
+    let earlier_data = listing.as_ref().and_then(|v| v["data_shards"].as_u64());
+    if listing.is_some() && earlier_data != data_shards {
+        let given = |d: Option<u64>| d.map_or("no --data-shards".to_string(), |d| format!("--data-shards {d}"));
+        return Err(format!(
+            "{} was submitted with {} ({}): submit with it again to resume, or give another --out",
+            out.display(),
+            given(earlier_data),
+            path.display()
+        ));
+    }
     match earlier {
         Some(earlier) if earlier != shards => Err(format!(
             "{} was submitted with --shards {earlier} ({}): submit with --shards {earlier} to resume it, \
@@ -262,10 +340,16 @@ fn check_earlier_submit(out: &Path, shards: u64) -> Result<(), String> {
 }
 
 /// `models.json`: the models and their shards, for `isorun report merge --models`.
-fn model_list(models: &[ShardedModel], shards: u64, isorun: &str, run_args: &[RunArg]) -> Value {
-    let mut command = vec![isorun.to_string(), "run".to_string()];
+fn model_list(
+    models: &[ShardedModel],
+    (shards, data_shards): (u64, Option<u64>),
+    isorun: &str,
+    task: TaskCommand,
+    run_args: &[RunArg],
+) -> Value {
+    let mut command = vec![isorun.to_string(), task.name().to_string()];
     command.extend(run_args.iter().flat_map(|item| item.words.iter().cloned()));
-    json!({
+    let mut listing = json!({
         "shards": shards,
         "submitted_at": format_rfc3339(isorun_report::unix_milliseconds(std::time::SystemTime::now())),
         "isorun_version": env!("CARGO_PKG_VERSION"),
@@ -274,7 +358,11 @@ fn model_list(models: &[ShardedModel], shards: u64, isorun: &str, run_args: &[Ru
             .iter()
             .map(|m| json!({"model": m.id, "path": m.path.to_string_lossy(), "shard": m.shard}))
             .collect::<Vec<_>>(),
-    })
+    });
+    if let Some(data_shards) = data_shards {
+        listing["data_shards"] = json!(data_shards);
+    }
+    listing
 }
 
 /// Writes the scripts and `models.json`, and clears what an earlier submit

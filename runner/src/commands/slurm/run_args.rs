@@ -1,4 +1,4 @@
-//! The `isorun run` arguments given to `isorun slurm submit`, made fit for a
+//! The `isorun run` (or `isorun eval`) arguments given to `isorun slurm submit`, made fit for a
 //! batch job that starts later, on another machine: relative paths become
 //! absolute, and the flags submit sets for each task itself are refused
 //! rather than silently overridden. Options are recognised from clap's own
@@ -18,13 +18,25 @@ pub struct RunArg {
     pub words: Vec<String>,
 }
 
-/// Options whose value is a path (made absolute). `input` is `NAME=PATH`.
-const PATH_OPTIONS: [&str; 8] =
-    ["inputs", "inputs_dir", "load_library", "output_dir", "expect", "worker", "libtensorflow_dir", "config"];
+/// Options whose value is a path (made absolute). `input` is `NAME=PATH`;
+/// `data` (eval's) may be a glob, made absolute as it is.
+const PATH_OPTIONS: [&str; 10] = [
+    "inputs",
+    "inputs_dir",
+    "load_library",
+    "output_dir",
+    "expect",
+    "worker",
+    "libtensorflow_dir",
+    "config",
+    "data",
+    "baseline",
+];
 
 /// Options that submit sets for every task, and why they cannot be given.
-const SET_BY_SUBMIT: [(&str, &str); 8] = [
+const SET_BY_SUBMIT: [(&str, &str); 9] = [
     ("shard", "each array task runs --shard K/N: choose N with --shards"),
+    ("data_shard", "each array task runs --data-shard K/N: choose N with --data-shards"),
     ("journal", "each task keeps its journal in DIR/shards/K.journal.jsonl"),
     ("resume", "each task resumes from its journal in DIR/shards/K.journal.jsonl"),
     ("report", "each task writes DIR/shards/K.json, and the merge job DIR/report.json"),
@@ -39,22 +51,50 @@ pub fn set_by_submit(id: &str) -> Option<&'static str> {
     SET_BY_SUBMIT.iter().find(|(flag, _)| *flag == id).map(|(_, why)| *why)
 }
 
-/// `isorun run` as clap defines it, global flags (`-v`, `-q`) included.
-pub fn run_command() -> clap::Command {
+/// What the array tasks run: `isorun run` or `isorun eval`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TaskCommand {
+    Run,
+    Eval,
+}
+
+impl TaskCommand {
+    /// `run` or `eval`.
+    pub fn name(self) -> &'static str {
+        match self {
+            TaskCommand::Run => "run",
+            TaskCommand::Eval => "eval",
+        }
+    }
+
+    /// The command of RUN ARGS: a first word `eval` or `run` names it (and
+    /// is taken off); anything else is `run`'s arguments, as before `eval`
+    /// could be submitted.
+    pub fn split(raw: &[OsString]) -> (TaskCommand, &[OsString]) {
+        match raw.first().and_then(|word| word.to_str()) {
+            Some("eval") => (TaskCommand::Eval, &raw[1..]),
+            Some("run") => (TaskCommand::Run, &raw[1..]),
+            _ => (TaskCommand::Run, raw),
+        }
+    }
+}
+
+/// `isorun run` (or `eval`) as clap defines it, global flags (`-v`, `-q`) included.
+pub fn run_command(command: TaskCommand) -> clap::Command {
     let mut root = Cli::command();
     root.build();
-    root.find_subcommand("run").expect("isorun has a run command").clone()
+    root.find_subcommand(command.name()).expect("isorun has the command").clone()
 }
 
 /// The run arguments, split into items, with relative paths made absolute
 /// (against the current folder). A flag submit sets itself, a `-` (stdin)
 /// input, or a word that is not UTF-8 is an error.
-pub fn prepare(raw: &[OsString]) -> Result<Vec<RunArg>, String> {
+pub fn prepare(raw: &[OsString], task: TaskCommand) -> Result<Vec<RunArg>, String> {
     let words = raw
         .iter()
         .map(|word| word.to_str().map(str::to_string).ok_or_else(|| format!("{}: not UTF-8", word.to_string_lossy())))
         .collect::<Result<Vec<String>, String>>()?;
-    let command = run_command();
+    let command = run_command(task);
     let arguments: Vec<&Arg> = command.get_arguments().collect();
     let by_long = |name: &str| {
         arguments.iter().copied().find(|arg| {
@@ -162,7 +202,7 @@ mod tests {
 
     fn prepared(args: &[&str]) -> Result<Vec<Vec<String>>, String> {
         let raw: Vec<OsString> = args.iter().map(OsString::from).collect();
-        prepare(&raw).map(|items| items.into_iter().map(|item| item.words).collect())
+        prepare(&raw, TaskCommand::Run).map(|items| items.into_iter().map(|item| item.words).collect())
     }
 
     fn here(path: &str) -> String {
@@ -217,5 +257,27 @@ mod tests {
             assert!(error.contains("cannot be given to isorun slurm submit"), "{flag}: {error}");
         }
         assert!(prepared(&["models", "--inputs", "-"]).unwrap_err().contains("no stdin"));
+    }
+
+    #[test]
+    fn eval_s_data_and_baseline_become_absolute_and_its_data_shard_is_refused() {
+        let raw: Vec<OsString> = ["eval", "models", "--data", "d/*.tfrecord", "--baseline=b.json", "--label", "y"]
+            .map(OsString::from)
+            .into();
+        let (task, rest) = TaskCommand::split(&raw);
+        assert_eq!(task, TaskCommand::Eval);
+        let items: Vec<Vec<String>> = prepare(rest, task).unwrap().into_iter().map(|item| item.words).collect();
+        assert_eq!(
+            items,
+            [
+                vec![here("models")],
+                vec!["--data".into(), here("d/*.tfrecord")],
+                vec![format!("--baseline={}", here("b.json"))],
+                vec!["--label".into(), "y".into()],
+            ]
+        );
+        let raw: Vec<OsString> = ["m", "--data-shard", "0/2"].map(OsString::from).into();
+        let error = prepare(&raw, TaskCommand::Eval).unwrap_err();
+        assert!(error.contains("--data-shard cannot be given to isorun slurm submit"), "{error}");
     }
 }

@@ -15,6 +15,10 @@ pub struct Plan<'a> {
     /// `--out`, absolute.
     pub out: &'a str,
     pub shards: u64,
+    /// `--data-shards D` (with `eval`): every model shard's data in D shards.
+    pub data_shards: Option<u64>,
+    /// What the tasks run: `run` or `eval`.
+    pub command: &'a str,
     pub job_name: &'a str,
     pub partition: Option<&'a str>,
     pub time: Option<&'a str>,
@@ -50,30 +54,45 @@ fn shared_options(plan: &Plan<'_>) -> String {
     lines
 }
 
-/// The job array: task K runs `isorun run --shard K/N`.
+/// The job array: task K runs `isorun run --shard K/N` (or `isorun eval`);
+/// with data shards, task T runs model shard T / D on data shard T mod D.
 pub fn array_script(plan: &Plan<'_>) -> String {
-    let Plan { out, shards, .. } = *plan;
-    let last = shards - 1;
+    let Plan { out, shards, command, .. } = *plan;
+    let tasks = shards * plan.data_shards.unwrap_or(1);
+    let last = tasks - 1;
+    let what = match plan.data_shards {
+        None => format!(
+            "task K of this job array runs shard K of {shards} of `isorun {command}` (the
+# models whose id hashes to K), with its own journal and report."
+        ),
+        Some(data_shards) => format!(
+            "task T of this job array ({shards} model shards × {data_shards} data
+# shards) runs `isorun eval` on model shard T / {data_shards} of {shards} (the models whose id hashes
+# to it) and data shard T % {data_shards} of {data_shards} of the data (`--data-shard`), with its own
+# journal and report, which holds each model's metric state. The merge job merges each model's
+# {data_shards} data shards into exact metrics, and checks --threshold and --max-drop on them."
+        ),
+    };
+    let task = if plan.data_shards.is_some() { "T" } else { "K" };
     let mut s = String::new();
     s.push_str(&format!(
         "#!/bin/bash
-# isorun on Slurm: task K of this job array runs shard K of {shards} of `isorun run` (the
-# models whose id hashes to K), with its own journal and report. Written by `isorun slurm
+# isorun on Slurm: {what} Written by `isorun slurm
 # submit` (isorun {version}) into OUT={out}, and submitted with the
 # merge job that joins the reports:
 #
 #   sbatch --parsable $OUT/array.sbatch
 #   sbatch --parsable --dependency=afterany:<array job id> $OUT/merge.sbatch
 #
-# $OUT/models.json lists every model with its shard. Task K writes, in $OUT/shards/:
-#   K.json           its report
-#   K.jsonl          one JSON line per model
-#   K.journal.jsonl  its journal: run again, the task skips the models it finished (--resume)
-# and logs to $OUT/logs/array-<array job id>_K.out.
+# $OUT/models.json lists every model with its shard. Task {task} writes, in $OUT/shards/:
+#   {task}.json           its report
+#   {task}.jsonl          one JSON line per model
+#   {task}.journal.jsonl  its journal: run again, the task skips the models it finished (--resume)
+# and logs to $OUT/logs/array-<array job id>_{task}.out.
 #
-# To run one task again: sbatch --array=K $OUT/array.sbatch, then the merge job as above
+# To run one task again: sbatch --array={task} $OUT/array.sbatch, then the merge job as above
 # (N is written below rather than read from SLURM_ARRAY_TASK_COUNT, so one task alone works).
-# `isorun run` exits 1 when some model is not ok, and Slurm then says the task FAILED; its
+# `isorun {command}` exits 1 when some model is not ok, and Slurm then says the task FAILED; its
 # report is complete all the same. A task that ends before writing its report leaves its models
 # to the merge job, which reports them as not_run (shard_task_lost).
 # The tasks get the environment sbatch was called in (--export=ALL, Slurm's default):
@@ -98,14 +117,21 @@ pub fn array_script(plan: &Plan<'_>) -> String {
         s.push_str(&format!("#SBATCH --gpus-per-task={gpus}\n"));
     }
     s.push_str(&shared_options(plan));
+    let counts = match plan.data_shards {
+        None => {
+            format!("K=${{SLURM_ARRAY_TASK_ID:?not a Slurm array task: submit this script with sbatch}}\nN={shards}\n")
+        }
+        Some(data_shards) => format!(
+            "T=${{SLURM_ARRAY_TASK_ID:?not a Slurm array task: submit this script with sbatch}}\n\
+             N={shards}\nD={data_shards}\nK=$((T / D))\n"
+        ),
+    };
     s.push_str(&format!(
         "set -euo pipefail
 cd {submit_dir}
 
-K=${{SLURM_ARRAY_TASK_ID:?not a Slurm array task: submit this script with sbatch}}
-N={shards}
-OUT={out_quoted}
-exec {isorun} run \\\n",
+{counts}OUT={out_quoted}
+exec {isorun} {command} \\\n",
         submit_dir = shell_quote(plan.submit_dir),
         out_quoted = shell_quote(out),
         isorun = shell_quote(plan.isorun),
@@ -117,13 +143,16 @@ exec {isorun} run \\\n",
     if plan.jobs_from_slurm {
         s.push_str("  --jobs \"$SLURM_CPUS_PER_TASK\" \\\n");
     }
-    s.push_str(
-        "  --shard \"$K/$N\" \\
-  --journal \"$OUT/shards/$K.journal.jsonl\" --resume \\
-  --report \"$OUT/shards/$K.json\" \\
-  --json >\"$OUT/shards/$K.jsonl\"
-",
-    );
+    s.push_str("  --shard \"$K/$N\" \\\n");
+    if plan.data_shards.is_some() {
+        s.push_str("  --data-shard \"$((T % D))/$D\" \\\n");
+    }
+    s.push_str(&format!(
+        "  --journal \"$OUT/shards/${task}.journal.jsonl\" --resume \\
+  --report \"$OUT/shards/${task}.json\" \\
+  --json >\"$OUT/shards/${task}.jsonl\"
+"
+    ));
     s
 }
 
@@ -141,13 +170,22 @@ pub fn merge_script(plan: &Plan<'_>) -> String {
 # It writes $OUT/report.json, report.xml (JUnit) and report.html, and logs to
 # $OUT/logs/merge-<job id>.out. Every model $OUT/models.json lists is in the report:
 # the models of a task that failed or was cancelled before writing its report are not_run,
-# with reason shard_task_lost.
+# with reason shard_task_lost.{data}
 #SBATCH --job-name={job_name}-merge
 #SBATCH --output={out}/logs/merge-%j.out
 #SBATCH --time=00:10:00
 ",
         version = env!("CARGO_PKG_VERSION"),
         job_name = plan.job_name,
+        data = match plan.data_shards {
+            None => String::new(),
+            Some(data_shards) => format!(
+                "\n# The tasks are data shards too: each model's {data_shards} metric states are merged into the
+# metrics of one pass over all the data, then --threshold and --max-drop are checked; a model
+# missing a data shard is not_run (shard_task_lost), never the metrics of part of the data.
+# The merge exits 1 (and Slurm says FAILED) when some model is not ok, as `isorun eval` does."
+            ),
+        },
     );
     s.push_str(&shared_options(plan));
     s.push_str(&format!(
@@ -172,6 +210,41 @@ exec {isorun} report merge ${{reports[@]+\"${{reports[@]}}\"}} \\
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn plan(data_shards: Option<u64>, command: &'static str) -> Plan<'static> {
+        Plan {
+            isorun: "/opt/isorun",
+            submit_dir: "/srv",
+            out: "/srv/night",
+            shards: 2,
+            data_shards,
+            command,
+            job_name: "isorun",
+            partition: None,
+            time: None,
+            cpus_per_task: None,
+            mem: None,
+            gpus_per_task: None,
+            sbatch_args: &[],
+            run_args: &[],
+            jobs_from_slurm: false,
+        }
+    }
+
+    #[test]
+    fn data_shards_make_an_array_of_model_shards_times_data_shards() {
+        let script = array_script(&plan(Some(3), "eval"));
+        assert!(script.contains("#SBATCH --array=0-5\n"), "{script}");
+        assert!(script.contains("N=2\nD=3\nK=$((T / D))\n"), "{script}");
+        assert!(script.contains("exec /opt/isorun eval \\\n"), "{script}");
+        assert!(script.contains("  --shard \"$K/$N\" \\\n  --data-shard \"$((T % D))/$D\" \\\n"), "{script}");
+        assert!(script.contains("--report \"$OUT/shards/$T.json\""), "{script}");
+        assert!(merge_script(&plan(Some(3), "eval")).contains("each model's 3 metric states are merged"));
+        // Without data shards: task K runs model shard K, as before.
+        let script = array_script(&plan(None, "run"));
+        assert!(script.contains("#SBATCH --array=0-1\n") && script.contains("exec /opt/isorun run \\\n"), "{script}");
+        assert!(!script.contains("data-shard") && script.contains("--report \"$OUT/shards/$K.json\""), "{script}");
+    }
 
     #[test]
     fn words_are_quoted_only_when_needed() {
