@@ -42,7 +42,7 @@ pub fn wait_hello(worker: &mut WorkerProcess, stop: &CancelToken, deadline: Inst
             Some(Event::Message(other)) => {
                 return Err(Outcome::ProtocolError { message: format!("expected Hello, got {}", message_name(&other)) })
             }
-            Some(Event::Broken(reason)) => return Err(Outcome::ProtocolError { message: reason }),
+            Some(Event::Broken(reason)) => return Err(broken_outcome(worker, reason, true)),
             Some(Event::SendFailed(reason)) => {
                 tracing::debug!("{reason}");
                 return Err(death_outcome(worker, true));
@@ -101,8 +101,8 @@ pub fn run_request(
         end
     };
     if let Err(message) = worker.send(envelope) {
-        worker.kill();
-        return fail(end, Outcome::ProtocolError { message });
+        let outcome = broken_outcome(worker, message, false);
+        return fail(end, outcome);
     }
     let mut phase = Phase::Load;
     let mut run_deadline = None;
@@ -168,8 +168,8 @@ pub fn run_request(
                 return fail(end, Outcome::ProtocolError { message });
             }
             Some(Event::Broken(message)) => {
-                worker.kill();
-                return fail(end, Outcome::ProtocolError { message });
+                let outcome = broken_outcome(worker, message, false);
+                return fail(end, outcome);
             }
             Some(Event::SendFailed(reason)) => {
                 tracing::debug!("{reason}");
@@ -252,6 +252,27 @@ fn death_outcome(worker: &mut WorkerProcess, before_hello: bool) -> Outcome {
         }
     }
 }
+
+/// The outcome of a connection that broke (a frame cut short, an i/o
+/// error, bytes that are no frame): a worker that a signal ended meanwhile
+/// (killed from outside, or crashed while writing) crashed, and says so;
+/// one still running, or one that exited by itself, broke the protocol and
+/// is killed. The short wait lets the exit of a worker killed mid-frame
+/// arrive, which would otherwise race the reader's error.
+fn broken_outcome(worker: &mut WorkerProcess, message: String, before_hello: bool) -> Outcome {
+    match worker.wait_exit(BROKEN_EXIT_GRACE) {
+        Some(exit) if matches!(exit.status, ExitStatus::Signal { .. }) => {
+            crash_outcome(exit, before_hello, &worker.stderr_tail())
+        }
+        _ => {
+            worker.kill();
+            Outcome::ProtocolError { message }
+        }
+    }
+}
+
+/// How long a broken connection waits for its worker's exit.
+const BROKEN_EXIT_GRACE: Duration = Duration::from_millis(200);
 
 fn crash_outcome(exit: Exit, before_hello: bool, stderr: &[String]) -> Outcome {
     match exit.status {
