@@ -211,6 +211,11 @@ pub struct Targets {
     pub weights: Option<Vec<f64>>,
     /// Per `--slice` feature: each row's value as text.
     pub slices: Vec<(String, Vec<String>)>,
+    /// The 0-based index of the batch's first example in what is read (the
+    /// whole dataset's order; a shard's own with `--data-shard`).
+    pub first_index: u64,
+    /// `--example-key`: each row's key as text.
+    pub keys: Option<Vec<String>>,
 }
 
 /// A batch's labels.

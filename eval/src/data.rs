@@ -93,6 +93,18 @@ pub struct DataSpec {
     /// whatever their names say (`--data-format`); folders are still
     /// listed by file name endings.
     pub format: Option<Format>,
+    /// `--example-key FEATURE`: each example's identity, read as a slice
+    /// value is (its text) and handed in [`Targets::keys`]: what bootstrap
+    /// weights are drawn from and what predictions are matched by.
+    pub example_key: Option<String>,
+}
+
+impl DataSpec {
+    /// The features read as text for each example: the slices, then the
+    /// example key.
+    pub(crate) fn text_features(&self) -> Vec<String> {
+        self.slices.iter().chain(self.example_key.iter()).cloned().collect()
+    }
 }
 
 /// How a model is fed.
@@ -212,6 +224,11 @@ impl Dataset {
         for slice in &spec.slices {
             if !first.has(slice) {
                 return Err(missing("slice feature", slice));
+            }
+        }
+        if let Some(key) = &spec.example_key {
+            if !first.has(key) {
+                return Err(missing("example key", key));
             }
         }
         let label = label_kind(&first, &spec.label)?;
@@ -593,6 +610,8 @@ impl Direct {
         if want == 0 {
             return Ok(None);
         }
+        let first_index = self.example_index;
+        let text_features = spec.text_features();
         let mut columns: Vec<Column> = match &self.feeding {
             Feeding::RawRecords { .. } => vec![Column::Strings(Vec::with_capacity(want.min(PREALLOCATE_BYTES / 24)))],
             Feeding::Features => self
@@ -614,9 +633,9 @@ impl Direct {
         let mut targets = TargetsOut {
             labels: Labels::empty(data.label, want),
             weights: spec.weight.as_ref().map(|_| Vec::with_capacity(want)),
-            slices: spec.slices.iter().map(|_| Vec::with_capacity(want)).collect(),
+            slices: text_features.iter().map(|_| Vec::with_capacity(want)).collect(),
         };
-        let roles = Roles { label: &spec.label, weight: spec.weight.as_deref(), slices: &spec.slices };
+        let roles = Roles { label: &spec.label, weight: spec.weight.as_deref(), slices: &text_features };
         let raw_feeding = matches!(self.feeding, Feeding::RawRecords { .. });
         // Serialized record bytes in the batch being filled.
         let mut batch_bytes = 0u64;
@@ -680,8 +699,27 @@ impl Direct {
                 .map(|(plan, column)| (plan.input.clone(), plan.tensor(rows, column)))
                 .collect(),
         };
-        let slices = spec.slices.iter().cloned().zip(targets.slices).collect();
-        Ok(Some(Batch { inputs, targets: Targets { rows, labels: targets.labels, weights: targets.weights, slices } }))
+        let mut texts = targets.slices;
+        let keys = match &spec.example_key {
+            Some(key) => {
+                let keys = texts.pop().expect("the key is the last text feature");
+                if let Some(row) = keys.iter().position(|k| k == MISSING_SLICE) {
+                    return Err(DataError::Example {
+                        path: data.files[self.next_file.max(1) - 1].0.clone(),
+                        example: first_index + row as u64,
+                        record: first_index + row as u64,
+                        within: "the data".into(),
+                        key: key.clone(),
+                        problem: "(the example key) is missing".into(),
+                    });
+                }
+                Some(keys)
+            }
+            None => None,
+        };
+        let slices = spec.slices.iter().cloned().zip(texts).collect();
+        let targets = Targets { rows, labels: targets.labels, weights: targets.weights, slices, first_index, keys };
+        Ok(Some(Batch { inputs, targets }))
     }
 
     /// Opens the next file's source; false when there is none. A columnar
@@ -698,7 +736,7 @@ impl Direct {
             .map(|p| p.source.clone())
             .chain(std::iter::once(spec.label.clone()))
             .chain(spec.weight.clone())
-            .chain(spec.slices.iter().cloned())
+            .chain(spec.text_features())
             .collect();
         let options = options(spec, self.data.part, columns, Arc::clone(&self.skipped));
         let source = (format.info().open)(&path, &options)?;
@@ -747,6 +785,7 @@ mod tests {
             skip_corrupt: false,
             shard: None,
             format: None,
+            example_key: None,
         };
         let signature = SignatureInfo {
             key: "serving_default".into(),

@@ -16,6 +16,7 @@
 //! and ranking metrics (AUC) keep counts per distinct score, capped.
 
 mod batch;
+pub mod bootstrap;
 mod curve;
 pub mod data;
 mod element;

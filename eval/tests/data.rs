@@ -22,6 +22,7 @@ fn spec(paths: Vec<PathBuf>) -> DataSpec {
         skip_corrupt: false,
         shard: None,
         format: None,
+        example_key: None,
     }
 }
 
@@ -726,4 +727,32 @@ fn globs_walk_each_folder_once_through_symlink_loops() {
     // Two links to `.` used to make 2^40 walks (until the kernel's limit of 40 links in a path).
     let files = receiver.recv_timeout(std::time::Duration::from_secs(20)).expect("the walk ends").unwrap();
     assert_eq!(files, 1);
+}
+
+#[test]
+fn example_keys_and_indices_come_with_each_batch_and_a_missing_key_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("d.tfrecord");
+    let mut bytes = Vec::new();
+    for i in 0..10i64 {
+        let mut e = example(i);
+        e.features.as_mut().unwrap().feature.insert("id".into(), Feature::bytes(vec![format!("ex-{i}").into_bytes()]));
+        write_record(&mut bytes, &e.encode_to_vec());
+    }
+    write(&path, &bytes);
+    let keyed = DataSpec { example_key: Some("id".into()), slices: vec!["group".into()], ..spec(vec![path.clone()]) };
+    let batches = read_all(&Dataset::open(keyed).unwrap(), &x_signature()).unwrap();
+    let firsts: Vec<u64> = batches.iter().map(|b| b.targets.first_index).collect();
+    assert_eq!(firsts, [0, 4, 8]);
+    let keys: Vec<String> = batches.iter().flat_map(|b| b.targets.keys.clone().unwrap()).collect();
+    assert_eq!(keys, (0..10).map(|i| format!("ex-{i}")).collect::<Vec<_>>());
+    // The key is not a slice: the slices are only those asked for.
+    assert_eq!(batches[0].targets.slices.len(), 1);
+    let unkeyed = read_all(&Dataset::open(spec(vec![path.clone()])).unwrap(), &x_signature()).unwrap();
+    assert!(unkeyed.iter().all(|b| b.targets.keys.is_none()));
+
+    let other = dir.path().join("no-id.tfrecord");
+    write(&other, &records(0..3));
+    let err = Dataset::open(DataSpec { example_key: Some("id".into()), ..spec(vec![other]) }).unwrap_err().to_string();
+    assert!(err.contains("example key") && err.contains("no-id.tfrecord"), "{err}");
 }

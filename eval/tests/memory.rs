@@ -53,6 +53,7 @@ fn reading_and_scoring_a_large_tfrecord_keeps_peak_rss_bounded() {
         skip_corrupt: false,
         shard: None,
         format: None,
+        example_key: None,
     };
     let signature = SignatureInfo {
         key: "serving_default".into(),

@@ -20,7 +20,7 @@ fn f32_output(name: &str, shape: Vec<u64>, values: &[f32]) -> Vec<(String, Tenso
 }
 
 fn targets(labels: Labels) -> Targets {
-    Targets { rows: labels.len(), labels, weights: None, slices: vec![] }
+    Targets { rows: labels.len(), labels, weights: None, slices: vec![], first_index: 0, keys: None }
 }
 
 #[test]
@@ -130,6 +130,8 @@ fn slices_have_their_own_metrics_and_log_loss_clips_like_sklearn() {
         labels: Labels::Int(vec![0, 0, 1]),
         weights: Some(vec![1.0, 1.0, 2.0]),
         slices: vec![("country".into(), vec!["fr".into(), "de".into(), "fr".into()])],
+        first_index: 0,
+        keys: None,
     };
     e.update(&outputs, &t).unwrap();
     let eval = e.finish();

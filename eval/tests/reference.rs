@@ -94,6 +94,8 @@ fn run(case: &Case, batch: usize) -> isorun_eval::Evaluation {
             labels,
             weights: case.weights.as_ref().map(|w| w[start..end].to_vec()),
             slices: case.slice.iter().map(|s| ("group".to_string(), s[start..end].to_vec())).collect(),
+            first_index: start as u64,
+            keys: None,
         };
         evaluator.update(&[("out".into(), Tensor::dense(DType::Float64, shape, bytes))], &targets).unwrap();
         start = end;

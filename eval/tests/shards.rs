@@ -214,6 +214,7 @@ fn spec(paths: Vec<PathBuf>, shard: Option<DataShard>, limit: Option<u64>) -> Da
         skip_corrupt: false,
         shard,
         format: None,
+        example_key: None,
     }
 }
 

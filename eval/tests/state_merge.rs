@@ -174,6 +174,8 @@ fn evaluate(case: &Case, rows: &[usize], batch: usize) -> Evaluator {
                 .iter()
                 .map(|s| ("group".to_string(), chunk.iter().map(|&r| s[r].clone()).collect()))
                 .collect(),
+            first_index: chunk[0] as u64,
+            keys: None,
         };
         evaluator.update(&[("out".into(), Tensor::dense(DType::Float64, shape, bytes))], &targets).unwrap();
     }

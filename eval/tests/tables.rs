@@ -84,6 +84,7 @@ fn spec(path: &Path) -> DataSpec {
         skip_corrupt: false,
         shard: None,
         format: None,
+        example_key: None,
     }
 }
 

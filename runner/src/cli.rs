@@ -737,6 +737,11 @@ pub struct EvalOptions {
     #[arg(long = "slice", value_name = "FEATURE", help_heading = "Evaluation")]
     pub slices: Vec<String>,
 
+    /// A feature that names each example (an id): bootstrap weights (--ci) are drawn from it and
+    /// predictions are matched by it [default: the example's index in the data].
+    #[arg(long, value_name = "FEATURE", help_heading = "Evaluation")]
+    pub example_key: Option<String>,
+
     /// Feed the signature input INPUT from the feature FEATURE (repeatable).
     #[arg(long = "feature", value_name = "INPUT=FEATURE", help_heading = "Evaluation")]
     pub features: Vec<String>,

@@ -723,6 +723,7 @@ mod tests {
             skip_corrupt: false,
             shard: None,
             format: None,
+            example_key: None,
         }
     }
 

@@ -45,6 +45,8 @@ fn spec(path: &Path, label: &str, weight: Option<&str>, slices: &[&str], skip_co
         batch_size: 7,
         skip_corrupt,
         shard: None,
+        format: None,
+        example_key: None,
     }
 }
 

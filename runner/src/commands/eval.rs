@@ -92,6 +92,7 @@ pub fn main(args: EvalArgs, quiet: bool) -> Result<i32, String> {
         skip_corrupt: eval.skip_corrupt,
         shard: data_shard.map(|s| isorun_eval::DataShard { index: s.index, count: s.count }),
         format: data_format,
+        example_key: eval.example_key.clone(),
     })
     .map_err(|e| format!("--data: {}", with_causes(&e)))?;
     let baseline = match &eval.baseline {
@@ -115,7 +116,7 @@ pub fn main(args: EvalArgs, quiet: bool) -> Result<i32, String> {
         eval.limit,
         baseline.as_ref().map(|b| b.digest.clone()),
         data_shard.map(|s| s.to_string()),
-    );
+    ) + &format!("\0{:?}", eval.example_key);
     let mut settings = report_settings(&run, &run_settings);
     settings["eval"] = eval_settings(&eval, &dataset, batch_size, data_shard);
     if let Some(dir) = &run.output_dir {
@@ -243,6 +244,9 @@ fn eval_settings(eval: &EvalOptions, dataset: &Dataset, batch_size: u64, data_sh
     }
     if !eval.slices.is_empty() {
         s.insert("slices".into(), json!(eval.slices));
+    }
+    if let Some(key) = &eval.example_key {
+        s.insert("example_key".into(), json!(key));
     }
     if let Some(limit) = eval.limit {
         s.insert("limit".into(), json!(limit));

@@ -268,6 +268,7 @@ fn check_eval(eval: &EvalOptions, batch_size: Option<u64>) -> Result<(), String>
         batch_size: batch_size.unwrap_or(1) as usize,
         skip_corrupt: eval.skip_corrupt,
         shard: None,
+        example_key: eval.example_key.clone(),
         format: match &eval.data_format {
             None => None,
             Some(name) => Some(isorun_eval::Format::from_name(name).ok_or_else(|| {
