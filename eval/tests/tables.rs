@@ -238,3 +238,82 @@ fn truncated_flipped_and_hostile_files_are_errors_naming_the_file_never_panics()
         );
     }
 }
+
+/// A Parquet file of a few rows whose `blob` column is one zstd page that
+/// decompresses to `blob_bytes` zeros: a few KB on disk.
+fn bomb(dir: &Path, blob_bytes: usize) -> PathBuf {
+    use arrow_array::BinaryArray;
+    use parquet::basic::{Compression, ZstdLevel};
+    let zeros = vec![0u8; blob_bytes];
+    let columns: Vec<(&str, ArrayRef)> = vec![
+        ("label", Arc::new(Int64Array::from_iter_values([0, 1]))),
+        ("x", Arc::new(arrow_array::Float32Array::from_iter_values([0.5, 1.5]))),
+        ("blob", Arc::new(BinaryArray::from_iter_values([&zeros[..], b"small"]))),
+    ];
+    drop(zeros);
+    let batch = RecordBatch::try_from_iter(columns).unwrap();
+    let properties = WriterProperties::builder()
+        .set_compression(Compression::ZSTD(ZstdLevel::try_new(1).unwrap()))
+        .set_dictionary_enabled(false)
+        .set_statistics_enabled(parquet::file::properties::EnabledStatistics::None)
+        .set_data_page_size_limit(usize::MAX / 2)
+        .build();
+    let path = dir.join("bomb.parquet");
+    let mut writer =
+        ArrowWriter::try_new(std::fs::File::create(&path).unwrap(), batch.schema(), Some(properties)).unwrap();
+    writer.write(&batch).unwrap();
+    writer.close().unwrap();
+    path
+}
+
+#[test]
+fn a_page_that_decompresses_past_the_cap_is_refused_before_it_is_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let cap = 256 << 20;
+    let path = bomb(dir.path(), cap + 1);
+    let on_disk = std::fs::metadata(&path).unwrap().len();
+    assert!(on_disk < 1 << 20, "the bomb is small on disk: {on_disk} bytes");
+    let spec = |slices: Vec<String>| DataSpec { weight: None, slices, renames: vec![], ..spec(&path) };
+    let sig = |inputs| SignatureInfo { key: "serving_default".into(), inputs, outputs: vec![] };
+    let read = |spec: DataSpec, sig: SignatureInfo| -> Result<usize, DataError> {
+        let dataset = Dataset::open(spec)?;
+        let mut reader = dataset.reader(&sig)?;
+        let mut rows = 0;
+        while let Some(batch) = reader.next_batch() {
+            rows += batch?.targets.rows;
+        }
+        Ok(rows)
+    };
+    // Read as an input: refused, naming the row group, column, page and sizes.
+    let err = read(spec(vec![]), sig(vec![input("blob", DType::String, &[None])])).unwrap_err().to_string();
+    assert!(
+        err.contains("bomb.parquet")
+            && err.contains("row group 0 column 'blob' page 0")
+            && err.contains("claims to decompress to")
+            && err.contains(&format!("more than the {cap} a page may take")),
+        "{err}"
+    );
+    // As a slice too (slices are read as text).
+    let err = read(spec(vec!["blob".into()]), sig(vec![input("x", DType::Float32, &[None])])).unwrap_err();
+    assert!(err.to_string().contains("column 'blob'"), "{err}");
+    // The pages of a column not read are not checked: the other columns read.
+    assert_eq!(read(spec(vec![]), sig(vec![input("x", DType::Float32, &[None])])).unwrap(), 2);
+}
+
+#[test]
+fn a_page_just_under_the_cap_reads() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = bomb(dir.path(), 8 << 20);
+    let spec = DataSpec { weight: None, slices: vec![], renames: vec![], ..spec(&path) };
+    let dataset = Dataset::open(spec).unwrap();
+    let sig = SignatureInfo {
+        key: "serving_default".into(),
+        inputs: vec![input("blob", DType::String, &[None])],
+        outputs: vec![],
+    };
+    let mut reader = dataset.reader(&sig).unwrap();
+    let batch = reader.next_batch().unwrap().unwrap();
+    let TensorData::Strings(strings) = &batch.inputs[0].1.data else { panic!("strings") };
+    assert_eq!(strings[0].len(), 8 << 20);
+    assert_eq!(&strings[1][..], b"small");
+}

@@ -24,6 +24,7 @@ pub(crate) mod arrow;
 pub(crate) mod csv;
 pub(crate) mod jsonl;
 pub(crate) mod parquet;
+mod parquet_pages;
 pub(crate) mod tfrecord;
 
 use crate::error::DataError;

@@ -9,8 +9,10 @@
 //!
 //! Untrusted input: the footer is read here, not by the crate, with its
 //! claimed length checked against the file and capped at [`MAX_FOOTER`];
-//! every column chunk's claimed byte range must lie within the file. A
-//! panic in the Parquet crate is the file's [`DataError::Reader`].
+//! every column chunk's claimed byte range must lie within the file, and
+//! every page a read will decompress is checked first (`parquet_pages`:
+//! no decompression bombs). A panic in the Parquet crate is the file's
+//! [`DataError::Reader`].
 //! Compression: uncompressed, snappy (pandas' and pyarrow's default), zstd
 //! (polars' default) and gzip; others (lz4, brotli) are refused by name.
 //!
@@ -99,6 +101,19 @@ fn metadata(path: &Path) -> Result<ArrowReaderMetadata, DataError> {
         .map_err(|e| bad(path, format!("its schema: {e}")))
 }
 
+/// Checks the page headers of the row groups `groups` for the leaf columns
+/// under the root columns `roots` (see `parquet_pages`).
+fn check_pages(
+    path: &Path,
+    meta: &ArrowReaderMetadata,
+    groups: std::ops::Range<usize>,
+    roots: &[usize],
+) -> Result<(), DataError> {
+    let schema = meta.parquet_schema();
+    let leaf = |c: usize| c < schema.num_columns() && roots.contains(&schema.get_column_root_idx(c));
+    super::parquet_pages::check_pages(path, meta.metadata(), groups, leaf)
+}
+
 fn read_error(path: &Path) -> impl Fn(parquet::errors::ParquetError) -> DataError + '_ {
     move |e| DataError::Array { path: path.to_path_buf(), reason: format!("cannot read it as Parquet: {e}") }
 }
@@ -114,6 +129,7 @@ fn columns(
     let mut first: Vec<Option<ArrayRef>> = vec![None; schema.fields().len()];
     let group = meta.metadata().row_groups().iter().position(|g| g.num_rows() > 0);
     if let (false, Some(group)) = (variable.is_empty(), group) {
+        check_pages(path, meta, group..group + 1, &variable)?;
         let file = File::open(path).map_err(super::io_error(path))?;
         let mut reader = ParquetRecordBatchReaderBuilder::new_with_metadata(file, meta.clone())
             .with_projection(ProjectionMask::roots(meta.parquet_schema(), variable.iter().copied()))
@@ -154,6 +170,7 @@ pub(crate) fn open(path: &Path, options: &Options) -> Result<Box<dyn Source>, Da
         let (lo, hi) = (lo as usize, hi as usize);
         let rows_before: u64 = groups[..lo].iter().map(|g| g.num_rows() as u64).sum();
         let rows: u64 = groups[lo..hi].iter().map(|g| g.num_rows() as u64).sum();
+        check_pages(path, &meta, lo..hi, &projection)?;
         let file = File::open(path).map_err(super::io_error(path))?;
         let reader = ParquetRecordBatchReaderBuilder::new_with_metadata(file, meta.clone())
             .with_projection(ProjectionMask::roots(meta.parquet_schema(), projection.iter().copied()))
