@@ -15,7 +15,7 @@ use crate::session::{run_request, shutdown, terminate, wait_hello, Deadlines};
 use crate::settings::{Settings, SpawnMode};
 use crate::sink::OutputSink;
 use crate::spare::{self, Reservation, Spare};
-use crate::unit::{Attempt, OutputInfo, UnitReport};
+use crate::unit::{Attempt, OutputInfo, Phases, UnitReport};
 use isorun_protocol::{ErrorKind, ModelError, Outcome, RunRequest, SandboxSpec, Tensor, ToWorker, WarmRequest};
 use isorun_tensors::batch;
 use isorun_tensors::values::tensor_values;
@@ -409,6 +409,8 @@ impl Slot<'_> {
                 .take()
                 .and_then(|spare| spare.ready(self.settings.start_timeout, self.settings.memory_limit, self.stop));
             let started = Instant::now();
+            // The worker's spawn and its wait for Hello, when it was started for this unit.
+            let mut start_phases: Option<(Duration, Duration)> = None;
             let (mut worker, worker_id, spare_report, mut cpu_before) = match warm {
                 Some((mut worker, worker_id, report)) => {
                     self.watch_gpu(&mut worker);
@@ -418,7 +420,10 @@ impl Slot<'_> {
                 }
                 None => {
                     let worker_id = self.worker_ids.fetch_add(1, Ordering::SeqCst);
-                    let mut worker = match self.spawn_worker(zygote) {
+                    let spawning = Instant::now();
+                    let spawned = self.spawn_worker(zygote);
+                    let spawn_time = spawning.elapsed();
+                    let mut worker = match spawned {
                         Ok(mut worker) => {
                             self.watch_gpu(&mut worker);
                             worker
@@ -432,9 +437,11 @@ impl Slot<'_> {
                             continue;
                         }
                     };
+                    let waiting = Instant::now();
                     match wait_hello(&mut worker, self.stop, self.start_deadline(started)) {
                         Ok(hello) => {
                             let _ = self.tensorflow_version.set(hello.tensorflow_version);
+                            start_phases = Some((spawn_time, waiting.elapsed()));
                         }
                         Err(outcome) => {
                             pending.pop_front();
@@ -472,6 +479,17 @@ impl Slot<'_> {
                 }
                 let cpu_now = worker.cpu_now().unwrap_or(cpu_before);
                 let mut report = end.report;
+                if let Some(phases) = report.phases.as_mut() {
+                    match start_phases.take() {
+                        Some((spawn, hello)) => {
+                            phases.spawn = Some(spawn);
+                            phases.hello = Some(hello);
+                        }
+                        // A spare applied its sandbox while warming up; a later unit
+                        // of a shared worker found it applied.
+                        None => phases.sandbox.clear(),
+                    }
+                }
                 report.worker_id = Some(worker_id);
                 report.worker_pid = Some(worker.pid);
                 report.worker_forked = Some(worker.forked());
@@ -509,8 +527,13 @@ impl Slot<'_> {
                 }
                 last => last,
             };
+            let leaving = Instant::now();
             let exit = shutdown(&mut worker, self.settings.grace);
+            let exit_time = leaving.elapsed();
             if let Some((mut report, begun, before)) = last {
+                if let Some(phases) = report.phases.as_mut() {
+                    phases.exit = Some(exit_time);
+                }
                 finish_metrics(&mut report, &worker, Some(exit), begun, before);
                 report.gpu_return = worker.gpu_after_exit();
                 self.conclude(report, shared, &mut history, &mut pending, tell);
@@ -681,11 +704,15 @@ impl Slot<'_> {
             }
         };
         let deadlines = self.deadlines(started);
+        let mut phases = Phases::default();
         let mut worker_usable = true;
         let mut latencies: Vec<f64> = Vec::new();
         let mut batches_time = Duration::ZERO;
         loop {
-            let inputs = match stream.next_batch() {
+            let reading = Instant::now();
+            let next = stream.next_batch();
+            phases.feed_next += reading.elapsed();
+            let inputs = match next {
                 None => break,
                 Some(Err(outcome)) => {
                     report.outcome = outcome;
@@ -702,6 +729,7 @@ impl Slot<'_> {
             let envelope = RequestEnvelope::new(&ToWorker::Run(request), shared);
             let sent = Instant::now();
             let end = run_request(worker, envelope, index as u64, self.stop, deadlines);
+            phases.requests += sent.elapsed();
             report.load_ms = report.load_ms.or(end.load_ms);
             report.sandbox = worker.sandbox().cloned();
             worker_usable = end.worker_usable;
@@ -714,7 +742,10 @@ impl Slot<'_> {
             report.run_ms = Some(report.run_ms.unwrap_or(0) + end.run_ms.unwrap_or(0));
             latencies.push(latency.as_secs_f64() * 1000.0);
             batches_time += latency;
-            if let Err(outcome) = stream.accept(end.outputs) {
+            let scoring = Instant::now();
+            let accepted = stream.accept(end.outputs);
+            phases.feed_accept += scoring.elapsed();
+            if let Err(outcome) = accepted {
                 report.outcome = outcome;
                 break;
             }
@@ -722,7 +753,11 @@ impl Slot<'_> {
         worker.sample_gpu();
         report.gpu_peak_bytes = worker.take_gpu_peak();
         let ok = report.outcome.is_ok();
+        let finishing = Instant::now();
         let summary = stream.finish(ok);
+        phases.feed_accept += finishing.elapsed();
+        phases.sandbox = sandbox_steps(worker);
+        report.phases = self.settings.phases.then_some(phases);
         if let (true, Some(outcome)) = (ok, summary.outcome) {
             report.outcome = outcome;
         }
@@ -772,6 +807,7 @@ impl Slot<'_> {
             None => Vec::new(),
         };
         let deadlines = self.deadlines(started);
+        let mut phases = Phases::default();
         let rows: Vec<u64> = ranges.iter().map(|(a, b)| b - a).collect();
         let mut parts = Vec::with_capacity(ranges.len().max(1));
         let mut worker_usable = true;
@@ -791,7 +827,9 @@ impl Slot<'_> {
                 }
             };
             let envelope = RequestEnvelope::new(&ToWorker::Run(self.request(index, batch, inputs)), shared);
+            let sent = Instant::now();
             let end = run_request(worker, envelope, index as u64, self.stop, deadlines);
+            phases.requests += sent.elapsed();
             report.load_ms = report.load_ms.or(end.load_ms);
             report.sandbox = worker.sandbox().cloned();
             report.run_ms = match (report.run_ms, end.run_ms) {
@@ -825,6 +863,8 @@ impl Slot<'_> {
                 Err(outcome) => report.outcome = outcome,
             }
         }
+        phases.sandbox = sandbox_steps(worker);
+        report.phases = self.settings.phases.then_some(phases);
         UnitEnd { report, worker_usable }
     }
 
@@ -872,8 +912,12 @@ fn start_reaper<'scope>(
         .name("reaper".into())
         .spawn_scoped(scope, move || {
             for mut reap in rx {
+                let leaving = Instant::now();
                 let exit = shutdown(&mut reap.worker, reap.grace);
                 let mut report = reap.report;
+                if let Some(phases) = report.phases.as_mut() {
+                    phases.exit = Some(leaving.elapsed());
+                }
                 finish_metrics(&mut report, &reap.worker, Some(exit), reap.begun, reap.before);
                 report.gpu = reap.gpu;
                 reap.attempts.push(Attempt::of(&report, reap.shared));
@@ -883,6 +927,11 @@ fn start_reaper<'scope>(
         })
         .expect("spawn a reaper thread");
     (tx, thread)
+}
+
+/// The worker's sandbox steps, as it timed them.
+fn sandbox_steps(worker: &WorkerProcess) -> Vec<(String, Duration)> {
+    worker.sandbox_steps().iter().map(|(name, us)| (name.clone(), Duration::from_micros(*us))).collect()
 }
 
 /// Wall time, CPU time and peak memory of a unit. With an `exit`, the

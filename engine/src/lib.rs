@@ -67,7 +67,7 @@ pub use process::{library_path, memory_fields, pidfd_signals_process_group, work
 pub use session::{check_outputs, MAX_RANK};
 pub use settings::{Settings, SettingsBuilder, SpawnMode, STATUSES};
 pub use sink::{Discard, OutputSink, Sinks, WriteNpy};
-pub use unit::{Attempt, OutputInfo, SpareReport, UnitReport};
+pub use unit::{Attempt, OutputInfo, Phases, SpareReport, UnitReport};
 pub use worker_session::{Answer, WorkerSession};
 
 /// GPU devices: `--gpus` lists, NVML, per-unit GPU memory.

@@ -136,8 +136,10 @@ pub fn run_request(
             return fail(end, Outcome::Timeout { phase });
         }
         match worker.next_event(TICK) {
-            Some(Event::Message(WorkerMessage::Sandboxed { protections, missing })) if phase == Phase::Load => {
-                worker.set_sandbox(protections, missing);
+            Some(Event::Message(WorkerMessage::Sandboxed { protections, missing, steps_us }))
+                if phase == Phase::Load =>
+            {
+                worker.set_sandbox(protections, missing, steps_us);
             }
             Some(Event::Message(WorkerMessage::Loaded { unit: u, load_ms })) if u == unit && phase == Phase::Load => {
                 end.load_ms = Some(load_ms);

@@ -99,6 +99,8 @@ pub struct Settings {
     pub retry_on: Vec<String>,
     /// How Keras model files are exported to SavedModels before they run.
     pub keras: crate::keras::KerasSettings,
+    /// Time each unit's phases ([`crate::Phases`]) for its record.
+    pub phases: bool,
 }
 
 impl Settings {
@@ -145,6 +147,7 @@ impl Settings {
                 retries: 0,
                 retry_on: Vec::new(),
                 keras: crate::keras::KerasSettings::default(),
+                phases: false,
             },
         }
     }
@@ -217,6 +220,8 @@ impl SettingsBuilder {
         /// Statuses that are retried.
         retry_on: Vec<String>,
         keras: crate::keras::KerasSettings,
+        /// Per-phase times in each unit's report.
+        phases: bool,
     }
 
     /// The folder holding libtensorflow for the workers (first on their

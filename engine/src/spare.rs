@@ -106,8 +106,8 @@ impl Spare {
                 return Err(format!("it was still warming up {:?} after it was needed", waiting.elapsed()));
             }
             match self.worker.next_event(Duration::from_millis(20)) {
-                Some(Event::Message(WorkerMessage::Sandboxed { protections, missing })) => {
-                    self.worker.set_sandbox(protections, missing);
+                Some(Event::Message(WorkerMessage::Sandboxed { protections, missing, steps_us })) => {
+                    self.worker.set_sandbox(protections, missing, steps_us);
                 }
                 Some(Event::Message(WorkerMessage::Warmed { warm_ms, error })) => {
                     if let Some(error) = &error {

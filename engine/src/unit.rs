@@ -56,6 +56,36 @@ pub struct UnitReport {
     pub export: Option<crate::keras::ExportReport>,
     /// Inputs cast to the signature's dtypes: name and `from→to` (`float64→float32`).
     pub casts: Vec<(String, String)>,
+    /// Where the unit's wall time went (with `Settings::phases`).
+    pub phases: Option<Phases>,
+}
+
+/// Where a unit's wall time went, phase by phase, as the supervisor (and,
+/// for the sandbox, the worker) measured it. What no phase names (the
+/// slot's own work, waiting for a spare) is the wall time's rest.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Phases {
+    /// Starting the worker: the fork request answered, or the exec done
+    /// (`None` for a spare, started before the unit, or a later unit of a
+    /// shared worker).
+    pub spawn: Option<Duration>,
+    /// From the worker started to its `Hello` (its own start: loading
+    /// libtensorflow when exec'd; little when forked).
+    pub hello: Option<Duration>,
+    /// The sandbox's steps as the worker timed them (`limits_env`,
+    /// `network`, `landlock`, `seccomp`).
+    pub sandbox: Vec<(String, Duration)>,
+    /// Every request's round trip as the supervisor saw it (sent to
+    /// answered): the sandbox, loading and running are in it, the rest is
+    /// IPC (framing, shared memory, outputs read back).
+    pub requests: Duration,
+    /// A fed unit's time reading its next batch (`eval`: the data).
+    pub feed_next: Duration,
+    /// A fed unit's time taking a batch's outputs (`eval`: scoring).
+    pub feed_accept: Duration,
+    /// From asking the worker to leave to its exit reaped (`None` for a
+    /// unit of a shared worker that another unit followed).
+    pub exit: Option<Duration>,
 }
 
 /// How a unit's spare worker was readied (see `--spares`).
@@ -126,6 +156,7 @@ impl UnitReport {
             stream: None,
             export: None,
             casts: Vec::new(),
+            phases: None,
         }
     }
 }

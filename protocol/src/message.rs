@@ -159,6 +159,8 @@ pub enum WorkerMessage {
     Sandboxed {
         protections: Vec<String>,
         missing: Vec<String>,
+        /// Each step's time in microseconds (`isorun_sandbox::Applied::steps`).
+        steps_us: Vec<(String, u64)>,
     },
     /// A spare's warm-up is over, in `warm_ms`; `error` says why it did not
     /// work (the spare is still usable, only colder).

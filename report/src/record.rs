@@ -65,6 +65,9 @@ pub fn unit_record(model: &Model, report: &UnitReport) -> Value {
     if let Some(bytes) = report.peak_rss_bytes {
         r.insert("peak_rss_bytes".into(), json!(bytes));
     }
+    if let Some(phases) = &report.phases {
+        r.insert("phases_ms".into(), phases_record(report, phases));
+    }
     if let Some(id) = report.worker_id {
         r.insert("worker_id".into(), json!(id));
     }
@@ -99,6 +102,60 @@ pub fn unit_record(model: &Model, report: &UnitReport) -> Value {
         r.insert("stderr_tail".into(), json!(report.stderr_tail));
     }
     Value::Object(r)
+}
+
+/// Milliseconds, to the microsecond.
+fn ms(d: std::time::Duration) -> Value {
+    json!(d.as_micros() as f64 / 1000.0)
+}
+
+/// `"phases_ms"`: where the unit's wall time went. `spawn`, `hello`,
+/// `sandbox` (and its `sandbox_steps`) when its worker was started for it;
+/// `load` and `run` as the worker timed them; `ipc` the requests' round
+/// trips less the worker's sandbox, load and run; `data` and `score` for a
+/// fed unit (reading batches, scoring outputs); `spare_wait`; `exit`
+/// (asking the worker to leave until it is reaped, for the last unit of a
+/// worker; after a passed unit the slot's reaper does it while the next
+/// unit starts); `other` the rest of `wall_ms`.
+fn phases_record(report: &UnitReport, phases: &isorun_engine::Phases) -> Value {
+    use std::time::Duration;
+    let mut p = Map::new();
+    let sandbox: Duration = phases.sandbox.iter().map(|(_, d)| *d).sum();
+    let load = Duration::from_millis(report.load_ms.unwrap_or(0));
+    let run = Duration::from_millis(report.run_ms.unwrap_or(0));
+    let spare_wait = Duration::from_millis(report.spare.as_ref().map_or(0, |s| s.waited_ms));
+    let ipc = phases.requests.saturating_sub(sandbox + load + run);
+    let mut accounted = phases.requests + spare_wait;
+    if let Some(spawn) = phases.spawn {
+        p.insert("spawn".into(), ms(spawn));
+        accounted += spawn;
+    }
+    if let Some(hello) = phases.hello {
+        p.insert("hello".into(), ms(hello));
+        accounted += hello;
+    }
+    if !phases.sandbox.is_empty() {
+        p.insert("sandbox".into(), ms(sandbox));
+        let steps: Map<String, Value> = phases.sandbox.iter().map(|(name, d)| (name.clone(), ms(*d))).collect();
+        p.insert("sandbox_steps".into(), Value::Object(steps));
+    }
+    p.insert("load".into(), ms(load));
+    p.insert("run".into(), ms(run));
+    p.insert("ipc".into(), ms(ipc));
+    if report.stream.is_some() {
+        p.insert("data".into(), ms(phases.feed_next));
+        p.insert("score".into(), ms(phases.feed_accept));
+        accounted += phases.feed_next + phases.feed_accept;
+    }
+    if report.spare.is_some() {
+        p.insert("spare_wait".into(), ms(spare_wait));
+    }
+    if let Some(exit) = phases.exit {
+        p.insert("exit".into(), ms(exit));
+        accounted += exit;
+    }
+    p.insert("other".into(), ms(report.wall.saturating_sub(accounted)));
+    Value::Object(p)
 }
 
 /// A fed unit (`isorun eval`): how many examples went through, how fast,

@@ -146,6 +146,8 @@ pub fn run_settings(args: &RunArgs) -> Result<RunSettings, String> {
         .retry_on(statuses("--retry-on", &args.retry_on)?)
         .libraries(libraries)
         .keras(keras_settings(&args.keras)?)
+        // Where each unit's time went, in its record: with --report, or -vv.
+        .phases(args.report.is_some() || tracing::enabled!(tracing::Level::DEBUG))
         .build();
     let expect = match &args.expect {
         Some(dir) if !dir.is_dir() => return Err(format!("--expect {}: not a folder", dir.display())),

@@ -88,6 +88,10 @@ const ENV_NAMES: &[&str] = &["LANG", "LANGUAGE", "LD_LIBRARY_PATH", "LD_BIND_NOW
 pub struct Applied {
     pub protections: Vec<String>,
     pub missing: Vec<String>,
+    /// How long each step took, in order: `limits_env` (rlimits, the
+    /// environment, the working folder), `network` (the namespace),
+    /// `landlock` (building and enforcing the ruleset), `seccomp`.
+    pub steps: Vec<(&'static str, std::time::Duration)>,
 }
 
 /// Applies the sandbox to this process. Must run while single-threaded.
@@ -99,7 +103,14 @@ pub fn apply(spec: &SandboxSpec) -> Applied {
 /// folders (the Keras export process: its cache entry's temporary folder).
 /// Landlock still refuses every other write; everything else is `apply`'s.
 pub fn apply_with_writable(spec: &SandboxSpec, writable: &[std::path::PathBuf]) -> Applied {
-    let mut applied = Applied { protections: Vec::new(), missing: Vec::new() };
+    let mut applied = Applied { protections: Vec::new(), missing: Vec::new(), steps: Vec::new() };
+    let mut steps = Vec::with_capacity(4);
+    let mut step_started = std::time::Instant::now();
+    let mut step = |name: &'static str| {
+        let now = std::time::Instant::now();
+        steps.push((name, now - step_started));
+        step_started = now;
+    };
     let mut record =
         |name: &str, ok: bool| if ok { &mut applied.protections } else { &mut applied.missing }.push(name.to_string());
 
@@ -131,6 +142,7 @@ pub fn apply_with_writable(spec: &SandboxSpec, writable: &[std::path::PathBuf]) 
     if let Some(dir) = &spec.work_dir {
         record("work_dir", std::env::set_current_dir(dir).is_ok());
     }
+    step("limits_env");
 
     // No network: a fresh network namespace (root may; others through a user namespace).
     // SAFETY: unshare affects only this process; single-threaded here.
@@ -138,6 +150,7 @@ pub fn apply_with_writable(spec: &SandboxSpec, writable: &[std::path::PathBuf]) 
         libc::unshare(libc::CLONE_NEWNET) == 0 || libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNET) == 0
     };
     record("no_network", no_network);
+    step("network");
 
     // Before Landlock and seccomp, which both need it (and so that a
     // kernel without Landlock still refuses new privileges).
@@ -171,6 +184,7 @@ pub fn apply_with_writable(spec: &SandboxSpec, writable: &[std::path::PathBuf]) 
             false
         }
     };
+    step("landlock");
     // Without the scope, seccomp keeps signals in (abstract sockets are
     // kept in by `no_unix_sockets` and the network namespace's own names).
     if !scoped {
@@ -184,6 +198,8 @@ pub fn apply_with_writable(spec: &SandboxSpec, writable: &[std::path::PathBuf]) 
     // when the supervisor started it so (a worker, spare or exporter).
     // SAFETY: getsid and getpid have no preconditions.
     record("own_session", filtered && unsafe { libc::getsid(0) == libc::getpid() });
+    step("seccomp");
+    applied.steps = steps;
     applied
 }
 

@@ -67,8 +67,11 @@ pub fn serve(mut socket: UnixStream) -> io::Result<()> {
                     // Before TensorFlow starts a thread: every thread it starts is confined.
                     let applied = isorun_sandbox::apply(&spec);
                     sandboxed = true;
-                    let message =
-                        WorkerMessage::Sandboxed { protections: applied.protections, missing: applied.missing };
+                    let message = WorkerMessage::Sandboxed {
+                        protections: applied.protections,
+                        missing: applied.missing,
+                        steps_us: applied.steps.iter().map(|(n, d)| (n.to_string(), d.as_micros() as u64)).collect(),
+                    };
                     write_frame(&mut socket, &message)?;
                 }
                 spare_sandbox = Some(warm.sandbox.clone());
@@ -101,8 +104,11 @@ pub fn serve(mut socket: UnixStream) -> io::Result<()> {
                     // Before any model is loaded and before TensorFlow starts a thread.
                     let applied = isorun_sandbox::apply(spec);
                     sandboxed = true;
-                    let message =
-                        WorkerMessage::Sandboxed { protections: applied.protections, missing: applied.missing };
+                    let message = WorkerMessage::Sandboxed {
+                        protections: applied.protections,
+                        missing: applied.missing,
+                        steps_us: applied.steps.iter().map(|(n, d)| (n.to_string(), d.as_micros() as u64)).collect(),
+                    };
                     write_frame(&mut socket, &message)?;
                 }
                 let answer = catch_unwind(AssertUnwindSafe(|| {

@@ -111,6 +111,8 @@ pub struct WorkerProcess {
     kind: Kind,
     /// What the worker said of its sandbox (`Sandboxed`), if anything.
     sandbox: Option<(Vec<String>, Vec<String>)>,
+    /// How long its sandbox's steps took, as it said (microseconds).
+    sandbox_steps: Vec<(String, u64)>,
     /// Its GPU memory, watched through NVML (`--gpus`, where NVML is present).
     gpu: Option<GpuWatch>,
     /// How long reaping may wait after SIGKILL.
@@ -265,6 +267,7 @@ impl WorkerProcess {
             exit: None,
             kind,
             sandbox: None,
+            sandbox_steps: Vec::new(),
             gpu: None,
             reap_timeout: DEFAULT_REAP_TIMEOUT,
         })
@@ -296,9 +299,15 @@ impl WorkerProcess {
         self.sandbox.as_ref()
     }
 
+    /// How long each step of its sandbox took, as it said (microseconds).
+    pub fn sandbox_steps(&self) -> &[(String, u64)] {
+        &self.sandbox_steps
+    }
+
     /// Records what the worker said of its sandbox.
-    pub fn set_sandbox(&mut self, protections: Vec<String>, missing: Vec<String>) {
+    pub fn set_sandbox(&mut self, protections: Vec<String>, missing: Vec<String>, steps_us: Vec<(String, u64)>) {
         self.sandbox = Some((protections, missing));
+        self.sandbox_steps = steps_us;
     }
 
     /// Watches the worker's GPU memory from now on.

@@ -215,8 +215,11 @@ fn worker_main(mut socket: UnixStream) -> i32 {
                 if let (true, Some(spec)) = (apply_sandbox, &warm.sandbox) {
                     let applied = isorun_sandbox::apply(spec);
                     sandboxed = true;
-                    let message =
-                        WorkerMessage::Sandboxed { protections: applied.protections, missing: applied.missing };
+                    let message = WorkerMessage::Sandboxed {
+                        protections: applied.protections,
+                        missing: applied.missing,
+                        steps_us: applied.steps.iter().map(|(n, d)| (n.to_string(), d.as_micros() as u64)).collect(),
+                    };
                     write_frame(&mut socket, &message).unwrap();
                 }
                 WARMED.store(true, std::sync::atomic::Ordering::SeqCst);
@@ -243,8 +246,11 @@ fn worker_main(mut socket: UnixStream) -> i32 {
                 if let (true, false, Some(spec)) = (apply_sandbox, sandboxed, &request.sandbox) {
                     let applied = isorun_sandbox::apply(spec);
                     sandboxed = true;
-                    let message =
-                        WorkerMessage::Sandboxed { protections: applied.protections, missing: applied.missing };
+                    let message = WorkerMessage::Sandboxed {
+                        protections: applied.protections,
+                        missing: applied.missing,
+                        steps_us: applied.steps.iter().map(|(n, d)| (n.to_string(), d.as_micros() as u64)).collect(),
+                    };
                     write_frame(&mut socket, &message).unwrap();
                 }
                 run(&mut socket, &request, &shared)

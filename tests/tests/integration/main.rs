@@ -21,6 +21,7 @@ mod lifecycle;
 mod nightly;
 mod old_kernels;
 mod outputs;
+mod phases;
 mod pipe;
 mod reports;
 mod run_cli;

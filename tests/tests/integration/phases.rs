@@ -1,0 +1,97 @@
+//! `phases_ms` in a record (`--report`, or `-vv`): where a unit's wall time
+//! went, measured by the real supervisor and worker. The phases must add up
+//! to the wall time (nothing counted twice, nothing negative), the sandbox
+//! steps must be the worker's own, and a record without `--report` or
+//! `-vv` stays as it was.
+
+use crate::util::{isorun, run};
+use serde_json::Value;
+use std::path::Path;
+
+fn examples() -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples")
+}
+
+fn number(phases: &Value, key: &str) -> f64 {
+    phases[key].as_f64().unwrap_or_else(|| panic!("phases_ms.{key} in {phases}"))
+}
+
+#[test]
+fn phases_add_up_to_the_wall_time_and_name_the_sandbox_steps() {
+    let tmp = tempfile::tempdir().unwrap();
+    let report = tmp.path().join("report.json");
+    let ran = run(isorun()
+        .arg("run")
+        .arg(examples().join("models/linear_regressor"))
+        .arg(examples().join("models/iris_classifier"))
+        .arg("--inputs")
+        .arg(examples().join("inputs.npz"))
+        .args(["-j", "1", "--spares", "0", "--report"])
+        .arg(&report));
+    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    for record in &ran.records {
+        let phases = &record["phases_ms"];
+        assert!(phases.is_object(), "{record}");
+        let wall = record["wall_ms"].as_f64().unwrap();
+        // Started for the unit (no spares): its start and its sandbox are its own.
+        let mut sum = 0.0;
+        for key in ["spawn", "hello", "sandbox", "load", "run", "ipc", "exit", "other"] {
+            let value = number(phases, key);
+            assert!(value >= 0.0, "{key} {value} in {phases}");
+            if key != "sandbox" {
+                sum += value;
+            }
+        }
+        // The worker's load and run are whole milliseconds: allow a millisecond each, and wall_ms's rounding.
+        assert!((sum - wall).abs() <= 3.0, "phases sum to {sum} ms, wall {wall} ms: {phases}");
+        assert!(number(phases, "load") == record["load_ms"].as_f64().unwrap());
+        let steps = phases["sandbox_steps"].as_object().expect("sandbox steps");
+        let names: Vec<&str> = steps.keys().map(String::as_str).collect();
+        for step in ["limits_env", "network", "landlock", "seccomp"] {
+            assert!(names.contains(&step), "{names:?}");
+        }
+        let steps_sum: f64 = steps.values().map(|v| v.as_f64().unwrap()).sum();
+        assert!((steps_sum - number(phases, "sandbox")).abs() < 0.01, "{phases}");
+    }
+    // The report file holds the same records.
+    let written: Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+    assert!(written["units"].as_array().unwrap().iter().all(|u| u["phases_ms"].is_object()));
+
+    // Without --report or -vv: no phases; with -vv and --sandbox off: no sandbox steps.
+    let plain = run(isorun()
+        .arg("run")
+        .arg(examples().join("models/linear_regressor"))
+        .arg("--inputs")
+        .arg(examples().join("inputs.npz")));
+    assert_eq!(plain.code, Some(0), "{}", plain.stderr);
+    assert!(plain.records[0].get("phases_ms").is_none(), "{}", plain.records[0]);
+    let verbose = run(isorun()
+        .arg("run")
+        .arg(examples().join("models/linear_regressor"))
+        .arg("--inputs")
+        .arg(examples().join("inputs.npz"))
+        .args(["-vv", "--sandbox", "off", "--spares", "0"]));
+    assert_eq!(verbose.code, Some(0), "{}", verbose.stderr);
+    let phases = &verbose.records[0]["phases_ms"];
+    assert!(phases.is_object() && phases.get("sandbox").is_none(), "{phases}");
+}
+
+#[test]
+fn an_eval_unit_s_time_is_split_into_data_model_ipc_and_scoring() {
+    let fixtures = crate::util::fixtures().join("eval");
+    let ran = run(isorun()
+        .arg("eval")
+        .arg(fixtures.join("models/binary"))
+        .arg("--data")
+        .arg(fixtures.join("data/data.tfrecord"))
+        .args(["--label", "label_bin", "-vv", "--batch-size", "100"]));
+    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    let record = &ran.records[0];
+    let phases = &record["phases_ms"];
+    let wall = record["wall_ms"].as_f64().unwrap();
+    let parts: f64 = ["data", "score", "load", "run", "ipc", "other"].iter().map(|k| number(phases, k)).sum::<f64>()
+        + ["spawn", "hello", "exit", "spare_wait"].iter().filter_map(|k| phases[*k].as_f64()).sum::<f64>();
+    // Ten batches: ten whole-millisecond run times.
+    assert!((parts - wall).abs() <= 12.0, "{parts} against {wall}: {phases}");
+    assert!(number(phases, "data") > 0.0 && number(phases, "score") > 0.0, "{phases}");
+}
