@@ -112,16 +112,12 @@ impl Calibration {
     /// The reliability diagram.
     pub(crate) fn diagram(&self) -> ReliabilityDiagram {
         let bins = self.bins();
-        let per_bin = |sums: &[ExactSum]| -> Vec<f64> {
+        let per_bin = |sums: &[ExactSum]| -> Vec<Option<f64>> {
             sums.iter()
                 .zip(&self.weight)
                 .map(|(s, w)| {
                     let w = w.value();
-                    if w == 0.0 {
-                        f64::NAN
-                    } else {
-                        s.value() / w
-                    }
+                    (w != 0.0).then(|| s.value() / w)
                 })
                 .collect()
         };
@@ -169,7 +165,7 @@ impl Calibration {
 }
 
 /// The reliability diagram of the whole data: per bin, its edges, examples,
-/// weight, mean confidence and accuracy (NaN, `null` in JSON, for an empty bin).
+/// weight, mean confidence and accuracy (`None`, `null` in JSON, for a bin of no weight).
 #[derive(Debug, Clone, PartialEq)]
 pub struct ReliabilityDiagram {
     pub bins: usize,
@@ -177,8 +173,8 @@ pub struct ReliabilityDiagram {
     pub edges: Vec<f64>,
     pub count: Vec<u64>,
     pub weight: Vec<f64>,
-    pub confidence: Vec<f64>,
-    pub accuracy: Vec<f64>,
+    pub confidence: Vec<Option<f64>>,
+    pub accuracy: Vec<Option<f64>>,
 }
 
 impl ReliabilityDiagram {
@@ -195,8 +191,8 @@ impl ReliabilityDiagram {
             "edges": numbers(&self.edges),
             "count": self.count,
             "weight": numbers(&self.weight),
-            "confidence": numbers(&self.confidence),
-            "accuracy": numbers(&self.accuracy),
+            "confidence": numbers(&self.confidence.iter().map(|x| x.unwrap_or(f64::NAN)).collect::<Vec<_>>()),
+            "accuracy": numbers(&self.accuracy.iter().map(|x| x.unwrap_or(f64::NAN)).collect::<Vec<_>>()),
         })
     }
 }
@@ -234,8 +230,9 @@ mod tests {
         let d = c.diagram();
         assert_eq!(d.count, [2, 1]);
         assert_eq!(d.edges, [0.0, 0.5, 1.0]);
-        assert!((d.confidence[0] - 0.25).abs() < 1e-15);
-        assert_eq!(d.accuracy, [0.25, 0.0]);
+        assert!((d.confidence[0].unwrap() - 0.25).abs() < 1e-15);
+        assert_eq!(d.accuracy, [Some(0.25), Some(0.0)]);
+        assert_eq!(Calibration::new(3).diagram().accuracy, [None, None, None]);
         assert!(Calibration::new(3).ece().is_nan());
     }
 }
