@@ -22,6 +22,7 @@ mod junit;
 mod merge;
 pub mod record;
 pub mod shard;
+pub mod table;
 pub mod text;
 mod timestamp;
 mod unit;

@@ -725,7 +725,8 @@ pub struct EvalOptions {
     pub weight: Option<String>,
 
     /// A metric (repeatable): accuracy, top_k_accuracy, auc, pr_auc, log_loss, precision, recall,
-    /// f1, mse, mae, rmse, mean_prediction, mean_label [default: chosen from the task].
+    /// f1, ece, brier, mse, mae, rmse, r2, mean_prediction, mean_label, calibration [default:
+    /// chosen from the task].
     #[arg(long = "metric", value_name = "NAME", help_heading = "Evaluation")]
     pub metrics: Vec<String>,
 
@@ -764,6 +765,17 @@ pub struct EvalOptions {
     /// k of top_k_accuracy.
     #[arg(long, value_name = "K", default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..), help_heading = "Evaluation")]
     pub top_k: u64,
+
+    /// Equal-width confidence bins of ece (bin b holds confidences in (b/N, (b+1)/N], the first
+    /// [0, 1/N]) and of the record's reliability diagram ("calibration").
+    #[arg(long, value_name = "N", default_value_t = 15, value_parser = clap::value_parser!(u64).range(1..=10_000), help_heading = "Evaluation")]
+    pub calibration_bins: u64,
+
+    /// Classes up to which the record carries the full confusion matrix; past them, the top
+    /// confusions ("top_confusions", from a bounded summary: "top_confusions_exact" says whether
+    /// its counts are exact).
+    #[arg(long, value_name = "N", default_value_t = 1000, value_parser = clap::value_parser!(u64).range(2..=20_000), help_heading = "Evaluation")]
+    pub max_confusion_classes: u64,
 
     /// Outputs are logits: sigmoid (binary) or softmax (multiclass) before probabilities.
     #[arg(long, help_heading = "Evaluation")]
