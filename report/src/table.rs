@@ -509,6 +509,67 @@ impl Table {
     }
 }
 
+/// The most rows the HTML leaderboard shows.
+const HTML_ROWS: usize = 1000;
+
+/// The HTML report's first view: the leaderboard of its models by the
+/// default metric (see [`default_metric`]); nothing for a report without
+/// metrics (not an eval report).
+pub(crate) fn html_leaderboard(report: &Value) -> String {
+    use crate::escape::escape_html;
+    let reports = [(PathBuf::from("report"), report.clone())];
+    let Ok(table) = table(&reports, None, None) else { return String::new() };
+    let any_ci = table.rows.iter().any(|r| r.ci.is_some());
+    let any_change = table.rows.iter().any(|r| r.change.is_some());
+    let any_significant = table.rows.iter().any(|r| r.change.as_ref().is_some_and(|c| c.significant.is_some()));
+    let direction = if table.higher_is_better { "higher is better" } else { "lower is better" };
+    let mut html = format!(
+        "<section id=\"leaderboard\">\n<h2>Leaderboard by {} <span class=\"date\">({direction}; =R: tied, intervals overlap)</span></h2>\n\
+         <table id=\"leaderboard-table\">\n<thead><tr><th class=\"number\">Rank</th><th>Model</th><th class=\"number\">{}</th>",
+        escape_html(&table.metric),
+        escape_html(&table.metric)
+    );
+    if any_ci {
+        let _ = write!(html, "<th class=\"number\">{}</th>", escape_html(&table.ci_header()));
+    }
+    if any_change {
+        html.push_str("<th class=\"number\">Δ vs baseline</th>");
+    }
+    if any_significant {
+        html.push_str("<th>Significant</th>");
+    }
+    html.push_str("<th>Status</th></tr></thead>\n<tbody>\n");
+    for r in table.rows.iter().take(HTML_ROWS) {
+        let _ = write!(
+            html,
+            "<tr><td class=\"number\">{}</td><td class=\"model\"><code>{}</code></td><td class=\"number\">{}</td>",
+            escape_html(&r.rank.text()),
+            escape_html(&r.model),
+            r.value.map_or_else(|| "–".into(), decimal)
+        );
+        if any_ci {
+            let ci = r.ci.map_or_else(|| "–".into(), |(l, h)| format!("[{}, {}]", decimal(l), decimal(h)));
+            let _ = write!(html, "<td class=\"number\">{ci}</td>");
+        }
+        let change = r.change.as_ref();
+        if any_change {
+            let delta = change.map_or_else(|| "–".into(), |c| signed(c.delta));
+            let _ = write!(html, "<td class=\"number\">{delta}</td>");
+        }
+        if any_significant {
+            let word = match change.and_then(|c| c.significant) {
+                Some(true) => "yes",
+                Some(false) => "no",
+                None => "–",
+            };
+            let _ = write!(html, "<td>{word}</td>");
+        }
+        let _ = writeln!(html, "<td>{}</td></tr>", escape_html(&r.status));
+    }
+    html.push_str("</tbody>\n</table>\n</section>\n");
+    html
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -648,6 +709,17 @@ mod tests {
         assert!(md.contains("| 2 | `m` (monday.json) | 0.5000 |"), "{md}");
         assert!(md.contains("| 3 | `n` | 0.1000 |"), "{md}");
         assert!(t.render(TableFormat::Csv).contains("\n1,false,tuesday.json,m,f1,0.6,"));
+    }
+
+    #[test]
+    fn the_html_leaderboard_is_escaped_and_empty_without_metrics() {
+        let page = html_leaderboard(&report(json!([
+            {"model": "<b>", "status": "ok", "metrics": {"accuracy": 0.9}, "ci": {"accuracy": [0.8, 1.0]}},
+            {"model": "c", "status": "ok", "metrics": {"accuracy": 0.85}, "ci": {"accuracy": [0.75, 0.95]}},
+        ])));
+        assert!(page.contains("<h2>Leaderboard by accuracy"), "{page}");
+        assert!(page.contains("<td class=\"number\">=1</td><td class=\"model\"><code>&lt;b&gt;</code></td>"), "{page}");
+        assert!(html_leaderboard(&report(json!([{"model": "a", "status": "ok"}]))).is_empty());
     }
 
     #[test]
