@@ -22,6 +22,7 @@ mod nightly;
 mod old_kernels;
 mod outputs;
 mod pipe;
+mod report_table;
 mod reports;
 mod run_cli;
 mod sandbox;
