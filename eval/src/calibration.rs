@@ -155,12 +155,7 @@ impl Calibration {
             let list = list.ok_or_else(|| format!("calibration: \"{key}\" is not {} sums", count.len()))?;
             list.iter().map(&sum_from_json).collect()
         };
-        Ok(Calibration {
-            weight: sums("weight")?,
-            confidence: sums("confidence")?,
-            correct: sums("correct")?,
-            count,
-        })
+        Ok(Calibration { weight: sums("weight")?, confidence: sums("confidence")?, correct: sums("correct")?, count })
     }
 }
 

@@ -124,7 +124,9 @@ impl TopConfusions {
                 Some(&[t, p, c]) if (t as usize) < classes && (p as usize) < classes && t != p && c > 0 => {
                     counts.insert((t as u32, p as u32), c);
                 }
-                _ => return Err(format!("top_confusions: {item} is not [true, predicted, count] of {classes} classes")),
+                _ => {
+                    return Err(format!("top_confusions: {item} is not [true, predicted, count] of {classes} classes"))
+                }
             }
         }
         Ok(TopConfusions { entries, counts, max_error })

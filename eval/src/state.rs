@@ -793,10 +793,10 @@ impl MetricState {
         );
         // States written before these settings existed used the defaults.
         if let Some(bins) = value.get("calibration_bins") {
-            state.calibration_bins = bins
-                .as_u64()
-                .filter(|&b| b >= 1 && b as usize <= crate::calibration::MAX_CALIBRATION_BINS)
-                .ok_or_else(|| invalid(format!("calibration_bins {bins}")))? as usize;
+            state.calibration_bins =
+                bins.as_u64()
+                    .filter(|&b| b >= 1 && b as usize <= crate::calibration::MAX_CALIBRATION_BINS)
+                    .ok_or_else(|| invalid(format!("calibration_bins {bins}")))? as usize;
         }
         if let Some(classes) = value.get("max_confusion_classes") {
             state.max_confusion_classes =

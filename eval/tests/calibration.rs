@@ -104,7 +104,11 @@ fn ece_brier_and_the_reliability_diagram_match_numpy_and_scikit_learn() {
                 for (value, metrics) in slices.as_object().unwrap() {
                     for (metric, e) in metrics.as_object().unwrap() {
                         let what = format!("{name} (batch {batch}) slice {value}: {metric}");
-                        assert_close(&what, evaluation.slices["group"][value.as_str()][metric.as_str()], e.as_f64().unwrap());
+                        assert_close(
+                            &what,
+                            evaluation.slices["group"][value.as_str()][metric.as_str()],
+                            e.as_f64().unwrap(),
+                        );
                     }
                 }
             }

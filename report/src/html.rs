@@ -18,7 +18,6 @@ use serde_json::Value;
 use std::collections::BTreeSet;
 use std::fmt::Write;
 
-
 /// The whole page.
 pub fn html_page(report: &Value) -> String {
     let units: Vec<Unit<'_>> =

@@ -18,8 +18,11 @@ const MAX_DIAGRAMS: usize = 1000;
 const SIZE: f64 = 240.0;
 const MARGIN: f64 = 30.0;
 
-/// (lower edge, upper edge, accuracy, mean confidence, examples) per bin with examples.
-fn bins(calibration: &Value) -> Option<Vec<(f64, f64, f64, f64, u64)>> {
+/// A bin with examples: lower edge, upper edge, accuracy, mean confidence, examples.
+type Bin = (f64, f64, f64, f64, u64);
+
+/// The bins with examples; `None` when the record's diagram is malformed.
+fn bins(calibration: &Value) -> Option<Vec<Bin>> {
     let edges = calibration["edges"].as_array()?;
     let count = calibration["count"].as_array()?;
     let accuracy = calibration["accuracy"].as_array()?;
@@ -36,7 +39,13 @@ fn bins(calibration: &Value) -> Option<Vec<(f64, f64, f64, f64, u64)>> {
         if examples == 0 || accuracy[b].is_null() {
             continue;
         }
-        out.push((low, high, unit(&accuracy[b])?, confidence[b].as_f64().unwrap_or(f64::NAN).clamp(0.0, 1.0), examples));
+        out.push((
+            low,
+            high,
+            unit(&accuracy[b])?,
+            confidence[b].as_f64().unwrap_or(f64::NAN).clamp(0.0, 1.0),
+            examples,
+        ));
     }
     Some(out)
 }

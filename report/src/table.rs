@@ -120,13 +120,9 @@ fn change_of(unit: &Value, metric: &str) -> Option<Change> {
     let change = unit.get("change")?.get(metric)?;
     let baseline_metric = unit.get("baseline_metrics").and_then(|b| b.get(metric)).and_then(Value::as_f64);
     match change {
-        Value::Number(delta) => Some(Change {
-            baseline: baseline_metric,
-            delta: delta.as_f64()?,
-            ci: None,
-            p: None,
-            significant: None,
-        }),
+        Value::Number(delta) => {
+            Some(Change { baseline: baseline_metric, delta: delta.as_f64()?, ci: None, p: None, significant: None })
+        }
         Value::Object(fields) => Some(Change {
             baseline: fields.get("baseline").and_then(Value::as_f64).or(baseline_metric),
             delta: fields.get("delta")?.as_f64()?,
@@ -158,8 +154,10 @@ pub fn default_metric(reports: &[(PathBuf, Value)]) -> Option<String> {
 /// The leaderboard of the reports' models by `metric` (default:
 /// [`default_metric`]), per value of slice feature `by` when given.
 pub fn table(reports: &[(PathBuf, Value)], metric: Option<&str>, by: Option<&str>) -> Result<Table, TableError> {
-    let units: Vec<(&PathBuf, &Value)> =
-        reports.iter().flat_map(|(path, r)| r["units"].as_array().into_iter().flatten().map(move |u| (path, u))).collect();
+    let units: Vec<(&PathBuf, &Value)> = reports
+        .iter()
+        .flat_map(|(path, r)| r["units"].as_array().into_iter().flatten().map(move |u| (path, u)))
+        .collect();
     let names = || reports.iter().map(|(p, _)| p.display().to_string()).collect::<Vec<_>>().join(", ");
     let metric = match metric {
         Some(name) => {
@@ -183,7 +181,11 @@ pub fn table(reports: &[(PathBuf, Value)], metric: Option<&str>, by: Option<&str
         return Err(TableError::NoMetrics);
     }
     if !available.contains(&name) {
-        return Err(TableError::MetricAbsent { metric: name.into(), reports: names(), available: available.join(", ") });
+        return Err(TableError::MetricAbsent {
+            metric: name.into(),
+            reports: names(),
+            available: available.join(", "),
+        });
     }
     let ci_level = units.iter().find_map(|(_, u)| u.get("ci_level").and_then(Value::as_f64));
     let mut seen: Vec<(&str, &PathBuf)> = Vec::new();
@@ -262,7 +264,13 @@ pub fn table(reports: &[(PathBuf, Value)], metric: Option<&str>, by: Option<&str
         unranked.sort_by(|a, b| a.model.cmp(&b.model).then_with(|| a.report.cmp(&b.report)));
         grouped.extend(unranked);
     }
-    Ok(Table { metric: name.to_string(), higher_is_better: higher, by: by.map(str::to_string), ci_level, rows: grouped })
+    Ok(Table {
+        metric: name.to_string(),
+        higher_is_better: higher,
+        by: by.map(str::to_string),
+        ci_level,
+        rows: grouped,
+    })
 }
 
 fn interval(row: &TableRow) -> (f64, f64) {
@@ -446,8 +454,7 @@ impl Table {
                 Rank::Tied(n) => (n.to_string(), "true"),
                 Rank::Unranked => (String::new(), ""),
             };
-            let mut cells =
-                vec![rank, tied.to_string(), csv_cell(&r.report.display().to_string()), csv_cell(&r.model)];
+            let mut cells = vec![rank, tied.to_string(), csv_cell(&r.report.display().to_string()), csv_cell(&r.model)];
             if self.by.is_some() {
                 cells.push(csv_cell(r.slice_value.as_deref().unwrap_or("")));
             }
@@ -635,14 +642,23 @@ mod tests {
         assert_eq!(ranks(&t), pairs(&[("1", "new"), ("2", "old"), ("3", "fresh")]));
         assert_eq!(
             t.rows[0].change,
-            Some(Change { baseline: Some(0.8), delta: 0.1, ci: Some((0.05, 0.15)), p: Some(0.004), significant: Some(true) })
+            Some(Change {
+                baseline: Some(0.8),
+                delta: 0.1,
+                ci: Some((0.05, 0.15)),
+                p: Some(0.004),
+                significant: Some(true)
+            })
         );
         assert_eq!(
             t.rows[1].change,
             Some(Change { baseline: Some(0.85), delta: -0.05, ci: None, p: None, significant: None })
         );
         let md = t.render(TableFormat::Markdown);
-        assert!(md.contains("| 1 | `new` | 0.9000 | [0.8500, 0.9500] | +0.1000 | [+0.0500, +0.1500] | 0.004 | yes |"), "{md}");
+        assert!(
+            md.contains("| 1 | `new` | 0.9000 | [0.8500, 0.9500] | +0.1000 | [+0.0500, +0.1500] | 0.004 | yes |"),
+            "{md}"
+        );
         assert!(md.contains("| 2 | `old` | 0.8000 | – | -0.0500 | – | – | – |"), "{md}");
         let csv = t.render(TableFormat::Csv);
         let lines: Vec<&str> = csv.lines().collect();
@@ -700,8 +716,11 @@ mod tests {
     fn a_model_in_two_reports_is_named_by_its_file() {
         let reports = vec![
             (PathBuf::from("monday.json"), report(json!([{"model": "m", "status": "ok", "metrics": {"f1": 0.5}}]))),
-            (PathBuf::from("tuesday.json"), report(json!([{"model": "m", "status": "ok", "metrics": {"f1": 0.6}},
-                                                           {"model": "n", "status": "ok", "metrics": {"f1": 0.1}}]))),
+            (
+                PathBuf::from("tuesday.json"),
+                report(json!([{"model": "m", "status": "ok", "metrics": {"f1": 0.6}},
+                                                           {"model": "n", "status": "ok", "metrics": {"f1": 0.1}}])),
+            ),
         ];
         let t = table(&reports, None, None).unwrap();
         let md = t.render(TableFormat::Markdown);

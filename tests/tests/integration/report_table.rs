@@ -101,7 +101,8 @@ fn report_table_ranks_the_models_of_two_reports_in_each_format() {
     // CSV: the better accuracy first, the values and the change the records have.
     let rows = csv_rows(&table(&["--metric", "accuracy", "--format", "csv"]));
     let header = &rows[0];
-    let column = |name: &str| header.iter().position(|h| h == name).unwrap_or_else(|| panic!("no {name} in {header:?}"));
+    let column =
+        |name: &str| header.iter().position(|h| h == name).unwrap_or_else(|| panic!("no {name} in {header:?}"));
     assert_eq!(rows.len(), 3);
     let (best, worst) = if accuracy(a) > accuracy(b) { (&monday, &tuesday) } else { (&tuesday, &monday) };
     assert_eq!(rows[1][column("report")], best.display().to_string());
