@@ -35,7 +35,7 @@ pub(crate) struct TopConfusions {
     max_error: u64,
 }
 
-/// One pair of [`TopConfusions`]: its true and predicted class and count.
+/// One (true, predicted) pair of the top confusions and its count.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Confusion {
     pub truth: usize,
