@@ -155,3 +155,31 @@ fn report_table_ranks_the_models_of_two_reports_in_each_format() {
     assert_eq!(ran.code, Some(2));
     assert!(ran.stderr.contains("slice features: country"), "{}", ran.stderr);
 }
+
+#[test]
+fn ece_brier_and_the_diagram_of_merged_data_shards_equal_one_pass() {
+    let dir = tempfile::tempdir().unwrap();
+    let args = ["--metric", "ece", "--metric", "brier", "--weight", "weight", "--slice", "country"];
+    let one = dir.path().join("one.json");
+    eval("multiclass", "label_cls", &args, Some(&one));
+    let mut shards = Vec::new();
+    for k in 0..3 {
+        let path = dir.path().join(format!("shard-{k}.json"));
+        let shard = format!("{k}/3");
+        let mut shard_args = args.to_vec();
+        shard_args.extend(["--data-shard", &shard]);
+        eval("multiclass", "label_cls", &shard_args, Some(&path));
+        shards.push(path);
+    }
+    let merged = dir.path().join("merged.json");
+    let ran = run(isorun().args(["report", "merge"]).args(&shards).arg("-o").arg(&merged));
+    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    let read = |path: &Path| -> Value { serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap() };
+    let (one, merged) = (read(&one), read(&merged));
+    let (one, merged) = (&one["units"][0], &merged["units"][0]);
+    // Exact sums: the same numbers to the last bit, overall, per slice and per bin.
+    assert_eq!(merged["metrics"], one["metrics"]);
+    assert_eq!(merged["slices"], one["slices"]);
+    assert_eq!(merged["calibration"], one["calibration"]);
+    assert!(one["calibration"]["count"].as_array().unwrap().iter().map(|c| c.as_u64().unwrap()).sum::<u64>() == 1000);
+}
