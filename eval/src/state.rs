@@ -23,7 +23,12 @@
 //! compact: zero sums are left out, a sum is a number (or its exact
 //! partials, a list, when one number cannot hold it). Its size is bounded by
 //! the caps: an exact curve is at most [`AUC_EXACT_CAP`] scores (~40 bytes
-//! each, ~10 MB), a slice value's at most [`SLICE_AUC_CAP`].
+//! each, ~10 MB), a slice value's at most [`SLICE_AUC_CAP`]; `ece`'s
+//! reliability bins are 4 numbers per bin (`--calibration-bins`, ≤ 10,000)
+//! per state; past `max_confusion_classes` the top confusions are at most
+//! `TOP_CONFUSION_ENTRIES` triples (~0.4 MB), and the settings
+//! `calibration_bins` and `max_confusion_classes` (absent in older states:
+//! the defaults) must agree for states to merge.
 
 use crate::calibration::Calibration;
 use crate::confusion::TopConfusions;
