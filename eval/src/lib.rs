@@ -17,6 +17,8 @@
 
 mod batch;
 pub mod bootstrap;
+pub mod calibration;
+pub mod confusion;
 mod curve;
 pub mod data;
 mod element;

@@ -36,10 +36,23 @@
 //!   float64's for float64 and integers), as sklearn 1.9 does.
 //! - Weights weight every metric as sklearn's `sample_weight` does. The
 //!   confusion matrix counts examples, unweighted (rows: true class), up to
-//!   [`MAX_CONFUSION_CLASSES`] classes (8 MB); past them it is left out
+//!   `--max-confusion-classes` classes (default [`MAX_CONFUSION_CLASSES`],
+//!   8 MB); past them the full matrix is left out
 //!   (`confusion_matrix_omitted`), since classes² cells would be 20 GB at
-//!   50,000 classes. Precision, recall and f1 never read it: they keep
-//!   their own per-class counts.
+//!   50,000 classes, and the record lists the top confusions instead
+//!   (`top_confusions`, from a bounded summary: see `confusion`, exact
+//!   unless `top_confusions_exact: false`). Precision, recall and f1 never
+//!   read it: they keep their own per-class counts.
+//! - ece: expected calibration error of the top class over
+//!   `--calibration-bins` (default 15) equal-width bins, bin b holding the
+//!   confidences in (b/N, (b+1)/N], the first [0, 1/N] (Guo et al. 2017;
+//!   see `calibration`); weighted. The record's `calibration` is the
+//!   reliability diagram of the whole data.
+//! - brier: sklearn 1.9's `brier_score_loss`: binary the weighted mean of
+//!   (p − y)² (the same as mse); multiclass the weighted mean over examples
+//!   of Σ_c (p_c − y_c)², y one-hot (or the label row given), halved for
+//!   two classes (sklearn's `scale_by_half="auto"`, so [N, 2] outputs score
+//!   as binary ones).
 //! - mse, mae, rmse (and r2) on binary tasks score the probability against
 //!   the 0/1 label (mse is then the Brier score). rmse is √mse; r2 is
 //!   sklearn's `r2_score` (1 − SS_res/SS_tot; 1 or 0 when SS_tot is 0).
@@ -50,6 +63,9 @@
 //!   A metric that cannot be computed (AUC with one class only) is NaN,
 //!   written as `null` in JSON.
 
+pub use crate::calibration::{ReliabilityDiagram, DEFAULT_CALIBRATION_BINS, MAX_CALIBRATION_BINS};
+use crate::confusion::TopConfusions;
+pub use crate::confusion::{Confusion, TopConfusionsSummary, TOP_CONFUSIONS_SHOWN, TOP_CONFUSION_ENTRIES};
 use crate::data::{Labels, Targets};
 use crate::state::{metric_values, MetricState, Row, State};
 pub use crate::state::{
@@ -75,11 +91,24 @@ pub struct MetricsSpec {
     pub threshold: f64,
     /// Outputs are logits (sigmoid/softmax them first).
     pub from_logits: bool,
+    /// Equal-width confidence bins of `ece` (default 15).
+    pub calibration_bins: usize,
+    /// Classes up to which the full confusion matrix is kept (default
+    /// [`MAX_CONFUSION_CLASSES`]); past them, the top confusions.
+    pub max_confusion_classes: usize,
 }
 
 impl Default for MetricsSpec {
     fn default() -> MetricsSpec {
-        MetricsSpec { metrics: Vec::new(), output: None, top_k: 5, threshold: 0.5, from_logits: false }
+        MetricsSpec {
+            metrics: Vec::new(),
+            output: None,
+            top_k: 5,
+            threshold: 0.5,
+            from_logits: false,
+            calibration_bins: DEFAULT_CALIBRATION_BINS,
+            max_confusion_classes: MAX_CONFUSION_CLASSES,
+        }
     }
 }
 
@@ -129,12 +158,16 @@ pub struct Evaluation {
     pub metrics: BTreeMap<String, f64>,
     /// Slice feature -> value -> metric name -> value (plus `examples`).
     pub slices: BTreeMap<String, BTreeMap<String, BTreeMap<String, f64>>>,
-    /// Classification tasks up to [`MAX_CONFUSION_CLASSES`] classes:
+    /// Classification tasks up to `--max-confusion-classes` classes:
     /// example counts, rows = true class.
     pub confusion_matrix: Option<Vec<Vec<u64>>>,
-    /// A classifier with more classes than [`MAX_CONFUSION_CLASSES`]: its
-    /// confusion matrix was not kept.
+    /// A classifier with more classes than `--max-confusion-classes`: its
+    /// confusion matrix was not kept (`top_confusions` instead).
     pub confusion_matrix_omitted: bool,
+    /// Past `--max-confusion-classes`: the most frequent confusions.
+    pub top_confusions: Option<TopConfusionsSummary>,
+    /// With `ece`: the reliability diagram of the whole data.
+    pub calibration: Option<ReliabilityDiagram>,
     /// Whether auc and pr_auc are exact (not bucketed).
     pub auc_exact: bool,
     /// Whether the slices' auc and pr_auc are exact.
@@ -196,7 +229,9 @@ impl Evaluation {
             metrics,
             slices,
             confusion_matrix: state.confusion.clone(),
-            confusion_matrix_omitted: matches!(task, Task::Multiclass { classes } if classes > MAX_CONFUSION_CLASSES),
+            confusion_matrix_omitted: matches!(task, Task::Multiclass { classes } if classes > state.max_confusion_classes),
+            top_confusions: state.top_confusions.as_ref().map(|t| t.summary(TOP_CONFUSIONS_SHOWN)),
+            calibration: state.overall.as_ref().and_then(State::calibration).map(|c| c.diagram()),
             auc_exact: state.overall.as_ref().is_none_or(State::exact),
             slices_auc_exact: slices_exact,
             top_k: state.top_k,
@@ -207,7 +242,10 @@ impl Evaluation {
 
     /// `{"examples", "task", "classes"?, "output", "metrics_defaulted",
     /// "metrics": {..}, "slices": {..}, "confusion_matrix": [[..]] | null,
-    /// "confusion_matrix_omitted"?: true, "auc_exact", "slices_auc_exact",
+    /// "confusion_matrix_omitted"?: true, "top_confusions"?: [{"true",
+    /// "predicted", "count"}], "top_confusions_exact"?, "top_confusions_max_error"?,
+    /// "calibration"?: {"bins", "edges", "count", "weight", "confidence", "accuracy"},
+    /// "auc_exact", "slices_auc_exact",
     /// "threshold" (binary), "top_k" (multiclass), "from_logits" (both)}`;
     /// NaN is `null`; a slice's `examples` is an integer.
     pub fn to_json(&self) -> serde_json::Value {
@@ -235,6 +273,16 @@ impl Evaluation {
         );
         if self.confusion_matrix_omitted {
             object.insert("confusion_matrix_omitted".into(), true.into());
+        }
+        if let Some(top) = &self.top_confusions {
+            object.insert("top_confusions".into(), top.to_json());
+            object.insert("top_confusions_exact".into(), top.exact.into());
+            if !top.exact {
+                object.insert("top_confusions_max_error".into(), top.max_error.into());
+            }
+        }
+        if let Some(calibration) = &self.calibration {
+            object.insert("calibration".into(), calibration.to_json());
         }
         object.insert("auc_exact".into(), self.auc_exact.into());
         object.insert("slices_auc_exact".into(), self.slices_auc_exact.into());
@@ -345,6 +393,11 @@ impl Evaluator {
         if !spec.threshold.is_finite() {
             return Err(EvalError::InvalidSpec { reason: format!("threshold {} is not a number", spec.threshold) });
         }
+        if spec.calibration_bins == 0 || spec.calibration_bins > MAX_CALIBRATION_BINS {
+            return Err(EvalError::InvalidSpec {
+                reason: format!("calibration bins must be 1 to {MAX_CALIBRATION_BINS}, not {}", spec.calibration_bins),
+            });
+        }
         let available = || signature.outputs.iter().map(|o| o.describe()).collect::<Vec<_>>().join(", ");
         let chosen = match &spec.output {
             Some(name) => signature.outputs.iter().find(|o| &o.name == name).ok_or_else(|| EvalError::NoOutput {
@@ -384,13 +437,15 @@ impl Evaluator {
             Some(_) => Some(1),
             None => None,
         };
-        let state = MetricState::new(
+        let mut state = MetricState::new(
             chosen.name.clone(),
             output_columns,
             spec.metrics.clone(),
             (spec.top_k, spec.threshold, spec.from_logits),
             slices.to_vec(),
         );
+        state.calibration_bins = spec.calibration_bins;
+        state.max_confusion_classes = spec.max_confusion_classes;
         Ok(Evaluator { spec: spec.clone(), output_dtype: chosen.dtype, state, values: Vec::new() })
     }
 
@@ -463,17 +518,27 @@ impl Evaluator {
             let buckets = (AUC_BUCKETS * 16 / curve_count).clamp(1 << 10, AUC_BUCKETS);
             (cap, buckets)
         });
-        self.state.overall = Some(State::new(task, overall_curves));
-        if matches!(task, Task::Binary | Task::Multiclass { .. }) && curve_count <= MAX_CONFUSION_CLASSES {
-            self.state.confusion = Some(vec![vec![0; curve_count.max(2)]; curve_count.max(2)]);
+        self.state.overall = Some(State::new(task, overall_curves).with_calibration(self.calibration_bins()));
+        if matches!(task, Task::Binary | Task::Multiclass { .. }) {
+            if curve_count <= self.state.max_confusion_classes {
+                self.state.confusion = Some(vec![vec![0; curve_count.max(2)]; curve_count.max(2)]);
+            } else {
+                self.state.top_confusions = Some(TopConfusions::new(TOP_CONFUSION_ENTRIES));
+            }
         }
         Ok(task)
+    }
+
+    /// Reliability bins when `ece` is computed.
+    fn calibration_bins(&self) -> Option<usize> {
+        self.state.metrics.contains(&Metric::Ece).then_some(self.state.calibration_bins)
     }
 
     fn slice_state(&self) -> State {
         let task = self.state.task.expect("decided");
         let wants_curves = self.state.metrics.iter().any(|m| matches!(m, Metric::Auc | Metric::PrAuc));
         State::new(task, (wants_curves && task == Task::Binary).then_some((SLICE_AUC_CAP, SLICE_AUC_CAP)))
+            .with_calibration(self.calibration_bins())
     }
 
     /// Scores one batch. `outputs` are the worker's outputs for it. Decides
@@ -613,12 +678,15 @@ impl Evaluator {
             let predicted = if columns > 1 { argmax(scores) } else { 0 };
             let row = Row { scores, label, class, predicted, soft_label, weight };
             overall.add(&row, threshold, top_k, eps);
+            let (truth, guess) = match task {
+                Task::Binary => (label as usize, usize::from(scores[0] > threshold)),
+                _ => (class, predicted),
+            };
             if let Some(confusion) = &mut self.state.confusion {
-                let (truth, guess) = match task {
-                    Task::Binary => (label as usize, usize::from(scores[0] > threshold)),
-                    _ => (class, predicted),
-                };
                 confusion[truth][guess] += 1;
+            }
+            if let Some(top) = &mut self.state.top_confusions {
+                top.add(truth, guess);
             }
             for (states, (_, values)) in slices.iter_mut().zip(&targets.slices) {
                 let value = values[r].as_str();

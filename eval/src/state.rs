@@ -23,8 +23,15 @@
 //! compact: zero sums are left out, a sum is a number (or its exact
 //! partials, a list, when one number cannot hold it). Its size is bounded by
 //! the caps: an exact curve is at most [`AUC_EXACT_CAP`] scores (~40 bytes
-//! each, ~10 MB), a slice value's at most [`SLICE_AUC_CAP`].
+//! each, ~10 MB), a slice value's at most [`SLICE_AUC_CAP`]; `ece`'s
+//! reliability bins are 4 numbers per bin (`--calibration-bins`, ≤ 10,000)
+//! per state; past `max_confusion_classes` the top confusions are at most
+//! `TOP_CONFUSION_ENTRIES` triples (~0.4 MB), and the settings
+//! `calibration_bins` and `max_confusion_classes` (absent in older states:
+//! the defaults) must agree for states to merge.
 
+use crate::calibration::Calibration;
+use crate::confusion::TopConfusions;
 use crate::curve::Curve;
 use crate::exact::{two_product, ExactSum};
 use crate::task::{Metric, Task};
@@ -41,7 +48,8 @@ pub const AUC_EXACT_CAP: usize = 1 << 18;
 pub const AUC_BUCKETS: usize = 1 << 16;
 /// Distinct scores (and then buckets) per slice value.
 pub const SLICE_AUC_CAP: usize = 1 << 10;
-/// The most classes a confusion matrix is kept for (classes² counts).
+/// The most classes a confusion matrix is kept for (classes² counts) when
+/// `--max-confusion-classes` is not given; past them, the top confusions.
 pub const MAX_CONFUSION_CLASSES: usize = 1000;
 /// The version of the state's JSON; another version is refused.
 pub const STATE_VERSION: u64 = 1;
@@ -143,6 +151,8 @@ pub(crate) struct BinaryState {
     tn: ExactSum,
     fn_: ExactSum,
     curve: Option<Curve>,
+    /// Reliability bins, with `ece`.
+    calibration: Option<Calibration>,
 }
 
 #[derive(Debug, Clone)]
@@ -155,6 +165,10 @@ pub(crate) struct MulticlassState {
     fn_: Vec<ExactSum>,
     present: Vec<bool>,
     curves: Option<Vec<Curve>>,
+    /// Σ w·Σ_c (p_c − y_c)² (halved for 2 classes, as sklearn's brier_score_loss).
+    brier: ExactSum,
+    /// Reliability bins, with `ece`.
+    calibration: Option<Calibration>,
 }
 
 #[derive(Debug, Clone)]
@@ -211,6 +225,7 @@ impl State {
                 tn: ExactSum::default(),
                 fn_: ExactSum::default(),
                 curve: curves.map(|(cap, buckets)| Curve::new(cap, buckets)),
+                calibration: None,
             }),
             Task::Multiclass { classes } => State::Multiclass(MulticlassState {
                 sums: Sums::default(),
@@ -221,9 +236,21 @@ impl State {
                 fn_: vec![ExactSum::default(); classes],
                 present: vec![false; classes],
                 curves: curves.map(|(cap, buckets)| (0..classes).map(|_| Curve::new(cap, buckets)).collect()),
+                brier: ExactSum::default(),
+                calibration: None,
             }),
             Task::Regression => State::Regression(RegressionState { sums: Sums::default() }),
         }
+    }
+
+    /// The state with reliability bins (`ece`): `bins` of them, or none.
+    pub(crate) fn with_calibration(mut self, bins: Option<usize>) -> State {
+        match &mut self {
+            State::Binary(s) => s.calibration = bins.map(Calibration::new),
+            State::Multiclass(s) => s.calibration = bins.map(Calibration::new),
+            State::Regression(_) => {}
+        }
+        self
     }
 
     pub(crate) fn add(&mut self, row: &Row<'_>, threshold: f64, top_k: usize, eps: f64) {
@@ -243,6 +270,10 @@ impl State {
                 s.sums.add(p, row.label, row.weight);
                 if let Some(curve) = &mut s.curve {
                     curve.add(p, positive, row.weight);
+                }
+                if let Some(calibration) = &mut s.calibration {
+                    let confidence = if predicted { p } else { 1.0 - p };
+                    calibration.add(confidence, predicted == positive, row.weight);
                 }
             }
             State::Multiclass(s) => {
@@ -273,6 +304,22 @@ impl State {
                     None => -scores[class].clamp(eps, 1.0 - eps).ln(),
                 };
                 s.sums.log_loss.add(row.weight * loss);
+                let squares: f64 = match row.soft_label {
+                    Some(soft) => soft.iter().zip(scores).map(|(y, p)| (p - y) * (p - y)).sum(),
+                    None => scores
+                        .iter()
+                        .enumerate()
+                        .map(|(c, p)| {
+                            let e = p - f64::from(u8::from(c == class));
+                            e * e
+                        })
+                        .sum(),
+                };
+                let squares = if scores.len() == 2 { squares / 2.0 } else { squares };
+                s.brier.add(row.weight * squares);
+                if let Some(calibration) = &mut s.calibration {
+                    calibration.add(scores[row.predicted], row.predicted == class, row.weight);
+                }
                 if let Some(curves) = &mut s.curves {
                     for (c, curve) in curves.iter_mut().enumerate() {
                         curve.add(scores[c], c == class, row.weight);
@@ -280,6 +327,15 @@ impl State {
                 }
             }
             State::Regression(s) => s.sums.add(row.scores[0], row.label, row.weight),
+        }
+    }
+
+    /// The reliability bins, when `ece` is computed.
+    pub(crate) fn calibration(&self) -> Option<&Calibration> {
+        match self {
+            State::Binary(s) => s.calibration.as_ref(),
+            State::Multiclass(s) => s.calibration.as_ref(),
+            State::Regression(_) => None,
         }
     }
 
@@ -328,6 +384,10 @@ impl State {
                 let tp = s.tp.value();
                 ratio(2.0 * tp, 2.0 * tp + s.fp.value() + s.fn_.value())
             }
+            (State::Binary(_), Metric::Brier) => divide(sums.squared_error.value(), w),
+            (State::Multiclass(s), Metric::Brier) => divide(s.brier.value(), w),
+            (State::Binary(s), Metric::Ece) => s.calibration.as_ref().map_or(f64::NAN, Calibration::ece),
+            (State::Multiclass(s), Metric::Ece) => s.calibration.as_ref().map_or(f64::NAN, Calibration::ece),
             (State::Binary(s), Metric::Auc) => s.curve.as_ref().map_or(f64::NAN, Curve::roc_auc),
             (State::Binary(s), Metric::PrAuc) => s.curve.as_ref().map_or(f64::NAN, Curve::average_precision),
             (State::Multiclass(s), Metric::Accuracy) => divide(s.correct.value(), w),
@@ -364,6 +424,7 @@ impl State {
                 for (x, y) in [(&mut a.tp, &b.tp), (&mut a.fp, &b.fp), (&mut a.tn, &b.tn), (&mut a.fn_, &b.fn_)] {
                     x.merge(y);
                 }
+                merge_calibration(&mut a.calibration, b.calibration.as_ref())?;
                 merge_curve(&mut a.curve, b.curve.as_ref())
             }
             (State::Multiclass(a), State::Multiclass(b)) => {
@@ -377,6 +438,8 @@ impl State {
                     x.iter_mut().zip(y).for_each(|(x, y)| x.merge(y));
                 }
                 a.present.iter_mut().zip(&b.present).for_each(|(x, y)| *x |= *y);
+                a.brier.merge(&b.brier);
+                merge_calibration(&mut a.calibration, b.calibration.as_ref())?;
                 match (&mut a.curves, &b.curves) {
                     (Some(x), Some(y)) => x.iter_mut().zip(y).for_each(|(x, y)| x.merge(y)),
                     (None, None) => {}
@@ -390,6 +453,14 @@ impl State {
             }
             _ => Err("states of different tasks".into()),
         }
+    }
+}
+
+fn merge_calibration(mine: &mut Option<Calibration>, theirs: Option<&Calibration>) -> Result<(), String> {
+    match (mine, theirs) {
+        (Some(a), Some(b)) => a.merge(b),
+        (None, None) => Ok(()),
+        _ => Err("one has calibration bins and the other not".into()),
     }
 }
 
@@ -464,6 +535,12 @@ pub struct MetricState {
     pub(crate) overall: Option<State>,
     pub(crate) slices: Vec<SliceStates>,
     pub(crate) confusion: Option<Vec<Vec<u64>>>,
+    /// Bins of `ece` (`--calibration-bins`).
+    pub(crate) calibration_bins: usize,
+    /// Classes up to which the full confusion matrix is kept (`--max-confusion-classes`).
+    pub(crate) max_confusion_classes: usize,
+    /// Past them: the top confusions.
+    pub(crate) top_confusions: Option<TopConfusions>,
     pub(crate) examples: u64,
     /// What the state is of, for errors (`shards/0.json, model m, data shard 0/3`).
     source: String,
@@ -513,6 +590,9 @@ impl MetricState {
             overall: None,
             slices,
             confusion: None,
+            calibration_bins: crate::calibration::DEFAULT_CALIBRATION_BINS,
+            max_confusion_classes: MAX_CONFUSION_CLASSES,
+            top_confusions: None,
             examples: 0,
             source: "this state".into(),
         }
@@ -567,11 +647,25 @@ impl MetricState {
         if self.slice_names != other.slice_names {
             return Err(differ("slices", format!("{:?}", self.slice_names), format!("{:?}", other.slice_names)));
         }
-        let settings =
-            |s: &MetricState| format!("top_k {}, threshold {}, from_logits {}", s.top_k, s.threshold, s.from_logits);
-        if (self.top_k, self.threshold.to_bits(), self.from_logits)
-            != (other.top_k, other.threshold.to_bits(), other.from_logits)
-        {
+        // The settings most runs share are named only when they differ.
+        let (bins_differ, classes_differ) = (
+            self.calibration_bins != other.calibration_bins,
+            self.max_confusion_classes != other.max_confusion_classes,
+        );
+        let settings = |s: &MetricState| {
+            let mut text = format!("top_k {}, threshold {}, from_logits {}", s.top_k, s.threshold, s.from_logits);
+            if bins_differ {
+                text += &format!(", calibration_bins {}", s.calibration_bins);
+            }
+            if classes_differ {
+                text += &format!(", max_confusion_classes {}", s.max_confusion_classes);
+            }
+            text
+        };
+        let key = |s: &MetricState| {
+            (s.top_k, s.threshold.to_bits(), s.from_logits, s.calibration_bins, s.max_confusion_classes)
+        };
+        if key(self) != key(other) {
             return Err(differ("settings", settings(self), settings(other)));
         }
         let Some(task) = other.task else {
@@ -611,6 +705,11 @@ impl MetricState {
             (None, None) => {}
             _ => return Err(inconsistent("confusion matrices of different sizes".into())),
         }
+        match (&mut merged.top_confusions, &other.top_confusions) {
+            (Some(a), Some(b)) => a.merge(b),
+            (None, None) => {}
+            _ => return Err(inconsistent("one has top confusions and the other not".into())),
+        }
         merged.examples += other.examples;
         *self = merged;
         Ok(())
@@ -628,6 +727,8 @@ impl MetricState {
         o.insert("top_k".into(), self.top_k.into());
         o.insert("threshold".into(), json!(self.threshold));
         o.insert("from_logits".into(), self.from_logits.into());
+        o.insert("calibration_bins".into(), self.calibration_bins.into());
+        o.insert("max_confusion_classes".into(), self.max_confusion_classes.into());
         o.insert("slice_features".into(), json!(self.slice_names));
         o.insert("examples".into(), self.examples.into());
         o.insert("exact".into(), self.exact().into());
@@ -653,6 +754,9 @@ impl MetricState {
             o.insert("slices".into(), slices.collect());
             if let Some(confusion) = &self.confusion {
                 o.insert("confusion".into(), json!(confusion));
+            }
+            if let Some(top) = &self.top_confusions {
+                o.insert("top_confusions".into(), top.to_json());
             }
         }
         Value::Object(o)
@@ -692,6 +796,17 @@ impl MetricState {
             ),
             slice_names,
         );
+        // States written before these settings existed used the defaults.
+        if let Some(bins) = value.get("calibration_bins") {
+            state.calibration_bins =
+                bins.as_u64()
+                    .filter(|&b| b >= 1 && b as usize <= crate::calibration::MAX_CALIBRATION_BINS)
+                    .ok_or_else(|| invalid(format!("calibration_bins {bins}")))? as usize;
+        }
+        if let Some(classes) = value.get("max_confusion_classes") {
+            state.max_confusion_classes =
+                classes.as_u64().ok_or_else(|| invalid(format!("max_confusion_classes {classes}")))? as usize;
+        }
         state.examples = value["examples"].as_u64().ok_or_else(|| invalid("no \"examples\" count"))?;
         let Some(task_name) = value["task"].as_str() else {
             if state.examples > 0 {
@@ -747,6 +862,13 @@ impl MetricState {
                 })
                 .collect::<Result<Vec<_>, _>>()?;
             state.confusion = Some(matrix);
+        }
+        if !value["top_confusions"].is_null() {
+            let classes = match task {
+                Task::Multiclass { classes } => classes,
+                _ => 2,
+            };
+            state.top_confusions = Some(TopConfusions::from_json(&value["top_confusions"], classes).map_err(invalid)?);
         }
         Ok(state)
     }
@@ -825,6 +947,9 @@ fn state_json(state: &State) -> Value {
             if let Some(curve) = &s.curve {
                 o.insert("curve".into(), curve.to_json());
             }
+            if let Some(calibration) = &s.calibration {
+                o.insert("calibration".into(), calibration.to_json(sum_json));
+            }
         }
         State::Multiclass(s) => {
             put_sum(&mut o, "correct", &s.correct);
@@ -835,6 +960,10 @@ fn state_json(state: &State) -> Value {
             o.insert("present".into(), s.present.iter().map(|&p| u8::from(p)).collect());
             if let Some(curves) = &s.curves {
                 o.insert("curves".into(), curves.iter().map(Curve::to_json).collect());
+            }
+            put_sum(&mut o, "brier", &s.brier);
+            if let Some(calibration) = &s.calibration {
+                o.insert("calibration".into(), calibration.to_json(sum_json));
             }
         }
         State::Regression(_) => {}
@@ -851,6 +980,11 @@ fn state_from_json(value: &Value, task: Task) -> Result<State, String> {
         *sum = get_sum(value, name)?;
     }
     let curve = |v: &Value| if v.is_null() { Ok(None) } else { Curve::from_json(v).map(Some) };
+    let calibration = if value["calibration"].is_null() {
+        None
+    } else {
+        Some(Calibration::from_json(&value["calibration"], sum_from_json)?)
+    };
     Ok(match task {
         Task::Binary => State::Binary(BinaryState {
             sums,
@@ -859,6 +993,7 @@ fn state_from_json(value: &Value, task: Task) -> Result<State, String> {
             tn: get_sum(value, "tn")?,
             fn_: get_sum(value, "fn")?,
             curve: curve(&value["curve"])?,
+            calibration,
         }),
         Task::Multiclass { classes } => {
             let per_class = |key: &str| -> Result<Vec<ExactSum>, String> {
@@ -887,6 +1022,8 @@ fn state_from_json(value: &Value, task: Task) -> Result<State, String> {
                 fn_: per_class("fn")?,
                 present,
                 curves,
+                brier: get_sum(value, "brier")?,
+                calibration,
             })
         }
         Task::Regression => State::Regression(RegressionState { sums }),

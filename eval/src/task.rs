@@ -22,11 +22,15 @@ pub enum Metric {
     Calibration,
     /// Coefficient of determination.
     R2,
+    /// Expected calibration error of the top class (see `calibration`).
+    Ece,
+    /// Brier score: mean squared error of the probabilities against the one-hot label.
+    Brier,
 }
 
 impl Metric {
     /// Every metric, in the vocabulary's order.
-    pub const ALL: [Metric; 15] = [
+    pub const ALL: [Metric; 17] = [
         Metric::Accuracy,
         Metric::TopKAccuracy,
         Metric::Auc,
@@ -42,16 +46,21 @@ impl Metric {
         Metric::MeanLabel,
         Metric::Calibration,
         Metric::R2,
+        Metric::Ece,
+        Metric::Brier,
     ];
 
     /// Common other names of metrics (Keras's and scikit-learn's), taken as the metric.
-    pub const ALIASES: [(&'static str, Metric); 6] = [
+    pub const ALIASES: [(&'static str, Metric); 9] = [
         ("acc", Metric::Accuracy),
         ("roc_auc", Metric::Auc),
         ("logloss", Metric::LogLoss),
         ("cross_entropy", Metric::LogLoss),
         ("mean_squared_error", Metric::Mse),
         ("mean_absolute_error", Metric::Mae),
+        ("expected_calibration_error", Metric::Ece),
+        ("brier_score", Metric::Brier),
+        ("brier_score_loss", Metric::Brier),
     ];
 
     /// The metric of a name (or of an alias: `acc`, `roc_auc`, `logloss`);
@@ -95,14 +104,16 @@ impl Metric {
             Metric::MeanLabel => "mean_label",
             Metric::Calibration => "calibration",
             Metric::R2 => "r2",
+            Metric::Ece => "ece",
+            Metric::Brier => "brier",
         }
     }
 
-    /// False for losses and errors (log_loss, mse, mae, rmse). mean_prediction,
+    /// False for losses and errors (log_loss, mse, mae, rmse, ece, brier). mean_prediction,
     /// mean_label and calibration have no better direction and count as
     /// higher-is-better for bounds and drops.
     pub fn higher_is_better(&self) -> bool {
-        !matches!(self, Metric::LogLoss | Metric::Mse | Metric::Mae | Metric::Rmse)
+        !matches!(self, Metric::LogLoss | Metric::Mse | Metric::Mae | Metric::Rmse | Metric::Ece | Metric::Brier)
     }
 
     /// Whether the metric applies to a task.
@@ -111,7 +122,7 @@ impl Metric {
         match task {
             Task::Binary => !matches!(self, TopKAccuracy | R2),
             Task::Multiclass { .. } => {
-                matches!(self, Accuracy | TopKAccuracy | Auc | PrAuc | LogLoss | Precision | Recall | F1)
+                matches!(self, Accuracy | TopKAccuracy | Auc | PrAuc | LogLoss | Precision | Recall | F1 | Ece | Brier)
             }
             Task::Regression => matches!(self, Mse | Mae | Rmse | R2 | MeanPrediction | MeanLabel | Calibration),
         }

@@ -189,6 +189,8 @@ mod tests {
             slices: BTreeMap::new(),
             confusion_matrix: None,
             confusion_matrix_omitted: false,
+            top_confusions: None,
+            calibration: None,
             auc_exact: true,
             slices_auc_exact: true,
             top_k: 5,

@@ -200,6 +200,7 @@ fn assert_equal(case: &Case, what: &str, merged: &Evaluation, one: &Evaluation) 
     assert_eq!(merged.auc_exact, one.auc_exact, "{what}");
     assert_eq!(merged.slices_auc_exact, one.slices_auc_exact, "{what}");
     assert_eq!(merged.confusion_matrix, one.confusion_matrix, "{what}");
+    assert_eq!(merged.calibration, one.calibration, "{what}: reliability diagram");
     assert_eq!(merged.metrics.keys().collect::<Vec<_>>(), one.metrics.keys().collect::<Vec<_>>(), "{what}");
     for (name, value) in &one.metrics {
         same(&format!("{what}: {name}"), merged.metrics[name], *value, bitwise);

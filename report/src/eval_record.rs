@@ -74,7 +74,11 @@ pub fn data_shard_fields(
             "metrics" => fields.insert("partial_metrics".into(), value),
             "slices" => fields.insert("partial_slices".into(), value),
             // The state holds it; the merged record has the whole data's.
-            "confusion_matrix" => None,
+            "confusion_matrix"
+            | "top_confusions"
+            | "top_confusions_exact"
+            | "top_confusions_max_error"
+            | "calibration" => None,
             _ => fields.insert(key, value),
         };
     }

@@ -10,28 +10,13 @@
 //! `data-isorun-ready` (the number of table rows); a script error is
 //! recorded in `data-isorun-errors`.
 
+pub use super::escape::escape_html;
 use super::timestamp::parse_rfc3339;
 use super::unit::{bytes_text, seconds_text, Unit, Verdict};
 use isorun_eval::Metric;
 use serde_json::Value;
 use std::collections::BTreeSet;
 use std::fmt::Write;
-
-/// Text made safe to place in HTML, between tags or in a quoted attribute.
-pub fn escape_html(text: &str) -> String {
-    let mut escaped = String::with_capacity(text.len());
-    for character in text.chars() {
-        match character {
-            '&' => escaped.push_str("&amp;"),
-            '<' => escaped.push_str("&lt;"),
-            '>' => escaped.push_str("&gt;"),
-            '"' => escaped.push_str("&quot;"),
-            '\'' => escaped.push_str("&#39;"),
-            other => escaped.push(other),
-        }
-    }
-    escaped
-}
 
 /// The whole page.
 pub fn html_page(report: &Value) -> String {
@@ -50,9 +35,12 @@ pub fn html_page(report: &Value) -> String {
     page.push_str(&summary_line(report, &units));
     page.push_str(&run_details(report));
     page.push_str("</header>\n<main>\n");
+    // An eval report opens on its leaderboard.
+    page.push_str(&crate::table::html_leaderboard(report));
     page.push_str(&failures(&units));
     page.push_str(&units_table(&units));
     page.push_str(&evaluation(&units));
+    page.push_str(&crate::reliability::reliability_diagrams(&units));
     page.push_str("<section id=\"charts\">\n<h2>Peak memory per model</h2>\n");
     page.push_str(&bar_chart("memory", &units, |unit| unit.peak_rss_bytes(), bytes_text));
     page.push_str("<h2>Wall time per model</h2>\n");

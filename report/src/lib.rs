@@ -14,6 +14,7 @@
 mod data_merge;
 mod diff;
 mod document;
+mod escape;
 pub mod eval_record;
 mod files;
 mod html;
@@ -21,7 +22,9 @@ pub mod journal;
 mod junit;
 mod merge;
 pub mod record;
+mod reliability;
 pub mod shard;
+pub mod table;
 pub mod text;
 mod timestamp;
 mod unit;

@@ -200,6 +200,47 @@ Exit codes: 0 no model newly fails; 1 some model passed in OLD.json and does not
 Exit codes: 0 merged; 1 (data shards only) some merged model is not ok, as the unsharded eval;
 2 a report cannot be read, or the reports are not shards of one run.")]
     Merge(ReportMergeArgs),
+    /// A leaderboard of the models of eval reports: sorted by a metric, with intervals, the change
+    /// against the baseline and its significance; models whose intervals overlap are tied.
+    #[command(after_help = "Examples:
+  isorun report table eval.json
+  isorun report table eval.json --metric auc --by country
+  isorun report table monday.json tuesday.json --format csv > leaderboard.csv
+
+Rows are sorted in the metric's direction (log_loss, mse, ece, brier: lower is better). Ranks come in
+groups: the best model not yet placed leads a group with every other model whose interval (\"ci\",
+from eval --ci) overlaps its own, shown tied as =R; without intervals only equal values tie. Models
+without the metric come last, unranked. A model in several reports is named with its file.
+Exit codes: 0 printed; 2 a report cannot be read, or has no such metric or slice.")]
+    Table(ReportTableArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ReportTableArgs {
+    /// Eval reports (isorun eval --report); the rows of all of them.
+    #[arg(value_name = "REPORT.json", required = true)]
+    pub reports: Vec<PathBuf>,
+    /// The metric to rank by [default: the first --metric of the first report, else its first
+    /// model's first metric in the order of the --metric list of isorun eval].
+    #[arg(long, value_name = "NAME")]
+    pub metric: Option<String>,
+    /// One row per model and value of this slice feature (eval --slice), ranked within each value.
+    #[arg(long, value_name = "FEATURE")]
+    pub by: Option<String>,
+    /// md: a GitHub Markdown table; csv: with a header line; jsonl: one JSON object per row.
+    #[arg(long, value_name = "FORMAT", default_value = "md")]
+    pub format: TableFormatArg,
+}
+
+/// How `report table` prints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum TableFormatArg {
+    /// A GitHub Markdown table.
+    Md,
+    /// Comma-separated values with a header line.
+    Csv,
+    /// One JSON object per row.
+    Jsonl,
 }
 
 #[derive(Debug, Args)]
@@ -725,7 +766,8 @@ pub struct EvalOptions {
     pub weight: Option<String>,
 
     /// A metric (repeatable): accuracy, top_k_accuracy, auc, pr_auc, log_loss, precision, recall,
-    /// f1, mse, mae, rmse, mean_prediction, mean_label [default: chosen from the task].
+    /// f1, ece, brier, mse, mae, rmse, r2, mean_prediction, mean_label, calibration [default:
+    /// chosen from the task].
     #[arg(long = "metric", value_name = "NAME", help_heading = "Evaluation")]
     pub metrics: Vec<String>,
 
@@ -764,6 +806,17 @@ pub struct EvalOptions {
     /// k of top_k_accuracy.
     #[arg(long, value_name = "K", default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..), help_heading = "Evaluation")]
     pub top_k: u64,
+
+    /// Equal-width confidence bins of ece (bin b holds confidences in (b/N, (b+1)/N], the first
+    /// [0, 1/N]) and of the record's reliability diagram ("calibration").
+    #[arg(long, value_name = "N", default_value_t = 15, value_parser = clap::value_parser!(u64).range(1..=10_000), help_heading = "Evaluation")]
+    pub calibration_bins: u64,
+
+    /// Classes up to which the record carries the full confusion matrix; past them, the top
+    /// confusions ("top_confusions", from a bounded summary: "top_confusions_exact" says whether
+    /// its counts are exact).
+    #[arg(long, value_name = "N", default_value_t = 1000, value_parser = clap::value_parser!(u64).range(2..=20_000), help_heading = "Evaluation")]
+    pub max_confusion_classes: u64,
 
     /// Outputs are logits: sigmoid (binary) or softmax (multiclass) before probabilities.
     #[arg(long, help_heading = "Evaluation")]

@@ -60,6 +60,8 @@ pub fn main(args: EvalArgs, quiet: bool) -> Result<i32, String> {
         top_k: eval.top_k as usize,
         threshold: rules.decision,
         from_logits: eval.from_logits,
+        calibration_bins: eval.calibration_bins as usize,
+        max_confusion_classes: eval.max_confusion_classes as usize,
     };
     let renames = eval
         .features
@@ -116,7 +118,8 @@ pub fn main(args: EvalArgs, quiet: bool) -> Result<i32, String> {
         eval.limit,
         baseline.as_ref().map(|b| b.digest.clone()),
         data_shard.map(|s| s.to_string()),
-    ) + &format!("\0{:?}", eval.example_key);
+    ) + &format!("\0{:?}", eval.example_key)
+        + &format!("\0{}\0{}", eval.calibration_bins, eval.max_confusion_classes);
     let mut settings = report_settings(&run, &run_settings);
     settings["eval"] = eval_settings(&eval, &dataset, batch_size, data_shard);
     if let Some(dir) = &run.output_dir {
@@ -247,6 +250,12 @@ fn eval_settings(eval: &EvalOptions, dataset: &Dataset, batch_size: u64, data_sh
     }
     if let Some(key) = &eval.example_key {
         s.insert("example_key".into(), json!(key));
+    }
+    if eval.calibration_bins != 15 {
+        s.insert("calibration_bins".into(), json!(eval.calibration_bins));
+    }
+    if eval.max_confusion_classes != 1000 {
+        s.insert("max_confusion_classes".into(), json!(eval.max_confusion_classes));
     }
     if let Some(limit) = eval.limit {
         s.insert("limit".into(), json!(limit));

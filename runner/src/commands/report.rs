@@ -1,11 +1,12 @@
-//! `isorun report diff|merge`: reports read back. `diff` exits 0 when no
+//! `isorun report diff|merge|table`: reports read back. `table` prints a
+//! leaderboard (`isorun-report`'s `table`) and exits 0. `diff` exits 0 when no
 //! model newly fails and 1 when one does; `merge` exits 0, except that a
 //! merge of data shards (`eval --data-shard`) exits as the unsharded eval
 //! would: 1 when some model is not ok. A report that
 //! cannot be read (or is not a report of this schema version) is an error,
 //! exit 2. The reading, comparing and merging are `isorun-report`'s.
 
-use crate::cli::{ReportCommand, ReportDiffArgs, ReportMergeArgs};
+use crate::cli::{ReportCommand, ReportDiffArgs, ReportMergeArgs, ReportTableArgs, TableFormatArg};
 use crate::support::with_causes;
 use isorun_protocol::exit_code;
 use isorun_report::{
@@ -19,6 +20,7 @@ pub fn main(command: &ReportCommand) -> Result<i32, String> {
     let result = match command {
         ReportCommand::Diff(args) => diff_command(args),
         ReportCommand::Merge(args) => merge_command(args),
+        ReportCommand::Table(args) => return table_command(args),
     };
     result.map_err(|error| with_causes(&error))
 }
@@ -46,6 +48,26 @@ fn diff_command(args: &ReportDiffArgs) -> Result<i32, ReportError> {
     }
     let newly_failing = findings.iter().any(|finding| matches!(finding, Finding::NewlyFailing { .. }));
     Ok(if newly_failing { exit_code::SOME_FAILED } else { exit_code::OK })
+}
+
+/// `report table`: the leaderboard on stdout (a closed stdout is a normal end).
+fn table_command(args: &ReportTableArgs) -> Result<i32, String> {
+    let reports = args
+        .reports
+        .iter()
+        .map(|path| read_report(path).map(|report| (path.clone(), report)))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|error| with_causes(&error))?;
+    let table = isorun_report::table::table(&reports, args.metric.as_deref(), args.by.as_deref())
+        .map_err(|error| error.to_string())?;
+    let format = match args.format {
+        TableFormatArg::Md => isorun_report::table::TableFormat::Markdown,
+        TableFormatArg::Csv => isorun_report::table::TableFormat::Csv,
+        TableFormatArg::Jsonl => isorun_report::table::TableFormat::Jsonl,
+    };
+    let mut stdout = std::io::stdout().lock();
+    let _ = stdout.write_all(table.render(format).as_bytes()).and_then(|()| stdout.flush());
+    Ok(exit_code::OK)
 }
 
 fn merge_command(args: &ReportMergeArgs) -> Result<i32, ReportError> {
