@@ -742,6 +742,22 @@ pub struct EvalOptions {
     #[arg(long, value_name = "FEATURE", help_heading = "Evaluation")]
     pub example_key: Option<String>,
 
+    /// Write each model's per-example predictions to DIR/<model id>.parquet (one row per
+    /// example: index, key, label, weight, slice:<feature>, output:<name>), written batch by
+    /// batch and put in place only when the model went through every batch; `isorun rescore`
+    /// recomputes metrics from them without TensorFlow.
+    #[arg(long, value_name = "DIR", help_heading = "Evaluation")]
+    pub predictions: Option<PathBuf>,
+
+    /// The predictions' format: parquet, or jsonl (one object per line; its description in
+    /// <file>.isorun.json beside it).
+    #[arg(long, value_name = "FORMAT", default_value = "parquet", value_parser = ["parquet", "jsonl"], requires = "predictions", help_heading = "Evaluation")]
+    pub predictions_format: String,
+
+    /// Save every output in the predictions, not only the scored one.
+    #[arg(long, requires = "predictions", help_heading = "Evaluation")]
+    pub predictions_all: bool,
+
     /// Feed the signature input INPUT from the feature FEATURE (repeatable).
     #[arg(long = "feature", value_name = "INPUT=FEATURE", help_heading = "Evaluation")]
     pub features: Vec<String>,
