@@ -23,10 +23,10 @@ mod meta;
 mod read;
 mod write;
 
-pub use diff::{mcnemar_exact_p, DiffError, DiffOptions, DiffSummary, Differ, Changed};
+pub use diff::{mcnemar_exact_p, Changed, DiffError, DiffOptions, DiffSummary, Differ, Prediction};
 pub use meta::{Meta, SavedOutput, META_KEY};
 pub use read::{list_files, PredictionsReader, ReadError, RescoreBatch};
-pub use write::{PredictionsWriter, WriteError};
+pub use write::{ChangedWriter, PredictionsWriter, WriteError, ROW_GROUP_ROWS};
 
 /// How predictions are written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -154,6 +154,28 @@ impl PredictionsReader {
         &self.path
     }
 
+    /// A signature with the saved outputs, as [`crate::Evaluator::new`]
+    /// takes it: each in the dtype it is read in (bfloat16 as float32,
+    /// whose log-loss epsilon it shares), eval's scored output with its
+    /// declared shape, the others `[?, row shape]`.
+    pub fn signature(&self) -> isorun_protocol::SignatureInfo {
+        let outputs = self
+            .meta
+            .outputs
+            .iter()
+            .map(|o| isorun_protocol::TensorSpec {
+                name: o.name.clone(),
+                dtype: stored_dtype(o.dtype).0,
+                shape: if o.name == self.meta.output {
+                    self.meta.output_shape.clone()
+                } else {
+                    Some(std::iter::once(None).chain(o.row_shape.iter().map(|d| Some(*d))).collect())
+                },
+            })
+            .collect();
+        isorun_protocol::SignatureInfo { key: format!("predictions of {}", self.meta.model), inputs: Vec::new(), outputs }
+    }
+
     /// Chooses the output scored and the slices read (each must be a
     /// column of the file), then starts reading rows.
     pub fn start(&mut self, output: &str, slices: &[String]) -> Result<(), ReadError> {

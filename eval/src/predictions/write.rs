@@ -402,3 +402,90 @@ fn json_elements(tensor: &Tensor) -> Result<Vec<String>, String> {
         DType::String => return Err("holds strings but is not a string tensor".into()),
     })
 }
+
+/// The changed examples of `rescore --diff --output-changed`, as Parquet:
+/// `model`, `index`, `key` (null without keys), `label`,
+/// `baseline_class`/`class` (null for regression), `baseline_score`/`score`,
+/// `change` (`fixed`, `broke`, `changed`). Written in batches under a
+/// temporary name, renamed into place by [`ChangedWriter::finish`].
+pub struct ChangedWriter {
+    target: PathBuf,
+    temporary: PathBuf,
+    writer: Option<ArrowWriter<File>>,
+    schema: SchemaRef,
+    rows: Vec<(String, super::Changed)>,
+}
+
+impl ChangedWriter {
+    pub fn create(target: &Path) -> Result<ChangedWriter, WriteError> {
+        let temporary = temporary_of(target);
+        let error = |e: &dyn std::fmt::Display| WriteError { path: target.to_path_buf(), reason: e.to_string() };
+        let file = create_new(&temporary).map_err(|e| error(&e))?;
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("model", DataType::Utf8, false),
+            Field::new(INDEX, DataType::UInt64, false),
+            Field::new(KEY, DataType::Utf8, true),
+            Field::new(LABEL, DataType::Float64, false),
+            Field::new("baseline_class", DataType::Int64, true),
+            Field::new("class", DataType::Int64, true),
+            Field::new("baseline_score", DataType::Float64, false),
+            Field::new("score", DataType::Float64, false),
+            Field::new("change", DataType::Utf8, false),
+        ]));
+        let properties = WriterProperties::builder().set_compression(Compression::SNAPPY).build();
+        let writer = ArrowWriter::try_new(file, Arc::clone(&schema), Some(properties)).map_err(|e| error(&e))?;
+        Ok(ChangedWriter {
+            target: target.to_path_buf(),
+            temporary,
+            writer: Some(writer),
+            schema,
+            rows: Vec::new(),
+        })
+    }
+
+    pub fn push(&mut self, model: &str, changed: &super::Changed) -> Result<(), WriteError> {
+        self.rows.push((model.to_string(), changed.clone()));
+        if self.rows.len() >= 8192 {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    fn flush(&mut self) -> Result<(), WriteError> {
+        if self.rows.is_empty() {
+            return Ok(());
+        }
+        let rows = std::mem::take(&mut self.rows);
+        let columns: Vec<ArrayRef> = vec![
+            Arc::new(StringArray::from_iter_values(rows.iter().map(|(m, _)| m.as_str()))),
+            Arc::new(UInt64Array::from_iter_values(rows.iter().map(|(_, c)| c.index))),
+            Arc::new(StringArray::from(rows.iter().map(|(_, c)| c.key.clone()).collect::<Vec<_>>())),
+            Arc::new(Float64Array::from_iter_values(rows.iter().map(|(_, c)| c.label))),
+            Arc::new(Int64Array::from(rows.iter().map(|(_, c)| c.baseline.class).collect::<Vec<_>>())),
+            Arc::new(Int64Array::from(rows.iter().map(|(_, c)| c.new.class).collect::<Vec<_>>())),
+            Arc::new(Float64Array::from_iter_values(rows.iter().map(|(_, c)| c.baseline.score))),
+            Arc::new(Float64Array::from_iter_values(rows.iter().map(|(_, c)| c.new.score))),
+            Arc::new(StringArray::from_iter_values(rows.iter().map(|(_, c)| c.kind))),
+        ];
+        let error = |e: &dyn std::fmt::Display| WriteError { path: self.target.clone(), reason: e.to_string() };
+        let batch = RecordBatch::try_new(Arc::clone(&self.schema), columns).map_err(|e| error(&e))?;
+        self.writer.as_mut().ok_or_else(|| error(&"finished"))?.write(&batch).map_err(|e| error(&e))
+    }
+
+    /// Closes the file and renames it into place.
+    pub fn finish(mut self) -> Result<PathBuf, WriteError> {
+        self.flush()?;
+        let error = |e: &dyn std::fmt::Display| WriteError { path: self.target.clone(), reason: e.to_string() };
+        let writer = self.writer.take().ok_or_else(|| error(&"finished twice"))?;
+        let file = writer.into_inner().map_err(|e| error(&e))?;
+        file.sync_all().map_err(|e| error(&e))?;
+        std::fs::rename(&self.temporary, &self.target).map_err(|e| error(&e))?;
+        Ok(self.target.clone())
+    }
+}
+
+impl Drop for ChangedWriter {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.temporary);
+    }
+}

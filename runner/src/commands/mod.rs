@@ -9,6 +9,7 @@ mod ls;
 mod man;
 mod pipe;
 mod report;
+mod rescore;
 mod run;
 mod slurm;
 
@@ -24,6 +25,7 @@ pub fn dispatch(cli: Cli) -> Result<i32, String> {
         Command::Pipe(args) => pipe::main(&args),
         Command::Doctor(args) => doctor::main(&args),
         Command::Cache(command) => cache::main(&command),
+        Command::Rescore(args) => rescore::main(*args, cli.quiet),
         Command::Report(command) => report::main(&command),
         Command::Slurm(command) => slurm::main(&command),
         Command::Completions(args) => {
