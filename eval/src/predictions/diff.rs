@@ -159,10 +159,13 @@ impl Decide {
                 let mut row = scores.to_vec();
                 if self.from_logits {
                     let max = row.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-                    let sum: f64 = row.iter_mut().map(|v| {
-                        *v = (*v - max).exp();
-                        *v
-                    }).sum();
+                    let sum: f64 = row
+                        .iter_mut()
+                        .map(|v| {
+                            *v = (*v - max).exp();
+                            *v
+                        })
+                        .sum();
                     row.iter_mut().for_each(|v| *v /= sum);
                 }
                 let class = argmax(&row);

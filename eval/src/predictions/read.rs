@@ -173,7 +173,11 @@ impl PredictionsReader {
                 },
             })
             .collect();
-        isorun_protocol::SignatureInfo { key: format!("predictions of {}", self.meta.model), inputs: Vec::new(), outputs }
+        isorun_protocol::SignatureInfo {
+            key: format!("predictions of {}", self.meta.model),
+            inputs: Vec::new(),
+            outputs,
+        }
     }
 
     /// Chooses the output scored and the slices read (each must be a
@@ -336,7 +340,10 @@ impl PredictionsReader {
             flat_list(array, rows).ok_or_else(|| bad(&name, array))?
         };
         if width != saved.width() {
-            return Err(err(&self.path, format!("column '{name}' has {width} values a row, eval wrote {}", saved.width())));
+            return Err(err(
+                &self.path,
+                format!("column '{name}' has {width} values a row, eval wrote {}", saved.width()),
+            ));
         }
         let (dtype, bytes) = dense_bytes(&values, saved.dtype).ok_or_else(|| bad(&name, array))?;
         let mut shape = vec![rows as u64];
@@ -392,7 +399,8 @@ impl PredictionsReader {
             }
             for (slice, values) in &mut slices {
                 let name = slice_column(slice);
-                values.push(field(&name)?.as_str().ok_or_else(|| at(line, format!("'{name}' is not a string")))?.into());
+                values
+                    .push(field(&name)?.as_str().ok_or_else(|| at(line, format!("'{name}' is not a string")))?.into());
             }
             let value = field(&column)?;
             let elements: Vec<&Value> = if saved.scalar() {
@@ -401,7 +409,10 @@ impl PredictionsReader {
                 value.as_array().map(|a| a.iter().collect()).unwrap_or_default()
             };
             if elements.len() != saved.width() {
-                return Err(at(line, format!("'{column}' has {} values, eval wrote {}", elements.len(), saved.width())));
+                return Err(at(
+                    line,
+                    format!("'{column}' has {} values, eval wrote {}", elements.len(), saved.width()),
+                ));
             }
             for element in elements {
                 put_json(dtype, element, &mut bytes).ok_or_else(|| at(line, format!("'{column}' holds {element}")))?;
@@ -409,14 +420,8 @@ impl PredictionsReader {
         }
         let mut shape = vec![rows.len() as u64];
         shape.extend_from_slice(&saved.row_shape);
-        let targets = Targets {
-            rows: rows.len(),
-            labels,
-            weights,
-            slices,
-            first_index: first_index.unwrap_or(0),
-            keys,
-        };
+        let targets =
+            Targets { rows: rows.len(), labels, weights, slices, first_index: first_index.unwrap_or(0), keys };
         Ok(RescoreBatch { targets, output: (self.output.clone(), Tensor::dense(dtype, shape, bytes)) })
     }
 }
@@ -534,8 +539,6 @@ pub(crate) fn values_f64(tensor: &Tensor, out: &mut Vec<f64>) -> Result<(), Stri
     let size = tensor.dtype.element_size().ok_or("the output holds strings")?;
     let element = isorun_tensors::npy::Element::Dense(tensor.dtype, false);
     out.clear();
-    out.extend(
-        bytes.chunks_exact(size).map(|c| crate::element::number(element, c).map_or(f64::NAN, |n| n.as_f64())),
-    );
+    out.extend(bytes.chunks_exact(size).map(|c| crate::element::number(element, c).map_or(f64::NAN, |n| n.as_f64())));
     Ok(())
 }

@@ -127,23 +127,24 @@ impl PredictionsWriter {
             )));
         }
         if chosen.len() != self.meta.outputs.len() {
-            return Err(self.error(format!("a batch has {} outputs, the first had {}", chosen.len(), self.meta.outputs.len())));
+            return Err(self.error(format!(
+                "a batch has {} outputs, the first had {}",
+                chosen.len(),
+                self.meta.outputs.len()
+            )));
         }
         for ((name, tensor), saved) in chosen.iter().zip(&self.meta.outputs) {
             if *name != saved.name || tensor.dtype != saved.dtype || tensor.shape.get(1..) != Some(&saved.row_shape[..])
             {
                 return Err(self.error(format!(
                     "output '{name}' is {} {:?} in the batch at example {}; the first batch had '{}' {} [N, {:?}]",
-                    tensor.dtype,
-                    tensor.shape,
-                    targets.first_index,
-                    saved.name,
-                    saved.dtype,
-                    saved.row_shape
+                    tensor.dtype, tensor.shape, targets.first_index, saved.name, saved.dtype, saved.row_shape
                 )));
             }
             if tensor.shape.first() != Some(&(rows as u64)) {
-                return Err(self.error(format!("output '{name}' has {:?} rows, the batch {rows}", tensor.shape.first())));
+                return Err(
+                    self.error(format!("output '{name}' has {:?} rows, the batch {rows}", tensor.shape.first()))
+                );
             }
         }
         self.meta.examples += rows as u64;
@@ -204,10 +205,9 @@ impl PredictionsWriter {
             self.sink = Sink::Parquet(writer);
         }
         match &mut self.sink {
-            Sink::Parquet(writer) => writer.write(&batch).map_err(|e| WriteError {
-                path: self.temporary.clone(),
-                reason: e.to_string(),
-            }),
+            Sink::Parquet(writer) => {
+                writer.write(&batch).map_err(|e| WriteError { path: self.temporary.clone(), reason: e.to_string() })
+            }
             _ => Err(self.error("written after its end")),
         }
     }
@@ -237,7 +237,8 @@ impl PredictionsWriter {
                     let _ = write!(line, ",\"label\":{}", json_f64(v[r]));
                 }
                 Labels::Matrix { columns, values } => {
-                    let row: Vec<String> = values[r * columns..(r + 1) * columns].iter().map(|v| json_f64(*v)).collect();
+                    let row: Vec<String> =
+                        values[r * columns..(r + 1) * columns].iter().map(|v| json_f64(*v)).collect();
                     let _ = write!(line, ",\"label\":[{}]", row.join(","));
                 }
             }
@@ -257,7 +258,8 @@ impl PredictionsWriter {
                 }
             }
             line.push_str("}\n");
-            out.write_all(line.as_bytes()).map_err(|e| WriteError { path: self.temporary.clone(), reason: e.to_string() })?;
+            out.write_all(line.as_bytes())
+                .map_err(|e| WriteError { path: self.temporary.clone(), reason: e.to_string() })?;
         }
         Ok(())
     }
@@ -434,13 +436,7 @@ impl ChangedWriter {
         ]));
         let properties = WriterProperties::builder().set_compression(Compression::SNAPPY).build();
         let writer = ArrowWriter::try_new(file, Arc::clone(&schema), Some(properties)).map_err(|e| error(&e))?;
-        Ok(ChangedWriter {
-            target: target.to_path_buf(),
-            temporary,
-            writer: Some(writer),
-            schema,
-            rows: Vec::new(),
-        })
+        Ok(ChangedWriter { target: target.to_path_buf(), temporary, writer: Some(writer), schema, rows: Vec::new() })
     }
 
     pub fn push(&mut self, model: &str, changed: &super::Changed) -> Result<(), WriteError> {

@@ -126,10 +126,10 @@ pub fn main(args: EvalArgs, quiet: bool) -> Result<i32, String> {
     }
     let predictions = match &eval.predictions {
         Some(dir) => {
-            std::fs::create_dir_all(dir)
-                .map_err(|e| format!("--predictions {}: cannot create: {e}", dir.display()))?;
-            let format = PredictionsFormat::from_name(&eval.predictions_format)
-                .ok_or_else(|| format!("--predictions-format {}: expected parquet or jsonl", eval.predictions_format))?;
+            std::fs::create_dir_all(dir).map_err(|e| format!("--predictions {}: cannot create: {e}", dir.display()))?;
+            let format = PredictionsFormat::from_name(&eval.predictions_format).ok_or_else(|| {
+                format!("--predictions-format {}: expected parquet or jsonl", eval.predictions_format)
+            })?;
             Some(Predictions {
                 dir: dir.clone(),
                 format,
@@ -423,9 +423,9 @@ impl FeedStream for EvalStream<'_> {
             _ => None,
         };
         let predicted = match (ok && written.is_none(), self.predictions.take()) {
-            (true, Some(writer)) => {
-                Some(writer.finish(self.evaluator.task().map(|t| t.name().to_string())).map_err(|e| predictions_error(&e)))
-            }
+            (true, Some(writer)) => Some(
+                writer.finish(self.evaluator.task().map(|t| t.name().to_string())).map_err(|e| predictions_error(&e)),
+            ),
             _ => None,
         };
         let evaluation = self.evaluator.finish();

@@ -46,7 +46,8 @@ pub fn main(args: RescoreArgs, quiet: bool) -> Result<i32, String> {
     for path in &files {
         units.push(prepare(path, &args, &rules, &metrics)?);
     }
-    let models: Vec<Model> = units.iter().map(|u| Model::saved_model(u.reader.meta.model.clone(), u.path.clone())).collect();
+    let models: Vec<Model> =
+        units.iter().map(|u| Model::saved_model(u.reader.meta.model.clone(), u.path.clone())).collect();
     let format = match (args.json, args.format) {
         (true, _) => Format::Jsonl,
         (false, Some(format)) => format,

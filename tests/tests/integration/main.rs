@@ -22,6 +22,7 @@ mod nightly;
 mod old_kernels;
 mod outputs;
 mod pipe;
+mod predictions;
 mod reports;
 mod run_cli;
 mod sandbox;
