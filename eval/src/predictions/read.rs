@@ -260,7 +260,7 @@ impl PredictionsReader {
                 } else {
                     batch
                 };
-                Some(self.from_arrow(&batch))
+                Some(self.batch_of_arrow(&batch))
             }
             Rows::Jsonl(lines, line_number) => {
                 let mut rows = Vec::with_capacity(want.min(READ_ROWS));
@@ -283,7 +283,7 @@ impl PredictionsReader {
                 if rows.is_empty() {
                     return None;
                 }
-                Some(self.from_json_rows(&rows))
+                Some(self.batch_of_json_rows(&rows))
             }
         }
     }
@@ -297,7 +297,7 @@ impl PredictionsReader {
         Ok(Some(array))
     }
 
-    fn from_arrow(&self, batch: &RecordBatch) -> Result<RescoreBatch, ReadError> {
+    fn batch_of_arrow(&self, batch: &RecordBatch) -> Result<RescoreBatch, ReadError> {
         let rows = batch.num_rows();
         let bad = |name: &str, array: &ArrayRef| {
             err(&self.path, format!("column '{name}' is {}, not what eval writes", array.data_type()))
@@ -352,7 +352,7 @@ impl PredictionsReader {
         Ok(RescoreBatch { targets, output: (self.output.clone(), Tensor::dense(dtype, shape, bytes)) })
     }
 
-    fn from_json_rows(&self, rows: &[(u64, Value)]) -> Result<RescoreBatch, ReadError> {
+    fn batch_of_json_rows(&self, rows: &[(u64, Value)]) -> Result<RescoreBatch, ReadError> {
         let saved = self.meta.saved(&self.output).expect("checked by start");
         let at = |line: u64, reason: String| err(&self.path, format!("line {line}: {reason}"));
         let kind = self.meta.label_kind.as_deref().unwrap_or("int");

@@ -37,7 +37,7 @@ pub struct WriteError {
 enum Sink {
     /// Until the first batch fixes the schema.
     Pending(File),
-    Parquet(ArrowWriter<File>),
+    Parquet(Box<ArrowWriter<File>>),
     Jsonl(BufWriter<File>),
     Done,
 }
@@ -202,7 +202,7 @@ impl PredictionsWriter {
                 .set_compression(Compression::SNAPPY)
                 .build();
             let writer = ArrowWriter::try_new(file, schema, Some(properties)).map_err(|e| self.error(e.to_string()))?;
-            self.sink = Sink::Parquet(writer);
+            self.sink = Sink::Parquet(Box::new(writer));
         }
         match &mut self.sink {
             Sink::Parquet(writer) => {

@@ -1,5 +1,7 @@
 //! One module per command; [`dispatch`] picks it. Commands share helpers
-//! through `crate::support` only, never through each other.
+//! through `crate::support` only, never through each other; the one
+//! exception, `rescore`, parses its rules and baseline with eval's own
+//! (`eval::Rules`, `eval::read_baseline`) so that the two cannot differ.
 
 mod cache;
 mod doctor;

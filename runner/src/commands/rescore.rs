@@ -206,7 +206,7 @@ fn diff(args: &RescoreArgs, quiet: bool) -> Result<i32, String> {
             args.paths.len()
         ));
     };
-    if args.tolerance.is_some_and(|t| !(t >= 0.0)) {
+    if args.tolerance.is_some_and(|t| t.is_nan() || t < 0.0) {
         return Err("--tolerance: expected a number >= 0".into());
     }
     let pairs = pair_files(baseline, new)?;
@@ -262,7 +262,10 @@ fn diff(args: &RescoreArgs, quiet: bool) -> Result<i32, String> {
         });
         let _ = writeln!(out, "{line}");
         if !quiet {
-            let p = summary.mcnemar_p.map_or(String::new(), |p| format!(", McNemar exact p = {p:.4}"));
+            let p = summary.mcnemar_p.map_or(String::new(), |p| match p {
+                p if p < 1e-3 => format!(", McNemar exact p = {p:.2e}"),
+                p => format!(", McNemar exact p = {p:.4}"),
+            });
             eprintln!(
                 "isorun: {model}: {} of {} examples changed ({} fixed, {} broke; matched by {}){p}",
                 summary.changed, summary.examples, summary.fixed, summary.broke, summary.matched_by
