@@ -26,7 +26,7 @@ mod write;
 pub use diff::{mcnemar_exact_p, Changed, DiffError, DiffOptions, DiffSummary, Differ, Prediction};
 pub use meta::{Meta, SavedOutput, META_KEY};
 pub use read::{list_files, PredictionsReader, ReadError, RescoreBatch};
-pub use write::{ChangedWriter, PredictionsWriter, WriteError, ROW_GROUP_ROWS};
+pub use write::{BackgroundWriter, ChangedWriter, PredictionsWriter, WriteError, BACKGROUND_BATCHES, ROW_GROUP_ROWS};
 
 /// How predictions are written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -18,6 +18,7 @@ use parquet::arrow::ArrowWriter;
 use parquet::basic::Compression;
 use parquet::file::metadata::KeyValue;
 use parquet::file::properties::WriterProperties;
+use parquet::schema::types::ColumnPath;
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
@@ -55,9 +56,14 @@ pub struct PredictionsWriter {
     line: String,
 }
 
+/// A temporary name of its own for each writer (process id and a count),
+/// so that a retry's writer and the failed attempt's, dropped later, never
+/// share one.
 fn temporary_of(target: &Path) -> PathBuf {
+    static COUNT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let count = COUNT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let name = target.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    target.with_file_name(format!(".{name}.tmp-{}", std::process::id()))
+    target.with_file_name(format!(".{name}.tmp-{}-{count}", std::process::id()))
 }
 
 /// A new file, never opened through a link (a stale one goes first).
@@ -197,10 +203,20 @@ impl PredictionsWriter {
             .map_err(|e| self.error(format!("the batch at example {}: {e}", targets.first_index)))?;
         if let Sink::Pending(_) = self.sink {
             let Sink::Pending(file) = std::mem::replace(&mut self.sink, Sink::Done) else { unreachable!() };
-            let properties = WriterProperties::builder()
+            // Dictionaries pay for strings (slices, a few values each), not
+            // for scores, whose values are nearly all distinct: trying one
+            // per float column cost more than everything else the writer does.
+            let mut properties = WriterProperties::builder()
                 .set_max_row_group_row_count(Some(ROW_GROUP_ROWS))
                 .set_compression(Compression::SNAPPY)
-                .build();
+                .set_dictionary_enabled(false);
+            for field in schema.fields() {
+                if field.name().starts_with("slice:") {
+                    properties =
+                        properties.set_column_dictionary_enabled(ColumnPath::from(field.name().as_str()), true);
+                }
+            }
+            let properties = properties.build();
             let writer = ArrowWriter::try_new(file, schema, Some(properties)).map_err(|e| self.error(e.to_string()))?;
             self.sink = Sink::Parquet(Box::new(writer));
         }
@@ -483,5 +499,86 @@ impl ChangedWriter {
 impl Drop for ChangedWriter {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.temporary);
+    }
+}
+
+/// A [`PredictionsWriter`] on a thread of its own, so that encoding a batch
+/// overlaps the worker's next one instead of delaying it: batches are moved
+/// (not copied) into a channel of [`BACKGROUND_BATCHES`], so at most that
+/// many wait. The first error stops the thread; the next `append` or
+/// `finish` returns it. Dropped unfinished, it ends the thread, whose
+/// writer removes its temporary file.
+pub struct BackgroundWriter {
+    sender: Option<std::sync::mpsc::SyncSender<(Targets, Vec<(String, Tensor)>)>>,
+    thread: Option<std::thread::JoinHandle<Result<PredictionsWriter, WriteError>>>,
+    target: PathBuf,
+    output: String,
+    all: bool,
+}
+
+/// Batches that may wait for the writer's thread.
+pub const BACKGROUND_BATCHES: usize = 2;
+
+impl BackgroundWriter {
+    pub fn start(writer: PredictionsWriter) -> BackgroundWriter {
+        let (sender, receiver) = std::sync::mpsc::sync_channel::<(Targets, Vec<(String, Tensor)>)>(BACKGROUND_BATCHES);
+        let target = writer.target.clone();
+        let output = writer.meta.output.clone();
+        let all = writer.all;
+        let thread = std::thread::Builder::new()
+            .name("predictions".into())
+            .spawn(move || {
+                let mut writer = writer;
+                for (targets, outputs) in receiver {
+                    writer.append(&targets, &outputs)?;
+                }
+                Ok(writer)
+            })
+            .expect("spawn the predictions thread");
+        BackgroundWriter { sender: Some(sender), thread: Some(thread), target, output, all }
+    }
+
+    /// Where the file goes once finished.
+    pub fn target(&self) -> &Path {
+        &self.target
+    }
+
+    /// Hands one batch to the thread (only the scored output unless every
+    /// output is saved).
+    pub fn append(&mut self, targets: Targets, mut outputs: Vec<(String, Tensor)>) -> Result<(), WriteError> {
+        if !self.all {
+            outputs.retain(|(name, _)| *name == self.output);
+        }
+        let sent = self.sender.as_ref().map(|s| s.send((targets, outputs)));
+        match sent {
+            Some(Ok(())) => Ok(()),
+            // The thread stopped at an error: that error.
+            _ => match self.join() {
+                Err(e) => Err(e),
+                Ok(_) => Err(WriteError { path: self.target.clone(), reason: "the writer's thread ended".into() }),
+            },
+        }
+    }
+
+    fn join(&mut self) -> Result<PredictionsWriter, WriteError> {
+        self.sender = None;
+        match self.thread.take().map(|t| t.join()) {
+            Some(Ok(result)) => result,
+            Some(Err(_)) => {
+                Err(WriteError { path: self.target.clone(), reason: "the writer's thread panicked".into() })
+            }
+            None => Err(WriteError { path: self.target.clone(), reason: "the writer's thread ended".into() }),
+        }
+    }
+
+    /// Waits for every batch, then [`PredictionsWriter::finish`].
+    pub fn finish(mut self, task: Option<String>) -> Result<PathBuf, WriteError> {
+        self.join()?.finish(task)
+    }
+}
+
+impl Drop for BackgroundWriter {
+    fn drop(&mut self) {
+        let _ = self.join();
     }
 }

@@ -13,7 +13,7 @@ use crate::drive::{discover_models, execute, Plan, Work};
 use crate::settings::{report_settings, run_settings};
 use crate::support::with_causes;
 use isorun_engine::{Feed, FeedStream, FeedSummary, Model};
-use isorun_eval::predictions::{Meta, PredictionsFormat, PredictionsWriter};
+use isorun_eval::predictions::{BackgroundWriter, Meta, PredictionsFormat, PredictionsWriter};
 use isorun_eval::{BatchReader, Bound, DataSpec, Dataset, Evaluator, MaxDrop, Metric, MetricsSpec, Targets};
 use isorun_protocol::{ErrorKind, ModelError, Outcome, Tensor};
 use isorun_report::eval_record::{data_shard_fields, evaluation_fields, EvalRules};
@@ -348,7 +348,9 @@ impl Feed for EvalFeed {
                 meta.model = model.id.clone();
                 meta.output = evaluator.output().to_string();
                 meta.output_shape = info.outputs.iter().find(|o| o.name == meta.output).and_then(|o| o.shape.clone());
-                Some(PredictionsWriter::create(&p.dir, p.format, meta, p.all).map_err(|e| predictions_error(&e))?)
+                let writer =
+                    PredictionsWriter::create(&p.dir, p.format, meta, p.all).map_err(|e| predictions_error(&e))?;
+                Some(BackgroundWriter::start(writer))
             }
             None => None,
         };
@@ -368,7 +370,7 @@ impl Feed for EvalFeed {
 /// One model's pass over the data.
 struct EvalStream<'a> {
     /// `--predictions`: the rows so far, put in place when the unit ends well.
-    predictions: Option<PredictionsWriter>,
+    predictions: Option<BackgroundWriter>,
     reader: BatchReader,
     evaluator: Evaluator,
     /// The labels (weights, slice values) of the batch the worker has.
@@ -407,11 +409,12 @@ impl FeedStream for EvalStream<'_> {
         self.evaluator
             .update(&outputs, &targets)
             .map_err(|e| Outcome::Error(ModelError::new(ErrorKind::Evaluation, with_causes(&e))))?;
-        if let Some(writer) = &mut self.predictions {
-            writer.append(&targets, &outputs).map_err(|e| predictions_error(&e))?;
+        if let Some(streamed) = &mut self.outputs {
+            streamed.append(&outputs).map_err(output_error)?;
         }
-        match &mut self.outputs {
-            Some(streamed) => streamed.append(&outputs).map_err(output_error),
+        match &mut self.predictions {
+            // Moved to the writer's thread, which encodes while the worker computes.
+            Some(writer) => writer.append(targets, outputs).map_err(|e| predictions_error(&e)),
             None => Ok(()),
         }
     }

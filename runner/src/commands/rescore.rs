@@ -180,6 +180,7 @@ fn score(unit: Unit, rules: &Rules, baseline: Option<&Baseline>) -> Value {
         }
     }
     let model = reader.meta.model.clone();
+    let data_shard = reader.meta.data_shard.clone();
     let mut record = Map::new();
     record.insert("model".into(), json!(model));
     record.insert("path".into(), json!(path.to_string_lossy()));
@@ -192,6 +193,10 @@ fn score(unit: Unit, rules: &Rules, baseline: Option<&Baseline>) -> Value {
     outcome_fields(&mut record, &outcome);
     record.insert("examples".into(), json!(evaluation.examples));
     record.extend(fields);
+    if let Some(shard) = data_shard {
+        // The file holds one data shard's examples: these metrics are that shard's.
+        record.insert("data_shard".into(), json!(shard));
+    }
     record.insert("predictions".into(), json!(path.to_string_lossy()));
     record.insert("wall_ms".into(), json!(started.elapsed().as_millis() as u64));
     Value::Object(record)
@@ -225,20 +230,20 @@ fn diff(args: &RescoreArgs, quiet: bool) -> Result<i32, String> {
     for (b, n) in readers {
         let model = n.meta.model.clone();
         let (base_path, new_path) = (b.path().to_path_buf(), n.path().to_path_buf());
-        let mut write_error = None;
+        // Class labels (integers, a one-hot's argmax) print as integers.
+        let float_labels = n.meta.label_kind.as_deref() == Some("float");
         let summary = Differ::run(b, n, options, &mut |changed| {
             let line = json!({
                 "model": model,
                 "index": changed.index,
                 "key": changed.key,
-                "label": changed.label,
+                "label": if float_labels { json!(changed.label) } else { json!(changed.label as i64) },
                 "baseline": { "class": changed.baseline.class, "score": changed.baseline.score },
                 "new": { "class": changed.new.class, "score": changed.new.score },
                 "change": changed.kind,
             });
-            if writeln!(out, "{line}").is_err() {
-                write_error.get_or_insert("stdout closed".to_string());
-            }
+            // A reader gone (`| head`) ends the listing, not the summary's count.
+            let _ = writeln!(out, "{line}");
             if let Some(writer) = changed_out.as_mut() {
                 writer.push(&model, changed).map_err(|e| with_causes(&e))?;
             }
