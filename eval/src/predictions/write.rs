@@ -502,6 +502,9 @@ impl Drop for ChangedWriter {
     }
 }
 
+/// One batch on its way to the writer's thread (boxed: a small message).
+type Job = Box<(Targets, Vec<(String, Tensor)>)>;
+
 /// A [`PredictionsWriter`] on a thread of its own, so that encoding a batch
 /// overlaps the worker's next one instead of delaying it: batches are moved
 /// (not copied) into a channel of [`BACKGROUND_BATCHES`], so at most that
@@ -509,7 +512,7 @@ impl Drop for ChangedWriter {
 /// `finish` returns it. Dropped unfinished, it ends the thread, whose
 /// writer removes its temporary file.
 pub struct BackgroundWriter {
-    sender: Option<std::sync::mpsc::SyncSender<(Targets, Vec<(String, Tensor)>)>>,
+    sender: Option<std::sync::mpsc::SyncSender<Job>>,
     thread: Option<std::thread::JoinHandle<Result<PredictionsWriter, WriteError>>>,
     target: PathBuf,
     output: String,
@@ -521,7 +524,7 @@ pub const BACKGROUND_BATCHES: usize = 2;
 
 impl BackgroundWriter {
     pub fn start(writer: PredictionsWriter) -> BackgroundWriter {
-        let (sender, receiver) = std::sync::mpsc::sync_channel::<(Targets, Vec<(String, Tensor)>)>(BACKGROUND_BATCHES);
+        let (sender, receiver) = std::sync::mpsc::sync_channel::<Job>(BACKGROUND_BATCHES);
         let target = writer.target.clone();
         let output = writer.meta.output.clone();
         let all = writer.all;
@@ -529,7 +532,8 @@ impl BackgroundWriter {
             .name("predictions".into())
             .spawn(move || {
                 let mut writer = writer;
-                for (targets, outputs) in receiver {
+                for job in receiver {
+                    let (targets, outputs) = *job;
                     writer.append(&targets, &outputs)?;
                 }
                 Ok(writer)
@@ -549,7 +553,7 @@ impl BackgroundWriter {
         if !self.all {
             outputs.retain(|(name, _)| *name == self.output);
         }
-        let sent = self.sender.as_ref().map(|s| s.send((targets, outputs)));
+        let sent = self.sender.as_ref().map(|s| s.send(Box::new((targets, outputs))));
         match sent {
             Some(Ok(())) => Ok(()),
             // The thread stopped at an error: that error.
