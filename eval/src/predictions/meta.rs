@@ -58,6 +58,8 @@ pub struct Meta {
     pub examples: u64,
     pub data_digest: String,
     pub data_shard: Option<String>,
+    /// `--skip-corrupt`: the records eval skipped (the record's `skipped_corrupt`).
+    pub skipped_corrupt: u64,
 }
 
 pub(crate) fn label_kind(labels: &Labels) -> String {
@@ -92,6 +94,7 @@ impl Meta {
             "examples": self.examples,
             "data_digest": self.data_digest,
             "data_shard": self.data_shard,
+            "skipped_corrupt": self.skipped_corrupt,
         })
     }
 
@@ -165,6 +168,7 @@ impl Meta {
             examples: number("examples")?,
             data_digest: text("data_digest")?,
             data_shard: opt_text("data_shard")?,
+            skipped_corrupt: value["skipped_corrupt"].as_u64().unwrap_or(0),
         })
     }
 

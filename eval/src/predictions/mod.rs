@@ -101,6 +101,7 @@ mod tests {
             examples: 0,
             data_digest: "d".into(),
             data_shard: None,
+            skipped_corrupt: 0,
         }
     }
 
@@ -135,7 +136,7 @@ mod tests {
                 for (targets, outputs) in &written {
                     writer.append(targets, outputs).unwrap();
                 }
-                let path = writer.finish(Some("multiclass".into())).unwrap();
+                let path = writer.finish(Some("multiclass".into()), 0).unwrap();
                 assert_eq!(path, dir.path().join("nested").join(format!("m.{}", format.extension())));
                 let mut reader = PredictionsReader::open(&path).unwrap();
                 assert_eq!(reader.meta.first_batch_rows, 3);

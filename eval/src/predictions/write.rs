@@ -280,10 +280,11 @@ impl PredictionsWriter {
         Ok(())
     }
 
-    /// Closes the file with its metadata (the task eval decided) and
-    /// renames it into place; the path written.
-    pub fn finish(mut self, task: Option<String>) -> Result<PathBuf, WriteError> {
+    /// Closes the file with its metadata (the task eval decided, the
+    /// corrupt records skipped) and renames it into place; the path written.
+    pub fn finish(mut self, task: Option<String>, skipped_corrupt: u64) -> Result<PathBuf, WriteError> {
         self.meta.task = task;
+        self.meta.skipped_corrupt = skipped_corrupt;
         let meta = self.meta.to_json().to_string();
         let sink = std::mem::replace(&mut self.sink, Sink::Done);
         let io = |path: &Path| {
@@ -576,8 +577,8 @@ impl BackgroundWriter {
     }
 
     /// Waits for every batch, then [`PredictionsWriter::finish`].
-    pub fn finish(mut self, task: Option<String>) -> Result<PathBuf, WriteError> {
-        self.join()?.finish(task)
+    pub fn finish(mut self, task: Option<String>, skipped_corrupt: u64) -> Result<PathBuf, WriteError> {
+        self.join()?.finish(task, skipped_corrupt)
     }
 }
 

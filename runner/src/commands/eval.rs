@@ -153,6 +153,7 @@ pub fn main(args: EvalArgs, quiet: bool) -> Result<i32, String> {
                     examples: 0,
                     data_digest: dataset.dataset_digest(),
                     data_shard: data_shard.map(|s| s.to_string()),
+                    skipped_corrupt: 0,
                 },
             })
         }
@@ -427,7 +428,9 @@ impl FeedStream for EvalStream<'_> {
         };
         let predicted = match (ok && written.is_none(), self.predictions.take()) {
             (true, Some(writer)) => Some(
-                writer.finish(self.evaluator.task().map(|t| t.name().to_string())).map_err(|e| predictions_error(&e)),
+                writer
+                    .finish(self.evaluator.task().map(|t| t.name().to_string()), self.reader.skipped())
+                    .map_err(|e| predictions_error(&e)),
             ),
             _ => None,
         };

@@ -181,12 +181,13 @@ fn score(unit: Unit, rules: &Rules, baseline: Option<&Baseline>) -> Value {
     }
     let model = reader.meta.model.clone();
     let data_shard = reader.meta.data_shard.clone();
+    let skipped_corrupt = reader.meta.skipped_corrupt;
     let mut record = Map::new();
     record.insert("model".into(), json!(model));
     record.insert("path".into(), json!(path.to_string_lossy()));
     let evaluation = evaluator.finish();
     let baseline = baseline.map(|b| b.models.get(&model));
-    let (fields, breach) = evaluation_fields(&evaluation, 0, baseline, &rules.checks);
+    let (fields, breach) = evaluation_fields(&evaluation, skipped_corrupt, baseline, &rules.checks);
     let outcome = failure.or(breach);
     let outcome = outcome.unwrap_or(Outcome::Ok);
     record.insert("status".into(), json!(outcome.status()));

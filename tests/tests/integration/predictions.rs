@@ -398,3 +398,16 @@ t = t.set_column(t.schema.get_field_index("label"), "label", pa.array(label, pa.
     assert!(ran.stderr.contains("index 10 has label"), "{}", ran.stderr);
     assert!(ran.stderr.contains(p(&relabelled.join("binary.parquet"))), "{}", ran.stderr);
 }
+
+#[test]
+fn records_skipped_as_corrupt_are_counted_by_rescore_as_by_eval() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("preds");
+    let args = ["--skip-corrupt", "--predictions", p(&dir)];
+    let ran = eval(&[model("binary")], &data("corrupt.tfrecord"), "label_bin", &args);
+    assert_eq!(ran.code, Some(0), "{ran:?}");
+    let record = ran.record("binary");
+    assert_eq!(record["skipped_corrupt"], 1, "{record}");
+    let rescored = rescore(&[p(&dir)], tmp.path());
+    assert_same_evaluation(rescored.record("binary"), record, "--skip-corrupt");
+}
