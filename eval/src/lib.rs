@@ -28,6 +28,7 @@ pub mod example;
 pub mod format;
 pub mod metrics;
 mod paths;
+pub mod predictions;
 pub mod shard;
 mod source;
 pub mod state;

@@ -212,7 +212,7 @@ fn attempt_record(attempt: &Attempt) -> Value {
 }
 
 /// `error` and the fields particular to an outcome (`signal`, `phase`, ...).
-pub(crate) fn outcome_fields(r: &mut Map<String, Value>, outcome: &Outcome) {
+pub fn outcome_fields(r: &mut Map<String, Value>, outcome: &Outcome) {
     match outcome {
         Outcome::Ok => {}
         Outcome::Error(e) => {

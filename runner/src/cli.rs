@@ -46,6 +46,8 @@ pub enum Command {
     /// The Keras export cache: list its SavedModels, or clear it.
     #[command(subcommand)]
     Cache(CacheCommand),
+    /// Recompute eval's metrics from saved predictions (eval --predictions), without TensorFlow; --diff compares two runs example by example.
+    Rescore(Box<RescoreArgs>),
     /// Compare or merge run reports (`--report` files).
     #[command(subcommand)]
     Report(ReportCommand),
@@ -310,6 +312,97 @@ pub enum SpawnMode {
     Zygote,
     /// Exec a fresh worker process for each unit.
     Exec,
+}
+
+#[derive(Debug, Args)]
+#[command(after_help = "Examples:
+  isorun eval models/ --data val.tfrecord --label y --slice country --predictions preds/
+  isorun rescore preds/ --metric pr_auc --slice country     a metric eval was not asked for
+  isorun rescore preds/binary.parquet --threshold 0.7 --report rescored.json
+  isorun rescore --diff last-night/ preds/ --output-changed changed.parquet
+
+No worker starts and TensorFlow is never loaded: the files hold everything eval scored.
+Settings not given (--metric, --slice, --threshold, --top-k, --from-logits, --output) are the
+ones eval used, from each file's description, so `isorun rescore DIR` gives eval's records.")]
+pub struct RescoreArgs {
+    /// Predictions files (.parquet, .jsonl) or folders of them (eval --predictions DIR). With
+    /// --diff: BASELINE then NEW, two files or two folders (matched by model id).
+    #[arg(value_name = "DIR_OR_FILE", required = true)]
+    pub paths: Vec<PathBuf>,
+
+    /// A metric (repeatable), as eval takes them [default: the ones eval computed].
+    #[arg(long = "metric", value_name = "NAME")]
+    pub metrics: Vec<String>,
+
+    /// Metrics per value of this feature too (repeatable); only features eval saved (eval --slice
+    /// FEATURE) [default: eval's slices].
+    #[arg(long = "slice", value_name = "FEATURE")]
+    pub slices: Vec<String>,
+
+    /// A number: the binary decision threshold [default: eval's]. METRIC>=X or METRIC<=X: a
+    /// bound the model must meet, else it ends below_threshold (repeatable).
+    #[arg(long = "threshold", value_name = "X|RULE")]
+    pub thresholds: Vec<String>,
+
+    /// An earlier eval (or rescore) --report: --max-drop compares each model's metrics with it.
+    #[arg(long, value_name = "REPORT.json")]
+    pub baseline: Option<PathBuf>,
+
+    /// METRIC=X (absolute) or METRIC=X% (relative): how much worse than the baseline a metric
+    /// may get (repeatable).
+    #[arg(long = "max-drop", value_name = "METRIC=X", requires = "baseline")]
+    pub max_drops: Vec<String>,
+
+    /// k of top_k_accuracy [default: eval's].
+    #[arg(long, value_name = "K", value_parser = clap::value_parser!(u64).range(1..))]
+    pub top_k: Option<u64>,
+
+    /// Equal-width confidence bins of ece [default: eval's].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=10_000))]
+    pub calibration_bins: Option<u64>,
+
+    /// Outputs are logits [default: as eval scored them].
+    #[arg(long)]
+    pub from_logits: bool,
+
+    /// The output to score: one the file saved (eval --predictions-all saves all) [default: eval's].
+    #[arg(long, value_name = "NAME")]
+    pub output: Option<String>,
+
+    /// Compare two runs' predictions of the same examples (matched by key when both have one,
+    /// else by index): print each example whose prediction changed class (or moved by more than
+    /// --tolerance) as a JSON line, then a summary with McNemar's exact p for accuracy.
+    #[arg(long, conflicts_with_all = ["metrics", "slices", "thresholds", "baseline", "report", "junit", "html"])]
+    pub diff: bool,
+
+    /// With --diff: also write the changed examples to this Parquet file.
+    #[arg(long, value_name = "PATH.parquet", requires = "diff")]
+    pub output_changed: Option<PathBuf>,
+
+    /// With --diff: a score that moves by more than X counts as changed too (regression: any
+    /// move counts without it).
+    #[arg(long, value_name = "X", requires = "diff")]
+    pub tolerance: Option<f64>,
+
+    /// Write a JSON report of the records, as eval's --report.
+    #[arg(long, value_name = "PATH.json")]
+    pub report: Option<PathBuf>,
+
+    /// Also write a JUnit XML file.
+    #[arg(long, value_name = "PATH.xml")]
+    pub junit: Option<PathBuf>,
+
+    /// Also write a self-contained HTML page.
+    #[arg(long, value_name = "PATH.html")]
+    pub html: Option<PathBuf>,
+
+    /// Output format on stdout [default: table on a terminal, jsonl otherwise].
+    #[arg(long, value_enum, value_name = "FORMAT")]
+    pub format: Option<Format>,
+
+    /// Short for --format jsonl.
+    #[arg(long, conflicts_with = "format")]
+    pub json: bool,
 }
 
 /// How `run` prints its records.
@@ -783,6 +876,22 @@ pub struct EvalOptions {
     /// predictions are matched by it [default: the example's index in the data].
     #[arg(long, value_name = "FEATURE", help_heading = "Evaluation")]
     pub example_key: Option<String>,
+
+    /// Write each model's per-example predictions to DIR/<model id>.parquet (one row per
+    /// example: index, key, label, weight, slice:<feature>, output:<name>), written batch by
+    /// batch and put in place only when the model went through every batch; `isorun rescore`
+    /// recomputes metrics from them without TensorFlow.
+    #[arg(long, value_name = "DIR", help_heading = "Evaluation")]
+    pub predictions: Option<PathBuf>,
+
+    /// The predictions' format: parquet, or jsonl (one object per line; its description in
+    /// <file>.isorun.json beside it).
+    #[arg(long, value_name = "FORMAT", default_value = "parquet", value_parser = ["parquet", "jsonl"], requires = "predictions", help_heading = "Evaluation")]
+    pub predictions_format: String,
+
+    /// Save every output in the predictions, not only the scored one.
+    #[arg(long, requires = "predictions", help_heading = "Evaluation")]
+    pub predictions_all: bool,
 
     /// Feed the signature input INPUT from the feature FEATURE (repeatable).
     #[arg(long = "feature", value_name = "INPUT=FEATURE", help_heading = "Evaluation")]

@@ -82,6 +82,30 @@ fn model_folder(dir: &Path, model_id: &str) -> io::Result<PathBuf> {
     Ok(folder)
 }
 
+/// `DIR/<model id>.<extension>` for a file per model (`isorun eval
+/// --predictions`): an id with `/` nests folders below `DIR` as
+/// [`write_outputs`] does (created one by one, links and `..` refused).
+pub fn model_file(dir: &Path, model_id: &str, extension: &str) -> io::Result<PathBuf> {
+    let (parent, name) = match model_id.rsplit_once('/') {
+        Some((parent, name)) => (Some(parent), name),
+        None => (None, model_id),
+    };
+    if name.is_empty() || name == "." || name == ".." {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{}: model id '{model_id}' is not a relative path of plain names", dir.display()),
+        ));
+    }
+    let folder = match parent {
+        Some(parent) => model_folder(dir, parent)?,
+        None => {
+            std::fs::create_dir_all(dir).map_err(|e| annotate(e, dir))?;
+            dir.to_path_buf()
+        }
+    };
+    Ok(folder.join(format!("{name}.{extension}")))
+}
+
 fn annotate(e: io::Error, path: &Path) -> io::Error {
     io::Error::new(e.kind(), format!("{}: {e}", path.display()))
 }

@@ -13,6 +13,7 @@ use crate::drive::{discover_models, execute, Plan, Work};
 use crate::settings::{report_settings, run_settings};
 use crate::support::with_causes;
 use isorun_engine::{Feed, FeedStream, FeedSummary, Model};
+use isorun_eval::predictions::{BackgroundWriter, Meta, PredictionsFormat, PredictionsWriter};
 use isorun_eval::{BatchReader, Bound, DataSpec, Dataset, Evaluator, MaxDrop, Metric, MetricsSpec, Targets};
 use isorun_protocol::{ErrorKind, ModelError, Outcome, Tensor};
 use isorun_report::eval_record::{data_shard_fields, evaluation_fields, EvalRules};
@@ -38,7 +39,7 @@ pub fn main(args: EvalArgs, quiet: bool) -> Result<i32, String> {
     let mut engine = run_settings.engine.clone();
     // Batches are the feed's; the engine must not split them again.
     engine.batch_size = None;
-    let rules = Rules::parse(&eval)?;
+    let rules = Rules::parse(&eval.thresholds, &eval.max_drops)?;
     let data_shard = eval
         .data_shard
         .as_deref()
@@ -119,13 +120,52 @@ pub fn main(args: EvalArgs, quiet: bool) -> Result<i32, String> {
         baseline.as_ref().map(|b| b.digest.clone()),
         data_shard.map(|s| s.to_string()),
     ) + &format!("\0{:?}", eval.example_key)
-        + &format!("\0{}\0{}", eval.calibration_bins, eval.max_confusion_classes);
+        + &format!("\0{}\0{}", eval.calibration_bins, eval.max_confusion_classes)
+        + &format!("\0{:?}\0{}\0{}", eval.predictions, eval.predictions_format, eval.predictions_all);
     let mut settings = report_settings(&run, &run_settings);
     settings["eval"] = eval_settings(&eval, &dataset, batch_size, data_shard);
     if let Some(dir) = &run.output_dir {
         std::fs::create_dir_all(dir).map_err(|e| format!("--output-dir {}: cannot create: {e}", dir.display()))?;
     }
+    let predictions = match &eval.predictions {
+        Some(dir) => {
+            std::fs::create_dir_all(dir).map_err(|e| format!("--predictions {}: cannot create: {e}", dir.display()))?;
+            let format = PredictionsFormat::from_name(&eval.predictions_format).ok_or_else(|| {
+                format!("--predictions-format {}: expected parquet or jsonl", eval.predictions_format)
+            })?;
+            Some(Predictions {
+                dir: dir.clone(),
+                format,
+                all: eval.predictions_all,
+                meta: Meta {
+                    model: String::new(),
+                    output: String::new(),
+                    output_shape: None,
+                    outputs: Vec::new(),
+                    label_kind: None,
+                    label: eval.label.clone(),
+                    weight: eval.weight.clone(),
+                    slices: eval.slices.clone(),
+                    example_key: eval.example_key.clone(),
+                    metrics: eval.metrics.clone(),
+                    threshold: rules.decision,
+                    top_k: eval.top_k as usize,
+                    from_logits: eval.from_logits,
+                    task: None,
+                    first_batch_rows: 0,
+                    examples: 0,
+                    data_digest: dataset.dataset_digest(),
+                    data_shard: data_shard.map(|s| s.to_string()),
+                    skipped_corrupt: 0,
+                    calibration_bins: eval.calibration_bins as usize,
+                    max_confusion_classes: eval.max_confusion_classes as usize,
+                },
+            })
+        }
+        None => None,
+    };
     let feed = EvalFeed {
+        predictions,
         output_dir: run.output_dir.clone(),
         dataset,
         spec,
@@ -173,16 +213,18 @@ fn refuse_run_only_flags(run: &RunArgs) -> Result<(), String> {
 }
 
 /// `--threshold` (a number, or bounds) and `--max-drop`, parsed.
-struct Rules {
-    decision: f64,
-    checks: EvalRules,
+pub(crate) struct Rules {
+    /// The binary decision threshold, if one was given.
+    pub(crate) given: Option<f64>,
+    pub(crate) decision: f64,
+    pub(crate) checks: EvalRules,
 }
 
 impl Rules {
-    fn parse(eval: &EvalOptions) -> Result<Rules, String> {
+    pub(crate) fn parse(thresholds: &[String], max_drops: &[String]) -> Result<Rules, String> {
         let mut decision = None;
         let mut bounds = Vec::new();
-        for given in &eval.thresholds {
+        for given in thresholds {
             if let Ok(x) = given.trim().parse::<f64>() {
                 if !x.is_finite() {
                     return Err(format!("--threshold {given}: expected a finite number"));
@@ -194,22 +236,21 @@ impl Rules {
                 bounds.push(given.parse::<Bound>().map_err(|e| format!("--threshold {given}: {e}"))?);
             }
         }
-        let drops = eval
-            .max_drops
+        let drops = max_drops
             .iter()
             .map(|given| given.parse::<MaxDrop>().map_err(|e| format!("--max-drop {given}: {e}")))
             .collect::<Result<_, _>>()?;
-        Ok(Rules { decision: decision.unwrap_or(0.5), checks: EvalRules { bounds, drops } })
+        Ok(Rules { given: decision, decision: decision.unwrap_or(0.5), checks: EvalRules { bounds, drops } })
     }
 }
 
 /// The metrics of each model in an earlier eval report.
-struct Baseline {
-    models: HashMap<String, BTreeMap<String, f64>>,
+pub(crate) struct Baseline {
+    pub(crate) models: HashMap<String, BTreeMap<String, f64>>,
     digest: String,
 }
 
-fn read_baseline(path: &Path) -> Result<Baseline, String> {
+pub(crate) fn read_baseline(path: &Path) -> Result<Baseline, String> {
     let report = isorun_report::read_report(path).map_err(|e| format!("--baseline: {}", with_causes(&e)))?;
     let mut models = HashMap::new();
     for unit in report["units"].as_array().into_iter().flatten() {
@@ -276,8 +317,17 @@ fn eval_settings(eval: &EvalOptions, dataset: &Dataset, batch_size: u64, data_sh
     Value::Object(s)
 }
 
+/// `--predictions`: where and how, and eval's settings for the files' metadata.
+struct Predictions {
+    dir: std::path::PathBuf,
+    format: PredictionsFormat,
+    all: bool,
+    meta: Meta,
+}
+
 /// Opens each model's stream: its signature decides how the data feeds it.
 struct EvalFeed {
+    predictions: Option<Predictions>,
     /// `--output-dir`: every batch's outputs, appended as they come.
     output_dir: Option<std::path::PathBuf>,
     dataset: Dataset,
@@ -304,7 +354,20 @@ impl Feed for EvalFeed {
             Some(dir) => Some(StreamedOutputs::create(dir, &model.id).map_err(output_error)?),
             None => None,
         };
+        let predictions = match &self.predictions {
+            Some(p) => {
+                let mut meta = p.meta.clone();
+                meta.model = model.id.clone();
+                meta.output = evaluator.output().to_string();
+                meta.output_shape = info.outputs.iter().find(|o| o.name == meta.output).and_then(|o| o.shape.clone());
+                let writer =
+                    PredictionsWriter::create(&p.dir, p.format, meta, p.all).map_err(|e| predictions_error(&e))?;
+                Some(BackgroundWriter::start(writer))
+            }
+            None => None,
+        };
         Ok(Box::new(EvalStream {
+            predictions,
             reader,
             evaluator,
             targets: None,
@@ -318,6 +381,8 @@ impl Feed for EvalFeed {
 
 /// One model's pass over the data.
 struct EvalStream<'a> {
+    /// `--predictions`: the rows so far, put in place when the unit ends well.
+    predictions: Option<BackgroundWriter>,
     reader: BatchReader,
     evaluator: Evaluator,
     /// The labels (weights, slice values) of the batch the worker has.
@@ -328,6 +393,10 @@ struct EvalStream<'a> {
     data_shard: Option<Shard>,
     /// `--output-dir`: the outputs so far, put in place when the unit ends well.
     outputs: Option<StreamedOutputs>,
+}
+
+fn predictions_error(e: &isorun_eval::predictions::WriteError) -> Outcome {
+    Outcome::Error(ModelError::new(ErrorKind::OutputWrite, format!("--predictions: {e}")))
 }
 
 fn output_error(e: std::io::Error) -> Outcome {
@@ -352,8 +421,12 @@ impl FeedStream for EvalStream<'_> {
         self.evaluator
             .update(&outputs, &targets)
             .map_err(|e| Outcome::Error(ModelError::new(ErrorKind::Evaluation, with_causes(&e))))?;
-        match &mut self.outputs {
-            Some(streamed) => streamed.append(&outputs).map_err(output_error),
+        if let Some(streamed) = &mut self.outputs {
+            streamed.append(&outputs).map_err(output_error)?;
+        }
+        match &mut self.predictions {
+            // Moved to the writer's thread, which encodes while the worker computes.
+            Some(writer) => writer.append(targets, outputs).map_err(|e| predictions_error(&e)),
             None => Ok(()),
         }
     }
@@ -362,6 +435,14 @@ impl FeedStream for EvalStream<'_> {
         // Outputs go in place only for a unit that went through every batch.
         let written = match (ok, self.outputs.take()) {
             (true, Some(streamed)) => streamed.finish().map_err(output_error).err(),
+            _ => None,
+        };
+        let predicted = match (ok && written.is_none(), self.predictions.take()) {
+            (true, Some(writer)) => Some(
+                writer
+                    .finish(self.evaluator.task().map(|t| t.name().to_string()), self.reader.skipped())
+                    .map_err(|e| predictions_error(&e)),
+            ),
             _ => None,
         };
         let evaluation = self.evaluator.finish();
@@ -373,6 +454,15 @@ impl FeedStream for EvalStream<'_> {
                 (data_shard_fields(&evaluation, &state, &shard.to_string(), skipped, baseline), None)
             }
             None => evaluation_fields(&evaluation, skipped, baseline, self.rules),
+        };
+        let mut fields = fields;
+        let written = match predicted {
+            Some(Ok(path)) => {
+                fields.insert("predictions".into(), json!(path.to_string_lossy()));
+                written
+            }
+            Some(Err(e)) => written.or(Some(e)),
+            None => written,
         };
         let outcome = written.or(breach);
         FeedSummary { examples: evaluation.examples, fields, outcome }

@@ -1,5 +1,7 @@
 //! One module per command; [`dispatch`] picks it. Commands share helpers
-//! through `crate::support` only, never through each other.
+//! through `crate::support` only, never through each other; the one
+//! exception, `rescore`, parses its rules and baseline with eval's own
+//! (`eval::Rules`, `eval::read_baseline`) so that the two cannot differ.
 
 mod cache;
 mod doctor;
@@ -9,6 +11,7 @@ mod ls;
 mod man;
 mod pipe;
 mod report;
+mod rescore;
 mod run;
 mod slurm;
 
@@ -24,6 +27,7 @@ pub fn dispatch(cli: Cli) -> Result<i32, String> {
         Command::Pipe(args) => pipe::main(&args),
         Command::Doctor(args) => doctor::main(&args),
         Command::Cache(command) => cache::main(&command),
+        Command::Rescore(args) => rescore::main(*args, cli.quiet),
         Command::Report(command) => report::main(&command),
         Command::Slurm(command) => slurm::main(&command),
         Command::Completions(args) => {

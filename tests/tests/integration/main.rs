@@ -23,6 +23,7 @@ mod old_kernels;
 mod outputs;
 mod phases;
 mod pipe;
+mod predictions;
 mod report_table;
 mod reports;
 mod run_cli;

@@ -1,0 +1,544 @@
+//! Reading a predictions file back as batches for the same [`Evaluator`]
+//! eval fed (`isorun rescore`): labels of the kind eval read, the output in
+//! the dtype the model gave (so log loss clips with the same epsilon),
+//! slices as text, eval's first batch first (the task is decided on it).
+//! Parquet is read row group by row group and JSON Lines line by line, so
+//! memory does not grow with the file.
+//!
+//! [`Evaluator`]: crate::Evaluator
+
+use super::meta::{Meta, META_KEY};
+use super::{output_column, sidecar, slice_column, INDEX, KEY, LABEL, WEIGHT};
+use crate::data::{Labels, Targets};
+use arrow_array::cast::AsArray;
+use arrow_array::types::{
+    Float16Type, Float32Type, Float64Type, Int16Type, Int32Type, Int64Type, Int8Type, UInt16Type, UInt32Type,
+    UInt64Type, UInt8Type,
+};
+use arrow_array::{Array, ArrayRef, RecordBatch};
+use arrow_schema::DataType;
+use isorun_protocol::{DType, Tensor};
+use parquet::arrow::arrow_reader::{ParquetRecordBatchReader, ParquetRecordBatchReaderBuilder};
+use parquet::arrow::ProjectionMask;
+use serde_json::Value;
+use std::fs::File;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+
+/// Rows per batch read (eval's first batch aside).
+pub const READ_ROWS: usize = 8192;
+
+/// Why a predictions file cannot be read (the path is the file's).
+#[derive(Debug, thiserror::Error)]
+#[error("{path}: {reason}")]
+pub struct ReadError {
+    pub path: PathBuf,
+    pub reason: String,
+}
+
+/// One batch rebuilt from a file: what the evaluator gets.
+#[derive(Debug, Clone)]
+pub struct RescoreBatch {
+    pub targets: Targets,
+    /// The scored output, `[rows]` + its row shape, in its dtype.
+    pub output: (String, Tensor),
+}
+
+/// The predictions files under each path (a folder's `.parquet` and
+/// `.jsonl` files, recursively, sorted; a file as it is).
+pub fn list_files(paths: &[PathBuf]) -> Result<Vec<PathBuf>, ReadError> {
+    fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> Result<(), ReadError> {
+        let entries = std::fs::read_dir(dir).map_err(|e| ReadError { path: dir.into(), reason: e.to_string() })?;
+        let mut found: Vec<PathBuf> = entries.filter_map(|e| e.ok().map(|e| e.path())).collect();
+        found.sort();
+        for path in found {
+            let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+            if name.starts_with('.') {
+                continue;
+            }
+            if path.is_dir() {
+                walk(&path, out)?;
+            } else if name.ends_with(".parquet") || name.ends_with(".jsonl") {
+                out.push(path);
+            }
+        }
+        Ok(())
+    }
+    let mut out = Vec::new();
+    for path in paths {
+        if path.is_dir() {
+            let before = out.len();
+            walk(path, &mut out)?;
+            if out.len() == before {
+                return Err(ReadError { path: path.clone(), reason: "holds no .parquet or .jsonl predictions".into() });
+            }
+        } else if path.exists() {
+            out.push(path.clone());
+        } else {
+            return Err(ReadError { path: path.clone(), reason: "no such file or folder".into() });
+        }
+    }
+    Ok(out)
+}
+
+enum Rows {
+    Parquet(ParquetRecordBatchReader),
+    Jsonl(std::io::Lines<BufReader<File>>, u64),
+}
+
+/// One predictions file, opened.
+pub struct PredictionsReader {
+    path: PathBuf,
+    pub meta: Meta,
+    /// The file's columns, as it has them.
+    pub columns: Vec<String>,
+    rows: Option<Rows>,
+    output: String,
+    slices: Vec<String>,
+    /// Rows of the current Parquet batch not handed out yet.
+    pending: Option<RecordBatch>,
+    first: bool,
+}
+
+fn err(path: &Path, reason: impl Into<String>) -> ReadError {
+    ReadError { path: path.to_path_buf(), reason: reason.into() }
+}
+
+impl PredictionsReader {
+    /// Opens a `.parquet` (with its `isorun` metadata) or a `.jsonl` (with
+    /// its sidecar) and checks its description.
+    pub fn open(path: &Path) -> Result<PredictionsReader, ReadError> {
+        let name = path.to_string_lossy();
+        let (meta, columns) = if name.ends_with(".jsonl") {
+            let side = sidecar(path);
+            let text = std::fs::read_to_string(&side)
+                .map_err(|e| err(&side, format!("cannot read the description of {}: {e}", path.display())))?;
+            let value: Value = serde_json::from_str(&text).map_err(|e| err(&side, format!("not JSON: {e}")))?;
+            let meta = Meta::from_json(&value[META_KEY]).map_err(|e| err(&side, e))?;
+            let columns = jsonl_columns(&meta);
+            (meta, columns)
+        } else {
+            let file = File::open(path).map_err(|e| err(path, e.to_string()))?;
+            let builder = ParquetRecordBatchReaderBuilder::try_new(file)
+                .map_err(|e| err(path, format!("cannot read it as Parquet: {e}")))?;
+            let text = builder
+                .metadata()
+                .file_metadata()
+                .key_value_metadata()
+                .and_then(|kv| kv.iter().find(|kv| kv.key == META_KEY))
+                .and_then(|kv| kv.value.clone())
+                .ok_or_else(|| {
+                    err(path, format!("has no '{META_KEY}' metadata: is it a file of isorun eval --predictions?"))
+                })?;
+            let value: Value =
+                serde_json::from_str(&text).map_err(|e| err(path, format!("its '{META_KEY}' metadata: {e}")))?;
+            let meta = Meta::from_json(&value).map_err(|e| err(path, format!("its '{META_KEY}' metadata: {e}")))?;
+            let columns = builder.schema().fields().iter().map(|f| f.name().clone()).collect();
+            (meta, columns)
+        };
+        let output = meta.output.clone();
+        let slices = meta.slices.clone();
+        Ok(PredictionsReader {
+            path: path.to_path_buf(),
+            meta,
+            columns,
+            rows: None,
+            output,
+            slices,
+            pending: None,
+            first: true,
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// A signature with the saved outputs, as [`crate::Evaluator::new`]
+    /// takes it: each in the dtype it is read in (bfloat16 as float32,
+    /// whose log-loss epsilon it shares), eval's scored output with its
+    /// declared shape, the others `[?, row shape]`.
+    pub fn signature(&self) -> isorun_protocol::SignatureInfo {
+        let outputs = self
+            .meta
+            .outputs
+            .iter()
+            .map(|o| isorun_protocol::TensorSpec {
+                name: o.name.clone(),
+                dtype: stored_dtype(o.dtype).0,
+                shape: if o.name == self.meta.output {
+                    self.meta.output_shape.clone()
+                } else {
+                    Some(std::iter::once(None).chain(o.row_shape.iter().map(|d| Some(*d))).collect())
+                },
+            })
+            .collect();
+        isorun_protocol::SignatureInfo {
+            key: format!("predictions of {}", self.meta.model),
+            inputs: Vec::new(),
+            outputs,
+        }
+    }
+
+    /// Chooses the output scored and the slices read (each must be a
+    /// column of the file), then starts reading rows.
+    pub fn start(&mut self, output: &str, slices: &[String]) -> Result<(), ReadError> {
+        let has = |column: &str| self.columns.iter().any(|c| c == column);
+        if self.meta.saved(output).is_none() || !has(&output_column(output)) {
+            let saved: Vec<&str> = self.meta.outputs.iter().map(|o| o.name.as_str()).collect();
+            return Err(err(
+                &self.path,
+                format!(
+                    "has no output '{output}'; it saved: {} (eval --predictions-all saves every output)",
+                    saved.join(", ")
+                ),
+            ));
+        }
+        for slice in slices {
+            if !has(&slice_column(slice)) {
+                return Err(err(
+                    &self.path,
+                    format!(
+                        "has no column '{}': rescore can slice only by features eval saved (eval --slice {slice}); \
+                         its columns are: {}",
+                        slice_column(slice),
+                        self.columns.join(", ")
+                    ),
+                ));
+            }
+        }
+        self.output = output.to_string();
+        self.slices = slices.to_vec();
+        let rows = if self.path.to_string_lossy().ends_with(".jsonl") {
+            let file = File::open(&self.path).map_err(|e| err(&self.path, e.to_string()))?;
+            Rows::Jsonl(BufReader::with_capacity(1 << 20, file).lines(), 0)
+        } else {
+            let file = File::open(&self.path).map_err(|e| err(&self.path, e.to_string()))?;
+            let builder = ParquetRecordBatchReaderBuilder::try_new(file)
+                .map_err(|e| err(&self.path, format!("cannot read it as Parquet: {e}")))?;
+            let mut wanted: Vec<String> = vec![INDEX.into(), KEY.into(), LABEL.into(), WEIGHT.into()];
+            wanted.push(output_column(output));
+            wanted.extend(slices.iter().map(|s| slice_column(s)));
+            let indices: Vec<usize> = builder
+                .schema()
+                .fields()
+                .iter()
+                .enumerate()
+                .filter(|(_, f)| wanted.contains(f.name()))
+                .map(|(i, _)| i)
+                .collect();
+            let mask = ProjectionMask::roots(builder.parquet_schema(), indices);
+            let batch_size = READ_ROWS.max(self.meta.first_batch_rows as usize).max(1);
+            let reader = builder
+                .with_projection(mask)
+                .with_batch_size(batch_size)
+                .build()
+                .map_err(|e| err(&self.path, format!("cannot read it as Parquet: {e}")))?;
+            Rows::Parquet(reader)
+        };
+        self.rows = Some(rows);
+        Ok(())
+    }
+
+    /// The next batch; `None` at the end.
+    pub fn next_batch(&mut self) -> Option<Result<RescoreBatch, ReadError>> {
+        let first = std::mem::replace(&mut self.first, false);
+        let first_rows = self.meta.first_batch_rows as usize;
+        let want = if first && first_rows > 0 { first_rows } else { READ_ROWS };
+        match self.rows.as_mut()? {
+            Rows::Parquet(reader) => {
+                let batch = match self.pending.take() {
+                    Some(batch) => batch,
+                    None => match reader.next()? {
+                        Ok(batch) => batch,
+                        Err(e) => return Some(Err(err(&self.path, format!("cannot read it as Parquet: {e}")))),
+                    },
+                };
+                let batch = if first && batch.num_rows() > want {
+                    self.pending = Some(batch.slice(want, batch.num_rows() - want));
+                    batch.slice(0, want)
+                } else {
+                    batch
+                };
+                Some(self.batch_of_arrow(&batch))
+            }
+            Rows::Jsonl(lines, line_number) => {
+                let mut rows = Vec::with_capacity(want.min(READ_ROWS));
+                while rows.len() < want {
+                    match lines.next() {
+                        None => break,
+                        Some(Err(e)) => return Some(Err(err(&self.path, e.to_string()))),
+                        Some(Ok(line)) => {
+                            *line_number += 1;
+                            if line.trim().is_empty() {
+                                continue;
+                            }
+                            match serde_json::from_str::<Value>(&line) {
+                                Ok(value) => rows.push((*line_number, value)),
+                                Err(e) => return Some(Err(err(&self.path, format!("line {line_number}: {e}")))),
+                            }
+                        }
+                    }
+                }
+                if rows.is_empty() {
+                    return None;
+                }
+                Some(self.batch_of_json_rows(&rows))
+            }
+        }
+    }
+
+    fn column<'b>(&self, batch: &'b RecordBatch, name: &str) -> Result<Option<&'b ArrayRef>, ReadError> {
+        let Some(array) = batch.column_by_name(name) else { return Ok(None) };
+        if array.null_count() > 0 {
+            let row = (0..array.len()).find(|&r| array.is_null(r)).unwrap_or(0);
+            return Err(err(&self.path, format!("column '{name}' is null at row {row} of a batch")));
+        }
+        Ok(Some(array))
+    }
+
+    fn batch_of_arrow(&self, batch: &RecordBatch) -> Result<RescoreBatch, ReadError> {
+        let rows = batch.num_rows();
+        let bad = |name: &str, array: &ArrayRef| {
+            err(&self.path, format!("column '{name}' is {}, not what eval writes", array.data_type()))
+        };
+        let index = self.column(batch, INDEX)?.ok_or_else(|| err(&self.path, "has no column 'index'"))?;
+        let first_index =
+            index.as_primitive_opt::<UInt64Type>().ok_or_else(|| bad(INDEX, index))?.values().first().copied();
+        let keys = match self.column(batch, KEY)? {
+            Some(array) => Some(strings(array).ok_or_else(|| bad(KEY, array))?),
+            None => None,
+        };
+        let label = self.column(batch, LABEL)?.ok_or_else(|| err(&self.path, "has no column 'label'"))?;
+        let labels = match label.data_type() {
+            DataType::Int64 => Labels::Int(label.as_primitive::<Int64Type>().values().to_vec()),
+            DataType::Float64 => Labels::Float(label.as_primitive::<Float64Type>().values().to_vec()),
+            _ => {
+                let (values, columns) = flat_list(label, rows).ok_or_else(|| bad(LABEL, label))?;
+                let values = values.as_primitive_opt::<Float64Type>().ok_or_else(|| bad(LABEL, label))?;
+                Labels::Matrix { columns, values: values.values().to_vec() }
+            }
+        };
+        let weights = match self.column(batch, WEIGHT)? {
+            Some(array) => {
+                Some(array.as_primitive_opt::<Float64Type>().ok_or_else(|| bad(WEIGHT, array))?.values().to_vec())
+            }
+            None => None,
+        };
+        let mut slices = Vec::new();
+        for slice in &self.slices {
+            let name = slice_column(slice);
+            let array = self.column(batch, &name)?.ok_or_else(|| err(&self.path, format!("has no column '{name}'")))?;
+            slices.push((slice.clone(), strings(array).ok_or_else(|| bad(&name, array))?));
+        }
+        let name = output_column(&self.output);
+        let array = self.column(batch, &name)?.ok_or_else(|| err(&self.path, format!("has no column '{name}'")))?;
+        let saved = self.meta.saved(&self.output).expect("checked by start");
+        let (values, width) = if saved.scalar() {
+            (array.clone(), 1)
+        } else {
+            flat_list(array, rows).ok_or_else(|| bad(&name, array))?
+        };
+        if width != saved.width() {
+            return Err(err(
+                &self.path,
+                format!("column '{name}' has {width} values a row, eval wrote {}", saved.width()),
+            ));
+        }
+        let (dtype, bytes) = dense_bytes(&values, saved.dtype).ok_or_else(|| bad(&name, array))?;
+        let mut shape = vec![rows as u64];
+        shape.extend_from_slice(&saved.row_shape);
+        let targets = Targets { rows, labels, weights, slices, first_index: first_index.unwrap_or(0), keys };
+        Ok(RescoreBatch { targets, output: (self.output.clone(), Tensor::dense(dtype, shape, bytes)) })
+    }
+
+    fn batch_of_json_rows(&self, rows: &[(u64, Value)]) -> Result<RescoreBatch, ReadError> {
+        let saved = self.meta.saved(&self.output).expect("checked by start");
+        let at = |line: u64, reason: String| err(&self.path, format!("line {line}: {reason}"));
+        let kind = self.meta.label_kind.as_deref().unwrap_or("int");
+        let mut labels = match kind {
+            "int" => Labels::Int(Vec::with_capacity(rows.len())),
+            "float" => Labels::Float(Vec::with_capacity(rows.len())),
+            other => {
+                let columns = other
+                    .strip_prefix("matrix:")
+                    .and_then(|c| c.parse().ok())
+                    .ok_or_else(|| err(&self.path, format!("label kind '{other}' is unknown")))?;
+                Labels::Matrix { columns, values: Vec::new() }
+            }
+        };
+        let mut weights = self.meta.weight.as_ref().map(|_| Vec::with_capacity(rows.len()));
+        let mut keys = self.meta.example_key.as_ref().map(|_| Vec::with_capacity(rows.len()));
+        let mut slices: Vec<(String, Vec<String>)> = self.slices.iter().map(|s| (s.clone(), Vec::new())).collect();
+        let (dtype, _) = stored_dtype(saved.dtype);
+        let mut bytes = Vec::with_capacity(rows.len() * saved.width() * dtype.element_size().unwrap_or(8));
+        let column = output_column(&self.output);
+        let mut first_index = None;
+        for (line, row) in rows {
+            let line = *line;
+            let field = |name: &str| row.get(name).ok_or_else(|| at(line, format!("has no '{name}'")));
+            let index = field(INDEX)?.as_u64().ok_or_else(|| at(line, "'index' is not a count".into()))?;
+            first_index.get_or_insert(index);
+            if let Some(keys) = &mut keys {
+                keys.push(field(KEY)?.as_str().ok_or_else(|| at(line, "'key' is not a string".into()))?.to_string());
+            }
+            let label = field(LABEL)?;
+            let not = |what: &str| at(line, format!("'label' is not {what}"));
+            match &mut labels {
+                Labels::Int(v) => v.push(label.as_i64().ok_or_else(|| not("an integer"))?),
+                Labels::Float(v) => v.push(label.as_f64().ok_or_else(|| not("a number"))?),
+                Labels::Matrix { columns, values } => {
+                    let list = label.as_array().filter(|l| l.len() == *columns).ok_or_else(|| not("a list"))?;
+                    for v in list {
+                        values.push(v.as_f64().ok_or_else(|| not("a list of numbers"))?);
+                    }
+                }
+            }
+            if let Some(weights) = &mut weights {
+                weights.push(field(WEIGHT)?.as_f64().ok_or_else(|| at(line, "'weight' is not a number".into()))?);
+            }
+            for (slice, values) in &mut slices {
+                let name = slice_column(slice);
+                values
+                    .push(field(&name)?.as_str().ok_or_else(|| at(line, format!("'{name}' is not a string")))?.into());
+            }
+            let value = field(&column)?;
+            let elements: Vec<&Value> = if saved.scalar() {
+                vec![value]
+            } else {
+                value.as_array().map(|a| a.iter().collect()).unwrap_or_default()
+            };
+            if elements.len() != saved.width() {
+                return Err(at(
+                    line,
+                    format!("'{column}' has {} values, eval wrote {}", elements.len(), saved.width()),
+                ));
+            }
+            for element in elements {
+                put_json(dtype, element, &mut bytes).ok_or_else(|| at(line, format!("'{column}' holds {element}")))?;
+            }
+        }
+        let mut shape = vec![rows.len() as u64];
+        shape.extend_from_slice(&saved.row_shape);
+        let targets =
+            Targets { rows: rows.len(), labels, weights, slices, first_index: first_index.unwrap_or(0), keys };
+        Ok(RescoreBatch { targets, output: (self.output.clone(), Tensor::dense(dtype, shape, bytes)) })
+    }
+}
+
+/// The columns a JSON Lines file's rows have, from its description.
+fn jsonl_columns(meta: &Meta) -> Vec<String> {
+    let mut columns = vec![INDEX.to_string()];
+    if meta.example_key.is_some() {
+        columns.push(KEY.into());
+    }
+    columns.push(LABEL.into());
+    if meta.weight.is_some() {
+        columns.push(WEIGHT.into());
+    }
+    columns.extend(meta.slices.iter().map(|s| slice_column(s)));
+    columns.extend(meta.outputs.iter().map(|o| output_column(&o.name)));
+    columns
+}
+
+/// How a dtype is stored: bfloat16 as float32 (exactly); the rest as they are.
+fn stored_dtype(dtype: DType) -> (DType, ()) {
+    match dtype {
+        DType::BFloat16 => (DType::Float32, ()),
+        other => (other, ()),
+    }
+}
+
+fn strings(array: &ArrayRef) -> Option<Vec<String>> {
+    match array.data_type() {
+        DataType::Utf8 => Some(array.as_string::<i32>().iter().map(|s| s.unwrap_or_default().to_string()).collect()),
+        DataType::LargeUtf8 => {
+            Some(array.as_string::<i64>().iter().map(|s| s.unwrap_or_default().to_string()).collect())
+        }
+        DataType::Utf8View => Some(array.as_string_view().iter().map(|s| s.unwrap_or_default().to_string()).collect()),
+        _ => None,
+    }
+}
+
+/// A list column's values, flat, and the (same) length of every row.
+fn flat_list(array: &ArrayRef, rows: usize) -> Option<(ArrayRef, usize)> {
+    let (values, offsets): (ArrayRef, Vec<usize>) = match array.data_type() {
+        DataType::List(_) => {
+            let list = array.as_list::<i32>();
+            (list.values().clone(), list.value_offsets().iter().map(|o| *o as usize).collect())
+        }
+        DataType::LargeList(_) => {
+            let list = array.as_list::<i64>();
+            (list.values().clone(), list.value_offsets().iter().map(|o| *o as usize).collect())
+        }
+        DataType::FixedSizeList(_, width) => {
+            let list = array.as_fixed_size_list();
+            let width = *width as usize;
+            let start = list.offset() * width;
+            return Some((list.values().slice(start, rows * width), width));
+        }
+        _ => return None,
+    };
+    let width = if rows == 0 { 0 } else { offsets[1] - offsets[0] };
+    if offsets.windows(2).any(|w| w[1] - w[0] != width) || values.null_count() > 0 {
+        return None;
+    }
+    let start = offsets.first().copied().unwrap_or(0);
+    Some((values.slice(start, rows * width), width))
+}
+
+/// A flat Arrow array as a dense tensor's bytes in `dtype` (as stored).
+fn dense_bytes(values: &ArrayRef, dtype: DType) -> Option<(DType, Vec<u8>)> {
+    fn le<T: arrow_array::ArrowPrimitiveType>(values: &ArrayRef, f: impl Fn(T::Native) -> Vec<u8>) -> Option<Vec<u8>> {
+        Some(values.as_primitive_opt::<T>()?.values().iter().flat_map(|v| f(*v)).collect())
+    }
+    let (stored, _) = stored_dtype(dtype);
+    let bytes = match stored {
+        DType::Float32 => le::<Float32Type>(values, |v| v.to_le_bytes().to_vec()),
+        DType::Float64 => le::<Float64Type>(values, |v| v.to_le_bytes().to_vec()),
+        DType::Float16 => le::<Float16Type>(values, |v| v.to_le_bytes().to_vec()),
+        DType::Int8 => le::<Int8Type>(values, |v| v.to_le_bytes().to_vec()),
+        DType::Int16 => le::<Int16Type>(values, |v| v.to_le_bytes().to_vec()),
+        DType::Int32 => le::<Int32Type>(values, |v| v.to_le_bytes().to_vec()),
+        DType::Int64 => le::<Int64Type>(values, |v| v.to_le_bytes().to_vec()),
+        DType::UInt8 => le::<UInt8Type>(values, |v| v.to_le_bytes().to_vec()),
+        DType::UInt16 => le::<UInt16Type>(values, |v| v.to_le_bytes().to_vec()),
+        DType::UInt32 => le::<UInt32Type>(values, |v| v.to_le_bytes().to_vec()),
+        DType::UInt64 => le::<UInt64Type>(values, |v| v.to_le_bytes().to_vec()),
+        DType::Bool => values.as_boolean_opt().map(|b| b.values().iter().map(u8::from).collect()),
+        DType::BFloat16 | DType::String => None,
+    }?;
+    Some((stored, bytes))
+}
+
+/// Appends a JSON number in `dtype`'s layout; `None` when it does not fit.
+fn put_json(dtype: DType, value: &Value, out: &mut Vec<u8>) -> Option<()> {
+    match dtype {
+        DType::Float32 => out.extend_from_slice(&(value.as_f64()? as f32).to_le_bytes()),
+        DType::Float64 => out.extend_from_slice(&value.as_f64()?.to_le_bytes()),
+        DType::Float16 => out.extend_from_slice(&half::f16::from_f64(value.as_f64()?).to_le_bytes()),
+        DType::Int8 => out.extend_from_slice(&i8::try_from(value.as_i64()?).ok()?.to_le_bytes()),
+        DType::Int16 => out.extend_from_slice(&i16::try_from(value.as_i64()?).ok()?.to_le_bytes()),
+        DType::Int32 => out.extend_from_slice(&i32::try_from(value.as_i64()?).ok()?.to_le_bytes()),
+        DType::Int64 => out.extend_from_slice(&value.as_i64()?.to_le_bytes()),
+        DType::UInt8 => out.push(u8::try_from(value.as_u64()?).ok()?),
+        DType::UInt16 => out.extend_from_slice(&u16::try_from(value.as_u64()?).ok()?.to_le_bytes()),
+        DType::UInt32 => out.extend_from_slice(&u32::try_from(value.as_u64()?).ok()?.to_le_bytes()),
+        DType::UInt64 => out.extend_from_slice(&value.as_u64()?.to_le_bytes()),
+        DType::Bool => out.push(u8::from(value.as_bool()?)),
+        DType::BFloat16 | DType::String => return None,
+    }
+    Some(())
+}
+
+/// A dense numeric tensor's elements as f64 (what [`super::Differ`] compares).
+pub(crate) fn values_f64(tensor: &Tensor, out: &mut Vec<f64>) -> Result<(), String> {
+    let isorun_protocol::TensorData::Dense(bytes) = &tensor.data else {
+        return Err("the output is not a dense tensor in memory".into());
+    };
+    let size = tensor.dtype.element_size().ok_or("the output holds strings")?;
+    let element = isorun_tensors::npy::Element::Dense(tensor.dtype, false);
+    out.clear();
+    out.extend(bytes.chunks_exact(size).map(|c| crate::element::number(element, c).map_or(f64::NAN, |n| n.as_f64())));
+    Ok(())
+}
