@@ -26,6 +26,7 @@ pub mod example;
 pub mod format;
 pub mod metrics;
 mod paths;
+pub mod replicates;
 pub mod shard;
 mod source;
 pub mod state;
@@ -36,6 +37,7 @@ pub mod thresholds;
 pub use data::{
     Batch, BatchReader, DataError, DataShard, DataSpec, Dataset, Feeding, Format, Labels, Targets, MISSING_SLICE,
 };
+pub use replicates::{paired_change, CiSpec, Intervals, KeyedBy, PairedChange};
 pub use metrics::{EvalError, Evaluation, Evaluator, Metric, MetricsSpec, Task};
 pub use state::{MergeError, MetricState, StateError};
 pub use thresholds::{check, Bound, BoundOp, Breach, MaxDrop};

@@ -27,6 +27,7 @@
 
 use crate::curve::Curve;
 use crate::exact::{two_product, ExactSum};
+use crate::replicates::Replicates;
 use crate::task::{Metric, Task};
 use serde_json::{json, Map, Value};
 use std::collections::{BTreeMap, HashMap};
@@ -357,7 +358,7 @@ impl State {
     }
 
     /// Adds `other`, a state of the same task over other examples.
-    fn merge(&mut self, other: &State) -> Result<(), String> {
+    pub(crate) fn merge(&mut self, other: &State) -> Result<(), String> {
         match (self, other) {
             (State::Binary(a), State::Binary(b)) => {
                 a.sums.merge(&b.sums);
@@ -465,6 +466,8 @@ pub struct MetricState {
     pub(crate) slices: Vec<SliceStates>,
     pub(crate) confusion: Option<Vec<Vec<u64>>>,
     pub(crate) examples: u64,
+    /// `--ci`: the bootstrap replicates (`crate::replicates`).
+    pub(crate) replicates: Option<Replicates>,
     /// What the state is of, for errors (`shards/0.json, model m, data shard 0/3`).
     source: String,
 }
@@ -514,6 +517,7 @@ impl MetricState {
             slices,
             confusion: None,
             examples: 0,
+            replicates: None,
             source: "this state".into(),
         }
     }
@@ -611,6 +615,21 @@ impl MetricState {
             (None, None) => {}
             _ => return Err(inconsistent("confusion matrices of different sizes".into())),
         }
+        match (&mut merged.replicates, &other.replicates) {
+            (Some(a), Some(b)) => {
+                let slices = &merged.slices;
+                let slot_of = |f: usize, value: &str| {
+                    if value == OTHER_SLICE || slices[f].values.contains_key(value) {
+                        value.to_string()
+                    } else {
+                        OTHER_SLICE.to_string()
+                    }
+                };
+                a.merge(b, &slot_of).map_err(&inconsistent)?;
+            }
+            (None, None) => {}
+            _ => return Err(inconsistent("one has bootstrap replicates (--ci) and the other not".into())),
+        }
         merged.examples += other.examples;
         *self = merged;
         Ok(())
@@ -655,6 +674,9 @@ impl MetricState {
                 o.insert("confusion".into(), json!(confusion));
             }
         }
+        if let Some(replicates) = &self.replicates {
+            o.insert("replicates".into(), replicates.to_json());
+        }
         Value::Object(o)
     }
 
@@ -696,6 +718,10 @@ impl MetricState {
         let Some(task_name) = value["task"].as_str() else {
             if state.examples > 0 {
                 return Err(invalid("examples but no \"task\""));
+            }
+            if !value["replicates"].is_null() {
+                let features = state.slice_names.len();
+                state.replicates = Some(Replicates::from_json(&value["replicates"], None, features).map_err(invalid)?);
             }
             return Ok(state);
         };
@@ -747,6 +773,10 @@ impl MetricState {
                 })
                 .collect::<Result<Vec<_>, _>>()?;
             state.confusion = Some(matrix);
+        }
+        if !value["replicates"].is_null() {
+            let features = state.slice_names.len();
+            state.replicates = Some(Replicates::from_json(&value["replicates"], Some(task), features).map_err(invalid)?);
         }
         Ok(state)
     }
@@ -810,7 +840,7 @@ fn get_sum(o: &Value, key: &str) -> Result<ExactSum, String> {
     }
 }
 
-fn state_json(state: &State) -> Value {
+pub(crate) fn state_json(state: &State) -> Value {
     let mut o = Map::new();
     let sums = state.sums();
     o.insert("examples".into(), sums.examples.into());
@@ -842,7 +872,7 @@ fn state_json(state: &State) -> Value {
     Value::Object(o)
 }
 
-fn state_from_json(value: &Value, task: Task) -> Result<State, String> {
+pub(crate) fn state_from_json(value: &Value, task: Task) -> Result<State, String> {
     if !value.is_object() {
         return Err("not an object".into());
     }
