@@ -284,6 +284,49 @@ impl State {
         }
     }
 
+    /// A bootstrap replicate's state from its plain sums
+    /// (`crate::replicates`): `values` are the 7 sums of `SUM_NAMES`, then
+    /// binary tp, fp, tn, fn; multiclass correct, top_k, then tp, fp and fn
+    /// per class. `present`: multiclass, the classes seen.
+    pub(crate) fn from_plain(
+        task: Task,
+        examples: u64,
+        values: &[f64],
+        present: &[bool],
+        curves: Option<Vec<Curve>>,
+    ) -> State {
+        let sum = |x: f64| ExactSum::from_parts(&[x], 0.0);
+        let mut sums = Sums { examples, ..Sums::default() };
+        for (field, &x) in sums.fields_mut().into_iter().zip(values) {
+            *field = sum(x);
+        }
+        let rest = &values[SUM_NAMES.len()..];
+        match task {
+            Task::Binary => State::Binary(BinaryState {
+                sums,
+                tp: sum(rest[0]),
+                fp: sum(rest[1]),
+                tn: sum(rest[2]),
+                fn_: sum(rest[3]),
+                curve: curves.and_then(|c| c.into_iter().next()),
+            }),
+            Task::Multiclass { classes } => {
+                let per_class = |k: usize| rest[2 + k * classes..2 + (k + 1) * classes].iter().map(|x| sum(*x)).collect();
+                State::Multiclass(MulticlassState {
+                    sums,
+                    correct: sum(rest[0]),
+                    top_k: sum(rest[1]),
+                    tp: per_class(0),
+                    fp: per_class(1),
+                    fn_: per_class(2),
+                    present: present.to_vec(),
+                    curves,
+                })
+            }
+            Task::Regression => State::Regression(RegressionState { sums }),
+        }
+    }
+
     pub(crate) fn exact(&self) -> bool {
         match self {
             State::Binary(s) => s.curve.as_ref().is_none_or(Curve::exact),
@@ -358,7 +401,7 @@ impl State {
     }
 
     /// Adds `other`, a state of the same task over other examples.
-    pub(crate) fn merge(&mut self, other: &State) -> Result<(), String> {
+    fn merge(&mut self, other: &State) -> Result<(), String> {
         match (self, other) {
             (State::Binary(a), State::Binary(b)) => {
                 a.sums.merge(&b.sums);
@@ -721,7 +764,8 @@ impl MetricState {
             }
             if !value["replicates"].is_null() {
                 let features = state.slice_names.len();
-                state.replicates = Some(Replicates::from_json(&value["replicates"], None, features).map_err(invalid)?);
+                state.replicates =
+                    Some(Replicates::from_json(&value["replicates"], None, &[], features).map_err(invalid)?);
             }
             return Ok(state);
         };
@@ -776,7 +820,8 @@ impl MetricState {
         }
         if !value["replicates"].is_null() {
             let features = state.slice_names.len();
-            state.replicates = Some(Replicates::from_json(&value["replicates"], Some(task), features).map_err(invalid)?);
+            let replicates = Replicates::from_json(&value["replicates"], Some(task), &state.metrics, features);
+            state.replicates = Some(replicates.map_err(invalid)?);
         }
         Ok(state)
     }
@@ -840,7 +885,7 @@ fn get_sum(o: &Value, key: &str) -> Result<ExactSum, String> {
     }
 }
 
-pub(crate) fn state_json(state: &State) -> Value {
+fn state_json(state: &State) -> Value {
     let mut o = Map::new();
     let sums = state.sums();
     o.insert("examples".into(), sums.examples.into());
@@ -872,7 +917,7 @@ pub(crate) fn state_json(state: &State) -> Value {
     Value::Object(o)
 }
 
-pub(crate) fn state_from_json(value: &Value, task: Task) -> Result<State, String> {
+fn state_from_json(value: &Value, task: Task) -> Result<State, String> {
     if !value.is_object() {
         return Err("not an object".into());
     }
