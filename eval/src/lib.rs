@@ -37,7 +37,7 @@ pub mod thresholds;
 pub use data::{
     Batch, BatchReader, DataError, DataShard, DataSpec, Dataset, Feeding, Format, Labels, Targets, MISSING_SLICE,
 };
-pub use replicates::{paired_change, CiSpec, Intervals, KeyedBy, PairedChange};
 pub use metrics::{EvalError, Evaluation, Evaluator, Metric, MetricsSpec, Task};
+pub use replicates::{paired_change, CiSpec, Intervals, KeyedBy, PairedChange};
 pub use state::{MergeError, MetricState, StateError};
 pub use thresholds::{check, Bound, BoundOp, Breach, MaxDrop};

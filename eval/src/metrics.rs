@@ -50,8 +50,8 @@
 //!   A metric that cannot be computed (AUC with one class only) is NaN,
 //!   written as `null` in JSON.
 
-use crate::data::{Labels, Targets};
 use crate::bootstrap;
+use crate::data::{Labels, Targets};
 use crate::replicates::{CiSpec, Intervals, KeyedBy, Replicates};
 use crate::state::{metric_values, MetricState, Row, State};
 pub use crate::state::{

@@ -301,12 +301,15 @@ impl Lean {
         let numbers = |key: &str| -> Option<Vec<f64>> { value[key].as_array()?.iter().map(Value::as_f64).collect() };
         let values = numbers("values").filter(|v| v.len() == lean.values.len());
         lean.values = values.ok_or_else(|| format!("\"values\" is not {} numbers", lean.values.len()))?;
-        let examples = value["examples"].as_array().and_then(|l| l.iter().map(Value::as_u64).collect::<Option<Vec<_>>>());
+        let examples =
+            value["examples"].as_array().and_then(|l| l.iter().map(Value::as_u64).collect::<Option<Vec<_>>>());
         lean.examples = examples
             .filter(|e| e.len() == lean.replicates)
             .ok_or_else(|| format!("\"examples\" is not {} counts", lean.replicates))?;
         if !lean.present.is_empty() {
-            let present = value["present"].as_array().and_then(|l| l.iter().map(|p| p.as_u64().map(|p| p != 0)).collect::<Option<Vec<_>>>());
+            let present = value["present"]
+                .as_array()
+                .and_then(|l| l.iter().map(|p| p.as_u64().map(|p| p != 0)).collect::<Option<Vec<_>>>());
             lean.present = present
                 .filter(|p| p.len() == lean.present.len())
                 .ok_or_else(|| format!("\"present\" is not {} flags", lean.present.len()))?;
@@ -353,7 +356,8 @@ impl SharedCurve {
 
     fn switch_to_buckets(&mut self, n: usize, range: Option<(f64, f64)>) {
         let (low, high) = range.unwrap_or_else(|| {
-            let (l, h) = self.scores.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(l, h), s| (l.min(*s), h.max(*s)));
+            let (l, h) =
+                self.scores.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(l, h), s| (l.min(*s), h.max(*s)));
             if l >= 0.0 && h <= 1.0 {
                 (0.0, 1.0)
             } else {
@@ -440,7 +444,9 @@ impl SharedCurve {
     fn read_json(&mut self, value: &Value, n: usize) -> Result<(), String> {
         let numbers = |key: &str| -> Option<Vec<f64>> { value[key].as_array()?.iter().map(Value::as_f64).collect() };
         let scores = numbers("scores").ok_or("a curve without \"scores\"")?;
-        let counts = numbers("counts").filter(|c| c.len() == scores.len() * 2 * n).ok_or("a curve's counts do not match its scores")?;
+        let counts = numbers("counts")
+            .filter(|c| c.len() == scores.len() * 2 * n)
+            .ok_or("a curve's counts do not match its scores")?;
         self.buckets = match value["buckets"].as_array() {
             Some(b) if b.len() == 2 => Some((b[0].as_f64().ok_or("bad buckets")?, b[1].as_f64().ok_or("bad buckets")?)),
             _ => None,
@@ -574,7 +580,8 @@ impl Replicates {
             .iter()
             .zip(&self.slices)
             .map(|(name, by_value)| {
-                let by_value = by_value.iter().map(|(v, lean)| (v.clone(), interval_of(&values_of(Some(lean))))).collect();
+                let by_value =
+                    by_value.iter().map(|(v, lean)| (v.clone(), interval_of(&values_of(Some(lean))))).collect();
                 (name.clone(), by_value)
             })
             .collect();

@@ -311,7 +311,8 @@ impl State {
                 curve: curves.and_then(|c| c.into_iter().next()),
             }),
             Task::Multiclass { classes } => {
-                let per_class = |k: usize| rest[2 + k * classes..2 + (k + 1) * classes].iter().map(|x| sum(*x)).collect();
+                let per_class =
+                    |k: usize| rest[2 + k * classes..2 + (k + 1) * classes].iter().map(|x| sum(*x)).collect();
                 State::Multiclass(MulticlassState {
                     sums,
                     correct: sum(rest[0]),

@@ -73,14 +73,7 @@ fn synthetic(rng: &mut Rng, n: usize, mu: f64) -> (Vec<i64>, Vec<f64>) {
 }
 
 fn targets(labels: &[i64], first_index: u64, keys: Option<Vec<String>>, weights: Option<Vec<f64>>) -> Targets {
-    Targets {
-        rows: labels.len(),
-        labels: Labels::Int(labels.to_vec()),
-        weights,
-        slices: vec![],
-        first_index,
-        keys,
-    }
+    Targets { rows: labels.len(), labels: Labels::Int(labels.to_vec()), weights, slices: vec![], first_index, keys }
 }
 
 fn spec(metrics: &[Metric]) -> MetricsSpec {
@@ -159,8 +152,7 @@ fn intervals_agree_with_a_numpy_bootstrap_of_the_same_weights_to_1e_9() {
             KeyedBy::Key => (0, Some(weights.clone())),
             KeyedBy::Index => (1000, None),
         };
-        let mut evaluator =
-            Evaluator::new(&spec(&metrics), &signature(), &[]).unwrap().with_ci(ci(60, 7, by));
+        let mut evaluator = Evaluator::new(&spec(&metrics), &signature(), &[]).unwrap().with_ci(ci(60, 7, by));
         let batch = targets(&labels, first_index, Some(keys.clone()), row_weights.clone());
         evaluator.update(&output(&scores), &batch).unwrap();
         let record = evaluator.finish().to_json();
@@ -214,7 +206,8 @@ fn merged_shards_keyed_by_example_key_give_one_machines_intervals() {
     let mut rng = Rng(mix64(5));
     let (labels, scores) = synthetic(&mut rng, 600, 1.0);
     let one = Evaluation::from_state(&sliced_run(&[(0, 600)], KeyedBy::Key, &labels, &scores));
-    let three = Evaluation::from_state(&sliced_run(&[(0, 250), (250, 400), (400, 600)], KeyedBy::Key, &labels, &scores));
+    let three =
+        Evaluation::from_state(&sliced_run(&[(0, 250), (250, 400), (400, 600)], KeyedBy::Key, &labels, &scores));
     let (one_ci, three_ci) = (one.ci.as_ref().unwrap(), three.ci.as_ref().unwrap());
     for metric in ["accuracy", "auc", "log_loss"] {
         for (a, b) in one_ci.values[metric].iter().zip(&three_ci.values[metric]) {
@@ -223,7 +216,8 @@ fn merged_shards_keyed_by_example_key_give_one_machines_intervals() {
         let ((l1, h1), (l3, h3)) = (one_ci.overall[metric].unwrap(), three_ci.overall[metric].unwrap());
         assert!((l1 - l3).abs() < 1e-12 && (h1 - h3).abs() < 1e-12, "{metric}");
         for value in ["0", "1"] {
-            let (a, b) = (one_ci.slices["half"][value][metric].unwrap(), three_ci.slices["half"][value][metric].unwrap());
+            let (a, b) =
+                (one_ci.slices["half"][value][metric].unwrap(), three_ci.slices["half"][value][metric].unwrap());
             assert!((a.0 - b.0).abs() < 1e-12 && (a.1 - b.1).abs() < 1e-12, "{metric} slice {value}");
         }
     }

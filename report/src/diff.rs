@@ -262,7 +262,14 @@ fn metric_changes(model: &str, old: &Unit<'_>, new: &Unit<'_>, findings: &mut Ve
             let higher_is_better = isorun_eval::Metric::parse(metric).map_or(true, |m| m.higher_is_better());
             let worse = if higher_is_better { new < old } else { new > old };
             let paired = paired_of(old_record, new_record, metric);
-            findings.push(Finding::Metric { model: model.to_string(), metric: metric.clone(), old, new, worse, paired });
+            findings.push(Finding::Metric {
+                model: model.to_string(),
+                metric: metric.clone(),
+                old,
+                new,
+                worse,
+                paired,
+            });
         }
     }
 }

@@ -10,10 +10,10 @@
 //! `data-isorun-ready` (the number of table rows); a script error is
 //! recorded in `data-isorun-errors`.
 
+use super::change::delta_of;
 use super::timestamp::parse_rfc3339;
 use super::unit::{bytes_text, seconds_text, Unit, Verdict};
 use isorun_eval::Metric;
-use super::change::delta_of;
 use serde_json::{json, Value};
 use std::collections::BTreeSet;
 use std::fmt::Write;

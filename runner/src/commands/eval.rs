@@ -17,8 +17,8 @@ use isorun_eval::bootstrap::{self, Bootstrap};
 use isorun_eval::{
     BatchReader, Bound, CiSpec, DataSpec, Dataset, Evaluator, KeyedBy, MaxDrop, Metric, MetricsSpec, Targets,
 };
-use isorun_report::change::{bootstrap_settings, BaselineRecord, Gate};
 use isorun_protocol::{ErrorKind, ModelError, Outcome, Tensor};
+use isorun_report::change::{bootstrap_settings, BaselineRecord, Gate};
 use isorun_report::eval_record::{data_shard_fields, evaluation_fields, EvalRules};
 use isorun_report::shard::{parse_shard, Shard};
 use isorun_tensors::json_input::signature_of;
@@ -206,8 +206,8 @@ impl Rules {
             .iter()
             .map(|given| given.parse::<MaxDrop>().map_err(|e| format!("--max-drop {given}: {e}")))
             .collect::<Result<_, _>>()?;
-        let gate = Gate::parse(&eval.gate)
-            .ok_or_else(|| format!("--gate {}: expected always or significant", eval.gate))?;
+        let gate =
+            Gate::parse(&eval.gate).ok_or_else(|| format!("--gate {}: expected always or significant", eval.gate))?;
         Ok(Rules { decision: decision.unwrap_or(0.5), checks: EvalRules { bounds, drops, gate } })
     }
 }

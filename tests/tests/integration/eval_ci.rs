@@ -69,8 +69,11 @@ fn every_metric_and_slice_has_an_interval_around_it_and_the_same_one_every_run()
     assert_eq!(again["ci"], unit["ci"]);
     assert_eq!(again["slices"]["country"]["de"]["ci"], unit["slices"]["country"]["de"]["ci"]);
     // Another seed, other weights.
-    let (_, seeded) =
-        eval_ci(&checkpoint("last_night"), &dir.path().join("c.json"), &[&args[..], &["--bootstrap-seed", "9"]].concat());
+    let (_, seeded) = eval_ci(
+        &checkpoint("last_night"),
+        &dir.path().join("c.json"),
+        &[&args[..], &["--bootstrap-seed", "9"]].concat(),
+    );
     assert_ne!(seeded["ci"], unit["ci"]);
 }
 
@@ -82,7 +85,8 @@ fn data_shards_keyed_by_example_key_merge_into_one_machines_intervals() {
     let shards: Vec<PathBuf> = (0..3)
         .map(|k| {
             let path = dir.path().join(format!("shard-{k}.json"));
-            let (ran, _) = eval_ci(&checkpoint("last_night"), &path, &[&args[..], &["--data-shard", &format!("{k}/3")]].concat());
+            let (ran, _) =
+                eval_ci(&checkpoint("last_night"), &path, &[&args[..], &["--data-shard", &format!("{k}/3")]].concat());
             assert_eq!(ran.code, Some(0), "{}", ran.stderr);
             path
         })
@@ -98,7 +102,10 @@ fn data_shards_keyed_by_example_key_merge_into_one_machines_intervals() {
     for metric in ["accuracy", "auc"] {
         close(&merged["ci"][metric], &whole["ci"][metric], metric);
         for country in ["de", "fr", "jp", "us"] {
-            let (m, w) = (&merged["slices"]["country"][country]["ci"][metric], &whole["slices"]["country"][country]["ci"][metric]);
+            let (m, w) = (
+                &merged["slices"]["country"][country]["ci"][metric],
+                &whole["slices"]["country"][country]["ci"][metric],
+            );
             close(m, w, &format!("{metric} in {country}"));
         }
     }
@@ -119,7 +126,8 @@ fn gate_significant_passes_a_noise_level_drop_and_fails_the_planted_regression()
     assert!(accuracy("last_night") - accuracy("regressed") > 0.02);
     let tonight = |model: &str, gate: &str| {
         let report = dir.path().join(format!("{model}-{gate}.json"));
-        let args = ["--metric", "accuracy", "--baseline", baseline_text, "--max-drop", "accuracy=0.002", "--gate", gate];
+        let args =
+            ["--metric", "accuracy", "--baseline", baseline_text, "--max-drop", "accuracy=0.002", "--gate", gate];
         eval_ci(&checkpoint(model), &report, &args)
     };
     // Without the gate, noise fails the night.
@@ -142,7 +150,12 @@ fn gate_significant_passes_a_noise_level_drop_and_fails_the_planted_regression()
     assert_eq!(unit["breach"]["metric"], "accuracy", "{unit}");
     // `report diff` pairs them too, and says which change is significant.
     let diff = run(isorun().args(["report", "diff"]).arg(&baseline).arg(dir.path().join("regressed-significant.json")));
-    assert!(diff.stdout.contains("accuracy") && diff.stdout.contains("significant ["), "{}{}", diff.stdout, diff.stderr);
+    assert!(
+        diff.stdout.contains("accuracy") && diff.stdout.contains("significant ["),
+        "{}{}",
+        diff.stdout,
+        diff.stderr
+    );
 }
 
 #[test]
@@ -150,7 +163,13 @@ fn bad_ci_flags_and_a_baseline_without_replicates_are_usage_errors() {
     let dir = tempfile::tempdir().unwrap();
     let data = ci_dir().join("data.tfrecord");
     let eval = |args: &[&str]| {
-        run(isorun().arg("eval").arg(checkpoint("noise")).arg("--data").arg(&data).args(["--label", "label"]).args(args))
+        run(isorun()
+            .arg("eval")
+            .arg(checkpoint("noise"))
+            .arg("--data")
+            .arg(&data)
+            .args(["--label", "label"])
+            .args(args))
     };
     for (args, says) in [
         (&["--bootstrap", "10"][..], "--bootstrap 10: give --ci"),
@@ -169,7 +188,20 @@ fn bad_ci_flags_and_a_baseline_without_replicates_are_usage_errors() {
     let plain = dir.path().join("plain.json");
     let made = eval(&["--report", plain.to_str().unwrap(), "-q"]);
     assert_eq!(made.code, Some(0), "{}", made.stderr);
-    let ran = eval(&["--ci", "0.95", "--baseline", plain.to_str().unwrap(), "--max-drop", "accuracy=0.01", "--gate", "significant"]);
+    let ran = eval(&[
+        "--ci",
+        "0.95",
+        "--baseline",
+        plain.to_str().unwrap(),
+        "--max-drop",
+        "accuracy=0.01",
+        "--gate",
+        "significant",
+    ]);
     assert_eq!(ran.code, Some(2), "{}", ran.stderr);
-    assert!(ran.stderr.contains(plain.to_str().unwrap()) && ran.stderr.contains("no bootstrap replicates"), "{}", ran.stderr);
+    assert!(
+        ran.stderr.contains(plain.to_str().unwrap()) && ran.stderr.contains("no bootstrap replicates"),
+        "{}",
+        ran.stderr
+    );
 }
