@@ -104,16 +104,19 @@ pub(crate) struct Replicates {
     floats: Vec<f64>,
 }
 
+/// Metric -> [low, high] (`None` where no replicate could compute it).
+pub type MetricIntervals = BTreeMap<String, Option<(f64, f64)>>;
+
 /// The intervals of one evaluation.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Intervals {
     pub spec: CiSpec,
     /// Metric -> [low, high] (`None` where no replicate could compute it).
-    pub overall: BTreeMap<String, Option<(f64, f64)>>,
+    pub overall: MetricIntervals,
     /// Metric -> each replicate's value (NaN where it could not be computed).
     pub values: BTreeMap<String, Vec<f64>>,
     /// Slice feature -> value -> metric -> [low, high].
-    pub slices: BTreeMap<String, BTreeMap<String, BTreeMap<String, Option<(f64, f64)>>>>,
+    pub slices: BTreeMap<String, BTreeMap<String, MetricIntervals>>,
 }
 
 // Field indices of a replicate's sums, in `State::from_plain`'s order.
@@ -518,13 +521,12 @@ impl Replicates {
         floats.extend(weights.iter().map(|w| f64::from(*w)));
         let settings = (threshold, top_k, eps);
         self.overall.as_mut().expect("made").add(row, &floats, &weights, settings);
-        for f in 0..self.slices.len() {
-            let slot = slots[f];
-            if !self.slices[f].contains_key(slot) {
+        for (f, slot) in slots.iter().enumerate().take(self.slices.len()) {
+            if !self.slices[f].contains_key(*slot) {
                 let fresh = self.fresh(task, metrics, true);
                 self.slices[f].insert(slot.to_string(), fresh);
             }
-            self.slices[f].get_mut(slot).expect("present").add(row, &floats, &weights, settings);
+            self.slices[f].get_mut(*slot).expect("present").add(row, &floats, &weights, settings);
         }
         (self.weights, self.floats) = (weights, floats);
     }
