@@ -61,18 +61,30 @@ pub fn uniform(seed: u64, id: u64, replicate: u32) -> f64 {
     (z >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
 }
 
-/// Poisson(1) by inversion of its CDF (P(k) = e⁻¹/k!) at `u`.
+/// Poisson(1)'s CDF at 0..=20, summed as P(k) = e⁻¹/k! term by term (the
+/// inversion's own arithmetic, so a table lookup gives the same k).
+fn poisson1_cdf() -> &'static [f64; 21] {
+    static CDF: std::sync::OnceLock<[f64; 21]> = std::sync::OnceLock::new();
+    CDF.get_or_init(|| {
+        let mut table = [0.0; 21];
+        let mut p = (-1.0f64).exp();
+        let mut cdf = p;
+        table[0] = cdf;
+        for (k, slot) in table.iter_mut().enumerate().skip(1) {
+            p /= k as f64;
+            cdf += p;
+            *slot = cdf;
+        }
+        table
+    })
+}
+
+/// Poisson(1) by inversion of its CDF (P(k) = e⁻¹/k!) at `u`: the first k
+/// with u < CDF(k), at most 20 (P(k > 20) < 1e-19, below the 2⁻⁵³
+/// resolution of `u`).
 pub fn poisson1_at(u: f64) -> u32 {
-    let mut k = 0u32;
-    let mut p = (-1.0f64).exp();
-    let mut cdf = p;
-    // P(k > 20) < 1e-19, below the 2⁻⁵³ resolution of `u`.
-    while u >= cdf && k < 20 {
-        k += 1;
-        p /= f64::from(k);
-        cdf += p;
-    }
-    k
+    let cdf = poisson1_cdf();
+    cdf[..20].iter().position(|c| u < *c).unwrap_or(20) as u32
 }
 
 impl Bootstrap {
@@ -82,10 +94,20 @@ impl Bootstrap {
         poisson1_at(uniform(self.seed, id, replicate))
     }
 
-    /// The example's weights in every replicate, into `out` (cleared).
+    /// The example's weights in every replicate, into `out` (cleared): the
+    /// same as [`Bootstrap::weight`] for each, with what does not depend on
+    /// the example (the replicate's and the seed's mixing) done once.
     pub fn weights(&self, id: u64, out: &mut Vec<u32>) {
+        static REPLICATE_MIX: std::sync::OnceLock<Vec<u64>> = std::sync::OnceLock::new();
+        let mixes = REPLICATE_MIX.get_or_init(|| {
+            (0..MAX_REPLICATES).map(|r| mix64(u64::from(r).wrapping_mul(GOLDEN))).collect()
+        });
+        let seed = self.seed.wrapping_add(GOLDEN);
         out.clear();
-        out.extend((0..self.replicates).map(|r| self.weight(id, r)));
+        out.extend(mixes[..self.replicates as usize].iter().map(|m| {
+            let u = (mix64(seed ^ mix64(id ^ m)) >> 11) as f64 * (1.0 / (1u64 << 53) as f64);
+            poisson1_at(u)
+        }));
     }
 }
 
@@ -131,6 +153,27 @@ mod tests {
         // P(0) = e^-1 = 0.3679.
         assert!((f64::from(zeros) / n as f64 - 0.3679).abs() < 0.005);
         assert_eq!(b.weight(id_of_key("a"), 3), b.weight(id_of_key("a"), 3));
+        let mut all = Vec::new();
+        for i in 0..500 {
+            b.weights(id_of_index(i), &mut all);
+            assert!(all.iter().enumerate().all(|(r, w)| *w == b.weight(id_of_index(i), r as u32)));
+        }
+        // The inversion by table is the loop's, at each CDF step and one ulp below it.
+        let by_loop = |u: f64| {
+            let (mut k, mut p) = (0u32, (-1.0f64).exp());
+            let mut cdf = p;
+            while u >= cdf && k < 20 {
+                k += 1;
+                p /= f64::from(k);
+                cdf += p;
+            }
+            k
+        };
+        for &c in poisson1_cdf() {
+            for u in [c, f64::from_bits(c.to_bits() - 1), uniform(1, c.to_bits(), 0)] {
+                assert_eq!(poisson1_at(u), by_loop(u), "u = {u}");
+            }
+        }
         let other_seed = Bootstrap { seed: 8, ..b };
         let differs = (0..1000).filter(|i| b.weight(id_of_index(*i), 0) != other_seed.weight(id_of_index(*i), 0));
         assert!(differs.count() > 300);

@@ -1,5 +1,5 @@
-//! Bootstrap replicates of a model's metric state (`eval --ci`): one more
-//! [`State`] per replicate, overall and per slice value, updated in the same
+//! Bootstrap replicates of a model's metric state (`eval --ci`): the sums of
+//! one more metric state per replicate, overall and per slice value, updated in the same
 //! streaming pass as the real state. Replicate `r` counts each example
 //! [`Bootstrap::weight`]`(id, r)` times (a Poisson(1) weight, multiplied into
 //! the row's own `--weight`); the interval of a metric is
@@ -12,7 +12,7 @@
 //! a row is one pass over its few non-zero contributions, each a
 //! multiply-add over the R weights (drawn once per row,
 //! [`Bootstrap::weights`]); the metrics of a replicate are computed at the
-//! end by the real state's code ([`State::from_plain`]). Plain sums round:
+//! end by the real state's code (`State::from_plain`). Plain sums round:
 //! a replicate's metric is exact to ~1e-15 relative, not to the bit.
 //!
 //! AUC. The real state's curve keeps up to 2^18 distinct scores; a
