@@ -115,9 +115,8 @@ impl Bootstrap {
     /// the example (the replicate's and the seed's mixing) done once.
     pub fn weights(&self, id: u64, out: &mut Vec<u32>) {
         static REPLICATE_MIX: std::sync::OnceLock<Vec<u64>> = std::sync::OnceLock::new();
-        let mixes = REPLICATE_MIX.get_or_init(|| {
-            (0..MAX_REPLICATES).map(|r| mix64(u64::from(r).wrapping_mul(GOLDEN))).collect()
-        });
+        let mixes = REPLICATE_MIX
+            .get_or_init(|| (0..MAX_REPLICATES).map(|r| mix64(u64::from(r).wrapping_mul(GOLDEN))).collect());
         let seed = self.seed.wrapping_add(GOLDEN);
         out.clear();
         out.extend(mixes[..self.replicates as usize].iter().map(|m| {
