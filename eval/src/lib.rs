@@ -29,6 +29,7 @@ pub mod format;
 pub mod metrics;
 mod paths;
 pub mod predictions;
+pub mod replicates;
 pub mod shard;
 mod source;
 pub mod state;
@@ -40,5 +41,6 @@ pub use data::{
     Batch, BatchReader, DataError, DataShard, DataSpec, Dataset, Feeding, Format, Labels, Targets, MISSING_SLICE,
 };
 pub use metrics::{EvalError, Evaluation, Evaluator, Metric, MetricsSpec, Task};
+pub use replicates::{paired_change, CiSpec, Intervals, KeyedBy, PairedChange};
 pub use state::{MergeError, MetricState, StateError};
 pub use thresholds::{check, Bound, BoundOp, Breach, MaxDrop};

@@ -63,10 +63,12 @@
 //!   A metric that cannot be computed (AUC with one class only) is NaN,
 //!   written as `null` in JSON.
 
+use crate::bootstrap;
 pub use crate::calibration::{ReliabilityDiagram, DEFAULT_CALIBRATION_BINS, MAX_CALIBRATION_BINS};
 use crate::confusion::TopConfusions;
 pub use crate::confusion::{Confusion, TopConfusionsSummary, TOP_CONFUSIONS_SHOWN, TOP_CONFUSION_ENTRIES};
 use crate::data::{Labels, Targets};
+use crate::replicates::{CiSpec, Intervals, KeyedBy, Replicates};
 use crate::state::{metric_values, MetricState, Row, State};
 pub use crate::state::{
     AUC_BUCKETS, AUC_EXACT_CAP, MAX_CONFUSION_CLASSES, MAX_SLICE_VALUES, OTHER_SLICE, SLICE_AUC_CAP,
@@ -177,6 +179,8 @@ pub struct Evaluation {
     /// The binary decision threshold.
     pub threshold: f64,
     pub from_logits: bool,
+    /// `--ci`: bootstrap intervals of the metrics, overall and per slice.
+    pub ci: Option<Intervals>,
 }
 
 fn json_number(v: f64) -> serde_json::Value {
@@ -185,6 +189,18 @@ fn json_number(v: f64) -> serde_json::Value {
 
 fn json_metrics(m: &BTreeMap<String, f64>) -> serde_json::Value {
     serde_json::Value::Object(m.iter().map(|(k, v)| (k.clone(), json_number(*v))).collect())
+}
+
+/// `{METRIC: [low, high] | null}`.
+fn intervals_json(intervals: &BTreeMap<String, Option<(f64, f64)>>) -> serde_json::Value {
+    let object = intervals.iter().map(|(m, ci)| {
+        let value = match ci {
+            Some((low, high)) => serde_json::json!([json_number(*low), json_number(*high)]),
+            None => serde_json::Value::Null,
+        };
+        (m.clone(), value)
+    });
+    serde_json::Value::Object(object.collect())
 }
 
 /// A slice's metrics, with its `examples` count as an integer (the map
@@ -237,6 +253,7 @@ impl Evaluation {
             top_k: state.top_k,
             threshold: state.threshold,
             from_logits: state.from_logits,
+            ci: state.replicates.as_ref().map(|r| r.intervals(&state.metrics, &state.slice_names)),
         }
     }
 
@@ -262,11 +279,39 @@ impl Evaluation {
             .slices
             .iter()
             .map(|(feature, values)| {
-                let values = values.iter().map(|(v, m)| (v.clone(), slice_json(m))).collect();
+                let values = values
+                    .iter()
+                    .map(|(v, m)| {
+                        let mut slice = slice_json(m);
+                        let ci = self.ci.as_ref().and_then(|ci| ci.slices.get(feature)?.get(v));
+                        if let (Some(ci), Some(fields)) = (ci, slice.as_object_mut()) {
+                            fields.insert("ci".into(), intervals_json(ci));
+                        }
+                        (v.clone(), slice)
+                    })
+                    .collect();
                 (feature.clone(), serde_json::Value::Object(values))
             })
             .collect();
         object.insert("slices".into(), serde_json::Value::Object(slices));
+        if let Some(ci) = &self.ci {
+            object.insert("ci".into(), intervals_json(&ci.overall));
+            object.insert("ci_level".into(), json_number(ci.spec.level));
+            object.insert(
+                "bootstrap".into(),
+                serde_json::json!({
+                    "replicates": ci.spec.bootstrap.replicates,
+                    "seed": ci.spec.bootstrap.seed,
+                    "by": ci.spec.by.name(),
+                }),
+            );
+            let values = ci
+                .values
+                .iter()
+                .map(|(m, v)| (m.clone(), serde_json::Value::Array(v.iter().map(|x| json_number(*x)).collect())))
+                .collect();
+            object.insert("bootstrap_values".into(), serde_json::Value::Object(values));
+        }
         object.insert(
             "confusion_matrix".into(),
             self.confusion_matrix.as_ref().map_or(serde_json::Value::Null, |m| serde_json::json!(m)),
@@ -447,6 +492,15 @@ impl Evaluator {
         state.calibration_bins = spec.calibration_bins;
         state.max_confusion_classes = spec.max_confusion_classes;
         Ok(Evaluator { spec: spec.clone(), output_dtype: chosen.dtype, state, values: Vec::new() })
+    }
+
+    /// Adds bootstrap replicates (`--ci`): every metric gets an interval,
+    /// overall and per slice (see [`crate::replicates`]). Call before the
+    /// first batch. With [`crate::replicates::KeyedBy::Key`] every batch
+    /// must carry [`Targets::keys`].
+    pub fn with_ci(mut self, ci: CiSpec) -> Evaluator {
+        self.state.replicates = Some(Replicates::new(ci, self.state.slice_names.len()));
+        self
     }
 
     /// The output scored.
@@ -664,6 +718,21 @@ impl Evaluator {
         let (threshold, top_k) = (self.spec.threshold, self.spec.top_k);
         let mut overall = self.state.overall.take().expect("decided");
         let mut slices = std::mem::take(&mut self.state.slices);
+        let mut replicates = self.state.replicates.take();
+        if let Some(replicates) = &replicates {
+            if replicates.spec.by == KeyedBy::Key && targets.keys.as_ref().is_none_or(|k| k.len() != rows) {
+                self.state.replicates = Some(replicates.clone());
+                self.state.overall = Some(overall);
+                self.state.slices = slices;
+                return Err(EvalError::TargetRows {
+                    what: "the example keys (--ci keyed by --example-key)".into(),
+                    len: targets.keys.as_ref().map_or(0, Vec::len),
+                    rows,
+                });
+            }
+        }
+        let metrics = self.state.metrics.clone();
+        let mut slots: Vec<&str> = Vec::with_capacity(slices.len());
         for r in 0..rows {
             let scores = &values[r * columns..(r + 1) * columns];
             let weight = targets.weights.as_ref().map_or(1.0, |w| w[r]);
@@ -699,9 +768,22 @@ impl Evaluator {
                 };
                 state.add(&row, threshold, top_k, eps);
             }
+            if let Some(replicates) = &mut replicates {
+                slots.clear();
+                for (states, (_, values)) in slices.iter().zip(&targets.slices) {
+                    let value = values[r].as_str();
+                    slots.push(if states.values.contains_key(value) { value } else { OTHER_SLICE });
+                }
+                let id = match &targets.keys {
+                    Some(keys) if replicates.spec.by == KeyedBy::Key => bootstrap::id_of_key(&keys[r]),
+                    _ => bootstrap::id_of_index(targets.first_index + r as u64),
+                };
+                replicates.add((task, &metrics), id, &row, &slots, threshold, top_k, eps);
+            }
         }
         self.state.overall = Some(overall);
         self.state.slices = slices;
+        self.state.replicates = replicates;
         self.state.examples += rows as u64;
         Ok(())
     }

@@ -34,6 +34,7 @@ use crate::calibration::Calibration;
 use crate::confusion::TopConfusions;
 use crate::curve::Curve;
 use crate::exact::{two_product, ExactSum};
+use crate::replicates::Replicates;
 use crate::task::{Metric, Task};
 use serde_json::{json, Map, Value};
 use std::collections::{BTreeMap, HashMap};
@@ -339,6 +340,56 @@ impl State {
         }
     }
 
+    /// A bootstrap replicate's state from its plain sums
+    /// (`crate::replicates`): `values` are the 7 sums of `SUM_NAMES`, then
+    /// binary tp, fp, tn, fn; multiclass correct, top_k, then tp, fp and fn
+    /// per class. `present`: multiclass, the classes seen.
+    pub(crate) fn from_plain(
+        task: Task,
+        examples: u64,
+        values: &[f64],
+        present: &[bool],
+        curves: Option<Vec<Curve>>,
+    ) -> State {
+        let sum = |x: f64| ExactSum::from_parts(&[x], 0.0);
+        let mut sums = Sums { examples, ..Sums::default() };
+        for (field, &x) in sums.fields_mut().into_iter().zip(values) {
+            *field = sum(x);
+        }
+        let rest = &values[SUM_NAMES.len()..];
+        match task {
+            Task::Binary => State::Binary(BinaryState {
+                sums,
+                tp: sum(rest[0]),
+                fp: sum(rest[1]),
+                tn: sum(rest[2]),
+                fn_: sum(rest[3]),
+                curve: curves.and_then(|c| c.into_iter().next()),
+                // Not kept per replicate: ece has no interval.
+                calibration: None,
+            }),
+            Task::Multiclass { classes } => {
+                let per_class =
+                    |k: usize| rest[2 + k * classes..2 + (k + 1) * classes].iter().map(|x| sum(*x)).collect();
+                State::Multiclass(MulticlassState {
+                    sums,
+                    correct: sum(rest[0]),
+                    top_k: sum(rest[1]),
+                    tp: per_class(0),
+                    fp: per_class(1),
+                    fn_: per_class(2),
+                    present: present.to_vec(),
+                    curves,
+                    // Not kept per replicate: a multiclass brier or ece has no
+                    // interval (NaN replicates: `ci` is null), never a wrong one.
+                    brier: sum(f64::NAN),
+                    calibration: None,
+                })
+            }
+            Task::Regression => State::Regression(RegressionState { sums }),
+        }
+    }
+
     pub(crate) fn exact(&self) -> bool {
         match self {
             State::Binary(s) => s.curve.as_ref().is_none_or(Curve::exact),
@@ -542,6 +593,8 @@ pub struct MetricState {
     /// Past them: the top confusions.
     pub(crate) top_confusions: Option<TopConfusions>,
     pub(crate) examples: u64,
+    /// `--ci`: the bootstrap replicates (`crate::replicates`).
+    pub(crate) replicates: Option<Replicates>,
     /// What the state is of, for errors (`shards/0.json, model m, data shard 0/3`).
     source: String,
 }
@@ -594,6 +647,7 @@ impl MetricState {
             max_confusion_classes: MAX_CONFUSION_CLASSES,
             top_confusions: None,
             examples: 0,
+            replicates: None,
             source: "this state".into(),
         }
     }
@@ -710,6 +764,21 @@ impl MetricState {
             (None, None) => {}
             _ => return Err(inconsistent("one has top confusions and the other not".into())),
         }
+        match (&mut merged.replicates, &other.replicates) {
+            (Some(a), Some(b)) => {
+                let slices = &merged.slices;
+                let slot_of = |f: usize, value: &str| {
+                    if value == OTHER_SLICE || slices[f].values.contains_key(value) {
+                        value.to_string()
+                    } else {
+                        OTHER_SLICE.to_string()
+                    }
+                };
+                a.merge(b, &slot_of).map_err(&inconsistent)?;
+            }
+            (None, None) => {}
+            _ => return Err(inconsistent("one has bootstrap replicates (--ci) and the other not".into())),
+        }
         merged.examples += other.examples;
         *self = merged;
         Ok(())
@@ -758,6 +827,9 @@ impl MetricState {
             if let Some(top) = &self.top_confusions {
                 o.insert("top_confusions".into(), top.to_json());
             }
+        }
+        if let Some(replicates) = &self.replicates {
+            o.insert("replicates".into(), replicates.to_json());
         }
         Value::Object(o)
     }
@@ -811,6 +883,11 @@ impl MetricState {
         let Some(task_name) = value["task"].as_str() else {
             if state.examples > 0 {
                 return Err(invalid("examples but no \"task\""));
+            }
+            if !value["replicates"].is_null() {
+                let features = state.slice_names.len();
+                state.replicates =
+                    Some(Replicates::from_json(&value["replicates"], None, &[], features).map_err(invalid)?);
             }
             return Ok(state);
         };
@@ -869,6 +946,11 @@ impl MetricState {
                 _ => 2,
             };
             state.top_confusions = Some(TopConfusions::from_json(&value["top_confusions"], classes).map_err(invalid)?);
+        }
+        if !value["replicates"].is_null() {
+            let features = state.slice_names.len();
+            let replicates = Replicates::from_json(&value["replicates"], Some(task), &state.metrics, features);
+            state.replicates = Some(replicates.map_err(invalid)?);
         }
         Ok(state)
     }

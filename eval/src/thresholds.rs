@@ -196,6 +196,7 @@ mod tests {
             top_k: 5,
             threshold: 0.5,
             from_logits: false,
+            ci: None,
         }
     }
 

@@ -16,6 +16,7 @@
 //! of the data. A model that failed on one data shard (crash, timeout,
 //! error) has that shard's outcome.
 
+use super::change::{BaselineRecord, Gate};
 use super::eval_record::{evaluation_fields, EvalRules};
 use super::record::outcome_fields;
 use super::timestamp::parse_rfc3339;
@@ -28,7 +29,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 /// Keys of a data shard's record that a merged record does not keep.
-const SHARD_ONLY_KEYS: [&str; 5] = ["metric_state", "partial_metrics", "partial_slices", "partial", "data_shard"];
+const SHARD_ONLY_KEYS: [&str; 6] =
+    ["metric_state", "partial_metrics", "partial_slices", "partial", "data_shard", "baseline_bootstrap"];
 
 /// `(K, N)` of a data shard report's `settings.eval.data_shard`.
 pub fn data_shard_of(report: &Value) -> Option<(u64, u64)> {
@@ -212,6 +214,9 @@ fn rules_of(path: &Path, eval: &Value) -> Result<EvalRules, ReportError> {
     for rule in texts("max_drops") {
         rules.drops.push(rule.parse::<MaxDrop>().map_err(|e| bad(rule, e))?);
     }
+    if let Some(gate) = eval["gate"].as_str() {
+        rules.gate = Gate::parse(gate).ok_or_else(|| bad(gate, "--gate is always or significant".into()))?;
+    }
     Ok(rules)
 }
 
@@ -281,10 +286,8 @@ fn merge_model(
     let state = merged.expect("every shard is there");
     let evaluation = Evaluation::from_state(&state);
     let skipped: u64 = shards.values().filter_map(|(_, u)| u["skipped_corrupt"].as_u64()).sum();
-    let baseline_metrics: Option<BTreeMap<String, f64>> = first["baseline_metrics"]
-        .as_object()
-        .map(|m| m.iter().filter_map(|(name, v)| Some((name.clone(), v.as_f64()?))).collect());
-    let baseline = with_baseline.then_some(baseline_metrics.as_ref());
+    let baseline_record = BaselineRecord::from_shard_unit(first);
+    let baseline = with_baseline.then_some(baseline_record.as_ref());
     let (fields, breach) = evaluation_fields(&evaluation, skipped, baseline, rules);
     let outcome = breach.unwrap_or(Outcome::Ok);
 

@@ -7,6 +7,7 @@
 use super::text::one_line;
 use super::unit::{bytes_text, seconds_text, Unit, Verdict};
 use super::ReportError;
+use isorun_eval::{paired_change, PairedChange};
 use isorun_protocol::short_number;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -37,7 +38,9 @@ pub enum Finding {
     Bigger { model: String, old_peak_rss_bytes: u64, new_peak_rss_bytes: u64 },
     /// An evaluation metric changed (`isorun eval` reports); `worse` in
     /// the metric's own direction (lower is better for losses and errors).
-    Metric { model: String, metric: String, old: f64, new: f64, worse: bool },
+    /// `paired`: both reports were made with the same `--ci` bootstrap, so
+    /// the change is paired over the same examples' replicates.
+    Metric { model: String, metric: String, old: f64, new: f64, worse: bool, paired: Option<PairedChange> },
     /// Only in the new report.
     Added { model: String, status: String },
     /// Only in the old report.
@@ -89,10 +92,25 @@ impl Finding {
                 bytes_text(*new_peak_rss_bytes),
                 ratio(*old_peak_rss_bytes, *new_peak_rss_bytes)
             ),
-            Finding::Metric { metric, old, new, .. } => {
+            Finding::Metric { metric, old, new, paired, .. } => {
                 let change = new - old;
                 let sign = if change >= 0.0 { "+" } else { "" };
-                format!("{metric} {} -> {} ({sign}{})", short_number(*old), short_number(*new), short_number(change))
+                let paired = match paired {
+                    Some(p) => format!(
+                        ", {} [{}, {}] p={:.3}",
+                        if p.significant { "significant" } else { "not significant" },
+                        short_number(p.interval.0),
+                        short_number(p.interval.1),
+                        p.p
+                    ),
+                    None => String::new(),
+                };
+                format!(
+                    "{metric} {} -> {} ({sign}{}{paired})",
+                    short_number(*old),
+                    short_number(*new),
+                    short_number(change)
+                )
             }
             Finding::Added { status, .. } => status.clone(),
             Finding::Removed { old_status, .. } => format!("was {old_status}"),
@@ -121,9 +139,17 @@ impl Finding {
                 "old_peak_rss_bytes": old_peak_rss_bytes, "new_peak_rss_bytes": new_peak_rss_bytes,
                 "ratio": rounded_ratio(*old_peak_rss_bytes, *new_peak_rss_bytes),
             }),
-            Finding::Metric { metric, old, new, .. } => json!({
-                "change": self.change(), "model": model, "metric": metric, "old": old, "new": new, "delta": new - old,
-            }),
+            Finding::Metric { metric, old, new, paired, .. } => {
+                let mut finding = json!({
+                    "change": self.change(), "model": model, "metric": metric, "old": old, "new": new, "delta": new - old,
+                });
+                if let Some(p) = paired {
+                    finding["ci"] = json!([p.interval.0, p.interval.1]);
+                    finding["p"] = json!(p.p);
+                    finding["significant"] = json!(p.significant);
+                }
+                finding
+            }
             Finding::Added { status, .. } => json!({"change": self.change(), "model": model, "status": status}),
             Finding::Removed { old_status, .. } => {
                 json!({"change": self.change(), "model": model, "old_status": old_status})
@@ -221,6 +247,7 @@ pub fn diff(old: &Value, new: &Value, thresholds: Thresholds) -> Result<Vec<Find
 
 /// Every metric both units have, whose value changed.
 fn metric_changes(model: &str, old: &Unit<'_>, new: &Unit<'_>, findings: &mut Vec<Finding>) {
+    let (old_record, new_record) = (old.0, new.0);
     let (Some(Value::Object(old_metrics)), Some(Value::Object(new_metrics))) =
         (old.0.get("metrics"), new.0.get("metrics"))
     else {
@@ -234,9 +261,31 @@ fn metric_changes(model: &str, old: &Unit<'_>, new: &Unit<'_>, findings: &mut Ve
             // The metric's own direction; a name isorun-eval does not know counts as higher-is-better.
             let higher_is_better = isorun_eval::Metric::parse(metric).map_or(true, |m| m.higher_is_better());
             let worse = if higher_is_better { new < old } else { new > old };
-            findings.push(Finding::Metric { model: model.to_string(), metric: metric.clone(), old, new, worse });
+            let paired = paired_of(old_record, new_record, metric);
+            findings.push(Finding::Metric {
+                model: model.to_string(),
+                metric: metric.clone(),
+                old,
+                new,
+                worse,
+                paired,
+            });
         }
     }
+}
+
+/// The paired change of `metric` when both records carry replicates of the
+/// same bootstrap (replicates, seed, keying) and level.
+fn paired_of(old: &Value, new: &Value, metric: &str) -> Option<PairedChange> {
+    let level = new["ci_level"].as_f64()?;
+    if old["bootstrap"] != new["bootstrap"] || old["ci_level"] != new["ci_level"] || !new["bootstrap"].is_object() {
+        return None;
+    }
+    let values = |unit: &Value| -> Option<Vec<f64>> {
+        let list = unit["bootstrap_values"][metric].as_array()?;
+        Some(list.iter().map(|v| v.as_f64().unwrap_or(f64::NAN)).collect())
+    };
+    paired_change(&values(new)?, &values(old)?, level)
 }
 
 #[cfg(test)]
@@ -265,6 +314,15 @@ mod tests {
             .collect();
         assert_eq!(changes, [("metric_worse", "accuracy"), ("metric_better", "log_loss")]);
         assert_eq!(findings[0].json()["delta"].as_f64().unwrap(), 0.85 - 0.9);
+        // With the same bootstrap in both, the change is paired: significant when its interval excludes 0.
+        let boot = json!({"replicates": 4, "seed": 0, "by": "index"});
+        let old = report(json!([{"model": "m", "status": "ok", "metrics": {"accuracy": 0.9}, "ci_level": 0.95,
+            "bootstrap": boot, "bootstrap_values": {"accuracy": [0.9, 0.91, 0.89, 0.9]}}]));
+        let new = report(json!([{"model": "m", "status": "ok", "metrics": {"accuracy": 0.8}, "ci_level": 0.95,
+            "bootstrap": boot, "bootstrap_values": {"accuracy": [0.8, 0.8, 0.79, 0.81]}}]));
+        let findings = diff(&old, &new, THRESHOLDS).unwrap();
+        assert!(findings[0].text().contains("significant ["), "{}", findings[0].text());
+        assert_eq!(findings[0].json()["significant"], json!(true));
     }
 
     #[test]

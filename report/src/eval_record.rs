@@ -6,21 +6,23 @@
 //! merged, then checked as one pass would have been). One function, so a
 //! merged record cannot drift from an unsharded one.
 
+use crate::change::{change_json, gate_breaches, BaselineRecord, Gate};
 use isorun_eval::{check, Bound, Evaluation, MaxDrop, MetricState};
 use isorun_protocol::Outcome;
 use serde_json::{json, Map, Value};
-use std::collections::BTreeMap;
 
 /// `--threshold` bounds and `--max-drop` rules.
 #[derive(Debug, Clone, Default)]
 pub struct EvalRules {
     pub bounds: Vec<Bound>,
     pub drops: Vec<MaxDrop>,
+    /// `--gate`: whether a drop must also be significant to breach.
+    pub gate: Gate,
 }
 
-/// A model's metrics in the baseline: `None` when no `--baseline` was
+/// A model's record in the baseline: `None` when no `--baseline` was
 /// given, `Some(None)` when the baseline does not have the model (new).
-pub type BaselineMetrics<'a> = Option<Option<&'a BTreeMap<String, f64>>>;
+pub type BaselineMetrics<'a> = Option<Option<&'a BaselineRecord>>;
 
 /// The evaluation's keys (`task`, `metrics`, `slices`, ...; not
 /// `examples`, which is the engine's), `skipped_corrupt`, the baseline's
@@ -39,19 +41,19 @@ pub fn evaluation_fields(
             fields.insert("baseline".into(), json!("new"));
             None
         }
-        Some(Some(metrics)) => {
-            let change: Map<String, Value> = evaluation
-                .metrics
-                .iter()
-                .filter_map(|(name, value)| Some((name.clone(), json!(value - metrics.get(name)?))))
-                .collect();
-            fields.insert("baseline_metrics".into(), json!(metrics));
-            fields.insert("change".into(), Value::Object(change));
-            Some(metrics)
+        Some(Some(record)) => {
+            let change = change_json(evaluation, record);
+            fields.insert("baseline_metrics".into(), json!(record.metrics));
+            fields.insert("change".into(), Value::Object(change.clone()));
+            Some((&record.metrics, change))
         }
     };
-    let breach = Outcome::below_threshold(check(evaluation, &rules.bounds, &rules.drops, baseline));
-    (fields, breach)
+    let breaches = check(evaluation, &rules.bounds, &rules.drops, baseline.as_ref().map(|(m, _)| *m));
+    let breaches = match &baseline {
+        Some((_, change)) => gate_breaches(breaches, rules.gate, change),
+        None => breaches,
+    };
+    (fields, Outcome::below_threshold(breaches))
 }
 
 /// One data shard's fields: `data_shard`, `partial: true`, the shard's own
@@ -73,12 +75,14 @@ pub fn data_shard_fields(
         match key.as_str() {
             "metrics" => fields.insert("partial_metrics".into(), value),
             "slices" => fields.insert("partial_slices".into(), value),
-            // The state holds it; the merged record has the whole data's.
+            // The state holds them; the merged record has the whole data's.
             "confusion_matrix"
             | "top_confusions"
             | "top_confusions_exact"
             | "top_confusions_max_error"
-            | "calibration" => None,
+            | "calibration"
+            | "ci"
+            | "bootstrap_values" => None,
             _ => fields.insert(key, value),
         };
     }
@@ -87,8 +91,11 @@ pub fn data_shard_fields(
         Some(None) => {
             fields.insert("baseline".into(), json!("new"));
         }
-        Some(Some(metrics)) => {
-            fields.insert("baseline_metrics".into(), json!(metrics));
+        Some(Some(record)) => {
+            fields.insert("baseline_metrics".into(), json!(record.metrics));
+            if let Some(bootstrap) = &record.bootstrap {
+                fields.insert("baseline_bootstrap".into(), bootstrap.to_json());
+            }
         }
     }
     fields.insert("metric_state".into(), state.to_json());

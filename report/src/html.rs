@@ -10,11 +10,12 @@
 //! `data-isorun-ready` (the number of table rows); a script error is
 //! recorded in `data-isorun-errors`.
 
+use super::change::delta_of;
 pub use super::escape::escape_html;
 use super::timestamp::parse_rfc3339;
 use super::unit::{bytes_text, seconds_text, Unit, Verdict};
 use isorun_eval::Metric;
-use serde_json::Value;
+use serde_json::{json, Value};
 use std::collections::BTreeSet;
 use std::fmt::Write;
 
@@ -285,7 +286,17 @@ fn evaluation(units: &[Unit<'_>]) -> String {
         );
         for name in &names {
             let value = metrics.get(name).map_or_else(|| "–".to_string(), number);
-            let change = match unit.0.get("change").and_then(|c| c.get(name)).and_then(Value::as_f64) {
+            let change_of = unit.0.get("change").and_then(|c| c.get(name));
+            let significant = change_of.is_some_and(|c| c["significant"] == json!(true));
+            let ci = unit.0.get("ci").and_then(|c| c.get(name)).and_then(interval_of);
+            let value = match ci {
+                Some((low, high)) => format!("{value} <span class=\"ci\">[{low:.3}, {high:.3}]</span>"),
+                None => value,
+            };
+            let change = match change_of.and_then(delta_of) {
+                Some(delta) if significant => {
+                    format!(" <span class=\"change significant\" title=\"significant\">({delta:+.4} *)</span>")
+                }
                 Some(delta) => format!(" <span class=\"change\">({delta:+.4})</span>"),
                 None if unit.0.get("baseline").and_then(Value::as_str) == Some("new") => {
                     " <span class=\"change\">(new)</span>".to_string()
@@ -301,10 +312,12 @@ fn evaluation(units: &[Unit<'_>]) -> String {
     const SCALE: f64 = 1e9;
     for name in &names {
         let _ = writeln!(html, "<h3>{} per model</h3>", escape_html(name));
-        html.push_str(&bar_chart(
+        let scaled = |x: f64| (x.max(0.0) * SCALE).round() as u64;
+        html.push_str(&bar_chart_with_errors(
             &format!("metric-{}", escape_html(name)),
             units,
-            |unit| metrics_of(unit)?.get(name)?.as_f64().filter(|x| *x >= 0.0).map(|x| (x * SCALE).round() as u64),
+            |unit| metrics_of(unit)?.get(name)?.as_f64().filter(|x| *x >= 0.0).map(scaled),
+            |unit| unit.0.get("ci")?.get(name).and_then(interval_of).map(|(low, high)| (scaled(low), scaled(high))),
             |scaled| format!("{:.4}", scaled as f64 / SCALE),
         ));
     }
@@ -353,6 +366,23 @@ fn bar_chart(
     value_of: impl Fn(&Unit<'_>) -> Option<u64>,
     text_of: impl Fn(u64) -> String,
 ) -> String {
+    bar_chart_with_errors(name, units, value_of, |_| None, text_of)
+}
+
+/// `[low, high]` of a record's `"ci"` entry.
+fn interval_of(ci: &Value) -> Option<(f64, f64)> {
+    Some((ci.get(0)?.as_f64()?, ci.get(1)?.as_f64()?))
+}
+
+/// [`bar_chart`] with an error bar (`eval --ci`'s interval, scaled as the
+/// values are) drawn over each bar that has one.
+fn bar_chart_with_errors(
+    name: &str,
+    units: &[Unit<'_>],
+    value_of: impl Fn(&Unit<'_>) -> Option<u64>,
+    error_of: impl Fn(&Unit<'_>) -> Option<(u64, u64)>,
+    text_of: impl Fn(u64) -> String,
+) -> String {
     const WIDTH: u64 = 960;
     const LABEL_WIDTH: u64 = 300;
     const VALUE_WIDTH: u64 = 90;
@@ -365,6 +395,7 @@ fn bar_chart(
     // The first CHART_ROWS units; the table above lists them all.
     let shown = &units[..units.len().min(CHART_ROWS)];
     let largest = shown.iter().filter_map(&value_of).max().unwrap_or(0);
+    let largest = shown.iter().filter_map(|u| error_of(u).map(|e| e.1)).fold(largest, u64::max);
     let bar_room = WIDTH - LABEL_WIDTH - VALUE_WIDTH - 2 * MARGIN;
     let height = shown.len() as u64 * ROW + 2 * MARGIN;
     let mut svg = format!(
@@ -396,7 +427,21 @@ fn bar_chart(
                 top + (ROW - BAR) / 2
             );
         }
-        let _ = writeln!(svg, "<text class=\"value\" x=\"{}\" y=\"{middle}\">{text}</text></g>", bar_left + length + 6);
+        let mut text_left = bar_left + length + 6;
+        if let (Some(_), Some((low, high))) = (value, error_of(unit)) {
+            let x = |v: u64| bar_left + ((v as f64 / largest.max(1) as f64) * bar_room as f64).round() as u64;
+            let (x1, x2, y) = (x(low), x(high), top + ROW / 2);
+            let _ = write!(
+                svg,
+                "<path class=\"error-bar\" d=\"M{x1} {y}H{x2}M{x1} {}V{}M{x2} {}V{}\"></path>",
+                y - 4,
+                y + 4,
+                y - 4,
+                y + 4
+            );
+            text_left = text_left.max(x2 + 6);
+        }
+        let _ = writeln!(svg, "<text class=\"value\" x=\"{text_left}\" y=\"{middle}\">{text}</text></g>");
     }
     svg.push_str("</svg>\n");
     if units.len() > shown.len() {
@@ -458,6 +503,9 @@ tbody tr:hover { background: #f5f9ff; }
 .model code { overflow-wrap: anywhere; }
 .chart { display: block; max-width: 100%; height: auto; }
 .change { color: #56606b; font-size: 0.9em; }
+.change.significant { color: var(--failed); font-weight: 600; }
+.ci { color: #56606b; font-size: 0.85em; }
+.error-bar { stroke: #1d2329; stroke-width: 1.5; fill: none; }
 .chart text { font-size: 12px; fill: #1d2329; }
 .chart .label { font-family: ui-monospace, Menlo, Consolas, "DejaVu Sans Mono", monospace; }
 .chart .value { fill: #56606b; }
@@ -590,6 +638,15 @@ mod tests {
         assert!(page.contains("(new)"), "{page}");
         assert!(page.contains("id=\"chart-metric-accuracy\""), "{page}");
         assert!(page.contains("<code>&lt;fr&gt;</code>"), "{page}");
+        let with_ci = json!({"units": [
+            {"model": "a", "status": "ok", "examples": 10, "metrics": {"accuracy": 0.75},
+             "ci": {"accuracy": [0.7, 0.8]},
+             "change": {"accuracy": {"baseline": 0.8, "delta": -0.05, "ci": [-0.08, -0.02], "significant": true}}}
+        ]});
+        let page = html_page(&with_ci);
+        assert!(page.contains("0.7500 <span class=\"ci\">[0.700, 0.800]</span>"), "{page}");
+        assert!(page.contains("(-0.0500 *)"), "{page}");
+        assert!(page.contains("class=\"error-bar\""), "{page}");
         assert!(!html_page(&json!({"units": [{"model": "a", "status": "ok"}]})).contains("<h2>Metrics</h2>"));
     }
 

@@ -129,6 +129,19 @@ fn test_case(unit: Unit<'_>) -> TestCase {
     if let Some(Value::Object(metrics)) = unit.0.get("metrics") {
         for (name, value) in metrics {
             case.add_property(Property::new(format!("metric.{name}"), value.to_string()));
+            if let Some(ci) = unit.0.get("ci").and_then(|ci| ci.get(name)).filter(|ci| ci.is_array()) {
+                case.add_property(Property::new(format!("ci.{name}"), ci.to_string()));
+            }
+        }
+        // `--ci` intervals and changes against the baseline, as text a CI page shows.
+        if unit.0.get("ci").is_some() || unit.0.get("change").is_some() {
+            let lines: Vec<String> = metrics
+                .keys()
+                .filter_map(|name| Some(format!("{name} {}", crate::change::metric_text(unit.0, name)?)))
+                .collect();
+            if unit.verdict() != Verdict::Failed || unit.stderr_tail().is_empty() {
+                case.set_system_out(lines.join("\n"));
+            }
         }
     }
     case
@@ -213,6 +226,11 @@ mod tests {
         });
         let xml = junit_xml(&report).unwrap();
         assert!(xml.contains(r#"<property name="metric.accuracy" value="0.75"/>"#), "{xml}");
+        let with_ci = json!({"units": [{"model": "a", "status": "ok", "metrics": {"accuracy": 0.75},
+            "ci": {"accuracy": [0.7, 0.8]}, "change": {"accuracy": {"baseline": 0.8, "delta": -0.05}}}]});
+        let ci_xml = junit_xml(&with_ci).unwrap();
+        assert!(ci_xml.contains(r#"<property name="ci.accuracy" value="[0.7,0.8]"/>"#), "{ci_xml}");
+        assert!(ci_xml.contains("accuracy 0.7500 [0.700, 0.800] (-0.0500)</system-out>"), "{ci_xml}");
         assert!(xml.contains(r#"<property name="examples" value="1000"/>"#), "{xml}");
         assert!(xml.contains(r#"failures="1""#), "{xml}");
         assert!(

@@ -11,6 +11,7 @@
 //! ([`journal`]) and shards ([`shard`]) keep and split those records across
 //! runs and machines.
 
+pub mod change;
 mod data_merge;
 mod diff;
 mod document;

@@ -821,9 +821,12 @@ pub struct SlurmSubmitArgs {
   isorun eval models/ --data test.jsonl.gz --label label --slice country
   isorun eval models/ --data examples.txt --data-format jsonl --label label
   isorun eval models/ --data test.tfrecord --label label --baseline last-night.json --max-drop accuracy=1%
+  isorun eval models/ --data test.tfrecord --label label --ci 0.95 --baseline last-night.json \
+      --max-drop accuracy=1% --gate significant
 
 Each record is run's, plus \"examples\", \"metrics\" (and \"slices\", \"task\", \"output\").
-A metric below a --threshold bound or dropped past --max-drop ends the model below_threshold.
+A metric below a --threshold bound or dropped past --max-drop ends the model below_threshold
+(with --gate significant: only a drop whose paired --ci interval excludes 0).
 Exit codes: 0 every model ok; 1 some model not ok; 2 usage error (nothing run);
 130/143 interrupted by Ctrl-C/SIGTERM.")]
 pub struct EvalArgs {
@@ -944,4 +947,25 @@ pub struct EvalOptions {
     /// may get, in its own direction (repeatable).
     #[arg(long = "max-drop", value_name = "METRIC=X", requires = "baseline", help_heading = "Evaluation")]
     pub max_drops: Vec<String>,
+
+    /// Add a LEVEL (e.g. 0.95) confidence interval to every metric, overall and per slice: a Poisson
+    /// bootstrap in the same pass (each example weighted Poisson(1) per replicate, drawn from its
+    /// --example-key or index, the same in every model and run). Records get "ci", "ci_level",
+    /// "bootstrap" and "bootstrap_values" (what a later --baseline pairs with).
+    #[arg(long, value_name = "LEVEL", help_heading = "Evaluation")]
+    pub ci: Option<f64>,
+
+    /// Bootstrap replicates for --ci [default: 200]; each is one more metric state in memory.
+    #[arg(long, value_name = "N", help_heading = "Evaluation")]
+    pub bootstrap: Option<u32>,
+
+    /// The bootstrap generator's seed: the same seed, the same weights for the same examples.
+    #[arg(long, value_name = "S", default_value_t = 0, help_heading = "Evaluation")]
+    pub bootstrap_seed: u64,
+
+    /// When a --max-drop breach fails a model: always (the drop alone), or significant (the drop
+    /// AND a paired bootstrap interval of the change against the baseline that excludes 0; needs
+    /// --ci and a --baseline evaluated with the same --ci replicates and seed).
+    #[arg(long, value_name = "always|significant", default_value = "always", help_heading = "Evaluation")]
+    pub gate: String,
 }

@@ -186,9 +186,10 @@ fn table_row(record: &Value, id_width: usize) -> String {
             format!("{requests} warm-up request{plural}, {} examples", record["examples"].as_u64().unwrap_or(0))
         }
         _ if metrics.is_some() => {
-            let metrics = metrics.into_iter().flatten().map(|(name, value)| match value.as_f64() {
-                Some(x) => format!("{} {x:.4}", one_line(name)),
-                None => format!("{} {value}", one_line(name)),
+            // `0.8140 [0.790, 0.837]` with --ci, and the change against a baseline.
+            let metrics = metrics.into_iter().flatten().map(|(name, value)| {
+                let text = isorun_report::change::metric_text(record, name).unwrap_or_else(|| value.to_string());
+                format!("{} {}", one_line(name), one_line(&text))
             });
             std::iter::once(format!("{} examples", record["examples"].as_u64().unwrap_or(0)))
                 .chain(metrics)

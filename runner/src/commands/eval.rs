@@ -13,15 +13,19 @@ use crate::drive::{discover_models, execute, Plan, Work};
 use crate::settings::{report_settings, run_settings};
 use crate::support::with_causes;
 use isorun_engine::{Feed, FeedStream, FeedSummary, Model};
+use isorun_eval::bootstrap::{self, Bootstrap};
 use isorun_eval::predictions::{BackgroundWriter, Meta, PredictionsFormat, PredictionsWriter};
-use isorun_eval::{BatchReader, Bound, DataSpec, Dataset, Evaluator, MaxDrop, Metric, MetricsSpec, Targets};
+use isorun_eval::{
+    BatchReader, Bound, CiSpec, DataSpec, Dataset, Evaluator, KeyedBy, MaxDrop, Metric, MetricsSpec, Targets,
+};
 use isorun_protocol::{ErrorKind, ModelError, Outcome, Tensor};
+use isorun_report::change::{bootstrap_settings, BaselineRecord, Gate};
 use isorun_report::eval_record::{data_shard_fields, evaluation_fields, EvalRules};
 use isorun_report::shard::{parse_shard, Shard};
 use isorun_tensors::json_input::signature_of;
 use isorun_tensors::output::StreamedOutputs;
 use serde_json::{json, Map, Value};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::path::Path;
 use std::time::Instant;
 
@@ -39,7 +43,8 @@ pub fn main(args: EvalArgs, quiet: bool) -> Result<i32, String> {
     let mut engine = run_settings.engine.clone();
     // Batches are the feed's; the engine must not split them again.
     engine.batch_size = None;
-    let rules = Rules::parse(&eval.thresholds, &eval.max_drops)?;
+    let rules = Rules::parse(&eval.thresholds, &eval.max_drops, &eval.gate)?;
+    let ci = ci_spec(&eval)?;
     let data_shard = eval
         .data_shard
         .as_deref()
@@ -102,6 +107,9 @@ pub fn main(args: EvalArgs, quiet: bool) -> Result<i32, String> {
         Some(path) => Some(read_baseline(path)?),
         None => None,
     };
+    if rules.checks.gate == Gate::Significant {
+        check_gate(&eval, ci.as_ref(), baseline.as_ref())?;
+    }
     let key_settings = format!(
         "eval v1\0{}\0{:?}\0{batch_size}\0{:?}\0{}\0{:?}\0{:?}\0{:?}\0{:?}\0{}\0{}\0{:?}\0{:?}\0{:?}\0{:?}\0{:?}",
         engine.signature,
@@ -121,7 +129,8 @@ pub fn main(args: EvalArgs, quiet: bool) -> Result<i32, String> {
         data_shard.map(|s| s.to_string()),
     ) + &format!("\0{:?}", eval.example_key)
         + &format!("\0{}\0{}", eval.calibration_bins, eval.max_confusion_classes)
-        + &format!("\0{:?}\0{}\0{}", eval.predictions, eval.predictions_format, eval.predictions_all);
+        + &format!("\0{:?}\0{}\0{}", eval.predictions, eval.predictions_format, eval.predictions_all)
+        + &format!("\0{:?}\0{:?}\0{}\0{}", eval.ci, eval.bootstrap, eval.bootstrap_seed, eval.gate);
     let mut settings = report_settings(&run, &run_settings);
     settings["eval"] = eval_settings(&eval, &dataset, batch_size, data_shard);
     if let Some(dir) = &run.output_dir {
@@ -169,6 +178,7 @@ pub fn main(args: EvalArgs, quiet: bool) -> Result<i32, String> {
         output_dir: run.output_dir.clone(),
         dataset,
         spec,
+        ci,
         slices: eval.slices.clone(),
         rules,
         baseline,
@@ -221,7 +231,7 @@ pub(crate) struct Rules {
 }
 
 impl Rules {
-    pub(crate) fn parse(thresholds: &[String], max_drops: &[String]) -> Result<Rules, String> {
+    pub(crate) fn parse(thresholds: &[String], max_drops: &[String], gate: &str) -> Result<Rules, String> {
         let mut decision = None;
         let mut bounds = Vec::new();
         for given in thresholds {
@@ -240,13 +250,73 @@ impl Rules {
             .iter()
             .map(|given| given.parse::<MaxDrop>().map_err(|e| format!("--max-drop {given}: {e}")))
             .collect::<Result<_, _>>()?;
-        Ok(Rules { given: decision, decision: decision.unwrap_or(0.5), checks: EvalRules { bounds, drops } })
+        let gate = Gate::parse(gate).ok_or_else(|| format!("--gate {gate}: expected always or significant"))?;
+        Ok(Rules { given: decision, decision: decision.unwrap_or(0.5), checks: EvalRules { bounds, drops, gate } })
     }
 }
 
-/// The metrics of each model in an earlier eval report.
+/// `--ci LEVEL`, `--bootstrap N`, `--bootstrap-seed S`, checked.
+fn ci_spec(eval: &EvalOptions) -> Result<Option<CiSpec>, String> {
+    let Some(level) = eval.ci else {
+        if let Some(n) = eval.bootstrap {
+            return Err(format!("--bootstrap {n}: give --ci LEVEL too (e.g. --ci 0.95): replicates make intervals"));
+        }
+        if eval.bootstrap_seed != 0 {
+            return Err(format!("--bootstrap-seed {}: give --ci LEVEL too", eval.bootstrap_seed));
+        }
+        return Ok(None);
+    };
+    if !(level > 0.0 && level < 1.0) {
+        return Err(format!("--ci {level}: expected a level between 0 and 1, e.g. 0.95"));
+    }
+    let replicates = eval.bootstrap.unwrap_or(bootstrap::DEFAULT_REPLICATES);
+    if !(1..=bootstrap::MAX_REPLICATES).contains(&replicates) {
+        return Err(format!("--bootstrap {replicates}: expected 1 to {} replicates", bootstrap::MAX_REPLICATES));
+    }
+    let by = if eval.example_key.is_some() { KeyedBy::Key } else { KeyedBy::Index };
+    Ok(Some(CiSpec { bootstrap: Bootstrap { replicates, seed: eval.bootstrap_seed }, level, by }))
+}
+
+/// `--gate significant` needs `--ci`, `--max-drop`, and a baseline whose
+/// every model has replicates this run's pair with.
+fn check_gate(eval: &EvalOptions, ci: Option<&CiSpec>, baseline: Option<&Baseline>) -> Result<(), String> {
+    let Some(ci) = ci else {
+        return Err("--gate significant needs --ci LEVEL: significance is that of the paired bootstrap interval".into());
+    };
+    let (Some(baseline), Some(path)) = (baseline, &eval.baseline) else {
+        return Err("--gate significant needs --baseline REPORT.json and --max-drop".into());
+    };
+    let wanted = bootstrap_settings(ci.bootstrap.replicates, ci.bootstrap.seed, ci.by.name());
+    let mut names: Vec<&String> = baseline.models.keys().collect();
+    names.sort();
+    for model in names {
+        let record = &baseline.models[model];
+        match &record.bootstrap {
+            None => {
+                return Err(format!(
+                    "--gate significant: the baseline {} has no bootstrap replicates for model {model}: \
+                     evaluate the baseline with --ci (and the same --bootstrap and --bootstrap-seed)",
+                    path.display()
+                ))
+            }
+            Some(b) if b.settings != wanted => {
+                return Err(format!(
+                    "--gate significant: the baseline {} drew model {model}'s replicates with {}, this run with {}: \
+                     give the same --bootstrap, --bootstrap-seed and --example-key",
+                    path.display(),
+                    b.settings,
+                    wanted
+                ))
+            }
+            Some(_) => {}
+        }
+    }
+    Ok(())
+}
+
+/// The metrics (and `--ci` replicates) of each model in an earlier eval report.
 pub(crate) struct Baseline {
-    pub(crate) models: HashMap<String, BTreeMap<String, f64>>,
+    pub(crate) models: HashMap<String, BaselineRecord>,
     digest: String,
 }
 
@@ -254,10 +324,8 @@ pub(crate) fn read_baseline(path: &Path) -> Result<Baseline, String> {
     let report = isorun_report::read_report(path).map_err(|e| format!("--baseline: {}", with_causes(&e)))?;
     let mut models = HashMap::new();
     for unit in report["units"].as_array().into_iter().flatten() {
-        let (Some(model), Some(metrics)) = (unit["model"].as_str(), unit["metrics"].as_object()) else { continue };
-        let metrics: BTreeMap<String, f64> =
-            metrics.iter().filter_map(|(name, value)| Some((name.clone(), value.as_f64()?))).collect();
-        models.insert(model.to_string(), metrics);
+        let (Some(model), Some(record)) = (unit["model"].as_str(), BaselineRecord::from_unit(unit)) else { continue };
+        models.insert(model.to_string(), record);
     }
     if models.is_empty() {
         return Err(format!(
@@ -267,7 +335,7 @@ pub(crate) fn read_baseline(path: &Path) -> Result<Baseline, String> {
     }
     let mut names: Vec<_> = models.iter().collect();
     names.sort_by(|a, b| a.0.cmp(b.0));
-    let digest = format!("{names:?}");
+    let digest = format!("{:?}", names.iter().map(|(m, r)| (m, &r.metrics, &r.bootstrap)).collect::<Vec<_>>());
     Ok(Baseline { models, digest })
 }
 
@@ -308,6 +376,14 @@ fn eval_settings(eval: &EvalOptions, dataset: &Dataset, batch_size: u64, data_sh
         s.insert("baseline".into(), json!(baseline.to_string_lossy()));
         s.insert("max_drops".into(), json!(eval.max_drops));
     }
+    if let Some(level) = eval.ci {
+        s.insert("ci".into(), json!(level));
+        s.insert("bootstrap".into(), json!(eval.bootstrap.unwrap_or(bootstrap::DEFAULT_REPLICATES)));
+        s.insert("bootstrap_seed".into(), json!(eval.bootstrap_seed));
+    }
+    if eval.gate != "always" {
+        s.insert("gate".into(), json!(eval.gate));
+    }
     if let Some(shard) = data_shard {
         // Sizes and mtimes of the files, and how they are read: `report merge` refuses shards of other data.
         s.insert("data_digest".into(), json!(dataset.dataset_digest()));
@@ -332,6 +408,8 @@ struct EvalFeed {
     output_dir: Option<std::path::PathBuf>,
     dataset: Dataset,
     spec: MetricsSpec,
+    /// `--ci`: bootstrap replicates in every evaluator.
+    ci: Option<CiSpec>,
     slices: Vec<String>,
     rules: Rules,
     baseline: Option<Baseline>,
@@ -347,8 +425,11 @@ impl Feed for EvalFeed {
         let dataset_error =
             |e: &dyn std::error::Error| Outcome::Error(ModelError::new(ErrorKind::Dataset, with_causes(e)));
         let reader = self.dataset.reader(&info).map_err(|e| dataset_error(&e))?.prefetch(2);
-        let evaluator = Evaluator::new(&self.spec, &info, &self.slices)
+        let mut evaluator = Evaluator::new(&self.spec, &info, &self.slices)
             .map_err(|e| Outcome::Error(ModelError::new(ErrorKind::Evaluation, with_causes(&e))))?;
+        if let Some(ci) = self.ci {
+            evaluator = evaluator.with_ci(ci);
+        }
         let baseline = self.baseline.as_ref().map(|b| b.models.get(&model.id).cloned());
         let outputs = match &self.output_dir {
             Some(dir) => Some(StreamedOutputs::create(dir, &model.id).map_err(output_error)?),
@@ -389,7 +470,7 @@ struct EvalStream<'a> {
     targets: Option<Targets>,
     rules: &'a EvalRules,
     /// `None`: no baseline given; `Some(None)`: the model is new.
-    baseline: Option<Option<BTreeMap<String, f64>>>,
+    baseline: Option<Option<BaselineRecord>>,
     data_shard: Option<Shard>,
     /// `--output-dir`: the outputs so far, put in place when the unit ends well.
     outputs: Option<StreamedOutputs>,

@@ -37,7 +37,7 @@ pub fn main(args: RescoreArgs, quiet: bool) -> Result<i32, String> {
     }
     let started = Instant::now();
     let started_at = std::time::SystemTime::now();
-    let rules = Rules::parse(&args.thresholds, &args.max_drops)?;
+    let rules = Rules::parse(&args.thresholds, &args.max_drops, "always")?;
     let metrics = parse_metrics(&args.metrics, "--metric")?;
     let baseline = args.baseline.as_deref().map(read_baseline).transpose()?;
     let files = list_files(&args.paths).map_err(|e| with_causes(&e))?;

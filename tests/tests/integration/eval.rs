@@ -308,7 +308,8 @@ fn thresholds_and_baselines_decide_below_threshold() {
     let record = ran.record("binary");
     assert_eq!(record["status"], "below_threshold", "{record}");
     assert!(close(record["breach"]["baseline"].as_f64().unwrap(), accuracy + 0.05), "{record}");
-    assert!(close(record["change"]["accuracy"].as_f64().unwrap(), -0.05), "{record}");
+    assert!(close(record["change"]["accuracy"]["delta"].as_f64().unwrap(), -0.05), "{record}");
+    assert!(close(record["change"]["accuracy"]["baseline"].as_f64().unwrap(), accuracy + 0.05), "{record}");
     // A model the baseline does not have is new, not failed.
     assert_eq!(ran.record("multiclass")["status"], "ok");
     assert_eq!(ran.record("multiclass")["baseline"], "new");

@@ -9,6 +9,7 @@ mod data_formats;
 mod data_jsonl;
 mod data_shards;
 mod eval;
+mod eval_ci;
 mod faults;
 mod first_hour_inputs;
 mod first_hour_messages;
