@@ -118,7 +118,8 @@ fn sharded(dir: &Path, case: &Case, data: &Path, count: u64) -> (Option<i32>, Va
 
 /// What a unit record holds that depends on how the work was run (times,
 /// memory, batches, the worker), not on the data and the model.
-const RUN_DETAILS: [&str; 14] = [
+const RUN_DETAILS: [&str; 15] = [
+    "phases_ms",
     "attempts",
     "batch_latency_ms",
     "batches",

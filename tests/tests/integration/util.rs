@@ -220,6 +220,7 @@ pub fn without_run_details(unit: &Value) -> Value {
     let forget = |record: &mut Value| {
         let volatile = [
             "wall_ms",
+            "phases_ms",
             "load_ms",
             "run_ms",
             "user_ms",
