@@ -361,6 +361,25 @@ pub struct RescoreArgs {
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=10_000))]
     pub calibration_bins: Option<u64>,
 
+    /// Confidence intervals at LEVEL (e.g. 0.95), by the same Poisson bootstrap as eval --ci:
+    /// each file's examples are weighted by their key or index as eval's were, so the intervals
+    /// equal eval's for the same --bootstrap and --bootstrap-seed.
+    #[arg(long, value_name = "LEVEL")]
+    pub ci: Option<f64>,
+
+    /// Bootstrap replicates for --ci [default: 200].
+    #[arg(long, value_name = "N")]
+    pub bootstrap: Option<u32>,
+
+    /// The bootstrap generator's seed.
+    #[arg(long, value_name = "S", default_value_t = 0)]
+    pub bootstrap_seed: u64,
+
+    /// always, or significant: a --max-drop breach fails a model only when the paired interval of
+    /// the change against the baseline (a report made with the same --ci replicates) excludes 0.
+    #[arg(long, value_name = "always|significant", default_value = "always")]
+    pub gate: String,
+
     /// Outputs are logits [default: as eval scored them].
     #[arg(long)]
     pub from_logits: bool,

@@ -44,7 +44,7 @@ pub fn main(args: EvalArgs, quiet: bool) -> Result<i32, String> {
     // Batches are the feed's; the engine must not split them again.
     engine.batch_size = None;
     let rules = Rules::parse(&eval.thresholds, &eval.max_drops, &eval.gate)?;
-    let ci = ci_spec(&eval)?;
+    let ci = ci_spec(eval.ci, eval.bootstrap, eval.bootstrap_seed, eval.example_key.is_some())?;
     let data_shard = eval
         .data_shard
         .as_deref()
@@ -108,7 +108,7 @@ pub fn main(args: EvalArgs, quiet: bool) -> Result<i32, String> {
         None => None,
     };
     if rules.checks.gate == Gate::Significant {
-        check_gate(&eval, ci.as_ref(), baseline.as_ref())?;
+        check_gate(ci.as_ref(), baseline.as_ref(), eval.baseline.as_deref())?;
     }
     let key_settings = format!(
         "eval v1\0{}\0{:?}\0{batch_size}\0{:?}\0{}\0{:?}\0{:?}\0{:?}\0{:?}\0{}\0{}\0{:?}\0{:?}\0{:?}\0{:?}\0{:?}",
@@ -256,34 +256,43 @@ impl Rules {
 }
 
 /// `--ci LEVEL`, `--bootstrap N`, `--bootstrap-seed S`, checked.
-fn ci_spec(eval: &EvalOptions) -> Result<Option<CiSpec>, String> {
-    let Some(level) = eval.ci else {
-        if let Some(n) = eval.bootstrap {
+pub(crate) fn ci_spec(
+    ci: Option<f64>,
+    bootstrap: Option<u32>,
+    bootstrap_seed: u64,
+    keyed: bool,
+) -> Result<Option<CiSpec>, String> {
+    let Some(level) = ci else {
+        if let Some(n) = bootstrap {
             return Err(format!("--bootstrap {n}: give --ci LEVEL too (e.g. --ci 0.95): replicates make intervals"));
         }
-        if eval.bootstrap_seed != 0 {
-            return Err(format!("--bootstrap-seed {}: give --ci LEVEL too", eval.bootstrap_seed));
+        if bootstrap_seed != 0 {
+            return Err(format!("--bootstrap-seed {}: give --ci LEVEL too", bootstrap_seed));
         }
         return Ok(None);
     };
     if !(level > 0.0 && level < 1.0) {
         return Err(format!("--ci {level}: expected a level between 0 and 1, e.g. 0.95"));
     }
-    let replicates = eval.bootstrap.unwrap_or(bootstrap::DEFAULT_REPLICATES);
+    let replicates = bootstrap.unwrap_or(bootstrap::DEFAULT_REPLICATES);
     if !(1..=bootstrap::MAX_REPLICATES).contains(&replicates) {
         return Err(format!("--bootstrap {replicates}: expected 1 to {} replicates", bootstrap::MAX_REPLICATES));
     }
-    let by = if eval.example_key.is_some() { KeyedBy::Key } else { KeyedBy::Index };
-    Ok(Some(CiSpec { bootstrap: Bootstrap { replicates, seed: eval.bootstrap_seed }, level, by }))
+    let by = if keyed { KeyedBy::Key } else { KeyedBy::Index };
+    Ok(Some(CiSpec { bootstrap: Bootstrap { replicates, seed: bootstrap_seed }, level, by }))
 }
 
 /// `--gate significant` needs `--ci`, `--max-drop`, and a baseline whose
 /// every model has replicates this run's pair with.
-fn check_gate(eval: &EvalOptions, ci: Option<&CiSpec>, baseline: Option<&Baseline>) -> Result<(), String> {
+pub(crate) fn check_gate(
+    ci: Option<&CiSpec>,
+    baseline: Option<&Baseline>,
+    baseline_path: Option<&Path>,
+) -> Result<(), String> {
     let Some(ci) = ci else {
         return Err("--gate significant needs --ci LEVEL: significance is that of the paired bootstrap interval".into());
     };
-    let (Some(baseline), Some(path)) = (baseline, &eval.baseline) else {
+    let (Some(baseline), Some(path)) = (baseline, baseline_path) else {
         return Err("--gate significant needs --baseline REPORT.json and --max-drop".into());
     };
     let wanted = bootstrap_settings(ci.bootstrap.replicates, ci.bootstrap.seed, ci.by.name());

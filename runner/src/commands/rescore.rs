@@ -14,7 +14,7 @@
 //! `--diff BASELINE NEW` compares two runs example by example
 //! (`isorun_eval::predictions::Differ`).
 
-use super::eval::{read_baseline, Baseline, Rules};
+use super::eval::{check_gate, ci_spec, read_baseline, Baseline, Rules};
 use crate::cli::{Format, RescoreArgs};
 use crate::printer::{progress_bar, Printer};
 use crate::support::with_causes;
@@ -37,7 +37,9 @@ pub fn main(args: RescoreArgs, quiet: bool) -> Result<i32, String> {
     }
     let started = Instant::now();
     let started_at = std::time::SystemTime::now();
-    let rules = Rules::parse(&args.thresholds, &args.max_drops, "always")?;
+    let rules = Rules::parse(&args.thresholds, &args.max_drops, &args.gate)?;
+    // Checked once here; each file's replicates are keyed as its eval was (by key or index).
+    ci_spec(args.ci, args.bootstrap, args.bootstrap_seed, false)?;
     let metrics = parse_metrics(&args.metrics, "--metric")?;
     let baseline = args.baseline.as_deref().map(read_baseline).transpose()?;
     let files = list_files(&args.paths).map_err(|e| with_causes(&e))?;
@@ -45,6 +47,11 @@ pub fn main(args: RescoreArgs, quiet: bool) -> Result<i32, String> {
     let mut units = Vec::with_capacity(files.len());
     for path in &files {
         units.push(prepare(path, &args, &rules, &metrics)?);
+    }
+    if rules.checks.gate == isorun_report::change::Gate::Significant {
+        for unit in &units {
+            check_gate(unit.ci.as_ref(), baseline.as_ref(), args.baseline.as_deref())?;
+        }
     }
     let models: Vec<Model> =
         units.iter().map(|u| Model::saved_model(u.reader.meta.model.clone(), u.path.clone())).collect();
@@ -123,6 +130,8 @@ struct Unit {
     path: PathBuf,
     reader: PredictionsReader,
     evaluator: Evaluator,
+    /// `--ci`, keyed as the file's eval was.
+    ci: Option<isorun_eval::CiSpec>,
 }
 
 /// What eval computed, with the options given instead where they are: the
@@ -159,15 +168,19 @@ fn prepare(path: &Path, args: &RescoreArgs, rules: &Rules, metrics: &[Metric]) -
     let (spec, slices) = spec_for(&reader, args, rules, metrics)?;
     let output = spec.output.clone().expect("always named");
     reader.start(&output, &slices).map_err(|e| with_causes(&e))?;
-    let evaluator = Evaluator::new(&spec, &reader.signature(), &slices)
+    let mut evaluator = Evaluator::new(&spec, &reader.signature(), &slices)
         .map_err(|e| format!("{}: {}", path.display(), with_causes(&e)))?;
-    Ok(Unit { path: path.to_path_buf(), reader, evaluator })
+    let ci = ci_spec(args.ci, args.bootstrap, args.bootstrap_seed, reader.meta.example_key.is_some())?;
+    if let Some(ci) = ci {
+        evaluator = evaluator.with_ci(ci);
+    }
+    Ok(Unit { path: path.to_path_buf(), reader, evaluator, ci })
 }
 
 /// Scores one file: its record, as eval's (`model`, `path`, `status`,
 /// `examples`, the evaluation's fields, `predictions`).
 fn score(unit: Unit, rules: &Rules, baseline: Option<&Baseline>) -> Value {
-    let Unit { path, mut reader, mut evaluator } = unit;
+    let Unit { path, mut reader, mut evaluator, .. } = unit;
     let started = Instant::now();
     let mut failure = None;
     while let Some(batch) = reader.next_batch() {

@@ -156,10 +156,7 @@ fn rescore_computes_a_metric_eval_was_not_asked_for_and_checks_rules_and_baselin
         tmp.path(),
     );
     assert_eq!(rescored.code, Some(1), "{rescored:?}");
-    assert!(
-        rescored.record("binary")["change"]["accuracy"].is_number()
-            || rescored.record("binary")["change"]["accuracy"].is_object()
-    );
+    assert!(rescored.record("binary")["change"]["accuracy"]["delta"].is_number(), "{}", rescored.record("binary"));
     // A slice eval did not save: exit 2 naming the file and its columns.
     let rescored = rescore(&[p(&dir), "--slice", "country"], tmp.path());
     assert_eq!(rescored.code, Some(2), "{rescored:?}");
@@ -410,4 +407,48 @@ fn records_skipped_as_corrupt_are_counted_by_rescore_as_by_eval() {
     assert_eq!(record["skipped_corrupt"], 1, "{record}");
     let rescored = rescore(&[p(&dir)], tmp.path());
     assert_same_evaluation(rescored.record("binary"), record, "--skip-corrupt");
+}
+
+#[test]
+fn rescore_ci_gives_eval_s_intervals_and_paired_gate_from_the_saved_keys() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ci = fixtures().join("ci");
+    let night = |model: &str, dir: &std::path::Path, extra: &[&str]| {
+        let mut command = isorun();
+        command
+            .arg("eval")
+            .arg(ci.join(model).join("classifier"))
+            .arg("--data")
+            .arg(ci.join("data.tfrecord"))
+            .args(["--label", "label", "--example-key", "id", "--ci", "0.9", "--bootstrap", "50"])
+            .args(["--metric", "accuracy", "--metric", "auc", "--predictions"])
+            .arg(dir)
+            .args(extra);
+        run(&mut command)
+    };
+    let last = tmp.path().join("last.json");
+    let ran = night("last_night", &tmp.path().join("p-last"), &["--report", p(&last)]);
+    assert_eq!(ran.code, Some(0), "{ran:?}");
+    let gate = ["--baseline", p(&last), "--max-drop", "accuracy=0.002", "--gate", "significant"];
+    for (model, code) in [("noise", 0), ("regressed", 1)] {
+        let dir = tmp.path().join(format!("p-{model}"));
+        let evaluated = night(model, &dir, &gate);
+        assert_eq!(evaluated.code, Some(code), "{evaluated:?}");
+        let mut args = vec![p(&dir), "--ci", "0.9", "--bootstrap", "50", "--metric", "accuracy", "--metric", "auc"];
+        args.extend(gate);
+        let rescored = rescore(&args, tmp.path());
+        assert_eq!(rescored.code, Some(code), "{rescored:?}");
+        let (a, b) = (evaluated.record("classifier"), rescored.record("classifier"));
+        for key in ["metrics", "ci", "ci_level", "bootstrap", "bootstrap_values", "change", "status"] {
+            assert_eq!(a[key], b[key], "{model}: {key}");
+        }
+        assert_eq!(b["change"]["accuracy"]["significant"], json!(model == "regressed"), "{b}");
+    }
+    // Another seed: other weights, other intervals, and a gate that refuses the baseline (exit 2).
+    let dir = tmp.path().join("p-noise");
+    let mut args = vec![p(&dir), "--ci", "0.9", "--bootstrap", "50", "--bootstrap-seed", "3"];
+    args.extend(gate);
+    let refused = rescore(&args, tmp.path());
+    assert_eq!(refused.code, Some(2), "{refused:?}");
+    assert!(refused.stderr.contains("last.json"), "{}", refused.stderr);
 }
