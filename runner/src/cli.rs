@@ -391,7 +391,7 @@ pub struct RescoreArgs {
     /// Compare two runs' predictions of the same examples (matched by key when both have one,
     /// else by index): print each example whose prediction changed class (or moved by more than
     /// --tolerance) as a JSON line, then a summary with McNemar's exact p for accuracy.
-    #[arg(long, conflicts_with_all = ["metrics", "slices", "thresholds", "baseline", "report", "junit", "html"])]
+    #[arg(long, conflicts_with_all = ["metrics", "slices", "thresholds", "baseline", "report", "junit", "html", "ci"])]
     pub diff: bool,
 
     /// With --diff: also write the changed examples to this Parquet file.
