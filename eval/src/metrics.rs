@@ -396,7 +396,7 @@ fn to_f64(tensor: &Tensor, output: &str, out: &mut Vec<f64>) -> Result<(), EvalE
     Ok(())
 }
 
-fn sigmoid(x: f64) -> f64 {
+pub(crate) fn sigmoid(x: f64) -> f64 {
     if x >= 0.0 {
         1.0 / (1.0 + (-x).exp())
     } else {
@@ -417,7 +417,7 @@ fn softmax(row: &mut [f64]) {
     }
 }
 
-fn argmax(row: &[f64]) -> usize {
+pub(crate) fn argmax(row: &[f64]) -> usize {
     let mut best = 0;
     for (i, v) in row.iter().enumerate() {
         if *v > row[best] {

@@ -11,6 +11,7 @@
 
 use super::read::{PredictionsReader, ReadError};
 use crate::data::Labels;
+use crate::metrics::{argmax, sigmoid};
 use std::collections::HashMap;
 use std::path::PathBuf;
 
@@ -112,25 +113,6 @@ enum Kind {
     Binary,
     Multiclass,
     Regression,
-}
-
-fn sigmoid(x: f64) -> f64 {
-    if x >= 0.0 {
-        1.0 / (1.0 + (-x).exp())
-    } else {
-        let e = x.exp();
-        e / (1.0 + e)
-    }
-}
-
-fn argmax(row: &[f64]) -> usize {
-    let mut best = 0;
-    for (i, v) in row.iter().enumerate() {
-        if *v > row[best] {
-            best = i;
-        }
-    }
-    best
 }
 
 impl Decide {
