@@ -240,15 +240,7 @@ impl Lean {
                 if scores.iter().filter(|&&v| v > scores[class]).count() < top_k {
                     axpy(self.field(TOP_K), weights, wt);
                 }
-                let loss: f64 = match row.soft_label {
-                    Some(soft) => soft
-                        .iter()
-                        .zip(scores)
-                        .filter(|(y, _)| **y != 0.0)
-                        .map(|(y, p)| -y * p.clamp(eps, 1.0 - eps).ln())
-                        .sum(),
-                    None => -scores[class].clamp(eps, 1.0 - eps).ln(),
-                };
+                let loss = crate::state::multiclass_log_loss(row, eps);
                 axpy(self.field(LOG_LOSS), weights, wt * loss);
                 for c in [class, predicted] {
                     for (present, w) in self.present[c * r_count..(c + 1) * r_count].iter_mut().zip(drawn) {

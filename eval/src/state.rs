@@ -216,6 +216,19 @@ pub(crate) struct Row<'a> {
     pub(crate) weight: f64,
 }
 
+/// A multiclass row's log loss: against its soft (one-hot or multi-value)
+/// label, else its class; probabilities clipped to [eps, 1 − eps]. The one
+/// definition the state and its bootstrap replicates share.
+pub(crate) fn multiclass_log_loss(row: &Row, eps: f64) -> f64 {
+    let scores = row.scores;
+    match row.soft_label {
+        Some(soft) => {
+            soft.iter().zip(scores).filter(|(y, _)| **y != 0.0).map(|(y, p)| -y * p.clamp(eps, 1.0 - eps).ln()).sum()
+        }
+        None => -scores[row.class].clamp(eps, 1.0 - eps).ln(),
+    }
+}
+
 impl State {
     pub(crate) fn new(task: Task, curves: Option<(usize, usize)>) -> State {
         match task {
@@ -295,16 +308,7 @@ impl State {
                 if higher < top_k {
                     s.top_k.add(row.weight);
                 }
-                let loss: f64 = match row.soft_label {
-                    Some(soft) => soft
-                        .iter()
-                        .zip(scores)
-                        .filter(|(y, _)| **y != 0.0)
-                        .map(|(y, p)| -y * p.clamp(eps, 1.0 - eps).ln())
-                        .sum(),
-                    None => -scores[class].clamp(eps, 1.0 - eps).ln(),
-                };
-                s.sums.log_loss.add(row.weight * loss);
+                s.sums.log_loss.add(row.weight * multiclass_log_loss(row, eps));
                 let squares: f64 = match row.soft_label {
                     Some(soft) => soft.iter().zip(scores).map(|(y, p)| (p - y) * (p - y)).sum(),
                     None => scores
