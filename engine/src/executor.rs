@@ -728,7 +728,9 @@ impl Slot<'_> {
             }
             let envelope = RequestEnvelope::new(&ToWorker::Run(request), shared);
             let sent = Instant::now();
-            let end = run_request(worker, envelope, index as u64, self.stop, deadlines);
+            // After this unit's first request ended well, the worker holds its model.
+            let loaded = report.load_ms.is_some();
+            let end = run_request(worker, envelope, index as u64, self.stop, deadlines, loaded);
             phases.requests += sent.elapsed();
             report.load_ms = report.load_ms.or(end.load_ms);
             report.sandbox = worker.sandbox().cloned();
@@ -828,7 +830,8 @@ impl Slot<'_> {
             };
             let envelope = RequestEnvelope::new(&ToWorker::Run(self.request(index, batch, inputs)), shared);
             let sent = Instant::now();
-            let end = run_request(worker, envelope, index as u64, self.stop, deadlines);
+            let loaded = report.load_ms.is_some();
+            let end = run_request(worker, envelope, index as u64, self.stop, deadlines, loaded);
             phases.requests += sent.elapsed();
             report.load_ms = report.load_ms.or(end.load_ms);
             report.sandbox = worker.sandbox().cloned();

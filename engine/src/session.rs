@@ -85,13 +85,19 @@ pub struct RequestEnd {
     pub worker_usable: bool,
 }
 
-/// Sends one request for `unit` and follows it to its end.
+/// Sends one request for `unit` and follows it to its end. `loaded`: the
+/// worker already holds the request's model (an earlier request of the same
+/// model ended well in it), so it answers with `Finished` alone and the
+/// request starts in the run phase, under the run deadline from now; a
+/// worker that loads anyway still says `Loaded` first. Sparing that message
+/// spares the supervisor a wake-up per request.
 pub fn run_request(
     worker: &mut WorkerProcess,
     envelope: RequestEnvelope,
     unit: u64,
     stop: &CancelToken,
     deadlines: Deadlines,
+    loaded: bool,
 ) -> RequestEnd {
     let mut end =
         RequestEnd { outcome: Outcome::Ok, outputs: Vec::new(), load_ms: None, run_ms: None, worker_usable: false };
@@ -104,8 +110,8 @@ pub fn run_request(
         let outcome = broken_outcome(worker, message, false);
         return fail(end, outcome);
     }
-    let mut phase = Phase::Load;
-    let mut run_deadline = None;
+    let mut phase = if loaded { Phase::Run } else { Phase::Load };
+    let mut run_deadline = if loaded { deadlines.run.map(|d| Instant::now() + d) } else { None };
     let mut peak_private = 0;
     loop {
         // GPU memory, where watched (`--gpus` with NVML): sampled like the memory limit.
@@ -141,13 +147,16 @@ pub fn run_request(
             {
                 worker.set_sandbox(protections, missing, steps_us);
             }
-            Some(Event::Message(WorkerMessage::Loaded { unit: u, load_ms })) if u == unit && phase == Phase::Load => {
+            Some(Event::Message(WorkerMessage::Loaded { unit: u, load_ms }))
+                if u == unit && (phase == Phase::Load || loaded && end.load_ms.is_none()) =>
+            {
                 end.load_ms = Some(load_ms);
                 phase = Phase::Run;
                 run_deadline = deadlines.run.map(|d| Instant::now() + d);
             }
             Some(Event::Message(WorkerMessage::Finished { unit: u, run_ms, result })) if u == unit => {
-                if phase == Phase::Run {
+                // A worker that reused its model without saying `Loaded` ran it too.
+                if phase == Phase::Run || matches!(result, UnitResult::Ok { .. }) {
                     end.run_ms = Some(run_ms);
                 }
                 match result {

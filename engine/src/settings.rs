@@ -127,6 +127,7 @@ impl Settings {
                 session: SessionConfig {
                     intra_op_threads: 1,
                     inter_op_threads: 1,
+                    ops_on_caller_thread: false,
                     gpu_allow_growth: true,
                     gpu_memory_fraction: None,
                 },

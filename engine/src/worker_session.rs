@@ -21,6 +21,8 @@ pub struct WorkerSession {
     recycle_rss: Option<u64>,
     worker: Option<WorkerProcess>,
     served_by_worker: u64,
+    /// The model folder and tags of the worker's last request that ended well.
+    worker_model: Option<(String, Vec<String>)>,
     next_unit: u64,
     /// Fork replacement workers from a zygote (`fork_from_zygote`).
     fork: bool,
@@ -50,6 +52,7 @@ impl WorkerSession {
             recycle_rss: None,
             worker: None,
             served_by_worker: 0,
+            worker_model: None,
             next_unit: 0,
             fork: false,
             zygote: None,
@@ -145,6 +148,7 @@ impl WorkerSession {
         let unit = self.next_unit;
         self.next_unit += 1;
         request.unit = unit;
+        let request_model = (request.model_dir.clone(), request.tags.clone());
         let envelope = RequestEnvelope::new(&ToWorker::Run(request), Vec::new());
         let deadlines = Deadlines {
             unit: timeout.map(|t| started + t),
@@ -153,7 +157,11 @@ impl WorkerSession {
             grace: self.grace,
             memory_limit: None,
         };
-        let end = run_request(&mut worker, envelope, unit, cancel, deadlines);
+        // The model this worker last ran well is the request's: it holds it.
+        let model = (request_model.0, request_model.1);
+        let loaded = self.served_by_worker > 0 && self.worker_model.as_ref() == Some(&model);
+        let end = run_request(&mut worker, envelope, unit, cancel, deadlines, loaded);
+        self.worker_model = end.worker_usable.then_some(model);
         if end.worker_usable {
             self.served_by_worker += 1;
             let recycle_count = self.recycle_after.is_some_and(|n| self.served_by_worker >= n);

@@ -147,6 +147,17 @@ pub struct PipeArgs {
     #[arg(long, value_name = "N", default_value_t = 5)]
     pub max_restarts: u32,
 
+    /// Run up to N request lines that are already waiting as one batch (concatenated along the first
+    /// dimension; each answer holds only its own rows). Requests that cannot be batched (other inputs or
+    /// shapes, a signature with a fixed batch size, an output without a row per input row) run one by one.
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=65536))]
+    pub max_batch: u32,
+
+    /// With --max-batch: how long to wait for more lines after the first, in microseconds [default: 0, only
+    /// lines already waiting].
+    #[arg(long, value_name = "MICROS", default_value_t = 0)]
+    pub batch_wait: u64,
+
     /// Limit on each request, in seconds [default: none].
     #[arg(long, value_name = "SECONDS", allow_negative_numbers = true)]
     pub timeout: Option<f64>,

@@ -152,6 +152,54 @@ pub fn join(mut parts: Vec<Named>, rows: &[u64]) -> Result<Named, String> {
         .collect()
 }
 
+/// The inverse of [`join`]: `joined`'s first dimension cut into parts of
+/// `rows` rows each (their sum must be that dimension), every output cut
+/// alike. An output whose first dimension is not the rows' sum (a scalar, a
+/// per-batch statistic) cannot be cut: an error naming it.
+pub fn split(joined: Named, rows: &[u64]) -> Result<Vec<Named>, String> {
+    let total: u64 = rows.iter().sum();
+    let mut parts: Vec<Named> = rows.iter().map(|_| Vec::with_capacity(joined.len())).collect();
+    for (name, tensor) in joined {
+        if tensor.shape.first() != Some(&total) {
+            return Err(format!(
+                "output '{name}' has shape {:?}, not one row per input row ({total}): it cannot be split by request",
+                tensor.shape
+            ));
+        }
+        let per_row =
+            Tensor::element_count(&tensor.shape[1..]).ok_or_else(|| format!("output '{name}' is too large"))?;
+        let mut start = 0u64;
+        for (part, &n) in parts.iter_mut().zip(rows) {
+            let (from, to) = (start * per_row, (start + n) * per_row);
+            start += n;
+            let mut shape = tensor.shape.clone();
+            shape[0] = n;
+            let data = match &tensor.data {
+                TensorData::Dense(bytes) => {
+                    let size = tensor
+                        .dtype
+                        .element_size()
+                        .ok_or_else(|| format!("output '{name}' has no fixed element size"))?
+                        as u64;
+                    let (a, b) = ((from * size) as usize, (to * size) as usize);
+                    let slice =
+                        bytes.get(a..b).ok_or_else(|| format!("output '{name}' holds fewer bytes than its shape"))?;
+                    TensorData::Dense(slice.to_vec().into())
+                }
+                TensorData::Strings(strings) => TensorData::Strings(
+                    strings
+                        .get(from as usize..to as usize)
+                        .ok_or_else(|| format!("output '{name}' holds fewer strings than its shape"))?
+                        .to_vec(),
+                ),
+                TensorData::Shared(_) => return Err(format!("output '{name}' is not held in the message")),
+            };
+            part.push((name.clone(), Tensor { dtype: tensor.dtype, shape, data }));
+        }
+    }
+    Ok(parts)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

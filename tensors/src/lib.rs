@@ -16,4 +16,5 @@ pub mod inputs;
 pub mod json_input;
 pub mod npy;
 pub mod output;
+pub mod pipe;
 pub mod values;

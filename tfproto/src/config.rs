@@ -31,7 +31,10 @@ pub fn session_config_proto(config: &SessionConfig) -> Vec<u8> {
     if config.intra_op_threads > 0 {
         put_varint_field(&mut out, INTRA_OP_FIELD, u64::from(config.intra_op_threads));
     }
-    if config.inter_op_threads > 0 {
+    if config.ops_on_caller_thread {
+        // An int32 of -1: protobuf sign-extends negative int32s to 64 bits.
+        put_varint_field(&mut out, INTER_OP_FIELD, -1i64 as u64);
+    } else if config.inter_op_threads > 0 {
         put_varint_field(&mut out, INTER_OP_FIELD, u64::from(config.inter_op_threads));
     }
     let gpu_options = gpu_options_proto(config);
@@ -146,6 +149,13 @@ mod tests {
     #[test]
     fn defaults_encode_to_nothing() {
         assert!(session_config_proto(&SessionConfig::default()).is_empty());
+    }
+
+    #[test]
+    fn ops_on_the_caller_s_thread_are_a_negative_inter_op_count() {
+        let config = SessionConfig { ops_on_caller_thread: true, ..threads(2, 8) };
+        let back = ConfigProto::decode(session_config_proto(&config).as_slice()).unwrap();
+        assert_eq!((back.intra_op_parallelism_threads, back.inter_op_parallelism_threads), (2, -1));
     }
 
     #[test]

@@ -17,7 +17,7 @@
 use crate::frame::{decode, encode, read_frame_bytes, write_frame_bytes, FrameError};
 use crate::shared::SharedMemory;
 use isorun_protocol::{Tensor, TensorData, ToWorker};
-use std::io::{self, Write};
+use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
 
@@ -44,27 +44,32 @@ impl RequestEnvelope {
 
     /// Writes the request to the worker's socket.
     pub fn send(&self, socket: &UnixStream) -> io::Result<()> {
+        self.send_rest(socket, &mut crate::SendProgress::default())
+    }
+
+    /// The first part: magic and the number of shared regions.
+    pub(crate) fn header(&self) -> [u8; 8] {
         let mut header = [0u8; 8];
         header[..4].copy_from_slice(&MAGIC);
         header[4..].copy_from_slice(&(self.shared.len() as u32).to_le_bytes());
-        let fds: Vec<RawFd> = self.shared.iter().map(|s| s.fd().as_raw_fd()).collect();
-        let mut batches = fds.chunks(FDS_PER_MESSAGE);
-        send_with_fds(socket, &header, batches.next().unwrap_or(&[]))?;
-        for batch in batches {
-            send_with_fds(socket, b"+", batch)?;
+        header
+    }
+
+    /// The regions' descriptors, in order.
+    pub(crate) fn shared_fds(&self) -> Vec<RawFd> {
+        self.shared.iter().map(|s| s.fd().as_raw_fd()).collect()
+    }
+
+    /// The last part: each region's view (offset, length), then the frame.
+    pub(crate) fn tail(&self) -> Vec<u8> {
+        let mut tail = Vec::with_capacity(self.shared.len() * 16 + crate::frame::FRAME_HEADER + self.message.len());
+        for region in &self.shared {
+            let (offset, len) = region.view();
+            tail.extend_from_slice(&offset.to_le_bytes());
+            tail.extend_from_slice(&len.to_le_bytes());
         }
-        let mut writer = socket;
-        let views: Vec<u8> = self
-            .shared
-            .iter()
-            .flat_map(|s| {
-                let (offset, len) = s.view();
-                offset.to_le_bytes().into_iter().chain(len.to_le_bytes())
-            })
-            .collect();
-        writer.write_all(&views)?;
-        write_frame_bytes(&mut writer, &self.message)?;
-        writer.flush()
+        write_frame_bytes(&mut tail, &self.message).expect("writing to a Vec cannot fail");
+        tail
     }
 
     /// Reads one request from the supervisor (the worker side). `Closed`
@@ -125,8 +130,10 @@ impl RequestEnvelope {
     }
 }
 
-/// `sendmsg` of `bytes` (all of them) with `fds` attached.
-fn send_with_fds(socket: &UnixStream, bytes: &[u8], fds: &[RawFd]) -> io::Result<()> {
+/// One `sendmsg` of `bytes` with `fds` attached (and `flags`, e.g.
+/// `MSG_DONTWAIT`): how many bytes went. The descriptors go with the first
+/// byte, so a caller sends the rest without them.
+pub(crate) fn send_with_fds(socket: &UnixStream, bytes: &[u8], fds: &[RawFd], flags: libc::c_int) -> io::Result<usize> {
     let fd_bytes = std::mem::size_of_val(fds);
     // SAFETY: CMSG_SPACE is arithmetic.
     let space = if fds.is_empty() { 0 } else { (unsafe { libc::CMSG_SPACE(fd_bytes as u32) }) as usize };
@@ -151,15 +158,9 @@ fn send_with_fds(socket: &UnixStream, bytes: &[u8], fds: &[RawFd]) -> io::Result
     }
     loop {
         // SAFETY: message points at live buffers for the whole call.
-        let sent = unsafe { libc::sendmsg(socket.as_raw_fd(), &message, libc::MSG_NOSIGNAL) };
+        let sent = unsafe { libc::sendmsg(socket.as_raw_fd(), &message, libc::MSG_NOSIGNAL | flags) };
         if sent >= 0 {
-            let sent = sent as usize;
-            if sent < bytes.len() {
-                // The descriptors went with the first byte; the rest is plain data.
-                let mut writer = socket;
-                writer.write_all(&bytes[sent..])?;
-            }
-            return Ok(());
+            return Ok(sent as usize);
         }
         let error = io::Error::last_os_error();
         if error.kind() != io::ErrorKind::Interrupted {

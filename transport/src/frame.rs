@@ -7,7 +7,13 @@ use std::io::{self, Read, Write};
 
 /// Marks the start of every frame, so that a peer speaking something else is
 /// caught at once instead of being read as a length.
-const MAGIC: [u8; 4] = *b"ISR1";
+pub(crate) const MAGIC: [u8; 4] = *b"ISR1";
+
+/// Frames up to this size are copied behind their header and written at once.
+const ONE_WRITE: usize = 1 << 20;
+
+/// Magic and the payload's length (u64, little-endian).
+pub(crate) const FRAME_HEADER: usize = 12;
 
 /// Default cap on one frame (2 GiB): outputs larger than this need a larger cap.
 pub const DEFAULT_MAX_FRAME: u64 = 2 << 30;
@@ -90,11 +96,20 @@ pub fn write_frame<T: Serialize>(writer: &mut impl Write, message: &T) -> io::Re
 
 /// Writes an encoded message as a frame.
 pub(crate) fn write_frame_bytes(writer: &mut impl Write, payload: &[u8]) -> io::Result<()> {
-    let mut header = [0u8; 12];
+    let mut header = [0u8; FRAME_HEADER];
     header[..4].copy_from_slice(&MAGIC);
     header[4..].copy_from_slice(&(payload.len() as u64).to_le_bytes());
-    writer.write_all(&header)?;
-    writer.write_all(payload)?;
+    // One write for a frame of up to a megabyte: a reader polling the socket
+    // then wakes once for it, not once for the header and again for the rest.
+    if payload.len() <= ONE_WRITE {
+        let mut frame = Vec::with_capacity(FRAME_HEADER + payload.len());
+        frame.extend_from_slice(&header);
+        frame.extend_from_slice(payload);
+        writer.write_all(&frame)?;
+    } else {
+        writer.write_all(&header)?;
+        writer.write_all(payload)?;
+    }
     writer.flush()
 }
 
@@ -106,7 +121,7 @@ pub fn read_frame<T: DeserializeOwned>(reader: &mut impl Read, max_frame: u64) -
 
 /// Reads one frame's payload, not decoded; never reads past its end.
 pub(crate) fn read_frame_bytes(reader: &mut impl Read, max_frame: u64) -> Result<Vec<u8>, FrameError> {
-    let mut header = [0u8; 12];
+    let mut header = [0u8; FRAME_HEADER];
     let got = read_full(reader, &mut header)?;
     if got == 0 {
         return Err(FrameError::Closed);

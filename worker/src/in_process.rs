@@ -7,11 +7,18 @@
 //! `--repeat N` each model's signature then runs N more times on the same
 //! inputs, and a `repeat` line gives those N runs' total and the first one's
 //! time: the floor for `isorun pipe`'s requests per second (the same calls,
-//! no IPC).
+//! no IPC). With `--pipe`, the first model instead answers JSON Lines on
+//! stdin exactly as `isorun pipe` does (the same parsing and answer code,
+//! `isorun_tensors::pipe`), one flushed line per request: the fair floor for
+//! `pipe`, all of its work but the process boundary. `--caller-thread` runs
+//! ops on the calling thread (`inter_op_parallelism_threads` = -1).
 
 use crate::tf::SavedModel;
 use crate::warm::{with_dense_bytes, zero_inputs};
+use isorun_protocol::matching::match_inputs;
 use isorun_protocol::SessionConfig;
+use isorun_transport::dense_bytes;
+use std::io::{BufRead, Write};
 use std::path::Path;
 use std::time::Instant;
 
@@ -20,12 +27,16 @@ pub fn main(args: &[String]) -> i32 {
     let mut signature = "serving_default".to_string();
     let mut repeat = 0u64;
     let mut models = Vec::new();
+    let mut pipe = false;
+    let mut caller_thread = false;
     let mut rest = args.iter();
     while let Some(arg) = rest.next() {
         match arg.as_str() {
             "--batch" => batch = rest.next().and_then(|n| n.parse().ok()).unwrap_or(1),
             "--signature" => signature = rest.next().cloned().unwrap_or_default(),
             "--repeat" => repeat = rest.next().and_then(|n| n.parse().ok()).unwrap_or(0),
+            "--pipe" => pipe = true,
+            "--caller-thread" => caller_thread = true,
             model => models.push(model.to_string()),
         }
     }
@@ -33,9 +44,17 @@ pub fn main(args: &[String]) -> i32 {
     let config = SessionConfig {
         intra_op_threads: cpus,
         inter_op_threads: cpus,
+        ops_on_caller_thread: caller_thread,
         gpu_allow_growth: true,
         gpu_memory_fraction: None,
     };
+    if pipe {
+        let Some(model_dir) = models.first() else {
+            eprintln!("--pipe needs a model");
+            return 2;
+        };
+        return serve_pipe(Path::new(model_dir), &signature, &config);
+    }
     let started = Instant::now();
     for model_dir in &models {
         let unit = Instant::now();
@@ -83,5 +102,49 @@ pub fn main(args: &[String]) -> i32 {
         }
     }
     println!("total\t{:.3} s\t{} models", started.elapsed().as_secs_f64(), models.len());
+    0
+}
+
+/// Answers JSON Lines on stdin as `isorun pipe` does, in this process.
+fn serve_pipe(model_dir: &Path, key: &str, config: &SessionConfig) -> i32 {
+    let tags = ["serve".to_string()];
+    let model = match SavedModel::load(model_dir, &tags, config) {
+        Ok(model) => model,
+        Err(e) => {
+            eprintln!("{}: {e}", model_dir.display());
+            return 1;
+        }
+    };
+    let signature = match isorun_tensors::json_input::signature_of(model_dir, &tags, key) {
+        Ok(signature) => signature,
+        Err(e) => {
+            eprintln!("{}: {e}", model_dir.display());
+            return 1;
+        }
+    };
+    let stdin = std::io::stdin().lock();
+    let mut stdout = std::io::stdout().lock();
+    for line in stdin.split(b'\n') {
+        let Ok(line) = line else { return 1 };
+        if line.iter().all(u8::is_ascii_whitespace) {
+            continue;
+        }
+        let answer = match isorun_tensors::pipe::parse_request(&signature, &line) {
+            Err(error_line) => error_line,
+            Ok((id, tensors)) => {
+                let run = match_inputs(&signature, &tensors).and_then(|ordered| {
+                    let inputs: Vec<_> = ordered.into_iter().map(|t| (t, dense_bytes(t, &[]))).collect();
+                    model.run(key, &inputs)
+                });
+                match run {
+                    Ok(outputs) => isorun_tensors::pipe::answer_line(id, &outputs),
+                    Err(e) => isorun_tensors::pipe::error_line(id, e.kind.name(), e.code.as_deref(), &e.message),
+                }
+            }
+        };
+        if writeln!(stdout, "{answer}").and_then(|_| stdout.flush()).is_err() {
+            return 0;
+        }
+    }
     0
 }

@@ -149,7 +149,15 @@ fn run_unit(
         }
     }
     let model = &loaded.as_ref().expect("loaded above").model;
-    write_frame(socket, &WorkerMessage::Loaded { unit: request.unit, load_ms: started.elapsed().as_millis() as u64 })?;
+    // `Loaded` only when this request loaded the model: the supervisor knows
+    // when it sends a model's next request to the worker that holds it, and
+    // one message less is one wake-up less for it per request.
+    if !reuse {
+        write_frame(
+            socket,
+            &WorkerMessage::Loaded { unit: request.unit, load_ms: started.elapsed().as_millis() as u64 },
+        )?;
+    }
     if request.load_only {
         return Ok((
             0,

@@ -9,35 +9,22 @@
 //! kernels refuse the flag (EINVAL) and would signal nothing, so there the
 //! zygote, which has not reaped the worker, kills its group on request.
 
+use super::connection::{Connection, Event};
 use super::spec::{worker_environment, SpawnSpec};
 use super::zygote::Zygote;
 use crate::gpu::{GpuReturn, GpuWatch};
-use isorun_protocol::{WorkerMessage, ENV_IPC_FD};
-use isorun_transport::{read_frame, FrameError, RequestEnvelope};
+use isorun_protocol::ENV_IPC_FD;
+use isorun_transport::RequestEnvelope;
 use std::collections::VecDeque;
 use std::io::{self, BufRead, BufReader, Read};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt;
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::process::{Child, Command, Stdio};
-use std::sync::{mpsc, Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::thread;
 use std::time::{Duration, Instant};
 
-/// Something a worker did, as seen by the threads watching it.
-#[derive(Debug)]
-pub enum Event {
-    Message(WorkerMessage),
-    /// The worker closed its socket at a frame boundary.
-    Closed,
-    /// The worker sent something that is not a valid frame.
-    Broken(String),
-    /// A request could not be delivered.
-    SendFailed(String),
-}
-
-/// How a worker process ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ExitStatus {
     Code(i32),
@@ -104,8 +91,7 @@ impl StderrTail {
 /// A running (or finished) worker.
 pub struct WorkerProcess {
     pub pid: i32,
-    events: mpsc::Receiver<Event>,
-    requests: mpsc::Sender<RequestEnvelope>,
+    connection: Connection,
     stderr: Arc<Mutex<StderrTail>>,
     exit: Option<Exit>,
     kind: Kind,
@@ -233,7 +219,6 @@ impl WorkerProcess {
         max_frame: u64,
         kind: Kind,
     ) -> io::Result<WorkerProcess> {
-        let (events_tx, events) = mpsc::sync_channel(EVENTS_AHEAD);
         let stderr = Arc::new(Mutex::new(StderrTail::default()));
         if let Some(pipe) = stderr_pipe {
             let tail = Arc::clone(&stderr);
@@ -241,28 +226,11 @@ impl WorkerProcess {
             thread::Builder::new().name(format!("stderr-{pid}")).spawn(move || collect_stderr(pipe, &tail))?;
         }
         // Requests go down the same socket, the other way: the supervisor
-        // made it, so it sends only where it chose to. Delivery happens on a
-        // thread of its own, so a worker that stops reading stalls only that
-        // thread, until the worker is killed.
-        let sending = socket.try_clone()?;
-        let (requests, queued) = mpsc::channel::<RequestEnvelope>();
-        let sender_tx = events_tx.clone();
-        thread::Builder::new().name(format!("sender-{pid}")).spawn(move || {
-            for envelope in queued {
-                if let Err(e) = envelope.send(&sending) {
-                    let _ = sender_tx.send(Event::SendFailed(format!("cannot send to the worker: {e}")));
-                    return;
-                }
-            }
-        })?;
-        let reader_tx = events_tx.clone();
-        thread::Builder::new()
-            .name(format!("reader-{pid}"))
-            .spawn(move || read_messages(socket, max_frame, reader_tx))?;
+        // made it, so it sends only where it chose to.
+        let connection = Connection::new(pid, socket, max_frame);
         Ok(WorkerProcess {
             pid,
-            events,
-            requests,
+            connection,
             stderr,
             exit: None,
             kind,
@@ -284,14 +252,14 @@ impl WorkerProcess {
         matches!(self.kind, Kind::Forked { .. })
     }
 
-    /// Queues a request for delivery.
-    pub fn send(&self, envelope: RequestEnvelope) -> Result<(), String> {
-        self.requests.send(envelope).map_err(|_| "the worker's channel is closed".to_string())
+    /// Sends a request (from this thread, unless the socket is full).
+    pub fn send(&mut self, envelope: RequestEnvelope) -> Result<(), String> {
+        self.connection.send(envelope)
     }
 
     /// The next event, waiting at most `timeout`.
-    pub fn next_event(&self, timeout: Duration) -> Option<Event> {
-        self.events.recv_timeout(timeout).ok()
+    pub fn next_event(&mut self, timeout: Duration) -> Option<Event> {
+        self.connection.next_event(timeout)
     }
 
     /// Protections in force in the worker, and those it could not apply.
@@ -697,37 +665,6 @@ pub(super) fn collect_stderr(pipe: impl Read, tail: &Mutex<StderrTail>) {
     }
 }
 
-/// How many events may wait for the slot thread: the reader then blocks
-/// (and the worker with it, once its socket buffer is full), so a worker
-/// streaming maximal frames holds at most this many decoded frames plus the
-/// one in the reader's hands, not as many as it can send. Nothing else
-/// waits on the reader: deadlines are checked between events, killing and
-/// reaping need no event, and dropping the worker's receiver unblocks it.
-const EVENTS_AHEAD: usize = 1;
-
-fn read_messages(mut socket: UnixStream, max_frame: u64, events: mpsc::SyncSender<Event>) {
-    let result = catch_unwind(AssertUnwindSafe(|| loop {
-        match read_frame::<WorkerMessage>(&mut socket, max_frame) {
-            Ok(message) => {
-                if events.send(Event::Message(message)).is_err() {
-                    return;
-                }
-            }
-            Err(FrameError::Closed) => {
-                let _ = events.send(Event::Closed);
-                return;
-            }
-            Err(e) => {
-                let _ = events.send(Event::Broken(e.to_string()));
-                return;
-            }
-        }
-    }));
-    if result.is_err() {
-        let _ = events.send(Event::Broken("the message reader panicked".into()));
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::super::spec::library_path;
@@ -806,32 +743,6 @@ Traceback: the model's own error
         let pid = spawn_unwaited(Command::new("sh").args(["-c", "exit 7"]));
         let (status, _) = wait_within(pid, Duration::from_secs(5)).expect("reaped");
         assert_eq!(wait_status(status), ExitStatus::Code(7));
-    }
-
-    #[test]
-    fn the_reader_waits_for_a_slow_consumer_and_ends_when_it_leaves() {
-        let (mut worker_side, ours) = UnixStream::pair().unwrap();
-        let peek = ours.try_clone().unwrap();
-        for unit in 0..64 {
-            isorun_transport::write_frame(&mut worker_side, &WorkerMessage::Loaded { unit, load_ms: 1 }).unwrap();
-        }
-        let (tx, rx) = mpsc::sync_channel(EVENTS_AHEAD);
-        let reader = thread::spawn(move || read_messages(ours, 1 << 20, tx));
-        thread::sleep(Duration::from_millis(300));
-        // Nobody has taken an event: the reader has decoded only what the channel holds.
-        let mut unread: libc::c_int = 0;
-        // SAFETY: FIONREAD writes one int: the bytes queued for reading.
-        assert_eq!(unsafe { libc::ioctl(peek.as_raw_fd(), libc::FIONREAD, &mut unread) }, 0);
-        assert!(unread > 0, "the reader read every frame ahead of its consumer");
-        assert!(matches!(rx.recv().unwrap(), Event::Message(WorkerMessage::Loaded { unit: 0, .. })));
-        // A consumer that goes away (the worker is dropped) frees a blocked reader.
-        drop(rx);
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while !reader.is_finished() {
-            assert!(Instant::now() < deadline, "the blocked reader did not end when its consumer left");
-            thread::sleep(Duration::from_millis(10));
-        }
-        drop(worker_side);
     }
 
     #[test]

@@ -10,14 +10,15 @@ use crate::support::{private_work_dir, seconds, watch_signals, workers_libtensor
 use isorun_engine::locations::worker_binary;
 use isorun_engine::{is_saved_model, CancelToken, SpawnSpec, WorkerSession};
 use isorun_protocol::{exit_code, Outcome, RunRequest, SandboxSpec, SessionConfig, SignatureInfo, Tensor};
-use isorun_tensors::json_input::{signature_of, tensors_for_signature};
-use isorun_tensors::values::tensor_values;
+use isorun_tensors::batch::{join, split};
+use isorun_tensors::json_input::signature_of;
+use isorun_tensors::pipe;
 use isorun_transport::DEFAULT_MAX_FRAME;
-use serde_json::{json, Map, Value};
-use std::io::{self, BufRead, Read, Write};
+use serde_json::Value;
+use std::io::{self, Read, Write};
 use std::path::PathBuf;
-use std::sync::{mpsc, Arc};
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 /// The model being served, and the worker session serving it.
 struct Server<'a> {
@@ -129,6 +130,7 @@ pub fn main(args: &PipeArgs) -> Result<i32, String> {
         config: SessionConfig {
             intra_op_threads: cpus,
             inter_op_threads: cpus,
+            ops_on_caller_thread: false,
             gpu_allow_growth: true,
             gpu_memory_fraction: None,
         },
@@ -146,8 +148,11 @@ pub fn main(args: &PipeArgs) -> Result<i32, String> {
         }
     }
 
-    let lines = read_lines_on_a_thread(io::stdin());
-    let code = serve_lines(&mut server, &lines, &mut io::stdout().lock());
+    // stdin read by its descriptor, past std's own buffer (which `poll` cannot see).
+    // SAFETY: fd 0 stays open for the whole command, and ManuallyDrop never closes it.
+    let stdin = std::mem::ManuallyDrop::new(unsafe { <std::fs::File as std::os::fd::FromRawFd>::from_raw_fd(0) });
+    let mut lines = Lines::new(&*stdin, 0);
+    let code = serve_lines(&mut server, &mut lines, &mut io::stdout().lock());
     server.session.close();
     signals.close();
     Ok(match stop.signal() {
@@ -160,60 +165,126 @@ pub fn main(args: &PipeArgs) -> Result<i32, String> {
 /// How often the wait for the next line looks at the user's interrupts.
 const TICK: Duration = Duration::from_millis(20);
 
-/// Reads lines of `input` on a thread of its own, one line ahead at most, so
-/// that the wait for a line can also watch for Ctrl-C and SIGTERM (a read
-/// of a terminal or pipe is not interrupted by them: the signal thread
-/// catches them). At the end of input the channel closes; a read error is
-/// its last item. The thread may still be blocked in a read when the
-/// command ends; it holds nothing but stdin.
-fn read_lines_on_a_thread(input: impl Read + Send + 'static) -> mpsc::Receiver<io::Result<Vec<u8>>> {
-    let (tx, rx) = mpsc::sync_channel(1);
-    let spawned = std::thread::Builder::new().name("stdin".into()).spawn(move || {
-        let mut input = io::BufReader::new(input);
-        loop {
-            let mut line = Vec::new();
-            match input.read_until(b'\n', &mut line) {
-                Ok(0) => return,
-                Ok(_) => {
-                    if tx.send(Ok(line)).is_err() {
-                        return;
-                    }
-                }
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => {
-                    let _ = tx.send(Err(e));
-                    return;
+/// How much one read of stdin asks for.
+const READ_CHUNK: usize = 64 * 1024;
+
+/// Lines of stdin, read on the serving thread itself: a `poll` with a short
+/// timeout lets the wait also watch for Ctrl-C and SIGTERM (a read of a
+/// terminal or pipe is not interrupted by them: the signal thread catches
+/// them), and the lines already read but not answered are what `--max-batch`
+/// batches. No thread stands between stdin and the worker, so a request costs
+/// no hand-off on its way in.
+struct Lines<R> {
+    input: R,
+    fd: std::os::fd::RawFd,
+    buffer: Vec<u8>,
+    /// Where the unread part of `buffer` starts.
+    start: usize,
+    ended: bool,
+    error: Option<io::Error>,
+}
+
+impl<R: Read> Lines<R> {
+    /// Lines of `input`, whose descriptor `fd` is polled.
+    fn new(input: R, fd: std::os::fd::RawFd) -> Lines<R> {
+        Lines { input, fd, buffer: Vec::new(), start: 0, ended: false, error: None }
+    }
+
+    /// A whole line already read (the last one may lack its newline).
+    fn buffered_line(&mut self) -> Option<Vec<u8>> {
+        let unread = &self.buffer[self.start..];
+        let end = match unread.iter().position(|&b| b == b'\n') {
+            Some(i) => i + 1,
+            None if self.ended && !unread.is_empty() => unread.len(),
+            None => return None,
+        };
+        let line = unread[..end].to_vec();
+        self.start += end;
+        if self.start == self.buffer.len() {
+            self.buffer.clear();
+            self.start = 0;
+        }
+        Some(line)
+    }
+
+    /// Waits up to `timeout` for stdin, then reads what it has.
+    fn fill(&mut self, timeout: Duration) {
+        if self.ended {
+            return;
+        }
+        let mut poll = libc::pollfd { fd: self.fd, events: libc::POLLIN, revents: 0 };
+        let timeout = libc::timespec {
+            tv_sec: timeout.as_secs() as libc::time_t,
+            tv_nsec: libc::c_long::from(timeout.subsec_nanos() as i32),
+        };
+        // SAFETY: one valid pollfd, a valid timespec, no signal mask.
+        let ready = unsafe { libc::ppoll(&mut poll, 1, &timeout, std::ptr::null()) };
+        if ready <= 0 {
+            return;
+        }
+        if self.start > 0 {
+            self.buffer.drain(..self.start);
+            self.start = 0;
+        }
+        let len = self.buffer.len();
+        self.buffer.resize(len + READ_CHUNK, 0);
+        match self.input.read(&mut self.buffer[len..]) {
+            Ok(0) => {
+                self.buffer.truncate(len);
+                self.ended = true;
+            }
+            Ok(n) => self.buffer.truncate(len + n),
+            Err(e) => {
+                self.buffer.truncate(len);
+                if e.kind() != io::ErrorKind::Interrupted && e.kind() != io::ErrorKind::WouldBlock {
+                    self.ended = true;
+                    self.error = Some(e);
                 }
             }
         }
-    });
-    if let Err(e) = spawned {
-        let (tx, rx) = mpsc::sync_channel(1);
-        let _ = tx.send(Err(e));
-        return rx;
     }
-    rx
-}
 
-/// The next line, or `None` at the end of input or once the user interrupts.
-fn next_line(lines: &mpsc::Receiver<io::Result<Vec<u8>>>, stop: &CancelToken) -> Option<io::Result<Vec<u8>>> {
-    loop {
-        if stop.requested() {
-            return None;
+    /// The next line, or `None` at the end of input or once the user interrupts.
+    fn next_line(&mut self, stop: &CancelToken) -> Option<io::Result<Vec<u8>>> {
+        loop {
+            if stop.requested() {
+                return None;
+            }
+            if let Some(line) = self.buffered_line() {
+                return Some(Ok(line));
+            }
+            if self.ended {
+                return self.error.take().map(Err);
+            }
+            self.fill(TICK);
         }
-        match lines.recv_timeout(TICK) {
-            Ok(line) => return Some(line),
-            Err(mpsc::RecvTimeoutError::Timeout) => {}
-            Err(mpsc::RecvTimeoutError::Disconnected) => return None,
+    }
+
+    /// A further line for the batch: one already read, else one that
+    /// arrives within `wait` (none once input has ended or failed; the
+    /// error is kept for `next_line`).
+    fn line_within(&mut self, wait: Duration) -> Option<Vec<u8>> {
+        let deadline = Instant::now() + wait;
+        loop {
+            if let Some(line) = self.buffered_line() {
+                return Some(line);
+            }
+            let now = Instant::now();
+            if self.ended || now >= deadline {
+                return None;
+            }
+            self.fill(deadline - now);
         }
     }
 }
 
 /// Answers every non-blank line; returns the exit code.
-fn serve_lines(server: &mut Server, lines: &mpsc::Receiver<io::Result<Vec<u8>>>, output: &mut impl Write) -> i32 {
+fn serve_lines<R: Read>(server: &mut Server, lines: &mut Lines<R>, output: &mut impl Write) -> i32 {
     let mut crashes_in_a_row = 0u32;
+    let max_batch = server.args.max_batch.max(1) as usize;
+    let batch_wait = Duration::from_micros(server.args.batch_wait);
     loop {
-        let line = match next_line(lines, server.stop) {
+        let line = match lines.next_line(server.stop) {
             None => break,
             Some(Ok(line)) => line,
             Some(Err(e)) => {
@@ -224,23 +295,24 @@ fn serve_lines(server: &mut Server, lines: &mpsc::Receiver<io::Result<Vec<u8>>>,
         if line.iter().all(u8::is_ascii_whitespace) {
             continue;
         }
+        let mut batch = vec![line];
+        while batch.len() < max_batch {
+            match lines.line_within(batch_wait) {
+                Some(line) if line.iter().all(u8::is_ascii_whitespace) => {}
+                Some(line) => batch.push(line),
+                None => break,
+            }
+        }
         if server.stop.requested() {
             break;
         }
-        let answer = if crashes_in_a_row >= server.args.max_restarts {
-            let id =
-                serde_json::from_slice::<Value>(&line).ok().and_then(|v| v.get("id").cloned()).unwrap_or(Value::Null);
-            let message = format!(
-                "the worker crashed {crashes_in_a_row} times in a row; no more restarts (--max-restarts {})",
-                server.args.max_restarts
-            );
-            error_line(id, "gave_up", None, &message)
-        } else {
-            let (answer, crashed) = answer_line(server, &line);
-            crashes_in_a_row = if crashed { crashes_in_a_row + 1 } else { 0 };
-            answer
-        };
-        if writeln!(output, "{answer}").and_then(|_| output.flush()).is_err() {
+        let answers = answer_lines(server, &batch, &mut crashes_in_a_row);
+        let mut text = String::new();
+        for answer in answers {
+            text.push_str(&answer.to_string());
+            text.push('\n');
+        }
+        if output.write_all(text.as_bytes()).and_then(|_| output.flush()).is_err() {
             // Nobody reads any more: end quietly, as `rg` does.
             return exit_code::OK;
         }
@@ -252,53 +324,56 @@ fn serve_lines(server: &mut Server, lines: &mpsc::Receiver<io::Result<Vec<u8>>>,
     }
 }
 
-fn error_line(id: Value, kind: &str, code: Option<&str>, message: &str) -> Value {
-    let mut error = Map::new();
-    error.insert("kind".into(), json!(kind));
-    if let Some(code) = code {
-        error.insert("code".into(), json!(code));
+/// The answers to a batch of request lines, in order. Requests that can run
+/// together run as one batch; when that batch fails in any way (a model
+/// error, a crash, an output that cannot be split by rows), each runs alone,
+/// so every answer and every crash is that request's own.
+fn answer_lines(server: &mut Server, lines: &[Vec<u8>], crashes_in_a_row: &mut u32) -> Vec<Value> {
+    let requests: Vec<pipe::Request> = lines.iter().map(|line| pipe::parse_request(&server.signature, line)).collect();
+    let ready: Vec<&[(String, Tensor)]> =
+        requests.iter().filter_map(|r| r.as_ref().ok()).map(|(_, t)| t.as_slice()).collect();
+    let mut together = None;
+    if ready.len() > 1 && *crashes_in_a_row < server.args.max_restarts {
+        if let Some(rows) = pipe::batchable(&server.signature, &ready) {
+            let parts = ready.iter().map(|t| t.to_vec()).collect();
+            if let Ok(joined) = join(parts, &rows) {
+                if let (Outcome::Ok, outputs) = server.run(joined, false) {
+                    together = split(outputs, &rows).ok();
+                }
+            }
+        }
     }
-    error.insert("message".into(), json!(message));
-    json!({ "id": id, "error": error })
+    let mut together = together.map(Vec::into_iter);
+    requests
+        .into_iter()
+        .map(|request| match request {
+            Err(error_line) => error_line,
+            Ok((id, tensors)) => match together.as_mut().and_then(Iterator::next) {
+                Some(outputs) => {
+                    *crashes_in_a_row = 0;
+                    pipe::answer_line(id, &outputs)
+                }
+                None => answer_alone(server, id, tensors, crashes_in_a_row),
+            },
+        })
+        .collect()
 }
 
-/// The answer to one request line, and whether the worker failed on it.
-fn answer_line(server: &mut Server, line: &[u8]) -> (Value, bool) {
-    let request: Value = match serde_json::from_slice(line) {
-        Ok(value) => value,
-        Err(e) => return (error_line(Value::Null, "bad_request", None, &format!("not valid JSON: {e}")), false),
-    };
-    let id = request.get("id").cloned().unwrap_or(Value::Null);
-    let Some(Value::Object(inputs)) = request.get("inputs") else {
-        let message = "expected {\"id\": ..., \"inputs\": {NAME: nested list, ...}}";
-        return (error_line(id, "bad_request", None, message), false);
-    };
-    let inputs: Vec<(String, Value)> = inputs.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
-    let tensors = match tensors_for_signature(&server.signature, &inputs) {
-        Ok(tensors) => tensors,
-        Err(e) => return (error_line(id, e.kind.name(), None, &e.message), false),
-    };
-    match server.run(tensors, false) {
-        (Outcome::Ok, outputs) => {
-            let mut answer = Map::new();
-            for (name, tensor) in &outputs {
-                let values = match tensor_values(tensor) {
-                    Ok(values) => values,
-                    Err(message) => {
-                        return (error_line(id, "output_write", None, &format!("output {name}: {message}")), false)
-                    }
-                };
-                answer.insert(
-                    name.clone(),
-                    json!({ "dtype": tensor.dtype.name(), "shape": tensor.shape, "values": values }),
-                );
-            }
-            (json!({ "id": id, "outputs": answer }), false)
-        }
-        (Outcome::Error(e), _) => (error_line(id, e.kind.name(), e.code.as_deref(), &e.message), false),
-        (other, _) => {
-            let crashed = !matches!(other, Outcome::NotRun { .. });
-            (error_line(id, other.status(), None, &other.to_string()), crashed)
-        }
+/// The answer to one request run alone.
+fn answer_alone(server: &mut Server, id: Value, tensors: Vec<(String, Tensor)>, crashes_in_a_row: &mut u32) -> Value {
+    if *crashes_in_a_row >= server.args.max_restarts {
+        let message = format!(
+            "the worker crashed {crashes_in_a_row} times in a row; no more restarts (--max-restarts {})",
+            server.args.max_restarts
+        );
+        return pipe::error_line(id, "gave_up", None, &message);
+    }
+    let (outcome, outputs) = server.run(tensors, false);
+    let crashed = !matches!(outcome, Outcome::Ok | Outcome::Error(_) | Outcome::NotRun { .. });
+    *crashes_in_a_row = if crashed { *crashes_in_a_row + 1 } else { 0 };
+    match outcome {
+        Outcome::Ok => pipe::answer_line(id, &outputs),
+        Outcome::Error(e) => pipe::error_line(id, e.kind.name(), e.code.as_deref(), &e.message),
+        other => pipe::error_line(id, other.status(), None, &other.to_string()),
     }
 }

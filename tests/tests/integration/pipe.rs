@@ -312,3 +312,81 @@ fn a_worker_killed_between_requests_is_replaced_before_the_next_one() {
     drop(input);
     assert_eq!(child.wait().unwrap().code(), Some(0));
 }
+
+/// Request lines of 1 to 3 rows each for an `x` float32 [?, 3] input.
+fn rows_requests(n: usize) -> Vec<String> {
+    (0..n)
+        .map(|i| {
+            let rows: Vec<String> = (0..1 + i % 3)
+                .map(|r| format!("[{}, {}, {}]", i as f32 * 0.5, r as f32 - 1.25, (i * r) as f32))
+                .collect();
+            format!(r#"{{"id": {i}, "inputs": {{"x": [{}]}}}}"#, rows.join(", "))
+        })
+        .collect()
+}
+
+#[test]
+fn with_max_batch_queued_requests_run_together_and_each_answer_holds_its_own_rows() {
+    let tmp = tempfile::tempdir().unwrap();
+    // Real TensorFlow: the batched answers equal the one-by-one ones.
+    let model = fixtures().join("models/multi_sig");
+    let mut lines = rows_requests(40);
+    lines.insert(7, "not json".into());
+    lines.insert(20, r#"{"id": "w", "inputs": {"x": [[1, 2]]}}"#.into());
+    let stdin = lines.join("\n");
+    let alone = pipe(isorun().arg("pipe").arg(&model), &stdin);
+    let batched = pipe(isorun().arg("pipe").arg(&model).args(["--max-batch", "16", "--batch-wait", "2000"]), &stdin);
+    assert_eq!(alone.code, Some(0), "{}", alone.stderr);
+    assert_eq!(batched.code, Some(0), "{}", batched.stderr);
+    assert_eq!(batched.answers.len(), 42);
+    assert_eq!(batched.answers, alone.answers, "the same answers, batched or not");
+    for answer in batched.answers.iter().filter(|a| a["id"].is_i64()) {
+        let i = answer["id"].as_u64().unwrap() as usize;
+        assert_eq!(answer["outputs"].as_object().unwrap().values().next().unwrap()["shape"][0], 1 + i % 3, "{answer}");
+    }
+    assert_eq!(batched.answers[7]["error"]["kind"], "bad_request");
+    assert_eq!(batched.answers[20]["error"]["kind"], "input_mismatch");
+
+    // The fault worker logs each run: 40 requests that were all waiting
+    // ran as a few batches, not 40 runs; each echo is its own rows.
+    let echo = fault_model(tmp.path(), "fault-slow-0");
+    let log = tmp.path().join("runs.log");
+    let lines = rows_requests(40);
+    let piped = pipe(
+        fault_pipe(&echo).arg(format!("--worker-arg=--log={}", log.display())).args(["--max-batch", "16"]),
+        &lines.join("\n"),
+    );
+    assert_eq!(piped.code, Some(0), "{}", piped.stderr);
+    for (i, answer) in piped.answers.iter().enumerate() {
+        let sent: serde_json::Value = serde_json::from_str(&lines[i]).unwrap();
+        let rows: Vec<Vec<f64>> = serde_json::from_value(sent["inputs"]["x"].clone()).unwrap();
+        assert_eq!(answer["outputs"]["x"]["values"], json!(rows), "{answer}");
+    }
+    let runs = std::fs::read_to_string(&log).unwrap().lines().count();
+    assert!((3..=10).contains(&runs), "40 waiting requests in batches of at most 16 ran {runs} times");
+}
+
+#[test]
+fn a_batch_that_crashes_or_cannot_be_split_is_run_again_one_request_at_a_time() {
+    let tmp = tempfile::tempdir().unwrap();
+    // The crash line first, so that the batch it is in crashes as a whole:
+    // only its own answer says so.
+    let crash = fault_model(tmp.path(), "fault-crash-at-911");
+    let mut lines = rows_requests(10);
+    lines[0] = r#"{"id": 0, "inputs": {"x": [[911, 0, 0]]}}"#.into();
+    let piped = pipe(fault_pipe(&crash).args(["--max-batch", "16"]), &lines.join("\n"));
+    assert_eq!(piped.code, Some(0), "{}", piped.stderr);
+    assert_eq!(piped.answers.len(), 10);
+    assert_eq!(piped.answers[0]["error"]["kind"], "crashed");
+    assert!(piped.answers[1..].iter().all(|a| a["outputs"]["x"].is_object()), "{:?}", piped.answers);
+
+    // A scalar output (the worker's pid) has no row per request: the batch
+    // cannot be split, so each request runs alone and gets its own.
+    let pid = fault_model(tmp.path(), "fault-pid");
+    let piped = pipe(fault_pipe(&pid).args(["--max-batch", "16"]), &rows_requests(6).join("\n"));
+    assert_eq!(piped.code, Some(0), "{}", piped.stderr);
+    let requests: Vec<i64> =
+        piped.answers.iter().map(|a| a["outputs"]["worker_requests"]["values"].as_i64().unwrap()).collect();
+    // The load check, the batch, then each request alone.
+    assert_eq!(requests, [3, 4, 5, 6, 7, 8], "{:?}", piped.answers);
+}
