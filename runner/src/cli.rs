@@ -158,6 +158,12 @@ pub struct PipeArgs {
     #[arg(long, value_name = "MICROS", default_value_t = 0)]
     pub batch_wait: u64,
 
+    /// Run each request's ops on the worker's serving thread instead of handing them to TensorFlow's inter-op
+    /// pool (`inter_op_parallelism_threads` = -1; ops still use the intra-op pool). Spares a thread hand-off per
+    /// request: 5x the requests/s on a tiny model here (BENCHMARKS.md). `false` for models with parallel branches.
+    #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set)]
+    pub ops_on_caller_thread: bool,
+
     /// Limit on each request, in seconds [default: none].
     #[arg(long, value_name = "SECONDS", allow_negative_numbers = true)]
     pub timeout: Option<f64>,

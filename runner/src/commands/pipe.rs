@@ -130,7 +130,7 @@ pub fn main(args: &PipeArgs) -> Result<i32, String> {
         config: SessionConfig {
             intra_op_threads: cpus,
             inter_op_threads: cpus,
-            ops_on_caller_thread: false,
+            ops_on_caller_thread: args.ops_on_caller_thread,
             gpu_allow_growth: true,
             gpu_memory_fraction: None,
         },
