@@ -100,17 +100,26 @@ def latency(command, line, n, env):
 
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("--isorun", required=True)
-    parser.add_argument("--worker", required=True)
-    parser.add_argument("--model", required=True)
+    parser.add_argument("--isorun")
+    parser.add_argument("--worker")
+    parser.add_argument("--model")
     parser.add_argument("--input", default="x", help="the signature's input name")
     parser.add_argument("--row", default="[1, 2, 3, 4]", help="one row of that input, as JSON")
     parser.add_argument("--requests", type=int, default=5000)
     parser.add_argument("--latency-requests", type=int, default=1000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--python", help="an interpreter with tensorflow, for the Python loop")
-    parser.add_argument("--output", required=True)
+    parser.add_argument("--output", required=True, help="raw measurements, JSON")
+    parser.add_argument("--markdown", help="the Markdown whose \"%s\" section is (re)written" % SECTION[3:])
+    parser.add_argument("--only-write", action="store_true", help="rewrite the section from --output, measure nothing")
     args = parser.parse_args()
+    if args.only_write:
+        with open(args.output) as f:
+            results = json.load(f)
+        splice(args.markdown, section(results))
+        return
+    if not (args.isorun and args.worker and args.model):
+        parser.error("--isorun, --worker and --model are needed to measure")
 
     env = dict(os.environ)
     work = tempfile.mkdtemp(prefix="bench-pipe-")
@@ -156,14 +165,96 @@ def main():
         py = values["python"]
         results["python_max_abs_diff"] = max(
             abs(a - b) for k in reference for a, b in zip(flat(reference[k]["values"]), flat(py[k]["values"])))
+    results["rounds"] = args.rounds
+    results["machine"] = machine()
     with open(args.output, "w") as f:
         json.dump(results, f, indent=1)
-    med = {w: statistics.median(t["rate"] for t in ts) for w, ts in results["throughput"].items()}
-    for w, rate in med.items():
+    text = section(results)
+    print(text, file=sys.stderr)
+    if args.markdown:
+        splice(args.markdown, text)
+        log(f"wrote the {SECTION[3:]!r} section of {args.markdown}")
+
+
+SECTION = "## `pipe` against its floors"
+
+LABELS = {
+    "pipe": "`isorun pipe` (ops on the serving thread, the default)",
+    "pipe_inter_op_pool": "`isorun pipe --ops-on-caller-thread false`",
+    "pipe_batch64": "`isorun pipe --max-batch 64`",
+    "floor": "floor: `isorun-worker --in-process --pipe` (inter-op pool)",
+    "floor_caller_thread": "floor: `isorun-worker --in-process --pipe --caller-thread`",
+    "python": "Python loop (`json` + `tf.saved_model.load` signature)",
+}
+
+
+def machine():
+    import platform
+    out = {"kernel": platform.release(), "cores": os.cpu_count(),
+           "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+    try:
+        out["commit"] = subprocess.run(["git", "log", "-1", "--format=%h %s"], capture_output=True, text=True,
+                                       check=True).stdout.strip()[:60]
+    except (OSError, subprocess.CalledProcessError):
+        pass
+    return out
+
+
+def section(results):
+    med = lambda xs: statistics.median(xs)  # noqa: E731
+    rates = {w: med([t["rate"] for t in ts]) for w, ts in results["throughput"].items()}
+    rounds = len(next(iter(results["throughput"].values())))
+    ratio = lambda a, b: med([x["rate"] / y["rate"] for x, y in zip(results["throughput"][a], results["throughput"][b])])  # noqa: E731,E501
+    out = [f"{SECTION}\n",
+           f"One tiny model (`{os.path.basename(results['model'].rstrip('/'))}`), the same JSON request lines for every "
+           "way (`scripts/bench_pipe.py`, run by `scripts/bench --pipe-only`; machine: "
+           f"{results['machine'].get('cores')} cores, kernel {results['machine'].get('kernel')}, "
+           f"{results['machine'].get('date')}, commit `{results['machine'].get('commit', '?')}`). "
+           f"Throughput: {results['requests']:,} lines written to stdin at once, the rate over answers 2..N (the "
+           f"first pays the start and the load). Latency: {results['latency_requests']:,} lines one at a time, each "
+           "written when the last answer came (a closed loop), p50/p99 after the first. "
+           f"{rounds} round(s), the ways alternating; medians, ratios the median of per-round ratios. The floors "
+           "run the same parsing and answer code as `pipe` (`isorun_tensors::pipe`) and the same C API calls, in "
+           "one process.\n",
+           "| way | requests/s (runs) | median requests/s | p50 latency (ms) | p99 latency (ms) |",
+           "|---|---|---:|---:|---:|"]
+    for w, ts in results["throughput"].items():
         lat = results["latency"].get(w)
-        p50 = statistics.median(x["p50_ms"] for x in lat) if lat else float("nan")
-        p99 = statistics.median(x["p99_ms"] for x in lat) if lat else float("nan")
-        log(f"{w:22s} {rate:9.0f} requests/s   p50 {p50:.3f} ms   p99 {p99:.3f} ms")
+        p50 = f"{med([x['p50_ms'] for x in lat]):.3f}" if lat else "–"
+        p99 = f"{med([x['p99_ms'] for x in lat]):.3f}" if lat else "–"
+        runs = ", ".join(f"{t['rate']:,.0f}" for t in ts)
+        out.append(f"| {LABELS.get(w, w)} | {runs} | {rates[w]:,.0f} | {p50} | {p99} |")
+    vs_floor = ratio("pipe", "floor_caller_thread")
+    met = vs_floor >= 0.5
+    out.append("")
+    out.append(f"**Target: `pipe` at least 50% of the fair floor's requests/s: {'met' if met else '**missed**'}** "
+               f"({100 * vs_floor:.0f}% of the floor with ops on the calling thread, as `pipe` runs them; "
+               f"{100 * ratio('pipe', 'floor'):.0f}% of the floor with the inter-op pool; "
+               f"`--ops-on-caller-thread false` gives {100 * ratio('pipe_inter_op_pool', 'floor'):.0f}% of that floor).")
+    if "python" in rates:
+        vs_py = ratio("pipe", "python")
+        out.append(f"\n**Target: `pipe` at least 2× the Python loop: {'met' if vs_py >= 2 else '**missed**'}** "
+                   f"({vs_py:.1f}×; largest difference between their answers "
+                   f"{results.get('python_max_abs_diff', float('nan')):.1e}).")
+    out.append(f"\nWith `--max-batch 64` the lines waiting run 64 at a time: "
+               f"{ratio('pipe_batch64', 'pipe'):.1f}× the one-by-one rate. Every way's first answer was the same "
+               f"({'yes' if results.get('same_answers') else '**no**'}).\n")
+    return "\n".join(out)
+
+
+def splice(path, text):
+    """Replaces the section in the Markdown at path (or adds it after ## `pipe`, else at the end)."""
+    old = open(path).read() if os.path.exists(path) else "# Benchmarks\n"
+    start = old.find(f"\n{SECTION}\n")
+    if start >= 0:
+        end = old.find("\n## ", start + 1)
+        new = old[: start + 1] + text.rstrip() + "\n" + (old[end:] if end >= 0 else "")
+    else:
+        at = old.find("\n## `pipe`\n")
+        at = old.find("\n## ", at + 1) if at >= 0 else -1
+        new = (old[: at + 1] + text.rstrip() + "\n" + old[at:]) if at >= 0 else old.rstrip() + "\n\n" + text.rstrip() + "\n"
+    with open(path, "w") as f:
+        f.write(new)
 
 
 def flat(values):
