@@ -741,7 +741,8 @@ impl Slot<'_> {
             }
             // The first batch's time includes loading; its latency is the warm-up.
             let latency = sent.elapsed().saturating_sub(Duration::from_millis(end.load_ms.unwrap_or(0)));
-            report.run_ms = Some(report.run_ms.unwrap_or(0) + end.run_ms.unwrap_or(0));
+            phases.run += Duration::from_micros(end.run_us.unwrap_or(0));
+            report.run_ms = Some(phases.run.as_millis() as u64);
             latencies.push(latency.as_secs_f64() * 1000.0);
             batches_time += latency;
             let scoring = Instant::now();
@@ -835,10 +836,10 @@ impl Slot<'_> {
             phases.requests += sent.elapsed();
             report.load_ms = report.load_ms.or(end.load_ms);
             report.sandbox = worker.sandbox().cloned();
-            report.run_ms = match (report.run_ms, end.run_ms) {
-                (Some(a), Some(b)) => Some(a + b),
-                (a, b) => a.or(b),
-            };
+            if let Some(us) = end.run_us {
+                phases.run += Duration::from_micros(us);
+                report.run_ms = Some(phases.run.as_millis() as u64);
+            }
             report.outcome = end.outcome;
             worker_usable = end.worker_usable;
             if !report.outcome.is_ok() {

@@ -80,7 +80,8 @@ pub struct RequestEnd {
     /// The outputs, checked (safe unique names, data that fits each shape).
     pub outputs: Vec<(String, Tensor)>,
     pub load_ms: Option<u64>,
-    pub run_ms: Option<u64>,
+    /// The session run's time as the worker measured it, in microseconds.
+    pub run_us: Option<u64>,
     /// False when the worker was killed or is not to be trusted again.
     pub worker_usable: bool,
 }
@@ -100,7 +101,7 @@ pub fn run_request(
     loaded: bool,
 ) -> RequestEnd {
     let mut end =
-        RequestEnd { outcome: Outcome::Ok, outputs: Vec::new(), load_ms: None, run_ms: None, worker_usable: false };
+        RequestEnd { outcome: Outcome::Ok, outputs: Vec::new(), load_ms: None, run_us: None, worker_usable: false };
     let fail = |mut end: RequestEnd, outcome: Outcome| {
         end.outcome = outcome;
         end.worker_usable = false;
@@ -154,10 +155,10 @@ pub fn run_request(
                 phase = Phase::Run;
                 run_deadline = deadlines.run.map(|d| Instant::now() + d);
             }
-            Some(Event::Message(WorkerMessage::Finished { unit: u, run_ms, result })) if u == unit => {
+            Some(Event::Message(WorkerMessage::Finished { unit: u, run_us, result })) if u == unit => {
                 // A worker that reused its model without saying `Loaded` ran it too.
                 if phase == Phase::Run || matches!(result, UnitResult::Ok { .. }) {
-                    end.run_ms = Some(run_ms);
+                    end.run_us = Some(run_us);
                 }
                 match result {
                     UnitResult::Err(error) => end.outcome = Outcome::Error(error),

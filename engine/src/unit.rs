@@ -79,6 +79,8 @@ pub struct Phases {
     /// answered): the sandbox, loading and running are in it, the rest is
     /// IPC (framing, shared memory, outputs read back).
     pub requests: Duration,
+    /// The session runs' time as the worker measured each (microseconds, summed).
+    pub run: Duration,
     /// A fed unit's time reading its next batch (`eval`: the data).
     pub feed_next: Duration,
     /// A fed unit's time taking a batch's outputs (`eval`: scoring).

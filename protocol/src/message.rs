@@ -148,15 +148,17 @@ pub enum UnitResult {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum WorkerMessage {
     Hello(Hello),
-    /// The model of `unit` is loaded (or was already), in `load_ms`.
+    /// The model of `unit` is loaded, in `load_ms` (sent only when the request loaded it).
     Loaded {
         unit: u64,
         load_ms: u64,
     },
-    /// `unit` is over; `run_ms` is the time of the session run alone.
+    /// `unit` is over; `run_us` is the time of the session run alone, in
+    /// microseconds (milliseconds, truncated per request, lost most of a
+    /// small model's run and made it look like IPC in the phases).
     Finished {
         unit: u64,
-        run_ms: u64,
+        run_us: u64,
         result: UnitResult,
     },
     /// The worker confined itself: the protections in force (`landlock`,

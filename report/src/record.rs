@@ -122,7 +122,8 @@ fn phases_record(report: &UnitReport, phases: &isorun_engine::Phases) -> Value {
     let mut p = Map::new();
     let sandbox: Duration = phases.sandbox.iter().map(|(_, d)| *d).sum();
     let load = Duration::from_millis(report.load_ms.unwrap_or(0));
-    let run = Duration::from_millis(report.run_ms.unwrap_or(0));
+    // The worker's own microseconds, summed; a record without them, its milliseconds.
+    let run = if phases.run > Duration::ZERO { phases.run } else { Duration::from_millis(report.run_ms.unwrap_or(0)) };
     let spare_wait = Duration::from_millis(report.spare.as_ref().map_or(0, |s| s.waited_ms));
     let ipc = phases.requests.saturating_sub(sandbox + load + run);
     let mut accounted = phases.requests + spare_wait;

@@ -96,7 +96,7 @@ pub fn serve(mut socket: UnixStream) -> io::Result<()> {
                     );
                     write_frame(
                         &mut socket,
-                        &WorkerMessage::Finished { unit, run_ms: 0, result: UnitResult::Err(error) },
+                        &WorkerMessage::Finished { unit, run_us: 0, result: UnitResult::Err(error) },
                     )?;
                     continue;
                 }
@@ -122,11 +122,11 @@ pub fn serve(mut socket: UnixStream) -> io::Result<()> {
                     }
                     run_unit(&mut socket, &mut loaded, &request, &shared)
                 }));
-                let (run_ms, result) = match answer {
+                let (run_us, result) = match answer {
                     Ok(answer) => answer?,
                     Err(panic) => (0, UnitResult::Err(ModelError::new(ErrorKind::WorkerPanic, panic_message(&panic)))),
                 };
-                write_frame(&mut socket, &WorkerMessage::Finished { unit, run_ms, result })?;
+                write_frame(&mut socket, &WorkerMessage::Finished { unit, run_us, result })?;
             }
         }
     }
@@ -169,9 +169,9 @@ fn run_unit(
     }
     let run_started = Instant::now();
     let result = run_signature(model, request, shared);
-    let run_ms = run_started.elapsed().as_millis() as u64;
+    let run_us = run_started.elapsed().as_micros() as u64;
     Ok((
-        run_ms,
+        run_us,
         match result {
             Ok(outputs) => UnitResult::Ok { outputs },
             Err(e) => UnitResult::Err(e),

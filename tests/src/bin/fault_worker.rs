@@ -334,14 +334,14 @@ fn run(socket: &mut UnixStream, request: &RunRequest, shared: &[SharedMemory]) {
         "crash-if-not-first" if served_before > 0 => crash(),
         "error" => {
             let error = ModelError::new(ErrorKind::Tensorflow, "fault-error: the model failed, as asked".to_string());
-            write_frame(socket, &WorkerMessage::Finished { unit, run_ms: 0, result: UnitResult::Err(error) }).unwrap();
+            write_frame(socket, &WorkerMessage::Finished { unit, run_us: 0, result: UnitResult::Err(error) }).unwrap();
             return;
         }
         "kill" | "connect-path" | "connect-abstract" | "join-session" => {
             let target = std::fs::read_to_string(Path::new(&request.model_dir).join("target")).unwrap();
             if let Err(refused) = attack(mode, target.lines().next().unwrap_or_default()) {
                 let error = ModelError::new(ErrorKind::Tensorflow, format!("{mode}: {refused}"));
-                write_frame(socket, &WorkerMessage::Finished { unit, run_ms: 0, result: UnitResult::Err(error) })
+                write_frame(socket, &WorkerMessage::Finished { unit, run_us: 0, result: UnitResult::Err(error) })
                     .unwrap();
                 return;
             }
@@ -349,7 +349,7 @@ fn run(socket: &mut UnixStream, request: &RunRequest, shared: &[SharedMemory]) {
         "gpu-hold" => {
             if let Err(message) = hold_gpu_memory(amount) {
                 let error = ModelError::new(ErrorKind::Tensorflow, format!("gpu-hold-{amount}: {message}"));
-                write_frame(socket, &WorkerMessage::Finished { unit, run_ms: 0, result: UnitResult::Err(error) })
+                write_frame(socket, &WorkerMessage::Finished { unit, run_us: 0, result: UnitResult::Err(error) })
                     .unwrap();
                 return;
             }
@@ -372,7 +372,7 @@ fn run(socket: &mut UnixStream, request: &RunRequest, shared: &[SharedMemory]) {
             sleep_forever()
         }
         "vec-claim" => {
-            // Finished { unit, run_ms: 0, result: Ok { outputs: <2^60 of them, the first named "y"> } }
+            // Finished { unit, run_us: 0, result: Ok { outputs: <2^60 of them, the first named "y"> } }
             let mut payload = empty_answer(unit);
             payload.extend_from_slice(&varint(1 << 60));
             payload.extend_from_slice(b"\x01y");
@@ -380,7 +380,7 @@ fn run(socket: &mut UnixStream, request: &RunRequest, shared: &[SharedMemory]) {
             sleep_forever()
         }
         "bytes-claim" => {
-            // Finished { unit, run_ms: 0, result: Ok { outputs: [(<a 7 GiB name>, ...)] } }
+            // Finished { unit, run_us: 0, result: Ok { outputs: [(<a 7 GiB name>, ...)] } }
             let mut payload = empty_answer(unit);
             payload.push(1);
             payload.extend_from_slice(&varint(7 << 30));
@@ -521,7 +521,7 @@ fn run(socket: &mut UnixStream, request: &RunRequest, shared: &[SharedMemory]) {
         _ => {}
     }
     let answered = if mode == "wrong-unit" { unit + 1000 } else { unit };
-    write_frame(socket, &WorkerMessage::Finished { unit: answered, run_ms: 0, result: UnitResult::Ok { outputs } })
+    write_frame(socket, &WorkerMessage::Finished { unit: answered, run_us: 0, result: UnitResult::Ok { outputs } })
         .unwrap();
     drop(hog);
 }
@@ -596,10 +596,10 @@ fn frame(payload: &[u8]) -> Vec<u8> {
     bytes
 }
 
-/// The payload of `Finished { unit, run_ms: 0, result: Ok { outputs } }`
+/// The payload of `Finished { unit, run_us: 0, result: Ok { outputs } }`
 /// up to the number of outputs, which the caller writes (with what follows).
 fn empty_answer(unit: u64) -> Vec<u8> {
-    let finished = WorkerMessage::Finished { unit, run_ms: 0, result: UnitResult::Ok { outputs: Vec::new() } };
+    let finished = WorkerMessage::Finished { unit, run_us: 0, result: UnitResult::Ok { outputs: Vec::new() } };
     let mut payload = isorun_transport::encode(&finished);
     assert_eq!(payload.pop(), Some(0), "the empty list's length comes last");
     payload
@@ -642,7 +642,7 @@ fn good_answer(request: &RunRequest, shared: &[SharedMemory], unit: u64) -> Vec<
         })
         .collect();
     let mut bytes = Vec::new();
-    write_frame(&mut bytes, &WorkerMessage::Finished { unit, run_ms: 0, result: UnitResult::Ok { outputs } }).unwrap();
+    write_frame(&mut bytes, &WorkerMessage::Finished { unit, run_us: 0, result: UnitResult::Ok { outputs } }).unwrap();
     bytes
 }
 
