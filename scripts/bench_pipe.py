@@ -74,6 +74,23 @@ def throughput(command, requests_path, n, env):
             "rate": (n - 1) / steady if steady > 0 else None, "answer": first_answer}
 
 
+def to_file(command, requests_path, one_path, n, env):
+    """No reader process: stdout to a file. The steady per-request time is
+    (wall of N requests - wall of 1) / (N - 1); the rate its inverse."""
+    walls = []
+    for path in (one_path, requests_path):
+        with open(path) as stdin, tempfile.TemporaryFile() as out:
+            started = time.perf_counter()
+            code = subprocess.run(command, stdin=stdin, stdout=out, stderr=subprocess.DEVNULL, env=env).returncode
+            walls.append(time.perf_counter() - started)
+            out.seek(0)
+            lines = out.read().count(b"\n")
+        if code != 0 or lines != (1 if path == one_path else n):
+            raise SystemExit(f"bench_pipe: {command[0]} to a file: exit {code}, {lines} answers")
+    per = (walls[1] - walls[0]) / (n - 1)
+    return {"one_s": walls[0], "all_s": walls[1], "rate": 1 / per if per > 0 else None}
+
+
 def latency(command, line, n, env):
     p = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
                          text=True, bufsize=1)
@@ -128,13 +145,17 @@ def main():
     with open(requests_path, "w") as f:
         for i in range(args.requests):
             f.write(json.dumps({"id": i, "inputs": {args.input: [json.loads(args.row)]}}) + "\n")
+    one_path = os.path.join(work, "one.jsonl")
+    with open(one_path, "w") as f:
+        f.write(line)
     python_loop = os.path.join(work, "python_loop.py")
     with open(python_loop, "w") as f:
         f.write(PYTHON_LOOP)
 
     ways = {
         "pipe": [args.isorun, "pipe", args.model],
-        "pipe_inter_op_pool": [args.isorun, "pipe", args.model, "--ops-on-caller-thread", "false"],
+        "pipe_no_spin": [args.isorun, "pipe", args.model, "--spin-us", "0"],
+        "pipe_inter_op_pool": [args.isorun, "pipe", args.model, "--ops-on-caller-thread", "false", "--spin-us", "0"],
         "pipe_batch64": [args.isorun, "pipe", args.model, "--max-batch", "64"],
         "floor": [args.worker, "--in-process", "--pipe", args.model],
         "floor_caller_thread": [args.worker, "--in-process", "--pipe", "--caller-thread", args.model],
@@ -142,7 +163,8 @@ def main():
     if args.python:
         ways["python"] = [args.python, python_loop, args.model, "serving_default"]
     results = {"requests": args.requests, "latency_requests": args.latency_requests, "model": args.model,
-               "throughput": {w: [] for w in ways}, "latency": {w: [] for w in ways if w != "pipe_batch64"}}
+               "throughput": {w: [] for w in ways}, "latency": {w: [] for w in ways if w != "pipe_batch64"},
+               "to_file": {w: [] for w in ways if w != "python"}}
     answers = {}
     for r in range(args.rounds):
         for way, command in ways.items():
@@ -150,6 +172,11 @@ def main():
             t = throughput(command, requests_path, args.requests, env)
             answers[way] = t.pop("answer")
             results["throughput"][way].append(t)
+        for way, command in ways.items():
+            if way == "python":
+                continue
+            log(f"round {r + 1}/{args.rounds}: {way} to a file ({args.requests} lines, then 1) ...")
+            results["to_file"][way].append(to_file(command, requests_path, one_path, args.requests, env))
         for way, command in ways.items():
             if way == "pipe_batch64":
                 continue
@@ -179,8 +206,9 @@ def main():
 SECTION = "## `pipe` against its floors"
 
 LABELS = {
-    "pipe": "`isorun pipe` (ops on the serving thread, the default)",
-    "pipe_inter_op_pool": "`isorun pipe --ops-on-caller-thread false`",
+    "pipe": "`isorun pipe` (the defaults: ops on the serving thread, `--spin-us 50`)",
+    "pipe_no_spin": "`isorun pipe --spin-us 0`",
+    "pipe_inter_op_pool": "`isorun pipe --ops-on-caller-thread false --spin-us 0` (as before #25)",
     "pipe_batch64": "`isorun pipe --max-batch 64`",
     "floor": "floor: `isorun-worker --in-process --pipe` (inter-op pool)",
     "floor_caller_thread": "floor: `isorun-worker --in-process --pipe --caller-thread`",
@@ -216,14 +244,23 @@ def section(results):
            f"{rounds} round(s), the ways alternating; medians, ratios the median of per-round ratios. The floors "
            "run the same parsing and answer code as `pipe` (`isorun_tensors::pipe`) and the same C API calls, in "
            "one process.\n",
-           "| way | requests/s (runs) | median requests/s | p50 latency (ms) | p99 latency (ms) |",
-           "|---|---|---:|---:|---:|"]
+           "To a file: stdout into a file, no reader process (the steady rate from the wall time of all the "
+           "lines less that of one line): on 2 cores the reader of the throughput runs is a third busy process.\n",
+           "| way | requests/s (runs) | median requests/s | to a file, requests/s | p50 latency (ms) | p99 latency (ms) |",
+           "|---|---|---:|---:|---:|---:|"]
+    files = results.get("to_file", {})
+    file_rates = {w: med([t["rate"] for t in ts]) for w, ts in files.items() if ts}
     for w, ts in results["throughput"].items():
         lat = results["latency"].get(w)
         p50 = f"{med([x['p50_ms'] for x in lat]):.3f}" if lat else "–"
         p99 = f"{med([x['p99_ms'] for x in lat]):.3f}" if lat else "–"
         runs = ", ".join(f"{t['rate']:,.0f}" for t in ts)
-        out.append(f"| {LABELS.get(w, w)} | {runs} | {rates[w]:,.0f} | {p50} | {p99} |")
+        to_file = f"{file_rates[w]:,.0f}" if w in file_rates else "–"
+        out.append(f"| {LABELS.get(w, w)} | {runs} | {rates[w]:,.0f} | {to_file} | {p50} | {p99} |")
+    if file_rates:
+        out.append(f"\nTo a file, `pipe` answers at {100 * file_rates['pipe'] / file_rates['floor_caller_thread']:.0f}% "
+                   f"of the floor with ops on the calling thread and {100 * file_rates['pipe'] / file_rates['floor']:.0f}% "
+                   "of the floor with the inter-op pool (ratios of the medians).")
     vs_floor = ratio("pipe", "floor_caller_thread")
     met = vs_floor >= 0.5
     out.append("")

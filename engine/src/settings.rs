@@ -128,6 +128,7 @@ impl Settings {
                     intra_op_threads: 1,
                     inter_op_threads: 1,
                     ops_on_caller_thread: false,
+                    spin_us: 0,
                     gpu_allow_growth: true,
                     gpu_memory_fraction: None,
                 },

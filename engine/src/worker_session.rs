@@ -21,6 +21,8 @@ pub struct WorkerSession {
     recycle_rss: Option<u64>,
     worker: Option<WorkerProcess>,
     served_by_worker: u64,
+    /// How long a wait for the worker's answer polls before it sleeps.
+    spin: Duration,
     /// The model folder and tags of the worker's last request that ended well.
     worker_model: Option<(String, Vec<String>)>,
     next_unit: u64,
@@ -52,6 +54,7 @@ impl WorkerSession {
             recycle_rss: None,
             worker: None,
             served_by_worker: 0,
+            spin: Duration::ZERO,
             worker_model: None,
             next_unit: 0,
             fork: false,
@@ -102,6 +105,15 @@ impl WorkerSession {
     }
 
     /// Start a fresh worker after this many requests.
+    /// Each wait for an answer first polls for up to `spin` (busy) before
+    /// it sleeps: an answer within it costs no wake-up. Pass the same as the
+    /// requests' `SessionConfig::spin_us`, which makes the worker wait for
+    /// the next request the same way. Zero (the default): sleep at once.
+    pub fn spin(mut self, spin: Duration) -> Self {
+        self.spin = spin;
+        self
+    }
+
     pub fn recycle_after(mut self, requests: Option<u64>) -> Self {
         self.recycle_after = requests;
         self
@@ -132,6 +144,7 @@ impl WorkerSession {
             Some(worker) => worker,
             None => match self.start_worker() {
                 Ok(mut worker) => {
+                    worker.set_spin(self.spin);
                     if let Err(outcome) = wait_hello(&mut worker, cancel, started + self.start_timeout) {
                         terminate(&mut worker, self.grace, cancel);
                         return answer(outcome);

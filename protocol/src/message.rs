@@ -29,6 +29,11 @@ pub struct SessionConfig {
     /// inter-op pool: for small models, one thread hand-off less per run.
     /// Overrides `inter_op_threads`.
     pub ops_on_caller_thread: bool,
+    /// Not a TensorFlow option: how long the worker, having answered a
+    /// request, polls its socket for the next one before it sleeps, in
+    /// microseconds (0: it sleeps at once). A sleeping process's wake-up is
+    /// most of a tiny request's cost on a virtual machine (#25).
+    pub spin_us: u32,
     /// `GPUOptions.allow_growth`: take GPU memory as needed instead of
     /// nearly all of it at the first session.
     pub gpu_allow_growth: bool,

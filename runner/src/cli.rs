@@ -164,6 +164,12 @@ pub struct PipeArgs {
     #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set)]
     pub ops_on_caller_thread: bool,
 
+    /// After an answer, the worker polls for the next request, and after a request the supervisor polls for
+    /// its answer, this many microseconds before sleeping: a sleeping process's wake-up is most of a tiny
+    /// request's cost here (BENCHMARKS.md). 0 sleeps at once (no CPU spent waiting).
+    #[arg(long, value_name = "MICROS", default_value_t = 50, value_parser = clap::value_parser!(u32).range(0..=100_000))]
+    pub spin_us: u32,
+
     /// Limit on each request, in seconds [default: none].
     #[arg(long, value_name = "SECONDS", allow_negative_numbers = true)]
     pub timeout: Option<f64>,

@@ -104,6 +104,7 @@ pub fn run_settings(args: &RunArgs) -> Result<RunSettings, String> {
         intra_op_threads: args.intra_op_threads.unwrap_or(fair_share),
         inter_op_threads: args.inter_op_threads.unwrap_or(fair_share),
         ops_on_caller_thread: false,
+        spin_us: 0,
         // Grow as needed unless a fixed share is asked for.
         gpu_allow_growth: args.gpu_memory_fraction.is_none(),
         gpu_memory_fraction: args.gpu_memory_fraction,

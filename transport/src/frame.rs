@@ -173,7 +173,7 @@ mod tests {
     fn sample() -> WorkerMessage {
         WorkerMessage::Finished {
             unit: 7,
-            run_ms: 3,
+            run_us: 3,
             result: UnitResult::Ok {
                 outputs: vec![("y".into(), Tensor::dense(DType::Float32, vec![2], vec![0, 0, 128, 63, 0, 0, 0, 64]))],
             },
@@ -223,7 +223,7 @@ mod tests {
 
     #[test]
     fn claimed_vector_length_beyond_the_frame_is_refused() {
-        // Finished { unit: 0, run_ms: 0, result: Ok { outputs: <claims 2^60 entries> } }
+        // Finished { unit: 0, run_us: 0, result: Ok { outputs: <claims 2^60 entries> } }
         let mut payload = vec![2u8, 0, 0, 0];
         payload.push(0xff); // u64 varint marker
         payload.extend_from_slice(&(1u64 << 60).to_le_bytes());
@@ -271,7 +271,7 @@ mod tests {
         // A legitimate large buffer still decodes.
         let big = WorkerMessage::Finished {
             unit: 1,
-            run_ms: 0,
+            run_us: 0,
             result: UnitResult::Ok {
                 outputs: vec![("y".into(), Tensor::dense(DType::UInt8, vec![1 << 20], vec![7; 1 << 20]))],
             },
@@ -280,7 +280,7 @@ mod tests {
         // Many tiny strings claim far more memory than their bytes: still fine.
         let strings = WorkerMessage::Finished {
             unit: 1,
-            run_ms: 0,
+            run_us: 0,
             result: UnitResult::Ok {
                 outputs: vec![("s".into(), Tensor::strings(vec![100_000], vec![Vec::new(); 100_000]))],
             },

@@ -171,20 +171,24 @@ impl RequestEnvelope {
     fn send_parts(&self, socket: &UnixStream, progress: &mut SendProgress, flags: libc::c_int) -> io::Result<bool> {
         let fds = self.shared_fds();
         let batches: Vec<&[RawFd]> = fds.chunks(FDS_PER_MESSAGE).collect();
-        let header = self.header();
-        let tail = self.tail();
-        // Parts: the header with the first batch (none without regions),
-        // "+" with each further batch, then the views and the frame.
-        let parts = batches.len().max(1) + 1;
-        while progress.part < parts {
-            let last = progress.part == parts - 1;
-            let bytes: &[u8] = match progress.part {
-                _ if last => &tail,
-                0 => &header,
-                _ => b"+",
-            };
-            let batch: &[RawFd] =
-                if last || progress.offset > 0 { &[] } else { batches.get(progress.part).copied().unwrap_or(&[]) };
+        // Parts: the header with the first batch of descriptors (none
+        // without regions), "+" with each further batch, then the views and
+        // the frame. With at most one batch, the header and the rest go in
+        // one `sendmsg`: the worker then wakes once for the whole request,
+        // not for the header and again for the frame (the descriptors are
+        // taken by the read of the header, the first bytes they came with).
+        let mut parts: Vec<(Vec<u8>, &[RawFd])> = Vec::with_capacity(batches.len() + 1);
+        if batches.len() <= 1 {
+            let mut whole = self.header().to_vec();
+            whole.extend_from_slice(&self.tail());
+            parts.push((whole, batches.first().copied().unwrap_or(&[])));
+        } else {
+            parts.push((self.header().to_vec(), batches[0]));
+            parts.extend(batches[1..].iter().map(|batch| (b"+".to_vec(), *batch)));
+            parts.push((self.tail(), &[]));
+        }
+        while let Some((bytes, fds)) = parts.get(progress.part) {
+            let batch: &[RawFd] = if progress.offset > 0 { &[] } else { fds };
             match send_with_fds(socket, &bytes[progress.offset..], batch, flags) {
                 Ok(sent) => progress.offset += sent,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
@@ -210,7 +214,7 @@ mod tests {
     fn finished(bytes: usize) -> WorkerMessage {
         WorkerMessage::Finished {
             unit: 1,
-            run_ms: 2,
+            run_us: 2,
             result: UnitResult::Ok {
                 outputs: vec![("y".into(), Tensor::dense(DType::UInt8, vec![bytes as u64], vec![7; bytes]))],
             },

@@ -45,6 +45,7 @@ pub fn main(args: &[String]) -> i32 {
         intra_op_threads: cpus,
         inter_op_threads: cpus,
         ops_on_caller_thread: caller_thread,
+        spin_us: 0,
         gpu_allow_growth: true,
         gpu_memory_fraction: None,
     };

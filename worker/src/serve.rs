@@ -40,13 +40,24 @@ pub fn serve(mut socket: UnixStream) -> io::Result<()> {
     let mut spare_sandbox: Option<Option<SandboxSpec>> = None;
     let mut requests = 0u64;
     let mut libraries: HashSet<String> = HashSet::new();
+    // How long to poll for the next request before sleeping: the last
+    // request's `spin_us`, while requests keep coming within it. When the
+    // last one came later (a client that waits for each answer), polling
+    // would only take a CPU from the client and the supervisor: sleep.
+    let mut spin = std::time::Duration::ZERO;
+    let mut last_gap = std::time::Duration::ZERO;
     loop {
+        let waiting = Instant::now();
+        if last_gap <= spin {
+            wait_spinning(&socket, spin);
+        }
         let envelope = match RequestEnvelope::receive(&socket, DEFAULT_MAX_FRAME) {
             Ok(envelope) => envelope,
             // The supervisor is gone: nothing is left to do.
             Err(FrameError::Closed) => return Ok(()),
             Err(e) => return Err(io::Error::other(e.to_string())),
         };
+        last_gap = waiting.elapsed();
         let (message, shared) = envelope.open().map_err(|e| io::Error::other(e.to_string()))?;
         requests += 1;
         match message {
@@ -89,6 +100,7 @@ pub fn serve(mut socket: UnixStream) -> io::Result<()> {
             }
             ToWorker::Run(request) => {
                 let unit = request.unit;
+                spin = std::time::Duration::from_micros(request.config.spin_us.into());
                 if spare_sandbox.as_ref().is_some_and(|spec| *spec != request.sandbox) {
                     let error = ModelError::new(
                         ErrorKind::LoadFailed,
@@ -129,6 +141,32 @@ pub fn serve(mut socket: UnixStream) -> io::Result<()> {
                 write_frame(&mut socket, &WorkerMessage::Finished { unit, run_us, result })?;
             }
         }
+    }
+}
+
+/// Polls `socket` for up to `budget` until a request's first byte is there
+/// (then the blocking read that follows finds it without sleeping).
+fn wait_spinning(socket: &UnixStream, budget: std::time::Duration) {
+    if budget.is_zero() {
+        return;
+    }
+    let until = Instant::now() + budget;
+    let mut byte = [0u8; 1];
+    while Instant::now() < until {
+        // SAFETY: one byte of a valid buffer; MSG_PEEK leaves it in the socket.
+        let got = unsafe {
+            libc::recv(
+                std::os::fd::AsRawFd::as_raw_fd(socket),
+                byte.as_mut_ptr().cast(),
+                1,
+                libc::MSG_PEEK | libc::MSG_DONTWAIT,
+            )
+        };
+        // A byte, the end of the stream or an error: the read that follows says which.
+        if got >= 0 || std::io::Error::last_os_error().kind() != std::io::ErrorKind::WouldBlock {
+            return;
+        }
+        std::hint::spin_loop();
     }
 }
 

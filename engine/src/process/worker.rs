@@ -257,6 +257,11 @@ impl WorkerProcess {
         self.connection.send(envelope)
     }
 
+    /// Waits for events by polling for up to `spin` before sleeping (see `WorkerSession::spin`).
+    pub fn set_spin(&mut self, spin: Duration) {
+        self.connection.set_spin(spin);
+    }
+
     /// The next event, waiting at most `timeout`.
     pub fn next_event(&mut self, timeout: Duration) -> Option<Event> {
         self.connection.next_event(timeout)

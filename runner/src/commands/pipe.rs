@@ -122,6 +122,7 @@ pub fn main(args: &PipeArgs) -> Result<i32, String> {
         args,
         // Restarts and recycled workers are forked, not exec'd (this thread serves to the end).
         session: WorkerSession::new(spawn)
+            .spin(Duration::from_micros(args.spin_us.into()))
             .recycle_after(args.recycle_after)
             .recycle_rss(args.recycle_rss)
             .fork_from_zygote(args.spawn != SpawnMode::Exec),
@@ -131,6 +132,7 @@ pub fn main(args: &PipeArgs) -> Result<i32, String> {
             intra_op_threads: cpus,
             inter_op_threads: cpus,
             ops_on_caller_thread: args.ops_on_caller_thread,
+            spin_us: args.spin_us,
             gpu_allow_growth: true,
             gpu_memory_fraction: None,
         },
