@@ -135,7 +135,11 @@ impl Connection {
                 return self.send_failures.try_recv().ok().map(Event::SendFailed);
             }
             if now < spin_until {
-                std::hint::spin_loop();
+                // Yield rather than spin on: a UNIX socket's wake-up asks the
+                // scheduler to run the worker on the waker's CPU, and a
+                // caller spinning there would hold it off its own answer.
+                // SAFETY: sched_yield has no preconditions.
+                unsafe { libc::sched_yield() };
                 continue;
             }
             wait_readable(&self.socket, deadline - now);

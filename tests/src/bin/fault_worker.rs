@@ -27,6 +27,7 @@
 //! abort, exit3, hang, alloc-N (touch N MiB, then answer), slow-N (sleep N
 //! ms, then answer), garbage, huge, half, wrong-unit, bad-shape, hang-load,
 //! crash-at-N (segfault when the first float32 input starts with N),
+//! hang-at-N (hang then),
 //! pid (also answer an output `worker_pid`), hog-N (grow by 16 MiB steps
 //! to N MiB, then hang), flaky (crash unless the model folder holds
 //! `.crashed-once`, which it creates first), crash-if-not-first (crash if
@@ -261,6 +262,9 @@ fn worker_main(mut socket: UnixStream) -> i32 {
 
 static UNITS_SERVED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
+/// The model folder this worker last "loaded".
+static LAST_MODEL: std::sync::Mutex<Option<String>> = std::sync::Mutex::new(None);
+
 /// Set once this worker was warmed as a spare.
 static WARMED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
@@ -301,7 +305,15 @@ fn run(socket: &mut UnixStream, request: &RunRequest, shared: &[SharedMemory]) {
     if mode == "slow-start" {
         std::thread::sleep(Duration::from_millis(amount));
     }
-    write_frame(socket, &WorkerMessage::Loaded { unit, load_ms: 1 }).unwrap();
+    // As the real worker: `Loaded` only when this request "loaded" its model
+    // (the first for its folder in this worker); a later request of the same
+    // model is answered with `Finished` alone.
+    let mut last = LAST_MODEL.lock().unwrap();
+    if last.as_deref() != Some(request.model_dir.as_str()) {
+        write_frame(socket, &WorkerMessage::Loaded { unit, load_ms: 1 }).unwrap();
+        *last = Some(request.model_dir.clone());
+    }
+    drop(last);
     let mut hog: Vec<u8> = Vec::new();
     match mode {
         // A real invalid write: `raise(SIGSEGV)` would be swallowed by
@@ -432,9 +444,12 @@ fn run(socket: &mut UnixStream, request: &RunRequest, shared: &[SharedMemory]) {
         }
         _ => {}
     }
-    if mode == "crash-at" {
+    if mode == "crash-at" || mode == "hang-at" {
         let first = request.inputs.first().and_then(|(_, t)| dense_bytes(t, shared)).and_then(|b| b.get(..4));
         if first.is_some_and(|b| f32::from_le_bytes(b.try_into().unwrap()) == amount as f32) {
+            if mode == "hang-at" {
+                sleep_forever()
+            }
             crash()
         }
     }

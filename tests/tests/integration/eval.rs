@@ -529,6 +529,30 @@ fn batch_timeout_bounds_each_batch_and_timeout_the_whole_model() {
     assert!(took < Duration::from_secs(10), "took {took:?}");
 }
 
+#[test]
+fn batch_timeout_bounds_a_later_batch_that_the_worker_answers_without_loaded() {
+    // A worker says `Loaded` only for the request that loaded its model; the
+    // sixth batch (first value 7.0, row 500) hangs: its run deadline runs
+    // from its sending.
+    let dir = tempfile::tempdir().unwrap();
+    let hanging = dir.path().join("fault-hang-at-7");
+    copy_dir(&model("echo"), &hanging);
+    let data = npy_dataset(dir.path(), 1000, Some(500));
+    let started = Instant::now();
+    let ran = run(isorun()
+        .env("ISORUN_WORKER", bin("isorun-fault-worker"))
+        .arg("eval")
+        .arg(&hanging)
+        .arg("--data")
+        .arg(&data)
+        .args(["--label", "label", "--batch-size", "100", "-j", "1", "--json", "--metric", "accuracy"])
+        .args(["--batch-timeout", "1"]));
+    let record = ran.record("fault-hang-at-7");
+    assert_eq!((record["status"].as_str(), record["phase"].as_str()), (Some("timeout"), Some("run")), "{record}");
+    assert_eq!(record["examples"], 500, "five batches went through: {record}");
+    assert!(started.elapsed() < Duration::from_secs(20), "took {:?}", started.elapsed());
+}
+
 /// One `.npz` shard: its file name, and its entries' names and `.npy` bytes.
 type Shard<'a> = (&'a str, Vec<(&'a str, Vec<u8>)>);
 
