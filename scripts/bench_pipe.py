@@ -273,6 +273,19 @@ def section(results):
         out.append(f"\n**Target: `pipe` at least 2× the Python loop: {'met' if vs_py >= 2 else '**missed**'}** "
                    f"({vs_py:.1f}×; largest difference between their answers "
                    f"{results.get('python_max_abs_diff', float('nan')):.1e}).")
+    if not met:
+        per_pipe = 1e3 / (file_rates.get("pipe") or rates["pipe"])
+        per_floor = 1e3 / (file_rates.get("floor_caller_thread") or rates["floor_caller_thread"])
+        out.append(f"\n**What bounds it.** To a file a request costs {per_pipe:.3f} ms through `pipe` against "
+                   f"{per_floor:.3f} ms in the floor: {per_pipe - per_floor:.3f} ms is the process boundary. No thread "
+                   "hand-off is left on the path (the serving thread reads stdin, writes the request and reads the "
+                   "answer itself; the worker runs the ops on its own thread), and with `--spin-us` neither process "
+                   "sleeps while requests keep coming, so what remains is the work of crossing: the request and "
+                   "answer encoded, written and read (a handful of system calls each side, the worker's through "
+                   "seccomp), and on 2 cores two busy processes, plus the reader in the throughput runs, sharing "
+                   "them. A `perf` profile of `pipe` taken while writing this bench put most of the supervisor's "
+                   "samples in those system calls and the socket code. Batching (`--max-batch`) is the way past "
+                   "it when requests queue up.")
     out.append(f"\nWith `--max-batch 64` the lines waiting run 64 at a time: "
                f"{ratio('pipe_batch64', 'pipe'):.1f}× the one-by-one rate. Every way's first answer was the same "
                f"({'yes' if results.get('same_answers') else '**no**'}).\n")

@@ -1338,20 +1338,15 @@ def bounds(w, missed, results, rows, units, ipc, n, npy=None, pipe=None):
     if pipe and any(m.startswith("`pipe`") for m in missed):
         per_pipe, per_floor = 1e3 / pipe["pipe_rate"], 1e3 / pipe["floor_rate"]
         w(f"**pipe.** A request takes {per_pipe:.2f} ms through `isorun pipe` against {per_floor:.2f} ms for the same "
-          f"call in the floor's loop: {per_pipe - per_floor:.2f} ms per request is the JSON line parsed into a "
-          "tensor, the request framed and handed to the session's sender thread, sent over the socket, the "
-          "worker woken, its TensorFlow thread pool woken for the call, the reply read back by the reader thread "
-          "and handed to the main thread, the outputs written as a JSON line and flushed. At "
-          f"{per_floor:.2f} ms per call that fixed cost is {(per_pipe - per_floor) / per_pipe * 100:.0f}% of each "
-          "request. A `perf` profile of `isorun pipe` over 3,000 such requests, taken while writing this bench, "
-          "shows where: not in JSON (serde and float formatting ~2% together) but in waking threads — "
-          "~40% of all samples in the kernel's scheduler and wake-up paths (`_raw_spin_unlock_irqrestore`, "
-          "paravirtualised spin locks, `finish_task_switch`; this is a VM, where a cross-CPU wake-up is a "
-          "hypercall), and ~9% in the worker's Eigen thread pool looking for work (`GlobalSteal`, `PopBack`). "
-          "The floor calls back to back, so its pool's threads never sleep; each pipe request finds them asleep "
-          "and pays the hand-offs between the supervisor's threads (stdin, main, sender, reader) and the worker's. Only fewer hand-offs per request "
-          "(the main thread talking to the socket itself, batching lines that are already waiting) or a pool "
-          "that spins between requests would close most of the gap." + busy + "\n")
+          f"call in the floor's loop (the signature run again, no JSON): {per_pipe - per_floor:.2f} ms per request "
+          "is the JSON line parsed into a tensor, the request framed and written to the socket, the worker "
+          "woken (unless it was still polling for it, `--spin-us`), the run, the reply read back and the outputs "
+          "written as a JSON line and flushed. Since #25 no thread hand-off lies on that path on either side (the "
+          "serving thread reads stdin, writes the request and reads the answer itself; the worker runs the ops on "
+          "its own thread), so what is left is the process boundary itself: two processes woken in turn, a few "
+          "system calls each (through seccomp in the worker), on a VM where a cross-CPU wake-up is a hypercall. "
+          "The section \"`pipe` against its floors\" compares it with the fair floor (the same JSON code "
+          "in-process)." + busy + "\n")
     if any(m.startswith("a 256 MB") for m in missed) and ipc:
         need = 2 * ipc["warm"]
         w(f"**IPC.** A plain copy between two buffers already written runs at {256 * MIB / ipc['warm'] / 1e9:.1f} GB/s; "
