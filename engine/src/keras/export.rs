@@ -52,12 +52,17 @@ pub enum JobEnd {
     Failed { outcome: Outcome, stderr: Vec<String> },
 }
 
-/// Where an export's graph came from: traced from the file, or the trace
-/// of an earlier file of the same architecture with this file's weights
-/// written into a copy (`export.graph` of the record and of `export.json`).
+/// Where an export's graph came from: traced from the file (`Traced`, with
+/// Keras's `ExportArchive`; `Frozen`, traced once with the variables folded
+/// into constants, for a file no later file shares a graph with: a fraction
+/// of the archive's time on a big model, and nothing to restore at load), or
+/// the trace of an earlier file of the same architecture with this file's
+/// weights written into a copy (`export.graph` of the record and of
+/// `export.json`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum GraphSource {
     Traced,
+    Frozen,
     Shared,
 }
 
@@ -65,12 +70,13 @@ impl GraphSource {
     pub fn name(self) -> &'static str {
         match self {
             GraphSource::Traced => "traced",
+            GraphSource::Frozen => "frozen",
             GraphSource::Shared => "shared",
         }
     }
 
     pub fn from_name(name: &str) -> Option<GraphSource> {
-        [GraphSource::Traced, GraphSource::Shared].into_iter().find(|g| g.name() == name)
+        [GraphSource::Traced, GraphSource::Frozen, GraphSource::Shared].into_iter().find(|g| g.name() == name)
     }
 }
 

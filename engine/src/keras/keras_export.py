@@ -60,6 +60,7 @@ if os.environ.get("ISORUN_EXPORT_HANG") == "import":
 
     while True:
         time.sleep(1)
+import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 import keras  # noqa: E402
 
@@ -94,7 +95,9 @@ def output_names(model):
     return list(getattr(model, "output_names", None) or layer_names(model.outputs))
 
 
-def export_keras(model, out):
+def serving_function(model):
+    """The serving function both export ways trace: the model's inputs under
+    their input layers' names in, a dict keyed by its output names out."""
     names, as_dict = input_names(model)
     specs = [
         tf.TensorSpec(shape=tuple(t.shape), dtype=t.dtype, name=name)
@@ -116,6 +119,71 @@ def export_keras(model, out):
             result = [result]
         return dict(zip(outputs, result))
 
+    return names, specs, outputs, serve
+
+
+class Unfreezable(Exception):
+    """The model cannot be written as a frozen graph: export it the other way."""
+
+
+# A frozen graph holds its weights in saved_model.pb, which protobuf caps at 2 GiB.
+MAX_FROZEN_BYTES = 1 << 30
+
+
+def export_frozen(model, out):
+    """The fast way for a file whose graph no later file shares: trace the
+    serving function once, fold the variables into constants, and write a
+    SavedModel with that one graph and its signature (TensorFlow's v1
+    builder: no object graph, no checkpoint, no traced save and restore
+    functions, which are most of `ExportArchive.write_out`'s time on a big
+    model, and nothing for the worker to restore when it loads). The frozen
+    function is checked against the traced one on zeros before anything is
+    written; a model that does not fit (resources other than variables, an
+    input with an unknown inner dimension, outputs that are not a flat
+    dict of tensors, a graph over 1 GiB) raises Unfreezable."""
+    from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
+
+    names, specs, outputs, serve = serving_function(model)
+    if any(None in tuple(s.shape)[1:] or s.shape.rank is None or s.shape.rank == 0 for s in specs):
+        raise Unfreezable("an input has an unknown inner dimension")
+    if any(not (s.dtype.is_floating or s.dtype.is_integer or s.dtype.is_bool) for s in specs):
+        raise Unfreezable("an input is not numeric")
+    concrete = tf.function(serve).get_concrete_function(*specs)
+    structured = concrete.structured_outputs
+    if not isinstance(structured, dict) or not structured or not all(tf.is_tensor(v) for v in structured.values()):
+        raise Unfreezable("the outputs are not a flat dict of tensors")
+    try:
+        frozen = convert_variables_to_constants_v2(concrete)
+    except Exception as error:  # noqa: BLE001 - any model this cannot fold is exported the other way
+        raise Unfreezable(f"{type(error).__name__}: {error}") from None
+    graph_def = frozen.graph.as_graph_def()
+    if graph_def.ByteSize() > MAX_FROZEN_BYTES:
+        raise Unfreezable("the frozen graph is over 1 GiB")
+    zeros = [tf.zeros((1,) + tuple(s.shape)[1:], s.dtype) for s in specs]
+    expected, got = concrete(*zeros), frozen(*zeros)
+    got = dict(zip(sorted(structured), tf.nest.flatten(got)))
+    for key, value in expected.items():
+        a, b = value.numpy(), got[key].numpy()
+        if a.shape != b.shape or a.dtype != b.dtype or not np.allclose(a, b, rtol=1e-5, atol=1e-6, equal_nan=True):
+            raise Unfreezable(f"the frozen graph's output {key} differs from the model's")
+    keys = sorted(structured)
+    graph = tf.Graph()
+    with graph.as_default():
+        tf.graph_util.import_graph_def(graph_def, name="")
+        inputs = {name: graph.get_tensor_by_name(t.name) for name, t in zip(names, frozen.inputs)}
+        results = {key: graph.get_tensor_by_name(t.name) for key, t in zip(keys, frozen.outputs)}
+        signature = tf.compat.v1.saved_model.signature_def_utils.predict_signature_def(inputs, results)
+        with tf.compat.v1.Session(graph=graph) as session:
+            builder = tf.compat.v1.saved_model.Builder(out)
+            builder.add_meta_graph_and_variables(
+                session, ["serve"], signature_def_map={"serving_default": signature}, strip_default_attrs=True
+            )
+            builder.save()
+    return names, outputs
+
+
+def export_keras(model, out):
+    names, specs, outputs, serve = serving_function(model)
     archive = keras.export.ExportArchive()
     archive.track(model)
     archive.add_endpoint(name="serving_default", fn=serve, input_signature=specs)
@@ -281,6 +349,7 @@ for index, job in enumerate(request["jobs"]):
             time.sleep(1)
     try:
         loader = "keras"
+        graph_way = "traced"
         unsafe = request.get("unsafe", False)
         key = job.get("graph")
         if key is not None and not unsafe and graph is not None and graph.key == key:
@@ -309,15 +378,30 @@ for index, job in enumerate(request["jobs"]):
             except Exception:
                 raise keras_error from None
         else:
-            names, outputs, archive = export_keras(model, job["out"])
-            if key is not None and not unsafe and (graph is None or graph.key != key):
+            # A file whose graph a later job shares is exported with the
+            # archive that job needs; any other is frozen when it can be.
+            shared_later = key is not None and not unsafe and any(
+                later.get("graph") == key for later in request["jobs"][index + 1:]
+            )
+            archive = None
+            if not shared_later:
+                try:
+                    names, outputs = export_frozen(model, job["out"])
+                    graph_way = "frozen"
+                except Exception as why:  # noqa: BLE001 - Unfreezable, or anything else: the archive's way
+                    print(f"isorun: {job['file']}: not frozen: {why}", file=sys.stderr)
+                    shutil.rmtree(job["out"], ignore_errors=True)
+            if archive is None and not os.path.exists(job["out"]):
+                names, outputs, archive = export_keras(model, job["out"])
+                graph_way = "traced"
+            if archive is not None and key is not None and not unsafe and (graph is None or graph.key != key):
                 layout = weights_layout(job["file"])
                 # Only one graph is kept: the supervisor sends a group's files in a row.
                 graph = None
                 if layout is not None and shareable(model, job["out"]):
                     graph = Graph(key, model, archive, job["out"], layout, names, outputs)
             del model, archive
-        say({"done": index, "ok": True, "loader": loader, "graph": "traced", "inputs": names, "outputs": outputs})
+        say({"done": index, "ok": True, "loader": loader, "graph": graph_way, "inputs": names, "outputs": outputs})
     except BaseException as error:  # noqa: BLE001 - every failure is this model's record
         text = f"{type(error).__name__}: {error}".strip()
         traceback.print_exc(file=sys.stderr)

@@ -755,13 +755,19 @@ fn checkpoints_of_one_architecture_share_one_trace_and_each_gives_its_own_predic
     assert_eq!(first.statuses().len(), files.len(), "{}", first.stdout);
     let graph = |ran: &Ran, id: &str| ran.record(id)["export"]["graph"].as_str().map(str::to_string);
     let graphs: Vec<Option<String>> = files.iter().map(|id| graph(&first, id)).collect();
-    let traced = graphs.iter().filter(|g| g.as_deref() == Some("traced")).count();
+    let own = graphs.iter().filter(|g| matches!(g.as_deref(), Some("traced" | "frozen"))).count();
     let shared = graphs.iter().filter(|g| g.as_deref() == Some("shared")).count();
-    // epoch_01 (or whichever of its group comes first) is traced, two more share it;
-    // the wider one and the re-laid one are traced.
-    assert_eq!((traced, shared), (3, 2), "{graphs:?}");
-    assert_eq!(graph(&first, "epoch_02_wider.keras").as_deref(), Some("traced"));
-    assert_eq!(graph(&first, "epoch_02_extra.keras").as_deref(), Some("traced"));
+    // epoch_01 (or whichever of its group comes first) is traced with the
+    // archive the others need, two more share it; the wider one (alone in
+    // its group: frozen) and the re-laid one get graphs of their own.
+    assert_eq!((own, shared), (3, 2), "{graphs:?}");
+    assert_eq!(
+        graphs.iter().filter(|g| g.as_deref() == Some("traced")).count(),
+        1 + usize::from(graph(&first, "epoch_02_extra.keras").as_deref() == Some("traced")),
+        "{graphs:?}"
+    );
+    assert_eq!(graph(&first, "epoch_02_wider.keras").as_deref(), Some("frozen"));
+    assert!(matches!(graph(&first, "epoch_02_extra.keras").as_deref(), Some("traced" | "frozen")), "{graphs:?}");
     for id in files {
         let case = format!("../checkpoints/expected/{id}");
         assert_outputs_equal_predict(&out, id, &case, &["score", "probs"]);
@@ -778,4 +784,50 @@ fn checkpoints_of_one_architecture_share_one_trace_and_each_gives_its_own_predic
         assert_eq!(second.record(id)["export"]["cached"], true, "{id}");
         assert_outputs_equal_predict(&out, id, &format!("../checkpoints/expected/{id}"), &["score", "probs"]);
     }
+}
+
+/// A file the frozen export cannot take (a string input looked up in a
+/// vocabulary: a table, not variables) is exported with Keras's archive
+/// instead, and answers as `model.predict` does; a plain file is frozen.
+#[test]
+fn a_model_that_cannot_be_frozen_is_exported_with_the_archive_and_answers_the_same() {
+    let Some(python) = python("a_model_that_cannot_be_frozen_is_exported_with_the_archive_and_answers_the_same") else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let models = tmp.path().join("models");
+    std::fs::create_dir_all(&models).unwrap();
+    let make = r#"
+import os, sys
+os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
+import keras
+inp = keras.Input((1,), dtype="string", name="word")
+out = keras.layers.StringLookup(vocabulary=["a", "b", "c"], name="index")(inp)
+keras.Model(inp, out).save(os.path.join(sys.argv[1], "lookup.keras"))
+"#;
+    let made = std::process::Command::new(&python).args(["-c", make]).arg(&models).output().unwrap();
+    assert!(made.status.success(), "{}", String::from_utf8_lossy(&made.stderr));
+    let ran = keras_run(
+        &python,
+        &tmp.path().join("cache"),
+        &[
+            models.join("lookup.keras").to_str().unwrap(),
+            "--input",
+            r#"word=@[["b"], ["zz"], ["a"]]"#,
+            "--json",
+            "--values",
+        ],
+    );
+    assert_eq!(ran.code, Some(0), "{}\n{}", ran.stdout, ran.stderr);
+    let record = ran.record("lookup.keras");
+    assert_eq!(record["export"]["graph"], "traced", "{record}");
+    assert_eq!(record["outputs"]["index"]["values"], serde_json::json!([[2], [0], [1]]), "{record}");
+    let npz = keras_fixtures().join("inputs/multi.npz");
+    let ran = keras_run(
+        &python,
+        &tmp.path().join("cache"),
+        &[keras_fixtures().join("multi.keras").to_str().unwrap(), "--inputs", npz.to_str().unwrap(), "--json"],
+    );
+    assert_eq!(ran.code, Some(0), "{}\n{}", ran.stdout, ran.stderr);
+    assert_eq!(ran.record("multi.keras")["export"]["graph"], "frozen", "{}", ran.stdout);
 }
