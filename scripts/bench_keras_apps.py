@@ -27,6 +27,9 @@ import subprocess
 import sys
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_markdown import splice  # noqa: E402
+
 MODELS = ["MobileNetV3Small", "EfficientNetB0", "ResNet50", "ConvNeXtTiny", "DenseNet121"]
 SECTION = "## Keras applications: five real architectures"
 
@@ -170,7 +173,7 @@ def main():
     text = section(results)
     print(text)
     if args.markdown:
-        splice(args.markdown, text)
+        splice(args.markdown, SECTION, text, after=None)
 
 
 def section(r):
@@ -208,19 +211,6 @@ def section(r):
     lines.append(f"**Targets: first run -j 1 ≤ 1.0× the loop: {'met' if j1 <= 1.0 else '**missed**'}** ({j1:.2f}×); "
                  f"**-j 2 ≤ 0.7×: {'met' if j2 <= 0.7 else '**missed**'}** ({j2:.2f}×).\n")
     return "\n".join(lines)
-
-
-def splice(path, text):
-    old = open(path).read() if os.path.exists(path) else "# Benchmarks\n"
-    start = old.find(f"\n{SECTION}\n")
-    if start >= 0:
-        end = old.find("\n## ", start + 1)
-        new = old[: start + 1] + text.rstrip() + "\n" + (old[end:] if end >= 0 else "")
-    else:
-        at = old.find("\n## Targets\n")
-        new = (old[: at + 1] + text.rstrip() + "\n\n" + old[at + 1:]) if at >= 0 else old.rstrip() + "\n\n" + text
-    with open(path, "w") as f:
-        f.write(new)
 
 
 if __name__ == "__main__":
