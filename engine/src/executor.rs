@@ -706,6 +706,7 @@ impl Slot<'_> {
         let deadlines = self.deadlines(started);
         let mut phases = Phases::default();
         let mut worker_usable = true;
+        let mut loaded = false;
         let mut latencies: Vec<f64> = Vec::new();
         let mut batches_time = Duration::ZERO;
         loop {
@@ -728,9 +729,11 @@ impl Slot<'_> {
             }
             let envelope = RequestEnvelope::new(&ToWorker::Run(request), shared);
             let sent = Instant::now();
-            // After this unit's first request ended well, the worker holds its model.
-            let loaded = report.load_ms.is_some();
+            // After this unit's first request ended well, the worker holds its
+            // model (whether or not it said `Loaded`: a shared worker may have
+            // held the same SavedModel already).
             let end = run_request(worker, envelope, index as u64, self.stop, deadlines, loaded);
+            loaded |= end.worker_usable && end.outcome.is_ok();
             phases.requests += sent.elapsed();
             report.load_ms = report.load_ms.or(end.load_ms);
             report.sandbox = worker.sandbox().cloned();
@@ -814,6 +817,7 @@ impl Slot<'_> {
         let rows: Vec<u64> = ranges.iter().map(|(a, b)| b - a).collect();
         let mut parts = Vec::with_capacity(ranges.len().max(1));
         let mut worker_usable = true;
+        let mut loaded = false;
         let mut whole = Some(inputs);
         for step in 0..ranges.len().max(1) {
             let (inputs, shared) = match ranges.get(step) {
@@ -831,8 +835,8 @@ impl Slot<'_> {
             };
             let envelope = RequestEnvelope::new(&ToWorker::Run(self.request(index, batch, inputs)), shared);
             let sent = Instant::now();
-            let loaded = report.load_ms.is_some();
             let end = run_request(worker, envelope, index as u64, self.stop, deadlines, loaded);
+            loaded |= end.worker_usable && end.outcome.is_ok();
             phases.requests += sent.elapsed();
             report.load_ms = report.load_ms.or(end.load_ms);
             report.sandbox = worker.sandbox().cloned();

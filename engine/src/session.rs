@@ -108,7 +108,10 @@ pub fn run_request(
         end
     };
     if let Err(message) = worker.send(envelope) {
-        let outcome = broken_outcome(worker, message, false);
+        // As a sender thread's failure always was: the worker is gone or
+        // going (EPIPE); how it exited is the outcome.
+        tracing::debug!("{message}");
+        let outcome = death_outcome(worker, false);
         return fail(end, outcome);
     }
     let mut phase = if loaded { Phase::Run } else { Phase::Load };

@@ -126,8 +126,11 @@ class Unfreezable(Exception):
     """The model cannot be written as a frozen graph: export it the other way."""
 
 
-# A frozen graph holds its weights in saved_model.pb, which protobuf caps at 2 GiB.
-MAX_FROZEN_BYTES = 1 << 30
+# A frozen graph holds its weights in saved_model.pb, which protobuf caps at
+# 2 GiB; freezing also holds a few copies of them at once (constants, the
+# GraphDef, the graph imported for writing), so bigger models take the
+# archive's way, which writes the variables from where they are.
+MAX_FROZEN_BYTES = 512 << 20
 
 
 def export_frozen(model, out):
@@ -144,6 +147,9 @@ def export_frozen(model, out):
     from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
 
     names, specs, outputs, serve = serving_function(model)
+    weights = sum(int(np.prod(v.shape)) * np.dtype(v.dtype).itemsize for v in model.weights)
+    if weights > MAX_FROZEN_BYTES:
+        raise Unfreezable(f"its weights take {weights >> 20} MiB, over {MAX_FROZEN_BYTES >> 20} MiB")
     if any(None in tuple(s.shape)[1:] or s.shape.rank is None or s.shape.rank == 0 for s in specs):
         raise Unfreezable("an input has an unknown inner dimension")
     if any(not (s.dtype.is_floating or s.dtype.is_integer or s.dtype.is_bool) for s in specs):
@@ -157,7 +163,7 @@ def export_frozen(model, out):
     except Exception as error:  # noqa: BLE001 - any model this cannot fold is exported the other way
         raise Unfreezable(f"{type(error).__name__}: {error}") from None
     graph_def = frozen.graph.as_graph_def()
-    if graph_def.ByteSize() > MAX_FROZEN_BYTES:
+    if graph_def.ByteSize() > 2 * MAX_FROZEN_BYTES:
         raise Unfreezable("the frozen graph is over 1 GiB")
     zeros = [tf.zeros((1,) + tuple(s.shape)[1:], s.dtype) for s in specs]
     # The check runs each graph once on zeros: without Grappler, whose
@@ -165,7 +171,10 @@ def export_frozen(model, out):
     # model and changes nothing the check compares (the worker optimizes the
     # graph it loads as it always does).
     tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": True})
-    expected, got = concrete(*zeros), frozen(*zeros)
+    try:
+        expected, got = concrete(*zeros), frozen(*zeros)
+    finally:
+        tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": False})
     got = dict(zip(sorted(structured), tf.nest.flatten(got)))
     for key, value in expected.items():
         a, b = value.numpy(), got[key].numpy()
@@ -389,14 +398,20 @@ for index, job in enumerate(request["jobs"]):
                 later.get("graph") == key for later in request["jobs"][index + 1:]
             )
             archive = None
+            frozen = False
             if not shared_later:
                 try:
                     names, outputs = export_frozen(model, job["out"])
                     graph_way = "frozen"
+                    frozen = True
+                    # No later job shares this group's graph, nor an earlier group's (groups come in a row).
+                    graph = None
                 except Exception as why:  # noqa: BLE001 - Unfreezable, or anything else: the archive's way
                     print(f"isorun: {job['file']}: not frozen: {why}", file=sys.stderr)
                     shutil.rmtree(job["out"], ignore_errors=True)
-            if archive is None and not os.path.exists(job["out"]):
+                    if os.path.exists(job["out"]):
+                        raise RuntimeError(f"cannot remove the unfinished frozen export {job['out']}") from None
+            if not frozen:
                 names, outputs, archive = export_keras(model, job["out"])
                 graph_way = "traced"
             if archive is not None and key is not None and not unsafe and (graph is None or graph.key != key):

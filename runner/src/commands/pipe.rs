@@ -56,8 +56,14 @@ impl Server<'_> {
 
     /// Runs one request in the worker (starting one if needed).
     fn run(&mut self, inputs: Vec<(String, Tensor)>, load_only: bool) -> (Outcome, Vec<(String, Tensor)>) {
+        self.run_for(inputs, load_only, 1)
+    }
+
+    /// Runs `requests` requests joined into one, under `--timeout` for each of them.
+    fn run_for(&mut self, inputs: Vec<(String, Tensor)>, load_only: bool, requests: u32) -> (Outcome, Vec<(String, Tensor)>) {
         let request = self.request(inputs, load_only);
-        let answer = self.session.run(request, self.stop, self.timeout);
+        let timeout = self.timeout.map(|t| t.saturating_mul(requests.max(1)));
+        let answer = self.session.run(request, self.stop, timeout);
         (answer.outcome, answer.outputs)
     }
 }
@@ -182,6 +188,8 @@ struct Lines<R> {
     buffer: Vec<u8>,
     /// Where the unread part of `buffer` starts.
     start: usize,
+    /// How much of the unread part holds no newline (searched already).
+    searched: usize,
     ended: bool,
     error: Option<io::Error>,
 }
@@ -189,17 +197,23 @@ struct Lines<R> {
 impl<R: Read> Lines<R> {
     /// Lines of `input`, whose descriptor `fd` is polled.
     fn new(input: R, fd: std::os::fd::RawFd) -> Lines<R> {
-        Lines { input, fd, buffer: Vec::new(), start: 0, ended: false, error: None }
+        Lines { input, fd, buffer: Vec::new(), start: 0, searched: 0, ended: false, error: None }
     }
 
     /// A whole line already read (the last one may lack its newline).
     fn buffered_line(&mut self) -> Option<Vec<u8>> {
         let unread = &self.buffer[self.start..];
-        let end = match unread.iter().position(|&b| b == b'\n') {
-            Some(i) => i + 1,
+        // Only the bytes that came since the last search: a long line read
+        // 64 KiB at a time is searched once, not once per read.
+        let end = match unread[self.searched..].iter().position(|&b| b == b'\n') {
+            Some(i) => self.searched + i + 1,
             None if self.ended && !unread.is_empty() => unread.len(),
-            None => return None,
+            None => {
+                self.searched = unread.len();
+                return None;
+            }
         };
+        self.searched = 0;
         let line = unread[..end].to_vec();
         self.start += end;
         if self.start == self.buffer.len() {
@@ -339,7 +353,7 @@ fn answer_lines(server: &mut Server, lines: &[Vec<u8>], crashes_in_a_row: &mut u
         if let Some(rows) = pipe::batchable(&server.signature, &ready) {
             let parts = ready.iter().map(|t| t.to_vec()).collect();
             if let Ok(joined) = join(parts, &rows) {
-                if let (Outcome::Ok, outputs) = server.run(joined, false) {
+                if let (Outcome::Ok, outputs) = server.run_for(joined, false, rows.len() as u32) {
                     together = split(outputs, &rows).ok();
                 }
             }
@@ -363,6 +377,11 @@ fn answer_lines(server: &mut Server, lines: &[Vec<u8>], crashes_in_a_row: &mut u
 
 /// The answer to one request run alone.
 fn answer_alone(server: &mut Server, id: Value, tensors: Vec<(String, Tensor)>, crashes_in_a_row: &mut u32) -> Value {
+    if server.stop.requested() {
+        // The rest of a batch after Ctrl-C: answered, not run (no worker is started for it).
+        let outcome = Outcome::NotRun { reason: isorun_protocol::NotRunReason::Interrupted };
+        return pipe::error_line(id, outcome.status(), None, &outcome.to_string());
+    }
     if *crashes_in_a_row >= server.args.max_restarts {
         let message = format!(
             "the worker crashed {crashes_in_a_row} times in a row; no more restarts (--max-restarts {})",
