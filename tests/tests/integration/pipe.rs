@@ -390,3 +390,46 @@ fn a_batch_that_crashes_or_cannot_be_split_is_run_again_one_request_at_a_time() 
     // The load check, the batch, then each request alone.
     assert_eq!(requests, [3, 4, 5, 6, 7, 8], "{:?}", piped.answers);
 }
+
+#[test]
+fn ctrl_c_during_a_batch_answers_its_lines_without_starting_a_worker_for_each() {
+    // A batch of 20 lines whose run takes 2 s; Ctrl-C while it runs. The
+    // batch's worker is stopped and every line of it is answered
+    // `not_run`: none is run alone (that would start a worker each).
+    let tmp = tempfile::tempdir().unwrap();
+    let model = fault_model(tmp.path(), "fault-slow-2000");
+    let log = tmp.path().join("runs.log");
+    let mut child = fault_pipe(&model)
+        .arg(format!("--worker-arg=--log={}", log.display()))
+        .args(["--max-batch", "32", "--sandbox", "off"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut input = child.stdin.take().unwrap();
+    for line in rows_requests(20) {
+        writeln!(input, "{line}").unwrap();
+    }
+    input.flush().unwrap();
+    // The batch is running once the log names it (the load check is not logged).
+    let started = std::time::Instant::now();
+    while std::fs::read_to_string(&log).map_or(true, |l| l.is_empty()) {
+        assert!(started.elapsed() < std::time::Duration::from_secs(30), "the batch never started");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let sent = std::time::Instant::now();
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let output = child.wait_with_output().unwrap();
+    drop(input);
+    let took = sent.elapsed();
+    assert_eq!(output.status.code(), Some(130));
+    let answers: Vec<Value> =
+        String::from_utf8_lossy(&output.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(answers.len(), 20, "{answers:?}");
+    assert!(answers.iter().all(|a| a["error"]["kind"] == "not_run"), "{answers:?}");
+    let runs = std::fs::read_to_string(&log).unwrap().lines().count();
+    assert_eq!(runs, 1, "only the batch ran");
+    assert!(took < std::time::Duration::from_secs(10), "took {took:?}");
+}
