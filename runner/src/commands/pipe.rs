@@ -60,7 +60,12 @@ impl Server<'_> {
     }
 
     /// Runs `requests` requests joined into one, under `--timeout` for each of them.
-    fn run_for(&mut self, inputs: Vec<(String, Tensor)>, load_only: bool, requests: u32) -> (Outcome, Vec<(String, Tensor)>) {
+    fn run_for(
+        &mut self,
+        inputs: Vec<(String, Tensor)>,
+        load_only: bool,
+        requests: u32,
+    ) -> (Outcome, Vec<(String, Tensor)>) {
         let request = self.request(inputs, load_only);
         let timeout = self.timeout.map(|t| t.saturating_mul(requests.max(1)));
         let answer = self.session.run(request, self.stop, timeout);
