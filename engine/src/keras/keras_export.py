@@ -143,7 +143,7 @@ def export_frozen(model, out):
     function is checked against the traced one on zeros before anything is
     written; a model that does not fit (resources other than variables, an
     input with an unknown inner dimension, outputs that are not a flat
-    dict of tensors, a graph over 1 GiB) raises Unfreezable."""
+    dict of tensors, weights over 512 MiB) raises Unfreezable."""
     from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
 
     names, specs, outputs, serve = serving_function(model)
@@ -164,7 +164,7 @@ def export_frozen(model, out):
         raise Unfreezable(f"{type(error).__name__}: {error}") from None
     graph_def = frozen.graph.as_graph_def()
     if graph_def.ByteSize() > 2 * MAX_FROZEN_BYTES:
-        raise Unfreezable("the frozen graph is over 1 GiB")
+        raise Unfreezable(f"the frozen graph is over {2 * MAX_FROZEN_BYTES >> 20} MiB")
     zeros = [tf.zeros((1,) + tuple(s.shape)[1:], s.dtype) for s in specs]
     # The check runs each graph once on zeros: without Grappler, whose
     # constant folding over a frozen graph's weights costs seconds on a big
