@@ -23,7 +23,8 @@ pub struct WorkerSession {
     served_by_worker: u64,
     /// How long a wait for the worker's answer polls before it sleeps.
     spin: Duration,
-    /// The model folder and tags of the worker's last request that ended well.
+    /// The model folder and tags of the worker's last request that ended
+    /// well (`None` for a worker that has served none).
     worker_model: Option<(String, Vec<String>)>,
     next_unit: u64,
     /// Fork replacement workers from a zygote (`fork_from_zygote`).
@@ -104,7 +105,6 @@ impl WorkerSession {
         WorkerProcess::spawn(&self.spawn)
     }
 
-    /// Start a fresh worker after this many requests.
     /// Each wait for an answer first polls for up to `spin` (busy) before
     /// it sleeps: an answer within it costs no wake-up. Pass the same as the
     /// requests' `SessionConfig::spin_us`, which makes the worker wait for
@@ -114,6 +114,7 @@ impl WorkerSession {
         self
     }
 
+    /// Start a fresh worker after this many requests.
     pub fn recycle_after(mut self, requests: Option<u64>) -> Self {
         self.recycle_after = requests;
         self
@@ -150,6 +151,7 @@ impl WorkerSession {
                         return answer(outcome);
                     }
                     self.served_by_worker = 0;
+                    self.worker_model = None;
                     worker
                 }
                 Err(e) => {
@@ -171,10 +173,9 @@ impl WorkerSession {
             memory_limit: None,
         };
         // The model this worker last ran well is the request's: it holds it.
-        let model = (request_model.0, request_model.1);
-        let loaded = self.served_by_worker > 0 && self.worker_model.as_ref() == Some(&model);
+        let loaded = self.worker_model.as_ref() == Some(&request_model);
         let end = run_request(&mut worker, envelope, unit, cancel, deadlines, loaded);
-        self.worker_model = end.worker_usable.then_some(model);
+        self.worker_model = end.worker_usable.then_some(request_model);
         if end.worker_usable {
             self.served_by_worker += 1;
             let recycle_count = self.recycle_after.is_some_and(|n| self.served_by_worker >= n);

@@ -141,6 +141,19 @@ unsafe fn recv_into(fd: RawFd, ptr: *mut u8, len: usize) -> Result<Received, Fra
     }
 }
 
+/// Waits until `fd` has bytes to read (or its end, or an error) or `timeout`
+/// passes: whether it is readable. An interrupted wait says no; callers look
+/// again. (`ppoll`, for a timeout finer than `poll`'s milliseconds.)
+pub fn wait_readable(fd: RawFd, timeout: std::time::Duration) -> bool {
+    let mut poll = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+    let timeout = libc::timespec {
+        tv_sec: timeout.as_secs().min(libc::time_t::MAX as u64) as libc::time_t,
+        tv_nsec: libc::c_long::from(timeout.subsec_nanos() as i32),
+    };
+    // SAFETY: one valid pollfd, a valid timespec and no signal mask.
+    unsafe { libc::ppoll(&mut poll, 1, &timeout, std::ptr::null()) > 0 }
+}
+
 /// How far a request has gone down the socket: which part (the header with
 /// the first descriptors, each further batch of descriptors, then the views
 /// and the frame) and how many of its bytes. Descriptors go with a part's

@@ -398,12 +398,10 @@ for index, job in enumerate(request["jobs"]):
                 later.get("graph") == key for later in request["jobs"][index + 1:]
             )
             archive = None
-            frozen = False
             if not shared_later:
                 try:
                     names, outputs = export_frozen(model, job["out"])
                     graph_way = "frozen"
-                    frozen = True
                     # No later job shares this group's graph, nor an earlier group's (groups come in a row).
                     graph = None
                 except Exception as why:  # noqa: BLE001 - Unfreezable, or anything else: the archive's way
@@ -411,7 +409,7 @@ for index, job in enumerate(request["jobs"]):
                     shutil.rmtree(job["out"], ignore_errors=True)
                     if os.path.exists(job["out"]):
                         raise RuntimeError(f"cannot remove the unfinished frozen export {job['out']}") from None
-            if not frozen:
+            if graph_way != "frozen":
                 names, outputs, archive = export_keras(model, job["out"])
                 graph_way = "traced"
             if archive is not None and key is not None and not unsafe and (graph is None or graph.key != key):

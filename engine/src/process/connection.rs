@@ -14,7 +14,7 @@
 //! only that thread, until it is killed.
 
 use isorun_protocol::WorkerMessage;
-use isorun_transport::{decode, FrameError, FrameReader, RequestEnvelope, SendProgress};
+use isorun_transport::{decode, wait_readable, FrameError, FrameReader, RequestEnvelope, SendProgress};
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -34,7 +34,8 @@ pub enum Event {
     SendFailed(String),
 }
 
-/// How a worker process ended.
+/// One worker's socket: its frames read as they come, its requests written
+/// from the caller's thread (or, once the socket was full, a sender thread's).
 pub(crate) struct Connection {
     pid: i32,
     socket: UnixStream,
@@ -142,7 +143,7 @@ impl Connection {
                 unsafe { libc::sched_yield() };
                 continue;
             }
-            wait_readable(&self.socket, deadline - now);
+            wait_readable(self.socket.as_raw_fd(), deadline - now);
         }
     }
 }
@@ -154,18 +155,6 @@ fn message_event(payload: &[u8]) -> Event {
         Ok(Err(e)) => Event::Broken(e.to_string()),
         Err(_) => Event::Broken("the message decoder panicked".into()),
     }
-}
-
-/// Waits until `socket` has bytes (or its end) or `timeout` passes.
-fn wait_readable(socket: &UnixStream, timeout: Duration) {
-    let mut poll = libc::pollfd { fd: socket.as_raw_fd(), events: libc::POLLIN, revents: 0 };
-    let timeout = libc::timespec {
-        tv_sec: timeout.as_secs() as libc::time_t,
-        tv_nsec: libc::c_long::from(timeout.subsec_nanos() as i32),
-    };
-    // SAFETY: one valid pollfd, a valid timespec and no signal mask; an
-    // interrupted or failed wait only makes the caller look again.
-    unsafe { libc::ppoll(&mut poll, 1, &timeout, std::ptr::null()) };
 }
 
 #[cfg(test)]

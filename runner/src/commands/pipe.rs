@@ -161,10 +161,7 @@ pub fn main(args: &PipeArgs) -> Result<i32, String> {
         }
     }
 
-    // stdin read by its descriptor, past std's own buffer (which `poll` cannot see).
-    // SAFETY: fd 0 stays open for the whole command, and ManuallyDrop never closes it.
-    let stdin = std::mem::ManuallyDrop::new(unsafe { <std::fs::File as std::os::fd::FromRawFd>::from_raw_fd(0) });
-    let mut lines = Lines::new(&*stdin, 0);
+    let mut lines = Lines::stdin();
     let code = serve_lines(&mut server, &mut lines, &mut io::stdout().lock());
     server.session.close();
     signals.close();
@@ -187,9 +184,10 @@ const READ_CHUNK: usize = 64 * 1024;
 /// them), and the lines already read but not answered are what `--max-batch`
 /// batches. No thread stands between stdin and the worker, so a request costs
 /// no hand-off on its way in.
-struct Lines<R> {
-    input: R,
-    fd: std::os::fd::RawFd,
+struct Lines {
+    /// stdin by its descriptor, past std's own buffer (which `poll` cannot
+    /// see); never closed (fd 0 stays open for the whole command).
+    stdin: std::mem::ManuallyDrop<std::fs::File>,
     buffer: Vec<u8>,
     /// Where the unread part of `buffer` starts.
     start: usize,
@@ -199,10 +197,12 @@ struct Lines<R> {
     error: Option<io::Error>,
 }
 
-impl<R: Read> Lines<R> {
-    /// Lines of `input`, whose descriptor `fd` is polled.
-    fn new(input: R, fd: std::os::fd::RawFd) -> Lines<R> {
-        Lines { input, fd, buffer: Vec::new(), start: 0, searched: 0, ended: false, error: None }
+impl Lines {
+    /// Lines of this process's stdin.
+    fn stdin() -> Lines {
+        // SAFETY: fd 0 is open for the whole command, and ManuallyDrop never closes it.
+        let stdin = std::mem::ManuallyDrop::new(unsafe { <std::fs::File as std::os::fd::FromRawFd>::from_raw_fd(0) });
+        Lines { stdin, buffer: Vec::new(), start: 0, searched: 0, ended: false, error: None }
     }
 
     /// A whole line already read (the last one may lack its newline).
@@ -233,14 +233,7 @@ impl<R: Read> Lines<R> {
         if self.ended {
             return;
         }
-        let mut poll = libc::pollfd { fd: self.fd, events: libc::POLLIN, revents: 0 };
-        let timeout = libc::timespec {
-            tv_sec: timeout.as_secs() as libc::time_t,
-            tv_nsec: libc::c_long::from(timeout.subsec_nanos() as i32),
-        };
-        // SAFETY: one valid pollfd, a valid timespec, no signal mask.
-        let ready = unsafe { libc::ppoll(&mut poll, 1, &timeout, std::ptr::null()) };
-        if ready <= 0 {
+        if !isorun_transport::wait_readable(std::os::fd::AsRawFd::as_raw_fd(&*self.stdin), timeout) {
             return;
         }
         if self.start > 0 {
@@ -249,7 +242,7 @@ impl<R: Read> Lines<R> {
         }
         let len = self.buffer.len();
         self.buffer.resize(len + READ_CHUNK, 0);
-        match self.input.read(&mut self.buffer[len..]) {
+        match (&*self.stdin).read(&mut self.buffer[len..]) {
             Ok(0) => {
                 self.buffer.truncate(len);
                 self.ended = true;
@@ -300,7 +293,7 @@ impl<R: Read> Lines<R> {
 }
 
 /// Answers every non-blank line; returns the exit code.
-fn serve_lines<R: Read>(server: &mut Server, lines: &mut Lines<R>, output: &mut impl Write) -> i32 {
+fn serve_lines(server: &mut Server, lines: &mut Lines, output: &mut impl Write) -> i32 {
     let mut crashes_in_a_row = 0u32;
     let max_batch = server.args.max_batch.max(1) as usize;
     let batch_wait = Duration::from_micros(server.args.batch_wait);
