@@ -133,6 +133,25 @@ class Unfreezable(Exception):
 MAX_FROZEN_BYTES = 512 << 20
 
 
+def freeze(concrete):
+    """The traced function's GraphDef with its variables folded into
+    constants. TensorFlow's `convert_variables_to_constants_v2` does the
+    same and then imports the result into a new function (`_construct_
+    concrete_function`: most of its time on a big model, and the function
+    is not needed here); its two steps before that are called directly
+    where this TensorFlow has them."""
+    from tensorflow.python.framework import convert_to_constants as constants
+
+    steps = getattr(constants, "_FunctionConverterDataInEager", None), getattr(
+        constants, "_replace_variables_by_constants", None
+    )
+    if None in steps:
+        return constants.convert_variables_to_constants_v2(concrete).graph.as_graph_def()
+    data = steps[0](func=concrete, lower_control_flow=True, aggressive_inlining=False)
+    graph_def, _ = steps[1](converter_data=data)
+    return graph_def
+
+
 def export_frozen(model, out):
     """The fast way for a file whose graph no later file shares: trace the
     serving function once, fold the variables into constants, and write a
@@ -140,12 +159,10 @@ def export_frozen(model, out):
     builder: no object graph, no checkpoint, no traced save and restore
     functions, which are most of `ExportArchive.write_out`'s time on a big
     model, and nothing for the worker to restore when it loads). The frozen
-    function is checked against the traced one on zeros before anything is
-    written; a model that does not fit (resources other than variables, an
-    input with an unknown inner dimension, outputs that are not a flat
+    graph is checked against the traced function on zeros before anything
+    is written; a model that does not fit (resources other than variables,
+    an input with an unknown inner dimension, outputs that are not a flat
     dict of tensors, weights over 512 MiB) raises Unfreezable."""
-    from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
-
     names, specs, outputs, serve = serving_function(model)
     weights = sum(int(np.prod(v.shape)) * np.dtype(v.dtype).itemsize for v in model.weights)
     if weights > MAX_FROZEN_BYTES:
@@ -159,41 +176,65 @@ def export_frozen(model, out):
     if not isinstance(structured, dict) or not structured or not all(tf.is_tensor(v) for v in structured.values()):
         raise Unfreezable("the outputs are not a flat dict of tensors")
     try:
-        frozen = convert_variables_to_constants_v2(concrete)
+        graph_def = freeze(concrete)
     except Exception as error:  # noqa: BLE001 - any model this cannot fold is exported the other way
         raise Unfreezable(f"{type(error).__name__}: {error}") from None
-    graph_def = frozen.graph.as_graph_def()
     if graph_def.ByteSize() > 2 * MAX_FROZEN_BYTES:
         raise Unfreezable(f"the frozen graph is over {2 * MAX_FROZEN_BYTES >> 20} MiB")
-    zeros = [tf.zeros((1,) + tuple(s.shape)[1:], s.dtype) for s in specs]
+    # The function's own inputs come first, then what it captured (the
+    # variables, folded now); its outputs are the dict's values by sorted key.
+    keys = sorted(structured)
+    input_names = [t.name for t in concrete.inputs[: len(specs)]]
+    output_names_ = [t.name for t in concrete.outputs]
+    if len(output_names_) != len(keys):
+        raise Unfreezable("the traced function's outputs do not match its dict")
+    graph = tf.Graph()
+    with graph.as_default():
+        tf.graph_util.import_graph_def(graph_def, name="")
+    inputs = {name: graph.get_tensor_by_name(t) for name, t in zip(names, input_names)}
+    results = {key: graph.get_tensor_by_name(t) for key, t in zip(keys, output_names_)}
+    zeros = [np.zeros((1,) + tuple(s.shape)[1:], s.dtype.as_numpy_dtype) for s in specs]
     # The check runs each graph once on zeros: without Grappler, whose
     # constant folding over a frozen graph's weights costs seconds on a big
     # model and changes nothing the check compares (the worker optimizes the
     # graph it loads as it always does).
+    config = tf.compat.v1.ConfigProto()
+    config.graph_options.rewrite_options.disable_meta_optimizer = True
     tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": True})
     try:
-        expected, got = concrete(*zeros), frozen(*zeros)
+        expected = concrete(*[tf.constant(z) for z in zeros])
     finally:
         tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": False})
-    got = dict(zip(sorted(structured), tf.nest.flatten(got)))
-    for key, value in expected.items():
-        a, b = value.numpy(), got[key].numpy()
-        if a.shape != b.shape or a.dtype != b.dtype or not np.allclose(a, b, rtol=1e-5, atol=1e-6, equal_nan=True):
-            raise Unfreezable(f"the frozen graph's output {key} differs from the model's")
-    keys = sorted(structured)
-    graph = tf.Graph()
+    with tf.compat.v1.Session(graph=graph, config=config) as session:
+        got = session.run(results, {inputs[name]: z for name, z in zip(names, zeros)})
+        for key in keys:
+            a, b = expected[key].numpy(), got[key]
+            if a.shape != b.shape or a.dtype != b.dtype or not np.allclose(a, b, rtol=1e-5, atol=1e-6, equal_nan=True):
+                raise Unfreezable(f"the frozen graph's output {key} differs from the model's")
     with graph.as_default():
-        tf.graph_util.import_graph_def(graph_def, name="")
-        inputs = {name: graph.get_tensor_by_name(t.name) for name, t in zip(names, frozen.inputs)}
-        results = {key: graph.get_tensor_by_name(t.name) for key, t in zip(keys, frozen.outputs)}
         signature = tf.compat.v1.saved_model.signature_def_utils.predict_signature_def(inputs, results)
-        with tf.compat.v1.Session(graph=graph) as session:
-            builder = tf.compat.v1.saved_model.Builder(out)
-            builder.add_meta_graph_and_variables(
-                session, ["serve"], signature_def_map={"serving_default": signature}, strip_default_attrs=True
-            )
-            builder.save()
+    del graph, inputs, results, expected, got
+    write_saved_model(out, graph_def, signature)
     return names, outputs
+
+
+def write_saved_model(out, graph_def, signature):
+    """A SavedModel of one meta graph (tag `serve`) and its `serving_default`
+    signature, written from `graph_def` as it is: what TensorFlow's v1
+    builder writes for a graph with no variables, without importing the
+    graph into a session and serializing it back."""
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    saved_model = saved_model_pb2.SavedModel(saved_model_schema_version=1)
+    meta_graph = saved_model.meta_graphs.add()
+    meta_graph.meta_info_def.tags.append("serve")
+    meta_graph.meta_info_def.tensorflow_version = tf.__version__
+    meta_graph.meta_info_def.tensorflow_git_version = tf.__git_version__
+    meta_graph.graph_def.CopyFrom(graph_def)
+    meta_graph.signature_def["serving_default"].CopyFrom(signature)
+    os.makedirs(os.path.join(out, "variables"))
+    with open(os.path.join(out, "saved_model.pb"), "wb") as f:
+        f.write(saved_model.SerializeToString())
 
 
 def export_keras(model, out):
