@@ -22,10 +22,14 @@ Rewrites the "Keras applications" section of --markdown. Not part of scripts/tes
 import argparse
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
+import statistics
 import time
+
+import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_markdown import splice  # noqa: E402
@@ -54,11 +58,11 @@ import gc, os, sys, time
 os.environ["TF_CPP_MIN_LOG_LEVEL"] = "2"
 import numpy as np
 import keras
-folder, inputs = sys.argv[1], sys.argv[2]
+folder, inputs, expected = sys.argv[1], sys.argv[2], sys.argv[3]
 x = np.load(inputs)["x"]
 for name in sorted(os.listdir(folder)):
     model = keras.models.load_model(os.path.join(folder, name), compile=False)
-    model.predict(x, verbose=0)
+    np.save(os.path.join(expected, name + ".npy"), model.predict(x, verbose=0))
     del model
     keras.backend.clear_session()
     gc.collect()
@@ -79,25 +83,41 @@ t["load_model"] = time.perf_counter() - t0
 specs = [tf.TensorSpec(shape=tuple(i.shape), dtype=i.dtype, name="x") for i in model.inputs]
 def serve(x):
     return {"y": model(x, training=False)}
-from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
+import numpy as np
+from tensorflow.python.framework import convert_to_constants as cc
+from tensorflow.core.protobuf import saved_model_pb2
 t0 = time.perf_counter()
 concrete = tf.function(serve).get_concrete_function(*specs)
 t["trace"] = time.perf_counter() - t0
 t0 = time.perf_counter()
-frozen = convert_variables_to_constants_v2(concrete)
-graph_def = frozen.graph.as_graph_def()
+data = cc._FunctionConverterDataInEager(func=concrete, lower_control_flow=True, aggressive_inlining=False)
+graph_def, _ = cc._replace_variables_by_constants(converter_data=data)
 t["freeze"] = time.perf_counter() - t0
 t0 = time.perf_counter()
 graph = tf.Graph()
 with graph.as_default():
     tf.graph_util.import_graph_def(graph_def, name="")
-    inputs = {"x": graph.get_tensor_by_name(frozen.inputs[0].name)}
-    outputs = {"y": graph.get_tensor_by_name(frozen.outputs[0].name)}
+    inputs = {"x": graph.get_tensor_by_name(concrete.inputs[0].name)}
+    outputs = {"y": graph.get_tensor_by_name(concrete.outputs[0].name)}
     signature = tf.compat.v1.saved_model.signature_def_utils.predict_signature_def(inputs, outputs)
-    with tf.compat.v1.Session(graph=graph) as session:
-        builder = tf.compat.v1.saved_model.Builder(sys.argv[2] + "-frozen")
-        builder.add_meta_graph_and_variables(session, ["serve"], signature_def_map={"serving_default": signature})
-        builder.save()
+zeros = np.zeros((1,) + tuple(specs[0].shape)[1:], np.float32)
+config = tf.compat.v1.ConfigProto()
+config.graph_options.rewrite_options.disable_meta_optimizer = True
+tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": True})
+expected = concrete(tf.constant(zeros))["y"].numpy()
+tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": False})
+with tf.compat.v1.Session(graph=graph, config=config) as session:
+    assert np.allclose(session.run(outputs, {inputs["x"]: zeros})["y"], expected, rtol=1e-5, atol=1e-6)
+t["check"] = time.perf_counter() - t0
+t0 = time.perf_counter()
+saved = saved_model_pb2.SavedModel(saved_model_schema_version=1)
+meta = saved.meta_graphs.add()
+meta.meta_info_def.tags.append("serve")
+meta.graph_def.CopyFrom(graph_def)
+meta.signature_def["serving_default"].CopyFrom(signature)
+os.makedirs(os.path.join(sys.argv[2] + "-frozen", "variables"))
+with open(os.path.join(sys.argv[2] + "-frozen", "saved_model.pb"), "wb") as f:
+    f.write(saved.SerializeToString())
 t["write"] = time.perf_counter() - t0
 t0 = time.perf_counter()
 archive = keras.export.ExportArchive()
@@ -113,13 +133,38 @@ def log(message):
     print(f"bench_keras_apps: {message}", file=sys.stderr, flush=True)
 
 
-def timed(cmd, env=None):
+CPU = {}
+
+
+def timed(cmd, env=None, cpu_key=None):
+    """Runs cmd; its wall time and stdout. With cpu_key, also notes the CPU
+    time (user + system) of its whole process tree (every process in it is
+    reaped by its parent, so the children's usage counts them all)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     p = subprocess.run(cmd, capture_output=True, text=True, env=env)
     wall = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if p.returncode != 0:
         raise SystemExit(f"bench_keras_apps: {cmd[:3]} failed ({p.returncode}):\n{p.stderr[-3000:]}")
+    if cpu_key:
+        CPU.setdefault(cpu_key, []).append(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
     return wall, p.stdout
+
+
+def max_abs_diff(outputs, expected, names):
+    """The largest difference between isorun's output and `model.predict`'s
+    over the five files (each has one output)."""
+    worst = 0.0
+    for name in names:
+        written = [f for f in os.listdir(os.path.join(outputs, name)) if f.endswith(".npy")]
+        if len(written) != 1:
+            raise SystemExit(f"bench_keras_apps: {name}: expected one output, isorun wrote {written}")
+        got, want = np.load(os.path.join(outputs, name, written[0])), np.load(os.path.join(expected, name + ".npy"))
+        if got.shape != want.shape:
+            raise SystemExit(f"bench_keras_apps: {name}: shape {got.shape} != predict's {want.shape}")
+        worst = max(worst, float(np.max(np.abs(got.astype(np.float64) - want))))
+    return worst
 
 
 def main():
@@ -128,6 +173,7 @@ def main():
     parser.add_argument("--python", required=True)
     parser.add_argument("--work", required=True)
     parser.add_argument("--markdown")
+    parser.add_argument("--rounds", type=int, default=2)
     args = parser.parse_args()
     work = os.path.abspath(args.work)
     apps, inputs = os.path.join(work, "apps"), os.path.join(work, "inputs.npz")
@@ -138,20 +184,34 @@ def main():
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
     results = {"sizes": sizes}
 
-    log("the seed's Keras loop ...")
-    results["loop_s"], _ = timed([args.python, "-c", LOOP, apps, inputs], env)
     cache = os.path.join(work, "cache")
-    for jobs in (1, 2):
-        subprocess.run([args.isorun, "cache", "clear", "--keras-cache", cache], check=True, capture_output=True)
-        log(f"isorun run -j {jobs}, first run ...")
-        wall, out = timed([args.isorun, "run", apps, "--inputs", inputs, "--json", "-q", "--python", args.python,
-                           "--keras-cache", cache, "-j", str(jobs), "-vv"], env)
-        records = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
-        bad = [r for r in records if r.get("status") != "ok"]
-        if bad or len(records) != len(MODELS):
-            raise SystemExit(f"bench_keras_apps: not ok: {bad}")
-        results[f"first_j{jobs}_s"] = wall
-        results[f"first_j{jobs}_export_ms"] = {r["model"]: r["export"]["ms"] for r in records}
+    expected = os.path.join(work, "expected")
+    os.makedirs(expected, exist_ok=True)
+    walls = {"loop_s": [], "first_j1_s": [], "first_j2_s": []}
+    # Rounds alternate the ways, so that a slow minute of this shared
+    # machine falls on all of them; the table gives each way's median.
+    for round_ in range(args.rounds):
+        log(f"round {round_ + 1}: the seed's Keras loop ...")
+        walls["loop_s"].append(timed([args.python, "-c", LOOP, apps, inputs, expected], env, "loop_s")[0])
+        for jobs in (1, 2):
+            subprocess.run([args.isorun, "cache", "clear", "--keras-cache", cache], check=True, capture_output=True)
+            outputs = os.path.join(work, f"out-j{jobs}")
+            shutil.rmtree(outputs, ignore_errors=True)
+            log(f"round {round_ + 1}: isorun run -j {jobs}, first run ...")
+            wall, out = timed([args.isorun, "run", apps, "--inputs", inputs, "--json", "-q", "--python", args.python,
+                               "--keras-cache", cache, "-j", str(jobs), "-vv", "--output-dir", outputs], env,
+                              f"first_j{jobs}_s")
+            records = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+            bad = [r for r in records if r.get("status") != "ok"]
+            if bad or len(records) != len(MODELS):
+                raise SystemExit(f"bench_keras_apps: not ok: {bad}")
+            walls[f"first_j{jobs}_s"].append(wall)
+            results[f"first_j{jobs}_export_ms"] = {r["model"]: r["export"]["ms"] for r in records}
+            results[f"first_j{jobs}_graph"] = {r["model"]: r["export"]["graph"] for r in records}
+            results["max_abs_diff"] = max_abs_diff(outputs, expected, sorted(sizes))
+    results.update({key: statistics.median(values) for key, values in walls.items()})
+    results["rounds"] = walls
+    results["cpu_s"] = {key: statistics.median(values) for key, values in CPU.items()}
     log("isorun run -j 1 from the cache ...")
     wall, out = timed([args.isorun, "run", apps, "--inputs", inputs, "--json", "-q", "--python", args.python,
                        "--keras-cache", cache, "-j", "1", "-vv"], env)
@@ -178,38 +238,49 @@ def main():
 
 def section(r):
     loop = r["loop_s"]
+    rounds = len(r["rounds"]["loop_s"])
     lines = [SECTION, "",
              "`keras.applications` MobileNetV3Small, EfficientNetB0, ResNet50, ConvNeXtTiny and DenseNet121 "
-             "(`weights=None`, saved as `.keras`), one input of 2×224×224×3; one round of each way "
-             f"(`scripts/bench_keras_apps.py`, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; 2 cores).", "",
-             "| way | wall (s) | ÷ the Keras loop |", "|---|---:|---:|",
-             f"| the seed's Keras loop (`load_model`, `predict`, `del`, `clear_session`, `gc.collect`) | {loop:.1f} | 1.00× |"]
+             "(`weights=None`, saved as `.keras`), one input of 2×224×224×3; medians of "
+             f"{rounds} alternating rounds (`scripts/bench_keras_apps.py`, "
+             f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; 2 cores).", "",
+             "| way | wall (s), median | each round (s) | ÷ the Keras loop | CPU (s), median | cores busy |",
+             "|---|---:|---|---:|---:|---:|",
+             "| the seed's Keras loop (`load_model`, `predict`, `del`, `clear_session`, `gc.collect`) | "
+             f"{loop:.1f} | {', '.join(f'{w:.1f}' for w in r['rounds']['loop_s'])} | 1.00× | "
+             f"{r['cpu_s']['loop_s']:.1f} | {r['cpu_s']['loop_s'] / loop:.2f} |"]
     for key, name in (("first_j1_s", "isorun run -j 1, first run (exports included)"),
-                      ("first_j2_s", "isorun run -j 2, first run"), ("cached_s", "isorun run -j 1, from the cache")):
-        lines.append(f"| {name} | {r[key]:.1f} | {r[key] / loop:.2f}× |")
-    lines += ["", "**Where an export's time goes**: each file exported alone by the exporter's calls in a fresh "
-              "Python process: interpreter start and `import tensorflow, keras`, `load_model`, then the frozen way "
-              "isorun takes (tracing the serving function once, folding the variables into constants, writing the "
-              "SavedModel with the v1 builder) and, for comparison, Keras's `ExportArchive` (`track`, "
-              "`add_endpoint`, `write_out`: what every file cost before); beside them the export's time in "
-              "isorun's first run (`export.ms`, -j 1) and the worker's load and run of the SavedModel (from the "
-              "cached run).", "",
-              "| file | MB | import (s) | load_model (s) | trace (s) | freeze (s) | write (s) | ExportArchive (s) | export in isorun -j 1 (s) | worker load (s) | worker run (s) |",
-              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+                      ("first_j2_s", "isorun run -j 2, first run")):
+        lines.append(f"| {name} | {r[key]:.1f} | {', '.join(f'{w:.1f}' for w in r['rounds'][key])} | "
+                     f"{r[key] / loop:.2f}× | {r['cpu_s'][key]:.1f} | {r['cpu_s'][key] / r[key]:.2f} |")
+    lines.append(f"| isorun run -j 1, from the cache | {r['cached_s']:.1f} | one round | {r['cached_s'] / loop:.2f}× "
+                 "| | |")
+    graphs = sorted(set(r.get("first_j1_graph", {}).values()))
+    lines += ["", f"Every file's export was `{'`, `'.join(graphs)}`; isorun's outputs differ from `model.predict`'s "
+              f"by at most {r['max_abs_diff']:.1e} (largest absolute difference over the five, last round).", "",
+              "**Where an export's time goes**: each file exported alone, step by step, in a fresh Python process: "
+              "interpreter start and `import tensorflow, keras`, `load_model`, then the frozen way isorun takes "
+              "(tracing the serving function once; folding the variables into constants; the check, which imports "
+              "the frozen graph and runs it and the traced function once on zeros; writing `saved_model.pb`) and, "
+              "for comparison, Keras's `ExportArchive` (`track`, `add_endpoint`, `write_out`: what every file "
+              "cost before #25); beside them the export's time in isorun's first run (`export.ms`, -j 1, last "
+              "round) and the worker's load and run of the SavedModel (from the cached run).", "",
+              "| file | MB | import (s) | load_model (s) | trace (s) | freeze (s) | check (s) | write (s) | "
+              "ExportArchive (s) | export in isorun -j 1 (s) | worker load (s) | worker run (s) |",
+              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for name, s in r["steps"].items():
-        model = name
-        w = r["worker"].get(model, {})
-        e = r["first_j1_export_ms"].get(model)
+        w = r["worker"].get(name, {})
+        e = r["first_j1_export_ms"].get(name)
         lines.append(f"| {name} | {r['sizes'][name] / 1e6:.0f} | {s['import']:.1f} | {s['load_model']:.1f} | "
-                     f"{s['trace']:.1f} | {s.get('freeze', 0):.1f} | {s['write']:.1f} | {s.get('archive', 0):.1f} | "
-                     f"{e / 1e3 if e else float('nan'):.1f} | "
+                     f"{s['trace']:.1f} | {s['freeze']:.1f} | {s['check']:.1f} | {s['write']:.1f} | "
+                     f"{s['archive']:.1f} | {e / 1e3 if e else float('nan'):.1f} | "
                      f"{(w.get('load_ms') or 0) / 1e3:.2f} | {(w.get('run_ms') or 0) / 1e3:.2f} |")
     total = {k: sum(s.get(k, 0) for s in r["steps"].values())
-             for k in ("import", "load_model", "trace", "freeze", "write", "archive")}
+             for k in ("import", "load_model", "trace", "freeze", "check", "write", "archive")}
     lines += ["", "Summed over the five: " + ", ".join(f"{k} {v:.1f} s" for k, v in total.items()) + ".", ""]
     j1, j2 = r["first_j1_s"] / loop, r["first_j2_s"] / loop
-    lines.append(f"**Targets: first run -j 1 ≤ 1.0× the loop: {'met' if j1 <= 1.0 else '**missed**'}** ({j1:.2f}×); "
-                 f"**-j 2 ≤ 0.7×: {'met' if j2 <= 0.7 else '**missed**'}** ({j2:.2f}×).\n")
+    lines.append(f"**Targets**: first run -j 1 ≤ 1.0× the loop: {'met' if j1 <= 1.0 else '**missed**'} ({j1:.2f}×); "
+                 f"-j 2 ≤ 0.7×: {'met' if j2 <= 0.7 else '**missed**'} ({j2:.2f}×).\n")
     return "\n".join(lines)
 
 

@@ -123,9 +123,14 @@ impl Exporter<'_> {
         // One at a time (`per_process` 1 and no graph shared, as with
         // --keras-unsafe) follows from `batch_len`; `solo` is for bisection.
         let mut solo = false;
-        while !pending.is_empty() {
+        // The next process, started while the one before it works: it has
+        // its own sandbox and its own files, and waits after its
+        // `import tensorflow` until it is told to go (its stdin closed).
+        let mut next: Option<(Vec<usize>, Result<Started, ProcessFailure>)> = None;
+        loop {
             if let Some(reason) = self.stop.not_starting() {
-                for index in pending.drain(..) {
+                let waiting = next.take().map(|(batch, _)| batch).unwrap_or_default();
+                for index in waiting.into_iter().chain(pending.drain(..)) {
                     (self.on_end)(
                         &jobs[index],
                         JobEnd::Failed { outcome: Outcome::NotRun { reason }, stderr: Vec::new() },
@@ -133,10 +138,30 @@ impl Exporter<'_> {
                 }
                 break;
             }
-            let queued: Vec<&Job> = pending.iter().map(|&i| &jobs[i]).collect();
-            let take = if solo { 1 } else { batch_len(&queued, per_process) };
-            let batch: Vec<usize> = pending.drain(..take).collect();
-            let run = self.run_process(&batch.iter().map(|&i| &jobs[i]).collect::<Vec<_>>());
+            let (batch, started) = match next.take() {
+                Some(next) => next,
+                None if pending.is_empty() => break,
+                None => {
+                    let queued: Vec<&Job> = pending.iter().map(|&i| &jobs[i]).collect();
+                    let take = if solo { 1 } else { batch_len(&queued, per_process) };
+                    let batch: Vec<usize> = pending.drain(..take).collect();
+                    let started = self.start(&batch.iter().map(|&i| &jobs[i]).collect::<Vec<_>>());
+                    (batch, started)
+                }
+            };
+            // The process after this one starts once this one has imported
+            // TensorFlow (so that the two imports do not share the cores).
+            let mut start_next = || {
+                if pending.is_empty() || solo || self.stop.not_starting().is_some() {
+                    return;
+                }
+                let queued: Vec<&Job> = pending.iter().map(|&i| &jobs[i]).collect();
+                let take = batch_len(&queued, per_process);
+                let following: Vec<usize> = pending.drain(..take).collect();
+                let started = self.start(&following.iter().map(|&i| &jobs[i]).collect::<Vec<_>>());
+                next = Some((following, started));
+            };
+            let run = self.run_process(&batch.iter().map(|&i| &jobs[i]).collect::<Vec<_>>(), started, &mut start_next);
             for (position, (end, reported)) in run.ends.into_iter().zip(run.reported).enumerate() {
                 match end {
                     Some(end) if !reported => (self.on_end)(&jobs[batch[position]], end),
@@ -215,46 +240,40 @@ impl Exporter<'_> {
         Ok(command)
     }
 
-    /// Runs one export process over `jobs`.
-    fn run_process(&self, jobs: &[&Job]) -> ProcessRun {
-        let mut run =
-            ProcessRun { ends: vec![None; jobs.len()], reported: vec![false; jobs.len()], shared_failure: false };
-        let fail_all = |run: &mut ProcessRun, outcome: Outcome, stderr: Vec<String>| {
-            for end in run.ends.iter_mut().filter(|e| e.is_none()) {
-                *end = Some(JobEnd::Failed { outcome: outcome.clone(), stderr: stderr.clone() });
-            }
-        };
-        let scratch = match super::cache::staging_dir(&self.scratch_root) {
-            Ok(dir) => dir,
-            Err(e) => {
-                let message = format!("{}: cannot make a folder for the export: {e}", self.scratch_root.display());
-                fail_all(&mut run, Outcome::Error(ModelError::new(ErrorKind::ExportFailed, message)), Vec::new());
-                return run;
-            }
-        };
-        let result = self.supervise(jobs, &scratch, &mut run);
-        let _ = std::fs::remove_dir_all(scratch.join("home"));
-        let _ = std::fs::remove_dir_all(scratch.join("tmp"));
-        if let Err(failure) = result {
-            let (outcome, stderr) = *failure;
-            fail_all(&mut run, outcome, stderr);
-        }
-        let _ = std::fs::remove_dir(&scratch);
-        run
-    }
-
-    fn supervise(&self, jobs: &[&Job], scratch: &std::path::Path, run: &mut ProcessRun) -> Result<(), ProcessFailure> {
+    /// Starts one export process over `jobs`: its scratch folder, the
+    /// process (sandboxed through the launcher where the run is), its
+    /// request, and the threads that read its stdout and stderr. It reads
+    /// the request, imports TensorFlow, says hello and then waits for its
+    /// stdin to close before it opens a model file.
+    fn start(&self, jobs: &[&Job]) -> Result<Started, ProcessFailure> {
+        let scratch = super::cache::staging_dir(&self.scratch_root).map_err(|e| {
+            let message = format!("{}: cannot make a folder for the export: {e}", self.scratch_root.display());
+            Box::new((Outcome::Error(ModelError::new(ErrorKind::ExportFailed, message)), Vec::new()))
+        })?;
         let spawn_failed = |message: String| Box::new((Outcome::SpawnFailed { message }, Vec::new()));
-        let mut command = self.command(jobs, scratch).map_err(spawn_failed)?;
-        let mut child = command.spawn().map_err(|e| spawn_failed(format!("{}: {e}", self.python.program.display())))?;
+        let mut command = match self.command(jobs, &scratch) {
+            Ok(command) => command,
+            Err(message) => {
+                remove_scratch(&scratch);
+                return Err(spawn_failed(message));
+            }
+        };
+        let mut child = match command.spawn() {
+            Ok(child) => child,
+            Err(e) => {
+                remove_scratch(&scratch);
+                return Err(spawn_failed(format!("{}: {e}", self.python.program.display())));
+            }
+        };
         let pid = child.id() as i32;
         let request = json!({
             "modules": self.settings.keras.modules,
             "unsafe": self.settings.keras.unsafe_code,
             "jobs": jobs.iter().map(|j| json!({"file": j.file, "out": j.out, "graph": j.graph})).collect::<Vec<_>>(),
         });
-        if let Some(mut stdin) = child.stdin.take() {
-            let _ = stdin.write_all(request.to_string().as_bytes());
+        let mut stdin = child.stdin.take();
+        if let Some(pipe) = &mut stdin {
+            let _ = pipe.write_all(format!("{request}\n").as_bytes());
         }
         let (lines_tx, lines) = mpsc::channel::<Option<String>>();
         let stdout = child.stdout.take().expect("piped");
@@ -288,6 +307,42 @@ impl Exporter<'_> {
                 tail.push_back(String::from_utf8_lossy(&line[..line.len().min(2000)]).trim_end().to_string());
             }
         });
+        Ok(Started { child, pid, stdin, lines, stderr_tail, scratch })
+    }
+
+    /// Runs one started export process over `jobs` to its end; `on_hello`
+    /// is called once, when it has imported TensorFlow.
+    fn run_process(
+        &self,
+        jobs: &[&Job],
+        started: Result<Started, ProcessFailure>,
+        on_hello: &mut dyn FnMut(),
+    ) -> ProcessRun {
+        let mut run =
+            ProcessRun { ends: vec![None; jobs.len()], reported: vec![false; jobs.len()], shared_failure: false };
+        let result = started.and_then(|mut started| self.supervise(jobs, &mut started, &mut run, on_hello));
+        if let Err(failure) = result {
+            let (outcome, stderr) = *failure;
+            for end in run.ends.iter_mut().filter(|e| e.is_none()) {
+                *end = Some(JobEnd::Failed { outcome: outcome.clone(), stderr: stderr.clone() });
+            }
+        }
+        run
+    }
+
+    fn supervise(
+        &self,
+        jobs: &[&Job],
+        started: &mut Started,
+        run: &mut ProcessRun,
+        on_hello: &mut dyn FnMut(),
+    ) -> Result<(), ProcessFailure> {
+        // Its stdin closes: go.
+        started.stdin.take();
+        let pid = started.pid;
+        let stderr_tail = std::sync::Arc::clone(&started.stderr_tail);
+        let lines = &started.lines;
+        let child = &mut started.child;
         let stderr_lines = || stderr_tail.lock().map(|t| t.iter().cloned().collect::<Vec<_>>()).unwrap_or_default();
         let kill = |child: &mut std::process::Child| {
             // SAFETY: the child is not reaped yet, so its group id is still ours to signal.
@@ -296,8 +351,8 @@ impl Exporter<'_> {
         };
 
         let shared = jobs.len() > 1;
-        let started = Instant::now();
-        let start_deadline = started + self.settings.start_timeout.max(Duration::from_secs(120));
+        let began = Instant::now();
+        let start_deadline = began + self.settings.start_timeout.max(Duration::from_secs(120));
         let job_limit = self.settings.load_timeout.or(self.settings.timeout);
         let mut current: Option<(usize, Instant)> = None;
         let mut said_hello = false;
@@ -309,7 +364,7 @@ impl Exporter<'_> {
         let mut graphs_done: Vec<&str> = Vec::new();
         loop {
             if self.stop.requested() {
-                kill(&mut child);
+                kill(child);
                 let outcome = Outcome::NotRun { reason: NotRunReason::Interrupted };
                 return Err(Box::new((outcome, Vec::new())));
             }
@@ -339,7 +394,7 @@ impl Exporter<'_> {
             if let Some(limit) = self.settings.memory_limit {
                 peak = peak.max(memory_fields(&pid.to_string(), &["RssAnon:", "RssShmem:"]).unwrap_or(0));
                 if peak > limit {
-                    return job_failed(&mut child, run, current, said_hello, Outcome::MemoryLimit { peak_bytes: peak });
+                    return job_failed(child, run, current, said_hello, Outcome::MemoryLimit { peak_bytes: peak });
                 }
             }
             // Before Hello: the start limit. After it, each file (and the
@@ -351,7 +406,7 @@ impl Exporter<'_> {
             };
             if deadline.is_some_and(|d| Instant::now() >= d) {
                 let phase = if said_hello { Phase::Load } else { Phase::Start };
-                return job_failed(&mut child, run, current, said_hello, Outcome::Timeout { phase });
+                return job_failed(child, run, current, said_hello, Outcome::Timeout { phase });
             }
             match lines.recv_timeout(TICK) {
                 Ok(Some(line)) => {
@@ -360,7 +415,7 @@ impl Exporter<'_> {
                         Err(e) => {
                             let outcome =
                                 Outcome::ProtocolError { message: format!("export process sent a bad line: {e}") };
-                            return job_failed(&mut child, run, current, said_hello, outcome);
+                            return job_failed(child, run, current, said_hello, outcome);
                         }
                     };
                     last_progress = Instant::now();
@@ -369,11 +424,12 @@ impl Exporter<'_> {
                         Ok(answer) => answer,
                         Err(message) => {
                             let outcome = Outcome::ProtocolError { message: format!("export process: {message}") };
-                            return job_failed(&mut child, run, current, said_hello, outcome);
+                            return job_failed(child, run, current, said_hello, outcome);
                         }
                     };
                     if let Answer::Hello = answer {
                         said_hello = true;
+                        on_hello();
                     } else if let Answer::Start(index) = answer {
                         current = Some((index, Instant::now()));
                         next_start = index + 1;
@@ -386,7 +442,7 @@ impl Exporter<'_> {
                                 let outcome = Outcome::ProtocolError {
                                     message: format!("export process: job {index} shared a graph it was not given"),
                                 };
-                                return job_failed(&mut child, run, current, said_hello, outcome);
+                                return job_failed(child, run, current, said_hello, outcome);
                             }
                             graphs_done.extend(job.graph.as_deref());
                             JobEnd::Exported { loader: loader.to_string(), ms, graph }
@@ -404,9 +460,9 @@ impl Exporter<'_> {
                 }
                 Ok(None) | Err(mpsc::RecvTimeoutError::Disconnected) => {
                     // Stdout closed: the process is ending.
-                    let status = match wait_for(&mut child, Duration::from_secs(5)) {
+                    let status = match wait_for(child, Duration::from_secs(5)) {
                         Some(status) => status,
-                        None => kill(&mut child).unwrap_or_else(|| std::process::ExitStatus::from_raw(9)),
+                        None => kill(child).unwrap_or_else(|| std::process::ExitStatus::from_raw(9)),
                     };
                     if run.ends.iter().all(Option::is_some) {
                         return Ok(());
@@ -432,7 +488,7 @@ impl Exporter<'_> {
                             stderr,
                         )));
                     }
-                    return job_failed(&mut child, run, current, said_hello, outcome);
+                    return job_failed(child, run, current, said_hello, outcome);
                 }
                 Err(mpsc::RecvTimeoutError::Timeout) => {}
             }
@@ -578,6 +634,40 @@ pub fn answer_lines(stdout: &[u8], jobs: usize) -> Vec<Result<String, String>> {
 
 /// A process that failed for every file it had left: the outcome, its stderr.
 type ProcessFailure = Box<(Outcome, Vec<String>)>;
+
+/// An export process started and not yet supervised to its end: dropped
+/// before then (an interrupt while it waited its turn), it is killed with
+/// its group and reaped; its scratch folder goes with it either way.
+struct Started {
+    child: std::process::Child,
+    pid: i32,
+    /// Open while the process waits its turn; closed to let it go on.
+    stdin: Option<std::process::ChildStdin>,
+    lines: mpsc::Receiver<Option<String>>,
+    stderr_tail: std::sync::Arc<std::sync::Mutex<VecDeque<String>>>,
+    scratch: PathBuf,
+}
+
+impl Drop for Started {
+    fn drop(&mut self) {
+        // `try_wait` answers from the kept status once the child was
+        // reaped, so a reaped process's group (whose id may be reused) is
+        // never signalled.
+        if let Ok(None) = self.child.try_wait() {
+            // SAFETY: not reaped, so the group id is still this process's.
+            unsafe { libc::kill(-self.pid, libc::SIGKILL) };
+            let _ = self.child.wait();
+        }
+        remove_scratch(&self.scratch);
+    }
+}
+
+/// Removes a process's scratch folder (its home and temporary files).
+fn remove_scratch(scratch: &std::path::Path) {
+    let _ = std::fs::remove_dir_all(scratch.join("home"));
+    let _ = std::fs::remove_dir_all(scratch.join("tmp"));
+    let _ = std::fs::remove_dir(scratch);
+}
 
 struct ProcessRun {
     /// Per job: how it ended, or `None` to run it again.

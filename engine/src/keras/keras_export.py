@@ -1,10 +1,15 @@
 """isorun's Keras export process: Keras model files in, SavedModels out.
 
 Started by the isorun engine (engine/src/keras/export.rs), inside the same
-sandbox as a worker where the run has one. Reads one JSON request on stdin:
+sandbox as a worker where the run has one. Reads one JSON request, one line
+on stdin:
 
   {"modules": [FILE.py...], "unsafe": bool,
    "jobs": [{"file": PATH, "out": DIR, "graph": KEY|null}, ...]}
+
+imports TensorFlow and Keras, says hello, and waits for stdin to close (the
+supervisor starts the next process while this one works, so that its import
+is done when its turn comes) before it reads a module or a model file.
 
 and answers on the stdout it was given, one JSON object a line:
 
@@ -54,7 +59,9 @@ def say(message):
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
-request = json.loads(sys.stdin.read())
+# The request is one line; the supervisor may start this process before its
+# turn and close stdin when it is (below, after the import and the hello).
+request = json.loads(sys.stdin.readline())
 if os.environ.get("ISORUN_EXPORT_HANG") == "import":
     import time
 
@@ -65,6 +72,8 @@ import tensorflow as tf  # noqa: E402
 import keras  # noqa: E402
 
 say({"hello": {"keras": keras.__version__, "tensorflow": tf.__version__, "python": sys.version.split()[0]}})
+# Wait for our turn: no module and no model file is read before it.
+sys.stdin.read()
 
 module_error = None
 for index, module in enumerate(request.get("modules", [])):

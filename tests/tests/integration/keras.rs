@@ -358,6 +358,70 @@ fn sigkill_of_the_supervisor_during_an_export_leaves_no_process_and_no_entry() {
     assert!(entries.is_empty(), "a cache entry appeared: {entries:?}");
 }
 
+/// The export process after the running one is started early (it imports
+/// TensorFlow while the one before it exports, then waits its turn): Ctrl-C
+/// while one exports and the next waits stops both, leaves no cache entry
+/// and no scratch folder, and each file's record says it was not run.
+#[test]
+fn ctrl_c_stops_the_running_export_and_the_one_waiting_its_turn() {
+    let Some(python) = python("ctrl_c_stops_the_running_export_and_the_one_waiting_its_turn") else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let cache = tmp.path().join("cache");
+    // --keras-unsafe: one process per file, so the second file's process is
+    // the one that waits (two files of other bytes: the same bytes export once).
+    let models = tmp.path().join("models");
+    std::fs::create_dir_all(&models).unwrap();
+    for (name, from) in [("a.keras", "ckpts/dense.keras"), ("b.keras", "multi.keras")] {
+        std::fs::copy(keras_fixtures().join(from), models.join(name)).unwrap();
+    }
+    let hang = keras_fixtures().join("hang_layers.py");
+    let child = isorun()
+        .args(["run", models.to_str().unwrap(), "--inputs", DENSE_INPUTS, "--json", "--keras-unsafe", "-j", "1"])
+        .arg("--keras-module")
+        .arg(&hang)
+        .arg("--python")
+        .arg(&python)
+        .arg("--keras-cache")
+        .arg(&cache)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The first process hangs importing the module after its hello; the
+    // second starts at that hello and waits once it has imported TensorFlow.
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while exporters_of(&cache).len() < 2 {
+        assert!(
+            Instant::now() < deadline,
+            "the second export process was not started early: {:?}",
+            exporters_of(&cache)
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let pids = exporters_of(&cache);
+    // SAFETY: signalling our own child, not yet reaped.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let ran = crate::util::ran(child.wait_with_output().unwrap());
+    assert!(matches!(ran.code, Some(130)), "{}\n{}", ran.stdout, ran.stderr);
+    for pid in &pids {
+        assert!(
+            crate::util::gone_within(pid.parse().unwrap(), Duration::from_secs(10)),
+            "export process {pid} outlived the run"
+        );
+    }
+    assert_eq!(ran.records.len(), 2, "{}\n{}", ran.stdout, ran.stderr);
+    for id in ["a.keras", "b.keras"] {
+        assert_eq!(ran.record(id)["status"], "not_run", "{}", ran.stdout);
+    }
+    let left: Vec<String> = std::fs::read_dir(&cache)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| !n.starts_with("python-"))
+        .collect();
+    assert!(left.is_empty(), "left in the cache: {left:?}");
+}
+
 #[test]
 fn without_python_keras_files_are_errors_and_saved_models_still_run() {
     let tmp = tempfile::tempdir().unwrap();
