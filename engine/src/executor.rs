@@ -94,6 +94,14 @@ impl UnitQueue {
         }
     }
 
+    /// True when [`next_batch`](Self::next_batch) would wait now: nothing
+    /// ready, nothing reserved to take, and more units may come (a Keras
+    /// file's unit, while it exports).
+    fn would_wait(&self) -> bool {
+        let state = self.state.lock().expect("queue");
+        state.ready.is_empty() && !state.closed && state.reserved.iter().all(|r| r.claimed())
+    }
+
     /// Takes the next batch for a spare, if units are ready now.
     fn reserve(&self) -> Option<Arc<Reservation>> {
         let mut state = self.state.lock().expect("queue");
@@ -227,10 +235,18 @@ pub(crate) fn run_all(
                                 spare.discard("an idle slot took its units");
                                 continue;
                             }
-                            None => match queue.next_batch() {
-                                Some(batch) => (batch, None),
-                                None => break,
-                            },
+                            None => {
+                                if queue.would_wait() {
+                                    // Units are still coming (exports): the zygote
+                                    // loads libtensorflow meanwhile, not on the first
+                                    // unit's path.
+                                    slot_ctx.start_zygote_early(&mut state.zygote);
+                                }
+                                match queue.next_batch() {
+                                    Some(batch) => (batch, None),
+                                    None => break,
+                                }
+                            }
                         };
                         slot_ctx.run_batch(batch, spare, &mut state, queue, &tell);
                     }
@@ -314,6 +330,24 @@ impl Slot<'_> {
         let mut worker = self.spawn_worker_process(zygote)?;
         worker.set_reap_timeout(self.settings.reap_timeout);
         Ok(worker)
+    }
+
+    /// Starts the slot's zygote before its first unit, where workers will
+    /// be forked: called while the slot waits for units that are still
+    /// being made (a Keras run's exports take seconds, the zygote's load of
+    /// libtensorflow a fraction of one), so the first unit forks too.
+    fn start_zygote_early(&self, zygote: &mut Option<Arc<Zygote>>) {
+        let forking = match self.settings.spawn_mode {
+            SpawnMode::Exec => false,
+            SpawnMode::Zygote => true,
+            SpawnMode::Auto => !self.few_units,
+        };
+        if forking && zygote.is_none() && !self.zygote_broken.load(Ordering::SeqCst) {
+            match Zygote::start(&self.spawn) {
+                Ok(z) => *zygote = Some(Arc::new(z)),
+                Err(e) => tracing::info!("cannot start the zygote: {e}"),
+            }
+        }
     }
 
     fn spawn_worker_process(&self, zygote: &mut Option<Arc<Zygote>>) -> std::io::Result<WorkerProcess> {
