@@ -127,6 +127,8 @@ impl Exporter<'_> {
         // its own sandbox and its own files, and waits after its
         // `import tensorflow` until it is told to go (its stdin closed).
         let mut next: Option<(Vec<usize>, Result<Started, ProcessFailure>)> = None;
+        // The files whose early process ended before it started them: run once more.
+        let mut rerun = vec![false; jobs.len()];
         loop {
             if let Some(reason) = self.stop.not_starting() {
                 let waiting = next.take().map(|(batch, _)| batch).unwrap_or_default();
@@ -158,19 +160,33 @@ impl Exporter<'_> {
                 let queued: Vec<&Job> = pending.iter().map(|&i| &jobs[i]).collect();
                 let take = batch_len(&queued, per_process);
                 let following: Vec<usize> = pending.drain(..take).collect();
-                let started = self.start(&following.iter().map(|&i| &jobs[i]).collect::<Vec<_>>());
+                let started = self.start(&following.iter().map(|&i| &jobs[i]).collect::<Vec<_>>()).map(|mut s| {
+                    s.early = true;
+                    s
+                });
                 next = Some((following, started));
             };
             let run = self.run_process(&batch.iter().map(|&i| &jobs[i]).collect::<Vec<_>>(), started, &mut start_next);
             for (position, (end, reported)) in run.ends.into_iter().zip(run.reported).enumerate() {
+                let index = batch[position];
                 match end {
-                    Some(end) if !reported => (self.on_end)(&jobs[batch[position]], end),
+                    Some(_) if run.ended_unstarted && !rerun[index] => {
+                        rerun[index] = true;
+                        pending.push_back(index);
+                    }
+                    Some(end) if !reported => (self.on_end)(&jobs[index], end),
                     Some(_) => {}
-                    None => pending.push_back(batch[position]),
+                    None => pending.push_back(index),
                 }
             }
             if run.shared_failure {
                 solo = true;
+                // The process started after this one holds a full batch: it
+                // goes, and its files wait their turn behind the ones this
+                // failure sends to run alone.
+                if let Some((following, _)) = next.take() {
+                    pending.extend(following);
+                }
             }
             // Keep the order: what was not reached goes first next time.
             let mut order: Vec<usize> = pending.drain(..).collect();
@@ -271,9 +287,18 @@ impl Exporter<'_> {
             "unsafe": self.settings.keras.unsafe_code,
             "jobs": jobs.iter().map(|j| json!({"file": j.file, "out": j.out, "graph": j.graph})).collect::<Vec<_>>(),
         });
-        let mut stdin = child.stdin.take();
-        if let Some(pipe) = &mut stdin {
-            let _ = pipe.write_all(format!("{request}\n").as_bytes());
+        // The request is written, and stdin later closed, on a thread of its
+        // own: a request bigger than the pipe blocks until Python reads it,
+        // and the supervising loop of the process before must not wait on
+        // that. Dropping `go` lets the thread close stdin (this process's turn).
+        let (go, turn) = mpsc::channel::<()>();
+        if let Some(mut pipe) = child.stdin.take() {
+            let line = format!("{request}\n");
+            std::thread::spawn(move || {
+                if pipe.write_all(line.as_bytes()).is_ok() {
+                    let _ = turn.recv();
+                }
+            });
         }
         let (lines_tx, lines) = mpsc::channel::<Option<String>>();
         let stdout = child.stdout.take().expect("piped");
@@ -307,7 +332,7 @@ impl Exporter<'_> {
                 tail.push_back(String::from_utf8_lossy(&line[..line.len().min(2000)]).trim_end().to_string());
             }
         });
-        Ok(Started { child, pid, stdin, lines, stderr_tail, scratch })
+        Ok(Started { child, pid, go: Some(go), lines, stderr_tail, scratch, early: false })
     }
 
     /// Runs one started export process over `jobs` to its end; `on_hello`
@@ -318,8 +343,12 @@ impl Exporter<'_> {
         started: Result<Started, ProcessFailure>,
         on_hello: &mut dyn FnMut(),
     ) -> ProcessRun {
-        let mut run =
-            ProcessRun { ends: vec![None; jobs.len()], reported: vec![false; jobs.len()], shared_failure: false };
+        let mut run = ProcessRun {
+            ends: vec![None; jobs.len()],
+            reported: vec![false; jobs.len()],
+            shared_failure: false,
+            ended_unstarted: false,
+        };
         let result = started.and_then(|mut started| self.supervise(jobs, &mut started, &mut run, on_hello));
         if let Err(failure) = result {
             let (outcome, stderr) = *failure;
@@ -338,13 +367,19 @@ impl Exporter<'_> {
         on_hello: &mut dyn FnMut(),
     ) -> Result<(), ProcessFailure> {
         // Its stdin closes: go.
-        started.stdin.take();
+        started.go.take();
+        let early = started.early;
         let pid = started.pid;
         let stderr_tail = std::sync::Arc::clone(&started.stderr_tail);
         let lines = &started.lines;
         let child = &mut started.child;
         let stderr_lines = || stderr_tail.lock().map(|t| t.iter().cloned().collect::<Vec<_>>()).unwrap_or_default();
         let kill = |child: &mut std::process::Child| {
+            // A child already reaped (`try_wait` keeps its status) is not
+            // signalled: its group id may be another process's by now.
+            if let Ok(Some(status)) = child.try_wait() {
+                return Some(status);
+            }
             // SAFETY: the child is not reaped yet, so its group id is still ours to signal.
             unsafe { libc::kill(-pid, libc::SIGKILL) };
             child.wait().ok()
@@ -467,6 +502,10 @@ impl Exporter<'_> {
                     if run.ends.iter().all(Option::is_some) {
                         return Ok(());
                     }
+                    // Started early and gone before its first file (the OOM
+                    // killer's first pick while it waited): none of its files'
+                    // doing, so they run again, once, before anything is blamed.
+                    run.ended_unstarted = early && next_start == 0;
                     let outcome = match status.signal() {
                         Some(signal) => Outcome::Crashed {
                             signal: Some(signal),
@@ -641,8 +680,11 @@ type ProcessFailure = Box<(Outcome, Vec<String>)>;
 struct Started {
     child: std::process::Child,
     pid: i32,
-    /// Open while the process waits its turn; closed to let it go on.
-    stdin: Option<std::process::ChildStdin>,
+    /// Held while the process waits its turn; dropped to let it go on (the
+    /// request's writer closes its stdin).
+    go: Option<mpsc::Sender<()>>,
+    /// Started before its turn, while the process before it worked.
+    early: bool,
     lines: mpsc::Receiver<Option<String>>,
     stderr_tail: std::sync::Arc<std::sync::Mutex<VecDeque<String>>>,
     scratch: PathBuf,
@@ -676,6 +718,8 @@ struct ProcessRun {
     reported: Vec<bool>,
     /// The process failed during a job while holding several: run singly from now on.
     shared_failure: bool,
+    /// The process was started early and ended before it started a file.
+    ended_unstarted: bool,
 }
 
 fn wait_for(child: &mut std::process::Child, timeout: Duration) -> Option<std::process::ExitStatus> {

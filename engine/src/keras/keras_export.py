@@ -154,11 +154,15 @@ def freeze(concrete):
     steps = getattr(constants, "_FunctionConverterDataInEager", None), getattr(
         constants, "_replace_variables_by_constants", None
     )
-    if None in steps:
-        return constants.convert_variables_to_constants_v2(concrete).graph.as_graph_def()
-    data = steps[0](func=concrete, lower_control_flow=True, aggressive_inlining=False)
-    graph_def, _ = steps[1](converter_data=data)
-    return graph_def
+    if None not in steps:
+        try:
+            data = steps[0](func=concrete, lower_control_flow=True, aggressive_inlining=False)
+            graph_def, _ = steps[1](converter_data=data)
+            return graph_def
+        except (TypeError, ValueError, AttributeError):
+            # Another TensorFlow's private steps: the public way, whose own errors are the caller's.
+            pass
+    return constants.convert_variables_to_constants_v2(concrete).graph.as_graph_def()
 
 
 def export_frozen(model, out):

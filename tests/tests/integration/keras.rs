@@ -697,7 +697,14 @@ if "importlib.metadata" in code:
     print(json.dumps({{"executable": os.path.realpath(sys.executable), "prefixes": [sys.prefix], "path": [],
         "version": "3.11.0", "keras": "3.99.0", "tensorflow": "2.21.0", "tf_keras": None, "dists": []}}))
     sys.exit(0)
-request = json.loads(sys.stdin.read())
+request = json.loads(sys.stdin.readline())
+marker = os.environ.get("ISORUN_FAKE_MARKER", "")
+if os.environ["ISORUN_FAKE_EXPORT"] == "die-once" and request["jobs"][0]["file"].endswith("b.keras") \
+        and not os.path.exists(marker):
+    # Killed while it waits its turn, before its hello (as the OOM killer would).
+    open(marker, "w").close()
+    os.kill(os.getpid(), 9)
+sys.stdin.read()
 shutil.copytree({saved_model:?}, request["jobs"][0]["out"])
 def say(m):
     print(json.dumps(m), flush=True)
@@ -705,6 +712,8 @@ say({{"hello": {{"keras": "3.99.0", "tensorflow": "2.21.0", "python": "3.11.0"}}
 done = {{"done": 0, "ok": True, "loader": "keras", "inputs": ["x"], "outputs": ["y"]}}
 if os.environ["ISORUN_FAKE_EXPORT"] == "twice":
     say({{"start": 0}}); say(done); say(done)
+elif os.environ["ISORUN_FAKE_EXPORT"] == "die-once":
+    say({{"start": 0}}); say(done)
 else:
     say(done)
 "#,
@@ -749,6 +758,36 @@ fn an_export_process_that_finishes_a_file_twice_or_unstarted_is_a_protocol_error
             let message = ran.records[0]["error"]["message"].as_str().unwrap_or_default();
             assert!(message.contains("finished job 0, which was not running"), "{context}");
         }
+    }
+}
+
+/// An export process started early, while the one before it worked, that
+/// dies before it starts its file (the OOM killer's first pick while it
+/// waited) is none of that file's doing: the file is exported again in a
+/// fresh process, and runs.
+#[test]
+fn a_file_whose_early_export_process_died_before_starting_it_is_exported_again() {
+    let tmp = tempfile::tempdir().unwrap();
+    let python = fake_export_python(tmp.path());
+    let models = tmp.path().join("models");
+    std::fs::create_dir_all(&models).unwrap();
+    // Other bytes each (the same bytes export once); --keras-unsafe: a process per file.
+    for (name, from) in [("a.keras", "ckpts/dense.keras"), ("b.keras", "multi.keras")] {
+        std::fs::copy(keras_fixtures().join(from), models.join(name)).unwrap();
+    }
+    let inputs = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/inputs.npz");
+    let marker = tmp.path().join("died");
+    let ran = run(isorun()
+        .args(["run", models.to_str().unwrap(), "--inputs", inputs.to_str().unwrap(), "--json", "-j", "1"])
+        .args(["--keras-unsafe", "--sandbox", "off", "--python"])
+        .arg(&python)
+        .arg("--keras-cache")
+        .arg(tmp.path().join("cache"))
+        .env("ISORUN_FAKE_EXPORT", "die-once")
+        .env("ISORUN_FAKE_MARKER", &marker));
+    assert!(marker.exists(), "b.keras's first export process did not die: {}\n{}", ran.stdout, ran.stderr);
+    for id in ["a.keras", "b.keras"] {
+        assert_eq!(ran.record(id)["status"], "ok", "{}\n{}", ran.stdout, ran.stderr);
     }
 }
 
