@@ -54,36 +54,21 @@ MAKE = r"""
 import os, sys
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 import numpy as np, keras
-folder, n = sys.argv[1], int(sys.argv[2])
-os.makedirs(folder, exist_ok=True)
-for seed in range(n):
-    # One training run's checkpoints: the same layer names in every file.
-    keras.backend.clear_session()
-    keras.utils.set_random_seed(seed)
-    x = keras.Input((32,), name="x")
-    h = keras.layers.Dense(256, activation="relu")(x)
-    h = keras.layers.Dense(256, activation="relu")(h)
-    y = keras.layers.Dense(10, name="logits")(h)
-    keras.Model(x, y).save(os.path.join(folder, f"ckpt_{seed:02d}.keras"))
-np.savez(os.path.join(os.path.dirname(folder), "inputs.npz"), x=np.random.default_rng(0).standard_normal((8, 32)).astype("float32"))
-"""
-
-MAKE_DISTINCT = r"""
-import os, sys
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-import keras
-folder, n = sys.argv[1], int(sys.argv[2])
+folder, n, distinct = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "distinct"
 os.makedirs(folder, exist_ok=True)
 for i in range(n):
-    # Every file its own architecture: 1 to 3 hidden layers of its own width.
     keras.backend.clear_session()
     keras.utils.set_random_seed(i)
     x = keras.Input((32,), name="x")
+    # distinct: every file its own architecture (1 to 3 hidden layers of its
+    # own widths); else one training run's checkpoints (the same layers).
+    widths = [64 + 8 * i + 16 * d for d in range(1 + i % 3)] if distinct else [256, 256]
     h = x
-    for depth in range(1 + i % 3):
-        h = keras.layers.Dense(64 + 8 * i + 16 * depth, activation="relu")(h)
+    for width in widths:
+        h = keras.layers.Dense(width, activation="relu")(h)
     y = keras.layers.Dense(10, name="logits")(h)
-    keras.Model(x, y).save(os.path.join(folder, f"model_{i:02d}.keras"))
+    keras.Model(x, y).save(os.path.join(folder, f"{'model' if distinct else 'ckpt'}_{i:02d}.keras"))
+np.savez(os.path.join(os.path.dirname(folder), "inputs.npz"), x=np.random.default_rng(0).standard_normal((8, 32)).astype("float32"))
 """
 
 
@@ -126,11 +111,11 @@ def main():
     work = os.path.abspath(args.work)
     inputs = os.path.join(work, "inputs.npz")
     # "ckpts-run": one run's checkpoints (the same layer names); older work folders had other names per file.
-    folders = {"one architecture": (os.path.join(work, "ckpts-run"), MAKE),
-               "distinct architectures": (os.path.join(work, "distinct"), MAKE_DISTINCT)}
-    for folder, make in folders.values():
+    folders = {"one architecture": (os.path.join(work, "ckpts-run"), "run"),
+               "distinct architectures": (os.path.join(work, "distinct"), "distinct")}
+    for folder, kind in folders.values():
         if len([f for f in os.listdir(folder) if f.endswith(".keras")] if os.path.isdir(folder) else []) != args.models:
-            subprocess.run([args.python, "-c", make, folder, str(args.models)], check=True)
+            subprocess.run([args.python, "-c", MAKE, folder, str(args.models), kind], check=True)
     cache = os.path.join(work, "cache")
 
     walls, peaks, graphs = {}, {}, {}

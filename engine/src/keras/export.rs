@@ -102,6 +102,16 @@ fn batch_len(jobs: &[&Job], per_process: usize) -> usize {
     jobs.len()
 }
 
+/// Takes the next process's jobs from the front of `pending`: as many as
+/// [`batch_len`] allows with `per_process`, or one alone when it is 0 (bisection).
+fn take_batch(pending: &mut VecDeque<usize>, jobs: &[Job], per_process: usize) -> Vec<usize> {
+    let take = match per_process {
+        0 => 1,
+        n => batch_len(&pending.iter().map(|&i| &jobs[i]).collect::<Vec<_>>(), n),
+    };
+    pending.drain(..take.min(pending.len())).collect()
+}
+
 /// What every export process of a stage shares.
 pub struct Exporter<'a> {
     pub python: &'a Python,
@@ -144,10 +154,8 @@ impl Exporter<'_> {
                 Some(next) => next,
                 None if pending.is_empty() => break,
                 None => {
-                    let queued: Vec<&Job> = pending.iter().map(|&i| &jobs[i]).collect();
-                    let take = if solo { 1 } else { batch_len(&queued, per_process) };
-                    let batch: Vec<usize> = pending.drain(..take).collect();
-                    let started = self.start(&batch.iter().map(|&i| &jobs[i]).collect::<Vec<_>>());
+                    let batch = take_batch(&mut pending, jobs, if solo { 0 } else { per_process });
+                    let started = self.start(&batch.iter().map(|&i| &jobs[i]).collect::<Vec<_>>(), false);
                     (batch, started)
                 }
             };
@@ -157,13 +165,8 @@ impl Exporter<'_> {
                 if pending.is_empty() || solo || self.stop.not_starting().is_some() {
                     return;
                 }
-                let queued: Vec<&Job> = pending.iter().map(|&i| &jobs[i]).collect();
-                let take = batch_len(&queued, per_process);
-                let following: Vec<usize> = pending.drain(..take).collect();
-                let started = self.start(&following.iter().map(|&i| &jobs[i]).collect::<Vec<_>>()).map(|mut s| {
-                    s.early = true;
-                    s
-                });
+                let following = take_batch(&mut pending, jobs, per_process);
+                let started = self.start(&following.iter().map(|&i| &jobs[i]).collect::<Vec<_>>(), true);
                 next = Some((following, started));
             };
             let run = self.run_process(&batch.iter().map(|&i| &jobs[i]).collect::<Vec<_>>(), started, &mut start_next);
@@ -260,8 +263,9 @@ impl Exporter<'_> {
     /// process (sandboxed through the launcher where the run is), its
     /// request, and the threads that read its stdout and stderr. It reads
     /// the request, imports TensorFlow, says hello and then waits for its
-    /// stdin to close before it opens a model file.
-    fn start(&self, jobs: &[&Job]) -> Result<Started, ProcessFailure> {
+    /// stdin to close before it opens a model file. `early`: started while
+    /// the process before it still works.
+    fn start(&self, jobs: &[&Job], early: bool) -> Result<Started, ProcessFailure> {
         let scratch = super::cache::staging_dir(&self.scratch_root).map_err(|e| {
             let message = format!("{}: cannot make a folder for the export: {e}", self.scratch_root.display());
             Box::new((Outcome::Error(ModelError::new(ErrorKind::ExportFailed, message)), Vec::new()))
@@ -281,7 +285,6 @@ impl Exporter<'_> {
                 return Err(spawn_failed(format!("{}: {e}", self.python.program.display())));
             }
         };
-        let pid = child.id() as i32;
         let request = json!({
             "modules": self.settings.keras.modules,
             "unsafe": self.settings.keras.unsafe_code,
@@ -332,7 +335,7 @@ impl Exporter<'_> {
                 tail.push_back(String::from_utf8_lossy(&line[..line.len().min(2000)]).trim_end().to_string());
             }
         });
-        Ok(Started { child, pid, go: Some(go), lines, stderr_tail, scratch, early: false })
+        Ok(Started { child, go: Some(go), lines, stderr_tail, scratch, early })
     }
 
     /// Runs one started export process over `jobs` to its end; `on_hello`
@@ -369,21 +372,11 @@ impl Exporter<'_> {
         // Its stdin closes: go.
         started.go.take();
         let early = started.early;
-        let pid = started.pid;
+        let pid = started.child.id() as i32;
         let stderr_tail = std::sync::Arc::clone(&started.stderr_tail);
         let lines = &started.lines;
         let child = &mut started.child;
         let stderr_lines = || stderr_tail.lock().map(|t| t.iter().cloned().collect::<Vec<_>>()).unwrap_or_default();
-        let kill = |child: &mut std::process::Child| {
-            // A child already reaped (`try_wait` keeps its status) is not
-            // signalled: its group id may be another process's by now.
-            if let Ok(Some(status)) = child.try_wait() {
-                return Some(status);
-            }
-            // SAFETY: the child is not reaped yet, so its group id is still ours to signal.
-            unsafe { libc::kill(-pid, libc::SIGKILL) };
-            child.wait().ok()
-        };
 
         let shared = jobs.len() > 1;
         let began = Instant::now();
@@ -399,7 +392,7 @@ impl Exporter<'_> {
         let mut graphs_done: Vec<&str> = Vec::new();
         loop {
             if self.stop.requested() {
-                kill(child);
+                kill_group(child);
                 let outcome = Outcome::NotRun { reason: NotRunReason::Interrupted };
                 return Err(Box::new((outcome, Vec::new())));
             }
@@ -410,7 +403,7 @@ impl Exporter<'_> {
                               said_hello: bool,
                               outcome: Outcome|
              -> Result<(), ProcessFailure> {
-                kill(child);
+                kill_group(child);
                 let Some((index, _)) = current else {
                     if shared && said_hello {
                         // Between two files: the files not done run again, singly.
@@ -497,7 +490,7 @@ impl Exporter<'_> {
                     // Stdout closed: the process is ending.
                     let status = match wait_for(child, Duration::from_secs(5)) {
                         Some(status) => status,
-                        None => kill(child).unwrap_or_else(|| std::process::ExitStatus::from_raw(9)),
+                        None => kill_group(child).unwrap_or_else(|| std::process::ExitStatus::from_raw(9)),
                     };
                     if run.ends.iter().all(Option::is_some) {
                         return Ok(());
@@ -679,7 +672,6 @@ type ProcessFailure = Box<(Outcome, Vec<String>)>;
 /// its group and reaped; its scratch folder goes with it either way.
 struct Started {
     child: std::process::Child,
-    pid: i32,
     /// Held while the process waits its turn; dropped to let it go on (the
     /// request's writer closes its stdin).
     go: Option<mpsc::Sender<()>>,
@@ -692,16 +684,21 @@ struct Started {
 
 impl Drop for Started {
     fn drop(&mut self) {
-        // `try_wait` answers from the kept status once the child was
-        // reaped, so a reaped process's group (whose id may be reused) is
-        // never signalled.
-        if let Ok(None) = self.child.try_wait() {
-            // SAFETY: not reaped, so the group id is still this process's.
-            unsafe { libc::kill(-self.pid, libc::SIGKILL) };
-            let _ = self.child.wait();
-        }
+        kill_group(&mut self.child);
         remove_scratch(&self.scratch);
     }
+}
+
+/// Kills an export process with its group (it leads one of its own) and
+/// reaps it. A child already reaped is not signalled: `try_wait` answers
+/// from its kept status, and its group id may be another process's by now.
+fn kill_group(child: &mut std::process::Child) -> Option<std::process::ExitStatus> {
+    if let Ok(Some(status)) = child.try_wait() {
+        return Some(status);
+    }
+    // SAFETY: the child is not reaped yet, so its group id is still ours to signal.
+    unsafe { libc::kill(-(child.id() as i32), libc::SIGKILL) };
+    child.wait().ok()
 }
 
 /// Removes a process's scratch folder (its home and temporary files).

@@ -358,6 +358,17 @@ fn sigkill_of_the_supervisor_during_an_export_leaves_no_process_and_no_entry() {
     assert!(entries.is_empty(), "a cache entry appeared: {entries:?}");
 }
 
+/// A folder of two Keras files, `a.keras` and `b.keras`, of other bytes
+/// each (the same bytes export once), so that each has an export of its own.
+fn two_files(root: &Path) -> PathBuf {
+    let models = root.join("models");
+    std::fs::create_dir_all(&models).unwrap();
+    for (name, from) in [("a.keras", "ckpts/dense.keras"), ("b.keras", "multi.keras")] {
+        std::fs::copy(keras_fixtures().join(from), models.join(name)).unwrap();
+    }
+    models
+}
+
 /// The export process after the running one is started early (it imports
 /// TensorFlow while the one before it exports, then waits its turn): Ctrl-C
 /// while one exports and the next waits stops both, leaves no cache entry
@@ -367,13 +378,8 @@ fn ctrl_c_stops_the_running_export_and_the_one_waiting_its_turn() {
     let Some(python) = python("ctrl_c_stops_the_running_export_and_the_one_waiting_its_turn") else { return };
     let tmp = tempfile::tempdir().unwrap();
     let cache = tmp.path().join("cache");
-    // --keras-unsafe: one process per file, so the second file's process is
-    // the one that waits (two files of other bytes: the same bytes export once).
-    let models = tmp.path().join("models");
-    std::fs::create_dir_all(&models).unwrap();
-    for (name, from) in [("a.keras", "ckpts/dense.keras"), ("b.keras", "multi.keras")] {
-        std::fs::copy(keras_fixtures().join(from), models.join(name)).unwrap();
-    }
+    // --keras-unsafe: one process per file, so the second file's process is the one that waits.
+    let models = two_files(tmp.path());
     let hang = keras_fixtures().join("hang_layers.py");
     let mut child = isorun()
         .args(["run", models.to_str().unwrap(), "--inputs", DENSE_INPUTS, "--json", "--keras-unsafe", "-j", "1"])
@@ -769,12 +775,8 @@ fn an_export_process_that_finishes_a_file_twice_or_unstarted_is_a_protocol_error
 fn a_file_whose_early_export_process_died_before_starting_it_is_exported_again() {
     let tmp = tempfile::tempdir().unwrap();
     let python = fake_export_python(tmp.path());
-    let models = tmp.path().join("models");
-    std::fs::create_dir_all(&models).unwrap();
-    // Other bytes each (the same bytes export once); --keras-unsafe: a process per file.
-    for (name, from) in [("a.keras", "ckpts/dense.keras"), ("b.keras", "multi.keras")] {
-        std::fs::copy(keras_fixtures().join(from), models.join(name)).unwrap();
-    }
+    // --keras-unsafe: a process per file.
+    let models = two_files(tmp.path());
     let inputs = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/inputs.npz");
     let marker = tmp.path().join("died");
     let ran = run(isorun()
