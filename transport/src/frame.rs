@@ -150,7 +150,9 @@ fn read_full(reader: &mut impl Read, buf: &mut [u8]) -> Result<usize, FrameError
     let mut filled = 0;
     while filled < buf.len() {
         match reader.read(&mut buf[filled..]) {
+            // A reset is the peer's end too (it closed with our bytes unread).
             Ok(0) => break,
+            Err(e) if e.kind() == io::ErrorKind::ConnectionReset => break,
             Ok(n) => filled += n,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(e) => return Err(FrameError::Io(e)),

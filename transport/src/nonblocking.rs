@@ -136,6 +136,10 @@ unsafe fn recv_into(fd: RawFd, ptr: *mut u8, len: usize) -> Result<Received, Fra
         match error.kind() {
             io::ErrorKind::Interrupted => continue,
             io::ErrorKind::WouldBlock => return Ok(Received::WouldBlock),
+            // The peer closed with some of our bytes unread (a worker that
+            // died while a request was on its way): Linux says so once, after
+            // everything it sent has been read, so it is the stream's end.
+            io::ErrorKind::ConnectionReset => return Ok(Received::End),
             _ => return Err(FrameError::Io(error)),
         }
     }
@@ -252,6 +256,29 @@ mod tests {
         assert_eq!(frames, vec![finished(300), finished(5)]);
         drop(theirs);
         assert!(matches!(reader.read_available(&ours), Err(FrameError::Closed)));
+    }
+
+    #[test]
+    fn a_peer_that_closes_with_our_bytes_unread_ends_the_stream_after_its_last_frame() {
+        // Linux reports such a close as ECONNRESET: a worker that died while
+        // a request was on its way has ended, it did not send garbage.
+        let (mut ours, mut theirs) = UnixStream::pair().unwrap();
+        ours.write_all(&[7; 4096]).unwrap();
+        let mut bytes = Vec::new();
+        write_frame(&mut bytes, &finished(5)).unwrap();
+        theirs.write_all(&bytes).unwrap();
+        drop(theirs);
+        let mut reader = FrameReader::new(1 << 20);
+        let payload = reader.read_available(&ours).unwrap().expect("the frame sent before the close");
+        assert_eq!(crate::decode::<WorkerMessage>(&payload).unwrap(), finished(5));
+        assert!(matches!(reader.read_available(&ours), Err(FrameError::Closed)));
+        // Mid-frame, the same close is a truncated frame.
+        let (mut ours, mut theirs) = UnixStream::pair().unwrap();
+        ours.write_all(&[7; 4096]).unwrap();
+        theirs.write_all(&bytes[..bytes.len() - 2]).unwrap();
+        drop(theirs);
+        let mut reader = FrameReader::new(1 << 20);
+        assert!(matches!(reader.read_available(&ours), Err(FrameError::Truncated { .. })));
     }
 
     #[test]
