@@ -33,6 +33,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_markdown import splice  # noqa: E402
+import bench_host  # noqa: E402
 
 SECTION = "## Keras files"
 
@@ -83,7 +84,11 @@ def vm_hwm(pid):
     return None
 
 
-def timed(cmd, poll_memory):
+def timed(cmd, poll_memory, warm=()):
+    """Runs cmd after reading `warm` into the page cache: (wall, peak, stdout,
+    bytes it read from disk)."""
+    bench_host.warm(warm)
+    read = bench_host.disk_read_bytes()
     began = time.monotonic()
     child = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     peak = 0
@@ -95,7 +100,7 @@ def timed(cmd, poll_memory):
     wall = time.monotonic() - began
     if child.returncode != 0:
         sys.exit(f"bench_keras: {cmd[0]} failed ({child.returncode}):\n{err[-2000:]}")
-    return wall, peak, out
+    return wall, peak, out, bench_host.disk_read_bytes() - read
 
 
 def main():
@@ -117,33 +122,40 @@ def main():
         if len([f for f in os.listdir(folder) if f.endswith(".keras")] if os.path.isdir(folder) else []) != args.models:
             subprocess.run([args.python, "-c", MAKE, folder, str(args.models), kind], check=True)
     cache = os.path.join(work, "cache")
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    # Every way starts with the same files in the page cache: Python's
+    # TensorFlow and Keras, isorun's libtensorflow and binaries, the models.
+    warm = bench_host.python_files(args.python) + [
+        bench_host.libtensorflow(repo), os.path.realpath(args.isorun),
+        os.path.join(os.path.dirname(os.path.realpath(args.isorun)), "isorun-worker"), inputs]
 
-    walls, peaks, graphs = {}, {}, {}
+    walls, peaks, graphs, reads = {}, {}, {}, {}
 
-    def note(key, wall, peak):
+    def note(key, wall, peak, read):
         walls.setdefault(key, []).append(wall)
         peaks[key] = max(peaks.get(key, 0), peak)
+        reads.setdefault(key, []).append(read)
 
     for round_ in range(args.rounds):
         for case, (folder, _) in folders.items():
             print(f"bench_keras: round {round_ + 1}, {case} ...", file=sys.stderr, flush=True)
             subprocess.run([args.isorun, "cache", "clear", "--keras-cache", cache], check=True, capture_output=True)
-            wall, _, out = timed([args.python, "-c", LOOP, folder, inputs], poll_memory=False)
-            note((case, "loop"), wall, int(out.split()[-1]))
+            wall, _, out, read = timed([args.python, "-c", LOOP, folder, inputs], False, warm + [folder])
+            note((case, "loop"), wall, int(out.split()[-1]), read)
             run = [args.isorun, "run", folder, "--inputs", inputs, "--json", "-q", "--python", args.python,
                    "--keras-cache", cache, "-j", str(args.jobs)]
-            wall, peak, out = timed(run, poll_memory=True)
+            wall, peak, out, read = timed(run, True, warm + [folder])
             records = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
             assert all(r["status"] == "ok" for r in records) and len(records) == args.models, out[-2000:]
             assert not any(r["export"]["cached"] for r in records)
-            note((case, "first"), wall, peak)
+            note((case, "first"), wall, peak, read)
             graphs[case] = {}
             for r in records:
                 graphs[case].setdefault(r["export"].get("graph", "traced"), []).append(r["export"]["ms"])
-            wall, peak, out = timed(run, poll_memory=True)
+            wall, peak, out, read = timed(run, True, warm + [folder, cache])
             records = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
             assert all(r["export"]["cached"] for r in records), out[-2000:]
-            note((case, "second"), wall, peak)
+            note((case, "second"), wall, peak, read)
             if case == "one architecture" and round_ == 0:
                 saved = os.path.join(work, "saved")
                 os.makedirs(saved, exist_ok=True)
@@ -153,9 +165,9 @@ def main():
                     model = os.path.join(cache, entry, "saved_model")
                     if os.path.isdir(model):
                         os.symlink(model, os.path.join(saved, entry))
-                wall, peak, _ = timed([args.isorun, "run", saved, "--inputs", inputs, "--json", "-q", "-j",
-                                       str(args.jobs)], poll_memory=True)
-                note((case, "saved"), wall, peak)
+                wall, peak, _, read = timed([args.isorun, "run", saved, "--inputs", inputs, "--json", "-q", "-j",
+                                             str(args.jobs)], True, warm + [cache])
+                note((case, "saved"), wall, peak, read)
 
     names = {"loop": "python loop (load_model, predict, del, clear_session, gc.collect)",
              "first": f"isorun run -j {args.jobs}, first run (exports included)",
@@ -169,10 +181,15 @@ def main():
         "distinct architectures (1 to 3 hidden layers, each file its own widths, so no two share a graph). "
         f"Medians of {args.rounds} alternating round(s) (`scripts/bench_keras.py`, "
         f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; 2 cores). Peak memory: the Python loop's own "
-        "process; for isorun, the supervisor's (workers and export processes are separate and short-lived).",
+        "process; for isorun, the supervisor's (workers and export processes are separate and short-lived). "
+        "Before each timed run the files every way reads (Python's TensorFlow and Keras as its import maps "
+        "them, isorun's libtensorflow and binaries, the models) are read once into the page cache: this host "
+        "takes file pages back within a minute, and a run from the disk measures the disk "
+        "(`scripts/bench_host.py`); *read from disk* is what the run still read (/proc/diskstats).",
         "",
-        "| files | way | wall (s), median | each round (s) | time ÷ python loop | peak memory (MiB) |",
-        "|---|---|---:|---|---:|---:|",
+        "| files | way | wall (s), median | each round (s) | time ÷ python loop | peak memory (MiB) "
+        "| read from disk (MB), median |",
+        "|---|---|---:|---|---:|---:|---:|",
     ]
     ratios = {}
     for case in folders:
@@ -184,7 +201,7 @@ def main():
             ratios[(case, way)] = wall / loop
             rounds = ", ".join(f"{w:.1f}" for w in walls[(case, way)])
             lines.append(f"| {case} | {name} | {wall:.2f} | {rounds} | {wall / loop:.2f}× | "
-                         f"{peaks[(case, way)] / 2**20:.0f} |")
+                         f"{peaks[(case, way)] / 2**20:.0f} | {statistics.median(reads[(case, way)]) / 1e6:.0f} |")
     for case in folders:
         medians = {g: sorted(ms)[len(ms) // 2] for g, ms in graphs[case].items()}
         lines += ["", f"Export time per file, {case} (`export.ms` of the last round's records, median): "

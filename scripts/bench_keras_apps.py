@@ -33,6 +33,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_markdown import splice  # noqa: E402
+import bench_host  # noqa: E402
 
 MODELS = ["MobileNetV3Small", "EfficientNetB0", "ResNet50", "ConvNeXtTiny", "DenseNet121"]
 SECTION = "## Keras applications: five real architectures"
@@ -133,13 +134,19 @@ def log(message):
     print(f"bench_keras_apps: {message}", file=sys.stderr, flush=True)
 
 
-CPU = {}
+CPU, READS = {}, {}
+# The files every way reads, read into the page cache before each timed run
+# (set in main; scripts/bench_host.py says why).
+WARM = []
 
 
 def timed(cmd, env=None, cpu_key=None):
-    """Runs cmd; its wall time and stdout. With cpu_key, also notes the CPU
-    time (user + system) of its whole process tree (every process in it is
-    reaped by its parent, so the children's usage counts them all)."""
+    """Runs cmd, after reading WARM into the page cache; its wall time and
+    stdout. With cpu_key, also notes the CPU time (user + system) of its
+    whole process tree (every process in it is reaped by its parent, so the
+    children's usage counts them all) and the bytes it read from disk."""
+    bench_host.warm(WARM)
+    read = bench_host.disk_read_bytes()
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     p = subprocess.run(cmd, capture_output=True, text=True, env=env)
@@ -149,6 +156,7 @@ def timed(cmd, env=None, cpu_key=None):
         raise SystemExit(f"bench_keras_apps: {cmd[:3]} failed ({p.returncode}):\n{p.stderr[-3000:]}")
     if cpu_key:
         CPU.setdefault(cpu_key, []).append(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
+        READS.setdefault(cpu_key, []).append(bench_host.disk_read_bytes() - read)
     return wall, p.stdout
 
 
@@ -183,6 +191,10 @@ def main():
     sizes = {f: os.path.getsize(os.path.join(apps, f)) for f in sorted(os.listdir(apps))}
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
     results = {"sizes": sizes}
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    WARM.extend(bench_host.python_files(args.python) + [
+        bench_host.libtensorflow(repo), os.path.realpath(args.isorun),
+        os.path.join(os.path.dirname(os.path.realpath(args.isorun)), "isorun-worker"), apps, inputs])
 
     cache = os.path.join(work, "cache")
     expected = os.path.join(work, "expected")
@@ -212,6 +224,7 @@ def main():
     results.update({key: statistics.median(values) for key, values in walls.items()})
     results["rounds"] = walls
     results["cpu_s"] = {key: statistics.median(values) for key, values in CPU.items()}
+    results["read_mb"] = {key: statistics.median(values) / 1e6 for key, values in READS.items()}
     log("isorun run -j 1 from the cache ...")
     wall, out = timed([args.isorun, "run", apps, "--inputs", inputs, "--json", "-q", "--python", args.python,
                        "--keras-cache", cache, "-j", "1", "-vv"], env)
@@ -243,18 +256,23 @@ def section(r):
              "`keras.applications` MobileNetV3Small, EfficientNetB0, ResNet50, ConvNeXtTiny and DenseNet121 "
              "(`weights=None`, saved as `.keras`), one input of 2×224×224×3; medians of "
              f"{rounds} alternating rounds (`scripts/bench_keras_apps.py`, "
-             f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; 2 cores).", "",
-             "| way | wall (s), median | each round (s) | ÷ the Keras loop | CPU (s), median | cores busy |",
-             "|---|---:|---|---:|---:|---:|",
+             f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; 2 cores). Before each timed run the files "
+             "every way reads (Python's TensorFlow and Keras as their import maps them, isorun's libtensorflow and "
+             "binaries, the models) are read once into the page cache: this host takes file pages back within a "
+             "minute (`scripts/bench_host.py`); *read from disk* is what the run still read (/proc/diskstats).", "",
+             "| way | wall (s), median | each round (s) | ÷ the Keras loop | CPU (s), median | cores busy "
+             "| read from disk (MB), median |",
+             "|---|---:|---|---:|---:|---:|---:|",
              "| the seed's Keras loop (`load_model`, `predict`, `del`, `clear_session`, `gc.collect`) | "
              f"{loop:.1f} | {', '.join(f'{w:.1f}' for w in r['rounds']['loop_s'])} | 1.00× | "
-             f"{r['cpu_s']['loop_s']:.1f} | {r['cpu_s']['loop_s'] / loop:.2f} |"]
+             f"{r['cpu_s']['loop_s']:.1f} | {r['cpu_s']['loop_s'] / loop:.2f} | {r['read_mb']['loop_s']:.0f} |"]
     for key, name in (("first_j1_s", "isorun run -j 1, first run (exports included)"),
                       ("first_j2_s", "isorun run -j 2, first run")):
         lines.append(f"| {name} | {r[key]:.1f} | {', '.join(f'{w:.1f}' for w in r['rounds'][key])} | "
-                     f"{r[key] / loop:.2f}× | {r['cpu_s'][key]:.1f} | {r['cpu_s'][key] / r[key]:.2f} |")
+                     f"{r[key] / loop:.2f}× | {r['cpu_s'][key]:.1f} | {r['cpu_s'][key] / r[key]:.2f} | "
+                     f"{r['read_mb'][key]:.0f} |")
     lines.append(f"| isorun run -j 1, from the cache | {r['cached_s']:.1f} | one round | {r['cached_s'] / loop:.2f}× "
-                 "| | |")
+                 "| | | |")
     graphs = sorted(set(r.get("first_j1_graph", {}).values()))
     lines += ["", f"Every file's export was `{'`, `'.join(graphs)}`; isorun's outputs differ from `model.predict`'s "
               f"by at most {r['max_abs_diff']:.1e} (largest absolute difference over the five, last round).", "",

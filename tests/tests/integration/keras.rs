@@ -260,6 +260,35 @@ fn custom_layers_need_their_module_and_lambdas_need_keras_unsafe() {
     assert_outputs_equal_predict(&out, "lambda.keras", "lambda", &["doubled"]);
 }
 
+#[test]
+fn a_keras_module_gets_the_packages_the_exporter_holds_off_while_it_imports_keras() {
+    // The export process keeps Keras from importing pandas and scikit-learn
+    // at start-up (a second of every export); a module the user passes may
+    // still import them (the fixtures' Python has both).
+    let Some(python) = python("a_keras_module_gets_the_packages_the_exporter_holds_off_while_it_imports_keras") else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let k = keras_fixtures();
+    let uses = tmp.path().join("uses_pandas.py");
+    std::fs::write(&uses, "import pandas, sklearn.base\nassert pandas.DataFrame({'a': [1]}).shape == (1, 1)\n").unwrap();
+    let ran = keras_run(
+        &python,
+        &tmp.path().join("cache"),
+        &[
+            k.join("custom.keras").to_str().unwrap(),
+            "--inputs",
+            k.join("inputs/custom.npz").to_str().unwrap(),
+            "--keras-module",
+            uses.to_str().unwrap(),
+            "--keras-module",
+            k.join("custom_layers.py").to_str().unwrap(),
+        ],
+    );
+    assert_eq!(ran.code, Some(0), "{}\n{}", ran.stdout, ran.stderr);
+    assert_eq!(ran.record("custom.keras")["status"], "ok", "{}", ran.stdout);
+}
+
 /// Where the escaping Lambda writes (baked into the fixture).
 const ESCAPED: &str = "/tmp/isorun-keras-lambda-escaped";
 
