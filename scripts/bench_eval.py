@@ -327,7 +327,7 @@ class EvalBench:
                 "model": r["model"], "examples": r.get("examples"),
                 "accuracy": r["metrics"]["accuracy"], "log_loss": r["metrics"]["log_loss"],
                 **{k: r.get(k) for k in ("wall_ms", "load_ms", "run_ms", "user_ms", "sys_ms", "peak_rss_bytes",
-                                         "examples_per_second", "batch_latency_ms")},
+                                         "examples_per_second", "batch_latency_ms", "worker_start")},
             } for r in sorted(records, key=lambda r: r["model"])],
         }
 
@@ -354,7 +354,7 @@ class EvalBench:
                 log(f"eval round {r + 1}/{self.args.rounds}: {name}: {round_[name]['wall_s']:.2f} s")
             for size in (BATCH, BIG_BATCH):
                 log(f"eval round {r + 1}/{self.args.rounds}: the in-process floor at batch {size} ...")
-                round_[f"floor {size}"] = self.floor(size)
+                round_[f"floor {size}"], round_[f"floor process {size}"] = self.floor(size)
             self.results["rounds"].append(round_)
 
     def floor(self, batch_size):
@@ -365,16 +365,36 @@ class EvalBench:
         examples = self.limit or N_EXAMPLES
         runs = math.ceil(examples / batch_size)
         worker = os.path.join(self.repo, "target/release/isorun-worker")
-        out = {}
+        out, process = {}, {}
         for model in self.models:
-            _, text, _, _, _, _ = self.timed([worker, "--in-process", "--batch", str(batch_size), "--repeat",
-                                              str(runs - 1), model], "isorun-worker --in-process")
+            wall, text, _, _, _, _ = self.timed([worker, "--in-process", "--batch", str(batch_size), "--repeat",
+                                                 str(runs - 1), model], "isorun-worker --in-process")
+            # The floor process's whole life (libtensorflow loaded, the model
+            # loaded and run, exit): the fair floor of an exec'd unit.
+            process[os.path.basename(model)] = wall
             total = re.search(r"\tload ([\d.]+) ms\ttotal ([\d.]+) ms$", text, re.M)
             repeat = re.search(r"\trepeat \d+ runs\t([\d.]+) s", text, re.M)
             if not total or not repeat:
                 raise SystemExit(f"bench: no floor lines from isorun-worker --in-process:\n{text[-2000:]}")
             out[os.path.basename(model)] = float(total.group(2)) / 1e3 + float(repeat.group(1))
-        return out
+        return out, process
+
+    def phases(self):
+        """Where an eval unit's time goes: one more isorun eval -j 1 per batch size
+        with `--report`, whose records carry each unit's `phases_ms` (not timed)."""
+        for size in (BATCH, BIG_BATCH):
+            log(f"eval phases: isorun -j 1 --batch-size {size} --report ...")
+            with tempfile.TemporaryDirectory() as tmp:
+                cmd = [self.isorun, "eval", *self.models, "--data", self.data, "--label", "label", "--metric",
+                       "accuracy", "--metric", "log_loss", "-j", "1", "--json", "--batch-size", str(size),
+                       "--report", os.path.join(tmp, "report.json")]
+                if self.limit:
+                    cmd += ["--limit", str(self.limit)]
+                _, out, _, _, _, _ = self.timed(cmd, "isorun eval --report")
+            records = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+            self.results.setdefault("phases", {})[str(size)] = [
+                {"model": r["model"], "wall_ms": r["wall_ms"], "worker_start": r.get("worker_start"),
+                 "phases_ms": r.get("phases_ms") or {}} for r in records if "model" in r]
 
     def sweep(self):
         """Where the time goes: isorun -j 1 at other batch sizes (one run each)."""
@@ -429,6 +449,39 @@ def agreement(per_model):
     return acc, ll
 
 
+def phases_table(w, results):
+    """Each unit's wall time split into its phases (`phases_ms` of `--report`)."""
+    phases = results.get("phases")
+    if not phases:
+        return
+    w("**Where an eval unit's time goes** (#25 §2): one more `isorun eval -j 1 --report` run per batch size; each "
+      "unit's `phases_ms`, as a share of its `wall_ms`. *start*: spawn, the worker's hello (libtensorflow loaded "
+      "when exec'd) and its sandbox; *load* and *model*: the worker's load and its signature runs (timed in the "
+      "worker); *IPC*: the batches' round trips less the model's runs; *parsing*: the unit waiting for the next "
+      "decoded batch (records are parsed on a thread beside it, so this is the parsing the worker could not hide); "
+      "*metrics*: scoring each batch's outputs; *exit*: until the worker is reaped; *other*: the rest.\n")
+    w("| model | batch | worker | wall (ms) | start | load | model | IPC | parsing | metrics | exit | other |")
+    w("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    shares = {}
+    for size, records in phases.items():
+        for r in records:
+            p, wall = r["phases_ms"], r["wall_ms"] or 1
+            start = sum(p.get(k) or 0 for k in ("spawn", "hello", "sandbox", "spare_wait"))
+            cells = {"start": start, "load": p.get("load") or 0, "model": p.get("run") or 0, "IPC": p.get("ipc") or 0,
+                     "parsing": p.get("data") or 0, "metrics": p.get("score") or 0, "exit": p.get("exit") or 0,
+                     "other": p.get("other") or 0}
+            if r["worker_start"] != "exec":
+                for k, v in cells.items():
+                    shares.setdefault(k, []).append(v / wall)
+            w(f"| {r['model']} | {size} | {r['worker_start'] or '–'} | {wall:.0f} | "
+              + " | ".join(f"{100 * v / wall:.0f}%" for v in cells.values()) + " |")
+    if shares:
+        w("\nForked units, median share of the unit: " + ", ".join(f"{k} {100 * median(v):.0f}%"
+                                                                   for k, v in shares.items())
+          + ". Decoding the data once for every model (#25 §2's one pass) could take at most the *parsing* share "
+            "off a unit's time at -j 1, and the parsing thread's CPU off the machine's.\n")
+
+
 def floor_table(w, results):
     """Each model's isorun -j 1 unit (wall_ms: worker start to end) against the in-process floor."""
     rounds = results["rounds"]
@@ -438,19 +491,26 @@ def floor_table(w, results):
       "--batch B --repeat R MODEL`, the model loaded and its signature run once per batch of the data on decoded "
       "zeros of B rows in one process (no worker process, IPC, reading or scoring); isorun: the unit's `wall_ms` "
       "in `isorun eval -j 1` (its worker's start, sandbox, load, every batch's round trip, reading and scoring, "
-      "exit). Medians over the rounds.\n")
-    w("| model | batch | floor (s) | isorun unit (s) | ratio |")
-    w("|---|---:|---:|---:|---:|")
+      "exit). A run's first unit is exec'd while the zygote starts (the default; waiting for the zygote instead "
+      "made the whole run slower): its worker loads libtensorflow itself, so its floor is the floor process's "
+      "whole wall time (libtensorflow loaded, the model loaded and run, exit); a forked unit's is the in-process "
+      "figure. Medians over the rounds.\n")
+    w("| model | batch | worker | floor (s) | isorun unit (s) | ratio |")
+    w("|---|---:|---|---:|---:|---:|")
     ratios = []
     for size, way in ((BATCH, "isorun -j 1"), (BIG_BATCH, f"isorun -j 1 --batch-size {BIG_BATCH}")):
         if way not in rounds[0]:
             continue
         for i, model in enumerate(results["models"]):
-            floor = median([r[f"floor {size}"][model] for r in rounds])
+            def fair(r):
+                exec_d = r[way]["models"][i].get("worker_start") == "exec" and f"floor process {size}" in r
+                return r[f"floor process {size}"][model] if exec_d else r[f"floor {size}"][model]
+            starts = sorted({r[way]["models"][i].get("worker_start") or "?" for r in rounds})
+            floor = median([fair(r) for r in rounds])
             unit = median([r[way]["models"][i]["wall_ms"] / 1e3 for r in rounds])
-            per_round = median([r[way]["models"][i]["wall_ms"] / 1e3 / r[f"floor {size}"][model] for r in rounds])
+            per_round = median([r[way]["models"][i]["wall_ms"] / 1e3 / fair(r) for r in rounds])
             ratios.append(per_round)
-            w(f"| {model} | {size} | {floor:.2f} | {unit:.2f} | {per_round:.2f}× |")
+            w(f"| {model} | {size} | {', '.join(starts)} | {floor:.2f} | {unit:.2f} | {per_round:.2f}× |")
     worst = max(ratios)
     w(f"\n**Target: each model's unit within 1.5× of the floor: {'met' if worst <= 1.5 else '**missed**'}** "
       f"(median {median(ratios):.2f}×, worst {worst:.2f}×).\n")
@@ -549,6 +609,7 @@ def section(results, machine):
               f"{median([x['batch_latency_ms']['p50'] for x in m['models']]):.2f} |")
         w("")
     floor_rows = floor_table(w, results)
+    phases_table(w, results)
     bounds(w, results, by)
     ratio = by["isorun -j 1"]["ratio"]
     met = ratio <= 0.5
@@ -650,6 +711,7 @@ def bench(args):
         b.rounds()
         if not args.quick:
             b.sweep()
+        b.phases()
         results = b.results
         results["machine"] = machine_info(b.repo)
         results["elapsed_s"] = time.perf_counter() - started
