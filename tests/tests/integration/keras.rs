@@ -271,7 +271,8 @@ fn a_keras_module_gets_the_packages_the_exporter_holds_off_while_it_imports_kera
     let tmp = tempfile::tempdir().unwrap();
     let k = keras_fixtures();
     let uses = tmp.path().join("uses_pandas.py");
-    std::fs::write(&uses, "import pandas, sklearn.base\nassert pandas.DataFrame({'a': [1]}).shape == (1, 1)\n").unwrap();
+    std::fs::write(&uses, "import pandas, sklearn.base\nassert pandas.DataFrame({'a': [1]}).shape == (1, 1)\n")
+        .unwrap();
     let ran = keras_run(
         &python,
         &tmp.path().join("cache"),
