@@ -37,6 +37,9 @@ import tempfile
 import threading
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench_host  # noqa: E402
+
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 # Bump when the evaluation zoo's contents change, so an old one is rebuilt.
@@ -264,20 +267,14 @@ class EvalBench:
         self.results = {"quick": args.quick, "rounds_n": args.rounds, "limit": self.limit,
                         "models": [os.path.basename(m) for m in self.models], "rounds": [], "sweep": {},
                         "read_mb": []}
-        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-        import bench_host
-
-        self.host = bench_host
         # The files every way reads, read into the page cache before each
         # timed run (this host takes file pages back within a minute).
-        self.warm = bench_host.python_files(sys.executable) + [
-            bench_host.libtensorflow(self.repo), self.isorun, os.path.join(self.repo, "target/release/isorun-worker"),
-            self.data, models]
+        self.warm = bench_host.way_files(sys.executable, self.repo, self.isorun) + [self.data, models]
 
     def timed(self, cmd, what, sample=False):
         """Runs cmd; returns (wall s, stdout, stderr, sampled VmHWM, own CPU s, other processes' cores)."""
-        self.host.warm(self.warm)
-        read0 = self.host.disk_read_bytes()
+        bench_host.warm(self.warm)
+        read0 = bench_host.disk_read_bytes()
         cpu0, busy0 = children_cpu(), machine_busy()
         started = time.perf_counter()
         p = subprocess.Popen(cmd, env=self.env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
@@ -292,7 +289,7 @@ class EvalBench:
             sampler.join()
         own = children_cpu() - cpu0
         others = max(0.0, machine_busy() - busy0 - own) / wall
-        self.results["read_mb"].append((self.host.disk_read_bytes() - read0) / 1e6)
+        self.results["read_mb"].append((bench_host.disk_read_bytes() - read0) / 1e6)
         if p.returncode != 0:
             raise SystemExit(f"bench: {what} failed with exit code {p.returncode}:\n{err[-3000:]}")
         return wall, out, err, (sampler.peak if sampler else None), own, others
@@ -539,12 +536,9 @@ def section(results, machine):
         w(f"- other processes used a median of {median(others):.2f} cores (at most {max(others):.2f}) during "
           f"the timed runs (`/proc/stat`, this bench excluded)"
           + (" — the machine was shared; read medians and side-by-side ratios" if median(others) > 0.25 else ""))
-    reads = results.get("read_mb") or []
-    if reads:
-        w(f"- before each timed run the files every way reads (Python's TensorFlow as its import maps it, "
-          f"isorun's libtensorflow and binaries, the models, the data) were read into the page cache "
-          f"(`scripts/bench_host.py`: this host takes file pages back within a minute); the runs then read a "
-          f"median of {median(reads):.0f} MB from disk (at most {max(reads):.0f} MB)")
+    line = bench_host.reads_line(results.get("read_mb"), "the models, the data")
+    if line:
+        w(line)
     w(f"- the evaluation part took {results['elapsed_s'] / 60:.1f} min\n")
     w(f"The zoo (`$ISORUN_BENCH_ZOO/eval`, made once): MLPs 32 → W → W → 10 (softmax) for W = "
       f"{', '.join(str(x) for x in WIDTHS)}, trained 2 epochs on 30,000 examples of the same distribution "

@@ -71,9 +71,8 @@ def main():
     start = text.find("\n## Targets\n")
     if start < 0:
         sys.exit(f"bench_glance: {path} has no '## Targets' section")
-    # Drop an older summary (generated, or written by hand before this script).
-    text = re.sub(r"(?ms)^### (?:Every target at a glance|#25 \(speed, round 3\) at a glance)\n.*?(?=^## |\Z)", "",
-                  text)
+    # Drop the summary of the last run.
+    text = re.sub(rf"(?ms)^{re.escape(SUBSECTION)}\n.*?(?=^## |\Z)", "", text)
     start = text.find("\n## Targets\n")
     end = text.find("\n## ", start + 1)
     end = len(text) if end < 0 else end

@@ -11,6 +11,7 @@ unequally. Warming both puts them on the same footing; the bytes read during
 the run say whether it held.
 """
 import os
+import statistics
 import subprocess
 import time
 
@@ -86,3 +87,28 @@ def warm(paths):
 def libtensorflow(repo):
     """isorun's libtensorflow folder (the checkout's `.libtensorflow`)."""
     return os.path.realpath(os.path.join(repo, ".libtensorflow"))
+
+
+def way_files(python, repo, isorun):
+    """What every way of a bench reads before its own inputs: Python's
+    TensorFlow and Keras as their import maps them, isorun's libtensorflow,
+    isorun and the isorun-worker beside it."""
+    isorun = os.path.realpath(isorun)
+    return python_files(python) + [libtensorflow(repo), isorun, os.path.join(os.path.dirname(isorun), "isorun-worker")]
+
+
+def warmed(inputs, sentence=False):
+    """How a page says what was warmed: `inputs` names the bench's own files;
+    `sentence`: capitalised, to start one."""
+    return (f"{'The' if sentence else 'the'} files every way reads (Python's TensorFlow and Keras as their import maps them, isorun's "
+            f"libtensorflow and binaries, {inputs}) are read into the page cache before each timed run "
+            f"(`scripts/bench_host.py`: this host takes file pages back within a minute, and a run from the disk "
+            f"measures the disk)")
+
+
+def reads_line(reads, inputs):
+    """The Machine list's line on warming and what the runs still read, or None."""
+    if not reads:
+        return None
+    return (f"- {warmed(inputs)}; the runs then read a median of {statistics.median(reads):.0f} MB from disk "
+            f"(at most {max(reads):.0f} MB)")

@@ -125,9 +125,7 @@ def main():
     repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     # Every way starts with the same files in the page cache: Python's
     # TensorFlow and Keras, isorun's libtensorflow and binaries, the models.
-    warm = bench_host.python_files(args.python) + [
-        bench_host.libtensorflow(repo), os.path.realpath(args.isorun),
-        os.path.join(os.path.dirname(os.path.realpath(args.isorun)), "isorun-worker"), inputs]
+    warm = bench_host.way_files(args.python, repo, args.isorun) + [inputs]
 
     walls, peaks, graphs, reads = {}, {}, {}, {}
 
@@ -182,10 +180,8 @@ def main():
         f"Medians of {args.rounds} alternating round(s) (`scripts/bench_keras.py`, "
         f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; 2 cores). Peak memory: the Python loop's own "
         "process; for isorun, the supervisor's (workers and export processes are separate and short-lived). "
-        "Before each timed run the files every way reads (Python's TensorFlow and Keras as its import maps "
-        "them, isorun's libtensorflow and binaries, the models) are read once into the page cache: this host "
-        "takes file pages back within a minute, and a run from the disk measures the disk "
-        "(`scripts/bench_host.py`); *read from disk* is what the run still read (/proc/diskstats).",
+        f"{bench_host.warmed('the models', sentence=True)}; *read from disk* is what the run still read "
+        "(/proc/diskstats).",
         "",
         "| files | way | wall (s), median | each round (s) | time ÷ python loop | peak memory (MiB) "
         "| read from disk (MB), median |",

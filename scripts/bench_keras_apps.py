@@ -192,9 +192,7 @@ def main():
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
     results = {"sizes": sizes}
     repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    WARM.extend(bench_host.python_files(args.python) + [
-        bench_host.libtensorflow(repo), os.path.realpath(args.isorun),
-        os.path.join(os.path.dirname(os.path.realpath(args.isorun)), "isorun-worker"), apps, inputs])
+    WARM.extend(bench_host.way_files(args.python, repo, args.isorun) + [apps, inputs])
 
     cache = os.path.join(work, "cache")
     expected = os.path.join(work, "expected")
@@ -256,10 +254,9 @@ def section(r):
              "`keras.applications` MobileNetV3Small, EfficientNetB0, ResNet50, ConvNeXtTiny and DenseNet121 "
              "(`weights=None`, saved as `.keras`), one input of 2×224×224×3; medians of "
              f"{rounds} alternating rounds (`scripts/bench_keras_apps.py`, "
-             f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; 2 cores). Before each timed run the files "
-             "every way reads (Python's TensorFlow and Keras as their import maps them, isorun's libtensorflow and "
-             "binaries, the models) are read once into the page cache: this host takes file pages back within a "
-             "minute (`scripts/bench_host.py`); *read from disk* is what the run still read (/proc/diskstats).", "",
+             f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; 2 cores). "
+             f"{bench_host.warmed('the models', sentence=True)}; *read from disk* is what the run still read "
+             "(/proc/diskstats).", "",
              "| way | wall (s), median | each round (s) | ÷ the Keras loop | CPU (s), median | cores busy "
              "| read from disk (MB), median |",
              "|---|---:|---|---:|---:|---:|---:|",

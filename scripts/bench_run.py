@@ -20,6 +20,9 @@ import tempfile
 import threading
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench_host  # noqa: E402
+
 MIB = 1024 * 1024
 
 
@@ -242,28 +245,23 @@ class Bench:
         self.models = [os.path.join(mlp, m) for m in sorted(os.listdir(mlp))][:n]
         self.inputs = os.path.join(self.zoo, "inputs.npz")
         self.results = {"rounds": [], "loadavg": [], "read_mb": []}
-        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-        import bench_host
-
-        self.host = bench_host
         # The files every way reads, read into the page cache before each
         # timed run (this host takes file pages back within a minute):
         # Python's TensorFlow as its import maps it, isorun's libtensorflow
         # and binaries, and whatever paths the command names.
-        self.warm = bench_host.python_files(self.python) + [
-            bench_host.libtensorflow(self.repo), self.isorun, self.worker, self.inputs]
+        self.warm = bench_host.way_files(self.python, self.repo, self.isorun) + [self.inputs]
 
     # -- running things -----------------------------------------------------
 
     def run(self, cmd, what, capture=True):
         """Runs cmd to the end; returns (wall seconds, stdout, stderr). Fails loudly."""
-        self.host.warm(self.warm + [a for a in cmd if isinstance(a, str) and a.startswith("/") and os.path.exists(a)])
-        read_before = self.host.disk_read_bytes()
+        bench_host.warm(self.warm + [a for a in cmd if isinstance(a, str) and a.startswith("/") and os.path.exists(a)])
+        read_before = bench_host.disk_read_bytes()
         cpu_before, busy_before = children_cpu(), machine_busy()
         started = time.perf_counter()
         p = subprocess.run(cmd, env=self.env, stdin=subprocess.DEVNULL, capture_output=capture, text=True)
         wall = time.perf_counter() - started
-        self.results["read_mb"].append((self.host.disk_read_bytes() - read_before) / 1e6)
+        self.results["read_mb"].append((bench_host.disk_read_bytes() - read_before) / 1e6)
         own = children_cpu() - cpu_before
         # The CPU time everything else on the machine used meanwhile, in cores.
         self.last_cpu = {"own_cpu_s": own, "others_cores": max(0.0, machine_busy() - busy_before - own) / wall}
@@ -829,12 +827,9 @@ def write_markdown(path, results, args):
              if median(others) > 0.25 else
              " — mostly quiet, with other work in some runs; medians and side-by-side ratios absorb that"
              if max(others) > 0.25 else " — quiet"))
-    reads = results.get("read_mb") or []
-    if reads:
-        w(f"- before each timed run the files it reads (Python's TensorFlow as its import maps it, isorun's "
-          f"libtensorflow and binaries, the models and inputs it names) were read into the page cache "
-          f"(`scripts/bench_host.py`: this host takes file pages back within a minute); the runs then read a "
-          f"median of {median(reads):.0f} MB from disk (at most {max(reads):.0f} MB)")
+    line = bench_host.reads_line(results.get("read_mb"), "the models and inputs each run names")
+    if line:
+        w(line)
     w(f"- the whole bench took {results['elapsed_s'] / 60:.1f} min\n")
 
     w("## How to reproduce\n")

@@ -138,7 +138,12 @@ pub(crate) fn read_frame_bytes(reader: &mut impl Read, max_frame: u64) -> Result
         return Err(FrameError::TooLarge { claimed, max: max_frame });
     }
     let mut payload = Vec::with_capacity(claimed.min(1 << 20) as usize);
-    let received = reader.take(claimed).read_to_end(&mut payload).map_err(FrameError::Io)? as u64;
+    let received = match reader.take(claimed).read_to_end(&mut payload) {
+        Ok(n) => n as u64,
+        // The peer's end (read_full): what came is kept in `payload`, so the frame is truncated.
+        Err(e) if e.kind() == io::ErrorKind::ConnectionReset => payload.len() as u64,
+        Err(e) => return Err(FrameError::Io(e)),
+    };
     if received < claimed {
         return Err(FrameError::Truncated { received, expected: claimed });
     }
@@ -150,7 +155,8 @@ fn read_full(reader: &mut impl Read, buf: &mut [u8]) -> Result<usize, FrameError
     let mut filled = 0;
     while filled < buf.len() {
         match reader.read(&mut buf[filled..]) {
-            // A reset is the peer's end too (it closed with our bytes unread).
+            // A reset is the peer's end too: it closed with our bytes unread
+            // (Linux says so once everything it sent has been read).
             Ok(0) => break,
             Err(e) if e.kind() == io::ErrorKind::ConnectionReset => break,
             Ok(n) => filled += n,
@@ -201,6 +207,29 @@ mod tests {
         bytes.extend_from_slice(&(1u64 << 40).to_le_bytes());
         let r: Result<WorkerMessage, _> = read_frame(&mut bytes.as_slice(), DEFAULT_MAX_FRAME);
         assert!(matches!(r, Err(FrameError::TooLarge { claimed, .. }) if claimed == 1 << 40));
+    }
+
+    #[test]
+    fn a_peer_that_closes_with_our_bytes_unread_ends_the_stream_for_the_blocking_reader_too() {
+        use std::io::Write;
+        use std::os::unix::net::UnixStream;
+        let bytes = frame_bytes(&sample());
+        // After a whole frame: the frame, then Closed (not an i/o error).
+        let (mut ours, mut theirs) = UnixStream::pair().unwrap();
+        ours.write_all(&[7; 4096]).unwrap();
+        theirs.write_all(&bytes).unwrap();
+        drop(theirs);
+        assert_eq!(read_frame::<WorkerMessage>(&mut ours, DEFAULT_MAX_FRAME).unwrap(), sample());
+        assert!(matches!(read_frame::<WorkerMessage>(&mut ours, DEFAULT_MAX_FRAME), Err(FrameError::Closed)));
+        // In the header and in the payload: truncated.
+        for cut in [FRAME_HEADER - 2, bytes.len() - 3] {
+            let (mut ours, mut theirs) = UnixStream::pair().unwrap();
+            ours.write_all(&[7; 4096]).unwrap();
+            theirs.write_all(&bytes[..cut]).unwrap();
+            drop(theirs);
+            let r = read_frame::<WorkerMessage>(&mut ours, DEFAULT_MAX_FRAME);
+            assert!(matches!(r, Err(FrameError::Truncated { .. })), "cut at {cut}: {r:?}");
+        }
     }
 
     #[test]
