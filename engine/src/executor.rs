@@ -307,6 +307,13 @@ struct SlotState {
     reaper: mpsc::Sender<Reap>,
 }
 
+/// Spares being forked on a helper thread ([`Slot::fork_spares_early`]):
+/// their reservations, in order, and the forks' results as they come.
+struct EarlySpares {
+    reservations: Vec<Arc<Reservation>>,
+    results: mpsc::Receiver<std::io::Result<(WorkerProcess, Instant)>>,
+}
+
 /// How a unit in a live worker ended: the report, and whether the worker can take another.
 struct UnitEnd {
     report: UnitReport,
@@ -490,10 +497,16 @@ impl Slot<'_> {
                     (worker, worker_id, None, (Duration::ZERO, Duration::ZERO))
                 }
             };
-            // While this worker runs, the next units' spares fork and warm up.
-            if worker.forked() {
+            // While this worker runs, the next units' spares fork and warm up:
+            // at once from a ready zygote, or, beside a first worker exec'd
+            // while the zygote still loads libtensorflow, from a helper
+            // thread that waits for the zygote (collected after this worker's units).
+            let early = if worker.forked() {
                 self.refill_spares(spares, queue, zygote);
-            }
+                None
+            } else {
+                self.fork_spares_early(spares, queue, zygote)
+            };
             // Units in this worker; the last report waits for the worker's
             // exit, whose rusage completes its measurements.
             let shared = !solo;
@@ -539,6 +552,9 @@ impl Slot<'_> {
                 if solo {
                     break;
                 }
+            }
+            if let Some(early) = early {
+                self.collect_early_spares(early, spares, queue);
             }
             // No more work for this worker: ask it to leave, then make sure.
             // A unit that is over either way (it passed) is reaped by the
@@ -622,6 +638,102 @@ impl Slot<'_> {
                     queue.release(&reservation);
                     return;
                 }
+            }
+        }
+    }
+
+    /// Reserves the next units for spares and forks them on a helper
+    /// thread, beside a first worker that was exec'd because the slot's
+    /// zygote was still loading libtensorflow: the fork waits for the
+    /// zygote there, not on this slot's path, so the unit after the first
+    /// starts in a warm spare too. `None` when the slot has no spares to make.
+    fn fork_spares_early(
+        &self,
+        spares: &VecDeque<Spare>,
+        queue: &UnitQueue,
+        zygote: &Option<Arc<Zygote>>,
+    ) -> Option<EarlySpares> {
+        let warm_dir = self.warm_dir?;
+        let zygote = Arc::clone(zygote.as_ref().filter(|z| z.alive())?);
+        if spare::memory_short(self.settings.memory_limit) {
+            return None;
+        }
+        let mut reservations = Vec::new();
+        while spares.len() + reservations.len() < self.settings.spares && self.stop.not_starting().is_none() {
+            let Some(reservation) = queue.reserve() else { break };
+            reservations.push(reservation);
+        }
+        if reservations.is_empty() {
+            return None;
+        }
+        let requests: Vec<WarmRequest> = reservations
+            .iter()
+            .map(|reservation| WarmRequest {
+                sandbox: self.sandbox_for(&reservation.units),
+                config: self.settings.session,
+                warm_dir: warm_dir.to_string(),
+                cpu_only: true,
+            })
+            .collect();
+        let (spawn, reap_timeout) = (self.spawn.clone(), self.settings.reap_timeout);
+        let (tx, results) = mpsc::channel();
+        let forking = std::thread::Builder::new().name("early-spares".into()).spawn(move || {
+            for warm in requests {
+                let started = WorkerProcess::spawn_forked(&zygote, &spawn).and_then(|mut worker| {
+                    let forked = Instant::now();
+                    worker.set_reap_timeout(reap_timeout);
+                    worker
+                        .send(RequestEnvelope::new(&ToWorker::Warm(warm), Vec::new()))
+                        .map_err(std::io::Error::other)?;
+                    Ok((worker, forked))
+                });
+                let failed = started.is_err();
+                // Nobody waits any more (the unit ended, the run stops): the
+                // worker is dropped with the message, which kills it.
+                if tx.send(started).is_err() || failed {
+                    return;
+                }
+            }
+        });
+        match forking {
+            Ok(_) => Some(EarlySpares { reservations, results }),
+            Err(e) => {
+                tracing::info!("cannot start a thread to fork spares: {e}");
+                for reservation in &reservations {
+                    queue.release(reservation);
+                }
+                None
+            }
+        }
+    }
+
+    /// Takes in the spares [`Slot::fork_spares_early`] forked, in the order
+    /// of their reservations, waiting for the zygote if the first unit was
+    /// quicker; gives back the units of those that could not be forked, and
+    /// of all of them when the run stops meanwhile.
+    fn collect_early_spares(&self, early: EarlySpares, spares: &mut VecDeque<Spare>, queue: &UnitQueue) {
+        let EarlySpares { reservations, results } = early;
+        for reservation in reservations {
+            let forked = loop {
+                if self.stop.not_starting().is_some() {
+                    break None;
+                }
+                match results.recv_timeout(Duration::from_millis(20)) {
+                    Ok(forked) => break Some(forked),
+                    Err(mpsc::RecvTimeoutError::Timeout) => continue,
+                    Err(mpsc::RecvTimeoutError::Disconnected) => break None,
+                }
+            };
+            match forked {
+                Some(Ok((worker, forked))) => {
+                    let worker_id = self.worker_ids.fetch_add(1, Ordering::SeqCst);
+                    spares.push_back(Spare { worker, reservation, worker_id, forked });
+                }
+                Some(Err(e)) => {
+                    tracing::info!("cannot fork a spare worker: {e}");
+                    queue.release(&reservation);
+                }
+                None => queue.release(&reservation),
             }
         }
     }

@@ -69,6 +69,82 @@ fn every_unit_runs_in_a_fresh_process_and_spares_serve_one_unit_each() {
     assert_eq!(computed(&log).len(), 6, "each unit computed once");
 }
 
+/// By default (`--spawn auto`) a slot's first worker is exec'd while its
+/// zygote loads libtensorflow; the spares for the next units are forked
+/// while that first unit runs, so the second unit starts warm too.
+#[test]
+fn the_unit_after_an_execd_first_unit_runs_in_a_spare() {
+    let tmp = tempfile::tempdir().unwrap();
+    fake_models(&tmp.path().join("models"), &["a-fault-slow-1000", "b-fault-pid", "c-fault-pid", "d-fault-pid"]);
+    let input = write_input(tmp.path());
+    let log = tmp.path().join("log");
+    let ran = run(isorun_fault(&[&format!("--log={}", log.display())])
+        .arg(tmp.path().join("models"))
+        .arg(format!("--input=x={}", input.display()))
+        .args(["-j", "1", "--spares", "1", "--sandbox", "off", "--values", "--json"]));
+    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    assert_eq!(ran.records.len(), 4, "{}", ran.stdout);
+    let first = &ran.records[0];
+    assert!(first["model"].as_str().unwrap().contains("a-fault-slow"), "{first}");
+    assert_eq!(first["worker_start"], "exec", "the first worker is exec'd: {first}");
+    assert!(first.get("spare").is_none(), "{first}");
+    let warmed = warmed_pids(&log);
+    for record in &ran.records[1..] {
+        assert_eq!(record["status"], "ok", "{record}");
+        assert_eq!(record["worker_start"], "fork", "{record}");
+        assert!(record.get("spare").is_some(), "every unit after the first ran in a spare: {record}");
+        let pid = int_output(record, "worker_pid");
+        assert_eq!(int_output(record, "worker_warmed"), 1, "{record}");
+        assert_eq!(int_output(record, "worker_requests"), 1, "a spare serves one unit: {record}");
+        assert!(warmed.contains(&(pid as u32)), "{record}");
+    }
+    assert_eq!(warmed.len(), 3, "no spare was forked for nothing: {warmed:?}");
+    for pid in warmed {
+        assert!(gone_within(pid, Duration::from_secs(5)), "spare {pid} left behind");
+    }
+    assert_eq!(computed(&log).len(), 4, "each unit computed once");
+}
+
+/// A run interrupted while its first, exec'd unit runs and the spares
+/// forked beside it warm up: the spares die, every unit has its record.
+#[test]
+fn spares_forked_beside_an_execd_first_unit_die_with_an_interrupted_run() {
+    let tmp = tempfile::tempdir().unwrap();
+    fake_models(&tmp.path().join("models"), &["a-fault-hang", "b-fault-hang", "c-fault-hang", "d-fault-hang"]);
+    let input = write_input(tmp.path());
+    let log = tmp.path().join("log");
+    let child = isorun_fault(&[&format!("--log={}", log.display())])
+        .arg(tmp.path().join("models"))
+        .arg(format!("--input=x={}", input.display()))
+        .args(["-j", "1", "--spares", "2", "--sandbox", "off", "--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while warmed_pids(&log).len() < 2 {
+        if Instant::now() > deadline {
+            unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
+            panic!("no two spares within 20 s beside the first unit");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let spares = warmed_pids(&log);
+    // The first unit hangs in its exec'd worker: it computed, no other unit did.
+    assert_eq!(computed(&log), ["a-fault-hang"]);
+    // SAFETY: a signal to our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let ran = ran(child.wait_with_output().unwrap());
+    assert_eq!(ran.code, Some(130), "{}", ran.stderr);
+    assert_eq!(ran.records.len(), 4, "every unit has its record, reserved ones too:\n{}", ran.stdout);
+    for record in &ran.records {
+        assert_eq!(record["reason"], "interrupted", "{record}");
+    }
+    for pid in spares {
+        assert!(gone_within(pid, Duration::ZERO), "spare {pid} outlived the run");
+    }
+}
+
 /// A spare that crashes, hangs or fails while it warms up is nobody's
 /// fault: its units run in fresh workers, once each, and pass.
 fn a_failed_warm_up(mode: &str) -> (crate::util::Ran, Vec<u32>) {
