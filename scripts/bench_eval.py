@@ -553,7 +553,7 @@ def section(results, machine):
       ".map(lambda b: tf.io.parse_example(b, spec), num_parallel_calls=AUTOTUNE).prefetch(AUTOTUNE)`: "
       f"whole batches parsed at once; beside it isorun with `--batch-size {BIG_BATCH}`.")
     w("- **isorun -j N**: `isorun eval MODELS --data data.tfrecord --label label --metric accuracy --metric "
-      "log_loss -j N --json --summary` (batch size 256, `--spawn zygote`). Supervisor peak: `--summary`'s "
+      "log_loss -j N --json --summary` (batch size 256, the default spawn mode: the first worker exec'd while the zygote starts, the rest forked; at -j 1 each into a spare warmed up beside the unit before it, at -j 2 (the slots fill the 2 CPUs, so no spares by default) fresh). Supervisor peak: `--summary`'s "
       "\"supervisor peak memory\" (its VmHWM also sampled from `/proc` every 20 ms); worker peak: each record's "
       "`peak_rss_bytes` (`ru_maxrss`).")
     w(f"\nThe ways alternate (python, -j 1, -j 2, python, …), {results['rounds_n']} round(s); a figure is the "

@@ -3,8 +3,10 @@
 //! and function runtime, oneDNN's set-up: ~90 ms of a small model's ~150 ms
 //! here), which the zygote cannot do before it forks without starting
 //! threads. A spare is forked ahead of need, while the slot's current unit
-//! runs, and warms up on the other core; its unit then starts in a process
-//! that has done all of that and has never seen another model.
+//! runs (also the first, exec'd while the zygote loads libtensorflow: the
+//! fork then waits for the zygote on a helper thread), and warms up on the
+//! other core; its unit then starts in a process that has done all of that
+//! and has never seen another model.
 //!
 //! Each spare is bound to the units it will run, taken from the queue when
 //! the spare is forked (a [`Reservation`]), because its sandbox must be
