@@ -8,6 +8,10 @@ One tiny model, the same JSON request lines for every way:
     JSON parsing and answer code (isorun_tensors::pipe) and the same C API
     calls in one process, with and without `--caller-thread` (ops on the
     calling thread);
+  - that floor with the model in a forked child process (`--across-
+    processes`): the same work plus one bare round trip over a UNIX socket
+    per request, both sides polling 50 µs as `pipe` does; none of isorun's
+    supervisor, protocol or sandbox: the bound of `pipe` against the floor;
   - a Python loop (`json` + a signature loaded with tf.saved_model.load),
     when --python names an interpreter with TensorFlow.
 
@@ -168,6 +172,7 @@ def main():
         "pipe_batch64": [args.isorun, "pipe", args.model, "--max-batch", "64"],
         "floor": [args.worker, "--in-process", "--pipe", args.model],
         "floor_caller_thread": [args.worker, "--in-process", "--pipe", "--caller-thread", args.model],
+        "floor_across": [args.worker, "--in-process", "--pipe", "--caller-thread", "--across-processes", args.model],
     }
     if args.python:
         ways["python"] = [args.python, python_loop, args.model, "serving_default"]
@@ -221,6 +226,7 @@ LABELS = {
     "pipe_batch64": "`isorun pipe --max-batch 64`",
     "floor": "floor: `isorun-worker --in-process --pipe` (inter-op pool)",
     "floor_caller_thread": "floor: `isorun-worker --in-process --pipe --caller-thread`",
+    "floor_across": "that floor across two processes (`--across-processes`: the bare boundary, no isorun)",
     "python": "Python loop (`json` + `tf.saved_model.load` signature)",
 }
 
@@ -286,8 +292,20 @@ def section(results):
     if not met:
         per_pipe = 1e3 / (file_rates.get("pipe") or rates["pipe"])
         per_floor = 1e3 / (file_rates.get("floor_caller_thread") or rates["floor_caller_thread"])
+        across = ""
+        if "floor_across" in rates:
+            per_across = 1e3 / (file_rates.get("floor_across") or rates["floor_across"])
+            bound = ratio("floor_across", "floor_caller_thread")
+            verdict = ("so no program that keeps the model in another process reaches 50% of the floor here"
+                       if bound < 0.5 else "so the boundary alone would allow 50%: the rest is `pipe`'s own")
+            across = (f" The same floor with its model in a second process (`--across-processes`: one bare round "
+                      f"trip over a UNIX socket per request, both sides polling as `pipe` does, no supervisor, "
+                      f"protocol or sandbox) answers at {100 * bound:.0f}% of the floor's rate "
+                      f"({per_across:.3f} ms a request, to a file): the boundary alone costs "
+                      f"{per_across - per_floor:.3f} ms, {verdict}; `pipe` answers at "
+                      f"{100 * ratio('pipe', 'floor_across'):.0f}% of that bound's rate.")
         out.append(f"\n**What bounds it.** To a file a request costs {per_pipe:.3f} ms through `pipe` against "
-                   f"{per_floor:.3f} ms in the floor: {per_pipe - per_floor:.3f} ms is the process boundary. No thread "
+                   f"{per_floor:.3f} ms in the floor: {per_pipe - per_floor:.3f} ms is the process boundary.{across} No thread "
                    "hand-off is left on the path (the serving thread reads stdin, writes the request and reads the "
                    "answer itself; the worker runs the ops on its own thread), and with `--spin-us` neither process "
                    "sleeps while requests keep coming, so what remains is the work of crossing: the request and "

@@ -11,7 +11,13 @@
 //! stdin exactly as `isorun pipe` does (the same parsing and answer code,
 //! `isorun_tensors::pipe`), one flushed line per request: the fair floor for
 //! `pipe`, all of its work but the process boundary. `--caller-thread` runs
-//! ops on the calling thread (`inter_op_parallelism_threads` = -1).
+//! ops on the calling thread (`inter_op_parallelism_threads` = -1). With
+//! `--pipe --across-processes` the model runs in a child process instead,
+//! forked before anything is loaded: this process parses each line, hands
+//! the tensors over a UNIX socket (one frame each way, both sides polling
+//! for up to 50 µs before they sleep, as `pipe`'s defaults do) and writes
+//! the answer. That is the floor plus the bare process boundary, with none
+//! of isorun's supervisor, protocol or sandbox: what `pipe` is bounded by.
 
 use crate::tf::SavedModel;
 use crate::warm::{with_dense_bytes, zero_inputs};
@@ -29,6 +35,7 @@ pub fn main(args: &[String]) -> i32 {
     let mut models = Vec::new();
     let mut pipe = false;
     let mut caller_thread = false;
+    let mut across_processes = false;
     let mut rest = args.iter();
     while let Some(arg) = rest.next() {
         match arg.as_str() {
@@ -37,6 +44,7 @@ pub fn main(args: &[String]) -> i32 {
             "--repeat" => repeat = rest.next().and_then(|n| n.parse().ok()).unwrap_or(0),
             "--pipe" => pipe = true,
             "--caller-thread" => caller_thread = true,
+            "--across-processes" => across_processes = true,
             model => models.push(model.to_string()),
         }
     }
@@ -54,6 +62,9 @@ pub fn main(args: &[String]) -> i32 {
             eprintln!("--pipe needs a model");
             return 2;
         };
+        if across_processes {
+            return serve_pipe_across_processes(Path::new(model_dir), &signature, &config);
+        }
         return serve_pipe(Path::new(model_dir), &signature, &config);
     }
     let started = Instant::now();
@@ -148,4 +159,123 @@ fn serve_pipe(model_dir: &Path, key: &str, config: &SessionConfig) -> i32 {
         }
     }
     0
+}
+
+/// How long each side of `--across-processes` polls for the other's frame
+/// before it sleeps: `isorun pipe`'s default `--spin-us`.
+const ACROSS_SPIN: std::time::Duration = std::time::Duration::from_micros(50);
+
+/// What the child of `--across-processes` sends back for a request.
+type Answer = Result<Vec<(String, isorun_protocol::Tensor)>, (String, Option<String>, String)>;
+
+/// `serve_pipe` with the model in a child process: the same lines, the same
+/// answers, one round trip over a socket per request.
+fn serve_pipe_across_processes(model_dir: &Path, key: &str, config: &SessionConfig) -> i32 {
+    use isorun_transport::{read_frame, write_frame, DEFAULT_MAX_FRAME};
+    let (ours, theirs) = match std::os::unix::net::UnixStream::pair() {
+        Ok(pair) => pair,
+        Err(e) => {
+            eprintln!("socketpair: {e}");
+            return 1;
+        }
+    };
+    // Forked before TensorFlow starts a thread (nothing is loaded yet).
+    // SAFETY: this process has one thread here; the child only runs Rust code of its own.
+    let child = unsafe { libc::fork() };
+    if child < 0 {
+        eprintln!("fork: {}", std::io::Error::last_os_error());
+        return 1;
+    }
+    if child == 0 {
+        drop(ours);
+        // SAFETY: ends the child without running the parent's exit handlers twice.
+        unsafe { libc::_exit(run_for_parent(model_dir, key, config, theirs)) };
+    }
+    drop(theirs);
+    let mut socket = ours;
+    let tags = ["serve".to_string()];
+    let signature = match isorun_tensors::json_input::signature_of(model_dir, &tags, key) {
+        Ok(signature) => signature,
+        Err(e) => {
+            eprintln!("{}: {e}", model_dir.display());
+            return 1;
+        }
+    };
+    let stdin = std::io::stdin().lock();
+    let mut stdout = std::io::stdout().lock();
+    let mut code = 0;
+    for line in stdin.split(b'\n') {
+        let Ok(line) = line else {
+            code = 1;
+            break;
+        };
+        if line.iter().all(u8::is_ascii_whitespace) {
+            continue;
+        }
+        let answer = match isorun_tensors::pipe::parse_request(&signature, &line) {
+            Err(error_line) => error_line,
+            Ok((id, tensors)) => {
+                let answer: Answer = match match_inputs(&signature, &tensors) {
+                    Err(e) => Err((e.kind.name().to_string(), e.code.clone(), e.message.clone())),
+                    Ok(ordered) => {
+                        let ordered: Vec<&isorun_protocol::Tensor> = ordered.into_iter().collect();
+                        if write_frame(&mut socket, &ordered).is_err() {
+                            code = 1;
+                            break;
+                        }
+                        crate::serve::wait_spinning(&socket, ACROSS_SPIN);
+                        match read_frame::<Answer>(&mut socket, DEFAULT_MAX_FRAME) {
+                            Ok(answer) => answer,
+                            Err(_) => {
+                                code = 1;
+                                break;
+                            }
+                        }
+                    }
+                };
+                match answer {
+                    Ok(outputs) => isorun_tensors::pipe::answer_line(id, &outputs),
+                    Err((kind, code, message)) => {
+                        isorun_tensors::pipe::error_line(id, &kind, code.as_deref(), &message)
+                    }
+                }
+            }
+        };
+        if writeln!(stdout, "{answer}").and_then(|_| stdout.flush()).is_err() {
+            break;
+        }
+    }
+    drop(socket);
+    let mut status = 0;
+    // SAFETY: our own child.
+    unsafe { libc::waitpid(child, &mut status, 0) };
+    code
+}
+
+/// The child of `--across-processes`: loads the model, then runs each
+/// request that comes and sends back its outputs or its error.
+fn run_for_parent(
+    model_dir: &Path,
+    key: &str,
+    config: &SessionConfig,
+    mut socket: std::os::unix::net::UnixStream,
+) -> i32 {
+    use isorun_transport::{read_frame, write_frame, DEFAULT_MAX_FRAME};
+    let model = match SavedModel::load(model_dir, &["serve".to_string()], config) {
+        Ok(model) => model,
+        Err(e) => {
+            eprintln!("{}: {e}", model_dir.display());
+            return 1;
+        }
+    };
+    loop {
+        crate::serve::wait_spinning(&socket, ACROSS_SPIN);
+        let Ok(inputs) = read_frame::<Vec<isorun_protocol::Tensor>>(&mut socket, DEFAULT_MAX_FRAME) else { return 0 };
+        let inputs: Vec<_> = inputs.iter().map(|t| (t, dense_bytes(t, &[]))).collect();
+        let answer: Answer =
+            model.run(key, &inputs).map_err(|e| (e.kind.name().to_string(), e.code.clone(), e.message.clone()));
+        if write_frame(&mut socket, &answer).is_err() {
+            return 1;
+        }
+    }
 }

@@ -146,7 +146,7 @@ pub fn serve(mut socket: UnixStream) -> io::Result<()> {
 
 /// Polls `socket` for up to `budget` until a request's first byte is there
 /// (then the blocking read that follows finds it without sleeping).
-fn wait_spinning(socket: &UnixStream, budget: std::time::Duration) {
+pub(crate) fn wait_spinning(socket: &UnixStream, budget: std::time::Duration) {
     if budget.is_zero() {
         return;
     }

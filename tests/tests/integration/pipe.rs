@@ -78,6 +78,32 @@ fn every_line_gets_one_answer_in_order_with_its_id() {
     assert_eq!(piped.answers[5]["outputs"]["sum"]["values"], json!([9007199254740993i64]));
 }
 
+/// The bench's floors for `pipe` (`isorun-worker --in-process --pipe`, in
+/// one process and with the model in a second one) answer every line
+/// exactly as `isorun pipe` does: they measure the same work.
+#[test]
+fn the_benchs_pipe_floors_answer_exactly_as_pipe_does() {
+    let model = fixtures().join("models/multi_sig");
+    let stdin = [
+        r#"{"id": 1, "inputs": {"a": [1, 2], "b": [10, 20]}}"#,
+        "this is not json",
+        r#"{"id": "two", "inputs": {"a": [1.5], "b": [1]}}"#,
+        r#"{"id": 3, "inputs": {"a": [9007199254740993], "b": [0]}}"#,
+        r#"{"id": 4, "inputs": {"a": [[1]], "b": [2]}}"#,
+    ]
+    .join("\n");
+    let piped = pipe(isorun().arg("pipe").arg(&model).args(["--signature", "add"]), &stdin);
+    assert_eq!(piped.code, Some(0), "{}", piped.stderr);
+    assert_eq!(piped.answers.len(), 5, "{:?}", piped.answers);
+    for floor in [&["--caller-thread"][..], &["--caller-thread", "--across-processes"]] {
+        let mut command = Command::new(bin("isorun-worker"));
+        command.args(["--in-process", "--pipe"]).args(floor).args(["--signature", "add"]).arg(&model);
+        let answered = pipe(&mut command, &stdin);
+        assert_eq!(answered.code, Some(0), "{floor:?}: {}", answered.stderr);
+        assert_eq!(answered.answers, piped.answers, "{floor:?}");
+    }
+}
+
 #[test]
 fn a_model_that_cannot_load_exits_2_before_reading_stdin() {
     let model = fixtures().join("models/multi_sig");
