@@ -69,7 +69,8 @@ fn every_unit_runs_in_a_fresh_process_and_spares_serve_one_unit_each() {
     assert_eq!(computed(&log).len(), 6, "each unit computed once");
 }
 
-/// By default (`--spawn auto`) a slot's first worker is exec'd while its
+/// By default (`--spawn auto`, named here: `scripts/test` sets
+/// `ISORUN_SPAWN`) a slot's first worker is exec'd while its
 /// zygote loads libtensorflow; the spares for the next units are forked
 /// while that first unit runs, so the second unit starts warm too.
 #[test]
@@ -81,7 +82,7 @@ fn the_unit_after_an_execd_first_unit_runs_in_a_spare() {
     let ran = run(isorun_fault(&[&format!("--log={}", log.display())])
         .arg(tmp.path().join("models"))
         .arg(format!("--input=x={}", input.display()))
-        .args(["-j", "1", "--spares", "1", "--sandbox", "off", "--values", "--json"]));
+        .args(["-j", "1", "--spawn", "auto", "--spares", "1", "--sandbox", "off", "--values", "--json"]));
     assert_eq!(ran.code, Some(0), "{}", ran.stderr);
     assert_eq!(ran.records.len(), 4, "{}", ran.stdout);
     let first = &ran.records[0];
@@ -116,7 +117,7 @@ fn spares_forked_beside_an_execd_first_unit_die_with_an_interrupted_run() {
     let child = isorun_fault(&[&format!("--log={}", log.display())])
         .arg(tmp.path().join("models"))
         .arg(format!("--input=x={}", input.display()))
-        .args(["-j", "1", "--spares", "2", "--sandbox", "off", "--json"])
+        .args(["-j", "1", "--spawn", "auto", "--spares", "2", "--sandbox", "off", "--json"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
