@@ -139,6 +139,14 @@ pub fn is_saved_model(dir: &Path) -> bool {
     dir.join("saved_model.pb").is_file() || dir.join("saved_model.pbtxt").is_file()
 }
 
+/// A SavedModel folder whose graph carries its weights as constants: a
+/// `saved_model.pb` and no checkpoint (`variables/variables.index`), as a
+/// frozen Keras export (#25) or a TF1 frozen graph is written. Only the
+/// files' presence is looked at.
+pub fn is_frozen_graph(dir: &Path) -> bool {
+    dir.join("saved_model.pb").is_file() && !dir.join("variables").join("variables.index").exists()
+}
+
 /// Every SavedModel under the arguments, sorted bytewise by path within
 /// each argument, arguments in the order given. Unreadable folders below an
 /// argument are reported through `warn` and skipped.

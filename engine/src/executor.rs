@@ -5,7 +5,7 @@
 //! report; a worker's misbehaviour costs only the unit it was running.
 
 use crate::cancel::CancelToken;
-use crate::discover::Model;
+use crate::discover::{is_frozen_graph, Model};
 use crate::engine::Event;
 use crate::feed::{latency_percentiles, Feed, StreamReport};
 use crate::gpu::{self, slot_device, slots_on_device, GpuWatch};
@@ -16,7 +16,9 @@ use crate::settings::{Settings, SpawnMode};
 use crate::sink::OutputSink;
 use crate::spare::{self, Reservation, Spare};
 use crate::unit::{Attempt, OutputInfo, Phases, UnitReport};
-use isorun_protocol::{ErrorKind, ModelError, Outcome, RunRequest, SandboxSpec, Tensor, ToWorker, WarmRequest};
+use isorun_protocol::{
+    ErrorKind, ModelError, Outcome, RunRequest, SandboxSpec, SessionConfig, Tensor, ToWorker, WarmRequest,
+};
 use isorun_tensors::batch;
 use isorun_tensors::values::tensor_values;
 use isorun_transport::RequestEnvelope;
@@ -806,6 +808,19 @@ impl Slot<'_> {
         }
     }
 
+    /// The session settings of unit `index`: the run's, and Grappler off
+    /// where a unit runs a frozen graph once (one set of inputs, as `run`
+    /// gives): Grappler copies and scans the graph's constant weights before
+    /// the first run (ResNet50: ~1 s of a 1.9 s first run), which only many
+    /// runs of its fused kernels pay back (an `eval` unit's batches keep it).
+    fn session_for(&self, index: usize) -> SessionConfig {
+        let mut config = self.settings.session;
+        if matches!(self.work, Work::Inputs { .. }) && is_frozen_graph(&self.models[index].path) {
+            config.skip_grappler = true;
+        }
+        config
+    }
+
     /// The request for one of the unit's batches.
     fn request(&self, index: usize, batch: &[usize], inputs: Vec<(String, Tensor)>) -> RunRequest {
         RunRequest {
@@ -814,7 +829,7 @@ impl Slot<'_> {
             tags: self.settings.tags.clone(),
             signature: self.settings.signature.clone(),
             inputs,
-            config: self.settings.session,
+            config: self.session_for(index),
             load_only: false,
             libraries: self.settings.libraries.clone(),
             sandbox: self.sandbox_for(batch),

@@ -131,6 +131,7 @@ impl Settings {
                     spin_us: 0,
                     gpu_allow_growth: true,
                     gpu_memory_fraction: None,
+                    skip_grappler: false,
                 },
                 models_per_worker: 1,
                 jobs: 1,

@@ -40,6 +40,12 @@ pub struct SessionConfig {
     /// `GPUOptions.per_process_gpu_memory_fraction`: the share of each
     /// visible GPU's memory to take (`None` lets TensorFlow choose).
     pub gpu_memory_fraction: Option<f64>,
+    /// `RewriterConfig.disable_meta_optimizer`: run the graph as it is,
+    /// without Grappler's rewrites. Set for a frozen graph (its weights
+    /// are constants) that a unit runs once: Grappler copies and scans
+    /// those constants before the first run (seconds on a 100 MB graph),
+    /// a cost only later runs of its fused kernels would pay back.
+    pub skip_grappler: bool,
 }
 
 /// One model to run with one set of inputs.

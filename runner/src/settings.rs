@@ -108,6 +108,7 @@ pub fn run_settings(args: &RunArgs) -> Result<RunSettings, String> {
         // Grow as needed unless a fixed share is asked for.
         gpu_allow_growth: args.gpu_memory_fraction.is_none(),
         gpu_memory_fraction: args.gpu_memory_fraction,
+        skip_grappler: false,
     };
     let libraries = args
         .load_library

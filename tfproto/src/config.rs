@@ -15,6 +15,13 @@ const GPU_MEMORY_FRACTION_FIELD: u32 = 1;
 /// `GPUOptions.allow_growth` (a bool).
 const GPU_ALLOW_GROWTH_FIELD: u32 = 4;
 
+/// `ConfigProto.graph_options` (a `GraphOptions` message).
+const GRAPH_OPTIONS_FIELD: u32 = 10;
+/// `GraphOptions.rewrite_options` (a `RewriterConfig` message).
+const REWRITE_OPTIONS_FIELD: u32 = 10;
+/// `RewriterConfig.disable_meta_optimizer` (a bool).
+const DISABLE_META_OPTIMIZER_FIELD: u32 = 19;
+
 /// `ConfigProto.device_count` (a `map<string, int32>`: entries with key 1, value 2).
 const DEVICE_COUNT_FIELD: u32 = 1;
 
@@ -42,6 +49,17 @@ pub fn session_config_proto(config: &SessionConfig) -> Vec<u8> {
         put_key(&mut out, GPU_OPTIONS_FIELD, LENGTH_DELIMITED);
         put_varint(&mut out, gpu_options.len() as u64);
         out.extend_from_slice(&gpu_options);
+    }
+    if config.skip_grappler {
+        let mut rewrite_options = Vec::new();
+        put_varint_field(&mut rewrite_options, DISABLE_META_OPTIMIZER_FIELD, 1);
+        let mut graph_options = Vec::new();
+        put_key(&mut graph_options, REWRITE_OPTIONS_FIELD, LENGTH_DELIMITED);
+        put_varint(&mut graph_options, rewrite_options.len() as u64);
+        graph_options.extend_from_slice(&rewrite_options);
+        put_key(&mut out, GRAPH_OPTIONS_FIELD, LENGTH_DELIMITED);
+        put_varint(&mut out, graph_options.len() as u64);
+        out.extend_from_slice(&graph_options);
     }
     out
 }
@@ -110,6 +128,22 @@ mod tests {
         gpu_options: Option<GpuOptions>,
         #[prost(map = "string, int32", tag = "1")]
         device_count: std::collections::HashMap<String, i32>,
+        #[prost(message, optional, tag = "10")]
+        graph_options: Option<GraphOptions>,
+    }
+
+    /// The field of TensorFlow's `GraphOptions` this module writes.
+    #[derive(Clone, PartialEq, prost::Message)]
+    struct GraphOptions {
+        #[prost(message, optional, tag = "10")]
+        rewrite_options: Option<RewriterConfig>,
+    }
+
+    /// The field of TensorFlow's `RewriterConfig` this module writes.
+    #[derive(Clone, PartialEq, prost::Message)]
+    struct RewriterConfig {
+        #[prost(bool, tag = "19")]
+        disable_meta_optimizer: bool,
     }
 
     /// The fields of TensorFlow's `GPUOptions` this module writes.
@@ -144,6 +178,24 @@ mod tests {
         assert_eq!(back.intra_op_parallelism_threads, 2);
         assert_eq!(back.inter_op_parallelism_threads, 300);
         assert_eq!(back.gpu_options, None);
+    }
+
+    #[test]
+    fn skipping_grappler_disables_the_meta_optimizer_and_keeps_the_rest() {
+        let config = SessionConfig { skip_grappler: true, ..threads(2, 2) };
+        let bytes = session_config_proto(&config);
+        // ... field 10, length 5, { field 10, length 3, { field 19 (varint): 1 } }: as
+        // Python's `ConfigProto(graph_options=...disable_meta_optimizer=True)` serializes it.
+        assert_eq!(bytes[4..], [0x52, 0x05, 0x52, 0x03, 0x98, 0x01, 0x01]);
+        let back = ConfigProto::decode(bytes.as_slice()).unwrap();
+        assert_eq!((back.intra_op_parallelism_threads, back.inter_op_parallelism_threads), (2, 2));
+        let rewrite = back.graph_options.and_then(|g| g.rewrite_options).expect("rewrite_options");
+        assert!(rewrite.disable_meta_optimizer);
+        let cpu_only = ConfigProto::decode(cpu_only_config_proto(&config).as_slice()).unwrap();
+        assert!(cpu_only.graph_options.and_then(|g| g.rewrite_options).is_some_and(|r| r.disable_meta_optimizer));
+        // Off by default: no graph options at all.
+        let plain = ConfigProto::decode(session_config_proto(&threads(2, 2)).as_slice()).unwrap();
+        assert_eq!(plain.graph_options, None);
     }
 
     #[test]

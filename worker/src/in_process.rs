@@ -56,6 +56,7 @@ pub fn main(args: &[String]) -> i32 {
         spin_us: 0,
         gpu_allow_growth: true,
         gpu_memory_fraction: None,
+        skip_grappler: false,
     };
     if pipe {
         let Some(model_dir) = models.first() else {

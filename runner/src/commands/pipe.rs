@@ -146,6 +146,7 @@ pub fn main(args: &PipeArgs) -> Result<i32, String> {
             spin_us: args.spin_us,
             gpu_allow_growth: true,
             gpu_memory_fraction: None,
+            skip_grappler: false,
         },
         stop: &stop,
         timeout,

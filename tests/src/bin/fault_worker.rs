@@ -58,7 +58,8 @@
 //! `Warmed`, or with `--warm MODE` first: crash (segfault), hang, slow-N
 //! (sleep N ms), error (a warm-up error). `pid` also answers
 //! `worker_requests` (the run requests it took, this one included) and
-//! `worker_warmed` (1 if it was warmed as a spare).
+//! `worker_warmed` (1 if it was warmed as a spare) and
+//! `request_skip_grappler` (1 if the request's session turns Grappler off).
 //! With --ignore-term, it ignores SIGTERM (only SIGKILL stops it).
 //! `--version` prints a version line, as `isorun-worker --version`, naming
 //! the TensorFlow version in TF_FAULT_VERSION (journal keys use it; a
@@ -490,6 +491,11 @@ fn run(socket: &mut UnixStream, request: &RunRequest, shared: &[SharedMemory]) {
         outputs.push((
             "worker_warmed".into(),
             Tensor::dense(isorun_protocol::DType::Int64, vec![], warmed.to_le_bytes().to_vec()),
+        ));
+        let skip_grappler = i64::from(request.config.skip_grappler);
+        outputs.push((
+            "request_skip_grappler".into(),
+            Tensor::dense(isorun_protocol::DType::Int64, vec![], skip_grappler.to_le_bytes().to_vec()),
         ));
     }
     if mode == "cwd" {

@@ -359,3 +359,28 @@ fn an_npy_input_truncated_mid_run_is_each_later_units_error_not_the_supervisors_
         "{message}"
     );
 }
+
+/// `run` runs each model once: a frozen graph (a `saved_model.pb` with no
+/// checkpoint, as a frozen Keras export is written) goes without Grappler,
+/// whose first-run rewrites of its constant weights cost more than the one
+/// run gains; a SavedModel with its variables in a checkpoint keeps it.
+#[test]
+fn run_turns_grappler_off_for_a_frozen_graph_and_only_there() {
+    let tmp = tempfile::tempdir().unwrap();
+    let models = tmp.path().join("models");
+    fake_models(&models, &["a-frozen-fault-pid", "b-variables-fault-pid"]);
+    let variables = models.join("b-variables-fault-pid/variables");
+    std::fs::create_dir_all(&variables).unwrap();
+    std::fs::write(variables.join("variables.index"), b"").unwrap();
+    let input = write_input(tmp.path());
+    let ran = run(isorun_fault(&[]).arg(&models).arg(format!("--input=x={}", input.display())).args([
+        "--sandbox",
+        "off",
+        "--values",
+        "--json",
+    ]));
+    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    let skipped = |id: &str| ran.record(id)["outputs"]["request_skip_grappler"]["values"].as_i64();
+    assert_eq!(skipped("a-frozen-fault-pid"), Some(1), "{}", ran.stdout);
+    assert_eq!(skipped("b-variables-fault-pid"), Some(0), "{}", ran.stdout);
+}
