@@ -22,8 +22,8 @@
 use crate::tf::SavedModel;
 use crate::warm::{with_dense_bytes, zero_inputs};
 use isorun_protocol::matching::match_inputs;
-use isorun_protocol::SessionConfig;
-use isorun_transport::dense_bytes;
+use isorun_protocol::{ModelError, SessionConfig, Tensor};
+use isorun_transport::{dense_bytes, read_frame, write_frame, DEFAULT_MAX_FRAME};
 use std::io::{BufRead, Write};
 use std::path::Path;
 use std::time::Instant;
@@ -120,15 +120,28 @@ pub fn main(args: &[String]) -> i32 {
 
 /// Answers JSON Lines on stdin as `isorun pipe` does, in this process.
 fn serve_pipe(model_dir: &Path, key: &str, config: &SessionConfig) -> i32 {
-    let tags = ["serve".to_string()];
-    let model = match SavedModel::load(model_dir, &tags, config) {
+    let model = match SavedModel::load(model_dir, &["serve".to_string()], config) {
         Ok(model) => model,
         Err(e) => {
             eprintln!("{}: {e}", model_dir.display());
             return 1;
         }
     };
-    let signature = match isorun_tensors::json_input::signature_of(model_dir, &tags, key) {
+    answer_stdin(model_dir, key, &mut |ordered| {
+        let inputs: Vec<_> = ordered.into_iter().map(|t| (t, dense_bytes(t, &[]))).collect();
+        Some(model.run(key, &inputs))
+    })
+}
+
+/// What a request's run gives: its outputs, or the model's error.
+type Answer = Result<Vec<(String, Tensor)>, ModelError>;
+
+/// Reads JSON Lines on stdin and writes one flushed answer line per
+/// non-blank line, with `isorun pipe`'s own parsing and answer code; `run`
+/// runs one request's inputs (in the signature's order), `None` when it
+/// cannot go on. 0 at the end of input (or once nobody reads stdout), else 1.
+fn answer_stdin(model_dir: &Path, key: &str, run: &mut dyn FnMut(Vec<&Tensor>) -> Option<Answer>) -> i32 {
+    let signature = match isorun_tensors::json_input::signature_of(model_dir, &["serve".to_string()], key) {
         Ok(signature) => signature,
         Err(e) => {
             eprintln!("{}: {e}", model_dir.display());
@@ -145,11 +158,14 @@ fn serve_pipe(model_dir: &Path, key: &str, config: &SessionConfig) -> i32 {
         let answer = match isorun_tensors::pipe::parse_request(&signature, &line) {
             Err(error_line) => error_line,
             Ok((id, tensors)) => {
-                let run = match_inputs(&signature, &tensors).and_then(|ordered| {
-                    let inputs: Vec<_> = ordered.into_iter().map(|t| (t, dense_bytes(t, &[]))).collect();
-                    model.run(key, &inputs)
-                });
-                match run {
+                let answer = match match_inputs(&signature, &tensors) {
+                    Ok(ordered) => match run(ordered) {
+                        Some(answer) => answer,
+                        None => return 1,
+                    },
+                    Err(e) => Err(e),
+                };
+                match answer {
                     Ok(outputs) => isorun_tensors::pipe::answer_line(id, &outputs),
                     Err(e) => isorun_tensors::pipe::error_line(id, e.kind.name(), e.code.as_deref(), &e.message),
                 }
@@ -166,14 +182,10 @@ fn serve_pipe(model_dir: &Path, key: &str, config: &SessionConfig) -> i32 {
 /// before it sleeps: `isorun pipe`'s default `--spin-us`.
 const ACROSS_SPIN: std::time::Duration = std::time::Duration::from_micros(50);
 
-/// What the child of `--across-processes` sends back for a request.
-type Answer = Result<Vec<(String, isorun_protocol::Tensor)>, (String, Option<String>, String)>;
-
 /// `serve_pipe` with the model in a child process: the same lines, the same
 /// answers, one round trip over a socket per request.
 fn serve_pipe_across_processes(model_dir: &Path, key: &str, config: &SessionConfig) -> i32 {
-    use isorun_transport::{read_frame, write_frame, DEFAULT_MAX_FRAME};
-    let (ours, theirs) = match std::os::unix::net::UnixStream::pair() {
+    let (mut socket, theirs) = match std::os::unix::net::UnixStream::pair() {
         Ok(pair) => pair,
         Err(e) => {
             eprintln!("socketpair: {e}");
@@ -188,64 +200,16 @@ fn serve_pipe_across_processes(model_dir: &Path, key: &str, config: &SessionConf
         return 1;
     }
     if child == 0 {
-        drop(ours);
+        drop(socket);
         // SAFETY: ends the child without running the parent's exit handlers twice.
         unsafe { libc::_exit(run_for_parent(model_dir, key, config, theirs)) };
     }
     drop(theirs);
-    let mut socket = ours;
-    let tags = ["serve".to_string()];
-    let signature = match isorun_tensors::json_input::signature_of(model_dir, &tags, key) {
-        Ok(signature) => signature,
-        Err(e) => {
-            eprintln!("{}: {e}", model_dir.display());
-            return 1;
-        }
-    };
-    let stdin = std::io::stdin().lock();
-    let mut stdout = std::io::stdout().lock();
-    let mut code = 0;
-    for line in stdin.split(b'\n') {
-        let Ok(line) = line else {
-            code = 1;
-            break;
-        };
-        if line.iter().all(u8::is_ascii_whitespace) {
-            continue;
-        }
-        let answer = match isorun_tensors::pipe::parse_request(&signature, &line) {
-            Err(error_line) => error_line,
-            Ok((id, tensors)) => {
-                let answer: Answer = match match_inputs(&signature, &tensors) {
-                    Err(e) => Err((e.kind.name().to_string(), e.code.clone(), e.message.clone())),
-                    Ok(ordered) => {
-                        let ordered: Vec<&isorun_protocol::Tensor> = ordered.into_iter().collect();
-                        if write_frame(&mut socket, &ordered).is_err() {
-                            code = 1;
-                            break;
-                        }
-                        crate::serve::wait_spinning(&socket, ACROSS_SPIN);
-                        match read_frame::<Answer>(&mut socket, DEFAULT_MAX_FRAME) {
-                            Ok(answer) => answer,
-                            Err(_) => {
-                                code = 1;
-                                break;
-                            }
-                        }
-                    }
-                };
-                match answer {
-                    Ok(outputs) => isorun_tensors::pipe::answer_line(id, &outputs),
-                    Err((kind, code, message)) => {
-                        isorun_tensors::pipe::error_line(id, &kind, code.as_deref(), &message)
-                    }
-                }
-            }
-        };
-        if writeln!(stdout, "{answer}").and_then(|_| stdout.flush()).is_err() {
-            break;
-        }
-    }
+    let code = answer_stdin(model_dir, key, &mut |ordered| {
+        write_frame(&mut socket, &ordered).ok()?;
+        crate::serve::wait_spinning(&socket, ACROSS_SPIN);
+        read_frame::<Answer>(&mut socket, DEFAULT_MAX_FRAME).ok()
+    });
     drop(socket);
     let mut status = 0;
     // SAFETY: our own child.
@@ -261,7 +225,6 @@ fn run_for_parent(
     config: &SessionConfig,
     mut socket: std::os::unix::net::UnixStream,
 ) -> i32 {
-    use isorun_transport::{read_frame, write_frame, DEFAULT_MAX_FRAME};
     let model = match SavedModel::load(model_dir, &["serve".to_string()], config) {
         Ok(model) => model,
         Err(e) => {
@@ -271,10 +234,9 @@ fn run_for_parent(
     };
     loop {
         crate::serve::wait_spinning(&socket, ACROSS_SPIN);
-        let Ok(inputs) = read_frame::<Vec<isorun_protocol::Tensor>>(&mut socket, DEFAULT_MAX_FRAME) else { return 0 };
+        let Ok(inputs) = read_frame::<Vec<Tensor>>(&mut socket, DEFAULT_MAX_FRAME) else { return 0 };
         let inputs: Vec<_> = inputs.iter().map(|t| (t, dense_bytes(t, &[]))).collect();
-        let answer: Answer =
-            model.run(key, &inputs).map_err(|e| (e.kind.name().to_string(), e.code.clone(), e.message.clone()));
+        let answer: Answer = model.run(key, &inputs);
         if write_frame(&mut socket, &answer).is_err() {
             return 1;
         }

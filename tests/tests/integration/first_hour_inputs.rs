@@ -65,7 +65,10 @@ fn assert_no_worker(record: &Value) {
     for key in ["worker_start", "worker_id", "peak_rss_bytes", "load_ms"] {
         assert!(record.get(key).is_none(), "{key} in a record decided before any worker: {record}");
     }
-    assert!(record["wall_ms"].as_u64().unwrap() < 100, "{record}");
+    // No worker fields says no worker ran; the wall time is only checked to
+    // be there and sane (a tight bound failed on a loaded machine: 225 ms
+    // for a record decided in the supervisor, 0 ms alone).
+    assert!(record["wall_ms"].as_u64().unwrap() < 10_000, "{record}");
 }
 
 #[test]

@@ -106,46 +106,6 @@ fn the_unit_after_an_execd_first_unit_runs_in_a_spare() {
     assert_eq!(computed(&log).len(), 4, "each unit computed once");
 }
 
-/// A run interrupted while its first, exec'd unit runs and the spares
-/// forked beside it warm up: the spares die, every unit has its record.
-#[test]
-fn spares_forked_beside_an_execd_first_unit_die_with_an_interrupted_run() {
-    let tmp = tempfile::tempdir().unwrap();
-    fake_models(&tmp.path().join("models"), &["a-fault-hang", "b-fault-hang", "c-fault-hang", "d-fault-hang"]);
-    let input = write_input(tmp.path());
-    let log = tmp.path().join("log");
-    let child = isorun_fault(&[&format!("--log={}", log.display())])
-        .arg(tmp.path().join("models"))
-        .arg(format!("--input=x={}", input.display()))
-        .args(["-j", "1", "--spawn", "auto", "--spares", "2", "--sandbox", "off", "--json"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while warmed_pids(&log).len() < 2 {
-        if Instant::now() > deadline {
-            unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
-            panic!("no two spares within 20 s beside the first unit");
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    let spares = warmed_pids(&log);
-    // The first unit hangs in its exec'd worker: it computed, no other unit did.
-    assert_eq!(computed(&log), ["a-fault-hang"]);
-    // SAFETY: a signal to our own child.
-    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
-    let ran = ran(child.wait_with_output().unwrap());
-    assert_eq!(ran.code, Some(130), "{}", ran.stderr);
-    assert_eq!(ran.records.len(), 4, "every unit has its record, reserved ones too:\n{}", ran.stdout);
-    for record in &ran.records {
-        assert_eq!(record["reason"], "interrupted", "{record}");
-    }
-    for pid in spares {
-        assert!(gone_within(pid, Duration::ZERO), "spare {pid} outlived the run");
-    }
-}
-
 /// A spare that crashes, hangs or fails while it warms up is nobody's
 /// fault: its units run in fresh workers, once each, and pass.
 fn a_failed_warm_up(mode: &str) -> (crate::util::Ran, Vec<u32>) {
@@ -229,16 +189,17 @@ fn units_reserved_for_a_busy_slots_spare_run_exactly_once() {
     }
 }
 
-/// Starts a run of hanging units with spares and waits until two spares
-/// have been asked to warm up; the child and the spares' pids.
-fn start_run_with_spares(tmp: &Path) -> (std::process::Child, Vec<u32>) {
+/// Starts a run of hanging units with spares (`--spawn` as given) and
+/// waits until two spares have been asked to warm up; the child and the
+/// spares' pids.
+fn start_run_with_spares(tmp: &Path, spawn: &str) -> (std::process::Child, Vec<u32>) {
     fake_models(&tmp.join("models"), &["a-fault-hang", "b-fault-hang", "c-fault-hang", "d-fault-hang"]);
     let input = write_input(tmp);
     let log = tmp.join("log");
     let child = isorun_fault(&[&format!("--log={}", log.display())])
         .arg(tmp.join("models"))
         .arg(format!("--input=x={}", input.display()))
-        .args(["-j", "1", "--spawn", "zygote", "--spares", "2", "--sandbox", "off", "--json"])
+        .args(["-j", "1", "--spawn", spawn, "--spares", "2", "--sandbox", "off", "--json"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -247,7 +208,7 @@ fn start_run_with_spares(tmp: &Path) -> (std::process::Child, Vec<u32>) {
     while warmed_pids(&log).len() < 2 {
         if Instant::now() > deadline {
             unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
-            panic!("no two spares within 20 s");
+            panic!("no two spares within 20 s (--spawn {spawn})");
         }
         std::thread::sleep(Duration::from_millis(10));
     }
@@ -258,10 +219,13 @@ fn start_run_with_spares(tmp: &Path) -> (std::process::Child, Vec<u32>) {
     (child, spares)
 }
 
-#[test]
-fn spares_die_with_an_interrupted_run_and_their_units_are_reported() {
+/// Ctrl-C while the first unit hangs and two spares wait: the spares die,
+/// every unit has its record, reserved ones too.
+fn interrupted_run_with_spares(spawn: &str) {
     let tmp = tempfile::tempdir().unwrap();
-    let (child, spares) = start_run_with_spares(tmp.path());
+    let (child, spares) = start_run_with_spares(tmp.path(), spawn);
+    // The first unit hangs in its worker: it computed, no other unit did.
+    assert_eq!(computed(&tmp.path().join("log")), ["a-fault-hang"]);
     // SAFETY: a signal to our own child.
     unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
     let ran = ran(child.wait_with_output().unwrap());
@@ -276,9 +240,21 @@ fn spares_die_with_an_interrupted_run_and_their_units_are_reported() {
 }
 
 #[test]
+fn spares_die_with_an_interrupted_run_and_their_units_are_reported() {
+    interrupted_run_with_spares("zygote");
+}
+
+/// The same with the first worker exec'd (`--spawn auto`): its spares were
+/// forked beside it, from a helper thread.
+#[test]
+fn spares_forked_beside_an_execd_first_unit_die_with_an_interrupted_run() {
+    interrupted_run_with_spares("auto");
+}
+
+#[test]
 fn spares_die_with_a_killed_supervisor() {
     let tmp = tempfile::tempdir().unwrap();
-    let (mut child, spares) = start_run_with_spares(tmp.path());
+    let (mut child, spares) = start_run_with_spares(tmp.path(), "zygote");
     child.kill().unwrap();
     child.wait().unwrap();
     for pid in spares {
