@@ -343,6 +343,41 @@ mod tests {
     }
 
     #[test]
+    fn a_frozen_graph_is_a_saved_model_pb_without_a_checkpoint_index_and_only_presence_counts() {
+        let tmp = tempfile::tempdir().unwrap();
+        // A name with control characters and a newline: only paths are looked at.
+        let frozen = tmp.path().join("frozen\n\u{1b}[31m");
+        touch_model(&frozen);
+        assert!(is_frozen_graph(&frozen));
+        // A checkpoint, even an empty one (its size is not read), makes it not frozen.
+        let with_variables = tmp.path().join("variables");
+        touch_model(&with_variables);
+        std::fs::write(with_variables.join("variables/variables.index"), b"").unwrap();
+        assert!(!is_frozen_graph(&with_variables));
+        // A symlinked index counts where it leads; a dangling one is no checkpoint.
+        let linked = tmp.path().join("linked");
+        touch_model(&linked);
+        std::os::unix::fs::symlink(
+            with_variables.join("variables/variables.index"),
+            linked.join("variables/variables.index"),
+        )
+        .unwrap();
+        assert!(!is_frozen_graph(&linked));
+        let dangling = tmp.path().join("dangling");
+        touch_model(&dangling);
+        std::os::unix::fs::symlink(tmp.path().join("nowhere"), dangling.join("variables/variables.index")).unwrap();
+        assert!(is_frozen_graph(&dangling));
+        // A saved_model.pb that is a folder or a dangling link is no graph at all.
+        let odd = tmp.path().join("odd");
+        std::fs::create_dir_all(odd.join("saved_model.pb")).unwrap();
+        assert!(!is_frozen_graph(&odd));
+        let gone = tmp.path().join("gone");
+        std::fs::create_dir_all(&gone).unwrap();
+        std::os::unix::fs::symlink(tmp.path().join("nowhere"), gone.join("saved_model.pb")).unwrap();
+        assert!(!is_frozen_graph(&gone));
+    }
+
+    #[test]
     fn keras_files_keep_their_extension_and_weights_are_not_models() {
         let tmp = tempfile::tempdir().unwrap();
         let root = tmp.path();

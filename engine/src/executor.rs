@@ -309,6 +309,21 @@ struct SlotState {
     reaper: mpsc::Sender<Reap>,
 }
 
+/// Forks a spare from `zygote` and asks it to warm up; the spare and when
+/// it was forked (its start limit and warm-up time count from there).
+fn fork_spare(
+    zygote: &Arc<Zygote>,
+    spawn: &SpawnSpec,
+    reap_timeout: Duration,
+    warm: WarmRequest,
+) -> std::io::Result<(WorkerProcess, Instant)> {
+    let mut worker = WorkerProcess::spawn_forked(zygote, spawn)?;
+    let forked = Instant::now();
+    worker.set_reap_timeout(reap_timeout);
+    worker.send(RequestEnvelope::new(&ToWorker::Warm(warm), Vec::new())).map_err(std::io::Error::other)?;
+    Ok((worker, forked))
+}
+
 /// Spares being forked on a helper thread ([`Slot::fork_spares_early`]):
 /// their reservations, in order, and the forks' results as they come.
 struct EarlySpares {
@@ -618,20 +633,9 @@ impl Slot<'_> {
         }
         while spares.len() < self.settings.spares && self.stop.not_starting().is_none() {
             let Some(reservation) = queue.reserve() else { return };
-            let forked = Instant::now();
-            let warm = WarmRequest {
-                sandbox: self.sandbox_for(&reservation.units),
-                config: self.settings.session,
-                warm_dir: warm_dir.to_string(),
-                cpu_only: true,
-            };
-            let started = WorkerProcess::spawn_forked(zygote, &self.spawn).and_then(|mut worker| {
-                worker.set_reap_timeout(self.settings.reap_timeout);
-                worker.send(RequestEnvelope::new(&ToWorker::Warm(warm), Vec::new())).map_err(std::io::Error::other)?;
-                Ok(worker)
-            });
-            match started {
-                Ok(worker) => {
+            let warm = self.warm_request(&reservation, warm_dir);
+            match fork_spare(zygote, &self.spawn, self.settings.reap_timeout, warm) {
+                Ok((worker, forked)) => {
                     let worker_id = self.worker_ids.fetch_add(1, Ordering::SeqCst);
                     spares.push_back(Spare { worker, reservation, worker_id, forked });
                 }
@@ -668,27 +672,12 @@ impl Slot<'_> {
         if reservations.is_empty() {
             return None;
         }
-        let requests: Vec<WarmRequest> = reservations
-            .iter()
-            .map(|reservation| WarmRequest {
-                sandbox: self.sandbox_for(&reservation.units),
-                config: self.settings.session,
-                warm_dir: warm_dir.to_string(),
-                cpu_only: true,
-            })
-            .collect();
+        let requests: Vec<WarmRequest> = reservations.iter().map(|r| self.warm_request(r, warm_dir)).collect();
         let (spawn, reap_timeout) = (self.spawn.clone(), self.settings.reap_timeout);
         let (tx, results) = mpsc::channel();
         let forking = std::thread::Builder::new().name("early-spares".into()).spawn(move || {
             for warm in requests {
-                let started = WorkerProcess::spawn_forked(&zygote, &spawn).and_then(|mut worker| {
-                    let forked = Instant::now();
-                    worker.set_reap_timeout(reap_timeout);
-                    worker
-                        .send(RequestEnvelope::new(&ToWorker::Warm(warm), Vec::new()))
-                        .map_err(std::io::Error::other)?;
-                    Ok((worker, forked))
-                });
+                let started = fork_spare(&zygote, &spawn, reap_timeout, warm);
                 let failed = started.is_err();
                 // Nobody waits any more (the unit ended, the run stops): the
                 // worker is dropped with the message, which kills it.
@@ -737,6 +726,16 @@ impl Slot<'_> {
                 }
                 None => queue.release(&reservation),
             }
+        }
+    }
+
+    /// A spare's warm-up request for its reserved units: their sandbox, the run's session.
+    fn warm_request(&self, reservation: &Reservation, warm_dir: &str) -> WarmRequest {
+        WarmRequest {
+            sandbox: self.sandbox_for(&reservation.units),
+            config: self.settings.session,
+            warm_dir: warm_dir.to_string(),
+            cpu_only: true,
         }
     }
 
