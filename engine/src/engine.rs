@@ -7,6 +7,7 @@ use crate::cancel::CancelToken;
 use crate::discover::Model;
 use crate::executor::{run_all, Producer, UnitQueue, Work};
 use crate::feed::Feed;
+use crate::frozen_check::FrozenChecks;
 use crate::inputs::PreparedInputs;
 use crate::settings::{Settings, STATUSES};
 use crate::sink::OutputSink;
@@ -99,7 +100,7 @@ impl Engine {
         on_event: &mut dyn FnMut(Event),
         sink: &dyn OutputSink,
     ) -> RunSummary {
-        self.staged(models, cancel, on_event, |models, on_event, producer| {
+        self.staged(models, cancel, on_event, |models, on_event, producer, checks| {
             // Inputs that do not fit a signature this process can read end
             // their unit here, before any worker starts (a Keras file's too
             // when its SavedModel is in the cache already); the others run.
@@ -109,7 +110,7 @@ impl Engine {
                 on_event(Event::Finished(Box::new(report)));
             }
             let work = Work::Inputs { inputs, sink, decided: &decided };
-            run_all(models, work, &self.settings, cancel, on_event, producer)
+            run_all(models, work, &self.settings, cancel, on_event, producer, checks)
         })
     }
 
@@ -128,7 +129,7 @@ impl Engine {
         cancel: &CancelToken,
         on_event: &mut dyn FnMut(Event),
     ) -> RunSummary {
-        self.staged(models, cancel, on_event, |models, on_event, producer| {
+        self.staged(models, cancel, on_event, |models, on_event, producer, checks| {
             // A stream that cannot fit its model ends the unit here, before any worker starts.
             let mut decided = vec![false; models.len()];
             for (index, model) in models.iter().enumerate() {
@@ -143,7 +144,7 @@ impl Engine {
                     on_event(Event::Finished(Box::new(report)));
                 }
             }
-            run_all(models, Work::Feed { feed, decided: &decided }, &self.settings, cancel, on_event, producer)
+            run_all(models, Work::Feed { feed, decided: &decided }, &self.settings, cancel, on_event, producer, checks)
         })
     }
 
@@ -157,9 +158,9 @@ impl Engine {
         models: &[Model],
         cancel: &CancelToken,
         on_event: &mut dyn FnMut(Event),
-        run: impl FnOnce(&[Model], &mut dyn FnMut(Event), Option<Producer<'_>>) -> Option<String>,
+        run: impl FnOnce(&[Model], &mut dyn FnMut(Event), Option<Producer<'_>>, &dyn FrozenChecks) -> Option<String>,
     ) -> RunSummary {
-        let staged = crate::keras::plan(models, &self.settings);
+        let staged = crate::keras::plan(models, &self.settings, true);
         let settings = &self.settings;
         let produce = |queue: &UnitQueue, events: &std::sync::mpsc::Sender<Event>| {
             staged.produce(settings, cancel, queue, events);
@@ -177,6 +178,7 @@ impl Engine {
                 other => on_event(other),
             },
             producer,
+            &staged,
         );
         RunSummary { tensorflow_version }
     }

@@ -8,6 +8,7 @@ use crate::cancel::CancelToken;
 use crate::discover::{is_frozen_graph, Model};
 use crate::engine::Event;
 use crate::feed::{latency_percentiles, Feed, StreamReport};
+use crate::frozen_check::FrozenChecks;
 use crate::gpu::{self, slot_device, slots_on_device, GpuWatch};
 use crate::inputs::{place_shared, PreparedInputs};
 use crate::process::{Exit, ExitStatus, SpawnSpec, WorkerProcess, Zygote};
@@ -148,6 +149,7 @@ pub(crate) fn run_all(
     stop: &CancelToken,
     on_event: &mut dyn FnMut(Event),
     producer: Option<Producer<'_>>,
+    checks: &dyn FrozenChecks,
 ) -> Option<String> {
     let tensorflow_version = &OnceLock::new();
     // Each slot starts at most one worker when the units fit the slots (see SpawnMode::Auto).
@@ -217,6 +219,7 @@ pub(crate) fn run_all(
                 zygote_broken: &zygote_broken,
                 few_units,
                 warm_dir: warm_dir.as_deref(),
+                checks,
             };
             let queue = &queue;
             std::thread::Builder::new()
@@ -299,6 +302,8 @@ struct Slot<'a> {
     few_units: bool,
     /// Where spares write the warm-up model; `None`: no spares.
     warm_dir: Option<&'a str>,
+    /// Frozen Keras exports whose check a unit's worker runs first.
+    checks: &'a dyn FrozenChecks,
 }
 
 /// What a slot thread keeps between batches: its zygote (started on first
@@ -331,10 +336,29 @@ struct EarlySpares {
     results: mpsc::Receiver<std::io::Result<(WorkerProcess, Instant)>>,
 }
 
-/// How a unit in a live worker ended: the report, and whether the worker can take another.
+/// How a unit in a live worker ended: the report, and whether the worker
+/// can take another; `again`: its model was exported anew after a failed
+/// check, and the unit runs again in a fresh worker (the report goes).
 struct UnitEnd {
     report: UnitReport,
     worker_usable: bool,
+    again: bool,
+}
+
+impl UnitEnd {
+    fn new(report: UnitReport, worker_usable: bool) -> UnitEnd {
+        UnitEnd { report, worker_usable, again: false }
+    }
+}
+
+/// What the check of a unit's frozen export came to ([`Slot::check_export`]).
+enum Checked {
+    /// Nothing to check.
+    Nothing,
+    /// It passed: the worker holds the model.
+    Passed,
+    /// The unit ends here (its report says how), or runs `again`.
+    End { again: bool },
 }
 
 impl Slot<'_> {
@@ -537,6 +561,12 @@ impl Slot<'_> {
                 tell(Event::Started(index));
                 let unit_started = if last.is_none() { started } else { Instant::now() };
                 let end = self.run_unit(&mut worker, index, &worker_batch, unit_started);
+                if end.again {
+                    // Exported anew: the unit runs again, first, in a fresh worker.
+                    pending.push_front(index);
+                    solo = true;
+                    break;
+                }
                 if let Some((mut report, begun, before)) = last.take() {
                     finish_metrics(&mut report, &worker, None, begun, before);
                     self.conclude(report, shared, &mut history, &mut pending, tell);
@@ -800,6 +830,55 @@ impl Slot<'_> {
         true
     }
 
+    /// The check of unit `index`'s frozen Keras export, when it waits for
+    /// one (see `frozen_check`): the probe runs in the unit's worker before
+    /// the unit's own inputs, under the unit's limits. A worker that
+    /// crashes, hangs or overflows on it ends the unit so, as on any
+    /// request; a graph that fails it (or a check file that cannot be
+    /// read) is exported again the archive's way, and the unit runs again
+    /// in a fresh worker (this one holds the frozen graph).
+    fn check_export(
+        &self,
+        worker: &mut WorkerProcess,
+        index: usize,
+        batch: &[usize],
+        deadlines: Deadlines,
+        report: &mut UnitReport,
+    ) -> Checked {
+        let Some(probe) = self.checks.probe(index) else { return Checked::Nothing };
+        let began = Instant::now();
+        let why = match probe {
+            Err(why) => why,
+            Ok(probe) => {
+                let mut shared = Vec::new();
+                let inputs = place_shared(probe.inputs.clone(), &mut shared);
+                let envelope = RequestEnvelope::new(&ToWorker::Run(self.request(index, batch, inputs)), shared);
+                let end = run_request(worker, envelope, index as u64, self.stop, deadlines, false);
+                report.load_ms = end.load_ms;
+                report.sandbox = worker.sandbox().cloned();
+                if !end.worker_usable {
+                    report.outcome = end.outcome;
+                    return Checked::End { again: false };
+                }
+                match (&end.outcome, probe.differs(&end.outputs)) {
+                    (Outcome::Ok, None) => {
+                        self.checks.passed(index, began.elapsed().as_millis() as u64);
+                        return Checked::Passed;
+                    }
+                    (Outcome::Ok, Some(why)) => why,
+                    (outcome, _) => format!("the frozen graph failed on the probe: {outcome}"),
+                }
+            }
+        };
+        match self.checks.export_again(index, &why, self.settings, self.stop) {
+            Ok(()) => Checked::End { again: true },
+            Err(outcome) => {
+                report.outcome = outcome;
+                Checked::End { again: false }
+            }
+        }
+    }
+
     fn run_unit(&self, worker: &mut WorkerProcess, index: usize, batch: &[usize], started: Instant) -> UnitEnd {
         match self.work {
             Work::Inputs { inputs, sink, .. } => self.run_with_inputs(worker, index, batch, started, inputs, sink),
@@ -856,17 +935,21 @@ impl Slot<'_> {
         feed: &dyn Feed,
     ) -> UnitEnd {
         let mut report = UnitReport::new(index, Outcome::Ok);
+        let deadlines = self.deadlines(started);
+        let mut loaded = match self.check_export(worker, index, batch, deadlines, &mut report) {
+            Checked::Nothing => false,
+            Checked::Passed => true,
+            Checked::End { again } => return UnitEnd { report, worker_usable: false, again },
+        };
         let mut stream = match feed.open(&self.models[index]) {
             Ok(stream) => stream,
             Err(outcome) => {
                 report.outcome = outcome;
-                return UnitEnd { report, worker_usable: true };
+                return UnitEnd::new(report, true);
             }
         };
-        let deadlines = self.deadlines(started);
         let mut phases = Phases::default();
         let mut worker_usable = true;
-        let mut loaded = false;
         let mut latencies: Vec<f64> = Vec::new();
         let mut batches_time = Duration::ZERO;
         loop {
@@ -935,7 +1018,7 @@ impl Slot<'_> {
             latency_ms: latency_percentiles(&latencies),
             fields: if ok { summary.fields } else { Default::default() },
         });
-        UnitEnd { report, worker_usable }
+        UnitEnd::new(report, worker_usable)
     }
 
     fn run_with_inputs(
@@ -956,7 +1039,7 @@ impl Slot<'_> {
             }
             Err(error) => {
                 report.outcome = Outcome::Error(error);
-                return UnitEnd { report, worker_usable: true };
+                return UnitEnd::new(report, true);
             }
         };
         // `--batch-size`: the row ranges now, each chunk when its turn comes
@@ -967,17 +1050,21 @@ impl Slot<'_> {
                 Ok(_) => Vec::new(),
                 Err(message) => {
                     report.outcome = Outcome::Error(ModelError::new(ErrorKind::InputMismatch, message));
-                    return UnitEnd { report, worker_usable: true };
+                    return UnitEnd::new(report, true);
                 }
             },
             None => Vec::new(),
         };
         let deadlines = self.deadlines(started);
+        let mut loaded = match self.check_export(worker, index, batch, deadlines, &mut report) {
+            Checked::Nothing => false,
+            Checked::Passed => true,
+            Checked::End { again } => return UnitEnd { report, worker_usable: false, again },
+        };
         let mut phases = Phases::default();
         let rows: Vec<u64> = ranges.iter().map(|(a, b)| b - a).collect();
         let mut parts = Vec::with_capacity(ranges.len().max(1));
         let mut worker_usable = true;
-        let mut loaded = false;
         let mut whole = Some(inputs);
         for step in 0..ranges.len().max(1) {
             let (inputs, shared) = match ranges.get(step) {
@@ -1033,7 +1120,7 @@ impl Slot<'_> {
         }
         phases.sandbox = sandbox_steps(worker);
         report.phases = self.settings.phases.then_some(phases);
-        UnitEnd { report, worker_usable }
+        UnitEnd::new(report, worker_usable)
     }
 
     /// Describes a unit's outputs for its report, with their values if asked.

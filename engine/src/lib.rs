@@ -45,6 +45,7 @@ mod discover;
 mod engine;
 mod executor;
 mod feed;
+mod frozen_check;
 mod gpu;
 mod inputs;
 pub mod keras;

@@ -2,6 +2,7 @@
 //! `null`), dtypes use the one vocabulary, times are milliseconds. The same
 //! record goes to stdout, the journal and the reports.
 
+use isorun_engine::keras::ExportCheck;
 use isorun_engine::{Attempt, Model, StreamReport, UnitReport};
 use isorun_protocol::{signal_name, Breach, Outcome};
 use serde_json::{json, Map, Value};
@@ -40,6 +41,18 @@ pub fn unit_record(model: &Model, report: &UnitReport) -> Value {
         }
         if let Some(graph) = export.graph {
             e.insert("graph".into(), json!(graph.name()));
+        }
+        if let Some(check) = &export.check {
+            e.insert("check".into(), json!(check.name()));
+            match check {
+                ExportCheck::Worker { ms: Some(ms) } => {
+                    e.insert("check_ms".into(), json!(ms));
+                }
+                ExportCheck::Failed { why } => {
+                    e.insert("check_error".into(), json!(why));
+                }
+                _ => {}
+            }
         }
         r.insert("export".into(), Value::Object(e));
     }

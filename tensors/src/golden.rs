@@ -56,7 +56,8 @@ impl Expect {
             .map(|(name, _)| mismatch(name, format!("output is not among the expected ones in {}", folder.display())))
     }
 
-    fn compare_one(&self, name: &str, actual: &Tensor, golden: &Tensor) -> Option<Outcome> {
+    /// `None` when `actual` matches `golden` (the rule above), else why not.
+    pub fn compare_one(&self, name: &str, actual: &Tensor, golden: &Tensor) -> Option<Outcome> {
         if actual.shape != golden.shape {
             return Some(mismatch(name, format!("shape {:?}, expected {:?}", actual.shape, golden.shape)));
         }

@@ -236,6 +236,17 @@ pub fn commit(cache: &Path, key: &str, staging: &Path, about: &serde_json::Value
         if let Some(map) = about.as_object_mut() {
             map.insert("tree_sha256".into(), serde_json::Value::String(tree));
         }
+        // A check left to the worker: its file comes along, moved out of
+        // reach as `saved_model/` was, and its hash goes in `export.json`
+        // (a missing or odd file leaves no hash: the check then fails, and
+        // the file is exported again).
+        if about.get("check").and_then(serde_json::Value::as_str) == Some(CHECK_PENDING) {
+            let moved = std::fs::rename(staging.join(CHECK_FILE), ours.join(CHECK_FILE));
+            let hash = moved.ok().and_then(|()| read_regular(&ours.join(CHECK_FILE), MAX_CHECK_FILE).ok());
+            if let (Some(bytes), Some(map)) = (hash, about.as_object_mut()) {
+                map.insert("check_sha256".into(), serde_json::Value::String(hex(&Sha256::digest(&bytes))));
+            }
+        }
         write_new(&ours.join("export.json"), &serde_json::to_vec_pretty(&about).unwrap_or_default())?;
         let entry = cache.join(key);
         if let Err(e) = std::fs::rename(&ours, &entry) {
@@ -247,6 +258,64 @@ pub fn commit(cache: &Path, key: &str, staging: &Path, about: &serde_json::Value
     })();
     let _ = std::fs::remove_dir_all(&ours);
     result
+}
+
+/// The file beside `saved_model/` holding a frozen graph's probe and the
+/// traced function's outputs on it, while its check is left to a worker
+/// (`keras_export.py` writes it; see `frozen_check`), and the most it may take.
+pub const CHECK_FILE: &str = "frozen-check.npz";
+const MAX_CHECK_FILE: u64 = 64 << 20;
+
+/// `export.json`'s `check` of a frozen graph: not checked yet, checked by a
+/// unit's worker, checked by the export process.
+pub const CHECK_PENDING: &str = "pending";
+pub const CHECK_WORKER: &str = "worker";
+pub const CHECK_EXPORT: &str = "export";
+
+/// An entry's `export.json`, if it is a readable one.
+fn about(entry: &Path) -> Option<serde_json::Value> {
+    serde_json::from_slice(&read_regular(&entry.join("export.json"), 1 << 20).ok()?).ok()
+}
+
+/// Whether the entry's frozen graph still waits for its check.
+pub fn check_pending(entry: &Path) -> bool {
+    about(entry).is_some_and(|a| a.get("check").and_then(serde_json::Value::as_str) == Some(CHECK_PENDING))
+}
+
+/// The arrays of a pending entry's check file, whose bytes must hash to
+/// `export.json`'s `check_sha256` (read without following a link, at most
+/// 64 MiB, parsed as any untrusted `.npz`).
+pub fn read_check(entry: &Path) -> Result<Vec<(String, isorun_protocol::Tensor)>, String> {
+    let path = entry.join(CHECK_FILE);
+    let claimed = about(entry)
+        .and_then(|a| a.get("check_sha256")?.as_str().map(String::from))
+        .ok_or("export.json names no check file")?;
+    let bytes = read_regular(&path, MAX_CHECK_FILE).map_err(|e| format!("{}: {e}", path.display()))?;
+    let hash = hex(&Sha256::digest(&bytes));
+    if hash != claimed {
+        return Err(format!("{}: hashes to {hash}, export.json says {claimed}", path.display()));
+    }
+    isorun_tensors::npy::read_npz(std::io::Cursor::new(bytes), &path).map_err(|e| e.to_string())
+}
+
+/// Records that the entry's frozen graph passed its check in a worker:
+/// `export.json` is replaced (written new beside it, then renamed over it)
+/// with `check` `worker`, and the check file goes.
+pub fn mark_checked(entry: &Path) -> std::io::Result<()> {
+    let mut about = about(entry).ok_or_else(|| std::io::Error::other("export.json is unreadable"))?;
+    if let Some(map) = about.as_object_mut() {
+        map.insert("check".into(), serde_json::Value::String(CHECK_WORKER.into()));
+        map.remove("check_sha256");
+    }
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    let new = entry.join(format!(".export.json-{}-{n}", std::process::id()));
+    write_new(&new, &serde_json::to_vec_pretty(&about).unwrap_or_default())?;
+    std::fs::rename(&new, entry.join("export.json")).inspect_err(|_| {
+        let _ = std::fs::remove_file(&new);
+    })?;
+    let _ = std::fs::remove_file(entry.join(CHECK_FILE));
+    Ok(())
 }
 
 /// Creates `path` (which must not exist; no link followed) with `bytes`.

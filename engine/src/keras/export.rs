@@ -43,13 +43,26 @@ pub struct Job {
     pub file: PathBuf,
     pub out: PathBuf,
     pub graph: Option<String>,
+    /// May be frozen (false: the archive's way, after a frozen graph failed its check).
+    pub freeze: bool,
+    /// A frozen graph's check may be left to the unit's worker (see `frozen_check`).
+    pub check_in_worker: bool,
 }
 
 /// How one job ended.
 #[derive(Debug, Clone)]
 pub enum JobEnd {
-    Exported { loader: String, ms: u64, graph: GraphSource },
-    Failed { outcome: Outcome, stderr: Vec<String> },
+    /// `check_in_worker`: a frozen graph whose check the export process left to the worker.
+    Exported {
+        loader: String,
+        ms: u64,
+        graph: GraphSource,
+        check_in_worker: bool,
+    },
+    Failed {
+        outcome: Outcome,
+        stderr: Vec<String>,
+    },
 }
 
 /// Where an export's graph came from: traced from the file (`Traced`, with
@@ -288,7 +301,10 @@ impl Exporter<'_> {
         let request = json!({
             "modules": self.settings.keras.modules,
             "unsafe": self.settings.keras.unsafe_code,
-            "jobs": jobs.iter().map(|j| json!({"file": j.file, "out": j.out, "graph": j.graph})).collect::<Vec<_>>(),
+            "jobs": jobs.iter().map(|j| json!({
+                "file": j.file, "out": j.out, "graph": j.graph, "freeze": j.freeze,
+                "check": if j.check_in_worker { "worker" } else { "here" },
+            })).collect::<Vec<_>>(),
         });
         // The request is written, and stdin later closed, on a thread of its
         // own: a request bigger than the pipe blocks until Python reads it,
@@ -461,7 +477,7 @@ impl Exporter<'_> {
                     } else if let Answer::Start(index) = answer {
                         current = Some((index, Instant::now()));
                         next_start = index + 1;
-                    } else if let Answer::Done { index, loader, graph } = answer {
+                    } else if let Answer::Done { index, loader, graph, check_in_worker } = answer {
                         let job = jobs[index];
                         let ms = current.map_or(0, |(_, since)| since.elapsed().as_millis() as u64);
                         let end = if let Some(loader) = loader {
@@ -472,8 +488,18 @@ impl Exporter<'_> {
                                 };
                                 return job_failed(child, run, current, said_hello, outcome);
                             }
+                            if (graph == GraphSource::Frozen && !job.freeze)
+                                || (check_in_worker && !job.check_in_worker)
+                            {
+                                let outcome = Outcome::ProtocolError {
+                                    message: format!(
+                                        "export process: job {index} froze or left its check where it was told not to"
+                                    ),
+                                };
+                                return job_failed(child, run, current, said_hello, outcome);
+                            }
                             graphs_done.extend(job.graph.as_deref());
-                            JobEnd::Exported { loader: loader.to_string(), ms, graph }
+                            JobEnd::Exported { loader: loader.to_string(), ms, graph, check_in_worker }
                         } else {
                             let text = message.get("error").and_then(Value::as_str).unwrap_or("unknown error");
                             let error =
@@ -535,11 +561,13 @@ enum Answer {
     Hello,
     Start(usize),
     /// `loader` is `Some` (one of [`LOADERS`]) when the file was exported;
-    /// `graph` says whether it was traced (also when not said).
+    /// `graph` says whether it was traced (also when not said);
+    /// `check_in_worker`, a frozen graph's check left to the worker.
     Done {
         index: usize,
         loader: Option<&'static str>,
         graph: GraphSource,
+        check_in_worker: bool,
     },
 }
 
@@ -586,7 +614,7 @@ impl Answer {
                 });
             }
             if object.get("ok").and_then(Value::as_bool) != Some(true) {
-                return Ok(Answer::Done { index: i, loader: None, graph: GraphSource::Traced });
+                return Ok(Answer::Done { index: i, loader: None, graph: GraphSource::Traced, check_in_worker: false });
             }
             let graph = match object.get("graph") {
                 None => GraphSource::Traced,
@@ -604,7 +632,18 @@ impl Answer {
                     named.chars().take(40).collect::<String>()
                 ));
             };
-            return Ok(Answer::Done { index: i, loader: Some(loader), graph });
+            let check_in_worker = match object.get("check") {
+                None => false,
+                Some(Value::String(way)) if way == "worker" && graph == GraphSource::Frozen => true,
+                Some(other) => {
+                    return Err(format!(
+                        "finished job {i} ({}) with a check {:?}",
+                        graph.name(),
+                        other.to_string().chars().take(40).collect::<String>()
+                    ))
+                }
+            };
+            return Ok(Answer::Done { index: i, loader: Some(loader), graph, check_in_worker });
         }
         Err("a line that is none of hello, start, done".into())
     }
@@ -776,12 +815,17 @@ mod tests {
         let ok = r#"{"done": 0, "ok": true, "loader": "tf_keras"}"#;
         assert_eq!(
             parse(ok, true, Some(0), 1),
-            Ok(Answer::Done { index: 0, loader: Some("tf_keras"), graph: GraphSource::Traced })
+            Ok(Answer::Done { index: 0, loader: Some("tf_keras"), graph: GraphSource::Traced, check_in_worker: false })
+        );
+        let deferred = r#"{"done": 0, "ok": true, "loader": "keras", "graph": "frozen", "check": "worker"}"#;
+        assert_eq!(
+            parse(deferred, true, Some(0), 1),
+            Ok(Answer::Done { index: 0, loader: Some("keras"), graph: GraphSource::Frozen, check_in_worker: true })
         );
         let failed = r#"{"done": 1, "ok": false, "error": "x"}"#;
         assert_eq!(
             parse(failed, true, Some(1), 2),
-            Ok(Answer::Done { index: 1, loader: None, graph: GraphSource::Traced })
+            Ok(Answer::Done { index: 1, loader: None, graph: GraphSource::Traced, check_in_worker: false })
         );
         let refused = [
             (r#"{"done": 0, "ok": true, "loader": "keras"}"#, true, None, 1, "not running"),
@@ -792,6 +836,20 @@ mod tests {
             (r#"{"start": 2}"#, true, None, 2, "expected none"),
             (r#"{"done": 0, "ok": true, "loader": "keras\n\u001b[2J"}"#, true, Some(0), 1, "unknown loader"),
             (r#"{"done": 0, "ok": true, "loader": "keras", "graph": "borrowed"}"#, true, Some(0), 1, "unknown graph"),
+            (
+                r#"{"done": 0, "ok": true, "loader": "keras", "check": "worker"}"#,
+                true,
+                Some(0),
+                1,
+                "(traced) with a check",
+            ),
+            (
+                r#"{"done": 0, "ok": true, "loader": "keras", "graph": "frozen", "check": "skipped"}"#,
+                true,
+                Some(0),
+                1,
+                "with a check \"\\\"skipped",
+            ),
             (r#"{"hello": {}}"#, true, None, 0, "second hello"),
             (r#"{"start": 0}"#, false, None, 0, "before its hello"),
             (r#"{"queued": 0}"#, true, None, 0, "none of"),

@@ -5,7 +5,8 @@ sandbox as a worker where the run has one. Reads one JSON request, one line
 on stdin:
 
   {"modules": [FILE.py...], "unsafe": bool,
-   "jobs": [{"file": PATH, "out": DIR, "graph": KEY|null}, ...]}
+   "jobs": [{"file": PATH, "out": DIR, "graph": KEY|null,
+             "freeze": bool, "check": "here"|"worker"}, ...]}
 
 imports TensorFlow and Keras, says hello, and waits for stdin to close (the
 supervisor starts the next process while this one works, so that its import
@@ -16,7 +17,7 @@ and answers on the stdout it was given, one JSON object a line:
   {"hello": {"keras": V, "tensorflow": V, "python": V}}
   {"start": i}
   {"done": i, "ok": true, "loader": "keras"|"tf_keras", "graph": "traced"|"shared",
-   "inputs": [...], "outputs": [...]}
+   "inputs": [...], "outputs": [...], "check": "worker" (frozen, probe left to the worker)}
   {"done": i, "ok": false, "error": TEXT}
 
 Anything else the model's code prints goes to stderr. Each model is loaded
@@ -36,6 +37,11 @@ file's, Keras loads them without a warning and the variables written are
 the traced export's (names, shapes, dtypes, count); else the file is
 exported in full ("graph": "traced"), so a file never runs in a graph it
 does not fit.
+
+Any other file is frozen ("graph": "frozen", see export_frozen) unless its
+job says "freeze": false (the supervisor's second export of a file whose
+frozen graph failed its check in a worker); "check": "worker" leaves the
+frozen graph's check to the unit's worker.
 """
 
 import importlib.util
@@ -154,6 +160,13 @@ class Unfreezable(Exception):
 # archive's way, which writes the variables from where they are.
 MAX_FROZEN_BYTES = 512 << 20
 
+# Where a frozen export whose check is left to the worker keeps the probe
+# and the traced function's outputs on it (beside `saved_model/`; the
+# supervisor stores it with the entry), and the most its arrays may take
+# (above that the check runs here).
+CHECK_FILE = "frozen-check.npz"
+MAX_CHECK_BYTES = 32 << 20
+
 
 def freeze(concrete):
     """The traced function's GraphDef with its variables folded into
@@ -178,17 +191,41 @@ def freeze(concrete):
     return constants.convert_variables_to_constants_v2(concrete).graph.as_graph_def()
 
 
-def export_frozen(model, out):
+def probe_inputs(specs):
+    """The one row a frozen graph is checked on: floats uniform in [0, 1)
+    from a fixed seed (zeros alone would hide a wrong first-layer weight
+    behind a zero input), integers and bools zero (an index into a table
+    must be in range)."""
+    rng = np.random.default_rng(0)
+    values = []
+    for spec in specs:
+        shape = (1,) + tuple(spec.shape)[1:]
+        if spec.dtype.is_floating:
+            values.append(rng.random(shape).astype(spec.dtype.as_numpy_dtype))
+        else:
+            values.append(np.zeros(shape, spec.dtype.as_numpy_dtype))
+    return values
+
+
+def export_frozen(model, out, check_here=True):
     """The fast way for a file whose graph no later file shares: trace the
     serving function once, fold the variables into constants, and write a
     SavedModel with that one graph and its signature (TensorFlow's v1
     builder: no object graph, no checkpoint, no traced save and restore
     functions, which are most of `ExportArchive.write_out`'s time on a big
-    model, and nothing for the worker to restore when it loads). The frozen
-    graph is checked against the traced function on zeros before anything
-    is written; a model that does not fit (resources other than variables,
-    an input with an unknown inner dimension, outputs that are not a flat
-    dict of tensors, weights over 512 MiB) raises Unfreezable."""
+    model, and nothing for the worker to restore when it loads).
+
+    The frozen graph must give the traced function's outputs on one probe
+    row (`probe_inputs`). With `check_here` it is run here, in a session;
+    else the probe and the function's outputs are written beside `out` in
+    `CHECK_FILE`, and the unit's worker runs the probe first (the graph is
+    loaded there anyway, and a second run of a loaded graph costs a
+    fraction of a session here: ConvNeXtTiny 0.4 s against 2.5 s); a graph
+    that fails it is exported again the archive's way. A model that does
+    not fit (resources other than variables, an input with an unknown
+    inner dimension, outputs that are not a flat dict of tensors, weights
+    over 512 MiB) raises Unfreezable. Returns the input names, the output
+    names and whether the check was left to the worker."""
     names, specs, outputs, serve = serving_function(model)
     weights = sum(int(np.prod(v.shape)) * np.dtype(v.dtype).itemsize for v in model.weights)
     if weights > MAX_FROZEN_BYTES:
@@ -208,40 +245,55 @@ def export_frozen(model, out):
     if graph_def.ByteSize() > 2 * MAX_FROZEN_BYTES:
         raise Unfreezable(f"the frozen graph is over {2 * MAX_FROZEN_BYTES >> 20} MiB")
     # The function's own inputs come first, then what it captured (the
-    # variables, folded now); its outputs are the dict's values by sorted key.
+    # variables, folded now); its outputs are the dict's values by sorted
+    # key. Freezing keeps their names, so the signature is built from the
+    # function's graph (importing the frozen one costs ~1 s on a big model).
     keys = sorted(structured)
-    input_names = [t.name for t in concrete.inputs[: len(specs)]]
-    output_names_ = [t.name for t in concrete.outputs]
-    if len(output_names_) != len(keys):
+    if len(concrete.outputs) != len(keys):
         raise Unfreezable("the traced function's outputs do not match its dict")
+    with concrete.graph.as_default():
+        signature = tf.compat.v1.saved_model.signature_def_utils.predict_signature_def(
+            dict(zip(names, concrete.inputs[: len(specs)])), dict(zip(keys, concrete.outputs))
+        )
+    probe = probe_inputs(specs)
+    # Both sides of the check run without Grappler, whose constant folding
+    # over a frozen graph's weights costs seconds on a big model and changes
+    # nothing the check compares.
+    tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": True})
+    try:
+        traced = concrete(*[tf.constant(p) for p in probe])
+        expected = {key: traced[key].numpy() for key in keys}
+    finally:
+        tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": False})
+    del traced
+    if not check_here and sum(a.nbytes for a in probe) + sum(a.nbytes for a in expected.values()) > MAX_CHECK_BYTES:
+        check_here = True
+    if check_here:
+        check_frozen(graph_def, signature, names, probe, expected)
+    write_saved_model(out, graph_def, signature)
+    if not check_here:
+        arrays = {f"input/{name}": value for name, value in zip(names, probe)}
+        arrays.update({f"output/{key}": value for key, value in expected.items()})
+        np.savez(os.path.join(os.path.dirname(out), CHECK_FILE), **arrays)
+    return names, outputs, not check_here
+
+
+def check_frozen(graph_def, signature, names, probe, expected):
+    """Runs the frozen graph on the probe in a session, without Grappler,
+    and raises Unfreezable unless it gives the `expected` outputs."""
     graph = tf.Graph()
     with graph.as_default():
         tf.graph_util.import_graph_def(graph_def, name="")
-    inputs = {name: graph.get_tensor_by_name(t) for name, t in zip(names, input_names)}
-    results = {key: graph.get_tensor_by_name(t) for key, t in zip(keys, output_names_)}
-    zeros = [np.zeros((1,) + tuple(s.shape)[1:], s.dtype.as_numpy_dtype) for s in specs]
-    # The check runs each graph once on zeros: without Grappler, whose
-    # constant folding over a frozen graph's weights costs seconds on a big
-    # model and changes nothing the check compares (the worker optimizes the
-    # graph it loads as it always does).
+    feed = {graph.get_tensor_by_name(signature.inputs[name].name): value for name, value in zip(names, probe)}
+    fetch = {key: graph.get_tensor_by_name(info.name) for key, info in signature.outputs.items()}
     config = tf.compat.v1.ConfigProto()
     config.graph_options.rewrite_options.disable_meta_optimizer = True
-    tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": True})
-    try:
-        expected = concrete(*[tf.constant(z) for z in zeros])
-    finally:
-        tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": False})
     with tf.compat.v1.Session(graph=graph, config=config) as session:
-        got = session.run(results, {inputs[name]: z for name, z in zip(names, zeros)})
-        for key in keys:
-            a, b = expected[key].numpy(), got[key]
-            if a.shape != b.shape or a.dtype != b.dtype or not np.allclose(a, b, rtol=1e-5, atol=1e-6, equal_nan=True):
-                raise Unfreezable(f"the frozen graph's output {key} differs from the model's")
-    with graph.as_default():
-        signature = tf.compat.v1.saved_model.signature_def_utils.predict_signature_def(inputs, results)
-    del graph, inputs, results, expected, got
-    write_saved_model(out, graph_def, signature)
-    return names, outputs
+        got = session.run(fetch, feed)
+    for key, a in expected.items():
+        b = got[key]
+        if a.shape != b.shape or a.dtype != b.dtype or not np.allclose(a, b, rtol=1e-5, atol=1e-6, equal_nan=True):
+            raise Unfreezable(f"the frozen graph's output {key} differs from the model's")
 
 
 def write_saved_model(out, graph_def, signature):
@@ -465,15 +517,18 @@ for index, job in enumerate(request["jobs"]):
                 later.get("graph") == key for later in request["jobs"][index + 1:]
             )
             archive = None
-            if not shared_later:
+            if not shared_later and job.get("freeze", True):
                 try:
-                    names, outputs = export_frozen(model, job["out"])
+                    names, outputs, deferred = export_frozen(model, job["out"], job.get("check") != "worker")
                     graph_way = "frozen"
                     # No later job shares this group's graph, nor an earlier group's (groups come in a row).
                     graph = None
                 except Exception as why:  # noqa: BLE001 - Unfreezable, or anything else: the archive's way
                     print(f"isorun: {job['file']}: not frozen: {why}", file=sys.stderr)
                     shutil.rmtree(job["out"], ignore_errors=True)
+                    check_file = os.path.join(os.path.dirname(job["out"]), CHECK_FILE)
+                    if os.path.exists(check_file):
+                        os.remove(check_file)
                     if os.path.exists(job["out"]):
                         raise RuntimeError(f"cannot remove the unfinished frozen export {job['out']}") from None
             if graph_way != "frozen":
@@ -486,7 +541,10 @@ for index, job in enumerate(request["jobs"]):
                 if layout is not None and shareable(model, job["out"]):
                     graph = Graph(key, model, archive, job["out"], layout, names, outputs)
             del model, archive
-        say({"done": index, "ok": True, "loader": loader, "graph": graph_way, "inputs": names, "outputs": outputs})
+        done = {"done": index, "ok": True, "loader": loader, "graph": graph_way, "inputs": names, "outputs": outputs}
+        if graph_way == "frozen" and deferred:
+            done["check"] = "worker"
+        say(done)
     except BaseException as error:  # noqa: BLE001 - every failure is this model's record
         text = f"{type(error).__name__}: {error}".strip()
         traceback.print_exc(file=sys.stderr)

@@ -23,6 +23,7 @@ use crate::cancel::CancelToken;
 use crate::discover::{Model, ModelFormat};
 use crate::engine::Event;
 use crate::executor::UnitQueue;
+use crate::frozen_check::{FrozenChecks, Probe};
 use crate::settings::Settings;
 use crate::unit::UnitReport;
 use export::{Exporter, Job, JobEnd, SHARED_PER_TRACE};
@@ -99,6 +100,46 @@ pub struct ExportReport {
     /// Whether its graph was traced from it or shared with an earlier file
     /// of the same architecture (only its variables written).
     pub graph: Option<GraphSource>,
+    /// A frozen graph's check against the traced model (see `frozen_check`).
+    pub check: Option<ExportCheck>,
+}
+
+/// Where a frozen graph was checked against the traced model on a probe row.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ExportCheck {
+    /// By the export process.
+    Export,
+    /// By a unit's worker; `ms` when in this run, before the unit's inputs.
+    Worker { ms: Option<u64> },
+    /// Left to a worker, which has not run it (the unit did not get that far).
+    Pending,
+    /// It failed in the unit's worker (`why`), and the file was exported
+    /// again the archive's way (`graph` `traced`) before the unit ran again.
+    Failed { why: String },
+}
+
+impl ExportCheck {
+    pub fn name(&self) -> &'static str {
+        match self {
+            ExportCheck::Export => cache::CHECK_EXPORT,
+            ExportCheck::Worker { .. } => cache::CHECK_WORKER,
+            ExportCheck::Pending => cache::CHECK_PENDING,
+            ExportCheck::Failed { .. } => "failed",
+        }
+    }
+
+    /// The check of an entry from its `export.json`: a frozen graph made
+    /// before checks were recorded was checked by its export process.
+    fn of_entry(about: &serde_json::Value) -> Option<ExportCheck> {
+        if about.get("graph").and_then(serde_json::Value::as_str) != Some(GraphSource::Frozen.name()) {
+            return None;
+        }
+        Some(match about.get("check").and_then(serde_json::Value::as_str) {
+            Some(cache::CHECK_PENDING) => ExportCheck::Pending,
+            Some(cache::CHECK_WORKER) => ExportCheck::Worker { ms: None },
+            _ => ExportCheck::Export,
+        })
+    }
 }
 
 /// A run's models after planning the export stage: the same models, in
@@ -112,6 +153,12 @@ pub(crate) struct Staged {
     work: Option<ExportWork>,
     /// Each model's own file and format (before its path was replaced).
     sources: Vec<(PathBuf, ModelFormat)>,
+    /// Frozen graphs' checks go to the units' workers (`run`, `eval`); else
+    /// (`pipe`) the export process checks, and a cached entry still
+    /// waiting for its check is exported again.
+    check_in_worker: bool,
+    /// The units whose file was exported again after its check failed.
+    exported_again: Mutex<Vec<bool>>,
 }
 
 /// What a unit waits for before it can run.
@@ -207,6 +254,8 @@ impl Staged {
                 file: self.models_source(indexes[0]),
                 out: dir.join("saved_model"),
                 graph: graph.clone(),
+                freeze: true,
+                check_in_worker: self.check_in_worker,
             });
             staging.push(dir);
         }
@@ -224,54 +273,23 @@ impl Staged {
             (false, n) => n,
         };
         let on_end = |job: &Job, end: JobEnd| {
-            let KeyWork { key, indexes, graph: architecture } = &work.keys[job.id];
-            let staging = job.out.parent().expect("a staging folder").to_path_buf();
-            let result = match end {
-                JobEnd::Exported { loader, ms, graph } => {
-                    let mut about = serde_json::json!({
-                        "source": job.file, "from": self.source_format(indexes[0]).name(), "loader": loader,
-                        "keras": work.python.keras, "tensorflow": work.python.tensorflow,
-                        "tf_keras": work.python.tf_keras, "ms": ms, "graph": graph.name(),
-                        "architecture": architecture,
-                    });
-                    if let Some(about) = about.as_object_mut() {
-                        about.extend(key_parts(&settings.keras, &work.module_hashes));
-                    }
-                    match cache::lookup(&work.cache, key)
-                        .map(Ok)
-                        .unwrap_or_else(|| cache::commit(&work.cache, key, &staging, &about))
-                    {
-                        Ok(_) => Ok((loader, ms, graph)),
-                        Err(e) => Err((
-                            export_error(format!(
-                                "{}: cannot store the export in {}: {e}",
-                                job.file.display(),
-                                work.cache.display()
-                            )),
-                            Vec::new(),
-                            ms,
-                        )),
-                    }
-                }
-                JobEnd::Failed { outcome, stderr } => Err((outcome, stderr, 0)),
-            };
-            let _ = std::fs::remove_dir_all(&staging);
-            for &index in indexes {
+            let result = self.store(work, settings, job, end);
+            for &index in &work.keys[job.id].indexes {
                 let format = self.source_format(index);
                 match &result {
-                    Ok((loader, ms, graph)) => {
+                    Ok(stored) => {
+                        self.exports.lock().expect("exports")[index] = Some(stored.report(format));
+                        queue.push(index);
+                    }
+                    Err((outcome, stderr, ms)) => {
                         self.exports.lock().expect("exports")[index] = Some(ExportReport {
                             from: format,
                             cached: false,
                             ms: *ms,
-                            loader: Some(loader.clone()),
-                            graph: Some(*graph),
+                            loader: None,
+                            graph: None,
+                            check: None,
                         });
-                        queue.push(index);
-                    }
-                    Err((outcome, stderr, ms)) => {
-                        self.exports.lock().expect("exports")[index] =
-                            Some(ExportReport { from: format, cached: false, ms: *ms, loader: None, graph: None });
                         report_failure(index, outcome.clone(), stderr.clone());
                     }
                 }
@@ -297,6 +315,54 @@ impl Staged {
         tracing::info!(files = jobs.len(), ms = began.elapsed().as_millis() as u64, "Keras files exported");
     }
 
+    /// Stores an ended job's export in the cache (unless an entry is
+    /// there already: another run's, which wins) and removes its staging
+    /// folder; `Err` is the failure of every unit of its key, with the
+    /// export's stderr and time.
+    fn store(&self, work: &ExportWork, settings: &Settings, job: &Job, end: JobEnd) -> Result<Stored, StoreFailure> {
+        let KeyWork { key, indexes, graph: architecture } = &work.keys[job.id];
+        let staging = job.out.parent().expect("a staging folder").to_path_buf();
+        let result = match end {
+            JobEnd::Exported { loader, ms, graph, check_in_worker } => {
+                let check = (graph == GraphSource::Frozen).then_some(if check_in_worker {
+                    ExportCheck::Pending
+                } else {
+                    ExportCheck::Export
+                });
+                let mut about = serde_json::json!({
+                    "source": job.file, "from": self.source_format(indexes[0]).name(), "loader": loader,
+                    "keras": work.python.keras, "tensorflow": work.python.tensorflow,
+                    "tf_keras": work.python.tf_keras, "ms": ms, "graph": graph.name(),
+                    "architecture": architecture,
+                });
+                if let Some(about) = about.as_object_mut() {
+                    about.extend(key_parts(&settings.keras, &work.module_hashes));
+                    if let Some(check) = &check {
+                        about.insert("check".into(), check.name().into());
+                    }
+                }
+                match cache::lookup(&work.cache, key)
+                    .map(Ok)
+                    .unwrap_or_else(|| cache::commit(&work.cache, key, &staging, &about))
+                {
+                    Ok(_) => Ok(Stored { loader, ms, graph, check }),
+                    Err(e) => Err((
+                        export_error(format!(
+                            "{}: cannot store the export in {}: {e}",
+                            job.file.display(),
+                            work.cache.display()
+                        )),
+                        Vec::new(),
+                        ms,
+                    )),
+                }
+            }
+            JobEnd::Failed { outcome, stderr } => Err((outcome, stderr, 0)),
+        };
+        let _ = std::fs::remove_dir_all(&staging);
+        result
+    }
+
     fn models_source(&self, index: usize) -> PathBuf {
         self.sources[index].0.clone()
     }
@@ -305,6 +371,109 @@ impl Staged {
         self.sources[index].1
     }
 }
+
+impl FrozenChecks for Staged {
+    fn probe(&self, index: usize) -> Option<Result<Probe, String>> {
+        if !self.source_format(index).is_keras_file() || self.exported_again.lock().expect("exported again")[index] {
+            return None;
+        }
+        let entry = self.models[index].path.parent()?;
+        if !cache::check_pending(entry) {
+            return None;
+        }
+        match cache::read_check(entry).and_then(Probe::from_arrays) {
+            Ok(probe) => Some(Ok(probe)),
+            // Checked meanwhile by another run's worker (which removes the file).
+            Err(_) if !cache::check_pending(entry) => None,
+            Err(why) => Some(Err(why)),
+        }
+    }
+
+    fn passed(&self, index: usize, ms: u64) {
+        if let Some(entry) = self.models[index].path.parent() {
+            if let Err(e) = cache::mark_checked(entry) {
+                tracing::warn!(entry = %entry.display(), "cannot record the frozen graph's check: {e}");
+            }
+        }
+        if let Some(report) = self.exports.lock().expect("exports")[index].as_mut() {
+            report.check = Some(ExportCheck::Worker { ms: Some(ms) });
+        }
+    }
+
+    fn export_again(&self, index: usize, why: &str, settings: &Settings, stop: &CancelToken) -> Result<(), Outcome> {
+        self.exported_again.lock().expect("exported again")[index] = true;
+        let began = Instant::now();
+        let file = self.models_source(index);
+        tracing::warn!(file = %file.display(), %why, "the frozen graph failed its check; exporting again");
+        let entry = self.models[index].path.parent().map(PathBuf::from).unwrap_or_default();
+        let key = entry.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let (cache, python, module_hashes) = match &self.work {
+            Some(work) => (work.cache.clone(), work.python.clone(), work.module_hashes.clone()),
+            None => toolchain(settings).map_err(export_error)?,
+        };
+        let _ = std::fs::remove_dir_all(&entry);
+        let dir = cache::staging_dir(&cache)
+            .map_err(|e| export_error(format!("{}: cannot make a folder for the export: {e}", cache.display())))?;
+        let work =
+            ExportWork { cache, python, keys: vec![KeyWork { key, indexes: vec![index], graph: None }], module_hashes };
+        let job = Job { id: 0, file, out: dir.join("saved_model"), graph: None, freeze: false, check_in_worker: false };
+        let result = Mutex::new(None);
+        let on_end = |job: &Job, end: JobEnd| {
+            // Another run's frozen export of the file, stored meanwhile, waits for its own check: ours replaces it.
+            if cache::check_pending(&entry) {
+                let _ = std::fs::remove_dir_all(&entry);
+            }
+            *result.lock().expect("result") = Some(self.store(&work, settings, job, end));
+        };
+        Exporter { python: &work.python, settings, stop, scratch_root: work.cache.clone(), on_end: &on_end }
+            .export_all(std::slice::from_ref(&job), 1);
+        let _ = std::fs::remove_dir_all(&dir);
+        let stored = result.into_inner().expect("result").unwrap_or_else(|| {
+            Err((export_error(format!("{}: the export ended without an answer", job.file.display())), Vec::new(), 0))
+        });
+        let mut exports = self.exports.lock().expect("exports");
+        let before = exports[index].as_ref().map_or(0, |r| r.ms);
+        match stored {
+            Ok(stored) => {
+                let mut report = stored.report(self.source_format(index));
+                report.ms = before + began.elapsed().as_millis() as u64;
+                report.check = Some(ExportCheck::Failed { why: why.to_string() });
+                exports[index] = Some(report);
+                Ok(())
+            }
+            Err((outcome, _, _)) => {
+                if let Some(report) = exports[index].as_mut() {
+                    report.check = Some(ExportCheck::Failed { why: why.to_string() });
+                }
+                Err(outcome)
+            }
+        }
+    }
+}
+
+/// A job's export, stored in the cache.
+struct Stored {
+    loader: String,
+    ms: u64,
+    graph: GraphSource,
+    check: Option<ExportCheck>,
+}
+
+impl Stored {
+    fn report(&self, from: ModelFormat) -> ExportReport {
+        ExportReport {
+            from,
+            cached: false,
+            ms: self.ms,
+            loader: Some(self.loader.clone()),
+            graph: Some(self.graph),
+            check: self.check.clone(),
+        }
+    }
+}
+
+/// Why a job's units fail: the outcome, the export's stderr, its time.
+type StoreFailure = (Outcome, Vec<String>, u64);
 
 /// The jobs in groups of one architecture (in the order each first
 /// appears); a job without a graph is a group of its own.
@@ -350,13 +519,17 @@ fn export_error(message: String) -> Outcome {
 /// Plans the export stage: hashes every Keras file, finds Python (asked
 /// once, or remembered), looks each file up in the cache. Fast: no export
 /// runs here ([`Staged::produce`] runs them, during the run).
-pub(crate) fn plan(models: &[Model], settings: &Settings) -> Staged {
+/// `check_in_worker`: frozen graphs' checks go to the units' workers
+/// (see [`Staged::check_in_worker`]).
+pub(crate) fn plan(models: &[Model], settings: &Settings, check_in_worker: bool) -> Staged {
     let mut staged = Staged {
         models: models.to_vec(),
         exports: Mutex::new(vec![None; models.len()]),
         fates: models.iter().map(|_| Fate::Ready).collect(),
         work: None,
         sources: models.iter().map(|m| (m.path.clone(), m.format)).collect(),
+        check_in_worker,
+        exported_again: Mutex::new(vec![false; models.len()]),
     };
     let keras: Vec<usize> = (0..models.len()).filter(|&i| models[i].format.is_keras_file()).collect();
     if keras.is_empty() {
@@ -364,8 +537,14 @@ pub(crate) fn plan(models: &[Model], settings: &Settings) -> Staged {
     }
     let fail = |staged: &mut Staged, index: usize, message: String| {
         staged.fates[index] = Fate::Failed(Box::new((export_error(message), Vec::new())));
-        staged.exports.get_mut().expect("exports")[index] =
-            Some(ExportReport { from: models[index].format, cached: false, ms: 0, loader: None, graph: None });
+        staged.exports.get_mut().expect("exports")[index] = Some(ExportReport {
+            from: models[index].format,
+            cached: false,
+            ms: 0,
+            loader: None,
+            graph: None,
+            check: None,
+        });
     };
     let (cache, python, module_hashes) = match toolchain(settings) {
         Ok(found) => found,
@@ -416,8 +595,14 @@ pub(crate) fn plan(models: &[Model], settings: &Settings) -> Staged {
         let key = cache::entry_key(&hash, &versions, &module_hashes, settings.keras.unsafe_code);
         staged.models[index] =
             Model { id: model.id.clone(), path: cache.join(&key).join("saved_model"), format: ModelFormat::SavedModel };
+        let entry = cache.join(&key);
+        if cache::lookup(&cache, &key).is_some() && !check_in_worker && cache::check_pending(&entry) {
+            // A frozen graph that waits for a worker's check, for a caller
+            // that has none to give (`pipe`): exported again, checked there.
+            let _ = std::fs::remove_dir_all(&entry);
+        }
         if cache::lookup(&cache, &key).is_some() {
-            let about = std::fs::read(cache.join(&key).join("export.json"))
+            let about = std::fs::read(entry.join("export.json"))
                 .ok()
                 .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok());
             let text = |name: &str| about.as_ref().and_then(|v| v.get(name)?.as_str().map(String::from));
@@ -428,6 +613,7 @@ pub(crate) fn plan(models: &[Model], settings: &Settings) -> Staged {
                 ms,
                 loader: text("loader"),
                 graph: text("graph").as_deref().and_then(GraphSource::from_name),
+                check: about.as_ref().and_then(ExportCheck::of_entry),
             });
             continue;
         }
@@ -473,7 +659,7 @@ pub fn saved_model_for(
     settings: &Settings,
     stop: &CancelToken,
 ) -> Result<(PathBuf, Option<ExportReport>), Outcome> {
-    let staged = plan(std::slice::from_ref(model), settings);
+    let staged = plan(std::slice::from_ref(model), settings, false);
     if staged.has_keras_files() {
         let queue = UnitQueue::new(1);
         let (events, reports) = mpsc::channel();
