@@ -967,3 +967,178 @@ keras.Model(inp, out).save(os.path.join(sys.argv[1], "lookup.keras"))
     assert_eq!(ran.code, Some(0), "{}\n{}", ran.stdout, ran.stderr);
     assert_eq!(ran.record("multi.keras")["export"]["graph"], "frozen", "{}", ran.stdout);
 }
+
+/// The cache's entries (folders holding an `export.json`).
+fn entries(cache: &Path) -> Vec<PathBuf> {
+    let mut found: Vec<PathBuf> = std::fs::read_dir(cache)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.join("export.json").is_file())
+        .collect();
+    found.sort();
+    found
+}
+
+fn export_json(entry: &Path) -> serde_json::Value {
+    serde_json::from_slice(&std::fs::read(entry.join("export.json")).unwrap()).unwrap()
+}
+
+/// A frozen graph's check runs in the unit's worker, on the probe, before
+/// the unit's inputs: the record says so with its time, the entry
+/// remembers it (and drops the check file), and a later run from the
+/// cache runs no probe; the outputs are `model.predict`'s. `eval` checks
+/// the same way.
+#[test]
+fn a_frozen_graph_is_checked_once_by_the_first_worker_that_loads_it() {
+    let Some(python) = python("a_frozen_graph_is_checked_once_by_the_first_worker_that_loads_it") else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let (cache, out) = (tmp.path().join("cache"), tmp.path().join("out"));
+    let npz = keras_fixtures().join("inputs/multi.npz");
+    let args = [
+        keras_fixtures().join("multi.keras").to_str().unwrap().to_string(),
+        "--inputs".into(),
+        npz.to_str().unwrap().into(),
+        "--json".into(),
+        "--output-dir".into(),
+        out.to_str().unwrap().into(),
+    ];
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let first = keras_run(&python, &cache, &args);
+    assert_eq!(first.code, Some(0), "{}\n{}", first.stdout, first.stderr);
+    let export = &first.record("multi.keras")["export"];
+    assert_eq!((export["graph"].as_str(), export["check"].as_str()), (Some("frozen"), Some("worker")), "{export}");
+    assert!(export["check_ms"].as_u64().is_some(), "{export}");
+    assert_outputs_equal_predict(&out, "multi.keras", "multi", &["probs", "score"]);
+    let [entry] = entries(&cache).try_into().unwrap_or_else(|e| panic!("one entry, got {e:?}"));
+    assert_eq!(export_json(&entry)["check"], "worker");
+    assert!(!entry.join("frozen-check.npz").exists(), "the check file stays after its check");
+
+    std::fs::remove_dir_all(&out).unwrap();
+    let second = keras_run(&python, &cache, &args);
+    assert_eq!(second.code, Some(0), "{}\n{}", second.stdout, second.stderr);
+    let export = &second.record("multi.keras")["export"];
+    assert_eq!((export["cached"].as_bool(), export["check"].as_str()), (Some(true), Some("worker")), "{export}");
+    assert!(export.get("check_ms").is_none(), "a checked entry was checked again: {export}");
+    assert_outputs_equal_predict(&out, "multi.keras", "multi", &["probs", "score"]);
+
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let eval = run(isorun()
+        .arg("eval")
+        .arg(keras_fixtures().join("iris.keras"))
+        .arg("--data")
+        .arg(repo.join("examples/eval/iris.tfrecord"))
+        .args(["--label", "species", "--json", "--python"])
+        .arg(&python)
+        .arg("--keras-cache")
+        .arg(&cache));
+    let record = eval.record("iris.keras");
+    assert_eq!(record["status"], "ok", "{}\n{}", eval.stdout, eval.stderr);
+    assert_eq!(record["export"]["check"], "worker", "{record}");
+    assert!(record["export"]["check_ms"].as_u64().is_some(), "{record}");
+    assert_eq!(record["examples"], 150);
+}
+
+/// An entry left waiting for its check (its unit failed before the
+/// probe ran: inputs that do not fit) is checked by the next run; a check
+/// file whose outputs were changed (and rehashed) fails the check, one
+/// whose bytes no longer hash to `export.json`'s is refused: either way the
+/// file is exported again the archive's way into the same entry and the
+/// unit runs again, in a fresh worker, with `model.predict`'s outputs.
+/// `pipe`, which has no unit to check with, exports a waiting entry again
+/// and checks it in the export process.
+#[test]
+fn a_frozen_graph_that_fails_its_check_is_exported_again_and_its_unit_runs_again() {
+    let Some(python) = python("a_frozen_graph_that_fails_its_check_is_exported_again_and_its_unit_runs_again") else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let (cache, out) = (tmp.path().join("cache"), tmp.path().join("out"));
+    let model = keras_fixtures().join("multi.keras");
+    let tamper = r#"
+import hashlib, json, sys
+import numpy as np
+entry, how = sys.argv[1], sys.argv[2]
+path = entry + "/frozen-check.npz"
+if how == "values":
+    arrays = dict(np.load(path))
+    for key in arrays:
+        if key.startswith("output/"):
+            arrays[key] = arrays[key] + np.ones_like(arrays[key])
+    np.savez(path, **arrays)
+    about = json.load(open(entry + "/export.json"))
+    about["check_sha256"] = hashlib.sha256(open(path, "rb").read()).hexdigest()
+    json.dump(about, open(entry + "/export.json", "w"))
+else:
+    with open(path, "r+b") as f:
+        f.seek(-64, 2)
+        f.write(b"\x7f" * 8)
+"#;
+    for (how, error) in [("values", "values differ"), ("bytes", "hashes to")] {
+        let _ = std::fs::remove_dir_all(&cache);
+        let _ = std::fs::remove_dir_all(&out);
+        let wrong = keras_fixtures().join("inputs/dense.npz");
+        let ran = keras_run(&python, &cache, &[model.to_str().unwrap(), "--inputs", wrong.to_str().unwrap(), "--json"]);
+        let export = &ran.record("multi.keras")["export"];
+        assert_eq!(export["check"], "pending", "{how}: {}\n{}", ran.stdout, ran.stderr);
+        let [entry] = entries(&cache).try_into().unwrap_or_else(|e| panic!("one entry, got {e:?}"));
+        assert_eq!(export_json(&entry)["check"], "pending");
+        let tampered = Command::new(&python).args(["-c", tamper]).arg(&entry).arg(how).output().unwrap();
+        assert!(tampered.status.success(), "{}", String::from_utf8_lossy(&tampered.stderr));
+
+        let npz = keras_fixtures().join("inputs/multi.npz");
+        let ran = keras_run(
+            &python,
+            &cache,
+            &[
+                model.to_str().unwrap(),
+                "--inputs",
+                npz.to_str().unwrap(),
+                "--json",
+                "--output-dir",
+                out.to_str().unwrap(),
+            ],
+        );
+        assert_eq!(ran.code, Some(0), "{how}: {}\n{}", ran.stdout, ran.stderr);
+        let record = ran.record("multi.keras");
+        let export = &record["export"];
+        assert_eq!(
+            (export["graph"].as_str(), export["check"].as_str()),
+            (Some("traced"), Some("failed")),
+            "{how}: {export}"
+        );
+        assert!(export["check_error"].as_str().unwrap_or_default().contains(error), "{how}: {export}");
+        assert_eq!(record["attempts"].as_array().map(Vec::len), Some(1), "{how}: {record}");
+        assert_outputs_equal_predict(&out, "multi.keras", "multi", &["probs", "score"]);
+        let [entry] = entries(&cache).try_into().unwrap_or_else(|e| panic!("one entry, got {e:?}"));
+        let about = export_json(&entry);
+        assert_eq!((about["graph"].as_str(), about.get("check")), (Some("traced"), None), "{how}: {about}");
+    }
+
+    // pipe and an entry waiting for its check.
+    let _ = std::fs::remove_dir_all(&cache);
+    let wrong = keras_fixtures().join("inputs/dense.npz");
+    let ran = keras_run(&python, &cache, &[model.to_str().unwrap(), "--inputs", wrong.to_str().unwrap(), "--json"]);
+    assert_eq!(ran.record("multi.keras")["export"]["check"], "pending", "{}", ran.stdout);
+    let mut child = isorun()
+        .arg("pipe")
+        .arg(&model)
+        .arg("--python")
+        .arg(&python)
+        .arg("--keras-cache")
+        .arg(&cache)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    let line = b"{\"id\": 1, \"inputs\": {\"a\": [[1, 2, 3]], \"b\": [[0.5, 1.5]]}}\n";
+    child.stdin.take().unwrap().write_all(line).unwrap();
+    let piped = crate::util::ran(child.wait_with_output().unwrap());
+    assert_eq!(piped.code, Some(0), "{}\n{}", piped.stdout, piped.stderr);
+    assert_eq!(piped.records[0]["outputs"]["probs"]["shape"], serde_json::json!([1, 4]), "{}", piped.stdout);
+    let [entry] = entries(&cache).try_into().unwrap_or_else(|e| panic!("one entry, got {e:?}"));
+    assert_eq!(export_json(&entry)["check"], "export", "{}", export_json(&entry));
+    assert!(!entry.join("frozen-check.npz").exists());
+}
