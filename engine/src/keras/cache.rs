@@ -456,6 +456,55 @@ mod tests {
         assert!(list(cache).is_empty());
     }
 
+    /// A check file's life: moved in with its hash, read back while it
+    /// still hashes to it, refused once changed or when the export process
+    /// planted a link in its place (never followed), gone once checked.
+    #[test]
+    fn a_check_file_is_stored_with_its_hash_and_read_only_while_it_matches() {
+        let tmp = tempfile::tempdir().unwrap();
+        let cache = tmp.path();
+        let npz = |dir: &Path| {
+            let tensor = isorun_protocol::Tensor {
+                dtype: isorun_protocol::DType::Float32,
+                shape: vec![1],
+                data: isorun_protocol::TensorData::Dense(1.5f32.to_le_bytes().to_vec().into()),
+            };
+            let mut file = zip::ZipWriter::new(std::fs::File::create(dir.join(CHECK_FILE)).unwrap());
+            for name in ["input/x.npy", "output/y.npy"] {
+                file.start_file(name, zip::write::SimpleFileOptions::default()).unwrap();
+                isorun_tensors::npy::write_npy(&mut file, &tensor).unwrap();
+            }
+            file.finish().unwrap();
+        };
+        let pending = serde_json::json!({"graph": "frozen", "check": CHECK_PENDING});
+        let staging = staged(cache);
+        npz(&staging);
+        let entry = commit(cache, "k", &staging, &pending).unwrap().parent().unwrap().to_path_buf();
+        assert!(check_pending(&entry));
+        let arrays = read_check(&entry).unwrap();
+        assert_eq!(arrays.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>(), ["input/x", "output/y"]);
+        let mut bytes = std::fs::read(entry.join(CHECK_FILE)).unwrap();
+        let last = bytes.len() - 1;
+        bytes[last] ^= 1;
+        std::fs::write(entry.join(CHECK_FILE), &bytes).unwrap();
+        assert!(read_check(&entry).unwrap_err().contains("export.json says"));
+        mark_checked(&entry).unwrap();
+        assert!(!check_pending(&entry) && !entry.join(CHECK_FILE).exists());
+        assert_eq!(about(&entry).unwrap()["check"], CHECK_WORKER);
+        assert!(lookup(cache, "k").is_some(), "the entry still verifies after its export.json was replaced");
+
+        // A link where the check file should be: moved as a link, never read through.
+        let secret = tmp.path().join("secret.npz");
+        npz(tmp.path());
+        std::fs::rename(tmp.path().join(CHECK_FILE), &secret).unwrap();
+        let staging = staged(cache);
+        std::os::unix::fs::symlink(&secret, staging.join(CHECK_FILE)).unwrap();
+        let entry = commit(cache, "l", &staging, &pending).unwrap().parent().unwrap().to_path_buf();
+        assert!(check_pending(&entry));
+        assert!(about(&entry).unwrap().get("check_sha256").is_none());
+        assert!(read_check(&entry).unwrap_err().contains("names no check file"));
+    }
+
     /// A staging folder as a finished export leaves it.
     fn staged(cache: &Path) -> PathBuf {
         let staging = staging_dir(cache).unwrap();
