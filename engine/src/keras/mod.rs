@@ -282,7 +282,8 @@ impl Staged {
                         self.exports.lock().expect("exports")[index] = Some(stored.report(format));
                         queue.push(index);
                     }
-                    Err((outcome, stderr, ms)) => {
+                    Err(failure) => {
+                        let (outcome, stderr, ms) = &**failure;
                         self.exports.lock().expect("exports")[index] = Some(ExportReport {
                             from: format,
                             cached: false,
@@ -347,7 +348,7 @@ impl Staged {
                     .unwrap_or_else(|| cache::commit(&work.cache, key, &staging, &about))
                 {
                     Ok(_) => Ok(Stored { loader, ms, graph, check }),
-                    Err(e) => Err((
+                    Err(e) => Err(Box::new((
                         export_error(format!(
                             "{}: cannot store the export in {}: {e}",
                             job.file.display(),
@@ -355,10 +356,10 @@ impl Staged {
                         )),
                         Vec::new(),
                         ms,
-                    )),
+                    ))),
                 }
             }
-            JobEnd::Failed { outcome, stderr } => Err((outcome, stderr, 0)),
+            JobEnd::Failed { outcome, stderr } => Err(Box::new((outcome, stderr, 0))),
         };
         let _ = std::fs::remove_dir_all(&staging);
         result
@@ -430,7 +431,11 @@ impl FrozenChecks for Staged {
             .export_all(std::slice::from_ref(&job), 1);
         let _ = std::fs::remove_dir_all(&dir);
         let stored = result.into_inner().expect("result").unwrap_or_else(|| {
-            Err((export_error(format!("{}: the export ended without an answer", job.file.display())), Vec::new(), 0))
+            Err(Box::new((
+                export_error(format!("{}: the export ended without an answer", job.file.display())),
+                Vec::new(),
+                0,
+            )))
         });
         let mut exports = self.exports.lock().expect("exports");
         let before = exports[index].as_ref().map_or(0, |r| r.ms);
@@ -442,7 +447,8 @@ impl FrozenChecks for Staged {
                 exports[index] = Some(report);
                 Ok(())
             }
-            Err((outcome, _, _)) => {
+            Err(failure) => {
+                let (outcome, _, _) = *failure;
                 if let Some(report) = exports[index].as_mut() {
                     report.check = Some(ExportCheck::Failed { why: why.to_string() });
                 }
@@ -474,7 +480,7 @@ impl Stored {
 }
 
 /// Why a job's units fail: the outcome, the export's stderr, its time.
-type StoreFailure = (Outcome, Vec<String>, u64);
+type StoreFailure = Box<(Outcome, Vec<String>, u64)>;
 
 /// The jobs in groups of one architecture (in the order each first
 /// appears); a job without a graph is a group of its own.
