@@ -49,6 +49,7 @@ import json
 import os
 import shutil
 import sys
+import threading
 import traceback
 import warnings
 
@@ -256,22 +257,42 @@ def export_frozen(model, out, check_here=True):
             dict(zip(names, concrete.inputs[: len(specs)])), dict(zip(keys, concrete.outputs))
         )
     probe = probe_inputs(specs)
-    # Both sides of the check run without Grappler, whose constant folding
-    # over a frozen graph's weights costs seconds on a big model and changes
-    # nothing the check compares.
-    tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": True})
-    try:
-        traced = concrete(*[tf.constant(p) for p in probe])
-        expected = {key: traced[key].numpy() for key in keys}
-    finally:
-        tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": False})
-    del traced
+    expected, failed = {}, []
+
+    def run_probe():
+        # Both sides of the check run without Grappler, whose constant
+        # folding over a frozen graph's weights costs seconds on a big model
+        # and changes nothing the check compares.
+        tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": True})
+        try:
+            traced = concrete(*[tf.constant(p) for p in probe])
+            expected.update({key: traced[key].numpy() for key in keys})
+        except BaseException as error:  # noqa: BLE001 - raised again below, on the export's thread
+            failed.append(error)
+        finally:
+            tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": False})
+
+    if check_here:
+        run_probe()
+    else:
+        # The traced function runs in TensorFlow's C++ (the GIL released)
+        # while this thread serializes and writes saved_model.pb: on a big
+        # model each takes a few tenths of a second.
+        probing = threading.Thread(target=run_probe, name="probe")
+        probing.start()
+        try:
+            write_saved_model(out, graph_def, signature)
+        finally:
+            probing.join()
+    if failed:
+        raise failed[0]
     if not check_here and sum(a.nbytes for a in probe) + sum(a.nbytes for a in expected.values()) > MAX_CHECK_BYTES:
-        check_here = True
+        check_frozen(graph_def, signature, names, probe, expected)
+        return names, outputs, False
     if check_here:
         check_frozen(graph_def, signature, names, probe, expected)
-    write_saved_model(out, graph_def, signature)
-    if not check_here:
+        write_saved_model(out, graph_def, signature)
+    else:
         arrays = {f"input/{name}": value for name, value in zip(names, probe)}
         arrays.update({f"output/{key}": value for key, value in expected.items()})
         np.savez(os.path.join(os.path.dirname(out), CHECK_FILE), **arrays)
