@@ -935,18 +935,19 @@ impl Slot<'_> {
         feed: &dyn Feed,
     ) -> UnitEnd {
         let mut report = UnitReport::new(index, Outcome::Ok);
-        let deadlines = self.deadlines(started);
-        let mut loaded = match self.check_export(worker, index, batch, deadlines, &mut report) {
-            Checked::Nothing => false,
-            Checked::Passed => true,
-            Checked::End { again } => return UnitEnd { report, worker_usable: false, again },
-        };
         let mut stream = match feed.open(&self.models[index]) {
             Ok(stream) => stream,
             Err(outcome) => {
                 report.outcome = outcome;
                 return UnitEnd::new(report, true);
             }
+        };
+        // After the stream opened: a dataset that does not fit costs no probe.
+        let deadlines = self.deadlines(started);
+        let mut loaded = match self.check_export(worker, index, batch, deadlines, &mut report) {
+            Checked::Nothing => false,
+            Checked::Passed => true,
+            Checked::End { again } => return UnitEnd { report, worker_usable: false, again },
         };
         let mut phases = Phases::default();
         let mut worker_usable = true;
