@@ -192,6 +192,8 @@ struct KeyWork {
     key: String,
     indexes: Vec<usize>,
     graph: Option<String>,
+    /// What exporting the file in full is guessed to cost ([`export_cost`]).
+    cost: u64,
 }
 
 /// The exports a run needs: one per distinct key.
@@ -260,7 +262,8 @@ impl Staged {
             staging.push(dir);
         }
         let mut groups = by_graph(&jobs);
-        biggest_first(&mut groups, &|job| std::fs::metadata(&jobs[job].file).map_or(0, |m| m.len()));
+        let cost = |job: usize| work.keys[jobs[job].id].cost;
+        costliest_first(&mut groups, &cost);
         let per_process = match (settings.keras.unsafe_code, settings.keras.files_per_process) {
             // Code from a file runs: it gets a process of its own, so it cannot touch another file's export.
             (true, _) => 1,
@@ -304,7 +307,7 @@ impl Staged {
         // lives as long as it does; the files of one architecture go to one
         // of them, in a row, so they share its trace.
         let slots = settings.jobs.max(1).min(groups.len().div_ceil(per_process)).max(1);
-        let parts = share_out(&jobs, &groups, slots);
+        let parts = share_out(&jobs, &groups, slots, &cost);
         std::thread::scope(|scope| {
             for part in &parts {
                 let exporter = &exporter;
@@ -322,7 +325,7 @@ impl Staged {
     /// folder; `Err` is the failure of every unit of its key, with the
     /// export's stderr and time.
     fn store(&self, work: &ExportWork, settings: &Settings, job: &Job, end: JobEnd) -> Result<Stored, StoreFailure> {
-        let KeyWork { key, indexes, graph: architecture } = &work.keys[job.id];
+        let KeyWork { key, indexes, graph: architecture, .. } = &work.keys[job.id];
         let staging = job.out.parent().expect("a staging folder").to_path_buf();
         let result = match end {
             JobEnd::Exported { loader, ms, graph, check_in_worker } => {
@@ -416,8 +419,12 @@ impl FrozenChecks for Staged {
         let _ = std::fs::remove_dir_all(&entry);
         let dir = cache::staging_dir(&cache)
             .map_err(|e| export_error(format!("{}: cannot make a folder for the export: {e}", cache.display())))?;
-        let work =
-            ExportWork { cache, python, keys: vec![KeyWork { key, indexes: vec![index], graph: None }], module_hashes };
+        let work = ExportWork {
+            cache,
+            python,
+            keys: vec![KeyWork { key, indexes: vec![index], graph: None, cost: 0 }],
+            module_hashes,
+        };
         let job = Job { id: 0, file, out: dir.join("saved_model"), graph: None, freeze: false, check_in_worker: false };
         let result = Mutex::new(None);
         let on_end = |job: &Job, end: JobEnd| {
@@ -497,24 +504,40 @@ fn by_graph(jobs: &[Job]) -> Vec<Vec<usize>> {
     groups
 }
 
-/// The groups in the order their exports start: the biggest file first
-/// (ties keep their order). Units run while later files export, so what a
-/// run waits for at the end is the last export and then its unit's run; a
-/// run's time grows with the model, so the last unit is the smallest one
-/// (five `keras.applications` files, `-j 1`: ResNet50's 1.3 s unit after
-/// the last export became MobileNetV3Small's 0.2 s).
-fn biggest_first(groups: &mut [Vec<usize>], bytes: &dyn Fn(usize) -> u64) {
-    groups.sort_by_cached_key(|group| std::cmp::Reverse(group.iter().map(|&job| bytes(job)).max().unwrap_or(0)));
+/// What exporting a file in full is guessed to cost, in milliseconds:
+/// `load_model` and the trace grow with its layers, freezing, the probe and
+/// writing with its bytes (fitted on five `keras.applications` files here:
+/// within ~30% of each one's steps, 1.6–5.9 s). Only the order and the
+/// sharing out of exports use it.
+fn export_cost(layers: usize, bytes: u64) -> u64 {
+    300 + 10 * layers as u64 + 15 * (bytes >> 20)
+}
+
+/// What a group of one architecture costs to export: its traced file's
+/// cost, and each file that shares the trace 1/[`SHARED_PER_TRACE`] of it.
+fn group_cost(group: &[usize], cost: &dyn Fn(usize) -> u64) -> u64 {
+    let traced = group.iter().map(|&job| cost(job)).max().unwrap_or(0);
+    traced * (SHARED_PER_TRACE + group.len().saturating_sub(1)) as u64 / SHARED_PER_TRACE as u64
+}
+
+/// The groups in the order their exports start: the costliest first (ties
+/// keep their order). Dealt out so, the export processes of `-j N` end
+/// close together (the longest-first rule), and the last file exported,
+/// whose unit a run waits for at its end, is a cheap one, whose run is
+/// short too (five `keras.applications` files, `-j 1`: ResNet50's 1.3 s
+/// unit after the last export became MobileNetV3Small's 0.2 s).
+fn costliest_first(groups: &mut [Vec<usize>], cost: &dyn Fn(usize) -> u64) {
+    groups.sort_by_cached_key(|group| std::cmp::Reverse(group_cost(group, cost)));
 }
 
 /// The groups dealt to `slots` export threads, whole, each to the one with
 /// the least work so far (a traced file counts [`SHARED_PER_TRACE`], a
 /// file sharing its trace one); empty parts dropped.
-fn share_out(jobs: &[Job], groups: &[Vec<usize>], slots: usize) -> Vec<Vec<Job>> {
-    let mut parts: Vec<(usize, Vec<Job>)> = (0..slots.max(1)).map(|_| (0, Vec::new())).collect();
+fn share_out(jobs: &[Job], groups: &[Vec<usize>], slots: usize, cost: &dyn Fn(usize) -> u64) -> Vec<Vec<Job>> {
+    let mut parts: Vec<(u64, Vec<Job>)> = (0..slots.max(1)).map(|_| (0, Vec::new())).collect();
     for group in groups {
         let (load, part) = parts.iter_mut().min_by_key(|(load, _)| *load).expect("one slot at least");
-        *load += SHARED_PER_TRACE + group.len() - 1;
+        *load += group_cost(group, cost).max(1);
         part.extend(group.iter().map(|&i| jobs[i].clone()));
     }
     parts.into_iter().map(|(_, part)| part).filter(|part| !part.is_empty()).collect()
@@ -598,6 +621,7 @@ pub(crate) fn plan(models: &[Model], settings: &Settings, check_in_worker: bool)
         }
         // Files of one architecture share a trace, unless a file's code runs
         // (--keras-unsafe: each file a process of its own) or its config was not found.
+        let layers = info.as_ref().map_or(0, |i| i.layers);
         let graph = info
             .and_then(|i| i.architecture)
             .filter(|_| !settings.keras.unsafe_code)
@@ -637,7 +661,10 @@ pub(crate) fn plan(models: &[Model], settings: &Settings, check_in_worker: bool)
         staged.fates[index] = Fate::Export;
         match keys.iter_mut().find(|k| k.key == key) {
             Some(work) => work.indexes.push(index),
-            None => keys.push(KeyWork { key, indexes: vec![index], graph }),
+            None => {
+                let bytes = std::fs::metadata(&model.path).map_or(0, |m| m.len());
+                keys.push(KeyWork { key, indexes: vec![index], graph, cost: export_cost(layers, bytes) })
+            }
         }
     }
     if !keys.is_empty() {
@@ -695,12 +722,36 @@ mod key_parts_tests {
     use super::*;
 
     #[test]
-    fn exports_start_with_the_biggest_file_and_ties_keep_their_order() {
-        let sizes = [10u64, 300, 20, 300, 5];
-        // Job 4 shares job 0's graph: the group goes by its biggest file.
-        let mut groups = vec![vec![0, 4], vec![1], vec![2], vec![3]];
-        biggest_first(&mut groups, &|job| sizes[job]);
-        assert_eq!(groups, vec![vec![1], vec![3], vec![2], vec![0, 4]]);
+    fn exports_start_with_the_costliest_and_end_together_across_processes() {
+        // The five keras.applications files here: ConvNeXtTiny, DenseNet121,
+        // EfficientNetB0, MobileNetV3Small, ResNet50 (layers, MiB).
+        let files = [(153, 109), (429, 32), (240, 21), (182, 10), (177, 98)];
+        let costs: Vec<u64> = files.iter().map(|&(layers, mib)| export_cost(layers, mib << 20)).collect();
+        let cost = |job: usize| costs[job];
+        let mut groups: Vec<Vec<usize>> = (0..5).map(|job| vec![job]).collect();
+        costliest_first(&mut groups, &cost);
+        assert_eq!(groups.concat(), [1, 4, 0, 2, 3], "DenseNet first, MobileNet last");
+        let jobs: Vec<Job> = (0..5)
+            .map(|id| Job {
+                id,
+                file: PathBuf::from(format!("{id}.keras")),
+                out: PathBuf::new(),
+                graph: None,
+                freeze: true,
+                check_in_worker: true,
+            })
+            .collect();
+        let parts = share_out(&jobs, &groups, 2, &cost);
+        let ids: Vec<Vec<usize>> = parts.iter().map(|p| p.iter().map(|j| j.id).collect()).collect();
+        // Measured export steps (s): DenseNet 5.9 + EfficientNet 3.1 against
+        // ResNet 3.6 + ConvNeXt 3.5 + MobileNet 1.6; shared out by count it was 11.0 against 6.7.
+        assert_eq!(ids, vec![vec![1, 2], vec![4, 0, 3]]);
+        // A group that shares one trace costs its traced file and 1/8 of it per further file.
+        assert_eq!(group_cost(&[0, 2, 3], &|_| 800), 1000);
+        // Ties keep their order.
+        let mut tied = vec![vec![3], vec![1], vec![2]];
+        costliest_first(&mut tied, &|_| 5);
+        assert_eq!(tied, vec![vec![3], vec![1], vec![2]]);
     }
 
     #[test]
