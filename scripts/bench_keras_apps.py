@@ -307,6 +307,15 @@ def section(r):
              for k in ("import", "load_model", "trace", "freeze", "probe", "write", "session_check", "archive")}
     lines += ["", "Summed over the five: " + ", ".join(f"{k} {v:.1f} s" for k, v in total.items()) + ".", ""]
     j1, j2 = r["first_j1_s"] / loop, r["first_j2_s"] / loop
+    cpu2 = r["cpu_s"]["first_j2_s"]
+    frozen_steps = total["freeze"] + total["probe"] + total["write"]
+    lines.append(f"**What bounds -j 2**: it is CPU-bound ({cpu2:.1f} CPU-s, {cpu2 / r['first_j2_s']:.2f} of the 2 "
+                 f"cores busy), so it cannot take less than {cpu2 / 2:.1f} s ({cpu2 / 2 / loop:.2f}×) without "
+                 f"spending less CPU. Against the Keras loop's {r['cpu_s']['loop_s']:.1f} CPU-s, the extra is the "
+                 "second export process's `import tensorflow, keras` (each process imports once, ~4–5 s), the "
+                 f"frozen way's steps the loop does not take (freeze, probe and write: {frozen_steps:.1f} s over the "
+                 "five) and the workers' loads and runs (the probe's among them); 0.7× needs at most "
+                 f"{0.7 * loop * 2:.1f} CPU-s at both cores busy.\n")
     lines.append(f"**Targets**: first run -j 1 ≤ 1.0× the loop: {'met' if j1 <= 1.0 else '**missed**'} ({j1:.2f}×); "
                  f"-j 2 ≤ 0.7×: {'met' if j2 <= 0.7 else '**missed**'} ({j2:.2f}×).\n")
     return "\n".join(lines)
