@@ -866,7 +866,17 @@ impl Slot<'_> {
                         return Checked::Passed;
                     }
                     (Outcome::Ok, Some(why)) => why,
-                    (outcome, _) => format!("the frozen graph failed on the probe: {outcome}"),
+                    // The graph itself failed to import or to run, as the export
+                    // process's own check would have found.
+                    (Outcome::Error(e), _) if matches!(e.kind, ErrorKind::LoadFailed | ErrorKind::Tensorflow) => {
+                        format!("the frozen graph failed on the probe: {}", end.outcome)
+                    }
+                    // Anything else is the unit's (a signature it lacks, a panic):
+                    // the entry waits for the next unit's check.
+                    _ => {
+                        report.outcome = end.outcome;
+                        return Checked::End { again: false };
+                    }
                 }
             }
         };

@@ -8,10 +8,13 @@
 //! the export process leaves the probe and its expected outputs with the
 //! cache entry (`check` `pending` in `export.json`), and the first unit to
 //! load the entry runs the probe before its own inputs. A graph that
-//! passes is marked so (later runs skip the probe); one that fails, or a
-//! check file that is missing or unreadable, is exported again the
-//! archive's way and the unit runs again in a fresh worker, so a unit's
-//! outputs never come from a frozen graph that has not passed.
+//! passes is marked so (later runs skip the probe); one that gives other
+//! outputs or fails to import or run, or whose check file is missing or
+//! unreadable, is exported again the archive's way and the unit runs again
+//! in a fresh worker (a second failure ends the unit, `export_failed`), so a
+//! unit's outputs never come from a frozen graph that has not passed. Any
+//! other failure on the probe (a crash, a timeout, a panic) is the unit's,
+//! and the entry waits for the next unit's check.
 //!
 //! The executor asks through [`FrozenChecks`] (implemented by the export
 //! stage, `keras::Staged`), which keeps this module free of the cache.

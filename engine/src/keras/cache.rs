@@ -283,19 +283,48 @@ pub fn check_pending(entry: &Path) -> bool {
 }
 
 /// The arrays of a pending entry's check file, whose bytes must hash to
-/// `export.json`'s `check_sha256` (read without following a link, at most
-/// 64 MiB, parsed as any untrusted `.npz`).
+/// `export.json`'s `check_sha256`: read without following a link, a
+/// regular file with one link, at most 64 MiB, every array stored as it is
+/// (as `np.savez` writes them: a compressed entry could claim gigabytes the
+/// supervisor would then inflate), then parsed as any untrusted `.npz`.
 pub fn read_check(entry: &Path) -> Result<Vec<(String, isorun_protocol::Tensor)>, String> {
+    use std::os::unix::fs::MetadataExt;
     let path = entry.join(CHECK_FILE);
+    let at = |e: &dyn std::fmt::Display| format!("{}: {e}", path.display());
     let claimed = about(entry)
         .and_then(|a| a.get("check_sha256")?.as_str().map(String::from))
         .ok_or("export.json names no check file")?;
-    let bytes = read_regular(&path, MAX_CHECK_FILE).map_err(|e| format!("{}: {e}", path.display()))?;
+    let links = std::fs::symlink_metadata(&path).map_err(|e| at(&e))?.nlink();
+    if links != 1 {
+        return Err(at(&format!("{links} links to it (a hard link to another file?)")));
+    }
+    let bytes = read_regular(&path, MAX_CHECK_FILE).map_err(|e| at(&e))?;
     let hash = hex(&Sha256::digest(&bytes));
     if hash != claimed {
-        return Err(format!("{}: hashes to {hash}, export.json says {claimed}", path.display()));
+        return Err(at(&format!("hashes to {hash}, export.json says {claimed}")));
+    }
+    let mut archive = zip::ZipArchive::new(std::io::Cursor::new(&bytes)).map_err(|e| at(&e))?;
+    for i in 0..archive.len() {
+        let file = archive.by_index_raw(i).map_err(|e| at(&e))?;
+        if file.compression() != zip::CompressionMethod::Stored || file.size() != file.compressed_size() {
+            return Err(at(&format!("entry {:?} is compressed (only stored arrays are read)", file.name())));
+        }
     }
     isorun_tensors::npy::read_npz(std::io::Cursor::new(bytes), &path).map_err(|e| e.to_string())
+}
+
+/// Removes an entry that still waits for its check: moved aside first (a
+/// reader then sees it whole or not at all), never one that was checked
+/// or exported again meanwhile. True when it went.
+pub fn remove_pending(cache: &Path, key: &str) -> bool {
+    let entry = cache.join(key);
+    if !check_pending(&entry) {
+        return false;
+    }
+    let Ok(aside) = new_private_dir(cache, "stale") else { return false };
+    let moved = std::fs::rename(&entry, aside.join(key)).is_ok();
+    let _ = std::fs::remove_dir_all(&aside);
+    moved
 }
 
 /// Records that the entry's frozen graph passed its check in a worker:
@@ -358,8 +387,10 @@ pub fn remove_stale(cache: &Path) {
     let Ok(entries) = std::fs::read_dir(cache) else { return };
     for entry in entries.flatten() {
         let name = entry.file_name().to_string_lossy().into_owned();
-        let Some(pid) =
-            name.strip_prefix(".tmp-").or_else(|| name.strip_prefix(".entry-")).and_then(|rest| rest.split('-').next())
+        let Some(pid) = [".tmp-", ".entry-", ".stale-"]
+            .iter()
+            .find_map(|p| name.strip_prefix(p))
+            .and_then(|rest| rest.split('-').next())
         else {
             continue;
         };
@@ -470,8 +501,9 @@ mod tests {
                 data: isorun_protocol::TensorData::Dense(1.5f32.to_le_bytes().to_vec().into()),
             };
             let mut file = zip::ZipWriter::new(std::fs::File::create(dir.join(CHECK_FILE)).unwrap());
+            let stored = zip::write::SimpleFileOptions::default().compression_method(zip::CompressionMethod::Stored);
             for name in ["input/x.npy", "output/y.npy"] {
-                file.start_file(name, zip::write::SimpleFileOptions::default()).unwrap();
+                file.start_file(name, stored).unwrap();
                 isorun_tensors::npy::write_npy(&mut file, &tensor).unwrap();
             }
             file.finish().unwrap();
@@ -492,6 +524,22 @@ mod tests {
         assert!(!check_pending(&entry) && !entry.join(CHECK_FILE).exists());
         assert_eq!(about(&entry).unwrap()["check"], CHECK_WORKER);
         assert!(lookup(cache, "k").is_some(), "the entry still verifies after its export.json was replaced");
+
+        // A compressed array (it could inflate to gigabytes) and a hard link are refused.
+        let staging = staged(cache);
+        let mut file = zip::ZipWriter::new(std::fs::File::create(staging.join(CHECK_FILE)).unwrap());
+        let deflated = zip::write::SimpleFileOptions::default().compression_method(zip::CompressionMethod::Deflated);
+        file.start_file("output/y.npy", deflated).unwrap();
+        std::io::Write::write_all(&mut file, &[0u8; 4096]).unwrap();
+        file.finish().unwrap();
+        let entry = commit(cache, "m", &staging, &pending).unwrap().parent().unwrap().to_path_buf();
+        assert!(read_check(&entry).unwrap_err().contains("is compressed"));
+        std::fs::hard_link(entry.join(CHECK_FILE), tmp.path().join("other")).unwrap();
+        assert!(read_check(&entry).unwrap_err().contains("2 links"));
+        // Only a pending entry is removed, and it goes whole.
+        assert!(remove_pending(cache, "m") && !entry.exists());
+        assert!(!remove_pending(cache, "k"), "a checked entry stays");
+        assert!(lookup(cache, "k").is_some());
 
         // A link where the check file should be: moved as a link, never read through.
         let secret = tmp.path().join("secret.npz");

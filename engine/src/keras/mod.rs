@@ -157,7 +157,8 @@ pub(crate) struct Staged {
     /// (`pipe`) the export process checks, and a cached entry still
     /// waiting for its check is exported again.
     check_in_worker: bool,
-    /// The units whose file was exported again after its check failed.
+    /// The units whose file was exported again after a failed check (a
+    /// second failure ends the unit).
     exported_again: Mutex<Vec<bool>>,
 }
 
@@ -346,6 +347,11 @@ impl Staged {
                         about.insert("check".into(), check.name().into());
                     }
                 }
+                // A job whose check is not a worker's (`pipe`, an export made
+                // again) does not take another run's entry still waiting for one.
+                if !job.check_in_worker && cache::check_pending(&work.cache.join(key)) {
+                    cache::remove_pending(&work.cache, key);
+                }
                 match cache::lookup(&work.cache, key)
                     .map(Ok)
                     .unwrap_or_else(|| cache::commit(&work.cache, key, &staging, &about))
@@ -368,6 +374,23 @@ impl Staged {
         result
     }
 
+    /// Unit `index`'s export report brought up to date with its entry's
+    /// `export.json` (another run checked it, or exported it again, since
+    /// this one planned).
+    fn refresh(&self, index: usize) {
+        let Some(entry) = self.models[index].path.parent() else { return };
+        let Some(about) = std::fs::read(entry.join("export.json"))
+            .ok()
+            .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+        else {
+            return;
+        };
+        if let Some(report) = self.exports.lock().expect("exports")[index].as_mut() {
+            report.graph = about.get("graph").and_then(serde_json::Value::as_str).and_then(GraphSource::from_name);
+            report.check = ExportCheck::of_entry(&about);
+        }
+    }
+
     fn models_source(&self, index: usize) -> PathBuf {
         self.sources[index].0.clone()
     }
@@ -379,17 +402,25 @@ impl Staged {
 
 impl FrozenChecks for Staged {
     fn probe(&self, index: usize) -> Option<Result<Probe, String>> {
-        if !self.source_format(index).is_keras_file() || self.exported_again.lock().expect("exported again")[index] {
+        if !self.source_format(index).is_keras_file() {
             return None;
         }
         let entry = self.models[index].path.parent()?;
+        if !entry.join("export.json").exists() {
+            // Removed by another run since this one planned: exported again below.
+            return Some(Err(format!("{}: the cache entry is gone", entry.display())));
+        }
         if !cache::check_pending(entry) {
+            self.refresh(index);
             return None;
         }
         match cache::read_check(entry).and_then(Probe::from_arrays) {
             Ok(probe) => Some(Ok(probe)),
             // Checked meanwhile by another run's worker (which removes the file).
-            Err(_) if !cache::check_pending(entry) => None,
+            Err(_) if !cache::check_pending(entry) => {
+                self.refresh(index);
+                None
+            }
             Err(why) => Some(Err(why)),
         }
     }
@@ -406,9 +437,14 @@ impl FrozenChecks for Staged {
     }
 
     fn export_again(&self, index: usize, why: &str, settings: &Settings, stop: &CancelToken) -> Result<(), Outcome> {
-        self.exported_again.lock().expect("exported again")[index] = true;
-        let began = Instant::now();
         let file = self.models_source(index);
+        if std::mem::replace(&mut self.exported_again.lock().expect("exported again")[index], true) {
+            return Err(export_error(format!(
+                "{}: exported again after its frozen graph failed its check, the export failed it too: {why}",
+                file.display()
+            )));
+        }
+        let began = Instant::now();
         tracing::warn!(file = %file.display(), %why, "the frozen graph failed its check; exporting again");
         let entry = self.models[index].path.parent().map(PathBuf::from).unwrap_or_default();
         let key = entry.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
@@ -416,7 +452,11 @@ impl FrozenChecks for Staged {
             Some(work) => (work.cache.clone(), work.python.clone(), work.module_hashes.clone()),
             None => toolchain(settings).map_err(export_error)?,
         };
-        let _ = std::fs::remove_dir_all(&entry);
+        if !cache::remove_pending(&cache, &key) && cache::lookup(&cache, &key).is_some() {
+            // Checked or exported again by another run meanwhile: the unit runs on that.
+            self.refresh(index);
+            return Ok(());
+        }
         let dir = cache::staging_dir(&cache)
             .map_err(|e| export_error(format!("{}: cannot make a folder for the export: {e}", cache.display())))?;
         let work = ExportWork {
@@ -428,10 +468,6 @@ impl FrozenChecks for Staged {
         let job = Job { id: 0, file, out: dir.join("saved_model"), graph: None, freeze: false, check_in_worker: false };
         let result = Mutex::new(None);
         let on_end = |job: &Job, end: JobEnd| {
-            // Another run's frozen export of the file, stored meanwhile, waits for its own check: ours replaces it.
-            if cache::check_pending(&entry) {
-                let _ = std::fs::remove_dir_all(&entry);
-            }
             *result.lock().expect("result") = Some(self.store(&work, settings, job, end));
         };
         Exporter { python: &work.python, settings, stop, scratch_root: work.cache.clone(), on_end: &on_end }
@@ -637,10 +673,10 @@ pub(crate) fn plan(models: &[Model], settings: &Settings, check_in_worker: bool)
         staged.models[index] =
             Model { id: model.id.clone(), path: cache.join(&key).join("saved_model"), format: ModelFormat::SavedModel };
         let entry = cache.join(&key);
-        if cache::lookup(&cache, &key).is_some() && !check_in_worker && cache::check_pending(&entry) {
+        if !check_in_worker && cache::check_pending(&entry) {
             // A frozen graph that waits for a worker's check, for a caller
             // that has none to give (`pipe`): exported again, checked there.
-            let _ = std::fs::remove_dir_all(&entry);
+            cache::remove_pending(&cache, &key);
         }
         if cache::lookup(&cache, &key).is_some() {
             let about = std::fs::read(entry.join("export.json"))

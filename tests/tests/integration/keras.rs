@@ -1114,6 +1114,8 @@ else:
         );
         assert!(export["check_error"].as_str().unwrap_or_default().contains(error), "{how}: {export}");
         assert_eq!(record["attempts"].as_array().map(Vec::len), Some(1), "{how}: {record}");
+        // The worker that held the frozen graph went; a second one ran the unit.
+        assert_eq!(record["worker_id"], 1, "{how}: {record}");
         assert_outputs_equal_predict(&out, "multi.keras", "multi", &["probs", "score"]);
         let [entry] = entries(&cache).try_into().unwrap_or_else(|e| panic!("one entry, got {e:?}"));
         let about = export_json(&entry);
