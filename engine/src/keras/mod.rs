@@ -387,7 +387,10 @@ impl Staged {
         };
         if let Some(report) = self.exports.lock().expect("exports")[index].as_mut() {
             report.graph = about.get("graph").and_then(serde_json::Value::as_str).and_then(GraphSource::from_name);
-            report.check = ExportCheck::of_entry(&about);
+            // This run's own failed check stays said.
+            if !matches!(report.check, Some(ExportCheck::Failed { .. })) {
+                report.check = ExportCheck::of_entry(&about);
+            }
         }
     }
 
