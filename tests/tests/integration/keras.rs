@@ -1050,6 +1050,7 @@ fn a_frozen_graph_is_checked_once_by_the_first_worker_that_loads_it() {
 /// whose bytes no longer hash to `export.json`'s is refused: either way the
 /// file is exported again the archive's way into the same entry and the
 /// unit runs again, in a fresh worker, with `model.predict`'s outputs.
+/// A failure on the probe that is not the graph's leaves the entry waiting.
 /// `pipe`, which has no unit to check with, exports a waiting entry again
 /// and checks it in the export process.
 #[test]
@@ -1127,6 +1128,23 @@ else:
     let wrong = keras_fixtures().join("inputs/dense.npz");
     let ran = keras_run(&python, &cache, &[model.to_str().unwrap(), "--inputs", wrong.to_str().unwrap(), "--json"]);
     assert_eq!(ran.record("multi.keras")["export"]["check"], "pending", "{}", ran.stdout);
+    // A failure on the probe that is not the graph's (the worker over its
+    // memory limit) is the unit's own: the entry stays pending, not exported again.
+    let npz = keras_fixtures().join("inputs/multi.npz");
+    let ran = keras_run(
+        &python,
+        &cache,
+        &[model.to_str().unwrap(), "--inputs", npz.to_str().unwrap(), "--json", "--memory-limit", "4M"],
+    );
+    let record = ran.record("multi.keras");
+    assert_eq!(
+        (record["status"].as_str(), record["export"]["check"].as_str()),
+        (Some("memory_limit"), Some("pending")),
+        "{record}"
+    );
+    let [entry] = entries(&cache).try_into().unwrap_or_else(|e| panic!("one entry, got {e:?}"));
+    let about = export_json(&entry);
+    assert_eq!((about["graph"].as_str(), about["check"].as_str()), (Some("frozen"), Some("pending")), "{about}");
     let mut child = isorun()
         .arg("pipe")
         .arg(&model)
