@@ -63,17 +63,17 @@ impl Probe {
         let rule = Expect { dir: std::path::PathBuf::new(), rtol: RTOL, atol: ATOL };
         for (name, expected) in &self.expected {
             let Some((_, got)) = outputs.iter().find(|(n, _)| n == name) else {
-                return Some(format!("the frozen graph gives no output {name}"));
+                return Some(format!("the frozen graph gives no output {name:?}"));
             };
             if got.dtype != expected.dtype {
-                return Some(format!("output {name}: dtype {}, the model's is {}", got.dtype, expected.dtype));
+                return Some(format!("output {name:?}: dtype {}, the model's is {}", got.dtype, expected.dtype));
             }
             if let Some(Outcome::Mismatch { message, .. }) = rule.compare_one(name, got, expected) {
-                return Some(format!("output {name}: {message}"));
+                return Some(format!("output {name:?}: {message}"));
             }
         }
         let extra = outputs.iter().find(|(n, _)| !self.expected.iter().any(|(e, _)| e == n));
-        extra.map(|(name, _)| format!("the frozen graph gives an output {name} the model does not"))
+        extra.map(|(name, _)| format!("the frozen graph gives an output {name:?} the model does not"))
     }
 }
 
@@ -113,20 +113,29 @@ mod tests {
         assert_eq!(p.differs(&[("y".into(), floats(&[1.0, -2.0]))]), None);
         assert_eq!(p.differs(&[("y".into(), floats(&[1.000_001, -2.000_01]))]), None);
         let far = p.differs(&[("y".into(), floats(&[1.0, -2.1]))]).expect("a difference");
-        assert!(far.starts_with("output y: values differ"), "{far}");
+        assert!(far.starts_with("output \"y\": values differ"), "{far}");
     }
 
     #[test]
     fn a_missing_extra_or_reshaped_output_fails() {
         let p = probe(&[1.0, 2.0]);
-        assert!(p.differs(&[]).expect("missing").contains("no output y"));
+        assert!(p.differs(&[]).expect("missing").contains("no output \"y\""));
         let extra = p.differs(&[("y".into(), floats(&[1.0, 2.0])), ("z".into(), floats(&[0.0]))]);
-        assert!(extra.expect("extra").contains("output z"));
+        assert!(extra.expect("extra").contains("output \"z\""));
         let mut reshaped = floats(&[1.0, 2.0]);
         reshaped.shape = vec![2, 1];
         assert!(p.differs(&[("y".into(), reshaped)]).expect("shape").contains("shape"));
         let ints = Tensor { dtype: DType::Int32, shape: vec![1, 2], data: TensorData::Dense(vec![0; 8].into()) };
         assert!(p.differs(&[("y".into(), ints)]).expect("dtype").contains("dtype"));
+    }
+
+    #[test]
+    fn a_name_with_control_characters_is_quoted_in_what_differs() {
+        let p =
+            Probe::from_arrays(vec![("input/x".into(), floats(&[0.5])), ("output/\u{1b}[2Jy".into(), floats(&[1.0]))])
+                .expect("a probe");
+        let why = p.differs(&[]).expect("missing");
+        assert!(why.contains("\\u{1b}[2Jy") && !why.contains('\u{1b}'), "{why}");
     }
 
     #[test]

@@ -240,7 +240,7 @@ pub fn commit(cache: &Path, key: &str, staging: &Path, about: &serde_json::Value
         // reach as `saved_model/` was, and its hash goes in `export.json`
         // (a missing or odd file leaves no hash: the check then fails, and
         // the file is exported again).
-        if about.get("check").and_then(serde_json::Value::as_str) == Some(CHECK_PENDING) {
+        if is_pending(&about) {
             let moved = std::fs::rename(staging.join(CHECK_FILE), ours.join(CHECK_FILE));
             let hash = moved.ok().and_then(|()| read_regular(&ours.join(CHECK_FILE), MAX_CHECK_FILE).ok());
             if let (Some(bytes), Some(map)) = (hash, about.as_object_mut()) {
@@ -272,14 +272,20 @@ pub const CHECK_PENDING: &str = "pending";
 pub const CHECK_WORKER: &str = "worker";
 pub const CHECK_EXPORT: &str = "export";
 
-/// An entry's `export.json`, if it is a readable one.
-fn about(entry: &Path) -> Option<serde_json::Value> {
+/// An entry's `export.json`, if it is a readable one (a regular file of at
+/// most 1 MiB, no link followed, JSON).
+pub fn about(entry: &Path) -> Option<serde_json::Value> {
     serde_json::from_slice(&read_regular(&entry.join("export.json"), 1 << 20).ok()?).ok()
+}
+
+/// Whether an `export.json` says its frozen graph still waits for its check.
+pub fn is_pending(about: &serde_json::Value) -> bool {
+    about.get("check").and_then(serde_json::Value::as_str) == Some(CHECK_PENDING)
 }
 
 /// Whether the entry's frozen graph still waits for its check.
 pub fn check_pending(entry: &Path) -> bool {
-    about(entry).is_some_and(|a| a.get("check").and_then(serde_json::Value::as_str) == Some(CHECK_PENDING))
+    about(entry).is_some_and(|a| is_pending(&a))
 }
 
 /// The arrays of a pending entry's check file, whose bytes must hash to
@@ -420,8 +426,7 @@ pub fn list(cache: &Path) -> Vec<CacheEntry> {
         .filter_map(|e| {
             let key = e.file_name().to_string_lossy().into_owned();
             lookup(cache, &key)?;
-            let about =
-                std::fs::read(e.path().join("export.json")).ok().and_then(|b| serde_json::from_slice(&b).ok())?;
+            let about = about(&e.path())?;
             Some(CacheEntry { bytes: tree_bytes(&e.path()), key, path: e.path(), about })
         })
         .collect();

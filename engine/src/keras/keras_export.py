@@ -260,9 +260,9 @@ def export_frozen(model, out, check_here=True):
     expected, failed = {}, []
 
     def run_probe():
-        # Both sides of the check run without Grappler, whose constant
-        # folding over a frozen graph's weights costs seconds on a big model
-        # and changes nothing the check compares.
+        # Without Grappler (as `check_frozen`'s session): its constant
+        # folding costs seconds on a big model and changes nothing the
+        # check compares.
         tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": True})
         try:
             traced = concrete(*[tf.constant(p) for p in probe])
@@ -286,17 +286,18 @@ def export_frozen(model, out, check_here=True):
             probing.join()
     if failed:
         raise failed[0]
-    if not check_here and sum(a.nbytes for a in probe) + sum(a.nbytes for a in expected.values()) > MAX_CHECK_BYTES:
+    # A probe whose arrays are too big to keep beside the export is checked here after all.
+    size = sum(a.nbytes for a in probe) + sum(a.nbytes for a in expected.values())
+    keep = not check_here and size <= MAX_CHECK_BYTES
+    if not keep:
         check_frozen(graph_def, signature, names, probe, expected)
-        return names, outputs, False
     if check_here:
-        check_frozen(graph_def, signature, names, probe, expected)
         write_saved_model(out, graph_def, signature)
-    else:
+    if keep:
         arrays = {f"input/{name}": value for name, value in zip(names, probe)}
         arrays.update({f"output/{key}": value for key, value in expected.items()})
         np.savez(os.path.join(os.path.dirname(out), CHECK_FILE), **arrays)
-    return names, outputs, not check_here
+    return names, outputs, keep
 
 
 def check_frozen(graph_def, signature, names, probe, expected):

@@ -377,19 +377,12 @@ impl Staged {
     /// Unit `index`'s export report brought up to date with its entry's
     /// `export.json` (another run checked it, or exported it again, since
     /// this one planned).
-    fn refresh(&self, index: usize) {
-        let Some(entry) = self.models[index].path.parent() else { return };
-        let Some(about) = std::fs::read(entry.join("export.json"))
-            .ok()
-            .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
-        else {
-            return;
-        };
+    fn refresh(&self, index: usize, about: &serde_json::Value) {
         if let Some(report) = self.exports.lock().expect("exports")[index].as_mut() {
             report.graph = about.get("graph").and_then(serde_json::Value::as_str).and_then(GraphSource::from_name);
             // This run's own failed check stays said.
             if !matches!(report.check, Some(ExportCheck::Failed { .. })) {
-                report.check = ExportCheck::of_entry(&about);
+                report.check = ExportCheck::of_entry(about);
             }
         }
     }
@@ -409,22 +402,24 @@ impl FrozenChecks for Staged {
             return None;
         }
         let entry = self.models[index].path.parent()?;
-        if !entry.join("export.json").exists() {
+        let Some(about) = cache::about(entry) else {
             // Removed by another run since this one planned: exported again below.
             return Some(Err(format!("{}: the cache entry is gone", entry.display())));
-        }
-        if !cache::check_pending(entry) {
-            self.refresh(index);
+        };
+        if !cache::is_pending(&about) {
+            self.refresh(index, &about);
             return None;
         }
         match cache::read_check(entry).and_then(Probe::from_arrays) {
             Ok(probe) => Some(Ok(probe)),
-            // Checked meanwhile by another run's worker (which removes the file).
-            Err(_) if !cache::check_pending(entry) => {
-                self.refresh(index);
-                None
-            }
-            Err(why) => Some(Err(why)),
+            Err(why) => match cache::about(entry) {
+                // Checked meanwhile by another run's worker (which removes the file).
+                Some(about) if !cache::is_pending(&about) => {
+                    self.refresh(index, &about);
+                    None
+                }
+                _ => Some(Err(why)),
+            },
         }
     }
 
@@ -457,7 +452,9 @@ impl FrozenChecks for Staged {
         };
         if !cache::remove_pending(&cache, &key) && cache::lookup(&cache, &key).is_some() {
             // Checked or exported again by another run meanwhile: the unit runs on that.
-            self.refresh(index);
+            if let Some(about) = cache::about(&entry) {
+                self.refresh(index, &about);
+            }
             return Ok(());
         }
         let dir = cache::staging_dir(&cache)
@@ -682,9 +679,7 @@ pub(crate) fn plan(models: &[Model], settings: &Settings, check_in_worker: bool)
             cache::remove_pending(&cache, &key);
         }
         if cache::lookup(&cache, &key).is_some() {
-            let about = std::fs::read(entry.join("export.json"))
-                .ok()
-                .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok());
+            let about = cache::about(&entry);
             let text = |name: &str| about.as_ref().and_then(|v| v.get(name)?.as_str().map(String::from));
             let ms = began.elapsed().as_millis() as u64;
             staged.exports.get_mut().expect("exports")[index] = Some(ExportReport {
