@@ -21,7 +21,7 @@ mod frame;
 mod nonblocking;
 mod shared;
 
-pub use envelope::{dense_bytes, RequestEnvelope, FDS_PER_MESSAGE, SHARED_THRESHOLD};
+pub use envelope::{dense_bytes, RequestEnvelope, RequestReader, FDS_PER_MESSAGE, SHARED_THRESHOLD};
 pub use frame::{decode, encode, read_frame, write_frame, FrameError, DEFAULT_MAX_FRAME};
 pub use nonblocking::{wait_readable, FrameReader, SendProgress};
 pub use shared::SharedMemory;

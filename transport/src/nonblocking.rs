@@ -26,6 +26,11 @@ use std::os::unix::net::UnixStream;
 /// How much a read asks the kernel for at once while a payload is incomplete.
 const READ_CHUNK: usize = 4 << 20;
 
+/// What a read takes ahead of a frame's end. A worker's answers are mostly
+/// small: with this, its header and payload cost one system call, not two.
+/// A payload still missing at least this much is read straight into place.
+const STAGE: usize = 16 << 10;
+
 /// A frame being read, possibly over many calls.
 #[derive(Debug)]
 pub struct FrameReader {
@@ -35,12 +40,44 @@ pub struct FrameReader {
     /// The claimed payload length, once the header is whole.
     claimed: Option<u64>,
     payload: Vec<u8>,
+    /// Bytes read ahead of the frame being assembled: a small frame and its
+    /// header come in one `recv`, not one for each. A fixed [`STAGE`] bytes,
+    /// allocated on first use; `staged` is the range not yet taken.
+    stage: Vec<u8>,
+    staged: std::ops::Range<usize>,
 }
 
 impl FrameReader {
     /// A reader refusing frames that claim more than `max_frame` bytes.
     pub fn new(max_frame: u64) -> FrameReader {
-        FrameReader { max_frame, header: [0; FRAME_HEADER], header_filled: 0, claimed: None, payload: Vec::new() }
+        FrameReader {
+            max_frame,
+            header: [0; FRAME_HEADER],
+            header_filled: 0,
+            claimed: None,
+            payload: Vec::new(),
+            stage: Vec::new(),
+            staged: 0..0,
+        }
+    }
+
+    /// Reads into the stage (empty when this is called): how many bytes came.
+    fn fill_stage(&mut self, fd: RawFd) -> Result<Received, FrameError> {
+        if self.stage.is_empty() {
+            self.stage = vec![0; STAGE];
+        }
+        let got = receive(fd, &mut self.stage)?;
+        if let Received::Bytes(n) = got {
+            self.staged = 0..n;
+        }
+        Ok(got)
+    }
+
+    /// Takes up to `at_most` of the staged bytes: where they lie in the stage.
+    fn take_staged(&mut self, at_most: usize) -> std::ops::Range<usize> {
+        let n = at_most.min(self.staged.len());
+        self.staged.start += n;
+        self.staged.start - n..self.staged.start
     }
 
     /// Reads what `socket` has without waiting: `Ok(Some(payload))` once a
@@ -51,18 +88,23 @@ impl FrameReader {
         let fd = socket.as_raw_fd();
         loop {
             let Some(claimed) = self.claimed else {
-                let got = match receive(fd, &mut self.header[self.header_filled..])? {
-                    Received::Bytes(n) => n,
-                    Received::WouldBlock => return Ok(None),
-                    Received::End if self.header_filled == 0 => return Err(FrameError::Closed),
-                    Received::End => {
-                        return Err(FrameError::Truncated {
-                            received: self.header_filled as u64,
-                            expected: FRAME_HEADER as u64,
-                        })
+                if self.staged.is_empty() {
+                    match self.fill_stage(fd)? {
+                        Received::Bytes(_) => {}
+                        Received::WouldBlock => return Ok(None),
+                        Received::End if self.header_filled == 0 => return Err(FrameError::Closed),
+                        Received::End => {
+                            return Err(FrameError::Truncated {
+                                received: self.header_filled as u64,
+                                expected: FRAME_HEADER as u64,
+                            })
+                        }
                     }
-                };
-                self.header_filled += got;
+                }
+                let taken = self.take_staged(FRAME_HEADER - self.header_filled);
+                let filled = self.header_filled + taken.len();
+                self.header[self.header_filled..filled].copy_from_slice(&self.stage[taken]);
+                self.header_filled = filled;
                 if self.header_filled < FRAME_HEADER {
                     continue;
                 }
@@ -90,6 +132,18 @@ impl FrameReader {
             let missing = claimed - have;
             if self.payload.spare_capacity_mut().is_empty() {
                 self.payload.reserve(missing.min(READ_CHUNK as u64) as usize);
+            }
+            if !self.staged.is_empty() {
+                let taken = self.take_staged(missing.min(usize::MAX as u64) as usize);
+                self.payload.extend_from_slice(&self.stage[taken]);
+                continue;
+            }
+            if missing < STAGE as u64 {
+                match self.fill_stage(fd)? {
+                    Received::Bytes(_) => continue,
+                    Received::WouldBlock => return Ok(None),
+                    Received::End => return Err(FrameError::Truncated { received: have, expected: claimed }),
+                }
             }
             let spare = self.payload.spare_capacity_mut();
             let want = spare.len().min(missing.min(usize::MAX as u64) as usize);
@@ -224,7 +278,7 @@ impl RequestEnvelope {
 mod tests {
     use super::*;
     use crate::frame::write_frame;
-    use crate::SharedMemory;
+    use crate::{RequestReader, SharedMemory};
     use isorun_protocol::{DType, Tensor, TensorData, ToWorker, UnitResult, WorkerMessage};
     use std::io::Write;
 
@@ -255,6 +309,23 @@ mod tests {
         }
         assert_eq!(frames, vec![finished(300), finished(5)]);
         drop(theirs);
+        assert!(matches!(reader.read_available(&ours), Err(FrameError::Closed)));
+    }
+
+    #[test]
+    fn frames_that_came_in_one_read_come_out_one_per_call_even_after_the_peer_closed() {
+        let (ours, mut theirs) = UnixStream::pair().unwrap();
+        let mut bytes = Vec::new();
+        for size in [3, STAGE + 10, 0, 7] {
+            write_frame(&mut bytes, &finished(size)).unwrap();
+        }
+        theirs.write_all(&bytes).unwrap();
+        drop(theirs);
+        let mut reader = FrameReader::new(1 << 20);
+        for size in [3, STAGE + 10, 0, 7] {
+            let payload = reader.read_available(&ours).unwrap().expect("a whole frame");
+            assert_eq!(crate::decode::<WorkerMessage>(&payload).unwrap(), finished(size));
+        }
         assert!(matches!(reader.read_available(&ours), Err(FrameError::Closed)));
     }
 
@@ -351,7 +422,8 @@ mod tests {
         let mut progress = SendProgress::default();
         assert!(!envelope.send_without_blocking(&ours, &mut progress).unwrap(), "a full socket takes no more");
         assert_ne!(progress, SendProgress::default());
-        let receiver = std::thread::spawn(move || RequestEnvelope::receive(&theirs, 64 << 20).unwrap().open().unwrap());
+        let receiver =
+            std::thread::spawn(move || RequestReader::new(64 << 20).receive(&theirs).unwrap().open().unwrap());
         envelope.send_rest(&ours, &mut progress).unwrap();
         let (back, regions) = receiver.join().unwrap();
         assert_eq!(back, message);
@@ -367,7 +439,7 @@ mod tests {
         let (message, shared) = run_request(2, 10);
         let mut progress = SendProgress::default();
         assert!(RequestEnvelope::new(&message, shared).send_without_blocking(&ours, &mut progress).unwrap());
-        let (back, regions) = RequestEnvelope::receive(&theirs, 1 << 20).unwrap().open().unwrap();
+        let (back, regions) = RequestReader::new(1 << 20).receive(&theirs).unwrap().open().unwrap();
         assert_eq!((back, regions.len()), (message, 2));
     }
 }

@@ -207,7 +207,7 @@ fn serve_pipe_across_processes(model_dir: &Path, key: &str, config: &SessionConf
     drop(theirs);
     let code = answer_stdin(model_dir, key, &mut |ordered| {
         write_frame(&mut socket, &ordered).ok()?;
-        crate::serve::wait_spinning(&socket, ACROSS_SPIN);
+        wait_spinning(&socket, ACROSS_SPIN);
         read_frame::<Answer>(&mut socket, DEFAULT_MAX_FRAME).ok()
     });
     drop(socket);
@@ -233,12 +233,40 @@ fn run_for_parent(
         }
     };
     loop {
-        crate::serve::wait_spinning(&socket, ACROSS_SPIN);
+        wait_spinning(&socket, ACROSS_SPIN);
         let Ok(inputs) = read_frame::<Vec<Tensor>>(&mut socket, DEFAULT_MAX_FRAME) else { return 0 };
         let inputs: Vec<_> = inputs.iter().map(|t| (t, dense_bytes(t, &[]))).collect();
         let answer: Answer = model.run(key, &inputs);
         if write_frame(&mut socket, &answer).is_err() {
             return 1;
         }
+    }
+}
+
+/// Polls `socket` for up to `budget` until the other side's first byte is there
+/// (then the blocking read that follows finds it without sleeping).
+fn wait_spinning(socket: &std::os::unix::net::UnixStream, budget: std::time::Duration) {
+    if budget.is_zero() {
+        return;
+    }
+    let until = Instant::now() + budget;
+    let mut byte = [0u8; 1];
+    while Instant::now() < until {
+        // SAFETY: one byte of a valid buffer; MSG_PEEK leaves it in the socket.
+        let got = unsafe {
+            libc::recv(
+                std::os::fd::AsRawFd::as_raw_fd(socket),
+                byte.as_mut_ptr().cast(),
+                1,
+                libc::MSG_PEEK | libc::MSG_DONTWAIT,
+            )
+        };
+        // A byte, the end of the stream or an error: the read that follows says which.
+        if got >= 0 || std::io::Error::last_os_error().kind() != std::io::ErrorKind::WouldBlock {
+            return;
+        }
+        // Yield, so that a supervisor woken on this CPU runs at once.
+        // SAFETY: sched_yield has no preconditions.
+        unsafe { libc::sched_yield() };
     }
 }

@@ -10,7 +10,7 @@ use isorun_protocol::matching::match_inputs;
 use isorun_protocol::{
     ErrorKind, Hello, ModelError, RunRequest, SandboxSpec, ToWorker, UnitResult, WorkerMessage, PROTOCOL_VERSION,
 };
-use isorun_transport::{dense_bytes, write_frame, FrameError, RequestEnvelope, SharedMemory, DEFAULT_MAX_FRAME};
+use isorun_transport::{dense_bytes, write_frame, FrameError, RequestReader, SharedMemory, DEFAULT_MAX_FRAME};
 use std::collections::HashSet;
 use std::io;
 use std::os::unix::net::UnixStream;
@@ -46,12 +46,11 @@ pub fn serve(mut socket: UnixStream) -> io::Result<()> {
     // would only take a CPU from the client and the supervisor: sleep.
     let mut spin = std::time::Duration::ZERO;
     let mut last_gap = std::time::Duration::ZERO;
+    let mut reader = RequestReader::new(DEFAULT_MAX_FRAME);
     loop {
         let waiting = Instant::now();
-        if last_gap <= spin {
-            wait_spinning(&socket, spin);
-        }
-        let envelope = match RequestEnvelope::receive(&socket, DEFAULT_MAX_FRAME) {
+        let budget = if last_gap <= spin { spin } else { std::time::Duration::ZERO };
+        let envelope = match reader.receive_spinning(&socket, budget) {
             Ok(envelope) => envelope,
             // The supervisor is gone: nothing is left to do.
             Err(FrameError::Closed) => return Ok(()),
@@ -144,34 +143,6 @@ pub fn serve(mut socket: UnixStream) -> io::Result<()> {
     }
 }
 
-/// Polls `socket` for up to `budget` until a request's first byte is there
-/// (then the blocking read that follows finds it without sleeping).
-pub(crate) fn wait_spinning(socket: &UnixStream, budget: std::time::Duration) {
-    if budget.is_zero() {
-        return;
-    }
-    let until = Instant::now() + budget;
-    let mut byte = [0u8; 1];
-    while Instant::now() < until {
-        // SAFETY: one byte of a valid buffer; MSG_PEEK leaves it in the socket.
-        let got = unsafe {
-            libc::recv(
-                std::os::fd::AsRawFd::as_raw_fd(socket),
-                byte.as_mut_ptr().cast(),
-                1,
-                libc::MSG_PEEK | libc::MSG_DONTWAIT,
-            )
-        };
-        // A byte, the end of the stream or an error: the read that follows says which.
-        if got >= 0 || std::io::Error::last_os_error().kind() != std::io::ErrorKind::WouldBlock {
-            return;
-        }
-        // Yield, so that a supervisor woken on this CPU runs at once.
-        // SAFETY: sched_yield has no preconditions.
-        unsafe { libc::sched_yield() };
-    }
-}
-
 fn run_unit(
     socket: &mut UnixStream,
     loaded: &mut Option<Loaded>,
@@ -244,7 +215,7 @@ fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
 mod tests {
     use super::*;
     use isorun_protocol::{SessionConfig, WarmRequest};
-    use isorun_transport::read_frame;
+    use isorun_transport::{read_frame, RequestEnvelope};
 
     fn next(socket: &mut UnixStream) -> WorkerMessage {
         read_frame(socket, DEFAULT_MAX_FRAME).unwrap()

@@ -239,11 +239,12 @@ mod tests {
         connection.send(RequestEnvelope::new(&ToWorker::Shutdown, Vec::new())).unwrap();
         assert!(started.elapsed() < Duration::from_secs(5));
         assert!(connection.sender.is_some(), "the full socket handed the rest to a sender thread");
+        let mut reader = isorun_transport::RequestReader::new(8 << 20);
         for _ in 0..3 {
-            let (message, _) = RequestEnvelope::receive(&theirs, 8 << 20).unwrap().open().unwrap();
+            let (message, _) = reader.receive(&theirs).unwrap().open().unwrap();
             assert!(matches!(message, ToWorker::Run(r) if r.unit == 3));
         }
-        let (message, _) = RequestEnvelope::receive(&theirs, 8 << 20).unwrap().open().unwrap();
+        let (message, _) = reader.receive(&theirs).unwrap().open().unwrap();
         assert!(matches!(message, ToWorker::Shutdown));
         // A worker gone mid-request: the sender's failure is an event.
         connection.send(big_request(4 << 20)).unwrap();

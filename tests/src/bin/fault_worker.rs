@@ -70,7 +70,7 @@ use isorun_protocol::DType;
 use isorun_protocol::{
     ErrorKind, Hello, ModelError, RunRequest, Tensor, ToWorker, UnitResult, WorkerMessage, ENV_IPC_FD, PROTOCOL_VERSION,
 };
-use isorun_transport::{dense_bytes, write_frame, FrameError, RequestEnvelope, SharedMemory, DEFAULT_MAX_FRAME};
+use isorun_transport::{dense_bytes, write_frame, FrameError, RequestReader, SharedMemory, DEFAULT_MAX_FRAME};
 use std::io::Write;
 use std::os::fd::FromRawFd;
 use std::os::unix::net::UnixStream;
@@ -204,8 +204,9 @@ fn worker_main(mut socket: UnixStream) -> i32 {
         EARLY_SOCKET.store(fd, std::sync::atomic::Ordering::SeqCst);
     }
     let mut sandboxed = false;
+    let mut requests = RequestReader::new(DEFAULT_MAX_FRAME);
     loop {
-        let envelope = match RequestEnvelope::receive(&socket, DEFAULT_MAX_FRAME) {
+        let envelope = match requests.receive(&socket) {
             Ok(e) => e,
             Err(FrameError::Closed) => std::process::exit(0),
             Err(e) => panic!("bad request: {e}"),
