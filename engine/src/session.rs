@@ -314,5 +314,6 @@ pub(crate) fn message_name(message: &WorkerMessage) -> &'static str {
         WorkerMessage::Finished { .. } => "Finished",
         WorkerMessage::Sandboxed { .. } => "Sandboxed",
         WorkerMessage::Warmed { .. } => "Warmed",
+        WorkerMessage::Wake => "Wake",
     }
 }

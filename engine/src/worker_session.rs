@@ -152,6 +152,12 @@ impl WorkerSession {
                     }
                     self.served_by_worker = 0;
                     self.worker_model = None;
+                    if !self.spin.is_zero() {
+                        // Requests and answers then cross without a system call while both poll.
+                        if let Err(message) = worker.share_mailbox() {
+                            tracing::debug!("{message}");
+                        }
+                    }
                     worker
                 }
                 Err(e) => {
@@ -174,6 +180,8 @@ impl WorkerSession {
         };
         // The model this worker last ran well is the request's: it holds it.
         let loaded = self.worker_model.as_ref() == Some(&request_model);
+        // One request at a time: the worker has answered every one before.
+        worker.allow_mailbox_once();
         let end = run_request(&mut worker, envelope, unit, cancel, deadlines, loaded);
         self.worker_model = end.worker_usable.then_some(request_model);
         if end.worker_usable {

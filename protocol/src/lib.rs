@@ -24,7 +24,7 @@ pub use tensor::{Tensor, TensorData, TensorError};
 
 /// Bumped on every change of the wire types; a worker whose `Hello` carries
 /// another version is a `protocol_error`.
-pub const PROTOCOL_VERSION: u32 = 9;
+pub const PROTOCOL_VERSION: u32 = 10;
 
 /// Exit codes of `isorun`, documented in the README.
 pub mod exit_code {

@@ -108,6 +108,13 @@ pub enum ToWorker {
     Warm(WarmRequest),
     /// No more work: exit now.
     Shutdown,
+    /// Map the one region that comes with this request as the mailbox
+    /// (`isorun_transport::Mailbox`): small requests may come there from now
+    /// on, and their answers go there.
+    Mailbox,
+    /// A request waits in the mailbox (sent only to a worker that said it
+    /// sleeps on the socket).
+    Wake,
 }
 
 /// A signature's input or output as the model declares it.
@@ -186,4 +193,7 @@ pub enum WorkerMessage {
         warm_ms: u64,
         error: Option<String>,
     },
+    /// An answer waits in the mailbox (sent only to a supervisor that said
+    /// it sleeps on the socket).
+    Wake,
 }

@@ -43,6 +43,17 @@ impl RequestEnvelope {
         RequestEnvelope { message: encode(message), shared }
     }
 
+    /// A request that came as its message alone (through the `Mailbox`).
+    pub fn from_message(message: Vec<u8>) -> RequestEnvelope {
+        RequestEnvelope { message, shared: Vec::new() }
+    }
+
+    /// The encoded message, when no region comes with it (then it can
+    /// travel without the socket: `Mailbox`).
+    pub fn message_alone(&self) -> Option<&[u8]> {
+        self.shared.is_empty().then_some(&self.message[..])
+    }
+
     /// Writes the request to the worker's socket.
     pub fn send(&self, socket: &UnixStream) -> io::Result<()> {
         self.send_rest(socket, &mut crate::SendProgress::default())
@@ -224,29 +235,34 @@ impl RequestReader {
         socket: &UnixStream,
         budget: std::time::Duration,
     ) -> Result<RequestEnvelope, FrameError> {
-        if self.staged.is_empty() && !budget.is_zero() {
-            if self.stage.is_empty() {
-                self.stage = vec![0; STAGE];
-            }
+        if !budget.is_zero() {
             let until = std::time::Instant::now() + budget;
-            loop {
-                match receive_with_fds(socket, &mut self.stage, &mut self.fds, libc::MSG_DONTWAIT) {
-                    Ok(got) => {
-                        self.staged = 0..got;
-                        // 0 is the end of the stream: the read below says so.
-                        break;
-                    }
-                    Err(FrameError::Io(e)) if e.kind() == io::ErrorKind::WouldBlock => {}
-                    Err(e) => return Err(e),
-                }
-                if std::time::Instant::now() >= until {
-                    break;
-                }
+            while !self.poll(socket)? && std::time::Instant::now() < until {
                 // SAFETY: sched_yield has no preconditions.
                 unsafe { libc::sched_yield() };
             }
         }
         self.receive(socket)
+    }
+
+    /// Whether a request's first bytes (or the stream's end) are here,
+    /// reading the socket without waiting if need be.
+    pub fn poll(&mut self, socket: &UnixStream) -> Result<bool, FrameError> {
+        if !self.staged.is_empty() {
+            return Ok(true);
+        }
+        if self.stage.is_empty() {
+            self.stage = vec![0; STAGE];
+        }
+        match receive_with_fds(socket, &mut self.stage, &mut self.fds, libc::MSG_DONTWAIT) {
+            // 0 is the end of the stream: the read that follows says so.
+            Ok(got) => {
+                self.staged = 0..got;
+                Ok(true)
+            }
+            Err(FrameError::Io(e)) if e.kind() == io::ErrorKind::WouldBlock => Ok(false),
+            Err(e) => Err(e),
+        }
     }
 
     /// Reads one request from the supervisor, waiting for it. `Closed` when

@@ -18,10 +18,14 @@
 
 mod envelope;
 mod frame;
+mod inbox;
+mod mailbox;
 mod nonblocking;
 mod shared;
 
 pub use envelope::{dense_bytes, RequestEnvelope, RequestReader, FDS_PER_MESSAGE, SHARED_THRESHOLD};
 pub use frame::{decode, encode, read_frame, write_frame, FrameError, DEFAULT_MAX_FRAME};
+pub use inbox::Inbox;
+pub use mailbox::{Mailbox, Relax, MAILBOX_AREA};
 pub use nonblocking::{wait_readable, FrameReader, SendProgress};
 pub use shared::SharedMemory;

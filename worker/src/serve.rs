@@ -10,7 +10,7 @@ use isorun_protocol::matching::match_inputs;
 use isorun_protocol::{
     ErrorKind, Hello, ModelError, RunRequest, SandboxSpec, ToWorker, UnitResult, WorkerMessage, PROTOCOL_VERSION,
 };
-use isorun_transport::{dense_bytes, write_frame, FrameError, RequestReader, SharedMemory, DEFAULT_MAX_FRAME};
+use isorun_transport::{dense_bytes, write_frame, FrameError, Inbox, SharedMemory, DEFAULT_MAX_FRAME};
 use std::collections::HashSet;
 use std::io;
 use std::os::unix::net::UnixStream;
@@ -46,11 +46,11 @@ pub fn serve(mut socket: UnixStream) -> io::Result<()> {
     // would only take a CPU from the client and the supervisor: sleep.
     let mut spin = std::time::Duration::ZERO;
     let mut last_gap = std::time::Duration::ZERO;
-    let mut reader = RequestReader::new(DEFAULT_MAX_FRAME);
+    let mut inbox = Inbox::new(DEFAULT_MAX_FRAME);
     loop {
         let waiting = Instant::now();
         let budget = if last_gap <= spin { spin } else { std::time::Duration::ZERO };
-        let envelope = match reader.receive_spinning(&socket, budget) {
+        let envelope = match inbox.next(&socket, budget) {
             Ok(envelope) => envelope,
             // The supervisor is gone: nothing is left to do.
             Err(FrameError::Closed) => return Ok(()),
@@ -58,8 +58,17 @@ pub fn serve(mut socket: UnixStream) -> io::Result<()> {
         };
         last_gap = waiting.elapsed();
         let (message, shared) = envelope.open().map_err(|e| io::Error::other(e.to_string()))?;
-        requests += 1;
+        // Mailbox set-up and wake-ups are not requests.
+        requests += u64::from(!matches!(message, ToWorker::Mailbox | ToWorker::Wake));
         match message {
+            ToWorker::Mailbox => {
+                if let Err(e) = inbox.attach(&shared) {
+                    // The supervisor goes on through the socket.
+                    eprintln!("isorun-worker: cannot map the mailbox: {e}");
+                }
+            }
+            // The request is in the mailbox: the loop takes it.
+            ToWorker::Wake => {}
             ToWorker::Shutdown => return Ok(()),
             ToWorker::Warm(warm) => {
                 if requests != 1 {
@@ -137,7 +146,7 @@ pub fn serve(mut socket: UnixStream) -> io::Result<()> {
                     Ok(answer) => answer?,
                     Err(panic) => (0, UnitResult::Err(ModelError::new(ErrorKind::WorkerPanic, panic_message(&panic)))),
                 };
-                write_frame(&mut socket, &WorkerMessage::Finished { unit, run_us, result })?;
+                inbox.send(&mut socket, &WorkerMessage::Finished { unit, run_us, result })?;
             }
         }
     }

@@ -13,8 +13,8 @@
 //! that worker then follows, in order. A worker that stops reading stalls
 //! only that thread, until it is killed.
 
-use isorun_protocol::WorkerMessage;
-use isorun_transport::{decode, wait_readable, FrameError, FrameReader, RequestEnvelope, SendProgress};
+use isorun_protocol::{ToWorker, WorkerMessage};
+use isorun_transport::{decode, wait_readable, FrameError, FrameReader, Mailbox, RequestEnvelope, SendProgress};
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -49,6 +49,18 @@ pub(crate) struct Connection {
     ended: bool,
     /// How long a wait polls the socket before it sleeps.
     spin: Duration,
+    /// The mailbox shared with the worker (`pipe`), once sent to it.
+    mailbox: Option<Mailbox>,
+    /// The next request may go through the mailbox: the caller knows that
+    /// no other request is on its way.
+    mailbox_allowed: bool,
+    /// The number of the last request posted there, and whether its answer
+    /// is still to come.
+    mailbox_seq: u64,
+    mailbox_pending: bool,
+    /// The socket's end, found while reading what came before a mailbox
+    /// answer: reported after that answer.
+    ended_after_answer: Option<Event>,
 }
 
 impl Connection {
@@ -63,7 +75,78 @@ impl Connection {
             send_failures_tx,
             ended: false,
             spin: Duration::ZERO,
+            mailbox: None,
+            mailbox_allowed: false,
+            mailbox_seq: 0,
+            mailbox_pending: false,
+            ended_after_answer: None,
         }
+    }
+
+    /// Shares `mailbox` with the worker: sends it (the worker maps it and
+    /// says so in it). Requests go there only once the worker has.
+    pub(crate) fn set_mailbox(&mut self, mailbox: Mailbox) -> Result<(), String> {
+        let region = mailbox
+            .fd()
+            .try_clone_to_owned()
+            .and_then(isorun_transport::SharedMemory::from_fd)
+            .map_err(|e| format!("cannot share a mailbox with the worker: {e}"))?;
+        self.send(RequestEnvelope::new(&ToWorker::Mailbox, vec![region]))?;
+        self.mailbox = Some(mailbox);
+        Ok(())
+    }
+
+    /// The next request may go through the mailbox, if it fits there: the
+    /// caller sends it when the worker has answered every request before it.
+    pub(crate) fn allow_mailbox_once(&mut self) {
+        self.mailbox_allowed = true;
+    }
+
+    /// Posts the request in the mailbox where it may go: whether it went.
+    fn post(&mut self, envelope: &RequestEnvelope) -> Result<bool, String> {
+        let allowed = std::mem::take(&mut self.mailbox_allowed);
+        let Some(mailbox) = self.mailbox.as_ref() else { return Ok(false) };
+        let Some(message) = envelope.message_alone() else { return Ok(false) };
+        if !allowed || self.sender.is_some() || self.mailbox_pending || !mailbox.worker_attached() {
+            return Ok(false);
+        }
+        let seq = self.mailbox_seq + 1;
+        let Some(worker_sleeps) = mailbox.post_request(seq, message) else { return Ok(false) };
+        self.mailbox_seq = seq;
+        self.mailbox_pending = true;
+        if worker_sleeps {
+            self.send(RequestEnvelope::new(&ToWorker::Wake, Vec::new()))?;
+        }
+        Ok(true)
+    }
+
+    /// The answer in the mailbox, if it has come. Frames the worker wrote on
+    /// the socket before it posted (`Loaded`) come first: the answer then
+    /// stays posted for the next call.
+    fn mailbox_answer(&mut self) -> Option<Event> {
+        if !self.mailbox_pending {
+            return None;
+        }
+        let answer = self.mailbox.as_ref()?.take_answer(self.mailbox_seq)?;
+        while !self.ended {
+            match self.frames.read_available(&self.socket) {
+                Ok(Some(payload)) => match message_event(&payload) {
+                    Event::Message(WorkerMessage::Wake) => {}
+                    event => return Some(event),
+                },
+                Ok(None) => break,
+                Err(FrameError::Closed) => {
+                    self.ended = true;
+                    self.ended_after_answer = Some(Event::Closed);
+                }
+                Err(e) => {
+                    self.ended = true;
+                    self.ended_after_answer = Some(Event::Broken(e.to_string()));
+                }
+            }
+        }
+        self.mailbox_pending = false;
+        Some(message_event(&answer))
     }
 
     /// Each wait for an event first polls the socket for up to `spin`
@@ -76,6 +159,9 @@ impl Connection {
     /// Sends a request: from this thread as far as the socket takes it, the
     /// rest (if any) from the worker's sender thread.
     pub(crate) fn send(&mut self, envelope: RequestEnvelope) -> Result<(), String> {
+        if self.post(&envelope)? {
+            return Ok(());
+        }
         let mut progress = SendProgress::default();
         if self.sender.is_none() {
             match envelope.send_without_blocking(&self.socket, &mut progress) {
@@ -109,8 +195,14 @@ impl Connection {
 
     /// The next event, waiting at most `timeout` for it.
     pub(crate) fn next_event(&mut self, timeout: Duration) -> Option<Event> {
+        if let Some(event) = self.ended_after_answer.take() {
+            return Some(event);
+        }
         if let Ok(reason) = self.send_failures.try_recv() {
             return Some(Event::SendFailed(reason));
+        }
+        if let Some(event) = self.mailbox_answer() {
+            return Some(event);
         }
         if self.ended {
             // As a closed channel that still waits: only a send failure can come.
@@ -118,9 +210,30 @@ impl Connection {
         }
         let deadline = Instant::now() + timeout;
         let spin_until = Instant::now() + self.spin.min(timeout);
+        let mut relax = isorun_transport::Relax::default();
         loop {
+            if let Some(event) = self.mailbox_answer() {
+                return Some(event);
+            }
+            // While an answer is due in the mailbox, polling reads memory
+            // only; the socket is read once the poll is over.
+            let now = Instant::now();
+            if self.mailbox_pending && now < spin_until {
+                relax.pause(now);
+                continue;
+            }
             match self.frames.read_available(&self.socket) {
-                Ok(Some(payload)) => return Some(message_event(&payload)),
+                Ok(Some(payload)) => match message_event(&payload) {
+                    // The worker's `Wake`: its answer is in the mailbox.
+                    Event::Message(WorkerMessage::Wake) => continue,
+                    event => {
+                        if matches!(event, Event::Message(WorkerMessage::Finished { .. })) {
+                            // An answer too large for the mailbox comes here.
+                            self.mailbox_pending = false;
+                        }
+                        return Some(event);
+                    }
+                },
                 Ok(None) => {}
                 Err(FrameError::Closed) => {
                     self.ended = true;
@@ -143,7 +256,21 @@ impl Connection {
                 unsafe { libc::sched_yield() };
                 continue;
             }
-            wait_readable(self.socket.as_raw_fd(), deadline - now);
+            match self.mailbox.as_ref().filter(|_| self.mailbox_pending) {
+                // Say so before sleeping, then look once more: a worker that
+                // posts after this sends a `Wake`. A worker that does not
+                // (it is untrusted) costs only the rest of this wait.
+                Some(mailbox) => {
+                    mailbox.set_supervisor_waiting(true);
+                    if mailbox.take_answer(self.mailbox_seq).is_none() {
+                        wait_readable(self.socket.as_raw_fd(), deadline - now);
+                    }
+                    mailbox.set_supervisor_waiting(false);
+                }
+                None => {
+                    wait_readable(self.socket.as_raw_fd(), deadline - now);
+                }
+            }
         }
     }
 }
@@ -211,6 +338,20 @@ mod tests {
         assert!(matches!(connection.next_event(Duration::from_secs(1)), Some(Event::Broken(m)) if m.contains("magic")));
     }
 
+    trait WithUnit {
+        fn with_unit(self, unit: u64) -> RequestEnvelope;
+    }
+
+    impl WithUnit for RequestEnvelope {
+        /// The same request, numbered `unit`.
+        fn with_unit(self, unit: u64) -> RequestEnvelope {
+            let (message, shared) = self.open().unwrap();
+            let ToWorker::Run(mut run) = message else { panic!("a Run") };
+            run.unit = unit;
+            RequestEnvelope::new(&ToWorker::Run(run), shared)
+        }
+    }
+
     fn big_request(bytes: usize) -> RequestEnvelope {
         let request = isorun_protocol::RunRequest {
             unit: 3,
@@ -251,5 +392,56 @@ mod tests {
         drop(theirs);
         let event = connection.next_event(Duration::from_secs(5));
         assert!(matches!(event, Some(Event::Closed) | Some(Event::SendFailed(_))), "{event:?}");
+    }
+
+    /// Neither side polls (`spin` 0): each says in the mailbox that it
+    /// sleeps on the socket, so the other, after posting, sends a `Wake`
+    /// there. A lost wake-up would leave the supervisor waiting out its
+    /// whole 20 s; the answer comes at once instead, from the mailbox.
+    #[test]
+    fn a_side_asleep_on_the_socket_is_woken_for_what_the_other_posted() {
+        let (ours, mut theirs) = UnixStream::pair().unwrap();
+        let mut connection = Connection::new(0, ours, 1 << 20);
+        connection.set_mailbox(Mailbox::create().unwrap()).unwrap();
+        let worker = thread::spawn(move || {
+            let mut inbox = isorun_transport::Inbox::new(1 << 20);
+            let mut via_mailbox = Vec::new();
+            loop {
+                let (message, shared) = inbox.next(&theirs, Duration::ZERO).unwrap().open().unwrap();
+                match message {
+                    ToWorker::Mailbox => inbox.attach(&shared).unwrap(),
+                    ToWorker::Wake => {}
+                    ToWorker::Run(run) => {
+                        via_mailbox.push(inbox.serving_mailbox());
+                        // Long enough for the supervisor to go to sleep first.
+                        thread::sleep(Duration::from_millis(50));
+                        let finished = WorkerMessage::Finished {
+                            unit: run.unit,
+                            run_us: 1,
+                            result: isorun_protocol::UnitResult::Ok { outputs: Vec::new() },
+                        };
+                        inbox.send(&mut theirs, &finished).unwrap();
+                    }
+                    _ => return via_mailbox,
+                }
+            }
+        });
+        // The worker maps the mailbox before the first request can go there.
+        thread::sleep(Duration::from_millis(200));
+        for unit in 1..=3 {
+            // Sent while the worker sleeps on the socket: it needs a `Wake`.
+            thread::sleep(Duration::from_millis(20));
+            connection.allow_mailbox_once();
+            connection.send(big_request(16).with_unit(unit)).unwrap();
+            let started = Instant::now();
+            let event = connection.next_event(Duration::from_secs(20));
+            assert!(
+                matches!(&event, Some(Event::Message(WorkerMessage::Finished { unit: u, .. })) if *u == unit),
+                "{event:?}"
+            );
+            assert!(started.elapsed() < Duration::from_secs(10), "woken, not timed out: {:?}", started.elapsed());
+        }
+        connection.send(RequestEnvelope::new(&ToWorker::Shutdown, Vec::new())).unwrap();
+        assert_eq!(worker.join().unwrap(), [true, true, true], "every request went through the mailbox");
     }
 }

@@ -263,6 +263,19 @@ impl WorkerProcess {
         self.connection.set_spin(spin);
     }
 
+    /// Shares a mailbox with the worker (see `isorun_transport::Mailbox`):
+    /// small requests allowed there go without the socket once it is mapped.
+    pub fn share_mailbox(&mut self) -> Result<(), String> {
+        let mailbox = isorun_transport::Mailbox::create().map_err(|e| format!("cannot create a mailbox: {e}"))?;
+        self.connection.set_mailbox(mailbox)
+    }
+
+    /// The next request sent may go through the mailbox: the caller knows
+    /// the worker has answered every request before it.
+    pub fn allow_mailbox_once(&mut self) {
+        self.connection.allow_mailbox_once();
+    }
+
     /// The next event, waiting at most `timeout`.
     pub fn next_event(&mut self, timeout: Duration) -> Option<Event> {
         self.connection.next_event(timeout)

@@ -70,7 +70,7 @@ use isorun_protocol::DType;
 use isorun_protocol::{
     ErrorKind, Hello, ModelError, RunRequest, Tensor, ToWorker, UnitResult, WorkerMessage, ENV_IPC_FD, PROTOCOL_VERSION,
 };
-use isorun_transport::{dense_bytes, write_frame, FrameError, RequestReader, SharedMemory, DEFAULT_MAX_FRAME};
+use isorun_transport::{dense_bytes, write_frame, FrameError, Inbox, SharedMemory, DEFAULT_MAX_FRAME};
 use std::io::Write;
 use std::os::fd::FromRawFd;
 use std::os::unix::net::UnixStream;
@@ -204,15 +204,20 @@ fn worker_main(mut socket: UnixStream) -> i32 {
         EARLY_SOCKET.store(fd, std::sync::atomic::Ordering::SeqCst);
     }
     let mut sandboxed = false;
-    let mut requests = RequestReader::new(DEFAULT_MAX_FRAME);
+    // As the real worker: the mailbox once the supervisor shares one, and
+    // the last request's poll before sleeping.
+    let mut inbox = Inbox::new(DEFAULT_MAX_FRAME);
+    let mut spin = Duration::ZERO;
     loop {
-        let envelope = match requests.receive(&socket) {
+        let envelope = match inbox.next(&socket, spin) {
             Ok(e) => e,
             Err(FrameError::Closed) => std::process::exit(0),
             Err(e) => panic!("bad request: {e}"),
         };
         let (message, shared) = envelope.open().expect("valid envelope");
         match message {
+            ToWorker::Mailbox => inbox.attach(&shared).expect("the mailbox maps"),
+            ToWorker::Wake => {}
             ToWorker::Shutdown => std::process::exit(0),
             ToWorker::Warm(warm) => {
                 if let (true, Some(spec)) = (apply_sandbox, &warm.sandbox) {
@@ -256,7 +261,8 @@ fn worker_main(mut socket: UnixStream) -> i32 {
                     };
                     write_frame(&mut socket, &message).unwrap();
                 }
-                run(&mut socket, &request, &shared)
+                spin = Duration::from_micros(request.config.spin_us.into());
+                run(&mut socket, &inbox, &request, &shared)
             }
         }
     }
@@ -289,7 +295,7 @@ fn crash() -> ! {
     unreachable!()
 }
 
-fn run(socket: &mut UnixStream, request: &RunRequest, shared: &[SharedMemory]) {
+fn run(socket: &mut UnixStream, inbox: &Inbox, request: &RunRequest, shared: &[SharedMemory]) {
     let model = Path::new(&request.model_dir).file_name().unwrap().to_string_lossy().into_owned();
     let fault = model.split_once("fault-").map_or("", |(_, f)| f);
     let (mode, amount) = match fault.rsplit_once('-') {
@@ -348,14 +354,15 @@ fn run(socket: &mut UnixStream, request: &RunRequest, shared: &[SharedMemory]) {
         "crash-if-not-first" if served_before > 0 => crash(),
         "error" => {
             let error = ModelError::new(ErrorKind::Tensorflow, "fault-error: the model failed, as asked".to_string());
-            write_frame(socket, &WorkerMessage::Finished { unit, run_us: 0, result: UnitResult::Err(error) }).unwrap();
+            inbox.send(socket, &WorkerMessage::Finished { unit, run_us: 0, result: UnitResult::Err(error) }).unwrap();
             return;
         }
         "kill" | "connect-path" | "connect-abstract" | "join-session" => {
             let target = std::fs::read_to_string(Path::new(&request.model_dir).join("target")).unwrap();
             if let Err(refused) = attack(mode, target.lines().next().unwrap_or_default()) {
                 let error = ModelError::new(ErrorKind::Tensorflow, format!("{mode}: {refused}"));
-                write_frame(socket, &WorkerMessage::Finished { unit, run_us: 0, result: UnitResult::Err(error) })
+                inbox
+                    .send(socket, &WorkerMessage::Finished { unit, run_us: 0, result: UnitResult::Err(error) })
                     .unwrap();
                 return;
             }
@@ -363,7 +370,8 @@ fn run(socket: &mut UnixStream, request: &RunRequest, shared: &[SharedMemory]) {
         "gpu-hold" => {
             if let Err(message) = hold_gpu_memory(amount) {
                 let error = ModelError::new(ErrorKind::Tensorflow, format!("gpu-hold-{amount}: {message}"));
-                write_frame(socket, &WorkerMessage::Finished { unit, run_us: 0, result: UnitResult::Err(error) })
+                inbox
+                    .send(socket, &WorkerMessage::Finished { unit, run_us: 0, result: UnitResult::Err(error) })
                     .unwrap();
                 return;
             }
@@ -493,6 +501,12 @@ fn run(socket: &mut UnixStream, request: &RunRequest, shared: &[SharedMemory]) {
             "worker_warmed".into(),
             Tensor::dense(isorun_protocol::DType::Int64, vec![], warmed.to_le_bytes().to_vec()),
         ));
+        // Whether this request came through the mailbox (`pipe` polling) or the socket.
+        let via_mailbox = i64::from(inbox.serving_mailbox());
+        outputs.push((
+            "via_mailbox".into(),
+            Tensor::dense(isorun_protocol::DType::Int64, vec![], via_mailbox.to_le_bytes().to_vec()),
+        ));
         let skip_grappler = i64::from(request.config.skip_grappler);
         outputs.push((
             "request_skip_grappler".into(),
@@ -543,7 +557,8 @@ fn run(socket: &mut UnixStream, request: &RunRequest, shared: &[SharedMemory]) {
         _ => {}
     }
     let answered = if mode == "wrong-unit" { unit + 1000 } else { unit };
-    write_frame(socket, &WorkerMessage::Finished { unit: answered, run_us: 0, result: UnitResult::Ok { outputs } })
+    inbox
+        .send(socket, &WorkerMessage::Finished { unit: answered, run_us: 0, result: UnitResult::Ok { outputs } })
         .unwrap();
     drop(hog);
 }

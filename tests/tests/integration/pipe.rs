@@ -459,3 +459,53 @@ fn ctrl_c_during_a_batch_answers_its_lines_without_starting_a_worker_for_each() 
     assert_eq!(runs, 1, "only the batch ran");
     assert!(took < std::time::Duration::from_secs(10), "took {took:?}");
 }
+
+/// Where each answered request came from: 1 through the mailbox, 0 the socket.
+fn via_mailbox(piped: &Piped) -> Vec<i64> {
+    piped.answers.iter().map(|a| a["outputs"]["via_mailbox"]["values"].as_i64().unwrap_or(-1)).collect()
+}
+
+/// While both sides poll (`--spin-us`, on by default), every request after
+/// the first crosses the shared-memory mailbox, not the socket; a request
+/// too large for it crosses the socket, and the next small one the mailbox
+/// again. With `--spin-us 0` (no polling) nothing does.
+#[test]
+fn small_requests_cross_the_mailbox_while_both_sides_poll_and_a_large_one_the_socket() {
+    let tmp = tempfile::tempdir().unwrap();
+    let model = fault_model(tmp.path(), "fault-pid");
+    let small = |i: u32| format!(r#"{{"id": {i}, "inputs": {{"x": [[{i}, 2, 3]]}}}}"#);
+    // 10,000 rows: 120 KB of float32, more than the mailbox's 64 KiB.
+    let rows = vec!["[1, 2, 3]"; 10_000].join(", ");
+    let large = format!(r#"{{"id": "large", "inputs": {{"x": [{rows}]}}}}"#);
+    let lines = [small(0), small(1), small(2), large, small(3), small(4)].join("\n");
+    let piped = pipe(&mut fault_pipe(&model), &lines);
+    assert_eq!(piped.code, Some(0), "{}", piped.stderr);
+    assert_eq!(piped.answers.len(), 6, "{}", piped.stderr);
+    // The first may go either way (the worker maps the mailbox while it comes).
+    assert_eq!(via_mailbox(&piped)[1..], [1, 1, 0, 1, 1], "{:?}", piped.answers);
+    let pids: Vec<_> = piped.answers.iter().map(|a| a["outputs"]["worker_pid"]["values"].clone()).collect();
+    assert!(pids.iter().all(|p| *p == pids[0] && p.is_i64()), "one worker served them all: {pids:?}");
+    assert_eq!(piped.answers[3]["outputs"]["x"]["shape"], json!([10_000, 3]));
+    assert_eq!(piped.answers[4]["outputs"]["x"]["values"], json!([[3.0, 2.0, 3.0]]), "answers stay in order");
+    let piped = pipe(fault_pipe(&model).args(["--spin-us", "0"]), &lines);
+    assert_eq!(piped.code, Some(0), "{}", piped.stderr);
+    assert_eq!(via_mailbox(&piped), [0; 6], "no polling, no mailbox");
+}
+
+/// A small request whose answer does not fit the mailbox is answered on the
+/// socket, and the supervisor, waiting on the mailbox, takes it from there.
+#[test]
+fn an_answer_too_large_for_the_mailbox_comes_on_the_socket() {
+    let tmp = tempfile::tempdir().unwrap();
+    // 10,000 named scalars: over 100 KB encoded.
+    let model = fault_model(tmp.path(), "fault-many-names-10000");
+    let lines: Vec<String> = (0..4).map(|i| format!(r#"{{"id": {i}, "inputs": {{"x": [[1, 2, 3]]}}}}"#)).collect();
+    let piped = pipe(&mut fault_pipe(&model), &lines.join("\n"));
+    assert_eq!(piped.code, Some(0), "{}", piped.stderr);
+    assert_eq!(piped.answers.len(), 4);
+    for (i, answer) in piped.answers.iter().enumerate() {
+        assert_eq!(answer["id"], i, "{}", piped.stderr);
+        let outputs = answer["outputs"].as_object().unwrap_or_else(|| panic!("{answer}"));
+        assert_eq!(outputs.len(), 10_001, "x and its 10,000 names");
+    }
+}
