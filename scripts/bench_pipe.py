@@ -220,8 +220,8 @@ def main():
 SECTION = "## `pipe` against its floors"
 
 LABELS = {
-    "pipe": "`isorun pipe` (the defaults: ops on the serving thread, `--spin-us 50`)",
-    "pipe_no_spin": "`isorun pipe --spin-us 0`",
+    "pipe": "`isorun pipe` (the defaults: ops on the serving thread, `--spin-us 50`, the mailbox)",
+    "pipe_no_spin": "`isorun pipe --spin-us 0` (no polling: every request and answer on the socket)",
     "pipe_inter_op_pool": "`isorun pipe --ops-on-caller-thread false --spin-us 0` (as before #25)",
     "pipe_batch64": "`isorun pipe --max-batch 64`",
     "floor": "floor: `isorun-worker --in-process --pipe` (inter-op pool)",
@@ -277,6 +277,12 @@ def section(results):
         out.append(f"\nTo a file, `pipe` answers at {100 * file_rates['pipe'] / file_rates['floor_caller_thread']:.0f}% "
                    f"of the floor with ops on the calling thread and {100 * file_rates['pipe'] / file_rates['floor']:.0f}% "
                    "of the floor with the inter-op pool (ratios of the medians).")
+    out.append("\nHow a request crosses (since #25): while both sides poll (`--spin-us`, 50 µs by default), a "
+               "small request and its answer go through a shared-memory mailbox beside the worker's socket (a "
+               "sealed memfd; the supervisor copies an answer out once and decodes it under a frame's limits), so "
+               "neither side makes a system call for them; a side that stops polling says so in the mailbox and "
+               "is woken on the socket. `--spin-us 0` is the way without it: every request and answer on the "
+               "socket, and each side asleep until the other's bytes come.")
     vs_floor = ratio("pipe", "floor_caller_thread")
     met = vs_floor >= 0.5
     out.append("")
@@ -294,7 +300,8 @@ def section(results):
         per_floor = 1e3 / (file_rates.get("floor_caller_thread") or rates["floor_caller_thread"])
         common = ("No thread hand-off is left on the path (the serving thread reads stdin, writes the request "
                   "and reads the answer itself; the worker runs the ops on its own thread), and with `--spin-us` "
-                  "neither process sleeps while requests keep coming.")
+                  "neither process sleeps while requests keep coming, and a small request and its answer cross "
+                  "the shared-memory mailbox with no system call.")
         text = (f"\n**What bounds it.** To a file a request costs {per_pipe:.3f} ms through `pipe` against "
                 f"{per_floor:.3f} ms in the floor: {per_pipe - per_floor:.3f} ms more. ")
         if file_rates.get("floor_across"):
@@ -310,15 +317,14 @@ def section(results):
             else:
                 text += (f"So the boundary is not what holds `pipe` under 50%: `pipe` answers at "
                          f"{100 * ratio('pipe', 'floor_across'):.0f}% of the bare round trip's rate, and "
-                         f"{max(per_pipe - per_across, 0):.3f} ms a request is `pipe`'s own crossing. " + common +
-                         " What it pays beyond the bare round trip: the whole `RunRequest` encoded with every request "
-                         "(model folder, tags, signature, session options, sandbox spec), the envelope read with "
-                         "`recvmsg` (descriptors may come with it), the outputs' checks, a liveness check of the idle "
-                         "worker (`waitid`) and seccomp's filter on each of the worker's system calls: `strace -c` "
-                         "while writing this counted ~13 system calls a request across both processes against ~11 "
-                         "for the bare round trip, and a `perf` profile found no single hot spot (malloc and free "
-                         "in the worker, ~6% of all samples, the largest). Batching (`--max-batch`) is the way "
-                         "past it when requests queue up.")
+                         f"{max(per_pipe - per_across, 0):.3f} ms a request is `pipe`'s own work. " + common +
+                         " What it pays beyond the floor, measured by hand: the worker's own handling of a request "
+                         "(decoding it, matching its inputs, encoding the answer: ~1.5 µs beside the same ~9 µs "
+                         "run), the supervisor's (building and encoding the `RunRequest`, decoding and checking "
+                         "the outputs, a liveness check of the idle worker: ~2 µs), and the time each side's "
+                         "poll takes to see the other's post. With a reader process beside them, three busy "
+                         "processes share the 2 cores. Batching (`--max-batch`) is the way past it when requests "
+                         "queue up.")
         else:
             text += (common + " What remains is the work of crossing: the request and answer encoded, written and "
                      "read, a handful of system calls each side. Batching (`--max-batch`) is the way past it when "
