@@ -14,7 +14,7 @@
 //! descriptors attached to the next request are never read (and dropped)
 //! by a plain read.
 
-use crate::frame::{decode, encode, write_frame_bytes, FrameError, FRAME_HEADER};
+use crate::frame::{check_header, decode, encode, write_frame_bytes, FrameError, FRAME_HEADER};
 use crate::shared::SharedMemory;
 use isorun_protocol::{Tensor, TensorData, ToWorker};
 use std::collections::VecDeque;
@@ -270,16 +270,7 @@ impl RequestReader {
     pub fn receive(&mut self, socket: &UnixStream) -> Result<RequestEnvelope, FrameError> {
         let mut header = [0u8; 8];
         let got = self.take_exactly(socket, &mut header)?;
-        if got == 0 {
-            return Err(FrameError::Closed);
-        }
-        if got < header.len() {
-            return Err(FrameError::Truncated { received: got as u64, expected: header.len() as u64 });
-        }
-        let magic: [u8; 4] = header[..4].try_into().expect("4 bytes");
-        if magic != MAGIC {
-            return Err(FrameError::BadMagic(magic));
-        }
+        check_header(got, &header, MAGIC)?;
         let count = u32::from_le_bytes(header[4..].try_into().expect("4 bytes")) as usize;
         let wrong_count = |got: usize| FrameError::Decode(format!("expected {count} shared regions, got {got}"));
         // One "+" for each batch of descriptors after the first.
@@ -320,13 +311,11 @@ impl RequestReader {
     fn frame(&mut self, socket: &UnixStream) -> Result<Vec<u8>, FrameError> {
         let mut header = [0u8; FRAME_HEADER];
         let got = self.take_exactly(socket, &mut header)?;
-        if got < header.len() {
-            return Err(FrameError::Truncated { received: got as u64, expected: header.len() as u64 });
-        }
-        let magic: [u8; 4] = header[..4].try_into().expect("4 bytes");
-        if magic != crate::frame::MAGIC {
-            return Err(FrameError::BadMagic(magic));
-        }
+        // Inside a request, no frame at all is a request cut short.
+        check_header(got, &header, crate::frame::MAGIC).map_err(|e| match e {
+            FrameError::Closed => FrameError::Truncated { received: 0, expected: FRAME_HEADER as u64 },
+            e => e,
+        })?;
         let claimed = u64::from_le_bytes(header[4..].try_into().expect("8 bytes"));
         if claimed > self.max_frame {
             return Err(FrameError::TooLarge { claimed, max: self.max_frame });

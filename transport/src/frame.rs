@@ -119,20 +119,28 @@ pub fn read_frame<T: DeserializeOwned>(reader: &mut impl Read, max_frame: u64) -
     decode(&read_frame_bytes(reader, max_frame)?)
 }
 
-/// Reads one frame's payload, not decoded; never reads past its end.
-pub(crate) fn read_frame_bytes(reader: &mut impl Read, max_frame: u64) -> Result<Vec<u8>, FrameError> {
-    let mut header = [0u8; FRAME_HEADER];
-    let got = read_full(reader, &mut header)?;
+/// A header of which `got` bytes came: `Closed` when none did (the stream
+/// ended between messages), `Truncated` when some did, `BadMagic` when it
+/// does not start with `magic`.
+pub(crate) fn check_header(got: usize, header: &[u8], magic: [u8; 4]) -> Result<(), FrameError> {
     if got == 0 {
         return Err(FrameError::Closed);
     }
     if got < header.len() {
         return Err(FrameError::Truncated { received: got as u64, expected: header.len() as u64 });
     }
-    let magic: [u8; 4] = header[..4].try_into().expect("4 bytes");
-    if magic != MAGIC {
-        return Err(FrameError::BadMagic(magic));
+    let start: [u8; 4] = header[..4].try_into().expect("4 bytes");
+    if start != magic {
+        return Err(FrameError::BadMagic(start));
     }
+    Ok(())
+}
+
+/// Reads one frame's payload, not decoded; never reads past its end.
+pub(crate) fn read_frame_bytes(reader: &mut impl Read, max_frame: u64) -> Result<Vec<u8>, FrameError> {
+    let mut header = [0u8; FRAME_HEADER];
+    let got = read_full(reader, &mut header)?;
+    check_header(got, &header, MAGIC)?;
     let claimed = u64::from_le_bytes(header[4..].try_into().expect("8 bytes"));
     if claimed > max_frame {
         return Err(FrameError::TooLarge { claimed, max: max_frame });

@@ -185,11 +185,16 @@ impl Mailbox {
         (seq != last).then(|| (seq, self.copy_out(REQUEST_AREA, REQUEST_LEN)))
     }
 
+    /// Whether the answer to request `seq` is there (nothing copied).
+    pub fn answer_ready(&self, seq: u64) -> bool {
+        self.word64(ANSWER_SEQ).load(Ordering::Acquire) == seq
+    }
+
     /// A copy of the answer to request `seq` (the supervisor), once it is
     /// there; a length over the area is taken as the area (the decoder
     /// then refuses what it holds).
     pub fn take_answer(&self, seq: u64) -> Option<Vec<u8>> {
-        (self.word64(ANSWER_SEQ).load(Ordering::Acquire) == seq).then(|| self.copy_out(ANSWER_AREA, ANSWER_LEN))
+        self.answer_ready(seq).then(|| self.copy_out(ANSWER_AREA, ANSWER_LEN))
     }
 
     fn copy_out(&self, area: usize, len: usize) -> Vec<u8> {

@@ -61,7 +61,15 @@ pub(crate) struct Connection {
     /// The socket's end, found while reading what came before a mailbox
     /// answer: reported after that answer.
     ended_after_answer: Option<Event>,
+    /// `Wake`s since the last request posted: an honest worker sends at most
+    /// one for each, so more are a worker flooding the socket to keep the
+    /// caller reading (and off its deadlines).
+    wakes: u32,
 }
+
+/// `Wake`s a worker may send for one posted request before its stream
+/// counts as broken.
+const WAKES_PER_REQUEST: u32 = 2;
 
 impl Connection {
     pub(crate) fn new(pid: i32, socket: UnixStream, max_frame: u64) -> Connection {
@@ -80,6 +88,7 @@ impl Connection {
             mailbox_seq: 0,
             mailbox_pending: false,
             ended_after_answer: None,
+            wakes: 0,
         }
     }
 
@@ -114,6 +123,7 @@ impl Connection {
         let Some(worker_sleeps) = mailbox.post_request(seq, message) else { return Ok(false) };
         self.mailbox_seq = seq;
         self.mailbox_pending = true;
+        self.wakes = 0;
         if worker_sleeps {
             self.send(RequestEnvelope::new(&ToWorker::Wake, Vec::new()))?;
         }
@@ -130,23 +140,48 @@ impl Connection {
         let answer = self.mailbox.as_ref()?.take_answer(self.mailbox_seq)?;
         while !self.ended {
             match self.frames.read_available(&self.socket) {
-                Ok(Some(payload)) => match message_event(&payload) {
-                    Event::Message(WorkerMessage::Wake) => {}
-                    event => return Some(event),
+                Ok(Some(payload)) => match self.socket_event(&payload) {
+                    // Bounded: past its budget a `Wake` is a broken stream.
+                    None => {}
+                    Some(event) => return Some(event),
                 },
                 Ok(None) => break,
+                // The worker ended after it answered: the answer first.
                 Err(FrameError::Closed) => {
                     self.ended = true;
                     self.ended_after_answer = Some(Event::Closed);
                 }
+                // Garbage before the answer: the stream is broken, whatever the mailbox holds.
                 Err(e) => {
                     self.ended = true;
-                    self.ended_after_answer = Some(Event::Broken(e.to_string()));
+                    return Some(Event::Broken(e.to_string()));
                 }
             }
         }
         self.mailbox_pending = false;
         Some(message_event(&answer))
+    }
+
+    /// A frame from the socket as an event; `None` for a `Wake` within its
+    /// budget (the answer it announces is in the mailbox). A `Finished` here
+    /// (an answer too large for the mailbox, or a worker answering twice)
+    /// ends the wait on the mailbox: the first answer from either side wins.
+    fn socket_event(&mut self, payload: &[u8]) -> Option<Event> {
+        match message_event(payload) {
+            Event::Message(WorkerMessage::Wake) => {
+                self.wakes += 1;
+                (self.wakes > WAKES_PER_REQUEST).then(|| {
+                    self.ended = true;
+                    Event::Broken(format!("{} Wake messages for one request", self.wakes))
+                })
+            }
+            event => {
+                if matches!(event, Event::Message(WorkerMessage::Finished { .. })) {
+                    self.mailbox_pending = false;
+                }
+                Some(event)
+            }
+        }
     }
 
     /// Each wait for an event first polls the socket for up to `spin`
@@ -223,16 +258,10 @@ impl Connection {
                 continue;
             }
             match self.frames.read_available(&self.socket) {
-                Ok(Some(payload)) => match message_event(&payload) {
+                Ok(Some(payload)) => match self.socket_event(&payload) {
                     // The worker's `Wake`: its answer is in the mailbox.
-                    Event::Message(WorkerMessage::Wake) => continue,
-                    event => {
-                        if matches!(event, Event::Message(WorkerMessage::Finished { .. })) {
-                            // An answer too large for the mailbox comes here.
-                            self.mailbox_pending = false;
-                        }
-                        return Some(event);
-                    }
+                    None => continue,
+                    Some(event) => return Some(event),
                 },
                 Ok(None) => {}
                 Err(FrameError::Closed) => {
@@ -262,7 +291,7 @@ impl Connection {
                 // (it is untrusted) costs only the rest of this wait.
                 Some(mailbox) => {
                     mailbox.set_supervisor_waiting(true);
-                    if mailbox.take_answer(self.mailbox_seq).is_none() {
+                    if !mailbox.answer_ready(self.mailbox_seq) {
                         wait_readable(self.socket.as_raw_fd(), deadline - now);
                     }
                     mailbox.set_supervisor_waiting(false);

@@ -376,6 +376,12 @@ fn run(socket: &mut UnixStream, inbox: &Inbox, request: &RunRequest, shared: &[S
                 return;
             }
         }
+        // Valid frames, without end: a supervisor that read on would never get back to its deadlines.
+        "wake-flood" => loop {
+            if write_frame(socket, &WorkerMessage::Wake).is_err() {
+                std::process::exit(0)
+            }
+        },
         "garbage" => {
             socket.write_all(b"\x00\x01garbage in the middle of a run").unwrap();
             sleep_forever()

@@ -509,3 +509,37 @@ fn an_answer_too_large_for_the_mailbox_comes_on_the_socket() {
         assert_eq!(outputs.len(), 10_001, "x and its 10,000 names");
     }
 }
+
+/// A worker that floods the socket with `Wake` messages (each valid, each
+/// announcing an answer that never comes) is a protocol error: the
+/// supervisor takes at most two a request, so it never reads on past its
+/// deadlines. `pipe` checks that the model loads before it reads stdin, so
+/// here the flood meets that first request: exit 2, saying why.
+#[test]
+fn a_worker_flooding_wake_messages_is_a_protocol_error_not_a_hang() {
+    let tmp = tempfile::tempdir().unwrap();
+    let model = fault_model(tmp.path(), "fault-wake-flood");
+    let mut child = fault_pipe(&model)
+        .args(["--timeout", "600"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut input = child.stdin.take().unwrap();
+    writeln!(input, r#"{{"id": 1, "inputs": {{"x": [[1, 2, 3]]}}}}"#).unwrap();
+    drop(input);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while child.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > deadline {
+            child.kill().unwrap();
+            panic!("pipe still reading Wake messages after 60 s");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let output = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("protocol error: 3 Wake messages for one request"), "{stderr}");
+    assert!(output.stdout.is_empty());
+}
