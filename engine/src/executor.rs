@@ -18,7 +18,8 @@ use crate::sink::OutputSink;
 use crate::spare::{self, Reservation, Spare};
 use crate::unit::{Attempt, OutputInfo, Phases, UnitReport};
 use isorun_protocol::{
-    ErrorKind, ModelError, Outcome, RunRequest, SandboxSpec, SessionConfig, Tensor, ToWorker, WarmRequest,
+    ErrorKind, ModelError, Outcome, Preload, Preloaded, RunRequest, SandboxSpec, SessionConfig, Tensor, ToWorker,
+    WarmRequest,
 };
 use isorun_tensors::batch;
 use isorun_tensors::values::tensor_values;
@@ -178,6 +179,7 @@ pub(crate) fn run_all(
             .ok(),
     };
     let warm_dir = warm_dir.as_ref().map(|d| d.path().to_string_lossy().into_owned());
+    let preload = spare::may_preload(settings.memory_limit, &settings.gpus);
     let (tx, rx) = mpsc::channel::<Event>();
     std::thread::scope(|scope| {
         if let Some(producer) = producer {
@@ -219,6 +221,7 @@ pub(crate) fn run_all(
                 zygote_broken: &zygote_broken,
                 few_units,
                 warm_dir: warm_dir.as_deref(),
+                preload,
                 checks,
             };
             let queue = &queue;
@@ -302,6 +305,8 @@ struct Slot<'a> {
     few_units: bool,
     /// Where spares write the warm-up model; `None`: no spares.
     warm_dir: Option<&'a str>,
+    /// Spares load their unit's model as their warm-up ([`spare::may_preload`]).
+    preload: bool,
     /// Frozen Keras exports whose check a unit's worker runs first.
     checks: &'a dyn FrozenChecks,
 }
@@ -349,6 +354,14 @@ impl UnitEnd {
     fn new(report: UnitReport, worker_usable: bool) -> UnitEnd {
         UnitEnd { report, worker_usable, again: false }
     }
+}
+
+/// When a unit began, and what its worker did for it ahead of that.
+#[derive(Debug, Clone, Copy)]
+struct Begun {
+    at: Instant,
+    /// The worker holds the unit's model: a spare loaded it while warming up.
+    preloaded: Option<Preloaded>,
 }
 
 /// What the check of a unit's frozen export came to ([`Slot::check_export`]).
@@ -487,17 +500,23 @@ impl Slot<'_> {
                 continue; // interrupted while waiting: the loop head reports it
             }
             // The batch's spare, if it has one and it warmed up: the unit starts now.
-            let warm = spare
-                .take()
-                .and_then(|spare| spare.ready(self.settings.start_timeout, self.settings.memory_limit, self.stop));
+            let load_limit = [self.settings.load_timeout, self.settings.timeout].into_iter().flatten().min();
+            let warm = spare.take().and_then(|spare| {
+                spare.ready(self.settings.start_timeout, self.settings.memory_limit, load_limit, self.stop)
+            });
             let started = Instant::now();
             // The worker's spawn and its wait for Hello, when it was started for this unit.
             let mut start_phases: Option<(Duration, Duration)> = None;
             let (mut worker, worker_id, spare_report, mut cpu_before) = match warm {
                 Some((mut worker, worker_id, report)) => {
                     self.watch_gpu(&mut worker);
-                    // What the warm-up used is not the unit's.
-                    let cpu = worker.cpu_now().unwrap_or_default();
+                    // What the warm-up used is not the unit's; its preload is.
+                    let (user, system) = worker.cpu_now().unwrap_or_default();
+                    let (pre_user, pre_system) = report
+                        .preloaded
+                        .map(|p| (Duration::from_micros(p.user_us), Duration::from_micros(p.system_us)))
+                        .unwrap_or_default();
+                    let cpu = (user.saturating_sub(pre_user), system.saturating_sub(pre_system));
                     (worker, worker_id, Some(report), cpu)
                 }
                 None => {
@@ -560,7 +579,12 @@ impl Slot<'_> {
                 pending.pop_front();
                 tell(Event::Started(index));
                 let unit_started = if last.is_none() { started } else { Instant::now() };
-                let end = self.run_unit(&mut worker, index, &worker_batch, unit_started);
+                // The spare's preload is its first unit's load, done ahead.
+                let preloaded = match last {
+                    None => spare_report.as_ref().and_then(|s| s.preloaded),
+                    Some(_) => None,
+                };
+                let end = self.run_unit(&mut worker, index, &worker_batch, unit_started, preloaded);
                 if end.again {
                     // Exported anew: the unit runs again, first, in a fresh worker.
                     pending.push_front(index);
@@ -759,13 +783,21 @@ impl Slot<'_> {
         }
     }
 
-    /// A spare's warm-up request for its reserved units: their sandbox, the run's session.
+    /// A spare's warm-up request for its reserved units: their sandbox, the
+    /// run's session, and the first unit's model to load where spares may.
     fn warm_request(&self, reservation: &Reservation, warm_dir: &str) -> WarmRequest {
+        let preload = reservation.units.first().filter(|_| self.preload).map(|&index| Preload {
+            model_dir: self.models[index].path.to_string_lossy().into_owned(),
+            tags: self.settings.tags.clone(),
+            config: self.session_for(index),
+            libraries: self.settings.libraries.clone(),
+        });
         WarmRequest {
             sandbox: self.sandbox_for(&reservation.units),
             config: self.settings.session,
             warm_dir: warm_dir.to_string(),
             cpu_only: true,
+            preload,
         }
     }
 
@@ -889,10 +921,20 @@ impl Slot<'_> {
         }
     }
 
-    fn run_unit(&self, worker: &mut WorkerProcess, index: usize, batch: &[usize], started: Instant) -> UnitEnd {
+    /// Runs unit `index` in `worker`; `preloaded`: the worker holds the
+    /// unit's model already (a spare's preload).
+    fn run_unit(
+        &self,
+        worker: &mut WorkerProcess,
+        index: usize,
+        batch: &[usize],
+        started: Instant,
+        preloaded: Option<Preloaded>,
+    ) -> UnitEnd {
+        let begun = Begun { at: started, preloaded };
         match self.work {
-            Work::Inputs { inputs, sink, .. } => self.run_with_inputs(worker, index, batch, started, inputs, sink),
-            Work::Feed { feed, .. } => self.run_fed(worker, index, batch, started, feed),
+            Work::Inputs { inputs, sink, .. } => self.run_with_inputs(worker, index, batch, begun, inputs, sink),
+            Work::Feed { feed, .. } => self.run_fed(worker, index, batch, begun, feed),
         }
     }
 
@@ -924,7 +966,12 @@ impl Slot<'_> {
         }
     }
 
-    fn deadlines(&self, started: Instant) -> Deadlines {
+    /// The unit's deadlines, counted from its start, or from its model's
+    /// load where a spare loaded it ahead (the limits are the same as a
+    /// fresh worker's: the load is part of the unit).
+    fn deadlines(&self, begun: Begun) -> Deadlines {
+        let load = Duration::from_millis(begun.preloaded.map_or(0, |p| p.load_ms));
+        let started = begun.at.checked_sub(load).unwrap_or(begun.at);
         Deadlines {
             unit: self.settings.timeout.map(|t| started + t),
             load: self.settings.load_timeout.map(|t| started + t),
@@ -941,7 +988,7 @@ impl Slot<'_> {
         worker: &mut WorkerProcess,
         index: usize,
         batch: &[usize],
-        started: Instant,
+        begun: Begun,
         feed: &dyn Feed,
     ) -> UnitEnd {
         let mut report = UnitReport::new(index, Outcome::Ok);
@@ -953,12 +1000,13 @@ impl Slot<'_> {
             }
         };
         // After the stream opened: a dataset that does not fit costs no probe.
-        let deadlines = self.deadlines(started);
+        let deadlines = self.deadlines(begun);
         let mut loaded = match self.check_export(worker, index, batch, deadlines, &mut report) {
-            Checked::Nothing => false,
+            Checked::Nothing => begun.preloaded.is_some(),
             Checked::Passed => true,
             Checked::End { again } => return UnitEnd { report, worker_usable: false, again },
         };
+        report.load_ms = report.load_ms.or(begun.preloaded.map(|p| p.load_ms));
         let mut phases = Phases::default();
         let mut worker_usable = true;
         let mut latencies: Vec<f64> = Vec::new();
@@ -1037,7 +1085,7 @@ impl Slot<'_> {
         worker: &mut WorkerProcess,
         index: usize,
         batch: &[usize],
-        started: Instant,
+        begun: Begun,
         prepared: &PreparedInputs,
         sink: &dyn OutputSink,
     ) -> UnitEnd {
@@ -1066,12 +1114,13 @@ impl Slot<'_> {
             },
             None => Vec::new(),
         };
-        let deadlines = self.deadlines(started);
+        let deadlines = self.deadlines(begun);
         let mut loaded = match self.check_export(worker, index, batch, deadlines, &mut report) {
-            Checked::Nothing => false,
+            Checked::Nothing => begun.preloaded.is_some(),
             Checked::Passed => true,
             Checked::End { again } => return UnitEnd { report, worker_usable: false, again },
         };
+        report.load_ms = report.load_ms.or(begun.preloaded.map(|p| p.load_ms));
         let mut phases = Phases::default();
         let rows: Vec<u64> = ranges.iter().map(|(a, b)| b - a).collect();
         let mut parts = Vec::with_capacity(ranges.len().max(1));

@@ -71,14 +71,17 @@ pub(crate) struct Spare {
 impl Spare {
     /// Waits for the spare's `Hello` and `Warmed`, then hands its worker
     /// over with what its record says of it: `None` (the spare discarded,
-    /// saying why) if it cannot be used.
+    /// saying why) if it cannot be used. `load_limit`: the most its unit's
+    /// load may take (`--load-timeout`, `--timeout`), which a preload must
+    /// have kept to.
     pub fn ready(
         mut self,
         start_timeout: Duration,
         memory_limit: Option<u64>,
+        load_limit: Option<Duration>,
         stop: &CancelToken,
     ) -> Option<(WorkerProcess, u64, SpareReport)> {
-        match self.wait_warm(start_timeout, memory_limit, stop) {
+        match self.wait_warm(start_timeout, memory_limit, load_limit, stop) {
             Ok(report) => Some((self.worker, self.worker_id, report)),
             Err(why) => {
                 self.discard(&format!("{why}; its units get a fresh worker"));
@@ -91,6 +94,7 @@ impl Spare {
         &mut self,
         start_timeout: Duration,
         memory_limit: Option<u64>,
+        load_limit: Option<Duration>,
         stop: &CancelToken,
     ) -> Result<SpareReport, String> {
         let waiting = Instant::now();
@@ -111,7 +115,7 @@ impl Spare {
                 Some(Event::Message(WorkerMessage::Sandboxed { protections, missing, steps_us })) => {
                     self.worker.set_sandbox(protections, missing, steps_us);
                 }
-                Some(Event::Message(WorkerMessage::Warmed { warm_ms, error })) => {
+                Some(Event::Message(WorkerMessage::Warmed { warm_ms, error, preloaded })) => {
                     if let Some(error) = &error {
                         tracing::info!(pid = self.worker.pid, "a spare's warm-up failed ({error}); using it anyway");
                     }
@@ -119,8 +123,16 @@ impl Spare {
                     if let Some(limit) = memory_limit.filter(|&limit| private > limit) {
                         return Err(format!("it holds {private} bytes after its warm-up, over the limit {limit}"));
                     }
+                    // Its unit's load limit counts the load it did ahead: one
+                    // that took longer gets a fresh worker, as fair a load as
+                    // any unit's, rather than a timeout for a contended preload.
+                    if let (Some(done), Some(limit)) = (preloaded, load_limit) {
+                        if Duration::from_millis(done.load_ms) >= limit {
+                            return Err(format!("its preload took {} ms, over its unit's load limit", done.load_ms));
+                        }
+                    }
                     let waited_ms = waiting.elapsed().as_millis() as u64;
-                    let report = SpareReport { warm_ms, waited_ms, warm_error: error };
+                    let report = SpareReport { warm_ms, waited_ms, warm_error: error, preloaded };
                     return Ok(report);
                 }
                 Some(Event::Message(other)) => {
@@ -144,6 +156,17 @@ impl Spare {
         tracing::info!(pid = self.worker.pid, "discarding a spare worker: {why}");
         self.worker.kill();
     }
+}
+
+/// Whether a spare may load its unit's model as its warm-up (a preload):
+/// not under `--memory-limit`, which the supervisor enforces only on a
+/// worker whose unit has started (a preload before then would be
+/// unwatched), and not where a GPU may be used (`--gpus`, or a device node
+/// of NVIDIA's or AMD's driver): a spare holds no device memory before its
+/// unit runs. Then spares warm up on the built-in model.
+pub(crate) fn may_preload(memory_limit: Option<u64>, gpus: &[String]) -> bool {
+    let gpu_nodes = ["/dev/nvidiactl", "/dev/nvidia0", "/dev/kfd"];
+    memory_limit.is_none() && gpus.is_empty() && !gpu_nodes.iter().any(|node| std::path::Path::new(node).exists())
 }
 
 /// Memory is too short to keep a spare: `MemAvailable` is under 1 GiB, or

@@ -99,6 +99,9 @@ pub struct SpareReport {
     pub waited_ms: u64,
     /// Why the warm-up did not work, if it did not (the spare ran the unit anyway, colder).
     pub warm_error: Option<String>,
+    /// The unit's model, loaded in the warm-up (a preload): its load's time
+    /// and CPU are the unit's, spent before the unit started.
+    pub preloaded: Option<isorun_protocol::Preloaded>,
 }
 
 /// One attempt at a unit, as kept in its record.

@@ -14,8 +14,8 @@ mod tensor;
 pub use banner::is_tensorflow_banner;
 pub use dtype::{tf_code_name, DType};
 pub use message::{
-    Hello, RunRequest, SandboxSpec, SessionConfig, SignatureInfo, TensorSpec, ToWorker, UnitResult, WarmRequest,
-    WorkerMessage,
+    Hello, Preload, Preloaded, RunRequest, SandboxSpec, SessionConfig, SignatureInfo, TensorSpec, ToWorker, UnitResult,
+    WarmRequest, WorkerMessage,
 };
 pub use outcome::{
     human_bytes, short_number, signal_name, Breach, ErrorKind, ModelError, NotRunReason, Outcome, Phase,
@@ -24,7 +24,7 @@ pub use tensor::{Tensor, TensorData, TensorError};
 
 /// Bumped on every change of the wire types; a worker whose `Hello` carries
 /// another version is a `protocol_error`.
-pub const PROTOCOL_VERSION: u32 = 10;
+pub const PROTOCOL_VERSION: u32 = 11;
 
 /// Exit codes of `isorun`, documented in the README.
 pub mod exit_code {

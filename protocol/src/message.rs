@@ -84,6 +84,31 @@ pub struct WarmRequest {
     /// Hide GPUs from the warm-up session, so that a spare creates no CUDA
     /// context (and holds no device memory) before its unit runs.
     pub cpu_only: bool,
+    /// The model of the spare's first unit, loaded in the warm-up instead
+    /// of the built-in model: its load is the first use, and the unit's
+    /// `Run` finds it loaded. `None`: warm up on the built-in model.
+    pub preload: Option<Preload>,
+}
+
+/// A model a spare loads while it warms up, as its unit's `Run` will ask
+/// for it (the worker keeps it only when folder and tags match).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Preload {
+    pub model_dir: String,
+    pub tags: Vec<String>,
+    pub config: SessionConfig,
+    /// Custom-op libraries to load first, as the unit's requests carry them.
+    pub libraries: Vec<String>,
+}
+
+/// A spare's preload that worked: the model is held for the unit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Preloaded {
+    /// The load's wall time.
+    pub load_ms: u64,
+    /// The CPU the load used (the worker's own `getrusage`): the unit's, not the warm-up's.
+    pub user_us: u64,
+    pub system_us: u64,
 }
 
 /// What a sandboxed worker may still do.
@@ -102,7 +127,8 @@ pub struct SandboxSpec {
 pub enum ToWorker {
     Run(RunRequest),
     /// Become a warm spare: confine yourself now (before any thread) and
-    /// do TensorFlow's first-use set-up with the built-in warm-up model,
+    /// do TensorFlow's first-use set-up by loading the unit's model (see
+    /// [`WarmRequest::preload`]) or the built-in warm-up model,
     /// then answer `Warmed` and wait for the unit's `Run`. Only as the
     /// first request; its sandbox is the one the unit's requests carry.
     Warm(WarmRequest),
@@ -188,10 +214,12 @@ pub enum WorkerMessage {
         steps_us: Vec<(String, u64)>,
     },
     /// A spare's warm-up is over, in `warm_ms`; `error` says why it did not
-    /// work (the spare is still usable, only colder).
+    /// work (the spare is still usable, only colder); `preloaded`: the
+    /// unit's model is loaded and held (see [`WarmRequest::preload`]).
     Warmed {
         warm_ms: u64,
         error: Option<String>,
+        preloaded: Option<Preloaded>,
     },
     /// An answer waits in the mailbox (sent only to a supervisor that said
     /// it sleeps on the socket).

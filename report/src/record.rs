@@ -92,6 +92,9 @@ pub fn unit_record(model: &Model, report: &UnitReport) -> Value {
         if let Some(error) = &spare.warm_error {
             fields["warm_error"] = json!(error);
         }
+        if let Some(preloaded) = &spare.preloaded {
+            fields["preload_ms"] = json!(preloaded.load_ms);
+        }
         r.insert("spare".into(), fields);
     }
     gpu_fields(&mut r, report);
@@ -124,7 +127,8 @@ fn ms(d: std::time::Duration) -> Value {
 
 /// `"phases_ms"`: where the unit's wall time went. `spawn`, `hello`,
 /// `sandbox` (and its `sandbox_steps`) when its worker was started for it;
-/// `load` and `run` as the worker timed them; `ipc` the requests' round
+/// `load` (0 when its spare loaded the model ahead: `spare.preload_ms`) and
+/// `run` as the worker timed them; `ipc` the requests' round
 /// trips less the worker's sandbox, load and run; `data` and `score` for a
 /// fed unit (reading batches, scoring outputs); `spare_wait`; `exit`
 /// (asking the worker to leave until it is reaped, for the last unit of a
@@ -134,7 +138,9 @@ fn phases_record(report: &UnitReport, phases: &isorun_engine::Phases) -> Value {
     use std::time::Duration;
     let mut p = Map::new();
     let sandbox: Duration = phases.sandbox.iter().map(|(_, d)| *d).sum();
-    let load = Duration::from_millis(report.load_ms.unwrap_or(0));
+    // A model its spare loaded ahead (`spare.preload_ms`) took none of the unit's wall time.
+    let preloaded = report.spare.as_ref().and_then(|s| s.preloaded).is_some();
+    let load = Duration::from_millis(if preloaded { 0 } else { report.load_ms.unwrap_or(0) });
     // The worker's own microseconds, summed; a record without them, its milliseconds.
     let run = if phases.run > Duration::ZERO { phases.run } else { Duration::from_millis(report.run_ms.unwrap_or(0)) };
     let spare_wait = Duration::from_millis(report.spare.as_ref().map_or(0, |s| s.waited_ms));

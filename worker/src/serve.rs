@@ -1,8 +1,9 @@
 //! The worker's life: say `Hello` on the socket it inherited, take requests
 //! from the supervisor on the same socket, answer each with `Loaded` and
 //! `Finished`, and exit. A spare first gets `Warm` (see `warm.rs`), answered
-//! with `Warmed`. A model loaded once stays loaded for the next
-//! request for the same folder and tags; a different model replaces it.
+//! with `Warmed`; it may load its unit's model then (a preload). A model
+//! loaded once stays loaded for the next request for the same folder and
+//! tags; a different model replaces it.
 
 use crate::tf::{load_library, tensorflow_version, SavedModel};
 use crate::warm;
@@ -76,11 +77,14 @@ pub fn serve(mut socket: UnixStream) -> io::Result<()> {
                 }
                 let started = Instant::now();
                 // Written before the sandbox forbids writing; read after it.
-                let model = warm::write_model(&warm.warm_dir)
-                    .map_err(|e| format!("cannot write the warm-up model into {}: {e}", warm.warm_dir));
+                // Not needed when the unit's own model is the warm-up.
+                let model = warm.preload.is_none().then(|| {
+                    warm::write_model(&warm.warm_dir)
+                        .map_err(|e| format!("cannot write the warm-up model into {}: {e}", warm.warm_dir))
+                });
                 if let Some(spec) = &warm.sandbox {
                     let mut spec = spec.clone();
-                    if let Ok(dir) = &model {
+                    if let Some(Ok(dir)) = &model {
                         spec.read_paths.push(dir.to_string_lossy().into_owned());
                     }
                     // Before TensorFlow starts a thread: every thread it starts is confined.
@@ -94,17 +98,31 @@ pub fn serve(mut socket: UnixStream) -> io::Result<()> {
                     write_frame(&mut socket, &message)?;
                 }
                 spare_sandbox = Some(warm.sandbox.clone());
-                let error = match model {
-                    Ok(dir) => {
-                        match catch_unwind(AssertUnwindSafe(|| warm::warm_up(&dir, &warm.config, warm.cpu_only))) {
-                            Ok(result) => result.err(),
-                            Err(panic) => Some(panic_message(&panic)),
+                let (error, preloaded) = match (&warm.preload, model) {
+                    // The unit's own model is the warm-up: loaded once, held for its `Run`.
+                    (Some(preload), _) => {
+                        match catch_unwind(AssertUnwindSafe(|| warm::preload(preload, &mut libraries))) {
+                            Ok(Ok((model, preloaded))) => {
+                                let (dir, tags) = (preload.model_dir.clone(), preload.tags.clone());
+                                loaded = Some(Loaded { dir, tags, model });
+                                (None, Some(preloaded))
+                            }
+                            // The unit's `Run` loads it again and says what is wrong.
+                            Ok(Err(e)) => (Some(format!("preloading the unit's model: {e}")), None),
+                            Err(panic) => (Some(panic_message(&panic)), None),
                         }
                     }
-                    Err(message) => Some(message),
+                    (None, Some(Ok(dir))) => {
+                        match catch_unwind(AssertUnwindSafe(|| warm::warm_up(&dir, &warm.config, warm.cpu_only))) {
+                            Ok(result) => (result.err(), None),
+                            Err(panic) => (Some(panic_message(&panic)), None),
+                        }
+                    }
+                    (None, Some(Err(message))) => (Some(message), None),
+                    (None, None) => unreachable!("written when nothing is preloaded"),
                 };
                 let warm_ms = started.elapsed().as_millis() as u64;
-                write_frame(&mut socket, &WorkerMessage::Warmed { warm_ms, error })?;
+                write_frame(&mut socket, &WorkerMessage::Warmed { warm_ms, error, preloaded })?;
             }
             ToWorker::Run(request) => {
                 let unit = request.unit;
@@ -223,7 +241,7 @@ fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use isorun_protocol::{SessionConfig, WarmRequest};
+    use isorun_protocol::{Preload, SessionConfig, WarmRequest};
     use isorun_transport::{read_frame, RequestEnvelope};
 
     fn next(socket: &mut UnixStream) -> WorkerMessage {
@@ -246,6 +264,7 @@ mod tests {
             config,
             warm_dir: warm_dir.path().to_string_lossy().into_owned(),
             cpu_only: true,
+            preload: None,
         };
         RequestEnvelope::new(&ToWorker::Warm(warm), Vec::new()).send(&ours).unwrap();
         match next(&mut reader) {
@@ -272,6 +291,87 @@ mod tests {
                 assert!(error.message.contains("confined for other models"), "{}", error.message)
             }
             other => panic!("expected the request refused, got {other:?}"),
+        }
+        RequestEnvelope::new(&ToWorker::Shutdown, Vec::new()).send(&ours).unwrap();
+        server.join().unwrap().unwrap();
+    }
+
+    /// A spare given its unit's model loads it as its warm-up (real
+    /// TensorFlow; no built-in model written) and holds it: the unit's
+    /// `Run` of that model is answered without loading it again (no
+    /// `Loaded`), and a `Run` of another model loads that one. A preload
+    /// that fails says so in `Warmed`, holds nothing, and the unit's `Run`
+    /// then fails on its own load, as in a fresh worker.
+    #[test]
+    fn a_spare_preloads_its_units_model_and_the_unit_finds_it_loaded() {
+        let model = Path::new(env!("CARGO_MANIFEST_DIR")).join("warmup/model");
+        let model = model.to_string_lossy().into_owned();
+        let other = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/models/linear_regressor");
+        let config = SessionConfig { intra_op_threads: 1, inter_op_threads: 1, ..SessionConfig::default() };
+        let run = |dir: &str, unit: u64| RunRequest {
+            unit,
+            model_dir: dir.into(),
+            tags: vec!["serve".into()],
+            signature: "serving_default".into(),
+            inputs: Vec::new(),
+            config,
+            load_only: true,
+            libraries: Vec::new(),
+            sandbox: None,
+        };
+        let spare = |dir: &str| {
+            let (ours, theirs) = UnixStream::pair().unwrap();
+            let server = std::thread::spawn(move || serve(theirs));
+            let mut reader = ours.try_clone().unwrap();
+            assert!(matches!(next(&mut reader), WorkerMessage::Hello(_)));
+            let warm_dir = tempfile::tempdir().unwrap();
+            let preload = Preload { model_dir: dir.into(), tags: vec!["serve".into()], config, libraries: Vec::new() };
+            let warm = WarmRequest {
+                sandbox: None,
+                config,
+                warm_dir: warm_dir.path().to_string_lossy().into_owned(),
+                cpu_only: true,
+                preload: Some(preload),
+            };
+            RequestEnvelope::new(&ToWorker::Warm(warm), Vec::new()).send(&ours).unwrap();
+            let warmed = next(&mut reader);
+            assert_eq!(std::fs::read_dir(warm_dir.path()).unwrap().count(), 0, "no built-in model written");
+            (ours, reader, server, warmed)
+        };
+
+        let (ours, mut reader, server, warmed) = spare(&model);
+        match warmed {
+            WorkerMessage::Warmed { error: None, preloaded: Some(done), .. } => {
+                assert!(done.user_us + done.system_us > 0, "the load's CPU is measured: {done:?}")
+            }
+            other => panic!("expected Warmed with the model preloaded, got {other:?}"),
+        }
+        RequestEnvelope::new(&ToWorker::Run(run(&model, 1)), Vec::new()).send(&ours).unwrap();
+        match next(&mut reader) {
+            WorkerMessage::Finished { unit: 1, result: UnitResult::Ok { .. }, .. } => {}
+            other => panic!("expected Finished without a load first, got {other:?}"),
+        }
+        RequestEnvelope::new(&ToWorker::Run(run(&other.to_string_lossy(), 2)), Vec::new()).send(&ours).unwrap();
+        assert!(matches!(next(&mut reader), WorkerMessage::Loaded { unit: 2, .. }), "another model is loaded");
+        assert!(matches!(next(&mut reader), WorkerMessage::Finished { unit: 2, result: UnitResult::Ok { .. }, .. }));
+        RequestEnvelope::new(&ToWorker::Shutdown, Vec::new()).send(&ours).unwrap();
+        server.join().unwrap().unwrap();
+
+        let missing = tempfile::tempdir().unwrap().path().join("gone");
+        let missing = missing.to_string_lossy().into_owned();
+        let (ours, mut reader, server, warmed) = spare(&missing);
+        match warmed {
+            WorkerMessage::Warmed { error: Some(error), preloaded: None, .. } => {
+                assert!(error.starts_with("preloading the unit's model"), "{error}")
+            }
+            other => panic!("expected Warmed saying the preload failed, got {other:?}"),
+        }
+        RequestEnvelope::new(&ToWorker::Run(run(&missing, 3)), Vec::new()).send(&ours).unwrap();
+        match next(&mut reader) {
+            WorkerMessage::Finished { unit: 3, result: UnitResult::Err(e), .. } => {
+                assert_eq!(e.kind, ErrorKind::LoadFailed, "{e:?}")
+            }
+            other => panic!("expected the unit's own load to fail, got {other:?}"),
         }
         RequestEnvelope::new(&ToWorker::Shutdown, Vec::new()).send(&ours).unwrap();
         server.join().unwrap().unwrap();

@@ -58,7 +58,10 @@
 //! `Warmed`, or with `--warm MODE` first: crash (segfault), hang, slow-N
 //! (sleep N ms), error (a warm-up error). `pid` also answers
 //! `worker_requests` (the run requests it took, this one included) and
-//! `worker_warmed` (1 if it was warmed as a spare) and
+//! `worker_warmed` (1 if it was warmed as a spare), `worker_preloaded` (1
+//! if its spare's warm-up "loaded" the unit's model: a `Warm` with a
+//! preload logs `preload NAME`, hangs for a `hang-load` model and sleeps N
+//! ms for a `slow-start-N` one) and
 //! `request_skip_grappler` (1 if the request's session turns Grappler off).
 //! With --ignore-term, it ignores SIGTERM (only SIGKILL stops it).
 //! `--version` prints a version line, as `isorun-worker --version`, naming
@@ -68,7 +71,8 @@
 
 use isorun_protocol::DType;
 use isorun_protocol::{
-    ErrorKind, Hello, ModelError, RunRequest, Tensor, ToWorker, UnitResult, WorkerMessage, ENV_IPC_FD, PROTOCOL_VERSION,
+    ErrorKind, Hello, ModelError, Preloaded, RunRequest, Tensor, ToWorker, UnitResult, WorkerMessage, ENV_IPC_FD,
+    PROTOCOL_VERSION,
 };
 use isorun_transport::{dense_bytes, write_frame, FrameError, Inbox, SharedMemory, DEFAULT_MAX_FRAME};
 use std::io::Write;
@@ -248,7 +252,23 @@ fn worker_main(mut socket: UnixStream) -> i32 {
                     "error" => Some("the warm-up failed on purpose".to_string()),
                     other => panic!("unknown --warm mode {other}"),
                 };
-                write_frame(&mut socket, &WorkerMessage::Warmed { warm_ms: amount, error }).unwrap();
+                // A preload "loads" the unit's model as a `Run` would: a
+                // `hang-load` model hangs, a `slow-start-N` one takes N ms,
+                // and its `Run` then finds it loaded (no `Loaded`).
+                let preloaded = warm.preload.as_ref().map(|preload| {
+                    let model = Path::new(&preload.model_dir).file_name().unwrap().to_string_lossy().into_owned();
+                    log_line(&format!("preload {model}"));
+                    let fault = model.split_once("fault-").map_or("", |(_, f)| f);
+                    let slow = fault.strip_prefix("slow-start-").and_then(|n| n.parse::<u64>().ok());
+                    if fault == "hang-load" {
+                        sleep_forever();
+                    }
+                    std::thread::sleep(Duration::from_millis(slow.unwrap_or(0)));
+                    *LAST_MODEL.lock().unwrap() = Some(preload.model_dir.clone());
+                    PRELOADED.store(true, std::sync::atomic::Ordering::SeqCst);
+                    Preloaded { load_ms: slow.unwrap_or(1), user_us: 0, system_us: 0 }
+                });
+                write_frame(&mut socket, &WorkerMessage::Warmed { warm_ms: amount, error, preloaded }).unwrap();
             }
             ToWorker::Run(request) => {
                 if let (true, false, Some(spec)) = (apply_sandbox, sandboxed, &request.sandbox) {
@@ -275,6 +295,9 @@ static LAST_MODEL: std::sync::Mutex<Option<String>> = std::sync::Mutex::new(None
 
 /// Set once this worker was warmed as a spare.
 static WARMED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Set once this worker preloaded its unit's model as a spare.
+static PRELOADED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// Appends a line to the `--log` file (or ISORUN_FAULT_LOG), if there is one.
 fn log_line(line: &str) {
@@ -506,6 +529,11 @@ fn run(socket: &mut UnixStream, inbox: &Inbox, request: &RunRequest, shared: &[S
         outputs.push((
             "worker_warmed".into(),
             Tensor::dense(isorun_protocol::DType::Int64, vec![], warmed.to_le_bytes().to_vec()),
+        ));
+        let preloaded = i64::from(PRELOADED.load(std::sync::atomic::Ordering::SeqCst));
+        outputs.push((
+            "worker_preloaded".into(),
+            Tensor::dense(isorun_protocol::DType::Int64, vec![], preloaded.to_le_bytes().to_vec()),
         ));
         // Whether this request came through the mailbox (`pipe` polling) or the socket.
         let via_mailbox = i64::from(inbox.serving_mailbox());

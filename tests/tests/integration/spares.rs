@@ -2,7 +2,9 @@
 //! its own that has served no other request, a spare that fails while it
 //! warms up costs no model anything, units reserved for a busy slot's spare
 //! are run exactly once, and spares die with the run and with the
-//! supervisor. The real worker's warm-up runs on real models too.
+//! supervisor. A spare preloads its unit's model, and a model that hangs
+//! there gets its own outcome in a fresh worker. The real worker's warm-up
+//! runs on real models too.
 
 use crate::util::{copy_dir, fake_models, fixtures, gone_within, isorun, isorun_fault, ran, run, write_input};
 use serde_json::Value;
@@ -22,9 +24,24 @@ fn warmed_pids(log: &Path) -> Vec<u32> {
 /// Units the fault worker computed, by model folder name (its log's other lines).
 fn computed(log: &Path) -> Vec<String> {
     let text = std::fs::read_to_string(log).unwrap_or_default();
-    let mut models: Vec<String> = text.lines().filter(|l| !l.starts_with("warm ")).map(str::to_string).collect();
+    let mut models: Vec<String> =
+        text.lines().filter(|l| !l.starts_with("warm ") && !l.starts_with("preload ")).map(str::to_string).collect();
     models.sort();
     models
+}
+
+/// The models spares preloaded (the fault worker's `preload NAME` lines).
+fn preloaded(log: &Path) -> Vec<String> {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let mut models: Vec<String> = text.lines().filter_map(|l| l.strip_prefix("preload ")).map(str::to_string).collect();
+    models.sort();
+    models
+}
+
+/// Spares preload their unit's model unless a GPU may be used (a device
+/// node of NVIDIA's or AMD's driver is here), as `spare::may_preload` says.
+fn spares_preload_here() -> bool {
+    !["/dev/nvidiactl", "/dev/nvidia0", "/dev/kfd"].iter().any(|node| Path::new(node).exists())
 }
 
 fn int_output(record: &Value, name: &str) -> i64 {
@@ -104,6 +121,99 @@ fn the_unit_after_an_execd_first_unit_runs_in_a_spare() {
         assert!(gone_within(pid, Duration::from_secs(5)), "spare {pid} left behind");
     }
     assert_eq!(computed(&log).len(), 4, "each unit computed once");
+}
+
+/// A spare loads its unit's model as its warm-up (the fault worker logs
+/// `preload NAME`), and the unit's run finds it loaded: each model is
+/// computed once, in its own process, and the record says the load was
+/// done ahead (`spare.preload_ms`, no `load` on the unit's path). Under
+/// `--memory-limit` (which the supervisor enforces only once a unit has
+/// started) spares warm up on the built-in model and load nothing.
+#[test]
+fn a_spare_preloads_its_units_model_unless_a_memory_limit_is_set() {
+    let tmp = tempfile::tempdir().unwrap();
+    let names: Vec<String> = (0..5).map(|i| format!("m{i}-fault-pid")).collect();
+    fake_models(&tmp.path().join("models"), &names.iter().map(String::as_str).collect::<Vec<_>>());
+    let input = write_input(tmp.path());
+    let with = |log: &Path, extra: &[&str]| {
+        run(isorun_fault(&[&format!("--log={}", log.display())])
+            .arg(tmp.path().join("models"))
+            .arg(format!("--input=x={}", input.display()))
+            .args(["-j", "1", "--spawn", "zygote", "--spares", "2", "--sandbox", "off", "--values", "--json"])
+            .args(extra))
+    };
+    let log = tmp.path().join("log");
+    let ran = with(&log, &["--report", &tmp.path().join("report.json").to_string_lossy()]);
+    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    assert_eq!(computed(&log), names, "each unit computed once");
+    let spared: Vec<&Value> = ran.records.iter().filter(|r| r.get("spare").is_some()).collect();
+    assert!(spared.len() >= 3, "{}", ran.stdout);
+    let mut pids: Vec<i64> = ran.records.iter().map(|r| int_output(r, "worker_pid")).collect();
+    pids.sort();
+    pids.dedup();
+    assert_eq!(pids.len(), 5, "five units, five processes");
+    let expect = spares_preload_here();
+    for record in &spared {
+        assert_eq!(int_output(record, "worker_requests"), 1, "{record}");
+        assert_eq!(int_output(record, "worker_preloaded") == 1, expect, "{record}");
+        assert_eq!(record["spare"].get("preload_ms").is_some(), expect, "{record}");
+        if expect {
+            assert_eq!(record["phases_ms"]["load"], 0.0, "the load was done ahead: {record}");
+            assert!(record["load_ms"].is_u64(), "the record keeps the model's load time: {record}");
+        }
+    }
+    let mut spared_models: Vec<String> = spared.iter().map(|r| r["model"].as_str().unwrap().to_string()).collect();
+    spared_models.sort();
+    assert_eq!(
+        preloaded(&log),
+        if expect { spared_models } else { Vec::new() },
+        "each spare preloaded its unit's model"
+    );
+
+    let log = tmp.path().join("log-limited");
+    let ran = with(&log, &["--memory-limit", "1G"]);
+    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    assert!(ran.records.iter().filter(|r| r.get("spare").is_some()).count() >= 3, "{}", ran.stdout);
+    assert!(preloaded(&log).is_empty(), "no preload under a memory limit");
+    for record in &ran.records {
+        assert_eq!(int_output(record, "worker_preloaded"), 0, "{record}");
+        assert!(record.get("spare").is_none_or(|s| s.get("preload_ms").is_none()), "{record}");
+    }
+}
+
+/// A model whose load hangs while its spare preloads it costs the run at
+/// most the 2 s a unit waits for a spare: the spare is killed, and the
+/// unit's fresh worker loads it under the unit's own limits (here a load
+/// timeout), as without spares; the next unit is untouched.
+#[test]
+fn a_model_that_hangs_in_its_spares_preload_gets_its_own_timeout_in_a_fresh_worker() {
+    if !spares_preload_here() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    fake_models(&tmp.path().join("models"), &["a-fault-pid", "b-fault-hang-load", "c-fault-pid"]);
+    let input = write_input(tmp.path());
+    let log = tmp.path().join("log");
+    let ran = run(isorun_fault(&[&format!("--log={}", log.display())])
+        .arg(tmp.path().join("models"))
+        .arg(format!("--input=x={}", input.display()))
+        .args(["-j", "1", "--spawn", "zygote", "--spares", "2", "--sandbox", "off", "--values", "--json"])
+        .args(["--load-timeout", "3"]));
+    assert_eq!(ran.code, Some(1), "{}", ran.stderr);
+    assert!(
+        preloaded(&log).contains(&"b-fault-hang-load".to_string()),
+        "its spare preloaded it: {:?}",
+        preloaded(&log)
+    );
+    let hung = ran.records.iter().find(|r| r["model"] == "b-fault-hang-load").unwrap();
+    assert_eq!(hung["status"], "timeout", "{hung}");
+    assert_eq!(hung["phase"], "load", "{hung}");
+    assert!(hung.get("spare").is_none(), "the hung spare ran nothing: {hung}");
+    let others: Vec<&Value> = ran.records.iter().filter(|r| r["model"] != "b-fault-hang-load").collect();
+    assert!(others.iter().all(|r| r["status"] == "ok"), "{}", ran.stdout);
+    for pid in warmed_pids(&log) {
+        assert!(gone_within(pid, Duration::from_secs(5)), "spare {pid} left behind");
+    }
 }
 
 /// A spare that crashes, hangs or fails while it warms up is nobody's
@@ -262,8 +372,9 @@ fn spares_die_with_a_killed_supervisor() {
     }
 }
 
-/// Real TensorFlow: units in warm spares give the same outputs as fresh
-/// workers, under the same sandbox, and their warm-up worked.
+/// Real TensorFlow: units in warm spares (their model preloaded) give the
+/// same outputs as fresh workers, under the same sandbox, and their
+/// warm-up worked.
 #[test]
 fn real_models_in_warm_spares_answer_as_fresh_workers_do() {
     let tmp = tempfile::tempdir().unwrap();
@@ -286,7 +397,9 @@ fn real_models_in_warm_spares_answer_as_fresh_workers_do() {
     assert!(in_spares.len() >= 2, "{}", spared.stdout);
     for record in in_spares {
         assert!(record["spare"]["warm_ms"].as_u64().unwrap() > 0, "{record}");
-        assert!(record["spare"].get("warm_error").is_none(), "the built-in warm-up model ran: {record}");
+        assert!(record["spare"].get("warm_error").is_none(), "the warm-up worked: {record}");
+        // The spare loaded the unit's own model as its warm-up.
+        assert_eq!(record["spare"].get("preload_ms").is_some(), spares_preload_here(), "{record}");
     }
     assert!(fresh.records.iter().all(|r| r.get("spare").is_none()), "--spares 0 has none");
     for (a, b) in spared.records.iter().zip(&fresh.records) {
