@@ -18,6 +18,13 @@
 //! slot that runs out of work takes a batch another slot reserved rather
 //! than sit idle; the spare left without its units is killed, unused.
 //!
+//! Where [`may_preload`] allows it, a spare warms up by loading its first
+//! unit's model rather than the built-in one (the worker's `warm.rs`): the
+//! load the unit needs anyway is the first use, one model's worth of CPU
+//! less per unit, and the unit starts with its model loaded. The load is
+//! still the unit's: its time and CPU in the unit's record, its limits
+//! counting it (see [`Spare::ready`]'s `load_limit`).
+//!
 //! A spare is used once, for its own units. It dies unused when its warm-up
 //! fails (crash, hang past the start limit, a bad message: logged, blamed on
 //! no model, and its units get a fresh worker), when memory is short
