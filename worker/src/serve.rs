@@ -105,7 +105,9 @@ pub fn serve(mut socket: UnixStream) -> io::Result<()> {
                             Ok(Ok((model, preloaded))) => {
                                 let (dir, tags) = (preload.model_dir.clone(), preload.tags.clone());
                                 loaded = Some(Loaded { dir, tags, model });
-                                (None, Some(preloaded))
+                                // The first run's process-wide set-up, on a graph of our own.
+                                let gemm = warm::gemm(&preload.config).err();
+                                (gemm.map(|e| format!("warming the matrix product: {e}")), Some(preloaded))
                             }
                             // The unit's `Run` loads it again and says what is wrong.
                             Ok(Err(e)) => (Some(format!("preloading the unit's model: {e}")), None),

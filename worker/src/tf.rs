@@ -19,8 +19,9 @@ use tensorflow_sys as tf;
 /// dtype, say) must not be read into a Rust enum that lacks it.
 mod raw {
     use std::ffi::c_int;
-    use tensorflow_sys::{TF_Status, TF_Tensor};
+    use tensorflow_sys::{TF_OperationDescription, TF_Status, TF_Tensor};
     extern "C" {
+        pub fn TF_SetAttrType(desc: *mut TF_OperationDescription, attr_name: *const std::ffi::c_char, value: c_int);
         pub fn TF_GetCode(s: *const TF_Status) -> c_int;
         pub fn TF_TensorType(t: *const TF_Tensor) -> c_int;
         pub fn TF_AllocateTensor(dtype: c_int, dims: *const i64, num_dims: c_int, len: usize) -> *mut TF_Tensor;
@@ -293,6 +294,88 @@ impl Drop for SavedModel {
             tf::TF_DeleteSession(self.session, status.0);
             tf::TF_DeleteGraph(self.graph);
         }
+    }
+}
+
+/// Runs a graph of its own, `relu(x · w + b)` on float32, once, in a
+/// session with `config_bytes`: the first matrix product of a process
+/// generates oneDNN's JIT gemm kernels (`get_xbyak_gemm`, once per
+/// process: ~25 ms here, most of a small model's first run), which a spare
+/// that preloaded its unit's model thus pays before the unit starts,
+/// without running any of the model. `x` is fed, so that Grappler cannot
+/// fold the product away.
+pub fn warm_gemm(config_bytes: &[u8]) -> Result<(), String> {
+    const FLOAT: c_int = 1;
+    let status = Status::new();
+    let check = |what: &str| status.check().map_err(|(code, message)| format!("{what}: {code}: {message}"));
+    // SAFETY: every pointer passed is live for its call; each object made
+    // here is deleted once, on every path (the session before the graph,
+    // tensors by `Tensors`).
+    unsafe {
+        let graph = tf::TF_NewGraph();
+        let result = (|| {
+            let constant = |name: &CStr, dims: &[i64]| -> Result<*mut tf::TF_Operation, String> {
+                let bytes = dims.iter().product::<i64>() as usize * 4;
+                let tensor = Tensors(vec![raw::TF_AllocateTensor(FLOAT, dims.as_ptr(), dims.len() as c_int, bytes)]);
+                ptr::write_bytes(tf::TF_TensorData(tensor.0[0]) as *mut u8, 0, bytes);
+                let desc = tf::TF_NewOperation(graph, c"Const".as_ptr(), name.as_ptr());
+                raw::TF_SetAttrType(desc, c"dtype".as_ptr(), FLOAT);
+                tf::TF_SetAttrTensor(desc, c"value".as_ptr(), tensor.0[0], status.0);
+                let op = tf::TF_FinishOperation(desc, status.0);
+                check("Const").map(|_| op)
+            };
+            let op = |kind: &CStr, name: &CStr, inputs: &[*mut tf::TF_Operation]| {
+                let desc = tf::TF_NewOperation(graph, kind.as_ptr(), name.as_ptr());
+                if inputs.is_empty() {
+                    raw::TF_SetAttrType(desc, c"dtype".as_ptr(), FLOAT);
+                }
+                for &input in inputs {
+                    tf::TF_AddInput(desc, tf::TF_Output { oper: input, index: 0 });
+                }
+                let op = tf::TF_FinishOperation(desc, status.0);
+                check(&kind.to_string_lossy()).map(|_| op)
+            };
+            let x = op(c"Placeholder", c"x", &[])?;
+            let (w, b) = (constant(c"w", &[32, 32])?, constant(c"b", &[32])?);
+            let product = op(c"MatMul", c"product", &[x, w])?;
+            let biased = op(c"BiasAdd", c"biased", &[product, b])?;
+            let relu = op(c"Relu", c"relu", &[biased])?;
+            let options = tf::TF_NewSessionOptions();
+            tf::TF_SetConfig(options, config_bytes.as_ptr() as *const c_void, config_bytes.len(), status.0);
+            let configured = check("the session's options");
+            let session = match configured {
+                Ok(()) => tf::TF_NewSession(graph, options, status.0),
+                Err(_) => ptr::null_mut(),
+            };
+            tf::TF_DeleteSessionOptions(options);
+            configured?;
+            check("a session")?;
+            let dims = [8i64, 32];
+            let input = Tensors(vec![raw::TF_AllocateTensor(FLOAT, dims.as_ptr(), 2, 8 * 32 * 4)]);
+            ptr::write_bytes(tf::TF_TensorData(input.0[0]) as *mut u8, 0, 8 * 32 * 4);
+            let mut output = Tensors(vec![ptr::null_mut()]);
+            tf::TF_SessionRun(
+                session,
+                ptr::null(),
+                [tf::TF_Output { oper: x, index: 0 }].as_ptr(),
+                input.0.as_ptr(),
+                1,
+                [tf::TF_Output { oper: relu, index: 0 }].as_ptr(),
+                output.0.as_mut_ptr(),
+                1,
+                ptr::null(),
+                0,
+                ptr::null_mut(),
+                status.0,
+            );
+            let ran = check("the run");
+            let closing = Status::new();
+            tf::TF_CloseSession(session, closing.0);
+            tf::TF_DeleteSession(session, closing.0);
+            ran
+        })();
+        tf::TF_DeleteGraph(graph);
+        result
     }
 }
 
