@@ -1091,8 +1091,28 @@ def write_markdown(path, results, args):
             w(f.read().rstrip() + "\n")
 
     with open(path, "w") as f:
-        f.write("\n".join(out))
+        f.write(with_others_sections(path, "\n".join(out)))
     return targets
+
+
+def with_others_sections(path, text):
+    """`text` with the sections other bench scripts own (any `## ` heading
+    this script does not write) kept from the page at `path`, in their order,
+    before `## Targets`: so that this part alone (`scripts/bench --zoo-only`)
+    rewrites only its own sections."""
+    if not os.path.exists(path):
+        return text
+    old = open(path).read()
+    ours = {line for line in text.splitlines() if line.startswith("## ")}
+    kept = []
+    for part in old.split("\n## ")[1:]:
+        heading = "## " + part.splitlines()[0]
+        if heading not in ours:
+            kept.append("## " + part.rstrip() + "\n")
+    at = text.find("\n## Targets\n")
+    if not kept or at < 0:
+        return text
+    return text[: at + 1] + "\n".join(kept) + "\n" + text[at + 1 :]
 
 
 def one_model_section(w, results, targets):
