@@ -791,6 +791,16 @@ def analyse(results, n_models):
         units[name]["in_spares"] = len(in_spares)
         units[name]["warm_ms"] = median([x.get("warm_ms") for x in in_spares])
         units[name]["waited_ms"] = median([x.get("waited_ms") for x in in_spares])
+        preloads = [x["preload_ms"] for x in in_spares if x.get("preload_ms") is not None]
+        units[name]["preloaded"] = len(preloads)
+        units[name]["preload_ms"] = median(preloads)
+
+        def rest(u):
+            spare = u.get("spare") or {}
+            load = 0 if spare.get("preload_ms") is not None else (u.get("load_ms") or 0)
+            return u["wall_ms"] - load - (u.get("run_ms") or 0)
+        # Per unit, then the median: medians of the parts do not add up.
+        units[name]["rest_ms"] = median([rest(u) for u in all_units if u.get("wall_ms") is not None])
     floor_models = [m for r in rounds for m in r["rust floor"]["models"]]
     units["rust floor"] = {"load_ms": median([m["load_ms"] for m in floor_models]),
                            "wall_ms": median([m["total_ms"] for m in floor_models])}
@@ -877,7 +887,9 @@ def write_markdown(path, results, args):
       "`wall_ms` is the unit from the worker's start to its end, `load_ms` loading the SavedModel in the worker, "
       "`run_ms` the first call of the signature; for units that ran in a spare, `spare.warm_ms` is the spare's "
       "warm-up (fork to warmed, overlapping the unit before it) and `spare.waited_ms` how long the unit waited for "
-      "its spare to finish warming; the rust floor's per-model load and load + run times):\n")
+      "its spare to finish warming; a spare that preloaded its unit's model (#25) did that load in its warm-up, "
+      "so the unit's `load_ms` is the spare's, before the unit's `wall_ms` starts; the rust floor's per-model load "
+      "and load + run times):\n")
     w("| way | unit wall (ms) | load (ms) | run (ms) | worker user CPU (ms) | worker sys CPU (ms) | worker peak RSS (MiB) | supervisor peak (MiB) | units in a spare | spare warm-up (ms) | waited for its spare (ms) |")
     w("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for name, u in units.items():
@@ -1090,8 +1102,9 @@ def write_markdown(path, results, args):
         with open(args.notes) as f:
             w(f.read().rstrip() + "\n")
 
+    page = with_others_sections(path, "\n".join(out))
     with open(path, "w") as f:
-        f.write(with_others_sections(path, "\n".join(out)))
+        f.write(page)
     return targets
 
 
@@ -1287,7 +1300,7 @@ def spares_memory(w, wm, targets):
              if son["total_peak"]["Pss"] is not None and soff["total_peak"]["Pss"] is not None else None)
     w(f"A waiting spare holds {mib(son['waiting'].get('Private'))} MiB of its own memory (private; "
       f"median of {son['waiting_spares']} spares, just before each got its unit): TensorFlow's first-use state — thread pools, the kernel "
-      f"registry, oneDNN's generated kernels, the warm-up model's graph — written after the fork. With two of them "
+      f"registry, oneDNN's generated kernels, and its unit's model, which it preloaded (#25; without preloading, the built-in warm-up model's graph) — written after the fork. With two of them "
       f"the slot peaks at {mib(son['total_peak']['Pss'])} MiB PSS against {mib(soff['total_peak']['Pss'])} MiB "
       f"without spares ({mib(extra)} MiB more). `--memory-limit` counts spares, and spares are dropped when memory "
       f"is short.\n")
@@ -1306,7 +1319,7 @@ def bounds(w, missed, results, rows, units, ipc, n, npy=None, pipe=None):
     z1, z0, f = units.get(Z1_ON), units.get(Z1_OFF), units.get("rust floor")
     e1 = units.get(E1)
     if any(m.startswith(("isolation overhead", "zygote `-j 1` with spares")) for m in missed) and z1 and z0 and f:
-        other = z1["wall_ms"] - z1["load_ms"] - z1["run_ms"] - (z1.get("waited_ms") or 0)
+        other = z1["rest_ms"]
         other0 = z0["wall_ms"] - z0["load_ms"] - z0["run_ms"]
         w(f"**Isolation overhead** ({by[Z1_ON]['overhead_ms']:.0f} ms per model, {by[Z1_ON]['vs_floor']:.2f}× the "
           f"floor, with spares; {by[Z1_OFF]['overhead_ms']:.0f} ms, {by[Z1_OFF]['vs_floor']:.2f}×, without; "
@@ -1316,19 +1329,33 @@ def bounds(w, missed, results, rows, units, ipc, n, npy=None, pipe=None):
           f"{z0['wall_ms']:.0f} ms (median): {z0['load_ms']:.0f} ms loading, {z0['run_ms']:.0f} ms for the first "
           f"call, {other0:.0f} ms for fork, handshake, request and reaping; the zygote has only loaded libtensorflow "
           "(it must stay single-threaded to fork safely), so each worker pays TensorFlow's one-time set-up again. "
-          "(A `perf` profile of zygote workers, taken while writing this bench, shows where: the dynamic linker "
-          "resolving libtensorflow's lazily bound symbols, ~10% of worker CPU; oneDNN generating its JIT GEMM "
-          "kernels (Xbyak), ~9%; kernel-registry lookups, ~4%; and malloc-heavy graph and session construction, "
-          "plus first-touch page faults.) "
-          f"With spares that set-up moves off the unit's path: {z1['in_spares']} of {z1['units']} units ran in a "
-          f"spare, whose warm-up took {fmt(z1.get('warm_ms'), '.0f')} ms (median) on the other core while the unit "
-          f"before ran; a unit then takes {z1['wall_ms']:.0f} ms: {z1['load_ms']:.0f} ms loading, "
-          f"{z1['run_ms']:.0f} ms for the first call, {fmt(z1.get('waited_ms'), '.0f')} ms waiting for its spare to "
-          f"finish warming, {other:.0f} ms for the rest. What is left over the floor is what a process that has never "
-          "seen this model still pays: the model's own graph import, session and kernels, and the first call's "
-          "per-process first uses the warm-up model did not cover; and with -j 1 on "
-          f"{cores} cores the spares' warm-ups take the second core, so the supervisor, the zygote and the unit share "
-          "the first. " + (f"Exec adds ~{e1['wall_ms'] - z0['wall_ms']:.0f} ms more per unit than a fork without "
+          "(A `perf` profile of zygote workers with spares (#25) shows where: oneDNN generating its JIT GEMM "
+          "kernels (Xbyak, once per process), ~21% of worker CPU; Grappler and executor construction for the "
+          "restore and the first call, ~20%; the oneDNN layout pass's kernel-registry lookups, ~4%; malloc, and "
+          "first-touch page faults, ~12%.) "
+          + (f"With spares that set-up moves off the unit's path: {z1['in_spares']} of {z1['units']} units ran in a "
+             f"spare, {z1['preloaded']} of them with their model preloaded: the spare loads the unit's own model as "
+             f"its warm-up ({fmt(z1.get('preload_ms'), '.0f')} ms, median) and then runs a graph of its own for "
+             f"oneDNN's JIT, {fmt(z1.get('warm_ms'), '.0f')} ms in all on the other core while the unit before "
+             f"ran; a unit then takes {z1['wall_ms']:.0f} ms: {z1['run_ms']:.0f} ms for the first call, "
+             f"{other:.0f} ms for the rest (request, answer, exit), after waiting "
+             f"{fmt(z1.get('waited_ms'), '.0f')} ms for its spare to finish. "
+             "So the unit's own path is at the floor's; what is left is CPU beside it: each spare's first use of "
+             "TensorFlow (the load of a model in a process that has never loaded one, oneDNN's JIT), the workers' "
+             "exits, the forks, the zygote and the supervisor, on "
+             f"{cores} cores with the unit on one of them (the command's CPU over its wall time is in the table "
+             "above). "
+             if z1.get("preloaded") else
+             f"With spares that set-up moves off the unit's path: {z1['in_spares']} of {z1['units']} units ran in a "
+             f"spare, whose warm-up took {fmt(z1.get('warm_ms'), '.0f')} ms (median) on the other core while the "
+             f"unit before ran; a unit then takes {z1['wall_ms']:.0f} ms: {z1['load_ms']:.0f} ms loading, "
+             f"{z1['run_ms']:.0f} ms for the first call, {fmt(z1.get('waited_ms'), '.0f')} ms waiting for its spare "
+             f"to finish warming, {other:.0f} ms for the rest. What is left over the floor is what a process that has "
+             "never seen this model still pays: the model's own graph import, session and kernels, and the first "
+             "call's per-process first uses the warm-up model did not cover; and with -j 1 on "
+             f"{cores} cores the spares' warm-ups take the second core, so the supervisor, the zygote and the unit "
+             "share the first. ")
+          + (f"Exec adds ~{e1['wall_ms'] - z0['wall_ms']:.0f} ms more per unit than a fork without "
                            "spares (loading and relocating the ~790 MB library in every worker). " if e1 else "")
           + "`--models-per-worker N` trades isolation for the floor's warm process." + busy + "\n")
     if any(m.startswith("`-j 2`") for m in missed):

@@ -305,7 +305,7 @@ struct Slot<'a> {
     few_units: bool,
     /// Where spares write the warm-up model; `None`: no spares.
     warm_dir: Option<&'a str>,
-    /// Spares load their unit's model as their warm-up ([`spare::may_preload`]).
+    /// Spares may load their unit's model as their warm-up ([`spare::may_preload`]).
     preload: bool,
     /// Frozen Keras exports whose check a unit's worker runs first.
     checks: &'a dyn FrozenChecks,
@@ -319,26 +319,30 @@ struct SlotState {
     reaper: mpsc::Sender<Reap>,
 }
 
-/// Forks a spare from `zygote` and asks it to warm up; the spare and when
-/// it was forked (its start limit and warm-up time count from there).
+/// A spare just forked: its worker, when it was forked (its start limit
+/// and warm-up time count from there), and whether it preloads its unit's model.
+type Forked = (WorkerProcess, Instant, bool);
+
+/// Forks a spare from `zygote` and asks it to warm up.
 fn fork_spare(
     zygote: &Arc<Zygote>,
     spawn: &SpawnSpec,
     reap_timeout: Duration,
     warm: WarmRequest,
-) -> std::io::Result<(WorkerProcess, Instant)> {
+) -> std::io::Result<Forked> {
     let mut worker = WorkerProcess::spawn_forked(zygote, spawn)?;
     let forked = Instant::now();
     worker.set_reap_timeout(reap_timeout);
+    let preloading = warm.preload.is_some();
     worker.send(RequestEnvelope::new(&ToWorker::Warm(warm), Vec::new())).map_err(std::io::Error::other)?;
-    Ok((worker, forked))
+    Ok((worker, forked, preloading))
 }
 
 /// Spares being forked on a helper thread ([`Slot::fork_spares_early`]):
 /// their reservations, in order, and the forks' results as they come.
 struct EarlySpares {
     reservations: Vec<Arc<Reservation>>,
-    results: mpsc::Receiver<std::io::Result<(WorkerProcess, Instant)>>,
+    results: mpsc::Receiver<std::io::Result<Forked>>,
 }
 
 /// How a unit in a live worker ended: the report, and whether the worker
@@ -510,13 +514,14 @@ impl Slot<'_> {
             let (mut worker, worker_id, spare_report, mut cpu_before) = match warm {
                 Some((mut worker, worker_id, report)) => {
                     self.watch_gpu(&mut worker);
-                    // What the warm-up used is not the unit's; its preload is.
-                    let (user, system) = worker.cpu_now().unwrap_or_default();
-                    let (pre_user, pre_system) = report
-                        .preloaded
-                        .map(|p| (Duration::from_micros(p.user_us), Duration::from_micros(p.system_us)))
-                        .unwrap_or_default();
-                    let cpu = (user.saturating_sub(pre_user), system.saturating_sub(pre_system));
+                    // What the built-in warm-up used is not the unit's. A spare
+                    // that preloaded the unit's model did nothing but prepare
+                    // for this unit: all its CPU is the unit's, as a fresh
+                    // worker's is (read from the kernel, not the worker's word).
+                    let cpu = match report.preloaded {
+                        Some(_) => (Duration::ZERO, Duration::ZERO),
+                        None => worker.cpu_now().unwrap_or_default(),
+                    };
                     (worker, worker_id, Some(report), cpu)
                 }
                 None => {
@@ -689,9 +694,9 @@ impl Slot<'_> {
             let Some(reservation) = queue.reserve() else { return };
             let warm = self.warm_request(&reservation, warm_dir);
             match fork_spare(zygote, &self.spawn, self.settings.reap_timeout, warm) {
-                Ok((worker, forked)) => {
+                Ok((worker, forked, preloading)) => {
                     let worker_id = self.worker_ids.fetch_add(1, Ordering::SeqCst);
-                    spares.push_back(Spare { worker, reservation, worker_id, forked });
+                    spares.push_back(Spare { worker, reservation, worker_id, forked, preloading });
                 }
                 Err(e) => {
                     tracing::info!("cannot fork a spare worker: {e}");
@@ -770,9 +775,9 @@ impl Slot<'_> {
                 }
             };
             match forked {
-                Some(Ok((worker, forked))) => {
+                Some(Ok((worker, forked, preloading))) => {
                     let worker_id = self.worker_ids.fetch_add(1, Ordering::SeqCst);
-                    spares.push_back(Spare { worker, reservation, worker_id, forked });
+                    spares.push_back(Spare { worker, reservation, worker_id, forked, preloading });
                 }
                 Some(Err(e)) => {
                     tracing::info!("cannot fork a spare worker: {e}");
@@ -786,12 +791,16 @@ impl Slot<'_> {
     /// A spare's warm-up request for its reserved units: their sandbox, the
     /// run's session, and the first unit's model to load where spares may.
     fn warm_request(&self, reservation: &Reservation, warm_dir: &str) -> WarmRequest {
-        let preload = reservation.units.first().filter(|_| self.preload).map(|&index| Preload {
-            model_dir: self.models[index].path.to_string_lossy().into_owned(),
-            tags: self.settings.tags.clone(),
-            config: self.session_for(index),
-            libraries: self.settings.libraries.clone(),
-        });
+        let first = reservation.units.first().filter(|_| self.preload);
+        let preload =
+            first.filter(|&&index| spare::fits_beside(&self.models[index].path, self.settings.spares)).map(|&index| {
+                Preload {
+                    model_dir: self.models[index].path.to_string_lossy().into_owned(),
+                    tags: self.settings.tags.clone(),
+                    config: self.session_for(index),
+                    libraries: self.settings.libraries.clone(),
+                }
+            });
         WarmRequest {
             sandbox: self.sandbox_for(&reservation.units),
             config: self.settings.session,
@@ -875,6 +884,7 @@ impl Slot<'_> {
         index: usize,
         batch: &[usize],
         deadlines: Deadlines,
+        loaded: bool,
         report: &mut UnitReport,
     ) -> Checked {
         let Some(probe) = self.checks.probe(index) else { return Checked::Nothing };
@@ -885,7 +895,7 @@ impl Slot<'_> {
                 let mut shared = Vec::new();
                 let inputs = place_shared(probe.inputs.clone(), &mut shared);
                 let envelope = RequestEnvelope::new(&ToWorker::Run(self.request(index, batch, inputs)), shared);
-                let end = run_request(worker, envelope, index as u64, self.stop, deadlines, false);
+                let end = run_request(worker, envelope, index as u64, self.stop, deadlines, loaded);
                 report.load_ms = end.load_ms;
                 report.sandbox = worker.sandbox().cloned();
                 if !end.worker_usable {
@@ -1001,11 +1011,12 @@ impl Slot<'_> {
         };
         // After the stream opened: a dataset that does not fit costs no probe.
         let deadlines = self.deadlines(begun);
-        let mut loaded = match self.check_export(worker, index, batch, deadlines, &mut report) {
-            Checked::Nothing => begun.preloaded.is_some(),
-            Checked::Passed => true,
-            Checked::End { again } => return UnitEnd { report, worker_usable: false, again },
-        };
+        let mut loaded =
+            match self.check_export(worker, index, batch, deadlines, begun.preloaded.is_some(), &mut report) {
+                Checked::Nothing => begun.preloaded.is_some(),
+                Checked::Passed => true,
+                Checked::End { again } => return UnitEnd { report, worker_usable: false, again },
+            };
         report.load_ms = report.load_ms.or(begun.preloaded.map(|p| p.load_ms));
         let mut phases = Phases::default();
         let mut worker_usable = true;
@@ -1115,11 +1126,12 @@ impl Slot<'_> {
             None => Vec::new(),
         };
         let deadlines = self.deadlines(begun);
-        let mut loaded = match self.check_export(worker, index, batch, deadlines, &mut report) {
-            Checked::Nothing => begun.preloaded.is_some(),
-            Checked::Passed => true,
-            Checked::End { again } => return UnitEnd { report, worker_usable: false, again },
-        };
+        let mut loaded =
+            match self.check_export(worker, index, batch, deadlines, begun.preloaded.is_some(), &mut report) {
+                Checked::Nothing => begun.preloaded.is_some(),
+                Checked::Passed => true,
+                Checked::End { again } => return UnitEnd { report, worker_usable: false, again },
+            };
         report.load_ms = report.load_ms.or(begun.preloaded.map(|p| p.load_ms));
         let mut phases = Phases::default();
         let rows: Vec<u64> = ranges.iter().map(|(a, b)| b - a).collect();

@@ -35,12 +35,16 @@ use crate::cancel::CancelToken;
 use crate::process::{Event, WorkerProcess};
 use crate::session::{message_name, wait_hello};
 use crate::unit::SpareReport;
-use isorun_protocol::WorkerMessage;
+use isorun_protocol::{Preloaded, WorkerMessage};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// How long a unit waits for its spare to finish warming up.
+/// How long a unit waits for its spare to finish warming up on the
+/// built-in model (~0.1 s: one still going after this is stuck, and a
+/// fresh worker is the quicker way to the unit). A spare that preloads its
+/// unit's model takes as long as that load, so its unit waits for it up to
+/// its load limit instead: never longer than a fresh worker would have.
 const PATIENCE: Duration = Duration::from_secs(2);
 
 /// Units a slot took from the queue ahead of need, for a spare. Whoever
@@ -73,6 +77,8 @@ pub(crate) struct Spare {
     pub worker_id: u64,
     /// When it was forked: its start limit counts from here.
     pub forked: Instant,
+    /// It loads its unit's model as its warm-up (a preload).
+    pub preloading: bool,
 }
 
 impl Spare {
@@ -105,17 +111,22 @@ impl Spare {
         stop: &CancelToken,
     ) -> Result<SpareReport, String> {
         let waiting = Instant::now();
-        // A warm-up takes ~0.1 s: one still going after this is stuck, and
-        // a fresh worker is the quicker way to the unit.
-        let deadline = (self.forked + start_timeout).min(waiting + PATIENCE);
-        if let Err(outcome) = wait_hello(&mut self.worker, stop, deadline) {
+        let started = (self.forked + start_timeout).min(waiting + PATIENCE);
+        let deadline = match (self.preloading, load_limit) {
+            // Its load limit counts from the preload's start, about its fork.
+            (true, Some(limit)) => Some(self.forked + PATIENCE + limit),
+            // No limit on the load: a fresh worker would take as long.
+            (true, None) => None,
+            (false, _) => Some(started),
+        };
+        if let Err(outcome) = wait_hello(&mut self.worker, stop, started.max(deadline.unwrap_or(started))) {
             return Err(format!("before its hello: {}", outcome.status()));
         }
         loop {
             if stop.requested() {
                 return Err("the run was interrupted".into());
             }
-            if Instant::now() >= deadline {
+            if deadline.is_some_and(|deadline| Instant::now() >= deadline) {
                 return Err(format!("it was still warming up {:?} after it was needed", waiting.elapsed()));
             }
             match self.worker.next_event(Duration::from_millis(20)) {
@@ -130,6 +141,10 @@ impl Spare {
                     if let Some(limit) = memory_limit.filter(|&limit| private > limit) {
                         return Err(format!("it holds {private} bytes after its warm-up, over the limit {limit}"));
                     }
+                    // The worker's word on its load's time, no more than the
+                    // time since its fork: its unit's deadlines count it.
+                    let since_fork = self.forked.elapsed().as_millis() as u64;
+                    let preloaded = preloaded.map(|p| Preloaded { load_ms: p.load_ms.min(since_fork) });
                     // Its unit's load limit counts the load it did ahead: one
                     // that took longer gets a fresh worker, as fair a load as
                     // any unit's, rather than a timeout for a contended preload.
@@ -137,6 +152,11 @@ impl Spare {
                         if Duration::from_millis(done.load_ms) >= limit {
                             return Err(format!("its preload took {} ms, over its unit's load limit", done.load_ms));
                         }
+                    }
+                    // A spare holding a model takes memory the running unit
+                    // may need: given up when memory has become short.
+                    if preloaded.is_some() && memory_short(None) {
+                        return Err("memory is short after its preload".into());
                     }
                     let waited_ms = waiting.elapsed().as_millis() as u64;
                     let report = SpareReport { warm_ms, waited_ms, warm_error: error, preloaded };
@@ -174,6 +194,40 @@ impl Spare {
 pub(crate) fn may_preload(memory_limit: Option<u64>, gpus: &[String]) -> bool {
     let gpu_nodes = ["/dev/nvidiactl", "/dev/nvidia0", "/dev/kfd"];
     memory_limit.is_none() && gpus.is_empty() && !gpu_nodes.iter().any(|node| std::path::Path::new(node).exists())
+}
+
+/// Whether a spare may hold the SavedModel in `dir` beside the slot's
+/// running unit and its other spares: `saved_model.pb` and `variables/`
+/// (what a load keeps in memory, about) times `spares + 1`, twice over, fit
+/// in `MemAvailable`. A bigger model warms up on the built-in one, as
+/// before. Sizes from `lstat`, no link followed; a folder that cannot be
+/// read, or a `variables/` of more than 4,096 files, is not preloaded.
+pub(crate) fn fits_beside(dir: &std::path::Path, spares: usize) -> bool {
+    let Some(available) = mem_available() else { return false };
+    let size = |path: &std::path::Path| std::fs::symlink_metadata(path).map_or(0, |m| m.len());
+    let mut bytes = size(&dir.join("saved_model.pb"));
+    match std::fs::read_dir(dir.join("variables")) {
+        Ok(entries) => {
+            for (n, entry) in entries.enumerate() {
+                let Ok(entry) = entry else { return false };
+                if n >= 4096 {
+                    return false;
+                }
+                bytes = bytes.saturating_add(size(&entry.path()));
+            }
+        }
+        // No variables (a frozen graph): the graph is the model.
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(_) => return false,
+    }
+    bytes.saturating_mul(2).saturating_mul(spares as u64 + 1) < available
+}
+
+/// `MemAvailable` in bytes, if the kernel says.
+fn mem_available() -> Option<u64> {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = meminfo.lines().find_map(|line| line.strip_prefix("MemAvailable:"))?;
+    line.split_whitespace().next()?.parse::<u64>().ok().map(|kib| kib * 1024)
 }
 
 /// Memory is too short to keep a spare: `MemAvailable` is under 1 GiB, or

@@ -104,11 +104,9 @@ pub struct Preload {
 /// A spare's preload that worked: the model is held for the unit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Preloaded {
-    /// The load's wall time.
+    /// The load's wall time (the worker's word: the supervisor caps it at
+    /// the time since the spare's fork).
     pub load_ms: u64,
-    /// The CPU the load used (the worker's own `getrusage`): the unit's, not the warm-up's.
-    pub user_us: u64,
-    pub system_us: u64,
 }
 
 /// What a sandboxed worker may still do.

@@ -130,7 +130,9 @@ fn ms(d: std::time::Duration) -> Value {
 /// `load` (0 when its spare loaded the model ahead: `spare.preload_ms`) and
 /// `run` as the worker timed them; `ipc` the requests' round
 /// trips less the worker's sandbox, load and run; `data` and `score` for a
-/// fed unit (reading batches, scoring outputs); `spare_wait`; `exit`
+/// fed unit (reading batches, scoring outputs); `spare_wait` (the wait
+/// for its spare to finish warming up, before the unit's `wall_ms` began:
+/// not one of its parts); `exit`
 /// (asking the worker to leave until it is reaped, for the last unit of a
 /// worker; after a passed unit the slot's reaper does it while the next
 /// unit starts); `other` the rest of `wall_ms`.
@@ -145,7 +147,7 @@ fn phases_record(report: &UnitReport, phases: &isorun_engine::Phases) -> Value {
     let run = if phases.run > Duration::ZERO { phases.run } else { Duration::from_millis(report.run_ms.unwrap_or(0)) };
     let spare_wait = Duration::from_millis(report.spare.as_ref().map_or(0, |s| s.waited_ms));
     let ipc = phases.requests.saturating_sub(sandbox + load + run);
-    let mut accounted = phases.requests + spare_wait;
+    let mut accounted = phases.requests;
     if let Some(spawn) = phases.spawn {
         p.insert("spawn".into(), ms(spawn));
         accounted += spawn;

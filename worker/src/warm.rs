@@ -74,9 +74,9 @@ pub fn warm_up(dir: &Path, config: &SessionConfig, cpu_only: bool) -> Result<(),
 
 /// Loads a spare's unit's model as its `Run` would (its libraries first,
 /// noted in `libraries` so that the `Run` does not load them again), with
-/// the wall time and the CPU it took.
+/// the time it took.
 pub fn preload(preload: &Preload, libraries: &mut HashSet<String>) -> Result<(SavedModel, Preloaded), ModelError> {
-    let (started, before) = (std::time::Instant::now(), cpu_time());
+    let started = std::time::Instant::now();
     for library in &preload.libraries {
         if !libraries.contains(library) {
             load_library(library)?;
@@ -84,31 +84,13 @@ pub fn preload(preload: &Preload, libraries: &mut HashSet<String>) -> Result<(Sa
         }
     }
     let model = SavedModel::load(Path::new(&preload.model_dir), &preload.tags, &preload.config)?;
-    let after = cpu_time();
-    let preloaded = Preloaded {
-        load_ms: started.elapsed().as_millis() as u64,
-        user_us: after.0.saturating_sub(before.0),
-        system_us: after.1.saturating_sub(before.1),
-    };
-    Ok((model, preloaded))
+    Ok((model, Preloaded { load_ms: started.elapsed().as_millis() as u64 }))
 }
 
 /// Runs `relu(x · w + b)` on a graph of the worker's own once, with the
 /// unit's session options (`tf::warm_gemm`).
 pub fn gemm(config: &SessionConfig) -> Result<(), String> {
     crate::tf::warm_gemm(&isorun_tfproto::session_config_proto(config))
-}
-
-/// This process's user and system CPU time so far, in microseconds.
-fn cpu_time() -> (u64, u64) {
-    // SAFETY: getrusage fills the zeroed struct it is given.
-    let usage = unsafe {
-        let mut usage: libc::rusage = std::mem::zeroed();
-        libc::getrusage(libc::RUSAGE_SELF, &mut usage);
-        usage
-    };
-    let micros = |t: libc::timeval| t.tv_sec as u64 * 1_000_000 + t.tv_usec as u64;
-    (micros(usage.ru_utime), micros(usage.ru_stime))
 }
 
 /// Zeros for every input of a signature, unknown dimensions given `rows`

@@ -266,7 +266,7 @@ fn worker_main(mut socket: UnixStream) -> i32 {
                     std::thread::sleep(Duration::from_millis(slow.unwrap_or(0)));
                     *LAST_MODEL.lock().unwrap() = Some(preload.model_dir.clone());
                     PRELOADED.store(true, std::sync::atomic::Ordering::SeqCst);
-                    Preloaded { load_ms: slow.unwrap_or(1), user_us: 0, system_us: 0 }
+                    Preloaded { load_ms: slow.unwrap_or(1) }
                 });
                 write_frame(&mut socket, &WorkerMessage::Warmed { warm_ms: amount, error, preloaded }).unwrap();
             }
@@ -330,10 +330,12 @@ fn run(socket: &mut UnixStream, inbox: &Inbox, request: &RunRequest, shared: &[S
     if !request.load_only {
         log_line(&model);
     }
-    if mode == "hang-load" {
+    // A model its spare preloaded is not "loaded" again by its first request.
+    let preloaded = served_before == 0 && PRELOADED.load(std::sync::atomic::Ordering::SeqCst);
+    if mode == "hang-load" && !preloaded {
         sleep_forever();
     }
-    if mode == "slow-start" {
+    if mode == "slow-start" && !preloaded {
         std::thread::sleep(Duration::from_millis(amount));
     }
     // As the real worker: `Loaded` only when this request "loaded" its model

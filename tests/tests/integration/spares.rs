@@ -181,39 +181,44 @@ fn a_spare_preloads_its_units_model_unless_a_memory_limit_is_set() {
     }
 }
 
-/// A model whose load hangs while its spare preloads it costs the run at
-/// most the 2 s a unit waits for a spare: the spare is killed, and the
+/// A model whose load hangs, or takes longer than the unit's load limit,
+/// while its spare preloads it: the spare is given up by then, and the
 /// unit's fresh worker loads it under the unit's own limits (here a load
 /// timeout), as without spares; the next unit is untouched.
-#[test]
-fn a_model_that_hangs_in_its_spares_preload_gets_its_own_timeout_in_a_fresh_worker() {
+fn a_preload_over_the_load_limit(slow_model: &str) {
     if !spares_preload_here() {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
-    fake_models(&tmp.path().join("models"), &["a-fault-pid", "b-fault-hang-load", "c-fault-pid"]);
+    fake_models(&tmp.path().join("models"), &["a-fault-pid", slow_model, "c-fault-pid"]);
     let input = write_input(tmp.path());
     let log = tmp.path().join("log");
     let ran = run(isorun_fault(&[&format!("--log={}", log.display())])
         .arg(tmp.path().join("models"))
         .arg(format!("--input=x={}", input.display()))
         .args(["-j", "1", "--spawn", "zygote", "--spares", "2", "--sandbox", "off", "--values", "--json"])
-        .args(["--load-timeout", "3"]));
+        .args(["--load-timeout", "1"]));
     assert_eq!(ran.code, Some(1), "{}", ran.stderr);
-    assert!(
-        preloaded(&log).contains(&"b-fault-hang-load".to_string()),
-        "its spare preloaded it: {:?}",
-        preloaded(&log)
-    );
-    let hung = ran.records.iter().find(|r| r["model"] == "b-fault-hang-load").unwrap();
-    assert_eq!(hung["status"], "timeout", "{hung}");
-    assert_eq!(hung["phase"], "load", "{hung}");
-    assert!(hung.get("spare").is_none(), "the hung spare ran nothing: {hung}");
-    let others: Vec<&Value> = ran.records.iter().filter(|r| r["model"] != "b-fault-hang-load").collect();
+    assert!(preloaded(&log).contains(&slow_model.to_string()), "its spare preloaded it: {:?}", preloaded(&log));
+    let slow = ran.records.iter().find(|r| r["model"] == slow_model).unwrap();
+    assert_eq!(slow["status"], "timeout", "{slow}");
+    assert_eq!(slow["phase"], "load", "{slow}");
+    assert!(slow.get("spare").is_none(), "its spare ran nothing: {slow}");
+    let others: Vec<&Value> = ran.records.iter().filter(|r| r["model"] != slow_model).collect();
     assert!(others.iter().all(|r| r["status"] == "ok"), "{}", ran.stdout);
     for pid in warmed_pids(&log) {
         assert!(gone_within(pid, Duration::from_secs(5)), "spare {pid} left behind");
     }
+}
+
+#[test]
+fn a_model_that_hangs_in_its_spares_preload_gets_its_own_timeout_in_a_fresh_worker() {
+    a_preload_over_the_load_limit("b-fault-hang-load");
+}
+
+#[test]
+fn a_preload_slower_than_the_load_limit_gets_the_unit_a_fresh_worker() {
+    a_preload_over_the_load_limit("b-fault-slow-start-1500");
 }
 
 /// A spare that crashes, hangs or fails while it warms up is nobody's
