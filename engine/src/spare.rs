@@ -44,7 +44,8 @@ use std::time::{Duration, Instant};
 /// built-in model (~0.1 s: one still going after this is stuck, and a
 /// fresh worker is the quicker way to the unit). A spare that preloads its
 /// unit's model takes as long as that load, so its unit waits for it up to
-/// its load limit instead: never longer than a fresh worker would have.
+/// its load limit instead (never longer than a fresh worker would have), or
+/// without one, as long again as the spare has been at it.
 const PATIENCE: Duration = Duration::from_secs(2);
 
 /// Units a slot took from the queue ahead of need, for a spare. Whoever
@@ -114,19 +115,21 @@ impl Spare {
         let started = (self.forked + start_timeout).min(waiting + PATIENCE);
         let deadline = match (self.preloading, load_limit) {
             // Its load limit counts from the preload's start, about its fork.
-            (true, Some(limit)) => Some(self.forked + PATIENCE + limit),
-            // No limit on the load: a fresh worker would take as long.
-            (true, None) => None,
-            (false, _) => Some(started),
+            (true, Some(limit)) => self.forked + PATIENCE + limit,
+            // No limit on the load: as long again as it has been at it (a
+            // fresh worker would start the load from nothing), at least the
+            // 2 s that give up a warm-up that hangs.
+            (true, None) => waiting + PATIENCE.max(waiting - self.forked),
+            (false, _) => started,
         };
-        if let Err(outcome) = wait_hello(&mut self.worker, stop, started.max(deadline.unwrap_or(started))) {
+        if let Err(outcome) = wait_hello(&mut self.worker, stop, started.max(deadline)) {
             return Err(format!("before its hello: {}", outcome.status()));
         }
         loop {
             if stop.requested() {
                 return Err("the run was interrupted".into());
             }
-            if deadline.is_some_and(|deadline| Instant::now() >= deadline) {
+            if Instant::now() >= deadline {
                 return Err(format!("it was still warming up {:?} after it was needed", waiting.elapsed()));
             }
             match self.worker.next_event(Duration::from_millis(20)) {
