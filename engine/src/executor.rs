@@ -976,6 +976,30 @@ impl Slot<'_> {
         }
     }
 
+    /// Before a unit's first request: its frozen export's check, if it has
+    /// one, and its spare's preload. `Ok(loaded)`: the worker holds the
+    /// model (it passed the check, or was preloaded), and the report has
+    /// its `load_ms`; `Err(again)`: the unit ended at the check (its report
+    /// says how), or runs again.
+    fn check_or_preloaded(
+        &self,
+        worker: &mut WorkerProcess,
+        index: usize,
+        batch: &[usize],
+        deadlines: Deadlines,
+        begun: Begun,
+        report: &mut UnitReport,
+    ) -> Result<bool, bool> {
+        let preloaded = begun.preloaded.is_some();
+        let loaded = match self.check_export(worker, index, batch, deadlines, preloaded, report) {
+            Checked::Nothing => preloaded,
+            Checked::Passed => true,
+            Checked::End { again } => return Err(again),
+        };
+        report.load_ms = report.load_ms.or(begun.preloaded.map(|p| p.load_ms));
+        Ok(loaded)
+    }
+
     /// The unit's deadlines, counted from its start, or from its model's
     /// load where a spare loaded it ahead (the limits are the same as a
     /// fresh worker's: the load is part of the unit).
@@ -1011,13 +1035,10 @@ impl Slot<'_> {
         };
         // After the stream opened: a dataset that does not fit costs no probe.
         let deadlines = self.deadlines(begun);
-        let mut loaded =
-            match self.check_export(worker, index, batch, deadlines, begun.preloaded.is_some(), &mut report) {
-                Checked::Nothing => begun.preloaded.is_some(),
-                Checked::Passed => true,
-                Checked::End { again } => return UnitEnd { report, worker_usable: false, again },
-            };
-        report.load_ms = report.load_ms.or(begun.preloaded.map(|p| p.load_ms));
+        let mut loaded = match self.check_or_preloaded(worker, index, batch, deadlines, begun, &mut report) {
+            Ok(loaded) => loaded,
+            Err(again) => return UnitEnd { report, worker_usable: false, again },
+        };
         let mut phases = Phases::default();
         let mut worker_usable = true;
         let mut latencies: Vec<f64> = Vec::new();
@@ -1126,13 +1147,10 @@ impl Slot<'_> {
             None => Vec::new(),
         };
         let deadlines = self.deadlines(begun);
-        let mut loaded =
-            match self.check_export(worker, index, batch, deadlines, begun.preloaded.is_some(), &mut report) {
-                Checked::Nothing => begun.preloaded.is_some(),
-                Checked::Passed => true,
-                Checked::End { again } => return UnitEnd { report, worker_usable: false, again },
-            };
-        report.load_ms = report.load_ms.or(begun.preloaded.map(|p| p.load_ms));
+        let mut loaded = match self.check_or_preloaded(worker, index, batch, deadlines, begun, &mut report) {
+            Ok(loaded) => loaded,
+            Err(again) => return UnitEnd { report, worker_usable: false, again },
+        };
         let mut phases = Phases::default();
         let rows: Vec<u64> = ranges.iter().map(|(a, b)| b - a).collect();
         let mut parts = Vec::with_capacity(ranges.len().max(1));
