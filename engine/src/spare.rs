@@ -203,11 +203,16 @@ pub(crate) fn may_preload(memory_limit: Option<u64>, gpus: &[String]) -> bool {
 /// running unit and its other spares: `saved_model.pb` and `variables/`
 /// (what a load keeps in memory, about) times `spares + 1`, twice over, fit
 /// in `MemAvailable`. A bigger model warms up on the built-in one, as
-/// before. Sizes from `lstat`, no link followed; a folder that cannot be
-/// read, or a `variables/` of more than 4,096 files, is not preloaded.
+/// before. Sizes from `stat` (a link counts as what it points to, which the
+/// load would read; nothing is opened); a folder that cannot be read, or a
+/// `variables/` of more than 4,096 files, is not preloaded.
 pub(crate) fn fits_beside(dir: &std::path::Path, spares: usize) -> bool {
     let Some(available) = mem_available() else { return false };
-    let size = |path: &std::path::Path| std::fs::symlink_metadata(path).map_or(0, |m| m.len());
+    fits_in(dir, spares, available)
+}
+
+fn fits_in(dir: &std::path::Path, spares: usize, available: u64) -> bool {
+    let size = |path: &std::path::Path| std::fs::metadata(path).map_or(0, |m| m.len());
     let mut bytes = size(&dir.join("saved_model.pb"));
     match std::fs::read_dir(dir.join("variables")) {
         Ok(entries) => {
@@ -228,7 +233,11 @@ pub(crate) fn fits_beside(dir: &std::path::Path, spares: usize) -> bool {
 
 /// `MemAvailable` in bytes, if the kernel says.
 fn mem_available() -> Option<u64> {
-    let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
+    available_in(&std::fs::read_to_string("/proc/meminfo").ok()?)
+}
+
+/// `MemAvailable` of a `/proc/meminfo` text, in bytes.
+fn available_in(meminfo: &str) -> Option<u64> {
     let line = meminfo.lines().find_map(|line| line.strip_prefix("MemAvailable:"))?;
     line.split_whitespace().next()?.parse::<u64>().ok().map(|kib| kib * 1024)
 }
@@ -243,11 +252,7 @@ pub(crate) fn memory_short(memory_limit: Option<u64>) -> bool {
 }
 
 fn short_in(meminfo: &str, memory_limit: Option<u64>) -> bool {
-    let available = meminfo
-        .lines()
-        .find_map(|line| line.strip_prefix("MemAvailable:"))
-        .and_then(|rest| rest.split_whitespace().next()?.parse::<u64>().ok())
-        .map(|kib| kib * 1024);
+    let available = available_in(meminfo);
     let floor = memory_limit.unwrap_or(0).max(1 << 30);
     available.is_some_and(|available| available < floor)
 }
@@ -255,6 +260,52 @@ fn short_in(meminfo: &str, memory_limit: Option<u64>) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A model folder is untrusted: a sparse file that claims a terabyte,
+    /// a link to a big file (counted as the file), a link in place of
+    /// `variables/` to a folder of many files, and a file named with
+    /// control characters are all taken at what they would cost to load.
+    #[test]
+    fn a_model_is_preloaded_only_when_its_files_fit_whatever_they_claim() {
+        let tmp = tempfile::tempdir().unwrap();
+        let model = |name: &str| {
+            let dir = tmp.path().join(name);
+            std::fs::create_dir_all(dir.join("variables")).unwrap();
+            std::fs::write(dir.join("saved_model.pb"), vec![0u8; 1000]).unwrap();
+            std::fs::write(dir.join("variables/variables.index"), vec![0u8; 1000]).unwrap();
+            dir
+        };
+        let small = model("small");
+        assert!(fits_in(&small, 2, 1 << 20), "2 KB x 3 x 2 fits in 1 MiB");
+        assert!(!fits_in(&small, 2, 10_000), "not in 10 kB");
+        let frozen = tmp.path().join("frozen");
+        std::fs::create_dir(&frozen).unwrap();
+        std::fs::write(frozen.join("saved_model.pb"), vec![0u8; 1000]).unwrap();
+        assert!(fits_in(&frozen, 2, 1 << 20), "no variables/: the graph is the model");
+
+        let sparse = model("sparse");
+        let file = std::fs::File::create(sparse.join("variables/variables.data-00000-of-00001\u{1b}[2J")).unwrap();
+        file.set_len(1 << 40).unwrap();
+        assert!(!fits_in(&sparse, 2, 64 << 30), "a file that claims a terabyte does not fit");
+
+        let linked = model("linked");
+        std::os::unix::fs::symlink(
+            sparse.join("variables/variables.data-00000-of-00001\u{1b}[2J"),
+            linked.join("variables/big"),
+        )
+        .unwrap();
+        assert!(!fits_in(&linked, 2, 64 << 30), "a link counts as what it points to");
+
+        let many = tmp.path().join("many");
+        std::fs::create_dir(&many).unwrap();
+        for i in 0..4100 {
+            std::fs::write(many.join(i.to_string()), b"").unwrap();
+        }
+        let redirected = model("redirected");
+        std::fs::remove_dir_all(redirected.join("variables")).unwrap();
+        std::os::unix::fs::symlink(&many, redirected.join("variables")).unwrap();
+        assert!(!fits_in(&redirected, 2, 64 << 30), "more than 4,096 files are not counted, nor preloaded");
+    }
 
     #[test]
     fn memory_is_short_under_a_gibibyte_or_under_the_memory_limit() {

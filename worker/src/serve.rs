@@ -5,7 +5,7 @@
 //! loaded once stays loaded for the next request for the same folder and
 //! tags; a different model replaces it.
 
-use crate::tf::{load_library, tensorflow_version, SavedModel};
+use crate::tf::{load_libraries, tensorflow_version, SavedModel};
 use crate::warm;
 use isorun_protocol::matching::match_inputs;
 use isorun_protocol::{
@@ -18,6 +18,13 @@ use std::os::unix::net::UnixStream;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::Path;
 use std::time::Instant;
+
+/// What a spare warms up on: its unit's model, or the built-in model it
+/// wrote (or why it could not).
+enum WarmUp<'a> {
+    Preload(&'a isorun_protocol::Preload),
+    BuiltIn(Result<std::path::PathBuf, String>),
+}
 
 /// The model kept between requests.
 struct Loaded {
@@ -78,13 +85,16 @@ pub fn serve(mut socket: UnixStream) -> io::Result<()> {
                 let started = Instant::now();
                 // Written before the sandbox forbids writing; read after it.
                 // Not needed when the unit's own model is the warm-up.
-                let model = warm.preload.is_none().then(|| {
-                    warm::write_model(&warm.warm_dir)
-                        .map_err(|e| format!("cannot write the warm-up model into {}: {e}", warm.warm_dir))
-                });
+                let warm_up = match &warm.preload {
+                    Some(preload) => WarmUp::Preload(preload),
+                    None => WarmUp::BuiltIn(
+                        warm::write_model(&warm.warm_dir)
+                            .map_err(|e| format!("cannot write the warm-up model into {}: {e}", warm.warm_dir)),
+                    ),
+                };
                 if let Some(spec) = &warm.sandbox {
                     let mut spec = spec.clone();
-                    if let Some(Ok(dir)) = &model {
+                    if let WarmUp::BuiltIn(Ok(dir)) = &warm_up {
                         spec.read_paths.push(dir.to_string_lossy().into_owned());
                     }
                     // Before TensorFlow starts a thread: every thread it starts is confined.
@@ -98,9 +108,9 @@ pub fn serve(mut socket: UnixStream) -> io::Result<()> {
                     write_frame(&mut socket, &message)?;
                 }
                 spare_sandbox = Some(warm.sandbox.clone());
-                let (error, preloaded) = match (&warm.preload, model) {
+                let (error, preloaded) = match warm_up {
                     // The unit's own model is the warm-up: loaded once, held for its `Run`.
-                    (Some(preload), _) => {
+                    WarmUp::Preload(preload) => {
                         match catch_unwind(AssertUnwindSafe(|| warm::preload(preload, &mut libraries))) {
                             Ok(Ok((model, preloaded))) => {
                                 let (dir, tags) = (preload.model_dir.clone(), preload.tags.clone());
@@ -117,14 +127,13 @@ pub fn serve(mut socket: UnixStream) -> io::Result<()> {
                             Err(panic) => (Some(panic_message(&panic)), None),
                         }
                     }
-                    (None, Some(Ok(dir))) => {
+                    WarmUp::BuiltIn(Ok(dir)) => {
                         match catch_unwind(AssertUnwindSafe(|| warm::warm_up(&dir, &warm.config, warm.cpu_only))) {
                             Ok(result) => (result.err(), None),
                             Err(panic) => (Some(panic_message(&panic)), None),
                         }
                     }
-                    (None, Some(Err(message))) => (Some(message), None),
-                    (None, None) => unreachable!("written when nothing is preloaded"),
+                    WarmUp::BuiltIn(Err(message)) => (Some(message), None),
                 };
                 let warm_ms = started.elapsed().as_millis() as u64;
                 write_frame(&mut socket, &WorkerMessage::Warmed { warm_ms, error, preloaded })?;
@@ -155,13 +164,8 @@ pub fn serve(mut socket: UnixStream) -> io::Result<()> {
                     write_frame(&mut socket, &message)?;
                 }
                 let answer = catch_unwind(AssertUnwindSafe(|| {
-                    for library in &request.libraries {
-                        if !libraries.contains(library) {
-                            if let Err(e) = load_library(library) {
-                                return Ok((0, UnitResult::Err(e)));
-                            }
-                            libraries.insert(library.clone());
-                        }
+                    if let Err(e) = load_libraries(&request.libraries, &mut libraries) {
+                        return Ok((0, UnitResult::Err(e)));
                     }
                     run_unit(&mut socket, &mut loaded, &request, &shared)
                 }));

@@ -43,6 +43,18 @@ pub fn tensorflow_version() -> String {
     unsafe { CStr::from_ptr(tf::TF_Version()) }.to_string_lossy().into_owned()
 }
 
+/// Loads each of `paths` not in `loaded` (the libraries this process has
+/// loaded), noting it there.
+pub fn load_libraries(paths: &[String], loaded: &mut std::collections::HashSet<String>) -> Result<(), ModelError> {
+    for path in paths {
+        if !loaded.contains(path) {
+            load_library(path)?;
+            loaded.insert(path.clone());
+        }
+    }
+    Ok(())
+}
+
 /// Loads a custom-op library into TensorFlow for the rest of the process.
 pub fn load_library(path: &str) -> Result<(), ModelError> {
     let c_path = CString::new(path)

@@ -22,7 +22,7 @@
 //! oneDNN's JIT of its matrix-product kernels, ~30 ms here, which takes a
 //! zoo MLP's first run from ~40 ms to ~14 ms.
 
-use crate::tf::{load_library, SavedModel};
+use crate::tf::{load_libraries, SavedModel};
 use isorun_protocol::{ModelError, Preload, Preloaded, SessionConfig, SignatureInfo, Tensor};
 use std::collections::HashSet;
 use std::fs;
@@ -77,12 +77,7 @@ pub fn warm_up(dir: &Path, config: &SessionConfig, cpu_only: bool) -> Result<(),
 /// the time it took.
 pub fn preload(preload: &Preload, libraries: &mut HashSet<String>) -> Result<(SavedModel, Preloaded), ModelError> {
     let started = std::time::Instant::now();
-    for library in &preload.libraries {
-        if !libraries.contains(library) {
-            load_library(library)?;
-            libraries.insert(library.clone());
-        }
-    }
+    load_libraries(&preload.libraries, libraries)?;
     let model = SavedModel::load(Path::new(&preload.model_dir), &preload.tags, &preload.config)?;
     Ok((model, Preloaded { load_ms: started.elapsed().as_millis() as u64 }))
 }
