@@ -23,6 +23,7 @@ mod raw {
     extern "C" {
         pub fn TF_SetAttrType(desc: *mut TF_OperationDescription, attr_name: *const std::ffi::c_char, value: c_int);
         pub fn TF_GetCode(s: *const TF_Status) -> c_int;
+        pub fn TF_OpIsStateful(op_type: *const std::ffi::c_char, status: *mut TF_Status) -> c_int;
         pub fn TF_TensorType(t: *const TF_Tensor) -> c_int;
         pub fn TF_AllocateTensor(dtype: c_int, dims: *const i64, num_dims: c_int, len: usize) -> *mut TF_Tensor;
         pub fn TF_NewTensor(
@@ -483,17 +484,49 @@ fn from_tf_tensor(t: *mut tf::TF_Tensor, name: &str) -> Result<Tensor, ModelErro
 }
 
 /// The TensorFlow set-up a zygote does before it forks, so that each forked
-/// worker inherits it instead of paying it: `TF_GetAllOpList` walks (and
-/// faults in) the whole op registry, which every model load then consults;
-/// forked workers run ~10% faster for it (20 small Keras models, -j 1).
-/// Only what keeps the process single-threaded: `TF_NewGraph` already
-/// starts a thread (measured: `/proc/self/task` goes from 1 to 2), and so
-/// does anything that makes a session. Returns the thread count after.
+/// worker inherits it instead of paying it. Only what keeps the process
+/// single-threaded and touches neither a device nor TensorFlow's random
+/// seed (`tsl::random::New64` seeds itself once per process, on first use:
+/// made here, every worker would draw the same "random" numbers). Measured
+/// in a `perf` profile of forked workers against one process loading the
+/// same models (the zoo, -j 1 with spares), each is a first use that every
+/// worker paid again:
+/// - `TF_GetAllOpList` walks (and faults in) the whole op registry, which
+///   every model load then consults (forked workers ~10% faster for it);
+/// - the kernel registry's set-up (a `call_once` on first kernel lookup that
+///   registers XLA's JIT kernels), through `TF_GetRegisteredKernelsForOp`:
+///   ~2 ms a worker;
+/// - the op registry's first lookup of a name that is not an op (every
+///   model's function library makes one) exports the whole op list once, for
+///   a log line: `TF_OpIsStateful` on a name that is no op, ~5 ms;
+/// - XLA's compilation kernels, registered by the first graph optimisation
+///   (`XlaOpRegistry::RegisterCompilationKernels`, idempotent, `void()`,
+///   looked up by name and skipped where a TensorFlow lacks it): ~2 ms.
+///
+/// Not here: `TF_NewGraph` starts a thread (`/proc/self/task` goes from 1 to
+/// 2), and anything that makes a session or a device both starts threads and
+/// seeds the random numbers. Returns the thread count after.
 pub fn warm_before_fork() -> usize {
-    // SAFETY: plain C API calls with no preconditions; the buffer is freed.
+    // SAFETY: plain C API calls on constant, NUL-terminated names; buffers
+    // and statuses are freed. The looked-up symbol is called only if found,
+    // and it is `static void XlaOpRegistry::RegisterCompilationKernels()`:
+    // no arguments, no result, safe to call more than once.
     unsafe {
         let ops = tf::TF_GetAllOpList();
         tf::TF_DeleteBuffer(ops);
+        let status = tf::TF_NewStatus();
+        let kernels = tf::TF_GetRegisteredKernelsForOp(c"MatMul".as_ptr(), status);
+        if !kernels.is_null() {
+            tf::TF_DeleteBuffer(kernels);
+        }
+        raw::TF_OpIsStateful(c"isorun: not an op".as_ptr(), status);
+        tf::TF_DeleteStatus(status);
+        let register =
+            libc::dlsym(libc::RTLD_DEFAULT, c"_ZN10tensorflow13XlaOpRegistry26RegisterCompilationKernelsEv".as_ptr());
+        if !register.is_null() {
+            let register: unsafe extern "C" fn() = std::mem::transmute(register);
+            register();
+        }
     }
     std::fs::read_dir("/proc/self/task").map_or(0, |d| d.count())
 }

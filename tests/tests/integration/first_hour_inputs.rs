@@ -299,16 +299,9 @@ fn run_without_inputs_for_a_signature_that_needs_some_exits_2_listing_them() {
 
 #[test]
 fn a_keras_file_is_cast_after_its_export_and_checked_before_any_worker_once_cached() {
-    let python = std::env::var_os("ISORUN_KERAS_PYTHON").map(PathBuf::from).unwrap_or_else(|| {
-        let cache = std::env::var_os("XDG_CACHE_HOME")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| Path::new(&std::env::var_os("HOME").expect("HOME")).join(".cache"));
-        cache.join("isorun/fixtures-venv/bin/python")
-    });
-    if !python.is_file() {
-        eprintln!("NOTE: first_hour_inputs keras test SKIPPED: no Python with Keras at {}", python.display());
+    let Some(python) = crate::util::fixtures_python("first_hour_inputs keras test") else {
         return;
-    }
+    };
     let tmp = tempfile::tempdir().unwrap();
     let model = fixtures().join("keras/iris.keras");
     let cache = tmp.path().join("cache");

@@ -18,20 +18,7 @@ fn keras_fixtures() -> PathBuf {
 
 /// The Python with Keras 3 and TensorFlow, or `None` (after saying SKIPPED).
 fn python(test: &str) -> Option<PathBuf> {
-    let python = std::env::var_os("ISORUN_KERAS_PYTHON").map(PathBuf::from).unwrap_or_else(|| {
-        let cache = std::env::var_os("XDG_CACHE_HOME")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| Path::new(&std::env::var_os("HOME").expect("HOME")).join(".cache"));
-        cache.join("isorun/fixtures-venv/bin/python")
-    });
-    if python.is_file() {
-        return Some(python);
-    }
-    eprintln!(
-        "NOTE: keras::{test} SKIPPED: no Python with Keras at {} (run scripts/make-fixtures, or set ISORUN_KERAS_PYTHON)",
-        python.display()
-    );
-    None
+    crate::util::fixtures_python(&format!("keras::{test}"))
 }
 
 /// `isorun run` with this Python and a cache of the test's own.

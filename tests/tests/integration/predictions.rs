@@ -75,17 +75,7 @@ fn assert_same_evaluation(rescored: &Value, evaluated: &Value, what: &str) {
 
 /// The fixtures venv's Python (pandas, pyarrow, scikit-learn), if any.
 fn python() -> Option<PathBuf> {
-    let python = std::env::var_os("ISORUN_KERAS_PYTHON").map(PathBuf::from).unwrap_or_else(|| {
-        let cache = std::env::var_os("XDG_CACHE_HOME")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| Path::new(&std::env::var_os("HOME").expect("HOME")).join(".cache"));
-        cache.join("isorun/fixtures-venv/bin/python")
-    });
-    if !python.is_file() {
-        eprintln!("NOTE: predictions python checks SKIPPED: no Python with pandas at {}", python.display());
-        return None;
-    }
-    Some(python)
+    crate::util::fixtures_python("predictions python checks")
 }
 
 /// Runs a Python script with arguments; its stdout parsed as JSON.

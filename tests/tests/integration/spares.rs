@@ -413,3 +413,60 @@ fn real_models_in_warm_spares_answer_as_fresh_workers_do() {
         assert_eq!(a["sandbox"], b["sandbox"], "same protections in a spare");
     }
 }
+
+/// Makes a SavedModel whose `serving_default` returns four draws of an
+/// unseeded `tf.random.uniform` (TensorFlow seeds those from its process's
+/// own random seed, made once per process on first use).
+fn draws_model(python: &Path, dir: &Path) {
+    let script = r#"
+import sys, tensorflow as tf
+class Draws(tf.Module):
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.float32, name="x")])
+    def serve(self, x):
+        return {"draws": tf.random.uniform([4]) + 0.0 * tf.reduce_sum(x)}
+m = Draws()
+tf.saved_model.save(m, sys.argv[1], signatures={"serving_default": m.serve})
+"#;
+    let out = std::process::Command::new(python)
+        .arg("-c")
+        .arg(script)
+        .arg(dir)
+        .env("TF_CPP_MIN_LOG_LEVEL", "3")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "making the draws model failed:\n{}", String::from_utf8_lossy(&out.stderr));
+}
+
+#[test]
+fn every_worker_draws_its_own_random_numbers_forked_warmed_or_started() {
+    // What the zygote sets up before it forks is shared by every worker; if
+    // it ever seeded TensorFlow's random numbers (a session or a device
+    // does), every unit of a stochastic model would draw the same ones.
+    let Some(python) = crate::util::fixtures_python("spares::every_worker_draws_its_own_random_numbers") else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let models = tmp.path().join("models");
+    draws_model(&python, &models.join("d0"));
+    for i in 1..3 {
+        copy_dir(&models.join("d0"), &models.join(format!("d{i}")));
+    }
+    let mut seen: Vec<(String, Value)> = Vec::new();
+    for (spawn, spares) in [("zygote", "2"), ("zygote", "0"), ("exec", "0")] {
+        let ran = run(isorun()
+            .arg("run")
+            .arg(&models)
+            .args(["--input", "x=@[1]", "-j", "1", "--spawn", spawn, "--spares", spares, "--values", "--json"]));
+        assert_eq!(ran.code, Some(0), "{spawn} --spares {spares}: {}", ran.stderr);
+        assert_eq!(ran.records.len(), 3, "{}", ran.stdout);
+        for record in &ran.records {
+            let draws = record["outputs"]["draws"]["values"].clone();
+            assert_eq!(draws.as_array().map(Vec::len), Some(4), "{record}");
+            let what = format!("{} ({spawn}, --spares {spares}, worker {})", record["model"], record["worker_id"]);
+            if let Some((other, _)) = seen.iter().find(|(_, d)| *d == draws) {
+                panic!("{what} drew the same numbers as {other}: {draws}");
+            }
+            seen.push((what, draws));
+        }
+    }
+}

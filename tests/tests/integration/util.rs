@@ -27,6 +27,26 @@ pub fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures")
 }
 
+/// The fixtures venv's Python (TensorFlow, Keras, pandas, pyarrow; made by
+/// `scripts/make-fixtures`, or `ISORUN_KERAS_PYTHON`), or `None` after
+/// saying that `what` is skipped.
+pub fn fixtures_python(what: &str) -> Option<PathBuf> {
+    let python = std::env::var_os("ISORUN_KERAS_PYTHON").map(PathBuf::from).unwrap_or_else(|| {
+        let cache = std::env::var_os("XDG_CACHE_HOME")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| Path::new(&std::env::var_os("HOME").expect("HOME")).join(".cache"));
+        cache.join("isorun/fixtures-venv/bin/python")
+    });
+    if python.is_file() {
+        return Some(python);
+    }
+    eprintln!(
+        "NOTE: {what} SKIPPED: no fixtures Python at {} (run scripts/make-fixtures, or set ISORUN_KERAS_PYTHON)",
+        python.display()
+    );
+    None
+}
+
 /// `isorun` with a clean environment for the settings it reads.
 pub fn isorun() -> Command {
     let mut command = Command::new(bin("isorun"));
