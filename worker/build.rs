@@ -3,8 +3,17 @@
 //! The supervisor does not rely on it: it sets the library path of every
 //! worker it starts from `ISORUN_LIBTENSORFLOW_DIR` or the default cache, so
 //! the binaries keep working when moved (RUNPATH yields to that path).
+//!
+//! It also finds, once, the index of oneDNN's `dnnl_threadpool_interop_sgemm`
+//! in that library's full symbol table (`ISORUN_ONEDNN_SGEMM_INDEX`), which
+//! the zygote checks and calls before it forks (see `src/onednn.rs`).
 
 use std::path::PathBuf;
+
+// Only `index_of` is used here; the worker uses the rest.
+#[allow(dead_code)]
+#[path = "src/elf_symbol.rs"]
+mod elf_symbol;
 
 fn main() {
     println!("cargo:rerun-if-env-changed=PKG_CONFIG_PATH");
@@ -20,9 +29,16 @@ fn main() {
             }
         }
     }
-    if let Some(dir) =
-        candidates.into_iter().filter(|d| d.join("libtensorflow_cc.so.2").exists()).find_map(|d| d.canonicalize().ok())
-    {
+    let Some(dir) = candidates.into_iter().find(|d| d.join("libtensorflow_cc.so.2").exists()) else { return };
+    let library = dir.join("libtensorflow_cc.so.2");
+    println!("cargo:rerun-if-changed={}", library.display());
+    if let Ok(dir) = dir.canonicalize() {
         println!("cargo:rustc-link-arg-bins=-Wl,-rpath,{}", dir.display());
+    }
+    let index = std::fs::File::open(&library)
+        .ok()
+        .and_then(|file| elf_symbol::index_of(&file, "dnnl_threadpool_interop_sgemm"));
+    if let Some(index) = index {
+        println!("cargo:rustc-env=ISORUN_ONEDNN_SGEMM_INDEX={index}");
     }
 }

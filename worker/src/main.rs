@@ -5,7 +5,11 @@
 //! `--zygote` it is a fork server instead (`isorun-zygote`), and with
 //! `--in-process` the benchmark floor (`in_process.rs`).
 
+// `index_of` is for build.rs (and the tests).
+#[allow(dead_code)]
+mod elf_symbol;
 mod in_process;
+mod onednn;
 mod serve;
 mod tf;
 mod warm;

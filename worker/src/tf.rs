@@ -501,7 +501,9 @@ fn from_tf_tensor(t: *mut tf::TF_Tensor, name: &str) -> Result<Tensor, ModelErro
 ///   a log line: `TF_OpIsStateful` on a name that is no op, ~5 ms;
 /// - XLA's compilation kernels, registered by the first graph optimisation
 ///   (`XlaOpRegistry::RegisterCompilationKernels`, idempotent, `void()`,
-///   looked up by name and skipped where a TensorFlow lacks it): ~2 ms.
+///   looked up by name and skipped where a TensorFlow lacks it): ~2 ms;
+/// - oneDNN's generated sgemm kernels, which a worker's first `MatMul` made:
+///   ~40 ms, the largest (`onednn.rs`: how the zygote calls oneDNN itself).
 ///
 /// Not here: `TF_NewGraph` starts a thread (`/proc/self/task` goes from 1 to
 /// 2), and anything that makes a session or a device both starts threads and
@@ -528,5 +530,6 @@ pub fn warm_before_fork() -> usize {
             register();
         }
     }
+    crate::onednn::warm_sgemm();
     std::fs::read_dir("/proc/self/task").map_or(0, |d| d.count())
 }

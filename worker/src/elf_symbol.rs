@@ -1,0 +1,131 @@
+//! A symbol of an ELF64 little-endian shared library's full symbol table
+//! (`.symtab`, which the dynamic linker does not read), by name or by
+//! index, read with positioned reads and nothing else. `build.rs` uses it
+//! (through `include!`) to find, once, the index of oneDNN's
+//! `dnnl_threadpool_interop_sgemm` in the libtensorflow it links against;
+//! the zygote (`onednn.rs`) uses it to check, in a few small reads, that the
+//! symbol at that index of the library it has loaded still has that name.
+//! Every offset, size and count is checked against the file: a library that
+//! lies about them gives `None`, never a read out of bounds.
+
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+
+/// What one symbol table entry says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ElfSymbol {
+    /// `st_value`: its address relative to the library's load address.
+    pub value: u64,
+    /// `st_size`.
+    pub size: u64,
+    /// `STT_*`, the low four bits of `st_info`.
+    pub kind: u8,
+}
+
+/// `STT_FUNC`.
+pub const STT_FUNC: u8 = 2;
+
+const SHT_SYMTAB: u32 = 2;
+const SHT_STRTAB: u32 = 3;
+const SYMBOL_BYTES: u64 = 24;
+/// A name longer than this is not one we look for.
+const MAX_NAME: usize = 256;
+
+/// The symbol table's and its string table's places in the file.
+struct Tables {
+    symtab_offset: u64,
+    symbols: u64,
+    strtab_offset: u64,
+    strtab_size: u64,
+}
+
+fn u16_at(b: &[u8], at: usize) -> u16 {
+    u16::from_le_bytes([b[at], b[at + 1]])
+}
+
+fn u32_at(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes(b[at..at + 4].try_into().unwrap_or_default())
+}
+
+fn u64_at(b: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(b[at..at + 8].try_into().unwrap_or_default())
+}
+
+fn read(file: &File, offset: u64, len: usize) -> Option<Vec<u8>> {
+    let mut buf = vec![0u8; len];
+    file.read_exact_at(&mut buf, offset).ok()?;
+    Some(buf)
+}
+
+/// Finds `.symtab` and the string table it links to.
+fn tables(file: &File) -> Option<Tables> {
+    let file_len = file.metadata().ok()?.len();
+    let header = read(file, 0, 64)?;
+    // ELF magic, 64-bit, little-endian.
+    if header[..4] != *b"\x7fELF" || header[4] != 2 || header[5] != 1 {
+        return None;
+    }
+    let shoff = u64_at(&header, 0x28);
+    let shentsize = u64::from(u16_at(&header, 0x3a));
+    let shnum = u64::from(u16_at(&header, 0x3c));
+    if shentsize < 64 || shnum == 0 || shnum > 4096 {
+        return None;
+    }
+    let all = shentsize.checked_mul(shnum)?;
+    if shoff.checked_add(all)? > file_len {
+        return None;
+    }
+    let sections = read(file, shoff, all as usize)?;
+    let section = |i: u64| {
+        let at = (i * shentsize) as usize;
+        let s = &sections[at..at + 64];
+        (u32_at(s, 4), u64_at(s, 0x18), u64_at(s, 0x20), u32_at(s, 0x28), u64_at(s, 0x38))
+    };
+    let symtab = (0..shnum).map(section).find(|s| s.0 == SHT_SYMTAB)?;
+    let (_, symtab_offset, symtab_size, link, entsize) = symtab;
+    if entsize != SYMBOL_BYTES || u64::from(link) >= shnum || symtab_offset.checked_add(symtab_size)? > file_len {
+        return None;
+    }
+    let (kind, strtab_offset, strtab_size, _, _) = section(u64::from(link));
+    if kind != SHT_STRTAB || strtab_offset.checked_add(strtab_size)? > file_len {
+        return None;
+    }
+    Some(Tables { symtab_offset, symbols: symtab_size / SYMBOL_BYTES, strtab_offset, strtab_size })
+}
+
+fn parse_symbol(entry: &[u8]) -> (u32, ElfSymbol) {
+    let name = u32_at(entry, 0);
+    (name, ElfSymbol { value: u64_at(entry, 8), size: u64_at(entry, 16), kind: entry[4] & 0xf })
+}
+
+/// The symbol at `index` of `file`'s `.symtab`, if it is named `name`.
+pub fn symbol_named_at(file: &File, index: u64, name: &str) -> Option<ElfSymbol> {
+    let t = tables(file)?;
+    if index >= t.symbols || name.len() > MAX_NAME {
+        return None;
+    }
+    let entry = read(file, t.symtab_offset + index * SYMBOL_BYTES, SYMBOL_BYTES as usize)?;
+    let (name_at, symbol) = parse_symbol(&entry);
+    // The name and its terminating NUL, inside the string table.
+    let len = name.len() as u64 + 1;
+    if u64::from(name_at).checked_add(len)? > t.strtab_size {
+        return None;
+    }
+    let found = read(file, t.strtab_offset + u64::from(name_at), len as usize)?;
+    (found[..name.len()] == *name.as_bytes() && found[name.len()] == 0).then_some(symbol)
+}
+
+/// The index of the first symbol named `name` in `file`'s `.symtab` (reads
+/// both tables whole: for a build script, not for a process start).
+pub fn index_of(file: &File, name: &str) -> Option<u64> {
+    let t = tables(file)?;
+    let symtab = read(file, t.symtab_offset, usize::try_from(t.symbols * SYMBOL_BYTES).ok()?)?;
+    let strtab = read(file, t.strtab_offset, usize::try_from(t.strtab_size).ok()?)?;
+    let wanted = name.as_bytes();
+    (0..t.symbols).find(|&i| {
+        let at = (i * SYMBOL_BYTES) as usize;
+        let (name_at, _) = parse_symbol(&symtab[at..at + SYMBOL_BYTES as usize]);
+        let start = name_at as usize;
+        strtab.get(start..start + wanted.len()) == Some(wanted) && strtab.get(start + wanted.len()) == Some(&0)
+    })
+}
