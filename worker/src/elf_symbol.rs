@@ -68,7 +68,7 @@ fn tables(file: &File) -> Option<Tables> {
     let shoff = u64_at(&header, 0x28);
     let shentsize = u64::from(u16_at(&header, 0x3a));
     let shnum = u64::from(u16_at(&header, 0x3c));
-    if shentsize < 64 || shnum == 0 || shnum > 4096 {
+    if !(64..=256).contains(&shentsize) || shnum == 0 || shnum > 4096 {
         return None;
     }
     let all = shentsize.checked_mul(shnum)?;
@@ -128,4 +128,86 @@ pub fn index_of(file: &File, name: &str) -> Option<u64> {
         let start = name_at as usize;
         strtab.get(start..start + wanted.len()) == Some(wanted) && strtab.get(start + wanted.len()) == Some(&0)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    /// An ELF64 file of a header, a string table `\0sgemm\0other\0`, two
+    /// symbols (`sgemm`, a function at 0x1000 of 64 bytes; `other`) and three
+    /// section headers (null, `.symtab` linking to section `link`, `.strtab`).
+    fn elf(link: u32, strtab_size: u64) -> Vec<u8> {
+        let strtab = b"\0sgemm\0other\0";
+        let mut symbols = vec![0u8; 48];
+        symbols[0..4].copy_from_slice(&1u32.to_le_bytes());
+        symbols[4] = 0x12; // global function
+        symbols[8..16].copy_from_slice(&0x1000u64.to_le_bytes());
+        symbols[16..24].copy_from_slice(&64u64.to_le_bytes());
+        symbols[24..28].copy_from_slice(&7u32.to_le_bytes());
+        let (strtab_at, symtab_at) = (64u64, 64 + strtab.len() as u64);
+        let shoff = symtab_at + symbols.len() as u64;
+        let mut out = vec![0u8; 64];
+        out[..6].copy_from_slice(b"\x7fELF\x02\x01");
+        out[0x28..0x30].copy_from_slice(&shoff.to_le_bytes());
+        out[0x3a..0x3c].copy_from_slice(&64u16.to_le_bytes());
+        out[0x3c..0x3e].copy_from_slice(&3u16.to_le_bytes());
+        out.extend_from_slice(strtab);
+        out.extend_from_slice(&symbols);
+        let section = |kind: u32, offset: u64, size: u64, link: u32, entsize: u64| {
+            let mut s = vec![0u8; 64];
+            s[4..8].copy_from_slice(&kind.to_le_bytes());
+            s[0x18..0x20].copy_from_slice(&offset.to_le_bytes());
+            s[0x20..0x28].copy_from_slice(&size.to_le_bytes());
+            s[0x28..0x2c].copy_from_slice(&link.to_le_bytes());
+            s[0x38..0x40].copy_from_slice(&entsize.to_le_bytes());
+            s
+        };
+        out.extend(section(0, 0, 0, 0, 0));
+        out.extend(section(SHT_SYMTAB, symtab_at, symbols.len() as u64, link, SYMBOL_BYTES));
+        out.extend(section(SHT_STRTAB, strtab_at, strtab_size, 0, 0));
+        out
+    }
+
+    fn file(bytes: &[u8]) -> File {
+        let mut f = tempfile::tempfile().unwrap();
+        f.write_all(bytes).unwrap();
+        f
+    }
+
+    #[test]
+    fn a_symbol_is_found_by_name_and_checked_by_index() {
+        let f = file(&elf(2, 13));
+        assert_eq!(index_of(&f, "sgemm"), Some(0));
+        assert_eq!(index_of(&f, "other"), Some(1));
+        assert_eq!(index_of(&f, "sgem"), None, "a prefix is not the name");
+        let want = ElfSymbol { value: 0x1000, size: 64, kind: STT_FUNC };
+        assert_eq!(symbol_named_at(&f, 0, "sgemm"), Some(want));
+        assert_eq!(symbol_named_at(&f, 1, "sgemm"), None);
+        assert_eq!(symbol_named_at(&f, 2, "sgemm"), None, "past the table");
+        assert_eq!(symbol_named_at(&f, u64::MAX, "sgemm"), None);
+    }
+
+    #[test]
+    fn a_file_that_lies_about_its_tables_gives_nothing() {
+        // A string table that claims to run past the file.
+        assert_eq!(index_of(&file(&elf(2, 1 << 40)), "sgemm"), None);
+        // A string table too short for the name.
+        assert_eq!(symbol_named_at(&file(&elf(2, 4)), 0, "sgemm"), None);
+        // A link to a section that is not a string table, or not there.
+        assert_eq!(symbol_named_at(&file(&elf(1, 13)), 0, "sgemm"), None);
+        assert_eq!(symbol_named_at(&file(&elf(9, 13)), 0, "sgemm"), None);
+        // Truncated anywhere: nothing, and no panic.
+        let whole = elf(2, 13);
+        for len in 0..whole.len() {
+            let f = file(&whole[..len]);
+            assert_eq!(symbol_named_at(&f, 0, "sgemm"), None, "{len} bytes");
+            assert_eq!(index_of(&f, "sgemm"), None, "{len} bytes");
+        }
+        // Not ELF64 little-endian.
+        let mut big = whole.clone();
+        big[5] = 2;
+        assert_eq!(index_of(&file(&big), "sgemm"), None);
+    }
 }

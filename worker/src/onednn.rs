@@ -25,6 +25,7 @@ use crate::elf_symbol::{symbol_named_at, STT_FUNC};
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::fs::File;
 use std::os::unix::fs::FileExt;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 const LIBRARY: &str = "libtensorflow_cc.so.2";
 const SYMBOL: &str = "dnnl_threadpool_interop_sgemm";
@@ -172,16 +173,28 @@ fn multiply(sgemm: Sgemm, a: &[f32], b: &[f32], m: usize, n: usize, k: usize) ->
     (status == 0).then_some(c)
 }
 
+/// Set once this process (or the zygote it was forked from) has made the
+/// kernels.
+static WARMED: AtomicBool = AtomicBool::new(false);
+
 /// Makes oneDNN generate its sgemm kernels in this process, on this
 /// thread: a small product (the no-copy kernels a small model's `MatMul`
 /// uses) and a larger one (the packing kernels). Whether it could.
 pub fn warm_sgemm() -> bool {
     let Some(sgemm) = find() else { return false };
-    [(8, 16, 32), (256, 256, 256)].into_iter().all(|(m, n, k)| {
+    let done = [(8, 16, 32), (256, 256, 256)].into_iter().all(|(m, n, k)| {
         let a: Vec<f32> = (0..m * k).map(|i| (i % 7) as f32).collect();
         let b: Vec<f32> = (0..k * n).map(|i| (i % 5) as f32).collect();
         multiply(sgemm, &a, &b, m, n, k).is_some()
-    })
+    });
+    WARMED.store(done, Ordering::Relaxed);
+    done
+}
+
+/// Whether this process has oneDNN's sgemm kernels already: a worker
+/// forked from a zygote whose [`warm_sgemm`] worked.
+pub fn warmed() -> bool {
+    WARMED.load(Ordering::Relaxed)
 }
 
 #[cfg(test)]

@@ -115,10 +115,14 @@ pub fn serve(mut socket: UnixStream) -> io::Result<()> {
                             Ok(Ok((model, preloaded))) => {
                                 let (dir, tags) = (preload.model_dir.clone(), preload.tags.clone());
                                 loaded = Some(Loaded { dir, tags, model });
-                                // The first run's process-wide set-up, on a graph of our own.
-                                let gemm = match catch_unwind(AssertUnwindSafe(|| warm::gemm(&preload.config))) {
-                                    Ok(result) => result.err(),
-                                    Err(panic) => Some(panic_message(&panic)),
+                                // The first run's process-wide set-up (oneDNN's kernels), on a
+                                // graph of our own, unless the zygote made the kernels.
+                                let gemm = match crate::onednn::warmed() {
+                                    true => None,
+                                    false => match catch_unwind(AssertUnwindSafe(|| warm::gemm(&preload.config))) {
+                                        Ok(result) => result.err(),
+                                        Err(panic) => Some(panic_message(&panic)),
+                                    },
                                 };
                                 (gemm.map(|e| format!("warming the matrix product: {e}")), Some(preloaded))
                             }

@@ -20,7 +20,9 @@
 //! change a stateful model's answer. What a first run of any model pays
 //! once per process, the spare pays on a graph of its own ([`gemm`]):
 //! oneDNN's JIT of its matrix-product kernels, ~30 ms here, which takes a
-//! zoo MLP's first run from ~40 ms to ~14 ms.
+//! zoo MLP's first run from ~40 ms to ~14 ms; that is, where the zygote
+//! could not make those kernels before it forked (`onednn.rs`), as it does
+//! with the libtensorflow isorun fetches: then the spare skips it.
 
 use crate::tf::{load_libraries, SavedModel};
 use isorun_protocol::{ModelError, Preload, Preloaded, SessionConfig, SignatureInfo, Tensor};
