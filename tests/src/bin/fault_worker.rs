@@ -49,7 +49,8 @@
 //! forked children that each fork a grandchild, and one exec'd `sleep`, all
 //! sleeping forever with this worker's arguments in their command line,
 //! then a good answer), fork-hang-N (the same, then hang), slow-start-N
-//! (sleep N ms before `Loaded`).
+//! (sleep N ms before `Loaded`), slow-both-N (sleep N ms before `Loaded`,
+//! or in its spare's preload, and N ms more to answer).
 //! With `--log=PATH` (or ISORUN_FAULT_LOG set, which a cleared sandbox
 //! environment drops), every run appends the model folder's name to
 //! that file, so tests can count how often each model was computed.
@@ -61,7 +62,7 @@
 //! `worker_warmed` (1 if it was warmed as a spare), `worker_preloaded` (1
 //! if its spare's warm-up "loaded" the unit's model: a `Warm` with a
 //! preload logs `preload NAME`, hangs for a `hang-load` model and sleeps N
-//! ms for a `slow-start-N` one) and
+//! ms for a `slow-start-N` or `slow-both-N` one) and
 //! `request_skip_grappler` (1 if the request's session turns Grappler off).
 //! With --ignore-term, it ignores SIGTERM (only SIGKILL stops it).
 //! `--version` prints a version line, as `isorun-worker --version`, naming
@@ -259,7 +260,10 @@ fn worker_main(mut socket: UnixStream) -> i32 {
                     let model = Path::new(&preload.model_dir).file_name().unwrap().to_string_lossy().into_owned();
                     log_line(&format!("preload {model}"));
                     let fault = model.split_once("fault-").map_or("", |(_, f)| f);
-                    let slow = fault.strip_prefix("slow-start-").and_then(|n| n.parse::<u64>().ok());
+                    let slow = fault
+                        .strip_prefix("slow-start-")
+                        .or_else(|| fault.strip_prefix("slow-both-"))
+                        .and_then(|n| n.parse::<u64>().ok());
                     if fault == "hang-load" {
                         sleep_forever();
                     }
@@ -335,7 +339,7 @@ fn run(socket: &mut UnixStream, inbox: &Inbox, request: &RunRequest, shared: &[S
     if mode == "hang-load" && !preloaded {
         sleep_forever();
     }
-    if mode == "slow-start" && !preloaded {
+    if (mode == "slow-start" || mode == "slow-both") && !preloaded {
         std::thread::sleep(Duration::from_millis(amount));
     }
     // As the real worker: `Loaded` only when this request "loaded" its model
@@ -359,7 +363,7 @@ fn run(socket: &mut UnixStream, inbox: &Inbox, request: &RunRequest, shared: &[S
             hog = vec![1u8; (amount as usize) << 20];
             std::hint::black_box(&hog);
         }
-        "slow" => std::thread::sleep(Duration::from_millis(amount)),
+        "slow" | "slow-both" => std::thread::sleep(Duration::from_millis(amount)),
         "hog" => {
             let mut chunks: Vec<Vec<u8>> = Vec::new();
             while (chunks.len() as u64) * 16 < amount {
