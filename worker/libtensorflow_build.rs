@@ -12,8 +12,10 @@ use std::path::{Path, PathBuf};
 #[path = "src/elf_symbol.rs"]
 mod elf_symbol;
 
-/// The folder of the libtensorflow that `tensorflow-sys` links against:
-/// `ISORUN_LIBTENSORFLOW_DIR`, else the one `PKG_CONFIG_PATH` names.
+/// The folder of the libtensorflow the worker will run with, as the build
+/// knows it: `ISORUN_LIBTENSORFLOW_DIR`, else the one `PKG_CONFIG_PATH`
+/// names (which `tensorflow-sys` links against). Where the library the
+/// zygote loads is another, the zygote's check of the symbol refuses it.
 pub fn library_dir() -> Option<PathBuf> {
     println!("cargo:rerun-if-env-changed=PKG_CONFIG_PATH");
     println!("cargo:rerun-if-env-changed=ISORUN_LIBTENSORFLOW_DIR");

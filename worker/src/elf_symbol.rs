@@ -1,8 +1,8 @@
 //! A symbol of an ELF64 little-endian shared library's full symbol table
 //! (`.symtab`, which the dynamic linker does not read), by name or by
-//! index, read with positioned reads and nothing else. `build.rs` uses it
-//! (through `include!`) to find, once, the index of oneDNN's
-//! `dnnl_threadpool_interop_sgemm` in the libtensorflow it links against;
+//! index, read with positioned reads and nothing else. The build scripts
+//! use it (a `#[path]` module of `libtensorflow_build.rs`) to find, once,
+//! the index of oneDNN's `dnnl_threadpool_interop_sgemm` in libtensorflow;
 //! the zygote (`onednn.rs`) uses it to check, in a few small reads, that the
 //! symbol at that index of the library it has loaded still has that name.
 //! Every offset, size and count is checked against the file: a library that

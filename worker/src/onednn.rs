@@ -17,9 +17,10 @@
 //! library it links; here a few positioned reads check that the loaded
 //! library's symbol at that index has that name, is a function, and lies in
 //! the library's mapped code; and that the file read is the one mapped (its
-//! program headers equal the loaded ones). Anything else (another
-//! TensorFlow, a stripped library, no index) skips the warm-up: workers then
-//! generate the kernels themselves, as before.
+//! device and inode are the mapping's, its program headers the loaded
+//! ones). Anything else (another TensorFlow, a stripped library, no index)
+//! skips the warm-up: workers then generate the kernels themselves, as
+//! before.
 
 use crate::elf_symbol::{symbol_named_at, STT_FUNC};
 use std::ffi::{c_char, c_int, c_void, CStr};
@@ -32,8 +33,10 @@ const SYMBOL: &str = "dnnl_threadpool_interop_sgemm";
 
 /// `dnnl_threadpool_interop_sgemm(transa, transb, M, N, K, alpha, A, lda,
 /// B, ldb, beta, C, ldc, threadpool)`: `C = alpha·op(A)·op(B) + beta·C`,
-/// row-major, `dnnl_dim_t` being `int64_t`; 0 is `dnnl_success`.
-type Sgemm = unsafe extern "C" fn(
+/// row-major, `dnnl_dim_t` being `int64_t`; 0 is `dnnl_success`. C++
+/// inside: `C-unwind`, so that an exception (`bad_alloc`) that escapes is
+/// an abort, not undefined behaviour.
+type Sgemm = unsafe extern "C-unwind" fn(
     c_char,
     c_char,
     i64,
@@ -115,12 +118,31 @@ fn same_program_headers(file: &File, loaded: &[libc::Elf64_Phdr]) -> bool {
     in_file == in_memory
 }
 
+/// Whether `file` is the file mapped at `path` in this process: the same
+/// device and inode as a mapping of that path in `/proc/self/maps` (a
+/// library replaced on disk after it was loaded is another inode).
+fn is_mapped(file: &File, path: &str) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let (Ok(meta), Ok(maps)) = (file.metadata(), std::fs::read_to_string("/proc/self/maps")) else {
+        return false;
+    };
+    let device = format!("{:02x}:{:02x}", libc::major(meta.dev()), libc::minor(meta.dev()));
+    // address perms offset dev inode path
+    maps.lines().any(|line| {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        fields.len() >= 6
+            && fields[5..].join(" ") == path
+            && fields[3] == device
+            && fields[4].parse::<u64>() == Ok(meta.ino())
+    })
+}
+
 /// oneDNN's sgemm in the loaded libtensorflow, when every check holds.
 fn find() -> Option<Sgemm> {
     let index = built_index()?;
     let lib = loaded(LIBRARY)?;
     let file = File::open(&lib.path).ok()?;
-    if !same_program_headers(&file, &lib.headers) {
+    if !is_mapped(&file, &lib.path) || !same_program_headers(&file, &lib.headers) {
         return None;
     }
     let symbol = symbol_named_at(&file, index, SYMBOL)?;
@@ -138,7 +160,7 @@ fn find() -> Option<Sgemm> {
     if !in_code {
         return None;
     }
-    let address = lib.bias.checked_add(symbol.value)?;
+    let address = lib.bias.checked_add(symbol.value).filter(|&a| a != 0)?;
     // SAFETY: the address is the start of the function named SYMBOL in the
     // loaded library's code, whose C signature oneDNN documents as `Sgemm`.
     Some(unsafe { std::mem::transmute::<usize, Sgemm>(address as usize) })
@@ -228,8 +250,15 @@ mod tests {
         assert!(symbol_named_at(&file, index + 1, SYMBOL).is_none(), "another symbol's name");
         assert!(symbol_named_at(&file, index, "dnnl_threadpool_interop_sgemm2").is_none());
         assert!(symbol_named_at(&file, u64::MAX / 24, SYMBOL).is_none(), "past the table");
-        // Another file's headers are not the loaded library's.
+        assert!(is_mapped(&file, &lib.path));
+        // Another file is neither the mapped one nor has its headers.
         let other = File::open(std::env::current_exe().unwrap()).unwrap();
         assert!(!same_program_headers(&other, &lib.headers));
+        assert!(!is_mapped(&other, &lib.path));
+        let copy = tempfile::NamedTempFile::new().unwrap();
+        std::fs::copy(&lib.path, copy.path()).unwrap();
+        let copy = File::open(copy.path()).unwrap();
+        assert!(same_program_headers(&copy, &lib.headers), "a copy has the same headers");
+        assert!(!is_mapped(&copy, &lib.path), "but is not the file mapped");
     }
 }

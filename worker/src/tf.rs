@@ -526,7 +526,7 @@ pub fn warm_before_fork() -> usize {
         let register =
             libc::dlsym(libc::RTLD_DEFAULT, c"_ZN10tensorflow13XlaOpRegistry26RegisterCompilationKernelsEv".as_ptr());
         if !register.is_null() {
-            let register: unsafe extern "C" fn() = std::mem::transmute(register);
+            let register: unsafe extern "C-unwind" fn() = std::mem::transmute(register);
             register();
         }
     }

@@ -223,14 +223,14 @@ fn a_preload_slower_than_the_load_limit_gets_the_unit_a_fresh_worker() {
 
 #[test]
 fn a_preloaded_unit_keeps_its_whole_timeout_counted_from_its_load() {
-    // --timeout covers a unit's load and run. A model that takes 700 ms to
-    // load and 700 ms to run is over 1 s whether a spare loaded it ahead or
-    // a fresh worker did; one that takes 300 + 300 ms is not.
+    // --timeout covers a unit's load and run. A model that takes 1.4 s to
+    // load and 1.4 s to run is over 2 s whether a spare loaded it ahead or
+    // a fresh worker did; one that takes 0.4 + 0.4 s is not.
     if !spares_preload_here() {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
-    fake_models(&tmp.path().join("models"), &["a-fault-pid", "b-fault-slow-both-700", "c-fault-slow-both-300"]);
+    fake_models(&tmp.path().join("models"), &["a-fault-pid", "b-fault-slow-both-1400", "c-fault-slow-both-400"]);
     let input = write_input(tmp.path());
     for spares in ["2", "0"] {
         let log = tmp.path().join(format!("log-{spares}"));
@@ -238,18 +238,18 @@ fn a_preloaded_unit_keeps_its_whole_timeout_counted_from_its_load() {
             .arg(tmp.path().join("models"))
             .arg(format!("--input=x={}", input.display()))
             .args(["-j", "1", "--spawn", "zygote", "--spares", spares, "--sandbox", "off", "--json"])
-            .args(["--timeout", "1"]));
+            .args(["--timeout", "2"]));
         assert_eq!(ran.code, Some(1), "--spares {spares}: {}", ran.stderr);
         let record = |model: &str| ran.records.iter().find(|r| r["model"] == model).unwrap().clone();
-        let (slow, quick) = (record("b-fault-slow-both-700"), record("c-fault-slow-both-300"));
+        let (slow, quick) = (record("b-fault-slow-both-1400"), record("c-fault-slow-both-400"));
         assert_eq!((slow["status"].as_str(), slow["phase"].as_str()), (Some("timeout"), Some("run")), "{slow}");
         assert_eq!(quick["status"], "ok", "{quick}");
         if spares == "2" {
             // Both ran in the spare that preloaded them: the timeout was the
             // spare's unit's, not a fresh worker's.
-            assert!(preloaded(&log).contains(&"b-fault-slow-both-700".to_string()), "{:?}", preloaded(&log));
-            assert_eq!(slow["spare"]["preload_ms"], 700, "{slow}");
-            assert_eq!(quick["spare"]["preload_ms"], 300, "{quick}");
+            assert!(preloaded(&log).contains(&"b-fault-slow-both-1400".to_string()), "{:?}", preloaded(&log));
+            assert_eq!(slow["spare"]["preload_ms"], 1400, "{slow}");
+            assert_eq!(quick["spare"]["preload_ms"], 400, "{quick}");
         }
     }
 }
