@@ -16,13 +16,12 @@
 //! symbol table gives. `build.rs` finds the symbol's index once in the
 //! library it links; here a few positioned reads check that the loaded
 //! library's symbol at that index has that name, is a function, and lies in
-//! the library's mapped code; and that the file read is the one mapped (its
-//! device and inode are the mapping's, its program headers the loaded
-//! ones). Anything else (another TensorFlow, a stripped library, no index)
+//! the library's mapped code, whose bytes are the file's at that symbol;
+//! and that the file's program headers are the loaded ones. Anything else (another TensorFlow, a stripped library, no index)
 //! skips the warm-up: workers then generate the kernels themselves, as
 //! before.
 
-use crate::elf_symbol::{symbol_named_at, STT_FUNC};
+use crate::elf_symbol::{symbol_named_at, ElfSymbol, STT_FUNC};
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::fs::File;
 use std::os::unix::fs::FileExt;
@@ -118,23 +117,39 @@ fn same_program_headers(file: &File, loaded: &[libc::Elf64_Phdr]) -> bool {
     in_file == in_memory
 }
 
-/// Whether `file` is the file mapped at `path` in this process: the same
-/// device and inode as a mapping of that path in `/proc/self/maps` (a
-/// library replaced on disk after it was loaded is another inode).
-fn is_mapped(file: &File, path: &str) -> bool {
-    use std::os::unix::fs::MetadataExt;
-    let (Ok(meta), Ok(maps)) = (file.metadata(), std::fs::read_to_string("/proc/self/maps")) else {
+/// The longest function whose code [`same_code`] compares.
+const MAX_CODE: u64 = 1 << 20;
+
+/// Whether the code `symbol` names, as mapped in this process, is byte for
+/// byte the code at that symbol in `file`: wholly inside the file-backed
+/// part of a readable, executable `PT_LOAD` segment of the loaded object,
+/// and equal there (a shared library's code has no relocations). This is
+/// what the call relies on, whatever the path, a link on it or the file
+/// system (`/proc/self/maps` names an overlayfs file by another device).
+fn same_code(file: &File, lib: &Loaded, symbol: &ElfSymbol) -> bool {
+    let Some(end) = symbol.value.checked_add(symbol.size) else { return false };
+    if symbol.size == 0 || symbol.size > MAX_CODE {
+        return false;
+    }
+    let Some(segment) = lib.headers.iter().find(|h| {
+        h.p_type == libc::PT_LOAD
+            && h.p_flags & libc::PF_X != 0
+            && h.p_flags & libc::PF_R != 0
+            && h.p_vaddr <= symbol.value
+            && end <= h.p_vaddr.saturating_add(h.p_filesz)
+    }) else {
         return false;
     };
-    let device = format!("{:02x}:{:02x}", libc::major(meta.dev()), libc::minor(meta.dev()));
-    // address perms offset dev inode path
-    maps.lines().any(|line| {
-        let fields: Vec<&str> = line.split_whitespace().collect();
-        fields.len() >= 6
-            && fields[5..].join(" ") == path
-            && fields[3] == device
-            && fields[4].parse::<u64>() == Ok(meta.ino())
-    })
+    let Some(offset) = segment.p_offset.checked_add(symbol.value - segment.p_vaddr) else { return false };
+    let mut in_file = vec![0u8; symbol.size as usize];
+    if file.read_exact_at(&mut in_file, offset).is_err() {
+        return false;
+    }
+    let Some(address) = lib.bias.checked_add(symbol.value) else { return false };
+    // SAFETY: the range lies in a readable segment the dynamic linker
+    // mapped for this object (its program headers, checked above).
+    let in_memory = unsafe { std::slice::from_raw_parts(address as usize as *const u8, symbol.size as usize) };
+    in_file == in_memory
 }
 
 /// oneDNN's sgemm in the loaded libtensorflow, when every check holds.
@@ -142,22 +157,11 @@ fn find() -> Option<Sgemm> {
     let index = built_index()?;
     let lib = loaded(LIBRARY)?;
     let file = File::open(&lib.path).ok()?;
-    if !is_mapped(&file, &lib.path) || !same_program_headers(&file, &lib.headers) {
+    if !same_program_headers(&file, &lib.headers) {
         return None;
     }
     let symbol = symbol_named_at(&file, index, SYMBOL)?;
-    if symbol.kind != STT_FUNC || symbol.size == 0 {
-        return None;
-    }
-    // Wholly inside a mapped, executable segment.
-    let end = symbol.value.checked_add(symbol.size)?;
-    let in_code = lib.headers.iter().any(|h| {
-        h.p_type == libc::PT_LOAD
-            && h.p_flags & libc::PF_X != 0
-            && h.p_vaddr <= symbol.value
-            && end <= h.p_vaddr.saturating_add(h.p_memsz)
-    });
-    if !in_code {
+    if symbol.kind != STT_FUNC || !same_code(&file, &lib, &symbol) {
         return None;
     }
     let address = lib.bias.checked_add(symbol.value).filter(|&a| a != 0)?;
@@ -250,15 +254,30 @@ mod tests {
         assert!(symbol_named_at(&file, index + 1, SYMBOL).is_none(), "another symbol's name");
         assert!(symbol_named_at(&file, index, "dnnl_threadpool_interop_sgemm2").is_none());
         assert!(symbol_named_at(&file, u64::MAX / 24, SYMBOL).is_none(), "past the table");
-        assert!(is_mapped(&file, &lib.path));
-        // Another file is neither the mapped one nor has its headers.
+        let symbol = symbol_named_at(&file, index, SYMBOL).unwrap();
+        assert!(same_code(&file, &lib, &symbol), "the mapped code is the file's");
+        // Another file has neither its headers nor its code there.
         let other = File::open(std::env::current_exe().unwrap()).unwrap();
         assert!(!same_program_headers(&other, &lib.headers));
-        assert!(!is_mapped(&other, &lib.path));
-        let copy = tempfile::NamedTempFile::new().unwrap();
-        std::fs::copy(&lib.path, copy.path()).unwrap();
-        let copy = File::open(copy.path()).unwrap();
+        assert!(!same_code(&other, &lib, &symbol));
+        // A copy of the library whose function differs by one byte, reached
+        // through a link: same headers, same symbol, but not the code mapped.
+        let tmp = tempfile::tempdir().unwrap();
+        let copy = tmp.path().join("libtensorflow_cc.so.2");
+        std::fs::copy(&lib.path, &copy).unwrap();
+        let segment = lib.headers.iter().find(|h| h.p_flags & libc::PF_X != 0 && h.p_vaddr <= symbol.value).unwrap();
+        let at = segment.p_offset + (symbol.value - segment.p_vaddr) + symbol.size / 2;
+        let changed = std::fs::OpenOptions::new().read(true).write(true).open(&copy).unwrap();
+        let mut byte = [0u8];
+        changed.read_exact_at(&mut byte, at).unwrap();
+        changed.write_all_at(&[byte[0] ^ 0xff], at).unwrap();
+        std::os::unix::fs::symlink(&copy, tmp.path().join("link")).unwrap();
+        let copy = File::open(tmp.path().join("link")).unwrap();
         assert!(same_program_headers(&copy, &lib.headers), "a copy has the same headers");
-        assert!(!is_mapped(&copy, &lib.path), "but is not the file mapped");
+        assert_eq!(symbol_named_at(&copy, index, SYMBOL), Some(symbol), "and the same symbol");
+        assert!(!same_code(&copy, &lib, &symbol), "but not the code mapped");
+        // A symbol that claims more code than its segment holds, or none.
+        assert!(!same_code(&file, &lib, &ElfSymbol { size: u64::MAX - symbol.value, ..symbol }));
+        assert!(!same_code(&file, &lib, &ElfSymbol { size: 0, ..symbol }));
     }
 }

@@ -314,7 +314,8 @@ impl Drop for SavedModel {
 /// session with `config_bytes`: the first matrix product of a process
 /// generates oneDNN's JIT gemm kernels (`get_xbyak_gemm`, once per
 /// process: ~25 ms here, most of a small model's first run), which a spare
-/// that preloaded its unit's model thus pays before the unit starts,
+/// that preloaded its unit's model thus pays before the unit starts (only
+/// where the zygote could not make the kernels itself, `onednn.rs`),
 /// without running any of the model. `x` is fed, so that Grappler cannot
 /// fold the product away.
 pub fn warm_gemm(config_bytes: &[u8]) -> Result<(), String> {

@@ -17,12 +17,11 @@
 //! model (the built-in one costs ~25 ms of its own, its first use ~95 ms;
 //! a zoo MLP loaded first ~70 ms), and the unit's path is its run alone.
 //! Nothing of the model is *run* ahead: a run on made-up inputs could
-//! change a stateful model's answer. What a first run of any model pays
-//! once per process, the spare pays on a graph of its own ([`gemm`]):
-//! oneDNN's JIT of its matrix-product kernels, ~30 ms here, which takes a
-//! zoo MLP's first run from ~40 ms to ~14 ms; that is, where the zygote
-//! could not make those kernels before it forked (`onednn.rs`), as it does
-//! with the libtensorflow isorun fetches: then the spare skips it.
+//! change a stateful model's answer. oneDNN's JIT of its matrix-product
+//! kernels, which any model's first run pays once per process (~30 ms
+//! here), the zygote makes before it forks (`onednn.rs`); where it could
+//! not (another libtensorflow), the spare pays it on a graph of its own
+//! ([`gemm`]), which takes a zoo MLP's first run from ~40 ms to ~14 ms.
 
 use crate::tf::{load_libraries, SavedModel};
 use isorun_protocol::{ModelError, Preload, Preloaded, SessionConfig, SignatureInfo, Tensor};
