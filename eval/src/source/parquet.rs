@@ -43,7 +43,8 @@ fn bad(path: &Path, reason: impl std::fmt::Display) -> DataError {
 }
 
 /// Reads and checks the footer; the file's metadata, as Arrow sees it.
-fn metadata(path: &Path) -> Result<ArrowReaderMetadata, DataError> {
+/// Also the predictions reader's (`crate::predictions::read`): one hardened path.
+pub(crate) fn metadata(path: &Path) -> Result<ArrowReaderMetadata, DataError> {
     let io = super::io_error(path);
     let mut file = File::open(path).map_err(&io)?;
     let len = file.metadata().map_err(&io)?.len();
@@ -103,7 +104,7 @@ fn metadata(path: &Path) -> Result<ArrowReaderMetadata, DataError> {
 
 /// Checks the page headers of the row groups `groups` for the leaf columns
 /// under the root columns `roots` (see `parquet_pages`).
-fn check_pages(
+pub(crate) fn check_pages(
     path: &Path,
     meta: &ArrowReaderMetadata,
     groups: std::ops::Range<usize>,
