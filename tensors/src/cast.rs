@@ -2,8 +2,11 @@
 //! does, where no value changes meaning: NumPy's default float64 to float32
 //! (always; values beyond float32's range become ±inf, as in Keras), any
 //! float to a wider float, integers to integers where every value fits, and
-//! integers to floats where every value is exact. Anything else (a float to
-//! an integer, a value that does not fit) is refused with what to do.
+//! integers to floats where every value is exact, and between the two 16-bit
+//! floats (float16, bfloat16: neither is wider than the other) where every
+//! value is exact, so a bfloat16 of 1e10 is refused rather than becoming
+//! float16's inf. Anything else (a float to an integer, a value that does not
+//! fit) is refused with what to do.
 
 use half::{bf16, f16};
 use isorun_protocol::DType;
@@ -12,6 +15,8 @@ use isorun_protocol::DType;
 /// they are converted); `Err` says why not and what to do.
 pub fn allowed(name: &str, given: DType, wanted: DType) -> Result<(), String> {
     let ok = match (kind(given), kind(wanted)) {
+        // float16 and bfloat16 are both 16 bits but neither holds the other:
+        // each value is checked as it is converted (`write`).
         (Some(Kind::Float(from)), Some(Kind::Float(to))) => {
             to >= from || (given, wanted) == (DType::Float64, DType::Float32)
         }
@@ -58,7 +63,16 @@ pub fn convert(
                 Value::Float(v) => v.to_string(),
             };
             let np = numpy_name(wanted).unwrap_or("...");
-            let (problem, what_to_do) = if matches!(kind(wanted), Some(Kind::Float(_))) {
+            let beyond = match (value, largest_finite(wanted)) {
+                (Value::Float(v), Some(largest)) => v.is_finite() && v.abs() > largest,
+                _ => false,
+            };
+            let (problem, what_to_do) = if beyond {
+                (
+                    format!("is beyond {wanted}'s range (±{})", largest_finite(wanted).unwrap_or(f64::NAN)),
+                    format!("scale the values, or give {wanted} values"),
+                )
+            } else if matches!(kind(wanted), Some(Kind::Float(_))) {
                 (
                     format!("is not exact in {wanted}"),
                     format!("round them yourself if that is meant: {name}.astype(np.{np})"),
@@ -76,6 +90,16 @@ pub fn convert(
         }
     }
     Ok(())
+}
+
+/// The largest finite value of a 16-bit float dtype, whose range a value
+/// is checked against.
+fn largest_finite(dtype: DType) -> Option<f64> {
+    match dtype {
+        DType::Float16 => Some(f16::MAX.to_f64()),
+        DType::BFloat16 => Some(bf16::MAX.to_f64()),
+        _ => None,
+    }
 }
 
 #[derive(Clone, Copy, PartialEq, PartialOrd)]
@@ -180,11 +204,20 @@ fn write(dtype: DType, value: Value, out: &mut Vec<u8>) -> bool {
         },
         DType::Float16 | DType::BFloat16 => {
             let Value::Float(v) = value else { return false };
-            if dtype == DType::Float16 {
-                out.extend(f16::from_f64(v).to_le_bytes())
+            // Only the other 16-bit float comes here (`allowed`): through
+            // f64, which holds both exactly, and back; a value that rounds
+            // (or overflows to inf) does not fit.
+            let (bytes, back) = if dtype == DType::Float16 {
+                let h = f16::from_f64(v);
+                (h.to_le_bytes(), h.to_f64())
             } else {
-                out.extend(bf16::from_f64(v).to_le_bytes())
+                let h = bf16::from_f64(v);
+                (h.to_le_bytes(), h.to_f64())
+            };
+            if back != v && !(v.is_nan() && back.is_nan()) {
+                return false;
             }
+            out.extend(bytes)
         }
         DType::Int8 => int!(i8),
         DType::Int16 => int!(i16),
@@ -242,5 +275,25 @@ mod tests {
         );
         assert!(allowed("x", DType::Float32, DType::Float16).is_err());
         assert!(allowed("x", DType::String, DType::Float32).is_err());
+    }
+
+    #[test]
+    fn the_two_half_floats_convert_only_where_every_value_is_exact() {
+        let bf = |v: &[f32]| -> Vec<u8> { v.iter().flat_map(|v| bf16::from_f32(*v).to_le_bytes()).collect() };
+        // 1.5 and -256 are exact in both; inf and NaN stay what they are.
+        let out = cast(DType::BFloat16, DType::Float16, &bf(&[1.5, -256.0, f32::INFINITY])).unwrap();
+        let halves: Vec<f32> = out.chunks(2).map(|c| f16::from_le_bytes([c[0], c[1]]).to_f32()).collect();
+        assert_eq!(halves, [1.5, -256.0, f32::INFINITY]);
+        // bfloat16's 1e10 used to become float16's inf without a word.
+        assert_eq!(
+            cast(DType::BFloat16, DType::Float16, &bf(&[1.0, 1e10])).unwrap_err(),
+            "input 'x': expected dtype float16, given bfloat16 whose element 1 (9999220736) is beyond \
+             float16's range (±65504); scale the values, or give float16 values"
+        );
+        // float16 holds 11 significant bits, bfloat16 8: 1 + 2^-10 would round.
+        let h: Vec<u8> = [1.0f32, 1.0 + 1.0 / 1024.0].iter().flat_map(|v| f16::from_f32(*v).to_le_bytes()).collect();
+        let error = cast(DType::Float16, DType::BFloat16, &h).unwrap_err();
+        assert!(error.contains("element 1 (1.0009765625) is not exact in bfloat16"), "{error}");
+        assert!(cast(DType::Float16, DType::BFloat16, &h[..2]).is_ok());
     }
 }
