@@ -9,8 +9,10 @@
 //! - fewer files than `N`: every file is split into `N` parts and shard `K`
 //!   reads part `K` of each file. What a part is depends on the format:
 //!   TFRecord, the records that *start* in the bytes `[K*len/N,
-//!   (K+1)*len/N)` (a part resynchronises at its range's start on the next
-//!   position whose length CRC and data CRC both check); gzip TFRecord,
+//!   (K+1)*len/N)`, found by one walk of the record headers from the file's
+//!   start (each length checked by its CRC, the data seeked over), so a
+//!   damaged record, or the fault that stops the reading, is in exactly the
+//!   part its offset is in, as the unsharded reader meets it; gzip TFRecord,
 //!   which cannot be entered midway, the records `[K*n/N, (K+1)*n/N)`
 //!   counted from the start; `.npz`, `.npy` folders, CSV and Arrow IPC
 //!   (file or stream: the rows are counted from the message headers,

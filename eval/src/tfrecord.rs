@@ -20,13 +20,20 @@
 //!   that record is skipped; after a bad length CRC or a truncation nothing
 //!   further in the file can be trusted, so the rest of the file is skipped.
 //! - A byte range of a plain file ([`RecordReader::open_range`], for data
-//!   shards) reads the records that start in the range; a range that starts
-//!   inside a record begins at the next record boundary ([`next_boundary`]:
-//!   the first position whose length CRC and data CRC both check).
+//!   shards) reads the records that start in the range, found by one walk of
+//!   the record headers from the file's start ([`first_record_from`]: each
+//!   length checked by its CRC, the data seeked over, never read). A record
+//!   belongs to the range its start is in, whatever is wrong with it; a fault
+//!   that stops the walk (a bad length CRC, a truncation) starts where the
+//!   unsharded reader meets it, and belongs to the range that holds that
+//!   offset. So the ranges of a file together see every record once, and the
+//!   same corruption as one reader of the whole file, and finding a range's
+//!   start costs one read per record header before it (never a CRC of data:
+//!   searching for a position whose CRCs check would both skip a damaged
+//!   record and, on hostile bytes, recompute data CRCs at every offset).
 
 use std::fs::File;
 use std::io::{self, BufReader, Read, Seek, SeekFrom};
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 /// The largest record a gzip-compressed file may hold: its decompressed size
@@ -137,13 +144,15 @@ impl RecordReader {
         })
     }
 
-    /// Opens a plain file to read the records that start in `[start, end)`;
-    /// `start` must be a record boundary (see [`next_boundary`]).
-    pub fn open_range(path: &Path, start: u64, end: u64) -> io::Result<RecordReader> {
+    /// Opens a plain file to read the records that start in the bytes
+    /// `[from, end)`: a data shard's part. The first is found by walking the
+    /// headers from the file's start ([`first_record_from`]).
+    pub fn open_range(path: &Path, from: u64, end: u64) -> io::Result<RecordReader> {
         let mut file = File::open(path)?;
         let size = file.metadata()?.len();
-        file.seek(SeekFrom::Start(start.min(size)))?;
-        let inner = Box::new(BufReader::with_capacity(READ_BUFFER, file).take(size.saturating_sub(start)));
+        let start = first_record_from(&mut file, size, from)?;
+        file.seek(SeekFrom::Start(start))?;
+        let inner = Box::new(BufReader::with_capacity(READ_BUFFER, file).take(size - start));
         Ok(RecordReader {
             inner,
             path: path.to_path_buf(),
@@ -238,54 +247,59 @@ impl RecordReader {
     }
 }
 
-/// The first record boundary at or after `from` in a plain TFRecord file
-/// of `size` bytes: the first position where a whole record (its length
-/// within the file, its length CRC and its data CRC) checks; `size` when
-/// there is none. A false boundary needs both CRCs of random bytes to match
-/// (a chance of 2^-64 per position), the data CRC read only where the length
-/// CRC matched.
-pub fn next_boundary(path: &Path, from: u64) -> io::Result<u64> {
-    const WINDOW: usize = 1 << 20;
-    let file = File::open(path)?;
-    let size = file.metadata()?.len();
-    let mut window = Vec::new();
-    let mut base = from;
-    let mut pos = from;
-    while pos.saturating_add(16) <= size {
-        if pos + 12 > base + window.len() as u64 {
-            base = pos;
-            let len = (WINDOW as u64).min(size - pos) as usize;
-            window.resize(len, 0);
-            file.read_exact_at(&mut window, pos)?;
-        }
-        let at = (pos - base) as usize;
-        let header = &window[at..at + 12];
-        let len_bytes: [u8; 8] = header[..8].try_into().expect("8 bytes");
-        if masked_crc32c(&len_bytes) == u32::from_le_bytes(header[8..].try_into().expect("4 bytes")) {
-            let len = u64::from_le_bytes(len_bytes);
-            if len <= size - pos - 16 && data_crc_matches(&file, pos + 12, len)? {
-                return Ok(pos);
-            }
-        }
-        pos += 1;
-    }
-    Ok(size)
-}
+/// The buffer of [`first_record_from`]'s walk: small, since past a large
+/// record it is refilled at the next header.
+const WALK_BUFFER: usize = 8 << 10;
 
-/// Whether the `len` bytes at `start` are followed by their masked CRC32C.
-fn data_crc_matches(file: &File, start: u64, len: u64) -> io::Result<bool> {
-    let mut chunk = vec![0u8; (len as usize).min(64 << 10)];
-    let mut crc = 0;
-    let mut done = 0;
-    while done < len {
-        let n = ((len - done) as usize).min(chunk.len());
-        file.read_exact_at(&mut chunk[..n], start + done)?;
-        crc = crc32c::crc32c_append(crc, &chunk[..n]);
-        done += n as u64;
+/// Where the records of a plain TFRecord file of `size` bytes (read through
+/// `file`) that start at or after `from` begin, as [`RecordReader`] reads the
+/// file from its start: the offset of the first record, or of the fault that
+/// stops the reading (a bad length CRC, a truncated record), at or after
+/// `from`; `size` when the records, or the reading, end before it.
+///
+/// One walk over the record headers: each length is believed only after its
+/// CRC checks and only as far as the file goes, and the data and its CRC are
+/// seeked over, not read: a bad data CRC does not move a record to another
+/// range (the range's reader meets it). At most [`WALK_BUFFER`] bytes are
+/// read per record header, and no more than the file's size plus that buffer
+/// in all when records are smaller.
+pub fn first_record_from<F: Read + Seek>(file: F, size: u64, from: u64) -> io::Result<u64> {
+    let mut walk = BufReader::with_capacity(WALK_BUFFER, file);
+    walk.seek(SeekFrom::Start(0))?;
+    let mut pos = 0u64;
+    loop {
+        if pos >= from {
+            return Ok(pos);
+        }
+        // A record needs its 12-byte header and 4-byte data CRC in the file.
+        if size - pos < 16 {
+            return Ok(size);
+        }
+        let mut header = [0u8; 12];
+        match walk.read_exact(&mut header) {
+            Ok(()) => {}
+            // The file shrank since `size` was taken: the reading stops here too.
+            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(size),
+            Err(e) => return Err(e),
+        }
+        let len_bytes: [u8; 8] = header[..8].try_into().expect("8 bytes");
+        if masked_crc32c(&len_bytes) != u32::from_le_bytes(header[8..].try_into().expect("4 bytes")) {
+            return Ok(size);
+        }
+        let len = u64::from_le_bytes(len_bytes);
+        if len > size - pos - 16 {
+            return Ok(size);
+        }
+        // Within the file's size, so within an i64 (a file's size is one).
+        let skip = i64::try_from(len + 4).map_err(|_| {
+            io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("record length {len} at byte offset {pos} is past a seek"),
+            )
+        })?;
+        walk.seek_relative(skip)?;
+        pos += 16 + len;
     }
-    let mut stored = [0u8; 4];
-    file.read_exact_at(&mut stored, start + len)?;
-    Ok(crc.rotate_right(15).wrapping_add(0xa282_ead8) == u32::from_le_bytes(stored))
 }
 
 /// Reads until `buf` is full or the stream ends; the number of bytes read.
@@ -312,5 +326,60 @@ mod tests {
         let mut out = Vec::new();
         write_record(&mut out, b"");
         assert_eq!(out, [0, 0, 0, 0, 0, 0, 0, 0, 41, 3, 152, 7, 216, 234, 130, 162]);
+    }
+
+    /// A reader that counts the bytes read through it.
+    struct Counting<R> {
+        inner: R,
+        read: u64,
+    }
+
+    impl<R: Read> Read for Counting<R> {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            let n = self.inner.read(buf)?;
+            self.read += n as u64;
+            Ok(n)
+        }
+    }
+
+    impl<R: Seek> Seek for Counting<R> {
+        fn seek(&mut self, to: SeekFrom) -> io::Result<u64> {
+            self.inner.seek(to)
+        }
+    }
+
+    #[test]
+    fn the_walk_to_a_part_reads_headers_not_data() {
+        // Large records: a buffer's worth per header, none of the data.
+        let mut file = Vec::new();
+        for i in 0..4u8 {
+            write_record(&mut file, &vec![i; 1 << 20]);
+        }
+        let size = file.len() as u64;
+        let record = (16 + (1 << 20)) as u64;
+        let mut counting = Counting { inner: io::Cursor::new(&file), read: 0 };
+        assert_eq!(first_record_from(&mut counting, size, 2 * record + 1).unwrap(), 3 * record);
+        assert!(counting.read <= 3 * WALK_BUFFER as u64, "{} bytes read", counting.read);
+        // Small records: each byte at most once.
+        let mut small = Vec::new();
+        for i in 0..10_000u32 {
+            write_record(&mut small, &i.to_le_bytes()[..(i % 5) as usize]);
+        }
+        let size = small.len() as u64;
+        let mut counting = Counting { inner: io::Cursor::new(&small), read: 0 };
+        assert_eq!(first_record_from(&mut counting, size, size - 1).unwrap(), size);
+        assert!(counting.read <= size, "{} bytes read of {size}", counting.read);
+        // A bad data CRC does not move a record; a bad length CRC ends the walk
+        // where the reader stops, and belongs to the part holding its offset.
+        let mut damaged = Vec::new();
+        for data in [&b"abc"[..], b"defg", b"hi"] {
+            write_record(&mut damaged, data);
+        }
+        let size = damaged.len() as u64;
+        damaged[19 + 12] ^= 1;
+        let walk = |bytes: &[u8], from| first_record_from(io::Cursor::new(bytes), size, from).unwrap();
+        assert_eq!((walk(&damaged, 1), walk(&damaged, 20), walk(&damaged, 40)), (19, 39, size));
+        damaged[19 + 8] ^= 1;
+        assert_eq!((walk(&damaged, 1), walk(&damaged, 19), walk(&damaged, 20)), (19, 19, size));
     }
 }

@@ -4,8 +4,9 @@
 //! with its serialized bytes (fed as they are to a lone string input).
 //!
 //! Parts: a plain file's part `K` of `N` is the records that start in the
-//! bytes `[K*len/N, (K+1)*len/N)`, found from the range's start by
-//! `crate::tfrecord::next_boundary`; a gzip file cannot be entered midway,
+//! bytes `[K*len/N, (K+1)*len/N)`, the first found by walking the record
+//! headers from the file's start (`crate::tfrecord::first_record_from`), so
+//! that a damaged record is in exactly one part; a gzip file cannot be entered midway,
 //! so its parts are record ranges `[K*n/N, (K+1)*n/N)` of its `n` records,
 //! counted from the start (the last part reads to the end, so a fault that
 //! stopped the count is still met).
@@ -13,7 +14,7 @@
 use super::{io_error, Look, Options, Part, Piece, Raw, Source};
 use crate::error::DataError;
 use crate::example::Example;
-use crate::tfrecord::{next_boundary, RecordReader};
+use crate::tfrecord::RecordReader;
 use prost::Message;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -64,9 +65,7 @@ pub(crate) fn open_plain(path: &Path, options: &Options) -> Result<Box<dyn Sourc
     } else {
         let size = std::fs::metadata(path).map_err(io_error(path))?.len();
         let at = |k: u64| Part { index: k, count: options.part.count }.rows(size).0;
-        let (from, end) = (at(options.part.index), at(options.part.index + 1));
-        let start = if from == 0 { 0 } else { next_boundary(path, from).map_err(io_error(path))? };
-        RecordReader::open_range(path, start, end)
+        RecordReader::open_range(path, at(options.part.index), at(options.part.index + 1))
     }
     .map_err(io_error(path))?;
     // Records are counted from where the part starts.
