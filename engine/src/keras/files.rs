@@ -9,16 +9,28 @@
 //! `rustyhdf5`) but are young, and each is a whole format parser to run on
 //! untrusted files inside the supervisor, for one attribute (not tried
 //! here; worth a look if more than the config is ever needed). What the
-//! supervisor needs is little: h5py stores a `str` attribute as
-//! a variable-length string, whose bytes live in a global heap collection
-//! (`GCOL`); Keras writes `model_config` before any weight, so that
-//! collection is near the start of the file. The reader walks the heap
-//! collections in the first [`H5_SCAN_BYTES`] and takes the JSON object
-//! with a `class_name` and a `config` (and a version-like string as the
-//! Keras version). A file whose attributes it cannot find this way is still
-//! run (the export process reads it with Keras); only `inspect` has less to
-//! say. Whether an `.h5` file is a model at all is decided by the attribute
-//! name `model_config` in those first bytes.
+//! supervisor needs is little: the root group's `model_config` and
+//! `keras_version` attributes, found as h5py finds them (from the
+//! superblock to the root group's object header, its attribute messages by
+//! name, a variable-length string's bytes in the global heap collection its
+//! heap ID names, or a fixed-length string's inline), within the first
+//! [`H5_SCAN_BYTES`]. Any other JSON in the file (another attribute, a
+//! dataset) is not taken: what the supervisor reads is what Keras reads. A
+//! file whose attributes it cannot find this way (stored densely, shared,
+//! or past the bytes read) is still run (the export process reads it with
+//! Keras); only `inspect` has less to say. Whether an `.h5` file is a
+//! model at all is decided by the attribute name `model_config` in those
+//! first bytes.
+//!
+//! A `.keras` archive is read with the Rust zip crate, and Keras reads it
+//! with Python's `zipfile`, which differ where a name is ambiguous:
+//! `zipfile` cuts a name at a NUL byte and lets a later entry of a name win,
+//! the zip crate reads a Unicode-path extra field that `zipfile` ignores.
+//! An archive whose entry names could be read two ways is refused
+//! ([`KerasFileError::AmbiguousEntry`]). Either way the supervisor's
+//! reading only proposes which files share a trace: the export process
+//! shares one only between files whose configs, as Keras reads them, are
+//! the same (`keras_export.py`, `loaded_config_digest`).
 
 use isorun_protocol::DType;
 use serde_json::Value;
@@ -74,8 +86,11 @@ pub enum KerasFileError {
     NotHdf5 { path: String },
     #[error("{path}: holds weights only (no model_config attribute); a model needs its architecture: save it with model.save(\"model.keras\")")]
     WeightsOnly { path: String },
-    #[error("{path}: the model_config attribute is not where isorun looks (in a global heap in the first {} MiB); the export reads it with Keras", H5_SCAN_BYTES >> 20)]
+    #[error("{path}: the model_config attribute is not where isorun looks (the root group's attributes, in the first {} MiB); the export reads it with Keras", H5_SCAN_BYTES >> 20)]
     H5ConfigNotFound { path: String },
+    /// `entry`: the name as stored, escaped (`{:?}` of its bytes read lossily).
+    #[error("{path}: refused: archive entry {entry} {reason}; a .keras archive's entry names must read one way only (plain, unique, printable paths)")]
+    AmbiguousEntry { path: String, entry: String, reason: String },
 }
 
 /// True for an HDF5 file whose first bytes name a `model_config`
@@ -92,8 +107,10 @@ pub fn h5_is_full_model(path: &Path) -> Result<bool, KerasFileError> {
 pub fn read_keras(path: &Path) -> Result<KerasInfo, KerasFileError> {
     let shown = || path.display().to_string();
     let file = std::fs::File::open(path).map_err(|source| KerasFileError::Io { path: shown(), source })?;
+    let own = file.try_clone().map_err(|source| KerasFileError::Io { path: shown(), source })?;
     let mut archive = zip::ZipArchive::new(file)
         .map_err(|e| KerasFileError::NotAnArchive { path: shown(), reason: e.to_string() })?;
+    check_entry_names(path, own, &archive)?;
     let mut member = |name: &'static str| -> Result<Option<Value>, KerasFileError> {
         let mut entry = match archive.by_name(name) {
             Ok(entry) => entry,
@@ -121,29 +138,151 @@ pub fn read_keras(path: &Path) -> Result<KerasInfo, KerasFileError> {
     Ok(info)
 }
 
-/// Reads the `model_config` (and Keras version) of a full-model `.h5` file.
+/// Reads the `model_config` (and Keras version) of a full-model `.h5` file:
+/// its root group's attributes of those names, as h5py reads them.
 pub fn read_h5(path: &Path) -> Result<KerasInfo, KerasFileError> {
     if !h5_is_full_model(path)? {
         return Err(KerasFileError::WeightsOnly { path: path.display().to_string() });
     }
     let head = read_head(path)?;
-    let strings = global_heap_strings(&head);
-    let config = strings
-        .iter()
-        .filter(|s| s.first() == Some(&b'{'))
-        .filter_map(|s| serde_json::from_slice::<Value>(s).ok())
-        .find(|v| v.get("class_name").is_some() && v.get("config").is_some())
+    let attribute = |name: &[u8]| h5::root_string_attribute(&head, name);
+    let text = attribute(b"model_config")
         .ok_or_else(|| KerasFileError::H5ConfigNotFound { path: path.display().to_string() })?;
+    let config: Value = serde_json::from_slice(text).map_err(|e| KerasFileError::BadJson {
+        path: path.display().to_string(),
+        member: "model_config",
+        reason: e.to_string(),
+    })?;
+    if !config.is_object() {
+        return Err(KerasFileError::BadJson {
+            path: path.display().to_string(),
+            member: "model_config",
+            reason: "expected a JSON object".into(),
+        });
+    }
     let mut info = describe_config(&config);
-    info.keras_version = strings
-        .iter()
-        .filter_map(|s| std::str::from_utf8(s).ok())
-        .find(|s| {
-            s.split('.').count() >= 2 && s.split('.').all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
-        })
-        .map(Into::into);
+    info.keras_version =
+        attribute(b"keras_version").and_then(|v| std::str::from_utf8(v).ok()).map(|v| v.trim().to_string());
     info.architecture = Some(architecture_digest("h5", &config, info.keras_version.as_deref()));
     Ok(info)
+}
+
+/// The most entries a `.keras` archive's central directory is walked for
+/// (Keras writes three, and one per asset file).
+const MAX_ENTRIES: usize = 100_000;
+
+/// Refuses an archive whose entry names could be read two ways: a NUL,
+/// control or DEL byte (Python's `zipfile` cuts a name at NUL), a
+/// backslash, a name that is not a plain relative path (`/x`, `./x`,
+/// `a//b`, `..`), non-ASCII without the UTF-8 flag (`zipfile` and the zip
+/// crate decode it each their own way), a Unicode-path extra field (read by
+/// the zip crate, not by `zipfile`), or two entries of one name, a trailing
+/// slash aside (`zipfile` takes the later, the zip crate's index hides the
+/// earlier). The names are the central directory's, walked here as
+/// `zipfile` walks it (every `PK\x01\x02` header from the directory's
+/// start), and must be as many as the zip crate read.
+fn check_entry_names<R: Read + std::io::Seek>(
+    path: &Path,
+    file: std::fs::File,
+    archive: &zip::ZipArchive<R>,
+) -> Result<(), KerasFileError> {
+    use std::io::{Seek, SeekFrom};
+    let shown = || path.display().to_string();
+    let broken = |reason: String| KerasFileError::NotAnArchive { path: shown(), reason };
+    let start = archive.central_directory_start();
+    let expected = archive.len();
+    let mut reader = std::io::BufReader::new(file);
+    reader.seek(SeekFrom::Start(start)).map_err(|e| broken(format!("central directory: {e}")))?;
+    let mut seen: std::collections::HashSet<Vec<u8>> = std::collections::HashSet::new();
+    let mut count = 0usize;
+    loop {
+        let mut header = [0u8; 46];
+        match reader.read_exact(&mut header[..4]) {
+            Ok(()) if header[..4] == *b"PK\x01\x02" => {}
+            _ => break,
+        }
+        reader.read_exact(&mut header[4..]).map_err(|e| broken(format!("central directory: {e}")))?;
+        count += 1;
+        if count > MAX_ENTRIES.max(expected) {
+            return Err(broken(format!("more than {} entries in its central directory", MAX_ENTRIES.max(expected))));
+        }
+        let field = |at: usize| usize::from(u16::from_le_bytes([header[at], header[at + 1]]));
+        let utf8_flag = field(8) & (1 << 11) != 0;
+        // Each at most 65,535 bytes: what a 16-bit length can say.
+        let mut name = vec![0u8; field(28)];
+        let mut extra = vec![0u8; field(30)];
+        reader.read_exact(&mut name).map_err(|e| broken(format!("central directory: {e}")))?;
+        reader.read_exact(&mut extra).map_err(|e| broken(format!("central directory: {e}")))?;
+        reader.seek_relative(field(32) as i64).map_err(|e| broken(format!("central directory: {e}")))?;
+        let refuse = |reason: String| KerasFileError::AmbiguousEntry {
+            path: shown(),
+            entry: format!("{:?}", String::from_utf8_lossy(&name)),
+            reason,
+        };
+        if let Some(reason) = ambiguous_name(&name, utf8_flag) {
+            return Err(refuse(reason));
+        }
+        if extra_fields(&extra).any(|id| id == 0x7075) {
+            return Err(refuse(
+                "carries a Unicode path of its own (extra field 0x7075), which only one of the zip readers takes"
+                    .into(),
+            ));
+        }
+        let key = name.strip_suffix(b"/").unwrap_or(&name).to_vec();
+        if !seen.insert(key) {
+            return Err(refuse(
+                "is named twice (Python's zipfile, which Keras reads with, takes the later entry)".into(),
+            ));
+        }
+    }
+    if count != expected {
+        return Err(broken(format!(
+            "its central directory holds {count} entries where its end record leads the zip reader to {expected}"
+        )));
+    }
+    Ok(())
+}
+
+/// Why an archive entry's name (its stored bytes) could be read two ways, or `None`.
+fn ambiguous_name(name: &[u8], utf8_flag: bool) -> Option<String> {
+    if name.is_empty() {
+        return Some("has an empty name".into());
+    }
+    if let Some(&byte) = name.iter().find(|&&b| b < 0x20 || b == 0x7f) {
+        return Some(match byte {
+            0 => "holds a NUL byte (Python's zipfile cuts the name there)".into(),
+            _ => format!("holds the control byte 0x{byte:02x}"),
+        });
+    }
+    if name.contains(&b'\\') {
+        return Some("holds a backslash (a folder separator to some readers)".into());
+    }
+    if !name.is_ascii() && !(utf8_flag && std::str::from_utf8(name).is_ok()) {
+        return Some("is not ASCII and not flagged as UTF-8 (each zip reader decodes it its own way)".into());
+    }
+    let body = name.strip_suffix(b"/").unwrap_or(name);
+    let parts: Vec<&[u8]> = body.split(|&b| b == b'/').collect();
+    if parts.iter().any(|p| p.is_empty() || *p == b"." || *p == b"..") {
+        let normalised: Vec<&[u8]> =
+            parts.iter().copied().filter(|p| !p.is_empty() && *p != b"." && *p != b"..").collect();
+        return Some(format!(
+            "changes when normalised (expected a plain relative path such as {:?})",
+            String::from_utf8_lossy(&normalised.join(&b'/'))
+        ));
+    }
+    None
+}
+
+/// The ids of the extra fields of a central directory header (each a
+/// 2-byte id, a 2-byte length and that many bytes; a cut one ends the walk).
+fn extra_fields(extra: &[u8]) -> impl Iterator<Item = u16> + '_ {
+    let mut at = 0usize;
+    std::iter::from_fn(move || {
+        let header = extra.get(at..at + 4)?;
+        let id = u16::from_le_bytes([header[0], header[1]]);
+        at += 4 + usize::from(u16::from_le_bytes([header[2], header[3]]));
+        Some(id)
+    })
 }
 
 /// The SHA-256 (hex) of what decides the graph a Keras file loads into:
@@ -245,39 +384,259 @@ fn memchr_find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
     haystack.windows(needle.len()).position(|w| w == needle)
 }
 
-/// The objects of every global heap collection in `bytes` (HDF5 format
-/// spec, "Global Heap": `GCOL`, version 1, 3 reserved bytes, an 8-byte
-/// collection size, then objects of 2-byte index, 2-byte reference count,
-/// 4 reserved, 8-byte size, data padded to 8; index 0 is free space).
-fn global_heap_strings(bytes: &[u8]) -> Vec<&[u8]> {
-    let mut found = Vec::new();
-    let mut from = 0;
-    while let Some(at) = memchr_find(&bytes[from..], b"GCOL").map(|i| i + from) {
-        from = at + 4;
-        if bytes.get(at + 4) != Some(&1) {
-            continue;
+/// The root group's attributes of an HDF5 file, read as h5py reads them
+/// (HDF5 File Format Specification, version 3: superblock versions 0 to 3,
+/// object header versions 1 and 2, attribute messages versions 1 to 3,
+/// continuation blocks, scalar string attributes, fixed-length or
+/// variable-length in a global heap collection). Every address is checked
+/// against the bytes at hand; nothing is allocated from a size the file
+/// states; a walk that cannot go on (dense attribute storage, a shared
+/// message, an unknown version, an address past the bytes) finds nothing.
+mod h5 {
+    /// The most header messages and continuation blocks one walk visits.
+    const MAX_MESSAGES: usize = 65_536;
+    const MAX_BLOCKS: usize = 1_024;
+    const ATTRIBUTE: u16 = 0x000c;
+    const CONTINUATION: u16 = 0x0010;
+
+    struct File<'a> {
+        bytes: &'a [u8],
+        offsets: usize,
+        lengths: usize,
+        base: u64,
+    }
+
+    impl<'a> File<'a> {
+        fn uint(&self, at: usize, size: usize) -> Option<u64> {
+            uint(self.bytes, at, size)
         }
-        let Some(size) = bytes.get(at + 8..at + 16).map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes"))) else {
-            continue;
-        };
-        let end = (at as u64).saturating_add(size).min(bytes.len() as u64) as usize;
-        let mut object = at + 16;
-        while object + 16 <= end {
-            let index = u16::from_le_bytes([bytes[object], bytes[object + 1]]);
-            let length = u64::from_le_bytes(bytes[object + 8..object + 16].try_into().expect("8 bytes"));
-            if index == 0 {
-                break; // free space: the rest of the collection
+
+        /// Where an address of the file points in `bytes` (addresses count from the base).
+        fn at(&self, address: u64) -> Option<usize> {
+            if address == u64::MAX >> (64 - 8 * self.offsets as u32) {
+                return None; // the undefined address
             }
-            let data = object + 16;
-            let Some(stop) = usize::try_from(length).ok().and_then(|l| data.checked_add(l)).filter(|&s| s <= end)
-            else {
-                break;
-            };
-            found.push(&bytes[data..stop]);
-            object = data + (stop - data).div_ceil(8) * 8;
+            usize::try_from(self.base.checked_add(address)?).ok().filter(|&at| at < self.bytes.len())
         }
     }
-    found
+
+    fn uint(bytes: &[u8], at: usize, size: usize) -> Option<u64> {
+        let field = bytes.get(at..at.checked_add(size)?)?;
+        Some(field.iter().rev().fold(0u64, |n, &b| (n << 8) | u64::from(b)))
+    }
+
+    /// The superblock, and where the root group's object header starts.
+    fn superblock(bytes: &[u8]) -> Option<(File<'_>, usize)> {
+        if !bytes.starts_with(super::HDF5_SIGNATURE) {
+            return None;
+        }
+        let sizes = |offsets: u8, lengths: u8| [2, 4, 8].contains(&offsets) && [2, 4, 8].contains(&lengths);
+        let (offsets, lengths, base_at, root_at) = match *bytes.get(8)? {
+            version @ (0 | 1) => {
+                let (o, l) = (*bytes.get(13)?, *bytes.get(14)?);
+                sizes(o, l).then_some(())?;
+                let base_at = if version == 0 { 24 } else { 28 };
+                // Base, free space, end of file, driver info, then the root's
+                // symbol table entry: its link name offset, its object header.
+                (o as usize, l as usize, base_at, base_at + 5 * o as usize)
+            }
+            2 | 3 => {
+                let (o, l) = (*bytes.get(9)?, *bytes.get(10)?);
+                sizes(o, l).then_some(())?;
+                // Base, superblock extension, end of file, the root's object header.
+                (o as usize, l as usize, 12, 12 + 3 * o as usize)
+            }
+            _ => return None,
+        };
+        let mut file = File { bytes, offsets, lengths, base: 0 };
+        file.base = file.uint(base_at, offsets)?;
+        let root = file.uint(root_at, offsets)?;
+        let root = file.at(root)?;
+        Some((file, root))
+    }
+
+    /// The data of every message of the object header at `at`, with its
+    /// type, in order, continuation blocks followed (each once).
+    fn messages<'a>(file: &File<'a>, at: usize) -> Option<Vec<(u16, &'a [u8])>> {
+        let bytes = file.bytes;
+        let mut found = Vec::new();
+        let mut blocks: Vec<(usize, usize)> = Vec::new();
+        let version2 = bytes.get(at..at + 4)? == b"OHDR";
+        let mut creation_order = false;
+        if version2 {
+            (*bytes.get(at + 4)? == 2).then_some(())?;
+            let flags = *bytes.get(at + 5)?;
+            creation_order = flags & 0x04 != 0;
+            let mut p = at + 6;
+            if flags & 0x20 != 0 {
+                p += 16;
+            }
+            if flags & 0x10 != 0 {
+                p += 4;
+            }
+            let width = 1usize << (flags & 0x03);
+            let size = usize::try_from(uint(bytes, p, width)?).ok()?;
+            blocks.push((p + width, size));
+        } else {
+            (*bytes.get(at)? == 1).then_some(())?;
+            let size = usize::try_from(uint(bytes, at + 8, 4)?).ok()?;
+            blocks.push((at + 16, size));
+        }
+        let mut next = 0;
+        while next < blocks.len() {
+            let (start, size) = blocks[next];
+            next += 1;
+            let end = start.checked_add(size)?;
+            (end <= bytes.len()).then_some(())?;
+            let mut p = start;
+            loop {
+                let (kind, length, flags, data) = if version2 {
+                    let head = 4 + if creation_order { 2 } else { 0 };
+                    if p + head > end {
+                        break; // a gap too small for a message
+                    }
+                    let length = uint(bytes, p + 1, 2)? as usize;
+                    (u16::from(bytes[p]), length, bytes[p + 3], p + head)
+                } else {
+                    if p + 8 > end {
+                        break;
+                    }
+                    (uint(bytes, p, 2)? as u16, uint(bytes, p + 2, 2)? as usize, bytes[p + 4], p + 8)
+                };
+                let stop = data.checked_add(length)?;
+                (stop <= end).then_some(())?;
+                // A shared message holds a reference to its data elsewhere: not followed.
+                if flags & 0x02 == 0 {
+                    found.push((kind, &bytes[data..stop]));
+                }
+                if kind == CONTINUATION {
+                    let address = file.uint(data, file.offsets)?;
+                    let size = usize::try_from(file.uint(data + file.offsets, file.lengths)?).ok()?;
+                    let start = file.at(address)?;
+                    let block = if version2 {
+                        (bytes.get(start..start + 4)? == b"OCHK").then_some(())?;
+                        // The signature first, the checksum last.
+                        (start + 4, size.checked_sub(8)?)
+                    } else {
+                        (start, size)
+                    };
+                    if blocks.iter().all(|&(s, _)| s != block.0) {
+                        blocks.push(block);
+                    }
+                    (blocks.len() <= MAX_BLOCKS).then_some(())?;
+                }
+                (found.len() <= MAX_MESSAGES).then_some(())?;
+                p = if version2 { stop } else { data + length.div_ceil(8) * 8 };
+            }
+        }
+        Some(found)
+    }
+
+    /// The value of the scalar string attribute `name` of the root group:
+    /// its bytes, a fixed-length string's trailing NULs cut (as numpy does).
+    pub(super) fn root_string_attribute<'a>(bytes: &'a [u8], name: &[u8]) -> Option<&'a [u8]> {
+        let (file, root) = superblock(bytes)?;
+        let messages = messages(&file, root)?;
+        let mut named = messages.iter().filter(|(kind, _)| *kind == ATTRIBUTE).filter_map(|(_, data)| {
+            let attribute = attribute(data)?;
+            (attribute.0 == name).then_some(attribute)
+        });
+        let (_, datatype, dataspace, value) = named.next()?;
+        if named.next().is_some() {
+            return None; // two attributes of one name: not a file h5py wrote
+        }
+        scalar(dataspace)?;
+        string(&file, datatype, value)
+    }
+
+    /// An attribute message's name (less its NUL), datatype, dataspace and data.
+    fn attribute(data: &[u8]) -> Option<(&[u8], &[u8], &[u8], &[u8])> {
+        let version = *data.first()?;
+        let flags = *data.get(1)?;
+        let (name_size, type_size, space_size) =
+            (uint(data, 2, 2)? as usize, uint(data, 4, 2)? as usize, uint(data, 6, 2)? as usize);
+        let (pad, mut p): (fn(usize) -> usize, usize) = match version {
+            1 => (|n| n.div_ceil(8) * 8, 8),
+            2 => (|n| n, 8),
+            3 => (|n| n, 9),
+            _ => return None,
+        };
+        // A shared datatype or dataspace is a reference elsewhere: not followed.
+        (version == 1 || flags & 0x03 == 0).then_some(())?;
+        let name = data.get(p..p + name_size)?;
+        let name = name.split(|&b| b == 0).next().unwrap_or(name);
+        p += pad(name_size);
+        let datatype = data.get(p..p + type_size)?;
+        p += pad(type_size);
+        let dataspace = data.get(p..p + space_size)?;
+        p += pad(space_size);
+        Some((name, datatype, dataspace, data.get(p..)?))
+    }
+
+    /// A dataspace of one element, as h5py reads into a `str` (rank 0).
+    fn scalar(dataspace: &[u8]) -> Option<()> {
+        match (*dataspace.first()?, *dataspace.get(1)?) {
+            (1, 0) => Some(()),
+            (2, 0) if *dataspace.get(3)? == 0 => Some(()),
+            _ => None,
+        }
+    }
+
+    /// A string attribute's bytes: fixed-length (class 3) inline, or
+    /// variable-length (class 9, type string) in a global heap collection.
+    fn string<'a>(file: &File<'a>, datatype: &[u8], value: &'a [u8]) -> Option<&'a [u8]> {
+        let class = *datatype.first()? & 0x0f;
+        let size = usize::try_from(uint(datatype, 4, 4)?).ok()?;
+        match class {
+            3 => {
+                let text = value.get(..size)?;
+                let end = text.iter().rposition(|&b| b != 0).map_or(0, |i| i + 1);
+                Some(&text[..end])
+            }
+            9 if *datatype.get(1)? & 0x0f == 1 => {
+                // The element: the string's length, then its global heap ID
+                // (the collection's address and the object's index).
+                let length = usize::try_from(uint(value, 0, 4)?).ok()?;
+                let address = uint(value, 4, file.offsets)?;
+                let index = uint(value, 4 + file.offsets, 4)?;
+                let object = heap_object(file, file.at(address)?, index)?;
+                object.get(..length)
+            }
+            _ => None,
+        }
+    }
+
+    /// [`heap_object`] in `bytes` read as a file with 8-byte offsets and lengths.
+    #[cfg(test)]
+    pub(super) fn heap_object_in(bytes: &[u8], at: usize, index: u64) -> Option<&[u8]> {
+        heap_object(&File { bytes, offsets: 8, lengths: 8, base: 0 }, at, index)
+    }
+
+    /// Object `index` of the global heap collection at `at` ("Global Heap":
+    /// `GCOL`, version 1, 3 reserved bytes, the collection's size, then
+    /// objects of a 2-byte index, a 2-byte reference count, 4 reserved
+    /// bytes, a size and the data padded to 8; index 0 is free space).
+    fn heap_object<'a>(file: &File<'a>, at: usize, index: u64) -> Option<&'a [u8]> {
+        let bytes = file.bytes;
+        (bytes.get(at..at + 4)? == b"GCOL" && *bytes.get(at + 4)? == 1).then_some(())?;
+        let size = usize::try_from(file.uint(at + 8, file.lengths)?).ok()?;
+        let end = at.checked_add(size)?.min(bytes.len());
+        let mut object = at + 8 + file.lengths;
+        while object + 8 + file.lengths <= end {
+            let id = uint(bytes, object, 2)?;
+            let length = usize::try_from(file.uint(object + 8, file.lengths)?).ok()?;
+            if id == 0 {
+                return None; // free space: the rest of the collection
+            }
+            let data = object + 8 + file.lengths;
+            let stop = data.checked_add(length).filter(|&s| s <= end)?;
+            if id == index {
+                return Some(&bytes[data..stop]);
+            }
+            object = data + length.div_ceil(8) * 8;
+        }
+        None
+    }
 }
 
 /// The first place in a model config that holds Python code which runs
@@ -536,9 +895,138 @@ mod tests {
         bytes.extend_from_slice(&[1, 0, 1, 0, 0, 0, 0, 0]);
         bytes.extend_from_slice(&5u64.to_le_bytes());
         bytes.extend_from_slice(b"3.1.0\0\0\0");
-        // A lying size runs past the collection: dropped.
+        // A lying size runs past the collection: not found.
         bytes.extend_from_slice(&[2, 0, 1, 0, 0, 0, 0, 0]);
         bytes.extend_from_slice(&u64::MAX.to_le_bytes());
-        assert_eq!(global_heap_strings(&bytes), [b"3.1.0"]);
+        assert_eq!(h5::heap_object_in(&bytes, 4, 1), Some(&b"3.1.0"[..]));
+        assert_eq!(h5::heap_object_in(&bytes, 4, 2), None);
+        assert_eq!(h5::heap_object_in(&bytes, 4, 3), None);
+        assert_eq!(h5::heap_object_in(&bytes, 5, 1), None, "no collection there");
+    }
+
+    fn testdata(name: &str) -> std::path::PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("src/keras/testdata").join(name)
+    }
+
+    /// The config of `testdata/make_h5_decoys.py` whose output is `output`.
+    fn decoy_config(output: &str) -> Value {
+        serde_json::json!({"class_name": "Functional", "config": {"name": output, "layers": [
+            {"class_name": "InputLayer", "name": "x",
+             "config": {"batch_shape": [null, 2], "dtype": "float32", "name": "x"}},
+            {"class_name": "Dense", "name": output, "config": {"name": output, "units": 3}}],
+            "input_layers": [["x", 0, 0]], "output_layers": [[output, 0, 0]]}})
+    }
+
+    #[test]
+    fn an_h5_model_config_is_the_root_attribute_h5py_reads_not_a_decoy_elsewhere() {
+        // Each file holds another model config in a dataset written first
+        // (first in the global heap), in another root attribute and in a
+        // nested group's model_config; h5py's default layout and "latest",
+        // variable- and fixed-length strings.
+        for file in ["h5_decoys_v0.h5", "h5_decoys_latest.h5"] {
+            let info = read_h5(&testdata(file)).unwrap_or_else(|e| panic!("{file}: {e}"));
+            assert_eq!(info.outputs, ["real_out"], "{file}");
+            assert_eq!(info.keras_version.as_deref(), Some("3.15.1"), "{file}");
+            let real = architecture_digest("h5", &decoy_config("real_out"), Some("3.15.1"));
+            assert_eq!(info.architecture.as_deref(), Some(real.as_str()), "{file}");
+        }
+        // Files Keras 3 and tf_keras wrote.
+        let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/keras");
+        let keras3 = read_h5(&fixtures.join("ckpts/seq.h5")).unwrap();
+        assert_eq!(
+            (keras3.class_name.as_str(), keras3.outputs.as_slice()),
+            ("Sequential", &["dense_1".to_string()][..])
+        );
+        assert!(keras3.keras_version.as_deref().is_some_and(|v| v.starts_with("3.")), "{keras3:?}");
+        for file in ["keras2/k2_seq.h5", "keras2/k2_local.h5"] {
+            let keras2 = read_h5(&fixtures.join(file)).unwrap_or_else(|e| panic!("{file}: {e}"));
+            assert!(keras2.keras_version.as_deref().is_some_and(|v| v.starts_with("2.")), "{file}: {keras2:?}");
+            assert!(!keras2.inputs.is_empty(), "{file}: {keras2:?}");
+        }
+    }
+
+    #[test]
+    fn an_h5_file_cut_or_changed_anywhere_finds_the_real_config_or_nothing() {
+        let bytes = std::fs::read(testdata("h5_decoys_v0.h5")).unwrap();
+        let real = h5::root_string_attribute(&bytes, b"model_config").unwrap().to_vec();
+        for cut in (0..bytes.len()).step_by(7) {
+            let found = h5::root_string_attribute(&bytes[..cut], b"model_config");
+            assert!(found.is_none() || found == Some(&real[..]), "cut at {cut}");
+        }
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        for _ in 0..2000 {
+            let mut changed = bytes.clone();
+            for _ in 0..4 {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                let at = (state % changed.len() as u64) as usize;
+                changed[at] = (state >> 32) as u8;
+            }
+            // Any answer or none, never a panic.
+            let _ = h5::root_string_attribute(&changed, b"model_config");
+        }
+    }
+
+    /// A `.keras` archive with these (raw) entry names and bytes.
+    fn archive(entries: &[(&[u8], &[u8])]) -> Vec<u8> {
+        use std::io::Write;
+        let mut zip = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
+        let stored = zip::write::SimpleFileOptions::default().compression_method(zip::CompressionMethod::Stored);
+        let mut placeholders = Vec::new();
+        for (i, (name, data)) in entries.iter().enumerate() {
+            // Written under a placeholder of the same length, renamed in the bytes after.
+            let placeholder = char::from(b'A' + i as u8).to_string().repeat(name.len().max(2));
+            zip.start_file(placeholder.clone(), stored).unwrap();
+            zip.write_all(data).unwrap();
+            placeholders.push(placeholder);
+        }
+        let mut bytes = zip.finish().unwrap().into_inner();
+        for (placeholder, (name, _)) in placeholders.iter().zip(entries) {
+            let needle = placeholder.as_bytes();
+            let mut at = 0;
+            while let Some(found) = bytes[at..].windows(needle.len()).position(|w| w == needle) {
+                let start = at + found;
+                bytes[start..start + needle.len()].copy_from_slice(name);
+                at = start + needle.len();
+            }
+        }
+        bytes
+    }
+
+    #[test]
+    fn a_keras_archive_whose_entry_names_read_two_ways_is_refused_naming_the_entry() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = serde_json::to_vec(&decoy_config("out")).unwrap();
+        let write = |name: &str, entries: &[(&[u8], &[u8])]| {
+            let path = dir.path().join(name);
+            std::fs::write(&path, archive(entries)).unwrap();
+            path
+        };
+        let plain =
+            write("plain.keras", &[(b"metadata.json", b"{}"), (b"config.json", &config), (b"assets/a/v.txt", b"x")]);
+        assert_eq!(read_keras(&plain).unwrap().outputs, ["out"]);
+        let cases: [(&[u8], &str); 9] = [
+            (b"config.json\0x", "holds a NUL byte"),
+            (b"config.json\x1b", "control byte 0x1b"),
+            (b"./config.json", "changes when normalised (expected a plain relative path such as \"config.json\")"),
+            (b"assets//v.txt", "changes when normalised"),
+            (b"/config.json", "changes when normalised"),
+            (b"assets/../config.json", "changes when normalised"),
+            (b"assets\\config.json", "backslash"),
+            (b"config.json/", "is named twice"),
+            (b"config.json", "is named twice"),
+        ];
+        for (name, says) in cases {
+            let path = write("hostile.keras", &[(b"config.json", &config), (name, &config)]);
+            let error = read_keras(&path).unwrap_err();
+            assert!(matches!(error, KerasFileError::AmbiguousEntry { .. }), "{name:?}: {error}");
+            let text = error.to_string();
+            let shown = format!("{:?}", String::from_utf8_lossy(name));
+            assert!(text.contains("hostile.keras") && text.contains(&shown) && text.contains(says), "{text}");
+        }
+        // Non-ASCII without the UTF-8 flag: each zip reader decodes it its own way.
+        let path = write("latin.keras", &[(b"config.json", &config), (b"assets/caf\xe9.txt", b"x")]);
+        assert!(read_keras(&path).unwrap_err().to_string().contains("not flagged as UTF-8"));
     }
 }

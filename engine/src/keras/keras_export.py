@@ -36,7 +36,11 @@ have the very layout (every dataset's path, shape and dtype) of the traced
 file's, Keras loads them without a warning and the variables written are
 the traced export's (names, shapes, dtypes, count); else the file is
 exported in full ("graph": "traced"), so a file never runs in a graph it
-does not fit.
+does not fit. The supervisor's key only proposes: it read the file's config
+with its own zip and HDF5 readers, and a file can say one thing to those
+and another to Keras. A file shares the trace only when the config Keras
+reads from it has the traced file's digest (`loaded_config_digest`); any
+other file of the group is exported in full.
 
 Any other file is frozen ("graph": "frozen", see export_frozen) unless its
 job says "freeze": false (the supervisor's second export of a file whose
@@ -441,11 +445,79 @@ def shareable(model, out):
     return not any(hasattr(layer, "load_assets") for layer in layers)
 
 
-class Graph:
-    """A traced export kept for the files of the same architecture."""
+def renumber_shared_objects(value, seen):
+    """Each `shared_object_id` (a Python id() when saved, an address that
+    differs in every process) becomes its index among the distinct ids met
+    so far, depth first in the file's key order."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if key == "shared_object_id":
+                if item not in seen:
+                    seen.append(item)
+                value[key] = seen.index(item)
+            else:
+                renumber_shared_objects(item, seen)
+    elif isinstance(value, list):
+        for item in value:
+            renumber_shared_objects(item, seen)
 
-    def __init__(self, key, model, archive, out, layout, names, outputs):
+
+def loaded_config_digest(path):
+    """The SHA-256 of the model config Keras builds a file's model from, or
+    None (then the file shares no trace). It is read the way Keras reads it,
+    not the way the supervisor did: for a .keras archive, the bytes of
+    `zipfile.ZipFile(path).open("config.json")` (saving_lib's
+    `_load_model_from_fileobj`: zipfile cuts a name at a NUL byte and lets
+    a later entry of the same name win, so this is the entry Keras takes);
+    for an .h5 file, h5py's root attribute `model_config` (legacy_h5_format).
+    The JSON is parsed with `json.loads` as Keras parses it, its top-level
+    `compile_config` dropped (loaded with compile=False, Keras ignores it),
+    each `shared_object_id` renumbered by first appearance, and written
+    with sorted keys and no spaces (`json.dumps(sort_keys=True)`); the
+    digest covers the format too. An archive with two entries of one name
+    as zipfile reads them has no digest: which one Keras took is zipfile's
+    choice, not the file's plain meaning."""
+    import hashlib
+    import zipfile
+
+    try:
+        if path.endswith(".keras"):
+            fmt = "keras"
+            with zipfile.ZipFile(path) as archive:
+                names = [info.filename for info in archive.infolist()]
+                if len(names) != len(set(names)):
+                    return None
+                with archive.open("config.json") as member:
+                    raw = member.read()
+        else:
+            import h5py
+
+            fmt = "h5"
+            with h5py.File(path, "r") as f:
+                raw = f.attrs.get("model_config")
+            if raw is None:
+                return None
+        if hasattr(raw, "decode"):
+            raw = raw.decode("utf-8")
+        config = json.loads(raw)
+    except Exception:  # noqa: BLE001 - unreadable: exported in full, where Keras says why
+        return None
+    if not isinstance(config, dict):
+        return None
+    config.pop("compile_config", None)
+    renumber_shared_objects(config, [])
+    text = json.dumps(config, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(f"{fmt}\0{text}".encode()).hexdigest()
+
+
+class Graph:
+    """A traced export kept for the files of the same architecture: only a
+    file whose config, as Keras reads it, has the traced file's digest
+    (`config`) may share it."""
+
+    def __init__(self, key, config, model, archive, out, layout, names, outputs):
         self.key = key
+        self.config = config
         self.model = model
         self.archive = archive
         self.layout = layout
@@ -463,6 +535,9 @@ def export_shared(graph, path, out):
     from tensorflow.python.checkpoint import checkpoint as checkpoint_lib
     from tensorflow.python.checkpoint import graph_view
 
+    config = loaded_config_digest(path)
+    if config is None or config != graph.config:
+        return "its config, as Keras reads it, is not the traced file's"
     layout = weights_layout(path)
     if layout is None or layout != graph.layout:
         return "its weights are laid out unlike the traced file's"
@@ -518,6 +593,8 @@ for index, job in enumerate(request["jobs"]):
                 continue
             print(f"isorun: {job['file']}: exported in full: {why}", file=sys.stderr)
             shutil.rmtree(job["out"], ignore_errors=True)
+        # Read before Keras reads the file: the config this trace may be shared on.
+        config = loaded_config_digest(job["file"]) if key is not None and not unsafe else None
         try:
             model = keras.models.load_model(job["file"], compile=False, safe_mode=not unsafe)
         except Exception as keras_error:
@@ -560,8 +637,8 @@ for index, job in enumerate(request["jobs"]):
                 layout = weights_layout(job["file"])
                 # Only one graph is kept: the supervisor sends a group's files in a row.
                 graph = None
-                if layout is not None and shareable(model, job["out"]):
-                    graph = Graph(key, model, archive, job["out"], layout, names, outputs)
+                if layout is not None and config is not None and shareable(model, job["out"]):
+                    graph = Graph(key, config, model, archive, job["out"], layout, names, outputs)
             del model, archive
         done = {"done": index, "ok": True, "loader": loader, "graph": graph_way, "inputs": names, "outputs": outputs}
         if graph_way == "frozen" and deferred:
