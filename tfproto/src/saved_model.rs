@@ -110,6 +110,17 @@ pub struct MetaGraph {
 pub fn read_saved_model(dir: &Path) -> Result<Vec<MetaGraph>, SavedModelError> {
     let path = dir.join("saved_model.pb");
     let bytes = std::fs::read(&path).map_err(|source| SavedModelError::Read { path: path.clone(), source })?;
+    let items = decoded_items(&bytes, Schema::SavedModel, 0);
+    let most = most_items(bytes.len() as u64);
+    if items > most {
+        return Err(SavedModelError::Decode {
+            path,
+            reason: format!(
+                "its {} bytes hold {items} meta graphs, tags, signatures, names and dimensions; at most {most} are read",
+                bytes.len()
+            ),
+        });
+    }
     let model = proto::SavedModel::decode(bytes.as_slice())
         .map_err(|e| SavedModelError::Decode { path: path.clone(), reason: e.to_string() })?;
     if model.meta_graphs.is_empty() {
@@ -120,6 +131,91 @@ pub fn read_saved_model(dir: &Path) -> Result<Vec<MetaGraph>, SavedModelError> {
         .into_iter()
         .map(|def| MetaGraph { tags: def.meta_info_def.as_ref().map(|m| m.tags.clone()).unwrap_or_default(), def })
         .collect())
+}
+
+/// What one decoded item (a meta graph, tag, signature, name or dimension)
+/// may cost in memory at most, its share of a growing vector or map and of
+/// the copy [`read_saved_model`] makes included.
+const ITEM_COST: u64 = 512;
+
+/// The most items a `saved_model.pb` of `len` bytes may hold: a file of
+/// empty messages (two bytes each) would otherwise cost hundreds of times
+/// its size, so the supervisor keeps to max(64 MiB, 16 x its size) whatever
+/// the file says. Real files hold a few hundred items in megabytes of graph.
+fn most_items(len: u64) -> u64 {
+    len.saturating_mul(16).max(64 << 20) / ITEM_COST
+}
+
+/// The messages of [`proto`], for counting what decoding one would make.
+#[derive(Clone, Copy)]
+enum Schema {
+    SavedModel,
+    MetaGraph,
+    MetaInfo,
+    SignatureEntry,
+    Signature,
+    InfoEntry,
+    Info,
+    Shape,
+}
+
+impl Schema {
+    /// What the length-delimited field `tag` of this message decodes to: a
+    /// message (`Some(Some(_))`), a string or leaf message (`Some(None)`),
+    /// or nothing (a field isorun skips).
+    fn field(self, tag: u32) -> Option<Option<Schema>> {
+        use Schema::*;
+        match (self, tag) {
+            (SavedModel, 2) => Some(Some(MetaGraph)),
+            (MetaGraph, 1) => Some(Some(MetaInfo)),
+            (MetaGraph, 5) => Some(Some(SignatureEntry)),
+            (MetaInfo, 4 | 5) | (SignatureEntry | InfoEntry | Info, 1) | (Signature, 3) | (Shape, 2) => Some(None),
+            (SignatureEntry, 2) => Some(Some(Signature)),
+            (Signature, 1 | 2) => Some(Some(InfoEntry)),
+            (InfoEntry, 2) => Some(Some(Info)),
+            (Info, 3) => Some(Some(Shape)),
+            _ => None,
+        }
+    }
+}
+
+/// How many items decoding `bytes` as `schema` would make, counted from
+/// the wire format without decoding: one walk, nothing allocated. Bytes
+/// that are not protobuf end the count (the decoder then says what is
+/// wrong).
+fn decoded_items(mut bytes: &[u8], schema: Schema, depth: u32) -> u64 {
+    use prost::encoding::{decode_key, decode_varint, WireType};
+    let mut items = 0u64;
+    // prost refuses messages nested deeper than 100.
+    if depth > 100 {
+        return items;
+    }
+    while !bytes.is_empty() {
+        let Ok((tag, wire_type)) = decode_key(&mut bytes) else { break };
+        let skip = match wire_type {
+            WireType::Varint => match decode_varint(&mut bytes) {
+                Ok(_) => 0,
+                Err(_) => break,
+            },
+            WireType::SixtyFourBit => 8,
+            WireType::ThirtyTwoBit => 4,
+            WireType::LengthDelimited => {
+                let Some(len) = decode_varint(&mut bytes).ok().and_then(|l| usize::try_from(l).ok()) else { break };
+                let Some(body) = bytes.get(..len) else { break };
+                if let Some(child) = schema.field(tag) {
+                    items += 1;
+                    if let Some(child) = child {
+                        items += decoded_items(body, child, depth + 1);
+                    }
+                }
+                len
+            }
+            WireType::StartGroup | WireType::EndGroup => break,
+        };
+        let Some(rest) = bytes.get(skip..) else { break };
+        bytes = rest;
+    }
+    items
 }
 
 /// The signatures of a meta graph in isorun's types, sorted by key, with the
