@@ -86,7 +86,7 @@ impl Calibration {
             return Err(format!("{} calibration bins against {}", self.bins(), other.bins()));
         }
         for b in 0..self.bins() {
-            self.count[b] += other.count[b];
+            self.count[b] = crate::state::added("calibration counts", self.count[b], other.count[b])?;
             self.weight[b].merge(&other.weight[b]);
             self.confidence[b].merge(&other.confidence[b]);
             self.correct[b].merge(&other.correct[b]);

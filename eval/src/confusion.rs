@@ -76,19 +76,28 @@ impl TopConfusions {
         }
     }
 
-    pub(crate) fn merge(&mut self, other: &TopConfusions) {
+    /// Adds `other`'s counters; `Err` when a count would pass `u64::MAX`
+    /// (counts come from files): nothing is then to be trusted of the result.
+    pub(crate) fn merge(&mut self, other: &TopConfusions) -> Result<(), String> {
+        let overflow = |what: &str, a: u64, b: u64| format!("the summed {what} overflow a 64-bit count ({a} + {b})");
         for (key, count) in &other.counts {
-            *self.counts.entry(*key).or_insert(0) += count;
+            let mine = self.counts.entry(*key).or_insert(0);
+            *mine = mine.checked_add(*count).ok_or_else(|| overflow("top confusion counts", *mine, *count))?;
         }
-        self.max_error += other.max_error;
+        self.max_error = self
+            .max_error
+            .checked_add(other.max_error)
+            .ok_or_else(|| overflow("top confusion errors", self.max_error, other.max_error))?;
         if self.counts.len() > self.entries {
             let mut values: Vec<u64> = self.counts.values().copied().collect();
             values.sort_unstable_by(|a, b| b.cmp(a));
             let cut = values[self.entries];
             self.counts.values_mut().for_each(|c| *c = c.saturating_sub(cut));
             self.counts.retain(|_, c| *c > 0);
-            self.max_error += cut;
+            self.max_error =
+                self.max_error.checked_add(cut).ok_or_else(|| overflow("top confusion errors", self.max_error, cut))?;
         }
+        Ok(())
     }
 
     pub(crate) fn summary(&self, shown: usize) -> TopConfusionsSummary {
@@ -176,7 +185,7 @@ mod tests {
             a.add(k + 2, 1);
             b.add(1, k + 2);
         }
-        a.merge(&b);
+        a.merge(&b).unwrap();
         let summary = a.summary(1);
         assert_eq!((summary.top[0].truth, summary.top[0].predicted), (0, 1));
         assert!(summary.top[0].count <= 12 && summary.top[0].count + summary.max_error >= 12);

@@ -166,15 +166,21 @@ impl Curve {
         serde_json::Value::Object(object)
     }
 
-    /// The curve of [`Curve::to_json`]; `Err` says what is wrong.
-    pub fn from_json(value: &serde_json::Value) -> Result<Curve, String> {
+    /// The curve of [`Curve::to_json`]; `Err` says what is wrong. Its
+    /// buckets are allocated in full when it is bucketed, so the JSON (a
+    /// file's) may claim at most `max_buckets`: what eval makes for its place.
+    pub fn from_json(value: &serde_json::Value, max_buckets: usize) -> Result<Curve, String> {
         let count = |key: &str| {
             value[key]
                 .as_u64()
                 .filter(|n| (1..=1 << 24).contains(n))
                 .ok_or_else(|| format!("curve: no \"{key}\" count"))
         };
-        let mut curve = Curve::new(count("cap")? as usize, count("buckets")? as usize);
+        let buckets = count("buckets")?;
+        if buckets > max_buckets as u64 {
+            return Err(format!("curve: {buckets} buckets, more than the {max_buckets} of its place"));
+        }
+        let mut curve = Curve::new(count("cap")? as usize, buckets as usize);
         let float = |v: &serde_json::Value| if v.is_null() { Some(f64::NAN) } else { v.as_f64() };
         let triple = |entry: &serde_json::Value| -> Result<(f64, f64, f64), String> {
             match entry.as_array().map(Vec::as_slice) {

@@ -567,11 +567,7 @@ impl Evaluator {
             Task::Multiclass { classes } => classes,
             _ => 1,
         };
-        let overall_curves = wants_curves.then(|| {
-            let cap = (AUC_EXACT_CAP / curve_count).max(1 << 12);
-            let buckets = (AUC_BUCKETS * 16 / curve_count).clamp(1 << 10, AUC_BUCKETS);
-            (cap, buckets)
-        });
+        let overall_curves = wants_curves.then(|| crate::state::overall_curve_sizes(curve_count));
         self.state.overall = Some(State::new(task, overall_curves).with_calibration(self.calibration_bins()));
         if matches!(task, Task::Binary | Task::Multiclass { .. }) {
             if curve_count <= self.state.max_confusion_classes {

@@ -260,8 +260,10 @@ impl Lean {
         {
             return Err("replicates of different tasks or curves".into());
         }
+        for (a, b) in self.examples.iter_mut().zip(&other.examples) {
+            *a = crate::state::added("replicate examples", *a, *b)?;
+        }
         self.values.iter_mut().zip(&other.values).for_each(|(a, b)| *a += b);
-        self.examples.iter_mut().zip(&other.examples).for_each(|(a, b)| *a += b);
         self.present.iter_mut().zip(&other.present).for_each(|(a, b)| *a |= b);
         for (mine, theirs) in self.curves.iter_mut().zip(&other.curves) {
             mine.merge(theirs, self.replicates);
@@ -291,32 +293,54 @@ impl Lean {
         Value::Object(o)
     }
 
-    fn from_json(value: &Value, template: Lean) -> Result<Lean, String> {
-        let mut lean = template;
-        let numbers = |key: &str| -> Option<Vec<f64>> { value[key].as_array()?.iter().map(Value::as_f64).collect() };
-        let values = numbers("values").filter(|v| v.len() == lean.values.len());
-        lean.values = values.ok_or_else(|| format!("\"values\" is not {} numbers", lean.values.len()))?;
-        let examples =
-            value["examples"].as_array().and_then(|l| l.iter().map(Value::as_u64).collect::<Option<Vec<_>>>());
-        lean.examples = examples
-            .filter(|e| e.len() == lean.replicates)
-            .ok_or_else(|| format!("\"examples\" is not {} counts", lean.replicates))?;
-        if !lean.present.is_empty() {
-            let present = value["present"]
+    /// The replicates of [`Lean::to_json`]'s JSON, of `task` with
+    /// `replicates` replicates and `curves` as [`Lean::new`] takes them.
+    /// Every list's length is checked against the JSON before anything is
+    /// allocated: the sizes (classes × replicates) are what a file claims,
+    /// and must be backed by that many numbers in it.
+    fn from_json(value: &Value, task: Task, replicates: usize, curves: Option<(usize, usize)>) -> Result<Lean, String> {
+        let classes = match task {
+            Task::Multiclass { classes } => classes,
+            _ => 0,
+        };
+        // `None` when the product passes usize: no JSON list is that long.
+        let sized = |key: &str, n: Option<usize>| -> Result<&Vec<Value>, String> {
+            let what = n.map_or_else(|| "more than fit in memory".to_string(), |n| n.to_string());
+            value[key]
                 .as_array()
-                .and_then(|l| l.iter().map(|p| p.as_u64().map(|p| p != 0)).collect::<Option<Vec<_>>>());
-            lean.present = present
-                .filter(|p| p.len() == lean.present.len())
-                .ok_or_else(|| format!("\"present\" is not {} flags", lean.present.len()))?;
-        }
-        if !lean.curves.is_empty() {
-            let list = value["curves"].as_array().filter(|l| l.len() == lean.curves.len());
-            let list = list.ok_or_else(|| format!("\"curves\" is not {} curves", lean.curves.len()))?;
-            for (curve, v) in lean.curves.iter_mut().zip(list) {
-                curve.read_json(v, lean.replicates)?;
+                .filter(|list| Some(list.len()) == n)
+                .ok_or_else(|| format!("\"{key}\" is not {what} entries"))
+        };
+        let values = sized("values", fields_of(task).checked_mul(replicates))?;
+        let values =
+            values.iter().map(Value::as_f64).collect::<Option<Vec<f64>>>().ok_or("\"values\" holds a non-number")?;
+        let examples = sized("examples", Some(replicates))?;
+        let examples =
+            examples.iter().map(Value::as_u64).collect::<Option<Vec<u64>>>().ok_or("\"examples\" holds a non-count")?;
+        let present = if classes == 0 {
+            Vec::new()
+        } else {
+            let flags = sized("present", classes.checked_mul(replicates))?;
+            flags
+                .iter()
+                .map(|p| p.as_u64().map(|p| p != 0))
+                .collect::<Option<Vec<bool>>>()
+                .ok_or("\"present\" holds a non-flag")?
+        };
+        let curves = match curves {
+            None => Vec::new(),
+            Some((count, cap)) => {
+                let list = sized("curves", Some(count))?;
+                let mut curves = Vec::with_capacity(list.len());
+                for v in list {
+                    let mut curve = SharedCurve::new(cap);
+                    curve.read_json(v, replicates)?;
+                    curves.push(curve);
+                }
+                curves
             }
-        }
-        Ok(lean)
+        };
+        Ok(Lean { task, replicates, values, examples, present, curves })
     }
 }
 
@@ -486,8 +510,13 @@ impl Replicates {
     }
 
     fn fresh(&self, task: Task, metrics: &[Metric], slice: bool) -> Lean {
+        Lean::new(task, self.spec.bootstrap.replicates as usize, Self::curves_of(task, metrics, slice))
+    }
+
+    /// The curves of a state's replicates, as [`Lean::new`] takes them.
+    fn curves_of(task: Task, metrics: &[Metric], slice: bool) -> Option<(usize, usize)> {
         let wants_curves = metrics.iter().any(|m| matches!(m, Metric::Auc | Metric::PrAuc));
-        Lean::new(task, self.spec.bootstrap.replicates as usize, curve_caps(task, wants_curves, slice))
+        curve_caps(task, wants_curves, slice)
     }
 
     /// Adds one example (identity `id`) to every replicate, weighted by its
@@ -626,7 +655,8 @@ impl Replicates {
         let mut out = Replicates::new(spec, slice_features);
         let lean = |v: &Value, slice: bool, what: &str| -> Result<Lean, String> {
             let task = task.ok_or("replicates of a state that saw no examples")?;
-            Lean::from_json(v, out.fresh(task, metrics, slice)).map_err(|e| format!("replicates: {what}: {e}"))
+            let curves = Replicates::curves_of(task, metrics, slice);
+            Lean::from_json(v, task, replicates as usize, curves).map_err(|e| format!("replicates: {what}: {e}"))
         };
         let overall = if value["overall"].is_null() { None } else { Some(lean(&value["overall"], false, "overall")?) };
         let slices = value["slices"].as_array().map(Vec::as_slice).unwrap_or_default();

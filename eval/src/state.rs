@@ -54,6 +54,22 @@ pub const SLICE_AUC_CAP: usize = 1 << 10;
 pub const MAX_CONFUSION_CLASSES: usize = 1000;
 /// The version of the state's JSON; another version is refused.
 pub const STATE_VERSION: u64 = 1;
+/// The most classes a state read from JSON may have. A state's JSON is
+/// untrusted (a shard report), and what is allocated for it grows with its
+/// classes (three sums per class per bootstrap replicate): the class count
+/// must be backed by that many per-class sums in the JSON itself, and may
+/// never pass this bound, far past any classifier eval has met.
+pub const MAX_CLASSES: usize = 1 << 20;
+
+/// The exact-score cap and bucket count of the overall state's AUC curves
+/// (one per class, or one): `AUC_EXACT_CAP` distinct scores and
+/// `AUC_BUCKETS × 16` buckets shared out over the curves, within bounds.
+pub(crate) fn overall_curve_sizes(curve_count: usize) -> (usize, usize) {
+    let curve_count = curve_count.max(1);
+    let cap = (AUC_EXACT_CAP / curve_count).max(1 << 12);
+    let buckets = (AUC_BUCKETS * 16 / curve_count).clamp(1 << 10, AUC_BUCKETS);
+    (cap, buckets)
+}
 
 /// Metric state of one task over some examples.
 #[derive(Debug, Clone)]
@@ -122,11 +138,12 @@ impl Sums {
         self.absolute_error.add(weight * error.abs());
     }
 
-    fn merge(&mut self, other: &Sums) {
-        self.examples += other.examples;
+    fn merge(&mut self, other: &Sums) -> Result<(), String> {
+        self.examples = added("examples", self.examples, other.examples)?;
         for (mine, theirs) in self.fields_mut().into_iter().zip(other.fields()) {
             mine.merge(theirs);
         }
+        Ok(())
     }
 
     /// sklearn's r2_score: 1 − SS_res/SS_tot, SS_tot = Σw·y² − (Σw·y)²/Σw
@@ -175,6 +192,12 @@ pub(crate) struct MulticlassState {
 #[derive(Debug, Clone)]
 pub(crate) struct RegressionState {
     sums: Sums,
+}
+
+/// `a + b` for counts summed while merging, or why not: a state's counts
+/// come from files, and a sum past `u64::MAX` must be an error, not wrap.
+pub(crate) fn added(what: &str, a: u64, b: u64) -> Result<u64, String> {
+    a.checked_add(b).ok_or_else(|| format!("the summed {what} overflow a 64-bit count ({a} + {b})"))
 }
 
 fn ratio(a: f64, b: f64) -> f64 {
@@ -475,7 +498,7 @@ impl State {
     fn merge(&mut self, other: &State) -> Result<(), String> {
         match (self, other) {
             (State::Binary(a), State::Binary(b)) => {
-                a.sums.merge(&b.sums);
+                a.sums.merge(&b.sums)?;
                 for (x, y) in [(&mut a.tp, &b.tp), (&mut a.fp, &b.fp), (&mut a.tn, &b.tn), (&mut a.fn_, &b.fn_)] {
                     x.merge(y);
                 }
@@ -486,7 +509,7 @@ impl State {
                 if a.tp.len() != b.tp.len() {
                     return Err(format!("{} classes against {}", a.tp.len(), b.tp.len()));
                 }
-                a.sums.merge(&b.sums);
+                a.sums.merge(&b.sums)?;
                 a.correct.merge(&b.correct);
                 a.top_k.merge(&b.top_k);
                 for (x, y) in [(&mut a.tp, &b.tp), (&mut a.fp, &b.fp), (&mut a.fn_, &b.fn_)] {
@@ -502,10 +525,7 @@ impl State {
                 }
                 Ok(())
             }
-            (State::Regression(a), State::Regression(b)) => {
-                a.sums.merge(&b.sums);
-                Ok(())
-            }
+            (State::Regression(a), State::Regression(b)) => a.sums.merge(&b.sums),
             _ => Err("states of different tasks".into()),
         }
     }
@@ -758,13 +778,15 @@ impl MetricState {
         }
         match (&mut merged.confusion, &other.confusion) {
             (Some(a), Some(b)) if a.len() == b.len() => {
-                a.iter_mut().flatten().zip(b.iter().flatten()).for_each(|(x, y)| *x += y);
+                for (x, y) in a.iter_mut().flatten().zip(b.iter().flatten()) {
+                    *x = added("confusion counts", *x, *y).map_err(&inconsistent)?;
+                }
             }
             (None, None) => {}
             _ => return Err(inconsistent("confusion matrices of different sizes".into())),
         }
         match (&mut merged.top_confusions, &other.top_confusions) {
-            (Some(a), Some(b)) => a.merge(b),
+            (Some(a), Some(b)) => a.merge(b).map_err(&inconsistent)?,
             (None, None) => {}
             _ => return Err(inconsistent("one has top confusions and the other not".into())),
         }
@@ -783,7 +805,7 @@ impl MetricState {
             (None, None) => {}
             _ => return Err(inconsistent("one has bootstrap replicates (--ci) and the other not".into())),
         }
-        merged.examples += other.examples;
+        merged.examples = added("examples", merged.examples, other.examples).map_err(&inconsistent)?;
         *self = merged;
         Ok(())
     }
@@ -899,16 +921,32 @@ impl MetricState {
             "binary" => Task::Binary,
             "regression" => Task::Regression,
             "multiclass" => {
-                let classes = value["classes"].as_u64().filter(|&c| c >= 2).ok_or_else(|| invalid("no \"classes\""))?;
+                let classes = value["classes"].as_u64().ok_or_else(|| invalid("no \"classes\""))?;
+                if !(2..=MAX_CLASSES as u64).contains(&classes) {
+                    return Err(invalid(format!("{classes} classes: a multiclass state has 2 to {MAX_CLASSES}")));
+                }
                 Task::Multiclass { classes: classes as usize }
             }
             other => return Err(invalid(format!("unknown task '{other}'"))),
         };
         state.task = Some(task);
         state.metrics = metrics_of("metrics")?;
+        let curve_count = match task {
+            Task::Multiclass { classes } => classes,
+            _ => 1,
+        };
+        // Curves read are never bigger than the ones eval makes for their place.
+        let (overall_buckets, slice_buckets) = (overall_curve_sizes(curve_count).1, SLICE_AUC_CAP);
         if !value["overall"].is_null() {
-            state.overall =
-                Some(state_from_json(&value["overall"], task).map_err(|e| invalid(format!("overall: {e}")))?);
+            let overall = state_from_json(&value["overall"], task, overall_buckets);
+            state.overall = Some(overall.map_err(|e| invalid(format!("overall: {e}")))?);
+        }
+        // The class count is backed by per-class sums (checked by
+        // `state_from_json`) before anything is sized by it (replicates).
+        if let (Task::Multiclass { classes }, None) = (task, &state.overall) {
+            return Err(invalid(format!(
+                "a multiclass state of {classes} classes without its per-class sums (\"overall\")"
+            )));
         }
         let slices = value["slices"].as_array().map(Vec::as_slice).unwrap_or_default();
         if slices.len() != state.slice_names.len() {
@@ -922,17 +960,25 @@ impl MetricState {
             let values =
                 feature["values"].as_object().ok_or_else(|| invalid(format!("slice {name}: no \"values\"")))?;
             for (v, s) in values {
-                let parsed = state_from_json(s, task).map_err(|e| invalid(format!("slice {name}={v}: {e}")))?;
+                let parsed =
+                    state_from_json(s, task, slice_buckets).map_err(|e| invalid(format!("slice {name}={v}: {e}")))?;
                 states.values.insert(v.clone(), parsed);
             }
             if !feature["other"].is_null() {
-                let parsed = state_from_json(&feature["other"], task)
+                let parsed = state_from_json(&feature["other"], task, slice_buckets)
                     .map_err(|e| invalid(format!("slice {name} other: {e}")))?;
                 states.other = Some(parsed);
             }
         }
         if !value["confusion"].is_null() {
             let rows = value["confusion"].as_array().ok_or_else(|| invalid("confusion is not a list"))?;
+            let expected = match task {
+                Task::Regression => 0,
+                _ => curve_count.max(2),
+            };
+            if rows.len() != expected {
+                return Err(invalid(format!("a confusion matrix of {} rows for {expected} classes", rows.len())));
+            }
             let matrix = rows
                 .iter()
                 .map(|row| {
@@ -1057,7 +1103,8 @@ fn state_json(state: &State) -> Value {
     Value::Object(o)
 }
 
-fn state_from_json(value: &Value, task: Task) -> Result<State, String> {
+/// A state of [`state_json`]'s JSON; its AUC curves of at most `max_buckets` buckets.
+fn state_from_json(value: &Value, task: Task, max_buckets: usize) -> Result<State, String> {
     if !value.is_object() {
         return Err("not an object".into());
     }
@@ -1065,7 +1112,7 @@ fn state_from_json(value: &Value, task: Task) -> Result<State, String> {
     for (name, sum) in SUM_NAMES.iter().zip(sums.fields_mut()) {
         *sum = get_sum(value, name)?;
     }
-    let curve = |v: &Value| if v.is_null() { Ok(None) } else { Curve::from_json(v).map(Some) };
+    let curve = |v: &Value| if v.is_null() { Ok(None) } else { Curve::from_json(v, max_buckets).map(Some) };
     let calibration = if value["calibration"].is_null() {
         None
     } else {
@@ -1095,7 +1142,7 @@ fn state_from_json(value: &Value, task: Task) -> Result<State, String> {
             let curves = match value["curves"].as_array() {
                 None => None,
                 Some(list) if list.len() == classes => {
-                    Some(list.iter().map(Curve::from_json).collect::<Result<_, _>>()?)
+                    Some(list.iter().map(|c| Curve::from_json(c, max_buckets)).collect::<Result<_, _>>()?)
                 }
                 Some(list) => return Err(format!("{} curves for {classes} classes", list.len())),
             };
