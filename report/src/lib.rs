@@ -103,6 +103,10 @@ pub enum ReportError {
     BadRule { path: PathBuf, rule: String, reason: String },
     #[error("{}: not a model list (the models.json of isorun slurm submit): {what}", path.display())]
     NotAModelList { path: PathBuf, what: String },
+    #[error("{}: settings.{key} is {shard}: not a shard K/N (K must be from 0 to N-1, and N at least 1)", path.display())]
+    BadShard { path: PathBuf, key: &'static str, shard: String },
+    #[error("{}: model {model}: the summed {what} of its data shards overflow a 64-bit count", path.display())]
+    Overflow { path: PathBuf, model: String, what: String },
     #[error("{flag} {value}: expected a positive number")]
     BadRatio { flag: &'static str, value: f64 },
     #[error("{}: cannot write", path.display())]
