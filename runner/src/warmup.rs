@@ -21,8 +21,13 @@
 //! - The file is untrusted: read as TFRecord with both CRCs checked (the
 //!   eval crate's reader, which the supervisor already links; the framing
 //!   stays in one place), at most [`MAX_FILE_BYTES`] and, as TF Serving,
-//!   [`MAX_RECORDS`] records; each decoded tensor or example list at most
-//!   [`MAX_REQUEST_TENSOR_BYTES`]. Errors name the file and the record's byte offset.
+//!   [`MAX_RECORDS`] records. Each record has one byte budget
+//!   (`isorun_tfproto::serving::record_budget`: 32 MiB and 4 bytes per byte
+//!   of the record): decoding it, every tensor and example list made from
+//!   it, and the casts of a request's tensors each draw on it before they
+//!   are allocated, so a record of a few bytes claiming a hundred 64 MiB
+//!   tensors is refused at the first one past the budget, not made. Errors
+//!   name the file and the record's byte offset.
 
 use crate::support::with_causes;
 use isorun_engine::{Feed, FeedStream, FeedSummary, Model};
@@ -30,7 +35,7 @@ use isorun_eval::tfrecord::RecordReader;
 use isorun_protocol::{DType, ErrorKind, ModelError, Outcome, SignatureInfo, Tensor, TensorData};
 use isorun_tensors::cast;
 use isorun_tensors::json_input::signature_of;
-use isorun_tfproto::serving::{decode_prediction_log, RequestInputs, RequestKind, ServingRequest};
+use isorun_tfproto::serving::{decode_prediction_log, record_budget, RequestInputs, RequestKind, ServingRequest};
 use serde_json::{json, Map, Value};
 use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
@@ -44,9 +49,6 @@ pub const MAX_FILE_BYTES: u64 = 64 << 20;
 
 /// TF Serving's own limit on a warm-up file's records.
 pub const MAX_RECORDS: u64 = 1000;
-
-/// The most one decoded tensor (or one request's examples) may hold.
-pub const MAX_REQUEST_TENSOR_BYTES: u64 = 64 << 20;
 
 /// The settings a warm-up run needs from `run`'s flags.
 pub struct WarmupFeed {
@@ -97,6 +99,8 @@ struct Located {
     index: u64,
     /// The byte offset of its record.
     offset: u64,
+    /// Its record's byte budget, which its casts draw on too.
+    budget: u64,
     request: ServingRequest,
 }
 
@@ -201,12 +205,14 @@ impl Requests {
             );
             return failed(self, message);
         }
-        match decode_prediction_log(&self.buffer, MAX_REQUEST_TENSOR_BYTES) {
+        let budget = record_budget(self.buffer.len());
+        match decode_prediction_log(&self.buffer, budget) {
             Ok(requests) => {
                 let first = self.given + self.pending.len() as u64;
                 self.pending.extend(requests.into_iter().enumerate().map(|(i, request)| Located {
                     index: first + i as u64,
                     offset,
+                    budget,
                     request,
                 }));
                 self.next()
@@ -233,7 +239,7 @@ impl WarmupFeed {
         located: Located,
         signatures: &mut HashMap<String, SignatureInfo>,
     ) -> Result<Prepared, ModelError> {
-        let Located { index, offset, request } = located;
+        let Located { index, offset, budget, request } = located;
         let path = model.path.join(WARMUP_FILE);
         let context = |error: ModelError| ModelError {
             message: format!("{}: request {index} (record at byte {offset}): {}", path.display(), error.message),
@@ -249,7 +255,7 @@ impl WarmupFeed {
         let (tensors, casts, rows) = match request.inputs {
             RequestInputs::Tensors(tensors) => {
                 let rows = tensors.first().map_or(1, |(_, t)| t.shape.first().copied().unwrap_or(1));
-                let (tensors, casts) = self.cast_for(info, tensors).map_err(mismatch)?;
+                let (tensors, casts) = self.cast_for(info, tensors, budget).map_err(mismatch)?;
                 (tensors, casts, rows)
             }
             RequestInputs::Examples(examples) => {
@@ -267,13 +273,17 @@ impl WarmupFeed {
         Ok(Prepared { index, kind: request.kind, signature: key, tensors, casts, rows })
     }
 
-    /// Each tensor as its input's dtype, where `isorun_tensors::cast` allows.
+    /// Each tensor as its input's dtype, where `isorun_tensors::cast`
+    /// allows; what the casts make (up to 8 bytes for each byte of an int8
+    /// tensor) is within the record's `budget`, checked before each is made.
     #[expect(clippy::type_complexity, reason = "the tensors and the casts made, used once")]
     fn cast_for(
         &self,
         info: &SignatureInfo,
         tensors: Vec<(String, Tensor)>,
+        budget: u64,
     ) -> Result<(Vec<(String, Tensor)>, Vec<(String, String)>), String> {
+        let mut left = budget;
         let mut casts = Vec::new();
         let mut out = Vec::with_capacity(tensors.len());
         for (name, tensor) in tensors {
@@ -291,7 +301,18 @@ impl WarmupFeed {
             let TensorData::Dense(bytes) = &tensor.data else {
                 return Err(format!("input '{name}': expected dtype {wanted}, given {given}"));
             };
-            let mut converted = Vec::with_capacity(bytes.len() / given.element_size().unwrap_or(1) * 8);
+            let (Some(given_size), Some(wanted_size)) = (given.element_size(), wanted.element_size()) else {
+                return Err(format!("input '{name}': expected dtype {wanted}, given {given}"));
+            };
+            let made = (bytes.len() / given_size) as u64 * wanted_size as u64;
+            if made > left {
+                return Err(format!(
+                    "input '{name}': the cast from {given} to {wanted} makes {made} bytes, over the {left} left of \
+                     the record's budget of {budget}"
+                ));
+            }
+            left -= made;
+            let mut converted = Vec::with_capacity(made as usize);
             cast::convert(&name, given, wanted, bytes, 0, &mut converted)?;
             casts.push((name.clone(), cast::describe(given, wanted)));
             out.push((name, Tensor::dense(wanted, tensor.shape, converted)));

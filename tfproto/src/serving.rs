@@ -16,13 +16,23 @@
 //! - A `TensorProto` gives its elements in `tensor_content` (exactly shape
 //!   × element size bytes) or in the dtype's typed field; fewer typed values
 //!   than elements repeat the last one, none at all are zeros, as in
-//!   TensorFlow's `Tensor::FromProto`, but the tensor that makes must fit
-//!   the caller's byte limit first. More values than elements is an error
-//!   (TensorFlow drops them silently).
+//!   TensorFlow's `Tensor::FromProto`. More values than elements is an
+//!   error (TensorFlow drops them silently).
+//! - One byte budget per record, the caller's: decoding the record (what
+//!   prost may allocate for every element and entry it holds, walked on the
+//!   wire before decoding: `cost`), then every tensor, string list and
+//!   copy of examples made from it, each taken from the budget before it is
+//!   allocated. A shape's claim is what it costs (one `float_val` for
+//!   [16777216] is 64 MiB), and so is an empty string or `tf.Example` (its
+//!   `Vec`): a record makes at most its budget, however many inputs, tasks
+//!   or examples it holds.
 //! - `session_run_log` and `predict_streamed_log` are refused by name.
+
+mod cost;
 
 use isorun_protocol::{tf_code_name, DType, Tensor};
 use prost::Message;
+use std::mem::size_of;
 
 /// TF Serving's messages, only the fields isorun reads; tags as in
 /// `tensorflow_serving/apis/{prediction_log,predict,classification,
@@ -242,11 +252,79 @@ pub struct ServingRequest {
     pub inputs: RequestInputs,
 }
 
+/// Every warm-up record may make this much, besides [`BUDGET_PER_RECORD_BYTE`]
+/// per byte of its own: a warm-up request is a handful of examples (32 MiB
+/// is a batch of 40 float32 images of 224 × 224 × 3), while a shape can
+/// claim any size from one value.
+pub const BUDGET_BASE: u64 = 32 << 20;
+
+/// What each byte of a record adds to its budget: a record of tensors in
+/// `tensor_content` costs about twice its length to decode (prost copies a
+/// `bytes` field through a temporary buffer), and must fit however large.
+pub const BUDGET_PER_RECORD_BYTE: u64 = 4;
+
+/// The budget of a record of `len` bytes: [`BUDGET_BASE`] and
+/// [`BUDGET_PER_RECORD_BYTE`] per byte. So a record makes at most 32 MiB
+/// and 4 times its own length (with the record itself, under
+/// max(64 MiB, 16 × its length) in all).
+pub fn record_budget(len: usize) -> u64 {
+    BUDGET_BASE.saturating_add(BUDGET_PER_RECORD_BYTE.saturating_mul(len as u64))
+}
+
+/// What one record may still make, in bytes: decoding it and every tensor
+/// and example list made from it draw on the one budget, each before it is
+/// allocated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Budget {
+    /// The record's whole budget.
+    pub total: u64,
+    /// What is left of it.
+    pub left: u64,
+}
+
+impl Budget {
+    pub fn new(total: u64) -> Budget {
+        Budget { total, left: total }
+    }
+
+    /// Takes `bytes` from what is left, or gives back `Err(left)` and takes nothing.
+    fn take(&mut self, bytes: u128) -> Result<(), u64> {
+        match u64::try_from(bytes) {
+            Ok(bytes) if bytes <= self.left => {
+                self.left -= bytes;
+                Ok(())
+            }
+            _ => Err(self.left),
+        }
+    }
+}
+
+/// What one element of a list of byte strings costs: its `Vec` and its
+/// bytes ([`string_heap`]).
+fn string_cost(len: usize) -> u128 {
+    size_of::<Vec<u8>>() as u128 + string_heap(len)
+}
+
+/// What a byte string's own allocation costs: its bytes and, where it has
+/// any, the allocator's bookkeeping.
+fn string_heap(len: usize) -> u128 {
+    if len == 0 {
+        0
+    } else {
+        16 + len as u128
+    }
+}
+
 /// Why a `PredictionLog` gives no request to run.
 #[derive(Debug, thiserror::Error)]
 pub enum ServingError {
     #[error("not a PredictionLog protobuf ({0})")]
     Decode(String),
+    #[error(
+        "decoding it may take {bytes} bytes (for the number and size of its fields), over the record's budget of \
+         {budget}"
+    )]
+    DecodeTooLarge { bytes: u64, budget: u64 },
     #[error("a PredictionLog with no request in it")]
     NoRequest,
     #[error("{0} warm-up requests are not supported (only predict, classify, regress and multi_inference logs)")]
@@ -255,8 +333,11 @@ pub enum ServingError {
     NoExamples(RequestKind),
     #[error("a multi_inference request with no tasks")]
     NoTasks,
-    #[error("a {kind} request whose examples make {bytes} bytes, over the limit of {limit}", kind = .kind.name())]
-    ExamplesTooLarge { kind: RequestKind, bytes: u64, limit: u64 },
+    #[error(
+        "a {kind} request whose examples make {bytes} bytes, over the {left} left of the record's budget of {budget}",
+        kind = .kind.name()
+    )]
+    ExamplesTooLarge { kind: RequestKind, bytes: u128, left: u64, budget: u64 },
     #[error("a predict request with no inputs")]
     NoInputs,
     #[error("input '{input}'")]
@@ -278,8 +359,8 @@ pub enum TensorProtoError {
     Rank(usize),
     #[error("dimension {0} in the shape: sizes are at least 0")]
     NegativeDim(i64),
-    #[error("shape {shape:?} makes {bytes} bytes, over the limit of {limit}")]
-    TooLarge { shape: Vec<u64>, bytes: u128, limit: u64 },
+    #[error("shape {shape:?} makes {bytes} bytes, over the {left} left of the record's budget of {budget}")]
+    TooLarge { shape: Vec<u64>, bytes: u128, left: u64, budget: u64 },
     #[error("tensor_content holds {actual} bytes; shape {shape:?} of {dtype} needs {expected}")]
     ContentLength { shape: Vec<u64>, dtype: DType, expected: u64, actual: u64 },
     #[error("{field} holds {given} values; shape {shape:?} has {elements} elements")]
@@ -289,17 +370,22 @@ pub enum TensorProtoError {
 }
 
 /// Decodes one record of a warm-up file into the requests it holds (one,
-/// or one per task of a `MultiInferenceRequest`); no tensor or example
-/// list may make more than `limit` bytes.
-pub fn decode_prediction_log(bytes: &[u8], limit: u64) -> Result<Vec<ServingRequest>, ServingError> {
+/// or one per task of a `MultiInferenceRequest`). Decoding and everything
+/// made from the record draw on one `budget` of bytes, each before it is
+/// allocated: what prost may take for the record's fields first (walked
+/// before decoding, see `cost`), then each tensor or example list.
+pub fn decode_prediction_log(bytes: &[u8], budget: u64) -> Result<Vec<ServingRequest>, ServingError> {
     use proto::prediction_log::LogType;
+    let mut budget = Budget::new(budget);
+    let decoding = cost::decode_cost(bytes);
+    budget.take(decoding.into()).map_err(|_| ServingError::DecodeTooLarge { bytes: decoding, budget: budget.total })?;
     let log = proto::PredictionLog::decode(bytes).map_err(|e| ServingError::Decode(e.to_string()))?;
     let signature = |spec: &Option<proto::ModelSpec>| {
         spec.as_ref().map(|s| s.signature_name.clone()).filter(|name| !name.is_empty())
     };
-    let examples_request = |kind, request: Option<proto::ExamplesRequest>| {
+    let mut examples_request = |kind, request: Option<proto::ExamplesRequest>| {
         let request = request.ok_or(ServingError::NoRequest)?;
-        let inputs = RequestInputs::Examples(examples(kind, request.input, limit)?);
+        let inputs = RequestInputs::Examples(examples(kind, request.input, &mut budget)?);
         Ok(vec![ServingRequest { kind, signature: signature(&request.model_spec), inputs }])
     };
     match log.log_type.ok_or(ServingError::NoRequest)? {
@@ -308,20 +394,16 @@ pub fn decode_prediction_log(bytes: &[u8], limit: u64) -> Result<Vec<ServingRequ
             if request.inputs.is_empty() {
                 return Err(ServingError::NoInputs);
             }
+            let signature = signature(&request.model_spec);
             let tensors = request
                 .inputs
-                .iter()
-                .map(|(name, proto)| {
-                    tensor_from_proto(proto, limit)
-                        .map(|tensor| (name.clone(), tensor))
-                        .map_err(|source| ServingError::Tensor { input: name.clone(), source })
+                .into_iter()
+                .map(|(name, proto)| match tensor_from_proto(proto, &mut budget) {
+                    Ok(tensor) => Ok((name, tensor)),
+                    Err(source) => Err(ServingError::Tensor { input: name, source }),
                 })
                 .collect::<Result<Vec<_>, _>>()?;
-            Ok(vec![ServingRequest {
-                kind: RequestKind::Predict,
-                signature: signature(&request.model_spec),
-                inputs: RequestInputs::Tensors(tensors),
-            }])
+            Ok(vec![ServingRequest { kind: RequestKind::Predict, signature, inputs: RequestInputs::Tensors(tensors) }])
         }
         LogType::ClassifyLog(log) => examples_request(RequestKind::Classify, log.request),
         LogType::RegressLog(log) => examples_request(RequestKind::Regress, log.request),
@@ -331,12 +413,17 @@ pub fn decode_prediction_log(bytes: &[u8], limit: u64) -> Result<Vec<ServingRequ
                 return Err(ServingError::NoTasks);
             }
             let kind = RequestKind::MultiInference;
-            let list = examples(kind, request.input, limit)?;
-            // Every task runs the same examples: all of them count against the limit.
-            let total = list.iter().map(|e| e.len() as u64).sum::<u64>().saturating_mul(request.tasks.len() as u64);
-            if total > limit {
-                return Err(ServingError::ExamplesTooLarge { kind, bytes: total, limit });
-            }
+            let list = examples(kind, request.input, &mut budget)?;
+            // Every task gets its own copy of the examples, and a request of its own.
+            let copy = list.iter().map(|e| string_cost(e.len())).sum::<u128>()
+                + (size_of::<Vec<u8>>() + size_of::<ServingRequest>()) as u128;
+            let bytes = copy.saturating_mul(request.tasks.len() as u128);
+            budget.take(bytes).map_err(|left| ServingError::ExamplesTooLarge {
+                kind,
+                bytes,
+                left,
+                budget: budget.total,
+            })?;
             Ok(request
                 .tasks
                 .iter()
@@ -353,21 +440,22 @@ pub fn decode_prediction_log(bytes: &[u8], limit: u64) -> Result<Vec<ServingRequ
 }
 
 /// The serialized examples of an `Input`: each with the context's bytes
-/// first, when there is a context; their total checked against `limit`
-/// before the copies are made.
-fn examples(kind: RequestKind, input: Option<proto::Input>, limit: u64) -> Result<Vec<Vec<u8>>, ServingError> {
+/// first, when there is a context; those copies taken from `budget` before
+/// they are made (a list without a context is the decoded one, moved).
+fn examples(kind: RequestKind, input: Option<proto::Input>, budget: &mut Budget) -> Result<Vec<Vec<u8>>, ServingError> {
     use proto::input::Kind;
     let list = match input.and_then(|i| i.kind) {
         None => return Err(ServingError::NoExamples(kind)),
         Some(Kind::ExampleList(list)) => list.examples,
         Some(Kind::ExampleListWithContext(list)) => {
             let context = list.context.unwrap_or_default();
-            let bytes = (list.examples.len() as u64)
-                .saturating_mul(context.len() as u64)
-                .saturating_add(list.examples.iter().map(|e| e.len() as u64).sum());
-            if bytes > limit {
-                return Err(ServingError::ExamplesTooLarge { kind, bytes, limit });
-            }
+            let bytes = list.examples.iter().map(|e| string_cost(context.len() + e.len())).sum::<u128>();
+            budget.take(bytes).map_err(|left| ServingError::ExamplesTooLarge {
+                kind,
+                bytes,
+                left,
+                budget: budget.total,
+            })?;
             list.examples.into_iter().map(|example| [context.as_slice(), &example].concat()).collect()
         }
     };
@@ -377,9 +465,10 @@ fn examples(kind: RequestKind, input: Option<proto::Input>, limit: u64) -> Resul
     Ok(list)
 }
 
-/// The tensor a `TensorProto` describes, at most `limit` bytes (strings
-/// count their bytes and 8 per element), checked before it is made.
-pub fn tensor_from_proto(proto: &proto::TensorProto, limit: u64) -> Result<Tensor, TensorProtoError> {
+/// The tensor a `TensorProto` describes, its bytes taken from `budget`
+/// before it is made (strings count their `Vec`s too; `tensor_content` is
+/// the decoded buffer, moved, already paid for by decoding).
+pub fn tensor_from_proto(proto: proto::TensorProto, budget: &mut Budget) -> Result<Tensor, TensorProtoError> {
     let dtype = DType::from_tf_code(proto.dtype).ok_or_else(|| TensorProtoError::DType(tf_code_name(proto.dtype)))?;
     let shape_proto = proto.tensor_shape.as_ref().filter(|s| !s.unknown_rank).ok_or(TensorProtoError::UnknownShape)?;
     if shape_proto.dim.len() > MAX_RANK {
@@ -392,27 +481,27 @@ pub fn tensor_from_proto(proto: &proto::TensorProto, limit: u64) -> Result<Tenso
         .collect::<Result<Vec<u64>, _>>()?;
     // In u128: a product of up to 254 dimensions below 2^63 may still overflow; then it is too large anyway.
     let elements = shape.iter().try_fold(1u128, |acc, &d| acc.checked_mul(u128::from(d))).unwrap_or(u128::MAX);
-    let too_large = |bytes: u128| TensorProtoError::TooLarge { shape: shape.clone(), bytes, limit };
     let Some(size) = dtype.element_size() else {
-        return strings(proto, shape.clone(), elements, limit);
+        return strings(proto, shape, elements, budget);
     };
     let bytes = elements.saturating_mul(size as u128);
-    if bytes > u128::from(limit) {
-        return Err(too_large(bytes));
-    }
-    let (elements, bytes) = (elements as u64, bytes as u64);
     if !proto.tensor_content.is_empty() {
-        if proto.tensor_content.len() as u64 != bytes {
+        if u128::from(proto.tensor_content.len() as u64) != bytes {
             return Err(TensorProtoError::ContentLength {
                 shape,
                 dtype,
-                expected: bytes,
+                expected: u64::try_from(bytes).unwrap_or(u64::MAX),
                 actual: proto.tensor_content.len() as u64,
             });
         }
-        return Ok(Tensor::dense(dtype, shape, proto.tensor_content.clone()));
+        return Ok(Tensor::dense(dtype, shape, proto.tensor_content));
     }
-    let mut out = Vec::with_capacity(bytes as usize);
+    if let Err(left) = budget.take(bytes) {
+        return Err(TensorProtoError::TooLarge { shape, bytes, left, budget: budget.total });
+    }
+    // Within the budget, so within u64 and usize.
+    let (elements, bytes) = (elements as u64, bytes as usize);
+    let mut out = Vec::with_capacity(bytes);
     let filled = Fill { elements, shape: &shape, size };
     match dtype {
         DType::Float32 => filled.fill("float_val", &proto.float_val, &mut out, |v, o| o.extend(v.to_le_bytes()))?,
@@ -491,33 +580,37 @@ fn narrow(field: &'static str, values: &[i32], dtype: DType) -> Result<(), Tenso
     }
 }
 
-/// A string tensor: `string_val` filled as the dense fields are, its bytes
-/// (each element's length, and 8 for its place) within `limit`.
+/// A string tensor: `string_val` (moved) filled as the dense fields are;
+/// the list's `Vec`s and the copies the filling makes taken from `budget`.
 fn strings(
-    proto: &proto::TensorProto,
+    proto: proto::TensorProto,
     shape: Vec<u64>,
     elements: u128,
-    limit: u64,
+    budget: &mut Budget,
 ) -> Result<Tensor, TensorProtoError> {
-    let values = &proto.string_val;
-    if values.len() as u128 > elements {
+    let mut values = proto.string_val;
+    let given = values.len() as u128;
+    if given > elements {
         return Err(TensorProtoError::TooManyValues {
             field: "string_val",
-            given: values.len() as u64,
+            given: given as u64,
             shape,
-            elements: elements as u64,
+            elements: u64::try_from(elements).unwrap_or(u64::MAX),
         });
     }
-    let given: u128 = values.iter().map(|v| v.len() as u128 + 8).sum();
-    let last = values.last().map_or(8, |v| v.len() as u128 + 8);
-    let bytes = given.saturating_add((elements - values.len() as u128).saturating_mul(last));
-    if bytes > u128::from(limit) {
-        return Err(TensorProtoError::TooLarge { shape, bytes, limit });
-    }
-    let mut out = values.clone();
     let fill = values.last().cloned().unwrap_or_default();
-    out.resize(elements as usize, fill);
-    Ok(Tensor::strings(shape, out))
+    // The list made room for every element, and a copy of the last value for each one past the given.
+    let bytes = elements
+        .saturating_mul(size_of::<Vec<u8>>() as u128)
+        .saturating_add((elements - given).saturating_mul(string_heap(fill.len())));
+    if let Err(left) = budget.take(bytes) {
+        return Err(TensorProtoError::TooLarge { shape, bytes, left, budget: budget.total });
+    }
+    // Within the budget, so within usize.
+    let elements = elements as usize;
+    values.reserve_exact(elements - values.len());
+    values.resize(elements, fill);
+    Ok(Tensor::strings(shape, values))
 }
 
 #[cfg(test)]
@@ -526,6 +619,10 @@ mod tests {
     use super::*;
 
     const LIMIT: u64 = 1 << 20;
+
+    fn convert(proto: TensorProto) -> Result<Tensor, TensorProtoError> {
+        tensor_from_proto(proto, &mut Budget::new(LIMIT))
+    }
 
     fn shape(dims: &[i64]) -> Option<TensorShapeProto> {
         Some(TensorShapeProto { dim: dims.iter().map(|&size| Dim { size }).collect(), unknown_rank: false })
@@ -554,35 +651,35 @@ mod tests {
 
     #[test]
     fn typed_values_fill_as_tensorflow_does() {
-        let full = tensor_from_proto(&floats(&[2, 2], &[1.0, 2.0, 3.0, 4.0]), LIMIT).unwrap();
+        let full = convert(floats(&[2, 2], &[1.0, 2.0, 3.0, 4.0])).unwrap();
         assert_eq!((full.shape.clone(), values(&full)), (vec![2, 2], vec![1.0, 2.0, 3.0, 4.0]));
-        let repeated = tensor_from_proto(&floats(&[3], &[1.0, 7.0]), LIMIT).unwrap();
+        let repeated = convert(floats(&[3], &[1.0, 7.0])).unwrap();
         assert_eq!(values(&repeated), [1.0, 7.0, 7.0]);
-        let zeros = tensor_from_proto(&floats(&[2], &[]), LIMIT).unwrap();
+        let zeros = convert(floats(&[2], &[])).unwrap();
         assert_eq!(values(&zeros), [0.0, 0.0]);
-        let scalar = tensor_from_proto(&floats(&[], &[5.0]), LIMIT).unwrap();
+        let scalar = convert(floats(&[], &[5.0])).unwrap();
         assert_eq!((scalar.shape.clone(), values(&scalar)), (vec![], vec![5.0]));
         let int8 = TensorProto { dtype: 6, tensor_shape: shape(&[2]), int_val: vec![-3, 4], ..TensorProto::default() };
-        assert_eq!(tensor_from_proto(&int8, LIMIT).unwrap(), Tensor::dense(DType::Int8, vec![2], vec![0xfd, 4]));
+        assert_eq!(convert(int8).unwrap(), Tensor::dense(DType::Int8, vec![2], vec![0xfd, 4]));
         let words = TensorProto {
             dtype: 7,
             tensor_shape: shape(&[2]),
             string_val: vec![b"a".to_vec()],
             ..TensorProto::default()
         };
-        assert_eq!(tensor_from_proto(&words, LIMIT).unwrap(), Tensor::strings(vec![2], vec![b"a".to_vec(); 2]));
+        assert_eq!(convert(words).unwrap(), Tensor::strings(vec![2], vec![b"a".to_vec(); 2]));
     }
 
     #[test]
     fn hostile_shapes_and_lengths_are_errors_before_any_allocation() {
         // 2^40 float32 elements from one value (4 TiB): refused by the limit, never allocated.
         let huge = floats(&[1 << 20, 1 << 20], &[1.0]);
-        let err = tensor_from_proto(&huge, LIMIT).unwrap_err();
+        let err = convert(huge).unwrap_err();
         assert!(matches!(err, TensorProtoError::TooLarge { bytes, .. } if bytes == 1 << 42), "{err}");
         assert!(err.to_string().contains("[1048576, 1048576]"), "{err}");
         // A product that overflows 128 bits.
         let overflow = floats(&[i64::MAX, i64::MAX, i64::MAX], &[]);
-        assert!(matches!(tensor_from_proto(&overflow, LIMIT), Err(TensorProtoError::TooLarge { .. })));
+        assert!(matches!(convert(overflow), Err(TensorProtoError::TooLarge { .. })));
         // Strings repeated to fill a huge shape.
         let strings = TensorProto {
             dtype: 7,
@@ -590,21 +687,21 @@ mod tests {
             string_val: vec![b"x".to_vec()],
             ..TensorProto::default()
         };
-        assert!(matches!(tensor_from_proto(&strings, LIMIT), Err(TensorProtoError::TooLarge { .. })));
-        assert_eq!(tensor_from_proto(&floats(&[2, -1], &[]), LIMIT), Err(TensorProtoError::NegativeDim(-1)));
+        assert!(matches!(convert(strings), Err(TensorProtoError::TooLarge { .. })));
+        assert_eq!(convert(floats(&[2, -1], &[])), Err(TensorProtoError::NegativeDim(-1)));
         let too_deep = floats(&[1; 255], &[]);
-        assert_eq!(tensor_from_proto(&too_deep, LIMIT), Err(TensorProtoError::Rank(255)));
+        assert_eq!(convert(too_deep), Err(TensorProtoError::Rank(255)));
         let no_shape = TensorProto { dtype: 1, ..TensorProto::default() };
-        assert_eq!(tensor_from_proto(&no_shape, LIMIT), Err(TensorProtoError::UnknownShape));
+        assert_eq!(convert(no_shape), Err(TensorProtoError::UnknownShape));
         let content = TensorProto { tensor_content: vec![0; 12], ..floats(&[2, 2], &[]) };
-        let err = tensor_from_proto(&content, LIMIT).unwrap_err();
+        let err = convert(content).unwrap_err();
         assert_eq!(err.to_string(), "tensor_content holds 12 bytes; shape [2, 2] of float32 needs 16");
         let extra = floats(&[2], &[1.0, 2.0, 3.0]);
-        assert!(matches!(tensor_from_proto(&extra, LIMIT), Err(TensorProtoError::TooManyValues { given: 3, .. })));
+        assert!(matches!(convert(extra), Err(TensorProtoError::TooManyValues { given: 3, .. })));
         let wide = TensorProto { dtype: 4, tensor_shape: shape(&[1]), int_val: vec![300], ..TensorProto::default() };
-        assert!(matches!(tensor_from_proto(&wide, LIMIT), Err(TensorProtoError::OutOfRange { value: 300, .. })));
+        assert!(matches!(convert(wide), Err(TensorProtoError::OutOfRange { value: 300, .. })));
         let complex = TensorProto { dtype: 8, ..floats(&[1], &[]) };
-        assert_eq!(tensor_from_proto(&complex, LIMIT), Err(TensorProtoError::DType("complex64".into())));
+        assert_eq!(convert(complex), Err(TensorProtoError::DType("complex64".into())));
     }
 
     #[test]
@@ -650,6 +747,62 @@ mod tests {
             decode_prediction_log(&log(Vec::new(), Vec::new()), LIMIT),
             Err(ServingError::NoExamples(RequestKind::Classify))
         ));
+    }
+
+    #[test]
+    fn one_budget_covers_every_input_of_a_record() {
+        // 100 inputs of 1024 float32 from one value each: 4 KiB apiece, 400 KiB together.
+        let inputs: Vec<(String, TensorProto)> =
+            (0..100).map(|i| (format!("x{i:02}"), floats(&[1024], &[1.0]))).collect();
+        let names: Vec<(&str, TensorProto)> = inputs.iter().map(|(n, t)| (n.as_str(), t.clone())).collect();
+        let record = predict("", names);
+        assert!(decode_prediction_log(&record, 1 << 20).is_ok());
+        let decoding = cost::decode_cost(&record);
+        // Room for decoding and ten of them: the eleventh is refused, by name.
+        let err = decode_prediction_log(&record, decoding + 10 * 4096 + 100).unwrap_err();
+        assert!(matches!(&err, ServingError::Tensor { input, .. } if input == "x10"), "{err}");
+        let ServingError::Tensor { source, .. } = &err else { unreachable!() };
+        assert_eq!(
+            source.to_string(),
+            format!("shape [1024] makes 4096 bytes, over the 100 left of the record's budget of {}", decoding + 41060)
+        );
+        // A budget smaller than what decoding may take: refused before decoding.
+        let err = decode_prediction_log(&record, decoding - 1).unwrap_err();
+        assert!(matches!(err, ServingError::DecodeTooLarge { bytes, .. } if bytes == decoding), "{err}");
+    }
+
+    #[test]
+    fn empty_examples_and_tasks_are_not_free() {
+        let multi = |tasks: usize, examples: usize| {
+            PredictionLog {
+                log_type: Some(prediction_log::LogType::MultiInferenceLog(MultiInferenceLog {
+                    request: Some(MultiInferenceRequest {
+                        tasks: vec![InferenceTask::default(); tasks],
+                        input: Some(Input {
+                            kind: Some(input::Kind::ExampleList(ExampleList { examples: vec![Vec::new(); examples] })),
+                        }),
+                    }),
+                })),
+            }
+            .encode_to_vec()
+        };
+        assert_eq!(decode_prediction_log(&multi(3, 2), LIMIT).unwrap().len(), 3);
+        // 100,000 empty examples (200 KB on the wire): 2.4 MB of Vecs, more with growth.
+        let err = decode_prediction_log(&multi(1, 100_000), LIMIT).unwrap_err();
+        assert!(matches!(err, ServingError::DecodeTooLarge { .. }), "{err}");
+        // 1,000 tasks of 1,000 empty examples: a copy each, 24 MB.
+        let err = decode_prediction_log(&multi(1000, 1000), 8 << 20).unwrap_err();
+        assert!(matches!(err, ServingError::ExamplesTooLarge { .. }), "{err}");
+        // Strings filled from one value: each element's Vec counts.
+        let strings = TensorProto {
+            dtype: 7,
+            tensor_shape: shape(&[100_000]),
+            string_val: vec![Vec::new()],
+            ..TensorProto::default()
+        };
+        let err = decode_prediction_log(&predict("", vec![("s", strings)]), LIMIT).unwrap_err();
+        let source = std::error::Error::source(&err).unwrap().to_string();
+        assert!(source.starts_with("shape [100000] makes 2400000 bytes"), "{source}");
     }
 
     #[test]

@@ -1,0 +1,251 @@
+//! The warm-up reader held to the bound every reader of untrusted bytes in
+//! the supervisor keeps: decoding a record of a file of N bytes never has
+//! more than max(64 MiB, 16 × N) allocated at once. A TF Serving warm-up
+//! file lives in the model's folder, so the model's author writes it, lies
+//! included. A counting global allocator measures each decode and refuses
+//! anything past [`CAP`], so a reader that believes a lie aborts this test
+//! instead of exhausting the machine.
+
+use isorun_tfproto::serving::proto::*;
+use isorun_tfproto::serving::{decode_prediction_log, record_budget, ServingError, ServingRequest};
+use prost::Message;
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+
+/// Past this many live bytes every allocation fails (and the test aborts).
+const CAP: usize = 2 << 30;
+
+/// Counts live bytes and their peak; a `realloc` is an `alloc`, a copy and
+/// a `dealloc` (GlobalAlloc's default), so a moving growth counts both.
+struct Counting;
+
+static LIVE: AtomicUsize = AtomicUsize::new(0);
+static PEAK: AtomicUsize = AtomicUsize::new(0);
+
+/// One measurement at a time: the counters are the process's.
+static MEASURING: Mutex<()> = Mutex::new(());
+
+fn reserve(size: usize) -> bool {
+    let live = LIVE.fetch_add(size, Ordering::SeqCst) + size;
+    if live > CAP {
+        LIVE.fetch_sub(size, Ordering::SeqCst);
+        return false;
+    }
+    PEAK.fetch_max(live, Ordering::SeqCst);
+    true
+}
+
+// SAFETY: every call goes to the system allocator with the caller's layout; only counters are added.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        if !reserve(layout.size()) {
+            return std::ptr::null_mut();
+        }
+        // SAFETY: the caller's layout, as GlobalAlloc::alloc requires.
+        let pointer = unsafe { System.alloc(layout) };
+        if pointer.is_null() {
+            LIVE.fetch_sub(layout.size(), Ordering::SeqCst);
+        }
+        pointer
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        if !reserve(layout.size()) {
+            return std::ptr::null_mut();
+        }
+        // SAFETY: as in alloc.
+        let pointer = unsafe { System.alloc_zeroed(layout) };
+        if pointer.is_null() {
+            LIVE.fetch_sub(layout.size(), Ordering::SeqCst);
+        }
+        pointer
+    }
+
+    unsafe fn dealloc(&self, pointer: *mut u8, layout: Layout) {
+        // SAFETY: `pointer` came from this allocator, that is from System, with `layout`.
+        unsafe { System.dealloc(pointer, layout) };
+        LIVE.fetch_sub(layout.size(), Ordering::SeqCst);
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: Counting = Counting;
+
+/// How the supervisor decodes a record (`runner/src/warmup.rs`): with the record's budget.
+fn decode(record: &[u8]) -> Result<Vec<ServingRequest>, ServingError> {
+    decode_prediction_log(record, record_budget(record.len()))
+}
+
+/// Decodes `record` (of a file holding it alone: 16 bytes of TFRecord
+/// framing more) and asserts the bound on what was allocated at once;
+/// gives the peak and the result's description.
+fn assert_bounded(what: &str, record: &[u8]) -> (usize, String) {
+    let file_bytes = record.len() + 16;
+    let bound = (64usize << 20).max(16 * file_bytes);
+    let (peak, outcome) = {
+        let _one = MEASURING.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let before = LIVE.load(Ordering::SeqCst);
+        PEAK.store(before, Ordering::SeqCst);
+        let outcome = match decode(record) {
+            Ok(requests) => format!("ok, {} requests", requests.len()),
+            Err(e) => format!("error: {e}"),
+        };
+        (PEAK.load(Ordering::SeqCst) - before, outcome)
+    };
+    if !what.contains("mutated") {
+        eprintln!("{what}: {file_bytes} bytes, peak {peak} bytes ({:.1}x), {outcome}", peak as f64 / file_bytes as f64);
+    }
+    assert!(peak <= bound, "{what}: a {file_bytes}-byte file allocated {peak} bytes at once, over {bound}: {outcome}");
+    (peak, outcome)
+}
+
+fn floats(len: i64) -> TensorProto {
+    TensorProto {
+        dtype: 1,
+        tensor_shape: Some(TensorShapeProto { dim: vec![Dim { size: len }], unknown_rank: false }),
+        float_val: vec![1.0],
+        ..TensorProto::default()
+    }
+}
+
+fn predict(inputs: impl IntoIterator<Item = (String, TensorProto)>) -> Vec<u8> {
+    PredictionLog {
+        log_type: Some(prediction_log::LogType::PredictLog(PredictLog {
+            request: Some(PredictRequest { model_spec: None, inputs: inputs.into_iter().collect() }),
+        })),
+    }
+    .encode_to_vec()
+}
+
+fn example_list(examples: Vec<Vec<u8>>) -> Option<Input> {
+    Some(Input { kind: Some(input::Kind::ExampleList(ExampleList { examples })) })
+}
+
+#[test]
+fn a_hundred_inputs_each_claiming_64_mib_from_one_value_are_refused_not_made() {
+    // The file: 3 KB, one predict request, 100 inputs of [16777216] float32 with one float_val each.
+    let record = predict((0..100).map(|i| (format!("input_{i:02}"), floats(1 << 24))));
+    assert!(record.len() < 4096, "{}", record.len());
+    let (_, outcome) = assert_bounded("100 inputs of [16777216] float32", &record);
+    assert!(outcome.starts_with("error: input 'input_00'"), "{outcome}");
+    // Each one under a quarter of the budget: the record is refused where the budget runs out.
+    let record = predict((0..100).map(|i| (format!("input_{i:02}"), floats(1 << 21))));
+    let (_, outcome) = assert_bounded("100 inputs of [2097152] float32", &record);
+    assert!(outcome.starts_with("error: input 'input_03'"), "{outcome}");
+}
+
+#[test]
+fn strings_examples_tasks_and_entries_are_counted_at_what_they_cost() {
+    // Eight million empty strings from one string_val: 24 bytes each in memory.
+    let strings = TensorProto {
+        dtype: 7,
+        tensor_shape: Some(TensorShapeProto { dim: vec![Dim { size: 8_000_000 }], unknown_rank: false }),
+        string_val: vec![Vec::new()],
+        ..TensorProto::default()
+    };
+    let (_, outcome) = assert_bounded("[8000000] strings from one empty value", &predict([("s".into(), strings)]));
+    assert!(outcome.starts_with("error: input 's'"), "{outcome}");
+    // A million empty tasks, each to be given its own copy of the examples.
+    let tasks = PredictionLog {
+        log_type: Some(prediction_log::LogType::MultiInferenceLog(MultiInferenceLog {
+            request: Some(MultiInferenceRequest {
+                tasks: vec![InferenceTask::default(); 1_000_000],
+                input: example_list(vec![b"e".to_vec()]),
+            }),
+        })),
+    };
+    assert_bounded("1,000,000 empty multi-inference tasks", &tasks.encode_to_vec());
+    // Four million empty tf.Examples.
+    let examples = PredictionLog {
+        log_type: Some(prediction_log::LogType::ClassifyLog(ClassifyLog {
+            request: Some(ExamplesRequest { model_spec: None, input: example_list(vec![Vec::new(); 4_000_000]) }),
+        })),
+    };
+    assert_bounded("4,000,000 empty tf.Examples", &examples.encode_to_vec());
+    // 300,000 inputs, each a distinct name and an empty TensorProto.
+    let entries = predict((0..300_000).map(|i| (format!("{i:x}"), TensorProto::default())));
+    assert_bounded("300,000 input names", &entries);
+    // A 64 KiB context for 100,000 empty examples: 6.4 GB of copies.
+    let context = PredictionLog {
+        log_type: Some(prediction_log::LogType::RegressLog(RegressLog {
+            request: Some(ExamplesRequest {
+                model_spec: None,
+                input: Some(Input {
+                    kind: Some(input::Kind::ExampleListWithContext(ExampleListWithContext {
+                        examples: vec![Vec::new(); 100_000],
+                        context: Some(vec![0; 64 << 10]),
+                    })),
+                }),
+            }),
+        })),
+    };
+    assert_bounded("a 64 KiB context for 100,000 examples", &context.encode_to_vec());
+    // Packed int64 of one byte each on the wire, eight in memory.
+    let packed = TensorProto {
+        dtype: 9,
+        tensor_shape: Some(TensorShapeProto { dim: vec![Dim { size: 4_000_000 }], unknown_rank: false }),
+        int64_val: vec![0; 4_000_000],
+        ..TensorProto::default()
+    };
+    assert_bounded("4,000,000 packed int64", &predict([("i".into(), packed)]));
+}
+
+#[test]
+fn a_large_honest_record_still_decodes() {
+    // 48 MiB of float32 in tensor_content: its budget grows with it.
+    let tensor = TensorProto {
+        dtype: 1,
+        tensor_shape: Some(TensorShapeProto { dim: vec![Dim { size: 12 << 20 }], unknown_rank: false }),
+        tensor_content: vec![0; 48 << 20],
+        ..TensorProto::default()
+    };
+    let (_, outcome) = assert_bounded("48 MiB in tensor_content", &predict([("x".into(), tensor)]));
+    assert_eq!(outcome, "ok, 1 requests");
+}
+
+/// The records of a TFRecord file (framing only: the CRCs are the eval crate's to check).
+fn records(file: &[u8]) -> Vec<&[u8]> {
+    let mut records = Vec::new();
+    let mut rest = file;
+    while rest.len() >= 12 {
+        let len = u64::from_le_bytes(rest[..8].try_into().unwrap()) as usize;
+        records.push(&rest[12..12 + len]);
+        rest = &rest[12 + len + 4..];
+    }
+    records
+}
+
+#[test]
+fn mutated_fixture_records_stay_within_the_bound() {
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/warmup/models");
+    let mut state = 0x9e37_79b9_7f4a_7c15u64;
+    let mut random = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    let mut decoded = 0;
+    for model in ["predict", "classify"] {
+        let file = std::fs::read(fixtures.join(model).join("assets.extra/tf_serving_warmup_requests")).unwrap();
+        for record in records(&file) {
+            for round in 0..300 {
+                let mut mutated = record.to_vec();
+                for _ in 0..1 + round % 4 {
+                    let at = random() as usize % mutated.len();
+                    match random() % 3 {
+                        // A byte flipped, a byte made a large varint's, a byte set to all ones.
+                        0 => mutated[at] ^= 1 << (random() % 8),
+                        1 => mutated.splice(at..at, [0xff, 0xff, 0xff, 0x0f]).for_each(drop),
+                        _ => mutated[at] = 0xff,
+                    }
+                }
+                let (_, outcome) = assert_bounded(&format!("{model} record mutated ({round})"), &mutated);
+                decoded += usize::from(outcome.starts_with("ok"));
+            }
+        }
+    }
+    assert!(decoded > 0, "some mutations still decode");
+}
