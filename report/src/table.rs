@@ -15,10 +15,17 @@
 //!
 //! `"change"` is read in both forms: `{M: delta}` (reports before
 //! intervals) and `{M: {"baseline", "delta", "ci"?, "p"?, "significant"?}}`.
+//!
+//! Reports are untrusted: model ids, slice values, statuses and file names
+//! pass [`one_line`] in the Markdown and CSV tables (a control character
+//! there could forge a row on a terminal), and the table is made in
+//! O(n log n) of its rows, since it also heads every `--html` page.
 
+use crate::text::one_line;
 use crate::unit::Unit;
 use isorun_eval::Metric;
 use serde_json::{json, Map, Value};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt::Write;
 use std::path::PathBuf;
 
@@ -170,9 +177,10 @@ pub fn table(reports: &[(PathBuf, Value)], metric: Option<&str>, by: Option<&str
     };
     let name = metric.name();
     let mut available: Vec<&str> = Vec::new();
+    let mut known: HashSet<&str> = HashSet::new();
     for (_, unit) in &units {
         for key in unit.get("metrics").and_then(Value::as_object).into_iter().flat_map(Map::keys) {
-            if !available.contains(&key.as_str()) {
+            if known.insert(key) {
                 available.push(key);
             }
         }
@@ -188,14 +196,12 @@ pub fn table(reports: &[(PathBuf, Value)], metric: Option<&str>, by: Option<&str
         });
     }
     let ci_level = units.iter().find_map(|(_, u)| u.get("ci_level").and_then(Value::as_f64));
-    let mut seen: Vec<(&str, &PathBuf)> = Vec::new();
+    // Model id -> the reports it is in.
+    let mut reports_of: HashMap<&str, HashSet<&PathBuf>> = HashMap::new();
     for (path, unit) in &units {
-        let model = Unit(unit).model();
-        if !seen.iter().any(|(m, p)| *m == model && p == path) {
-            seen.push((model, path));
-        }
+        reports_of.entry(Unit(unit).model()).or_default().insert(path);
     }
-    let in_several = |model: &str| seen.iter().filter(|(m, _)| *m == model).count() > 1;
+    let in_several = |model: &str| reports_of.get(model).is_some_and(|paths| paths.len() > 1);
     let mut rows: Vec<TableRow> = Vec::new();
     let row = |path: &PathBuf, unit: &Value, slice_value: Option<String>, fields: Option<&Value>| {
         let u = Unit(unit);
@@ -227,10 +233,11 @@ pub fn table(reports: &[(PathBuf, Value)], metric: Option<&str>, by: Option<&str
         }
         Some(feature) => {
             let mut features: Vec<&str> = Vec::new();
+            let mut known: HashSet<&str> = HashSet::new();
             for (path, unit) in &units {
                 let slices = unit.get("slices").and_then(Value::as_object);
                 for key in slices.into_iter().flat_map(Map::keys) {
-                    if !features.contains(&key.as_str()) {
+                    if known.insert(key) {
                         features.push(key);
                     }
                 }
@@ -248,12 +255,12 @@ pub fn table(reports: &[(PathBuf, Value)], metric: Option<&str>, by: Option<&str
     }
     let higher = metric.higher_is_better();
     let mut grouped: Vec<TableRow> = Vec::with_capacity(rows.len());
-    let mut values: Vec<Option<String>> = rows.iter().map(|r| r.slice_value.clone()).collect();
-    values.sort();
-    values.dedup();
-    for slice_value in values {
-        let (mut ranked, unranked): (Vec<TableRow>, Vec<TableRow>) =
-            rows.iter().filter(|r| r.slice_value == slice_value).cloned().partition(|r| r.value.is_some());
+    let mut by_value: BTreeMap<Option<String>, Vec<TableRow>> = BTreeMap::new();
+    for row in rows {
+        by_value.entry(row.slice_value.clone()).or_default().push(row);
+    }
+    for (_, rows) in by_value {
+        let (mut ranked, unranked): (Vec<TableRow>, Vec<TableRow>) = rows.into_iter().partition(|r| r.value.is_some());
         ranked.sort_by(|a, b| {
             let (x, y) = (a.value.unwrap_or(f64::NAN), b.value.unwrap_or(f64::NAN));
             let order = if higher { y.total_cmp(&x) } else { x.total_cmp(&y) };
@@ -278,31 +285,117 @@ fn interval(row: &TableRow) -> (f64, f64) {
     row.ci.unwrap_or((v, v))
 }
 
-/// Rows sorted best first, in tie groups (see the module's doc).
+/// Rows sorted best first, in tie groups (see the module's doc): the first
+/// row not yet placed leads a group of every row not yet placed whose
+/// interval `(l, h)` overlaps the leader's `(low, high)`: `l <= high` and
+/// `low <= h`. The rows not yet placed are kept in order of `l`, in a tree
+/// of the highest `h` under each node ([`HighestEnds`]): those with
+/// `l <= high` are a prefix of that order, and each of them with
+/// `h >= low` is found in O(log n), then removed. Every row is placed
+/// once, so ranking n rows is O(n log n) (it was O(n²): every leader
+/// looked at every row left).
 fn rank(sorted: Vec<TableRow>) -> Vec<TableRow> {
+    let n = sorted.len();
+    let intervals: Vec<(f64, f64)> = sorted.iter().map(interval).collect();
+    // Row indices in order of their interval's low end, and each row's place in that order.
+    let mut by_low: Vec<usize> = (0..n).collect();
+    by_low.sort_by(|&a, &b| intervals[a].0.total_cmp(&intervals[b].0));
+    let mut place_of = vec![0; n];
+    for (place, &row) in by_low.iter().enumerate() {
+        place_of[row] = place;
+    }
+    let mut tree = HighestEnds::new(by_low.iter().map(|&row| intervals[row].1));
     let mut left: Vec<Option<TableRow>> = sorted.into_iter().map(Some).collect();
-    let mut out = Vec::with_capacity(left.len());
-    for i in 0..left.len() {
+    let mut out = Vec::with_capacity(n);
+    let mut members = Vec::new();
+    for i in 0..n {
         let Some(leader) = left[i].take() else { continue };
-        let (low, high) = interval(&leader);
-        let mut group = vec![leader];
-        for slot in left.iter_mut().skip(i + 1) {
-            let overlaps = slot.as_ref().is_some_and(|r| {
-                let (l, h) = interval(r);
-                l <= high && low <= h
-            });
-            if overlaps {
-                group.extend(slot.take());
-            }
-        }
+        tree.remove(place_of[i]);
+        let (low, high) = intervals[i];
+        let prefix = by_low.partition_point(|&row| intervals[row].0 <= high);
+        members.clear();
+        tree.take_at_least(prefix, low, &mut members);
+        // Members in the order the rows were sorted in (best first), as they are shown.
+        let mut rows: Vec<usize> = members.iter().map(|&place| by_low[place]).collect();
+        rows.sort_unstable();
         let place = out.len() + 1;
-        let tied = group.len() > 1;
+        let tied = !rows.is_empty();
+        let group = std::iter::once(leader).chain(rows.into_iter().filter_map(|row| left[row].take()));
         for mut r in group {
             r.rank = if tied { Rank::Tied(place) } else { Rank::Ranked(place) };
             out.push(r);
         }
     }
     out
+}
+
+// Nodes `HighestEnds::take_at_least` visited, for the test that ranking
+// is O(n log n).
+#[cfg(test)]
+thread_local! {
+    static VISITS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// A tournament tree over the rows not yet placed, in order of their
+/// interval's low end: each node holds the highest high end under it.
+struct HighestEnds {
+    /// Leaves: a power of two, at least one.
+    leaves: usize,
+    /// `highest[1]` is the root, `highest[leaves + p]` place `p`'s high end.
+    highest: Vec<f64>,
+    removed: Vec<bool>,
+}
+
+impl HighestEnds {
+    fn new(ends: impl ExactSizeIterator<Item = f64>) -> HighestEnds {
+        let leaves = ends.len().next_power_of_two().max(1);
+        let mut highest = vec![f64::NEG_INFINITY; 2 * leaves];
+        for (place, end) in ends.enumerate() {
+            highest[leaves + place] = end;
+        }
+        for node in (1..leaves).rev() {
+            highest[node] = highest[2 * node].max(highest[2 * node + 1]);
+        }
+        let removed = vec![false; leaves];
+        HighestEnds { leaves, highest, removed }
+    }
+
+    fn remove(&mut self, place: usize) {
+        self.removed[place] = true;
+        let mut node = self.leaves + place;
+        self.highest[node] = f64::NEG_INFINITY;
+        while node > 1 {
+            node /= 2;
+            self.highest[node] = self.highest[2 * node].max(self.highest[2 * node + 1]);
+        }
+    }
+
+    /// Removes every place below `end` whose high end is at least `low`,
+    /// appending it to `out`.
+    fn take_at_least(&mut self, end: usize, low: f64, out: &mut Vec<usize>) {
+        let first = out.len();
+        self.collect(1, 0..self.leaves, end, low, out);
+        for at in first..out.len() {
+            self.remove(out[at]);
+        }
+    }
+
+    fn collect(&self, node: usize, span: std::ops::Range<usize>, end: usize, low: f64, out: &mut Vec<usize>) {
+        #[cfg(test)]
+        VISITS.with(|v| v.set(v.get() + 1));
+        if span.start >= end || !(self.highest[node] >= low) {
+            return;
+        }
+        if span.len() == 1 {
+            if !self.removed[span.start] {
+                out.push(span.start);
+            }
+            return;
+        }
+        let middle = span.start + span.len() / 2;
+        self.collect(2 * node, span.start..middle, end, low, out);
+        self.collect(2 * node + 1, middle..span.end, end, low, out);
+    }
 }
 
 fn decimal(x: f64) -> String {
@@ -317,7 +410,9 @@ fn markdown_cell(text: &str) -> String {
     text.replace('|', "\\|").replace('\n', " ")
 }
 
+/// A CSV cell: control characters escaped ([`one_line`]), then quoted when needed.
 fn csv_cell(text: &str) -> String {
+    let text = one_line(text);
     if text.contains([',', '"', '\n', '\r']) {
         format!("\"{}\"", text.replace('"', "\"\""))
     } else {
@@ -358,7 +453,7 @@ impl Table {
         let direction = if self.higher_is_better { "higher is better" } else { "lower is better" };
         let mut header = vec!["Rank".to_string(), "Model".to_string()];
         if let Some(by) = &self.by {
-            header.push(markdown_cell(by));
+            header.push(markdown_cell(&one_line(by)));
         }
         header.push(format!("{} ({direction})", self.metric));
         if any_ci {
@@ -380,19 +475,20 @@ impl Table {
         header.push("Status".into());
         let mut text = format!("| {} |\n|", header.join(" | "));
         for h in &header {
-            let right = !matches!(h.as_str(), "Model" | "Status") && Some(h) != self.by.as_ref();
+            let by = self.by.as_deref().map(|by| markdown_cell(&one_line(by)));
+            let right = !matches!(h.as_str(), "Model" | "Status") && Some(h) != by.as_ref();
             text.push_str(if right { " ---: |" } else { " --- |" });
         }
         text.push('\n');
         for r in &self.rows {
             let model = if r.in_several_reports {
-                format!("`{}` ({})", r.model, r.report.display())
+                format!("`{}` ({})", one_line(&r.model), one_line(&r.report.display().to_string()))
             } else {
-                format!("`{}`", r.model)
+                format!("`{}`", one_line(&r.model))
             };
             let mut cells = vec![r.rank.text(), markdown_cell(&model)];
             if self.by.is_some() {
-                cells.push(markdown_cell(r.slice_value.as_deref().unwrap_or("")));
+                cells.push(markdown_cell(&one_line(r.slice_value.as_deref().unwrap_or(""))));
             }
             cells.push(r.value.map_or_else(|| "–".into(), decimal));
             if any_ci {
@@ -421,7 +517,7 @@ impl Table {
                 cells.push(word.into());
             }
             cells.push(r.examples.map_or_else(|| "–".into(), |n| n.to_string()));
-            cells.push(markdown_cell(&r.status));
+            cells.push(markdown_cell(&one_line(&r.status)));
             let _ = writeln!(text, "| {} |", cells.join(" | "));
         }
         text
@@ -739,6 +835,107 @@ mod tests {
         assert!(page.contains("<h2>Leaderboard by accuracy"), "{page}");
         assert!(page.contains("<td class=\"number\">=1</td><td class=\"model\"><code>&lt;b&gt;</code></td>"), "{page}");
         assert!(html_leaderboard(&report(json!([{"model": "a", "status": "ok"}]))).is_empty());
+    }
+
+    #[test]
+    fn model_ids_slice_values_and_statuses_cannot_forge_rows_or_send_escape_sequences() {
+        let reports = one(json!([
+            {"model": "m\r\x1b[2K| 1 | `best` | 1.0000 |", "status": "ok\x1b]0;title\x07",
+             "metrics": {"accuracy": 0.5},
+             "slices": {"country": {"de\n| 1 | `x` |\u{9b}31m": {"accuracy": 0.5, "examples": 3}}}},
+        ]));
+        for by in [None, Some("country")] {
+            let t = table(&reports, None, by).unwrap();
+            for format in [TableFormat::Markdown, TableFormat::Csv] {
+                let text = t.render(format);
+                let controls: Vec<char> = text.chars().filter(|c| c.is_control() && *c != '\n').collect();
+                assert!(controls.is_empty(), "{format:?} {by:?}: {controls:?} in {text:?}");
+                assert_eq!(text.lines().count(), 2 + usize::from(format == TableFormat::Markdown), "{text}");
+                assert!(text.contains("m\\r\\x1b[2K"), "{text}");
+            }
+        }
+        let md = table(&reports, None, Some("country")).unwrap().render(TableFormat::Markdown);
+        assert!(md.contains("| de\\n\\| 1 \\| `x` \\|\\u{9b}31m |"), "{md}");
+        assert!(md.contains("| ok\\x1b]0;title\\x07 |"), "{md}");
+    }
+
+    /// The ranking of the module's doc, as it was written first: every
+    /// leader looks at every row left (O(n²)), the reference for [`rank`].
+    fn rank_by_looking_at_every_row(sorted: Vec<TableRow>) -> Vec<(String, String)> {
+        let mut left: Vec<Option<TableRow>> = sorted.into_iter().map(Some).collect();
+        let mut out = Vec::new();
+        for i in 0..left.len() {
+            let Some(leader) = left[i].take() else { continue };
+            let (low, high) = interval(&leader);
+            let mut group = vec![leader];
+            for slot in left.iter_mut().skip(i + 1) {
+                if slot.as_ref().is_some_and(|r| interval(r).0 <= high && low <= interval(r).1) {
+                    group.extend(slot.take());
+                }
+            }
+            let place = out.len() + 1;
+            let rank = if group.len() > 1 { Rank::Tied(place) } else { Rank::Ranked(place) };
+            out.extend(group.into_iter().map(|r| (rank.text(), r.model)));
+        }
+        out
+    }
+
+    fn row(model: String, value: f64, ci: Option<(f64, f64)>) -> TableRow {
+        TableRow {
+            rank: Rank::Unranked,
+            report: PathBuf::from("r.json"),
+            model,
+            in_several_reports: false,
+            slice_value: None,
+            status: "ok".into(),
+            value: Some(value),
+            ci,
+            change: None,
+            examples: None,
+        }
+    }
+
+    #[test]
+    fn ranking_agrees_with_looking_at_every_row() {
+        let mut seed = 7u64;
+        let mut next = move || {
+            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            (seed >> 11) as f64 / (1u64 << 53) as f64
+        };
+        for case in 0..300 {
+            let n = 1 + case % 40;
+            let mut rows: Vec<TableRow> = (0..n)
+                .map(|i| {
+                    let value = (next() * 20.0).round() / 20.0;
+                    // Some without an interval, some wide, some reversed (a hostile report's).
+                    let ci = match (next() * 4.0) as u32 {
+                        0 => None,
+                        1 => Some((value - next() * 0.3, value + next() * 0.3)),
+                        2 => Some((value - 0.01, value + 0.01)),
+                        _ => Some((value + next() * 0.2, value - next() * 0.2)),
+                    };
+                    row(format!("m{i}"), value, ci)
+                })
+                .collect();
+            rows.sort_by(|a, b| b.value.unwrap().total_cmp(&a.value.unwrap()).then_with(|| a.model.cmp(&b.model)));
+            let got: Vec<(String, String)> = rank(rows.clone()).into_iter().map(|r| (r.rank.text(), r.model)).collect();
+            assert_eq!(got, rank_by_looking_at_every_row(rows), "case {case}");
+        }
+    }
+
+    #[test]
+    fn ranking_is_n_log_n_in_the_rows() {
+        // Every interval apart: no ties, the worst case of looking at every row left (n²/2).
+        let n: usize = 1 << 13;
+        let rows: Vec<TableRow> = (0..n)
+            .map(|i| row(format!("m{i}"), (n - i) as f64, Some(((n - i) as f64 - 0.1, (n - i) as f64 + 0.1))))
+            .collect();
+        VISITS.with(|v| v.set(0));
+        let ranked = rank(rows);
+        assert!(ranked.iter().enumerate().all(|(i, r)| r.rank == Rank::Ranked(i + 1)));
+        let visits = VISITS.with(std::cell::Cell::get);
+        let log = u64::from(n.ilog2());
+        assert!(visits <= 4 * n as u64 * log, "{visits} tree nodes visited for {n} rows");
     }
 
     #[test]
