@@ -62,6 +62,9 @@ fn label(model_shard: &str, (index, count): (u64, u64)) -> String {
 /// The data shards of `reports` merged per model shard; `None` when no
 /// report is a data shard (a plain merge of model shards).
 pub fn merge_data_shards(reports: &[(PathBuf, Value)]) -> Result<Option<DataMerge>, ReportError> {
+    for (path, report) in reports {
+        super::merge::checked_shard(path, "eval.data_shard", data_shard_of(report))?;
+    }
     let Some((first_path, first)) = reports.iter().find(|(_, r)| data_shard_of(r).is_some()) else {
         return Ok(None);
     };
@@ -285,7 +288,18 @@ fn merge_model(
     }
     let state = merged.expect("every shard is there");
     let evaluation = Evaluation::from_state(&state);
-    let skipped: u64 = shards.values().filter_map(|(_, u)| u["skipped_corrupt"].as_u64()).sum();
+    // Counts of the shards' records (files): summed without wrapping.
+    let (first_path, _) = *shards.values().next().expect("a model has a shard");
+    let total = |key: &str| -> Result<u64, ReportError> {
+        shards.values().filter_map(|(_, u)| u[key].as_u64()).try_fold(0u64, |sum, n| {
+            sum.checked_add(n).ok_or_else(|| ReportError::Overflow {
+                path: first_path.to_path_buf(),
+                model: model.into(),
+                what: key.replace('_', " "),
+            })
+        })
+    };
+    let skipped = total("skipped_corrupt")?;
     let baseline_record = BaselineRecord::from_shard_unit(first);
     let baseline = with_baseline.then_some(baseline_record.as_ref());
     let (fields, breach) = evaluation_fields(&evaluation, skipped, baseline, rules);
@@ -300,8 +314,7 @@ fn merge_model(
     outcome_fields(&mut r, &outcome);
     r.insert("examples".into(), json!(evaluation.examples));
     r.extend(fields);
-    let total = |key: &str| shards.values().filter_map(|(_, u)| u[key].as_u64()).sum::<u64>();
-    r.insert("batches".into(), json!(total("batches")));
+    r.insert("batches".into(), json!(total("batches")?));
     // Examples over the shards' summed time: the rate of one machine doing them all.
     let seconds: Option<f64> = shards
         .values()
@@ -313,10 +326,58 @@ fn merge_model(
     if let Some(seconds) = seconds.filter(|s| *s > 0.0) {
         r.insert("examples_per_second".into(), json!((evaluation.examples as f64 / seconds * 1000.0).round() / 1000.0));
     }
-    r.insert("wall_ms".into(), json!(total("wall_ms")));
+    r.insert("wall_ms".into(), json!(total("wall_ms")?));
     if let Some(peak) = shards.values().filter_map(|(_, u)| u["peak_rss_bytes"].as_u64()).max() {
         r.insert("peak_rss_bytes".into(), json!(peak));
     }
     r.insert("data_shards".into(), Value::Array(summary));
     Ok(Value::Object(r))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A data shard report of one model whose state saw no examples.
+    fn data_shard(shard: &str, batches: u64) -> Value {
+        let state = json!({
+            "version": 1, "output": "out", "requested": [], "top_k": 5, "threshold": 0.5,
+            "from_logits": false, "slice_features": [], "examples": 0,
+        });
+        json!({
+            "schema_version": 1, "isorun_version": "0.1.0",
+            "started_at": "2024-01-01T10:00:00Z", "finished_at": "2024-01-01T10:00:01Z",
+            "command": ["isorun", "eval"], "settings": {"eval": {"label": "y", "data_shard": shard}},
+            "units": [{"model": "m", "status": "ok", "examples": 0, "batches": batches, "wall_ms": 1,
+                       "metric_state": state}],
+        })
+    }
+
+    #[test]
+    fn a_data_shard_k_of_n_with_k_not_below_n_is_refused() {
+        for bad in ["2/2", "0/0"] {
+            let reports = [
+                (PathBuf::from("0.json"), data_shard("0/2", 1)),
+                (PathBuf::from("1.json"), data_shard("1/2", 1)),
+                (PathBuf::from("bad.json"), data_shard(bad, 1)),
+            ];
+            let want = format!(
+                "bad.json: settings.eval.data_shard is {bad}: not a shard K/N (K must be from 0 to N-1, and N at least 1)"
+            );
+            assert_eq!(merge_data_shards(&reports).unwrap_err().to_string(), want);
+        }
+        let whole = [(PathBuf::from("0.json"), data_shard("0/2", 1)), (PathBuf::from("1.json"), data_shard("1/2", 2))];
+        let merged = merge_data_shards(&whole).unwrap().unwrap();
+        assert_eq!(merged.reports[0].1["units"][0]["batches"], 3);
+    }
+
+    #[test]
+    fn counts_summed_over_data_shards_do_not_wrap() {
+        let reports =
+            [(PathBuf::from("0.json"), data_shard("0/2", u64::MAX)), (PathBuf::from("1.json"), data_shard("1/2", 1))];
+        assert_eq!(
+            merge_data_shards(&reports).unwrap_err().to_string(),
+            "0.json: model m: the summed batches of its data shards overflow a 64-bit count"
+        );
+    }
 }

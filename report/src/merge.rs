@@ -44,6 +44,23 @@ fn shard_of(report: &Value) -> Option<(u64, u64)> {
     }
 }
 
+/// `(K, N)` as [`shard_of`], refused unless 0 <= K < N: a report that
+/// claims shard `2/2` or `0/0` is no shard of any run (the shards a run
+/// makes are `--shard K/N`, checked the same way), and merging it would
+/// add models or data no shard was given.
+pub(crate) fn checked_shard(
+    path: &Path,
+    key: &'static str,
+    shard: Option<(u64, u64)>,
+) -> Result<Option<(u64, u64)>, ReportError> {
+    match shard {
+        Some((index, count)) if index >= count => {
+            Err(ReportError::BadShard { path: path.to_path_buf(), key, shard: format!("{index}/{count}") })
+        }
+        shard => Ok(shard),
+    }
+}
+
 /// The shards (`K/N`) of the sharded run that none of `reports` is, in
 /// order; empty when no report is a shard or every shard is there. Shard
 /// reports of different counts are refused.
@@ -51,7 +68,7 @@ pub fn missing_shards(reports: &[(PathBuf, Value)]) -> Result<Vec<String>, Repor
     let mut first: Option<(u64, u64, &Path)> = None;
     let mut present = std::collections::BTreeSet::new();
     for (path, report) in reports {
-        let Some((index, count)) = shard_of(report) else { continue };
+        let Some((index, count)) = checked_shard(path, "shard", shard_of(report))? else { continue };
         match first {
             Some((first_index, first_count, first_path)) if first_count != count => {
                 return Err(ReportError::ShardCounts {
@@ -160,6 +177,9 @@ pub fn merge_with_models(reports: &[(PathBuf, Value)], models: Option<&ModelList
         return Err(ReportError::NothingToMerge);
     }
     check_one_kind(reports)?;
+    for (path, report) in reports {
+        checked_shard(path, "shard", shard_of(report))?;
+    }
     let missing = missing_shards(reports)?;
     let no_report = Value::Null;
     let first = reports.first().map_or(&no_report, |(_, report)| report);
@@ -344,6 +364,26 @@ mod tests {
             merge(&reports).unwrap_err().to_string(),
             "cannot merge the run report run.json with the eval report eval.json: they are not shards of one run"
         );
+    }
+
+    #[test]
+    fn a_shard_k_of_n_with_k_not_below_n_is_refused() {
+        let at = ("2024-01-01T10:00:00Z", "2024-01-01T10:00:01Z");
+        for (bad, text) in [("2/2", "2/2"), ("0/0", "0/0"), ("7/3", "7/3")] {
+            let reports = [
+                (PathBuf::from("0.json"), shard("0/2", at.0, at.1, &["a"])),
+                (PathBuf::from("1.json"), shard("1/2", at.0, at.1, &["b"])),
+                (PathBuf::from("bad.json"), shard(bad, at.0, at.1, &["c"])),
+            ];
+            let want = format!(
+                "bad.json: settings.shard is {text}: not a shard K/N (K must be from 0 to N-1, and N at least 1)"
+            );
+            assert_eq!(merge(&reports).unwrap_err().to_string(), want);
+        }
+        let mut object = shard("0/1", at.0, at.1, &["a"]);
+        object["settings"]["shard"] = json!({"index": 0, "count": 0});
+        let error = missing_shards(&[(PathBuf::from("o.json"), object)]).unwrap_err();
+        assert!(matches!(error, ReportError::BadShard { .. }), "{error}");
     }
 
     #[test]
