@@ -1154,3 +1154,169 @@ else:
     assert_eq!(export_json(&entry)["check"], "export", "{}", export_json(&entry));
     assert!(!entry.join("frozen-check.npz").exists());
 }
+
+/// Saves `victim.keras` (`x` [?, 2] → Dense `out`, linear) in `dir`, a
+/// later checkpoint of it (`victim_later.keras`: other weights),
+/// `cousin.keras` (the same layers with a `relu`, its own weights) and
+/// `attacker.keras`: the victim's `config.json` for isorun's zip reader,
+/// then an entry named `config.json\0x` holding the cousin's config for
+/// Keras (Python's zipfile cuts the name at the NUL and lets the later
+/// entry win), and the cousin's weights. Returns the victim's
+/// `model.predict` on `[[1, 2]]` and the attacker's.
+fn victim_and_attacker(python: &Path, dir: &Path) -> (Vec<f64>, Vec<f64>) {
+    let script = r#"
+import json, os, sys, zipfile
+os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
+import numpy as np
+import keras
+dir = sys.argv[1]
+def model(activation, seed):
+    x = keras.Input((2,), name="x")
+    y = keras.layers.Dense(3, activation=activation, name="out",
+                           kernel_initializer=keras.initializers.RandomNormal(seed=seed),
+                           bias_initializer=keras.initializers.Constant(-1.0))(x)
+    return keras.Model(x, y, name="m")
+victim, attacker = model("linear", 1), model("relu", 2)
+victim.save(os.path.join(dir, "victim.keras"))
+attacker.save(os.path.join(dir, "own.keras"))
+# A later checkpoint of the victim: its config, other weights.
+later = model("linear", 1)
+later.set_weights([w * 2 + 0.5 for w in victim.get_weights()])
+later.save(os.path.join(dir, "victim_later.keras"))
+with zipfile.ZipFile(os.path.join(dir, "victim.keras")) as v:
+    victim_config = v.read("config.json")
+placeholder = "config.jsonZx"  # as long as config.json\0x: renamed in the bytes below
+with zipfile.ZipFile(os.path.join(dir, "own.keras")) as own, \
+        zipfile.ZipFile(os.path.join(dir, "attacker.zip"), "w") as out:
+    out.writestr("metadata.json", own.read("metadata.json"))
+    out.writestr("config.json", victim_config)
+    out.writestr(placeholder, own.read("config.json"))
+    out.writestr("model.weights.h5", own.read("model.weights.h5"))
+data = open(os.path.join(dir, "attacker.zip"), "rb").read()
+assert data.count(placeholder.encode()) == 2
+open(os.path.join(dir, "attacker.keras"), "wb").write(data.replace(placeholder.encode(), b"config.json\0x"))
+os.rename(os.path.join(dir, "own.keras"), os.path.join(dir, "cousin.keras"))
+os.remove(os.path.join(dir, "attacker.zip"))
+# What Keras itself makes of the attacker's file: its own relu model.
+loaded = keras.models.load_model(os.path.join(dir, "attacker.keras"), compile=False)
+assert loaded.get_layer("out").activation.__name__ == "relu"
+x = np.array([[1.0, 2.0]], np.float32)
+print(json.dumps([victim.predict(x, verbose=0)[0].tolist(), attacker.predict(x, verbose=0)[0].tolist()]))
+"#;
+    let made = Command::new(python).args(["-c", script]).arg(dir).stdin(Stdio::null()).output().unwrap();
+    assert!(made.status.success(), "{}", String::from_utf8_lossy(&made.stderr));
+    let stdout = String::from_utf8_lossy(&made.stdout);
+    let [victim, attacker]: [Vec<f64>; 2] = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    (victim, attacker)
+}
+
+fn assert_close(got: &serde_json::Value, expected: &[f64], what: &str) {
+    let got: Vec<f64> = got.as_array().unwrap_or_else(|| panic!("{what}: {got}"))[0]
+        .as_array()
+        .unwrap_or_else(|| panic!("{what}: {got}"))
+        .iter()
+        .map(|v| v.as_f64().unwrap())
+        .collect();
+    assert_eq!(got.len(), expected.len(), "{what}: {got:?} != {expected:?}");
+    for (g, e) in got.iter().zip(expected) {
+        assert!((g - e).abs() <= 1e-5, "{what}: {got:?} != {expected:?}");
+    }
+}
+
+/// A `.keras` file cannot give another file its graph: the attacker's
+/// archive shows isorun's zip reader the victim's config and Keras its own
+/// (an entry named `config.json\0x`). The victim runs its own model, in a
+/// graph of its own, and a later run of the victim alone from the cache
+/// gives the same; the attacker's archive is refused, naming the entry.
+#[test]
+fn a_keras_archive_cannot_lend_its_graph_to_another_file_through_an_ambiguous_entry_name() {
+    let Some(python) = python("a_keras_archive_cannot_lend_its_graph_to_another_file_through_an_ambiguous_entry_name")
+    else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let (victim, attacker) = victim_and_attacker(&python, tmp.path());
+    assert!(victim.iter().zip(&attacker).any(|(v, a)| (v - a).abs() > 1e-3), "{victim:?} {attacker:?}");
+    let cache = tmp.path().join("cache");
+    let (attacker_file, victim_file) = (tmp.path().join("attacker.keras"), tmp.path().join("victim.keras"));
+    let args = [
+        attacker_file.to_str().unwrap(),
+        victim_file.to_str().unwrap(),
+        "--input",
+        "x=@[[1,2]]",
+        "--values",
+        "-j",
+        "1",
+    ];
+    let ran = keras_run(&python, &cache, &args);
+    let record = ran.record("victim.keras");
+    assert_eq!(record["status"], "ok", "{}\n{}", ran.stdout, ran.stderr);
+    assert_ne!(record["export"]["graph"], "shared", "{record}");
+    assert_close(&record["outputs"]["out"]["values"], &victim, "the victim's outputs");
+    let refused = ran.record("attacker.keras");
+    assert_eq!(refused["status"], "error", "{refused}");
+    let message = refused["error"]["message"].as_str().unwrap();
+    assert!(message.contains("attacker.keras") && message.contains(r#""config.json\0x""#), "{message}");
+    // The victim alone, from the cache: its own outputs still.
+    let again = keras_run(&python, &cache, &[victim_file.to_str().unwrap(), "--input", "x=@[[1,2]]", "--values"]);
+    let record = again.record("victim.keras");
+    assert_eq!(record["status"], "ok", "{}\n{}", again.stdout, again.stderr);
+    assert_eq!(record["export"]["cached"], true, "{record}");
+    assert_close(&record["outputs"]["out"]["values"], &victim, "the victim's outputs from the cache");
+}
+
+/// The supervisor's grouping only proposes which files share a trace: the
+/// export process, asked to share one graph among the victim, its cousin
+/// (another activation, weights laid out the same) and a later checkpoint
+/// of the victim, shares it with the checkpoint only, since the cousin's
+/// config, as Keras reads it, is not the traced file's.
+#[test]
+fn the_export_process_shares_a_trace_only_with_files_whose_config_as_keras_reads_it_matches() {
+    let Some(python) =
+        python("the_export_process_shares_a_trace_only_with_files_whose_config_as_keras_reads_it_matches")
+    else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    victim_and_attacker(&python, tmp.path());
+    let script =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../engine/src/keras/keras_export.py"))
+            .unwrap();
+    let files = ["victim.keras", "cousin.keras", "victim_later.keras"];
+    let jobs: Vec<serde_json::Value> = files
+        .iter()
+        .enumerate()
+        .map(|(i, file)| {
+            std::fs::create_dir(tmp.path().join(format!("stage{i}"))).unwrap();
+            serde_json::json!({"file": tmp.path().join(file), "out": tmp.path().join(format!("stage{i}/saved_model")),
+                "graph": "one-proposed-architecture", "freeze": true, "check": "here"})
+        })
+        .collect();
+    let request = serde_json::json!({"modules": [], "unsafe": false, "jobs": jobs});
+    let mut child = Command::new(&python)
+        .args(["-c", &script])
+        .current_dir(tmp.path())
+        .env("HOME", tmp.path())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    child.stdin.take().unwrap().write_all(format!("{request}\n").as_bytes()).unwrap();
+    let output = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let done: Vec<serde_json::Value> = stdout
+        .lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter(|answer| answer.get("done").is_some())
+        .collect();
+    assert_eq!(done.len(), files.len(), "{stdout}\n{stderr}");
+    let graphs: Vec<&str> = done.iter().map(|d| d["graph"].as_str().unwrap_or("failed")).collect();
+    assert_eq!(graphs, ["traced", "traced", "shared"], "{stdout}\n{stderr}");
+    assert!(
+        stderr.contains("cousin.keras: exported in full: its config, as Keras reads it, is not the traced file's"),
+        "{stderr}"
+    );
+}
