@@ -398,8 +398,9 @@ pub struct RescoreArgs {
     #[arg(long, value_name = "S", default_value_t = 0)]
     pub bootstrap_seed: u64,
 
-    /// always, or significant: a --max-drop breach fails a model only when the paired interval of
-    /// the change against the baseline (a report made with the same --ci replicates) excludes 0.
+    /// always, or significant: a --max-drop breach fails a model only when the change against the
+    /// baseline is significant (accuracy with both nights' predictions: McNemar's exact test; else
+    /// the paired bootstrap interval excludes 0); a change that cannot be tested stays a breach.
     #[arg(long, value_name = "always|significant", default_value = "always")]
     pub gate: String,
 
@@ -868,7 +869,7 @@ pub struct SlurmSubmitArgs {
 
 Each record is run's, plus \"examples\", \"metrics\" (and \"slices\", \"task\", \"output\").
 A metric below a --threshold bound or dropped past --max-drop ends the model below_threshold
-(with --gate significant: only a drop whose paired --ci interval excludes 0).
+(with --gate significant: only a significant drop; see README \"Is the drop real?\").
 Exit codes: 0 every model ok; 1 some model not ok; 2 usage error (nothing run);
 130/143 interrupted by Ctrl-C/SIGTERM.")]
 pub struct EvalArgs {
@@ -1006,8 +1007,10 @@ pub struct EvalOptions {
     pub bootstrap_seed: u64,
 
     /// When a --max-drop breach fails a model: always (the drop alone), or significant (the drop
-    /// AND a paired bootstrap interval of the change against the baseline that excludes 0; needs
-    /// --ci and a --baseline evaluated with the same --ci replicates and seed).
+    /// AND a significant change: accuracy with both nights' --predictions by McNemar's exact test,
+    /// else a paired bootstrap interval that excludes 0; a change that cannot be tested stays a
+    /// breach). Needs --ci and a --baseline evaluated with the same --ci replicates and seed, or
+    /// with --predictions.
     #[arg(long, value_name = "always|significant", default_value = "always", help_heading = "Evaluation")]
     pub gate: String,
 }

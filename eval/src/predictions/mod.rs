@@ -20,11 +20,13 @@
 
 mod diff;
 mod meta;
+mod pair;
 mod read;
 mod write;
 
 pub use diff::{mcnemar_exact_p, Changed, DiffError, DiffOptions, DiffSummary, Differ, Prediction};
 pub use meta::{Meta, SavedOutput, META_KEY};
+pub use pair::{discordant, replicate_values};
 pub use read::{list_files, PredictionsReader, ReadError, RescoreBatch};
 pub use write::{BackgroundWriter, ChangedWriter, PredictionsWriter, WriteError, BACKGROUND_BATCHES, ROW_GROUP_ROWS};
 

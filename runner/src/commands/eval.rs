@@ -19,7 +19,7 @@ use isorun_eval::{
     BatchReader, Bound, CiSpec, DataSpec, Dataset, Evaluator, KeyedBy, MaxDrop, Metric, MetricsSpec, Targets,
 };
 use isorun_protocol::{ErrorKind, ModelError, Outcome, Tensor};
-use isorun_report::change::{bootstrap_settings, BaselineRecord, Gate};
+use isorun_report::change::{bootstrap_settings, BaselineBootstrap, BaselineRecord, Discordant, Gate};
 use isorun_report::eval_record::{data_shard_fields, evaluation_fields, EvalRules};
 use isorun_report::shard::{parse_shard, Shard};
 use isorun_tensors::json_input::signature_of;
@@ -60,6 +60,7 @@ pub fn main(args: EvalArgs, quiet: bool) -> Result<i32, String> {
         .iter()
         .map(|m| Metric::parse(m).map_err(|e| format!("--metric {m}: {e}")))
         .collect::<Result<Vec<_>, _>>()?;
+    check_drops_computed(&rules.checks.drops, &metrics, "")?;
     let spec = MetricsSpec {
         metrics,
         output: eval.output.clone(),
@@ -108,7 +109,9 @@ pub fn main(args: EvalArgs, quiet: bool) -> Result<i32, String> {
         None => None,
     };
     if rules.checks.gate == Gate::Significant {
-        check_gate(ci.as_ref(), baseline.as_ref(), eval.baseline.as_deref())?;
+        // A data shard's record is paired in `report merge`, which has the replicates only.
+        let through_predictions = data_shard.is_none();
+        check_gate(ci.as_ref(), baseline.as_ref(), eval.baseline.as_deref(), through_predictions)?;
     }
     let key_settings = format!(
         "eval v1\0{}\0{:?}\0{batch_size}\0{:?}\0{}\0{:?}\0{:?}\0{:?}\0{:?}\0{}\0{}\0{:?}\0{:?}\0{:?}\0{:?}\0{:?}",
@@ -282,12 +285,36 @@ pub(crate) fn ci_spec(
     Ok(Some(CiSpec { bootstrap: Bootstrap { replicates, seed: bootstrap_seed }, level, by }))
 }
 
+/// A `--max-drop` on a metric the run does not compute can never be
+/// checked (and `--gate significant` could not test it): a usage error,
+/// where the metrics are known before the work (`--metric` given, or the
+/// metrics a predictions file was scored with). `file` names that file.
+pub(crate) fn check_drops_computed(drops: &[MaxDrop], metrics: &[Metric], file: &str) -> Result<(), String> {
+    if metrics.is_empty() {
+        return Ok(());
+    }
+    match drops.iter().find(|d| !metrics.contains(&d.metric)) {
+        Some(drop) => {
+            let computed: Vec<&str> = metrics.iter().map(|m| m.name()).collect();
+            Err(format!(
+                "--max-drop {drop}: {} is not computed{file} (the metrics are: {}); add --metric {}",
+                drop.metric.name(),
+                computed.join(", "),
+                drop.metric.name()
+            ))
+        }
+        None => Ok(()),
+    }
+}
+
 /// `--gate significant` needs `--ci`, `--max-drop`, and a baseline whose
-/// every model has replicates this run's pair with.
+/// every model has replicates this run's pair with, or (`through_predictions`)
+/// a predictions file its replicates can be drawn from again.
 pub(crate) fn check_gate(
     ci: Option<&CiSpec>,
     baseline: Option<&Baseline>,
     baseline_path: Option<&Path>,
+    through_predictions: bool,
 ) -> Result<(), String> {
     let Some(ci) = ci else {
         return Err("--gate significant needs --ci LEVEL: significance is that of the paired bootstrap interval".into());
@@ -300,27 +327,87 @@ pub(crate) fn check_gate(
     names.sort();
     for model in names {
         let record = &baseline.models[model];
-        match &record.bootstrap {
-            None => {
-                return Err(format!(
-                    "--gate significant: the baseline {} has no bootstrap replicates for model {model}: \
-                     evaluate the baseline with --ci (and the same --bootstrap and --bootstrap-seed)",
-                    path.display()
-                ))
-            }
-            Some(b) if b.settings != wanted => {
-                return Err(format!(
-                    "--gate significant: the baseline {} drew model {model}'s replicates with {}, this run with {}: \
-                     give the same --bootstrap, --bootstrap-seed and --example-key",
-                    path.display(),
-                    b.settings,
-                    wanted
-                ))
-            }
-            Some(_) => {}
+        if record.bootstrap.as_ref().is_some_and(|b| b.settings == wanted) {
+            continue;
         }
+        if let (true, Some(predictions)) = (through_predictions, &record.predictions) {
+            // Its replicates are drawn again from its predictions, keyed as this run's.
+            let meta = isorun_eval::predictions::PredictionsReader::open(predictions).map_err(|e| {
+                format!(
+                    "--gate significant: the baseline {} names model {model}'s predictions, which cannot be read: {}",
+                    path.display(),
+                    with_causes(&e)
+                )
+            })?;
+            if ci.by == KeyedBy::Key && meta.meta.example_key.is_none() {
+                return Err(format!(
+                    "--gate significant: the baseline {}'s predictions of model {model} ({}) have no example keys \
+                     and this run's replicates are keyed by --example-key: give the baseline --example-key too",
+                    path.display(),
+                    predictions.display()
+                ));
+            }
+            continue;
+        }
+        let shard_note = if through_predictions || record.predictions.is_none() {
+            ""
+        } else {
+            " (a --data-shard run pairs in report merge, through replicates only)"
+        };
+        return Err(match &record.bootstrap {
+            None => format!(
+                "--gate significant: the baseline {} has no bootstrap replicates for model {model}{shard_note}: \
+                 evaluate the baseline with --ci (and the same --bootstrap and --bootstrap-seed), or with \
+                 --predictions so tonight can pair through them",
+                path.display()
+            ),
+            Some(b) => format!(
+                "--gate significant: the baseline {} drew model {model}'s replicates with {}, this run with {}{shard_note}: \
+                 give the same --bootstrap, --bootstrap-seed and --example-key",
+                path.display(),
+                b.settings,
+                wanted
+            ),
+        });
     }
     Ok(())
+}
+
+/// Pairs `record` with this evaluation through the baseline's predictions
+/// file (`--gate significant`): its replicates drawn again from the file
+/// when the record has none of this run's settings, and, when this run
+/// wrote predictions too (`new_predictions`), McNemar's discordant counts
+/// of the two files for accuracy. What fails is the record's `unpaired`
+/// reason: the gate then keeps the breach (`isorun_report::change`).
+pub(crate) fn pair_through_predictions(
+    record: &mut BaselineRecord,
+    evaluation: &isorun_eval::Evaluation,
+    new_predictions: Option<&Path>,
+) {
+    let Some(base) = record.predictions.clone() else { return };
+    let mut failed = Vec::new();
+    if let (Some(ci), false) = (&evaluation.ci, record.pairs_with(evaluation)) {
+        let metrics: Vec<Metric> = evaluation.metrics.keys().filter_map(|m| Metric::parse(m).ok()).collect();
+        match isorun_eval::predictions::replicate_values(&base, &metrics, ci.spec) {
+            Ok(values) => {
+                let settings =
+                    bootstrap_settings(ci.spec.bootstrap.replicates, ci.spec.bootstrap.seed, ci.spec.by.name());
+                record.bootstrap = Some(BaselineBootstrap { settings, values });
+            }
+            Err(e) => {
+                failed.push(format!("its replicates could not be drawn from its predictions: {}", with_causes(&e)))
+            }
+        }
+    }
+    if let (Some(new), true) = (new_predictions, evaluation.metrics.contains_key("accuracy")) {
+        match isorun_eval::predictions::discordant(&base, new) {
+            Ok(d) => record.discordant = Some(Discordant { broke: d.broke, fixed: d.fixed, examples: d.examples }),
+            Err(e) => failed.push(format!("its predictions do not pair with this run's: {}", with_causes(&e))),
+        }
+    }
+    if !failed.is_empty() {
+        record.unpaired = Some(format!("the baseline's predictions {}: {}", base.display(), failed.join("; ")));
+    }
 }
 
 /// The metrics (and `--ci` replicates) of each model in an earlier eval report.
@@ -344,7 +431,8 @@ pub(crate) fn read_baseline(path: &Path) -> Result<Baseline, String> {
     }
     let mut names: Vec<_> = models.iter().collect();
     names.sort_by(|a, b| a.0.cmp(b.0));
-    let digest = format!("{:?}", names.iter().map(|(m, r)| (m, &r.metrics, &r.bootstrap)).collect::<Vec<_>>());
+    let digest =
+        format!("{:?}", names.iter().map(|(m, r)| (m, &r.metrics, &r.bootstrap, &r.predictions)).collect::<Vec<_>>());
     Ok(Baseline { models, digest })
 }
 
@@ -536,6 +624,13 @@ impl FeedStream for EvalStream<'_> {
             _ => None,
         };
         let evaluation = self.evaluator.finish();
+        if let (Gate::Significant, None, Some(Some(record))) = (self.rules.gate, self.data_shard, &mut self.baseline) {
+            let tonight = match &predicted {
+                Some(Ok(path)) => Some(path.as_path()),
+                _ => None,
+            };
+            pair_through_predictions(record, &evaluation, tonight);
+        }
         let baseline = self.baseline.as_ref().map(Option::as_ref);
         let skipped = self.reader.skipped();
         let (fields, breach) = match self.data_shard {

@@ -14,7 +14,9 @@
 //! `--diff BASELINE NEW` compares two runs example by example
 //! (`isorun_eval::predictions::Differ`).
 
-use super::eval::{check_gate, ci_spec, read_baseline, Baseline, Rules};
+use super::eval::{
+    check_drops_computed, check_gate, ci_spec, pair_through_predictions, read_baseline, Baseline, Rules,
+};
 use crate::cli::{Format, RescoreArgs};
 use crate::printer::{progress_bar, Printer};
 use crate::support::with_causes;
@@ -50,7 +52,7 @@ pub fn main(args: RescoreArgs, quiet: bool) -> Result<i32, String> {
     }
     if rules.checks.gate == isorun_report::change::Gate::Significant {
         for unit in &units {
-            check_gate(unit.ci.as_ref(), baseline.as_ref(), args.baseline.as_deref())?;
+            check_gate(unit.ci.as_ref(), baseline.as_ref(), args.baseline.as_deref(), true)?;
         }
     }
     let models: Vec<Model> =
@@ -166,6 +168,7 @@ fn spec_for(
 fn prepare(path: &Path, args: &RescoreArgs, rules: &Rules, metrics: &[Metric]) -> Result<Unit, String> {
     let mut reader = PredictionsReader::open(path).map_err(|e| with_causes(&e))?;
     let (spec, slices) = spec_for(&reader, args, rules, metrics)?;
+    check_drops_computed(&rules.checks.drops, &spec.metrics, &format!(" for {}", path.display()))?;
     let output = spec.output.clone().expect("always named");
     reader.start(&output, &slices).map_err(|e| with_causes(&e))?;
     let mut evaluator = Evaluator::new(&spec, &reader.signature(), &slices)
@@ -201,7 +204,12 @@ fn score(unit: Unit, rules: &Rules, baseline: Option<&Baseline>) -> Value {
     record.insert("model".into(), json!(model));
     record.insert("path".into(), json!(path.to_string_lossy()));
     let evaluation = evaluator.finish();
-    let baseline = baseline.map(|b| b.models.get(&model));
+    let mut record_of = baseline.and_then(|b| b.models.get(&model)).cloned();
+    if let (isorun_report::change::Gate::Significant, Some(base)) = (rules.checks.gate, &mut record_of) {
+        // This file is tonight's predictions: the exact test pairs it with the baseline's.
+        pair_through_predictions(base, &evaluation, Some(&path));
+    }
+    let baseline = baseline.map(|_| record_of.as_ref());
     let (fields, breach) = evaluation_fields(&evaluation, skipped_corrupt, baseline, &rules.checks);
     let outcome = failure.or(breach);
     let outcome = outcome.unwrap_or(Outcome::Ok);

@@ -15,6 +15,7 @@ mod first_hour_inputs;
 mod first_hour_messages;
 mod first_hour_nightly;
 mod fixtures;
+mod gate;
 mod gpu;
 mod hostile;
 mod keras;

@@ -434,11 +434,22 @@ fn rescore_ci_gives_eval_s_intervals_and_paired_gate_from_the_saved_keys() {
         }
         assert_eq!(b["change"]["accuracy"]["significant"], json!(model == "regressed"), "{b}");
     }
-    // Another seed: other weights, other intervals, and a gate that refuses the baseline (exit 2).
+    // Another seed: other weights, other intervals; last night's replicates are drawn
+    // again from its predictions with that seed, so the gate still pairs.
     let dir = tmp.path().join("p-noise");
     let mut args = vec![p(&dir), "--ci", "0.9", "--bootstrap", "50", "--bootstrap-seed", "3"];
     args.extend(gate);
+    let paired = rescore(&args, tmp.path());
+    assert_eq!(paired.code, Some(0), "{paired:?}");
+    assert_eq!(paired.record("classifier")["change"]["auc"]["test"], "paired_bootstrap", "{paired:?}");
+    // Without its predictions the baseline's replicates of seed 0 cannot pair: refused (exit 2), naming it.
+    let mut report: Value = serde_json::from_str(&std::fs::read_to_string(&last).unwrap()).unwrap();
+    report["units"][0].as_object_mut().unwrap().remove("predictions");
+    let bare = tmp.path().join("bare.json");
+    std::fs::write(&bare, report.to_string()).unwrap();
+    let mut args = vec![p(&dir), "--ci", "0.9", "--bootstrap", "50", "--bootstrap-seed", "3"];
+    args.extend(["--baseline", p(&bare), "--max-drop", "accuracy=0.002", "--gate", "significant"]);
     let refused = rescore(&args, tmp.path());
     assert_eq!(refused.code, Some(2), "{refused:?}");
-    assert!(refused.stderr.contains("last.json"), "{}", refused.stderr);
+    assert!(refused.stderr.contains("bare.json"), "{}", refused.stderr);
 }
