@@ -342,6 +342,86 @@ impl fmt::Write for Line {
     }
 }
 
+/// Deterministic mutations of a real file, for feeding a reader bytes that
+/// are almost right: `count` variants of `original`, the same for the same
+/// `seed`, each with a few bytes changed, a run of bytes set to a large
+/// number (a length or count that lies: 0xff…, i32::MAX, a long protobuf
+/// varint), a range deleted or repeated, or the file cut short.
+pub fn mutations(original: &[u8], seed: u64, count: usize) -> impl Iterator<Item = Vec<u8>> + '_ {
+    let mut rng = SplitMix(seed ^ 0x9e37_79b9_7f4a_7c15);
+    (0..count).map(move |_| mutate(original, &mut rng))
+}
+
+/// SplitMix64: small, seeded, good enough to pick offsets.
+struct SplitMix(u64);
+
+impl SplitMix {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// In 0..n (0 when n is 0).
+    fn below(&mut self, n: usize) -> usize {
+        if n == 0 {
+            0
+        } else {
+            (self.next() % n as u64) as usize
+        }
+    }
+}
+
+fn mutate(original: &[u8], rng: &mut SplitMix) -> Vec<u8> {
+    let mut bytes = original.to_vec();
+    let len = bytes.len();
+    match rng.below(6) {
+        0 => {
+            for _ in 0..1 + rng.below(8) {
+                if len > 0 {
+                    let at = rng.below(len);
+                    bytes[at] = rng.next() as u8;
+                }
+            }
+        }
+        1 => bytes.truncate(rng.below(len)),
+        2 | 3 => {
+            const LIES: [&[u8]; 8] = [
+                &[0xff, 0xff, 0xff, 0xff],
+                &[0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f],
+                &[0xff, 0xff, 0xff, 0x7f],
+                &[0x00, 0x00, 0x00, 0x40],
+                &[0xff, 0xff, 0xff, 0xff, 0x0f],
+                &[0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x01],
+                &[0x00, 0x00, 0x00, 0x00, 0x00, 0x01, 0x00, 0x00],
+                b"999999999999",
+            ];
+            let lie = LIES[rng.below(LIES.len())];
+            let at = rng.below(len);
+            for (i, b) in lie.iter().enumerate() {
+                if let Some(slot) = bytes.get_mut(at + i) {
+                    *slot = *b;
+                }
+            }
+        }
+        4 => {
+            let at = rng.below(len);
+            let end = (at + 1 + rng.below(64)).min(len);
+            bytes.drain(at..end);
+        }
+        _ => {
+            let at = rng.below(len);
+            let end = (at + 1 + rng.below(256)).min(len);
+            let copy = bytes[at..end].to_vec();
+            let to = rng.below(len);
+            bytes.splice(to..to, copy);
+        }
+    }
+    bytes
+}
+
 #[cfg(test)]
 #[global_allocator]
 static ALLOCATOR: CountingAllocator = CountingAllocator::new();
@@ -417,6 +497,17 @@ mod tests {
     fn a_request_past_the_cap_is_refused() {
         let (result, _) = measure("cap", 0, || Vec::<u8>::new().try_reserve_exact(DEFAULT_CAP + 1));
         assert!(result.is_err());
+    }
+
+    #[test]
+    fn mutations_are_deterministic_and_differ() {
+        let original: Vec<u8> = (0..200u8).collect();
+        let a: Vec<Vec<u8>> = mutations(&original, 7, 50).collect();
+        let b: Vec<Vec<u8>> = mutations(&original, 7, 50).collect();
+        assert_eq!(a, b);
+        assert!(a.iter().filter(|m| **m != original).count() > 40);
+        assert!(a.iter().any(|m| m.len() < original.len()));
+        assert_eq!(mutations(&[], 1, 10).count(), 10);
     }
 
     #[test]

@@ -25,6 +25,8 @@ pub enum InputError {
     InlineWithoutAt { name: String, json: String },
     #[error("{source_name}: not valid JSON: {reason}")]
     Json { source_name: String, reason: String },
+    #[error("{source_name}: {reason}; give large inputs as .npy")]
+    JsonCost { source_name: String, reason: String },
     #[error("{source_name}: expected an object of input name to nested lists, or one nested list")]
     JsonShape { source_name: String },
     #[error("{path}: cannot read")]
@@ -131,6 +133,8 @@ fn read_text(path: &Path) -> Result<String, InputError> {
 }
 
 fn parse_json(text: &str, source: &str) -> Result<Value, InputError> {
+    crate::json_cost::check_json_cost(text.as_bytes())
+        .map_err(|reason| InputError::JsonCost { source_name: source.to_string(), reason })?;
     serde_json::from_str(text).map_err(|e| InputError::Json { source_name: source.to_string(), reason: e.to_string() })
 }
 

@@ -13,6 +13,7 @@ pub mod batch;
 pub mod cast;
 pub mod golden;
 pub mod inputs;
+pub mod json_cost;
 pub mod json_input;
 pub mod npy;
 pub mod output;

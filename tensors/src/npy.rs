@@ -16,6 +16,9 @@ use std::path::{Path, PathBuf};
 
 const MAGIC: &[u8; 6] = b"\x93NUMPY";
 
+/// What one string element costs in memory besides its bytes (its vector).
+const STRING_COST: u64 = std::mem::size_of::<Vec<u8>>() as u64;
+
 /// The largest element NumPy can describe (its item sizes are C `int`s).
 const MAX_ITEM_SIZE: usize = i32::MAX as usize;
 
@@ -341,6 +344,24 @@ pub fn read_npy(mut reader: impl Read, total_len: u64, path: &Path) -> Result<Te
     reader.take(data_len).read_to_end(&mut data).map_err(io_error)?;
     if (data.len() as u64) < data_len {
         return Err(format_error(path, "file ended before its data"));
+    }
+    if let Element::Bytes(_) | Element::Unicode(..) = element {
+        // A string costs its vector besides its bytes: `|S1` would take 25
+        // times the file, past the bound every reader is held to (the data
+        // is all read: a claimed length may lie).
+        let held = count.saturating_mul(STRING_COST + 2 * element.item_size() as u64);
+        let most = (data.len() as u64).saturating_mul(16).max(64 << 20);
+        if held > most {
+            return Err(format_error(
+                path,
+                format!(
+                    "{count} strings of {} bytes would take {held} bytes in memory, more than the {most} \
+                     read from {} bytes of data; save them with a wider dtype or as uint8",
+                    element.item_size(),
+                    data.len()
+                ),
+            ));
+        }
     }
     Ok(match element {
         Element::Dense(dtype, big_endian) => {

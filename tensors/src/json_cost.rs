@@ -1,0 +1,95 @@
+//! What a JSON text costs once parsed into `serde_json::Value`: about a
+//! hundred bytes per value whatever its text, so `[0,0,0,…]` takes some
+//! fifty times its bytes. The supervisor's readers of JSON it did not write
+//! this run (inputs, journals, reports) count the values first, in one pass
+//! over the bytes with nothing allocated, and refuse a text whose values
+//! would take more than max(64 MiB, 16 × its length), the bound every
+//! reader of untrusted bytes is held to (SECURITY.md).
+
+/// What one parsed value may cost at most: a `Value` (72 bytes with
+/// `preserve_order`), its share of the vector or map holding it (grown by
+/// doubling) and of the text it was parsed from.
+pub const VALUE_COST: u64 = 160;
+
+/// The most values a JSON text of `len` bytes may hold.
+pub fn most_values(len: u64) -> u64 {
+    len.saturating_mul(16).max(64 << 20) / VALUE_COST
+}
+
+/// At least the number of values (object keys included) that `text` parses
+/// to: one for the whole, and one per `[`, `{`, `,` and `:` outside strings.
+pub fn count_values(text: &[u8]) -> u64 {
+    let mut values = 1u64;
+    let mut in_string = false;
+    let mut escaped = false;
+    for &byte in text {
+        if in_string {
+            match (escaped, byte) {
+                (true, _) => escaped = false,
+                (false, b'\\') => escaped = true,
+                (false, b'"') => in_string = false,
+                _ => {}
+            }
+        } else {
+            match byte {
+                b'"' => in_string = true,
+                b'[' | b'{' | b',' | b':' => values += 1,
+                _ => {}
+            }
+        }
+    }
+    values
+}
+
+/// Refuses a text whose parsed values would pass the bound, saying how many
+/// it holds and how many it may.
+pub fn check_json_cost(text: &[u8]) -> Result<(), String> {
+    let values = count_values(text);
+    let most = most_values(text.len() as u64);
+    if values > most {
+        return Err(format!(
+            "{} bytes of JSON hold {values} values, more than the {most} read from a text of that length \
+             (each costs about {VALUE_COST} bytes parsed)",
+            text.len()
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn values_are_counted_outside_strings() {
+        assert_eq!(count_values(b"0"), 1);
+        assert_eq!(count_values(b"[0,0]"), 3);
+        assert_eq!(count_values(br#"{"a": 1, "b": [2]}"#), 6);
+        assert_eq!(count_values(br#"["[,{:", "\"[,"]"#), 3);
+    }
+
+    #[test]
+    fn the_count_is_never_below_what_serde_json_makes() {
+        fn made(value: &serde_json::Value) -> u64 {
+            1 + match value {
+                serde_json::Value::Array(items) => items.iter().map(made).sum(),
+                serde_json::Value::Object(map) => map.values().map(|v| 1 + made(v)).sum(),
+                _ => 0,
+            }
+        }
+        for text in [r#"[]"#, r#"{}"#, r#"[[],[[]],{"a":{"b":[1,2,"x"]}}]"#, r#"{"k":"v","l":[true,null]}"#] {
+            let value: serde_json::Value = serde_json::from_str(text).unwrap();
+            assert!(count_values(text.as_bytes()) >= made(&value), "{text}");
+        }
+    }
+
+    #[test]
+    fn small_texts_and_wordy_values_pass_and_dense_lists_do_not() {
+        assert!(check_json_cost(b"[1,2,3]").is_ok());
+        let floats = format!("[{}]", vec!["0.123456789"; 1 << 20].join(","));
+        assert!(check_json_cost(floats.as_bytes()).is_ok());
+        let zeros = format!("[{}]", vec!["0"; 1 << 20].join(","));
+        let message = check_json_cost(zeros.as_bytes()).unwrap_err();
+        assert!(message.contains("2097153 bytes of JSON hold 1048577 values, more than the 419430"), "{message}");
+    }
+}
