@@ -5,8 +5,9 @@
 //! file, or with a corrupt or hostile one, is that model's error naming the
 //! file and the record's offset, and the other models still run.
 
-use crate::util::{copy_dir, fixtures, isorun, run, Ran};
+use crate::util::{copy_dir, fixtures, isorun, run, supervisor_peak_mib, Ran};
 use serde_json::Value;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 
 const WARMUP_FILE: &str = "assets.extra/tf_serving_warmup_requests";
@@ -149,14 +150,12 @@ fn a_corrupt_or_hostile_warm_up_file_is_that_model_s_error_naming_file_and_offse
     assert_eq!(message, format!("{}: record at byte {second}: data CRC32C mismatch (corrupt record)", file(&bad_crc)));
     // A shape of 2^40 float32 elements with one value: refused by its size, not allocated.
     let (_, message) = error("hostile");
-    assert_eq!(
-        message,
-        format!(
-            "{}: record 0 at byte 0: input 'x': shape [1048576, 1048576] makes 4398046511104 bytes, over the limit \
-             of 67108864",
-            file(&hostile)
-        )
+    let refused = format!(
+        "{}: record 0 at byte 0: input 'x': shape [1048576, 1048576] makes 4398046511104 bytes, over the ",
+        file(&hostile)
     );
+    assert!(message.starts_with(&refused), "{message}");
+    assert!(message.contains(" left of the record's budget of "), "{message}");
     // Examples for a signature that takes a float tensor: a mismatch, found before any worker.
     let (kind, message) = error("classify_on_predict");
     assert_eq!(kind, "input_mismatch");
@@ -183,4 +182,98 @@ fn warmup_inputs_with_inputs_is_a_usage_error() {
     let ran = run(isorun().args(["run", "--warmup-limit", "1"]).arg(model("predict")));
     assert_eq!(ran.code, Some(2), "{}", ran.stderr);
     assert!(ran.stderr.contains("--warmup-inputs"), "{}", ran.stderr);
+}
+
+/// CRC-32C (Castagnoli), bit by bit.
+fn crc32c(bytes: &[u8]) -> u32 {
+    let mut crc = !0u32;
+    for &byte in bytes {
+        crc ^= u32::from(byte);
+        for _ in 0..8 {
+            crc = if crc & 1 == 1 { (crc >> 1) ^ 0x82f6_3b78 } else { crc >> 1 };
+        }
+    }
+    !crc
+}
+
+/// A TFRecord file of one record, its CRCs masked as TensorFlow writes them.
+fn tfrecord(data: &[u8]) -> Vec<u8> {
+    let masked = |bytes: &[u8]| {
+        let crc = crc32c(bytes);
+        ((crc >> 15) | (crc << 17)).wrapping_add(0xa282_ead8).to_le_bytes()
+    };
+    let len = (data.len() as u64).to_le_bytes();
+    [&len[..], &masked(&len), data, &masked(data)].concat()
+}
+
+/// A protobuf field of wire type 2 (its tag, length and bytes).
+fn delimited(tag: u64, body: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    varint(tag << 3 | 2, &mut out);
+    varint(body.len() as u64, &mut out);
+    out.extend_from_slice(body);
+    out
+}
+
+/// A protobuf base-128 varint.
+fn varint(mut value: u64, out: &mut Vec<u8>) {
+    while value >= 0x80 {
+        out.push(value as u8 | 0x80);
+        value >>= 7;
+    }
+    out.push(value as u8);
+}
+
+/// A `PredictionLog` (encoded by hand, as `tensorflow_serving/apis`
+/// defines it) of one predict request whose `count` inputs each claim
+/// shape `[len]` of float32 with a single `float_val`.
+fn claiming_predict_log(count: usize, len: u64) -> Vec<u8> {
+    let mut dim = vec![0x08];
+    varint(len, &mut dim);
+    // TensorProto: dtype 1 (float32), tensor_shape { dim { size } }, float_val [1.0].
+    let tensor = [vec![0x08, 0x01], delimited(2, &delimited(2, &dim)), delimited(5, &1.0f32.to_le_bytes())].concat();
+    let inputs: Vec<u8> = (0..count)
+        .flat_map(|i| delimited(2, &[delimited(1, format!("input_{i:02}").as_bytes()), delimited(2, &tensor)].concat()))
+        .collect();
+    // PredictionLog { predict_log (6) { request (1) { inputs (2) } } }.
+    delimited(6, &delimited(1, &inputs))
+}
+
+#[test]
+fn a_warm_up_record_claiming_gigabytes_from_a_few_bytes_is_refused_within_its_budget() {
+    // 3 KB: 100 inputs of [16777216] float32 (64 MiB each, 6.4 GiB together) from one value each.
+    let root = tempfile::tempdir().unwrap();
+    let file = tfrecord(&claiming_predict_log(100, 1 << 24));
+    assert!(file.len() < 4096, "{}", file.len());
+    let hostile = predict_with(root.path(), "hostile_inputs", &file);
+    let mut command = isorun();
+    command.args(["run", "--json", "--summary", "--warmup-inputs"]).arg(&hostile);
+    // Data segment at most 2 GiB: a supervisor that believed the file aborts here, not the machine.
+    // SAFETY: setrlimit is async-signal-safe.
+    unsafe {
+        command.pre_exec(|| {
+            let limit = libc::rlimit { rlim_cur: 2 << 30, rlim_max: 2 << 30 };
+            if libc::setrlimit(libc::RLIMIT_DATA, &limit) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let ran = run(&mut command);
+    assert_eq!(ran.code, Some(1), "{}", ran.stderr);
+    let record = ran.record("hostile_inputs");
+    assert_eq!(record["status"], "error", "{record}");
+    assert_eq!(record["error"]["kind"], "dataset", "{record}");
+    assert!(record.get("worker_id").is_none(), "refused before any worker: {record}");
+    let message = record["error"]["message"].as_str().unwrap();
+    let refused = format!(
+        "{}: record 0 at byte 0: input 'input_00': shape [16777216] makes 67108864 bytes, over the ",
+        hostile.join(WARMUP_FILE).display()
+    );
+    assert!(message.starts_with(&refused), "{message}");
+    assert!(message.contains(" left of the record's budget of "), "{message}");
+    // The allocation bound for a 3 KB file is 64 MiB; the supervisor's whole peak stays under it.
+    let peak_mib = supervisor_peak_mib(&ran);
+    eprintln!("supervisor peak {peak_mib} MiB for a {}-byte warm-up file", file.len());
+    assert!(peak_mib < 64.0, "the supervisor peaked at {peak_mib} MiB for a {}-byte warm-up file", file.len());
 }
