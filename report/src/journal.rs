@@ -126,6 +126,10 @@ pub fn read_journal(path: &Path) -> Result<HashMap<String, Value>, String> {
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(HashMap::new()),
         Err(e) => return Err(open_error(path, "read", e)),
     };
+    // Parsed whole, its records are held together: counted first, so that
+    // tiny values (`[0,0,…]`) cannot cost fifty times the file.
+    isorun_tensors::json_cost::check_json_cost(&text)
+        .map_err(|reason| format!("--journal {}: {reason}; start a new journal", path.display()))?;
     let mut records = HashMap::new();
     let mut lines = text.split_inclusive(|&b| b == b'\n').enumerate().peekable();
     while let Some((number, line)) = lines.next() {
