@@ -30,6 +30,7 @@
 //!   dropped without being converted.
 
 use super::{ColumnChunk, ColumnInfo, Look, Options, Piece, Source, Values};
+use crate::batch::{MAX_BATCH_BYTES, PREALLOCATE_BYTES};
 use crate::error::DataError;
 use arrow_array::cast::AsArray;
 use arrow_array::{Array, ArrayRef, OffsetSizeTrait, RecordBatch};
@@ -116,7 +117,7 @@ pub(crate) fn column_info(path: &Path, field: &Field, first: Option<&ArrayRef>) 
     let data_type = field.data_type();
     let name = field.name().clone();
     let mut dims: Vec<u64> = first
-        .and_then(|a| convert(a, 0, &name, path).ok())
+        .and_then(|a| convert(a, 0, &mut Budget::new(MAX_BATCH_BYTES, None), &name, path).ok())
         .map(|(dims, _)| dims)
         .unwrap_or_else(|| type_dims(data_type).into_iter().map(|d| d.unwrap_or(1)).collect());
     let element = element_of(data_type);
@@ -165,6 +166,62 @@ fn unsupported(path: &Path, name: &str, data_type: &DataType) -> DataError {
     }
 }
 
+/// The least a piece may materialise, whatever the file's size.
+pub(crate) const PIECE_FLOOR: u64 = 32 << 20;
+/// How many times its file's size a piece may materialise (above the floor).
+pub(crate) const PIECE_FACTOR: u64 = 8;
+
+/// The most bytes one piece of a file of `file_len` bytes may materialise:
+/// [`PIECE_FACTOR`] times the file, at least [`PIECE_FLOOR`], at most
+/// [`MAX_BATCH_BYTES`]. Rows can repeat a dictionary's value (Parquet, Arrow)
+/// any number of times, so what a batch holds is not bounded by what the
+/// file holds; this bound is half of what any reader of untrusted bytes may
+/// take at once (max(64 MiB, 16 × its bytes)), the other half left to the
+/// pages and arrays the values come from.
+pub(crate) fn piece_limit(file_len: u64) -> u64 {
+    file_len.saturating_mul(PIECE_FACTOR).clamp(PIECE_FLOOR, MAX_BATCH_BYTES)
+}
+
+/// The bytes a piece's conversion has materialised, counted before each
+/// allocation: strings at their bytes and their `Vec`, dictionaries at each
+/// row's value (not once per dictionary).
+pub(crate) struct Budget {
+    used: u64,
+    limit: u64,
+    /// The file's size, for the message.
+    file_len: Option<u64>,
+}
+
+impl Budget {
+    pub(crate) fn new(limit: u64, file_len: Option<u64>) -> Budget {
+        Budget { used: 0, limit, file_len }
+    }
+
+    /// Counts `bytes` more for the value of file row `row` of column `name`.
+    fn charge(&mut self, bytes: u64, row: u64, name: &str, path: &Path) -> Result<(), DataError> {
+        self.used = self.used.saturating_add(bytes);
+        if self.used <= self.limit {
+            return Ok(());
+        }
+        let of_file = match self.file_len {
+            Some(len) => format!(
+                " from this {len}-byte file ({PIECE_FACTOR} times its size, at least {PIECE_FLOOR}, at most \
+                 {MAX_BATCH_BYTES})"
+            ),
+            None => String::new(),
+        };
+        Err(DataError::Array {
+            path: column_path(path, name),
+            reason: format!(
+                "row {row} (0-based in the file): the values read for this batch, with this row's, come to {} bytes, \
+                 more than the {} a batch may take{of_file} (a dictionary's value counts for every row that repeats \
+                 it); use a smaller --batch-size",
+                self.used, self.limit
+            ),
+        })
+    }
+}
+
 /// The first null of `array`, as a row of the column (`per` values per row).
 fn null_error(array: &dyn Array, first_row: u64, per: u64, name: &str, path: &Path) -> Option<DataError> {
     let nulls = array.logical_nulls()?;
@@ -179,12 +236,111 @@ fn null_error(array: &dyn Array, first_row: u64, per: u64, name: &str, path: &Pa
     })
 }
 
+/// The bytes of string (or binary) value `i` of `array`; `None` when it
+/// holds no strings.
+fn string_at(array: &dyn Array, i: usize) -> Option<&[u8]> {
+    Some(match array.data_type() {
+        DataType::Utf8 => array.as_string::<i32>().value(i).as_bytes(),
+        DataType::LargeUtf8 => array.as_string::<i64>().value(i).as_bytes(),
+        DataType::Utf8View => array.as_string_view().value(i).as_bytes(),
+        DataType::Binary => array.as_binary::<i32>().value(i),
+        DataType::LargeBinary => array.as_binary::<i64>().value(i),
+        DataType::BinaryView => array.as_binary_view().value(i),
+        _ => return None,
+    })
+}
+
+/// Whether an array of this type holds strings (or binary values).
+fn holds_strings(data_type: &DataType) -> bool {
+    matches!(
+        data_type,
+        DataType::Utf8
+            | DataType::LargeUtf8
+            | DataType::Utf8View
+            | DataType::Binary
+            | DataType::LargeBinary
+            | DataType::BinaryView
+    )
+}
+
+/// What one string costs as it is held: its bytes and its `Vec`.
+const STRING_COST: u64 = std::mem::size_of::<Vec<u8>>() as u64;
+
+/// Where the values of a piece's rows come from, for [`take_values`]: the
+/// array itself, or a dictionary's values picked by the rows' keys.
+struct Picks<'a> {
+    values: &'a dyn Array,
+    /// Per row item, the index into `values` (`None`: the item's own).
+    keys: Option<Vec<usize>>,
+    len: usize,
+}
+
+impl Picks<'_> {
+    fn index(&self, i: usize) -> usize {
+        self.keys.as_ref().map_or(i, |k| k[i])
+    }
+}
+
+/// The values of `picks` as one piece's items (`per` of them a row, the
+/// first in file row `first_row`), each counted before it is copied.
+fn take_values(
+    picks: &Picks,
+    first_row: u64,
+    per: u64,
+    budget: &mut Budget,
+    name: &str,
+    path: &Path,
+) -> Result<Option<Values>, DataError> {
+    let values = picks.values;
+    let per = per.max(1);
+    if holds_strings(values.data_type()) {
+        let mut out = Vec::with_capacity(picks.len.min(PREALLOCATE_BYTES / 24));
+        for i in 0..picks.len {
+            let bytes = string_at(values, picks.index(i)).unwrap_or_default();
+            budget.charge(bytes.len() as u64 + STRING_COST, first_row + i as u64 / per, name, path)?;
+            out.push(bytes.to_vec());
+        }
+        return Ok(Some(Values::Strings(out)));
+    }
+    let (dtype, item) = match values.data_type() {
+        DataType::Boolean => (DType::Bool, 1),
+        other => match element_of(other) {
+            Some(Element::Dense(dtype, _)) => (dtype, dtype.element_size().expect("dense")),
+            _ => return Ok(None),
+        },
+    };
+    // Counted row by row before any is copied, so that the row past the limit is named.
+    for row in 0..(picks.len as u64).div_ceil(per) {
+        budget.charge(item as u64 * per, first_row + row, name, path)?;
+    }
+    let element = Element::Dense(dtype, false);
+    let mut out = Vec::with_capacity(picks.len * item);
+    if dtype == DType::Bool {
+        let bools = values.as_boolean();
+        out.extend((0..picks.len).map(|i| u8::from(bools.value(picks.index(i)))));
+    } else {
+        let data = values.to_data();
+        let buffer = &data.buffers()[0].as_slice()[data.offset() * item..(data.offset() + data.len()) * item];
+        match &picks.keys {
+            None => out.extend_from_slice(&buffer[..picks.len * item]),
+            Some(keys) => {
+                for &k in keys {
+                    out.extend_from_slice(&buffer[k * item..(k + 1) * item]);
+                }
+            }
+        }
+    }
+    Ok(Some(Values::Elements { element, bytes: out }))
+}
+
 /// Converts `array` (the values of a column's rows from `first_row`, each
-/// row `per` of its items) into one row's dims and the values.
+/// row `per` of its items) into one row's dims and the values, counting
+/// what it materialises against `budget`.
 fn convert_items(
     array: &dyn Array,
     first_row: u64,
     per: u64,
+    budget: &mut Budget,
     name: &str,
     path: &Path,
 ) -> Result<(Vec<u64>, Values), DataError> {
@@ -192,61 +348,27 @@ fn convert_items(
         return Err(error);
     }
     let data_type = array.data_type();
-    let dense = |dtype: DType, item: usize| -> Values {
-        let data = array.to_data();
-        let start = data.offset() * item;
-        let bytes = data.buffers()[0].as_slice()[start..start + data.len() * item].to_vec();
-        Values::Elements { element: Element::Dense(dtype, false), bytes }
-    };
-    let values = match data_type {
-        DataType::Boolean => {
-            let bools = array.as_boolean();
-            let bytes = (0..bools.len()).map(|i| u8::from(bools.value(i))).collect();
-            Values::Elements { element: Element::Dense(DType::Bool, false), bytes }
-        }
-        DataType::Utf8 => strings(array.as_string::<i32>().iter().map(|s| s.map(str::as_bytes))),
-        DataType::LargeUtf8 => strings(array.as_string::<i64>().iter().map(|s| s.map(str::as_bytes))),
-        DataType::Utf8View => strings(array.as_string_view().iter().map(|s| s.map(str::as_bytes))),
-        DataType::Binary => strings(array.as_binary::<i32>().iter()),
-        DataType::LargeBinary => strings(array.as_binary::<i64>().iter()),
-        DataType::BinaryView => strings(array.as_binary_view().iter()),
-        DataType::Dictionary(..) => {
-            let dictionary = array.as_any_dictionary();
-            let (dims, values) = convert_items(dictionary.values().as_ref(), 0, 1, name, path)?;
-            if !dims.is_empty() {
-                return Err(unsupported(path, name, data_type));
-            }
-            let keys = dictionary.normalized_keys();
-            match values {
-                Values::Strings(all) => Values::Strings(keys.iter().map(|&k| all[k].clone()).collect()),
-                Values::Elements { element, bytes } => {
-                    let size = element.item_size();
-                    let mut out = Vec::with_capacity(keys.len() * size);
-                    for &k in &keys {
-                        out.extend_from_slice(&bytes[k * size..(k + 1) * size]);
-                    }
-                    Values::Elements { element, bytes: out }
-                }
-            }
-        }
+    let picks = match data_type {
         DataType::FixedSizeList(_, k) => {
             let list = array.as_fixed_size_list();
             let k = *k as u64;
-            let (inner, values) = convert_items(list.values().as_ref(), first_row, per * k, name, path)?;
+            let (inner, values) = convert_items(list.values().as_ref(), first_row, per * k, budget, name, path)?;
             return Ok((std::iter::once(k).chain(inner).collect(), values));
         }
-        DataType::List(_) => return convert_list(array.as_list::<i32>(), first_row, per, name, path),
-        DataType::LargeList(_) => return convert_list(array.as_list::<i64>(), first_row, per, name, path),
-        other => match element_of(other) {
-            Some(Element::Dense(dtype, _)) => dense(dtype, dtype.element_size().expect("dense")),
-            _ => return Err(unsupported(path, name, data_type)),
-        },
+        DataType::List(_) => return convert_list(array.as_list::<i32>(), first_row, per, budget, name, path),
+        DataType::LargeList(_) => return convert_list(array.as_list::<i64>(), first_row, per, budget, name, path),
+        // A dictionary's values are picked row by row, never converted
+        // whole (nor copied whole for each piece).
+        DataType::Dictionary(..) => {
+            let dictionary = array.as_any_dictionary();
+            Picks { values: dictionary.values().as_ref(), keys: Some(dictionary.normalized_keys()), len: array.len() }
+        }
+        _ => Picks { values: array, keys: None, len: array.len() },
     };
-    Ok((Vec::new(), values))
-}
-
-fn strings<'a>(values: impl Iterator<Item = Option<&'a [u8]>>) -> Values {
-    Values::Strings(values.map(|v| v.unwrap_or_default().to_vec()).collect())
+    match take_values(&picks, first_row, per, budget, name, path)? {
+        Some(values) => Ok((Vec::new(), values)),
+        None => Err(unsupported(path, name, data_type)),
+    }
 }
 
 /// A list column's items whose lists all have one length.
@@ -254,42 +376,44 @@ fn convert_list<O: OffsetSizeTrait>(
     list: &arrow_array::GenericListArray<O>,
     first_row: u64,
     per: u64,
+    budget: &mut Budget,
     name: &str,
     path: &Path,
 ) -> Result<(Vec<u64>, Values), DataError> {
     let offsets = list.value_offsets();
-    let lengths: Vec<u64> = offsets.windows(2).map(|w| (w[1] - w[0]).as_usize() as u64).collect();
-    let k = lengths.first().copied().unwrap_or(0);
-    if let Some(at) = lengths.iter().position(|&l| l != k) {
+    let lengths = offsets.windows(2).map(|w| (w[1] - w[0]).as_usize() as u64);
+    let k = lengths.clone().next().unwrap_or(0);
+    if let Some((at, length)) = lengths.enumerate().find(|&(_, l)| l != k) {
         let row = first_row + at as u64 / per.max(1);
         let first = first_row;
         return Err(DataError::Array {
             path: column_path(path, name),
             reason: format!(
-                "row {row} (0-based in the file): a list of {} values, but row {first} has {k}: the lists of \
-                 one batch must have one length to make a tensor",
-                lengths[at]
+                "row {row} (0-based in the file): a list of {length} values, but row {first} has {k}: the lists of \
+                 one batch must have one length to make a tensor"
             ),
         });
     }
     let start = offsets.first().map_or(0, |o| o.as_usize());
     let end = offsets.last().map_or(0, |o| o.as_usize());
     let child = list.values().slice(start, end - start);
-    let (inner, values) = convert_items(child.as_ref(), first_row, per * k.max(1), name, path)?;
+    let (inner, values) = convert_items(child.as_ref(), first_row, per * k.max(1), budget, name, path)?;
     Ok((std::iter::once(k).chain(inner).collect(), values))
 }
 
-/// Converts a column's rows `[first_row, first_row + array.len())` into a chunk's dims and values.
+/// Converts a column's rows `[first_row, first_row + array.len())` into a
+/// chunk's dims and values, counting what it materialises against `budget`.
 pub(crate) fn convert(
     array: &ArrayRef,
     first_row: u64,
+    budget: &mut Budget,
     name: &str,
     path: &Path,
 ) -> Result<(Vec<u64>, Values), DataError> {
     if element_of(array.data_type()).is_none() {
         return Err(unsupported(path, name, array.data_type()));
     }
-    convert_items(array.as_ref(), first_row, 1, name, path)
+    convert_items(array.as_ref(), first_row, 1, budget, name, path)
 }
 
 /// The column indices (in `schema`) of the asked-for columns, in the asked
@@ -325,28 +449,36 @@ pub(crate) struct BatchPieces {
     /// Rows to drop before the part, and rows of the part still to hand.
     pub skip: u64,
     pub remaining: u64,
+    /// The file's size, which bounds what a piece may materialise ([`piece_limit`]).
+    pub file_len: u64,
 }
 
 impl BatchPieces {
+    /// The next piece: up to `max_rows` rows, gathered across the file's
+    /// record batches, so that a piece is all of a batch's rows from this
+    /// file and one [`Budget`] counts all they materialise.
     fn next(&mut self, max_rows: usize) -> Result<Option<Piece<'_>>, DataError> {
-        loop {
-            if self.remaining == 0 {
-                return Ok(None);
-            }
+        let mut budget = Budget::new(piece_limit(self.file_len), Some(self.file_len));
+        let mut rows = 0usize;
+        let mut gathered: Vec<ColumnChunk> = Vec::new();
+        while rows < max_rows && self.remaining > 0 {
             if let Some((batch, at)) = &mut self.current {
                 let left = batch.num_rows() - *at;
                 if left > 0 {
-                    let take = left.min(max_rows).min(self.remaining as usize);
+                    let take = left.min(max_rows - rows).min(self.remaining as usize);
                     let first_row = self.batch_row + *at as u64;
-                    let mut chunks = Vec::with_capacity(self.indices.len());
-                    for (&index, info) in self.indices.iter().zip(&self.columns) {
+                    for (column, (&index, info)) in self.indices.iter().zip(&self.columns).enumerate() {
                         let array = batch.column(index).slice(*at, take);
-                        let (dims, values) = convert(&array, first_row, &info.name, &self.path)?;
-                        chunks.push(ColumnChunk { path: info.path.clone(), dims, values });
+                        let (dims, values) = convert(&array, first_row, &mut budget, &info.name, &self.path)?;
+                        match gathered.get_mut(column) {
+                            None => gathered.push(ColumnChunk { path: info.path.clone(), dims, values }),
+                            Some(chunk) => append(chunk, dims, values, first_row)?,
+                        }
                     }
                     *at += take;
+                    rows += take;
                     self.remaining -= take as u64;
-                    return Ok(Some(Piece::Columns { rows: take, columns: chunks }));
+                    continue;
                 }
                 self.batch_row += batch.num_rows() as u64;
                 self.current = None;
@@ -357,18 +489,49 @@ impl BatchPieces {
                     reason: format!("the file ended {} rows before the rows it claims", self.skip + self.remaining),
                 });
             };
-            let rows = batch.num_rows() as u64;
-            if self.skip >= rows {
+            let batch_rows = batch.num_rows() as u64;
+            if self.skip >= batch_rows {
                 // Before the part: dropped without converting.
-                self.skip -= rows;
-                self.batch_row += rows;
+                self.skip -= batch_rows;
+                self.batch_row += batch_rows;
                 continue;
             }
             let at = self.skip as usize;
             self.skip = 0;
             self.current = Some((batch, at));
         }
+        Ok((rows > 0).then_some(Piece::Columns { rows, columns: gathered }))
     }
+}
+
+/// Appends a later record batch's values of a column (from file row
+/// `first_row`) to the piece's chunk: one shape, one element type.
+fn append(chunk: &mut ColumnChunk, dims: Vec<u64>, values: Values, first_row: u64) -> Result<(), DataError> {
+    if dims != chunk.dims {
+        return Err(DataError::Array {
+            path: chunk.path.clone(),
+            reason: format!(
+                "row {first_row} (0-based in the file): a value of shape {dims:?}, but the rows before it in this \
+                 batch have {:?}: the rows of one batch must have one shape to make a tensor",
+                chunk.dims
+            ),
+        });
+    }
+    match (&mut chunk.values, values) {
+        (Values::Strings(all), Values::Strings(more)) => all.extend(more),
+        (Values::Elements { element, bytes }, Values::Elements { element: more_element, bytes: more })
+            if *element == more_element =>
+        {
+            bytes.extend_from_slice(&more)
+        }
+        _ => {
+            return Err(DataError::Array {
+                path: chunk.path.clone(),
+                reason: format!("row {first_row} (0-based in the file): its record batch changes the column's type"),
+            })
+        }
+    }
+    Ok(())
 }
 
 /// An Arrow (or Parquet) file's asked-for columns, read a batch at a time.
@@ -392,6 +555,7 @@ impl Source for BatchSource {
 struct Framing {
     file_format: bool,
     batch_rows: Vec<u64>,
+    file_len: u64,
 }
 
 fn corrupt(path: &Path, offset: u64, reason: impl std::fmt::Display) -> DataError {
@@ -476,7 +640,7 @@ fn walk(path: &Path) -> Result<Framing, DataError> {
                 }
             }
         }
-        return Ok(Framing { file_format: false, batch_rows });
+        return Ok(Framing { file_format: false, batch_rows, file_len: len });
     }
     if len < 8 + 10 {
         return Err(corrupt(path, 0, "too short for the Arrow file format (truncated?)"));
@@ -511,7 +675,7 @@ fn walk(path: &Path) -> Result<Framing, DataError> {
             batch_rows.push(rows.ok_or_else(|| corrupt(path, at, "the footer's block is not a record batch"))?);
         }
     }
-    Ok(Framing { file_format: true, batch_rows })
+    Ok(Framing { file_format: true, batch_rows, file_len: len })
 }
 
 /// An IPC reader of the projected columns (all when `projection` is `None`).
@@ -592,6 +756,7 @@ pub(crate) fn open(path: &Path, options: &Options) -> Result<Box<dyn Source>, Da
             batch_row: 0,
             skip: lo,
             remaining: hi - lo,
+            file_len: framing.file_len,
         })) as Box<dyn Source>)
     })
 }

@@ -10,16 +10,21 @@
 //! `inf` included), `bytes_list` otherwise; a later cell that does not fit
 //! is an error naming the row and column. An empty cell is a missing
 //! feature. A row with another number of cells than the header is an error.
+//! Untrusted input: lines are read through `source::lines`, capped at
+//! [`MAX_LINE_BYTES`] (a row over several lines too) and
+//! [`MAX_LINE_CELLS`] cells, so a file without a newline is an error, not
+//! read whole.
 //!
 //! Parts: part `K` of `N` is the data rows `[K*n/N, (K+1)*n/N)` of the
 //! file's `n`, counted by a first pass (the last part reads to the end, so
 //! a row that stopped the count is still met).
 
+use super::lines::{read_line, without_line_end, LineError, MAX_LINE_BYTES, MAX_LINE_CELLS};
 use super::{Look, Options, Piece, Source};
 use crate::error::DataError;
 use crate::example::{Example, Feature, Features};
 use std::fs::File;
-use std::io::{BufRead, BufReader};
+use std::io::BufReader;
 use std::path::{Path, PathBuf};
 
 /// Rows read to decide each column's kind.
@@ -55,7 +60,10 @@ fn io_fault(line: u64, e: std::io::Error) -> CsvFault {
     CsvFault { line, reason: format!("cannot read: {e}") }
 }
 
-/// Reads one row's fields into `fields`; false at the end of the file.
+/// Reads one row's fields into `fields`; false at the end of the file. A
+/// line longer than [`MAX_LINE_BYTES`], a row (its lines together) longer
+/// than that, or a row of more than [`MAX_LINE_CELLS`] cells is an error
+/// naming its line and the cap, found without holding more than the cap.
 fn read_row(
     reader: &mut BufReader<File>,
     buf: &mut Vec<u8>,
@@ -67,9 +75,19 @@ fn read_row(
     let mut field = Vec::new();
     let mut quoted = false;
     let mut at_field_start = true;
+    // The row's bytes so far (its lines together).
+    let mut row_bytes = 0usize;
     loop {
-        buf.clear();
-        let n = reader.read_until(b'\n', buf).map_err(|e| io_fault(start, e))?;
+        let n = match read_line(reader, buf, MAX_LINE_BYTES) {
+            Ok(n) => n,
+            Err(LineError::Io(e)) => return Err(io_fault(start, e)),
+            Err(LineError::TooLong { max }) => {
+                return Err(CsvFault {
+                    line: *line + 1,
+                    reason: format!("the line is longer than {max} bytes, the most a line may hold"),
+                })
+            }
+        };
         if n == 0 {
             if quoted {
                 return Err(CsvFault { line: start, reason: "the file ends inside a quoted cell".into() });
@@ -77,13 +95,20 @@ fn read_row(
             return Ok(false);
         }
         *line += 1;
-        let mut bytes = buf.as_slice();
-        if let Some(rest) = bytes.strip_suffix(b"\n") {
-            bytes = rest.strip_suffix(b"\r").unwrap_or(rest);
-        }
+        let bytes = without_line_end(buf);
         if !quoted && fields.is_empty() && bytes.is_empty() {
             // A blank line between rows.
             continue;
+        }
+        row_bytes += n;
+        if row_bytes > MAX_LINE_BYTES {
+            return Err(CsvFault {
+                line: start,
+                reason: format!(
+                    "the row (a quoted cell over several lines) is longer than {MAX_LINE_BYTES} bytes, the most a \
+                     row may hold"
+                ),
+            });
         }
         let mut i = 0;
         while i < bytes.len() {
@@ -103,6 +128,12 @@ fn read_row(
                 quoted = true;
                 at_field_start = false;
             } else if b == b',' {
+                if fields.len() + 1 >= MAX_LINE_CELLS {
+                    return Err(CsvFault {
+                        line: start,
+                        reason: format!("the row has more than {MAX_LINE_CELLS} cells, the most a row may hold"),
+                    });
+                }
                 fields.push(std::mem::take(&mut field));
                 at_field_start = true;
             } else {

@@ -37,18 +37,21 @@
 //!   pass. A part of a plain file counts the lines before it only when an
 //!   error needs the line's number.
 
+use super::lines::{read_line, LineError, MAX_LINE_CELLS};
 use super::{ColumnChunk, ColumnInfo, Look, Options, Piece, Source, Values};
 use crate::error::DataError;
 use base64::Engine;
 use isorun_protocol::DType;
 use isorun_tensors::npy::Element;
-use serde_json::Value;
+use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde_json::value::RawValue;
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
-/// The longest line read (without its line end).
-pub const MAX_LINE_BYTES: usize = 64 << 20;
+/// The longest line read (without its line end): the cap `source::lines`
+/// holds every text format to.
+pub use super::lines::MAX_LINE_BYTES;
 
 /// The most line bytes one piece holds (it holds at least one line).
 pub const PIECE_BYTES: usize = 64 << 20;
@@ -133,100 +136,437 @@ fn key_path(path: &Path, lines: &str, key: &str) -> PathBuf {
     PathBuf::from(format!("{}: {lines}: key '{key}'", path.display()))
 }
 
-fn describe_value(value: &Value) -> String {
-    let text = value.to_string();
-    if text.len() > 60 {
-        let cut = (0..=60).rev().find(|&i| text.is_char_boundary(i)).unwrap_or(0);
-        format!("{}...", &text[..cut])
-    } else {
-        text
-    }
+/// How deep values may nest (serde_json's own limit when it builds values).
+const MAX_DEPTH: usize = 128;
+
+/// One leaf of a value, as parsed from its text (never a whole value: a
+/// line is walked, not built, so that it costs about its own bytes).
+enum Leaf {
+    Null,
+    Bool(bool),
+    Number(serde_json::Number),
+    String(String),
+    /// `{"base64": "..."}`, decoded.
+    Bytes(Vec<u8>),
+    /// Any other object.
+    Object,
 }
 
-/// The shape of a nested list: the lengths along its first elements.
-fn shape_of(value: &Value) -> Vec<u64> {
-    let mut shape = Vec::new();
-    let mut probe = value;
-    while let Value::Array(items) = probe {
-        shape.push(items.len() as u64);
-        match items.first() {
-            Some(first) => probe = first,
-            None => break,
+impl Leaf {
+    fn parse(raw: &RawValue) -> Leaf {
+        let text = raw.get();
+        match text.as_bytes().first() {
+            Some(b'n') => Leaf::Null,
+            Some(b't') => Leaf::Bool(true),
+            Some(b'f') => Leaf::Bool(false),
+            Some(b'"') => serde_json::from_str(text).map_or(Leaf::Object, Leaf::String),
+            Some(b'{') => serde_json::Deserializer::from_str(text)
+                .deserialize_map(Base64Visitor)
+                .ok()
+                .flatten()
+                .map_or(Leaf::Object, Leaf::Bytes),
+            _ => serde_json::from_str(text).map_or(Leaf::Object, Leaf::Number),
         }
     }
-    shape
+
+    fn is_i64(&self) -> bool {
+        matches!(self, Leaf::Number(n) if n.is_i64())
+    }
+
+    fn is_special_float(&self) -> bool {
+        matches!(self, Leaf::String(s) if matches!(s.as_str(), "NaN" | "Infinity" | "-Infinity"))
+    }
+
+    fn as_f64(&self) -> Option<f64> {
+        match self {
+            Leaf::Number(n) => n.as_f64(),
+            Leaf::String(s) => match s.as_str() {
+                "NaN" => Some(f64::NAN),
+                "Infinity" => Some(f64::INFINITY),
+                "-Infinity" => Some(f64::NEG_INFINITY),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
 }
 
-/// The leaves in row-major order; an error when the nesting is ragged.
-fn leaves<'a>(value: &'a Value, shape: &[u64], out: &mut Vec<&'a Value>) -> Result<(), String> {
-    match (value, shape.split_first()) {
-        (Value::Array(items), Some((&n, rest))) => {
-            if items.len() as u64 != n {
-                return Err(format!("is a ragged nested list (a list of {} where {n} were expected)", items.len()));
+/// Reads `{"base64": "..."}` (exactly that one key) as its decoded bytes.
+struct Base64Visitor;
+
+impl<'de> Visitor<'de> for Base64Visitor {
+    type Value = Option<Vec<u8>>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("an object of one key, base64")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? else { return Ok(None) };
+        if key != "base64" {
+            return Ok(None);
+        }
+        let Ok(text) = map.next_value::<String>() else { return Ok(None) };
+        if map.next_key::<IgnoredAny>()?.is_some() {
+            return Ok(None);
+        }
+        Ok(base64::engine::general_purpose::STANDARD.decode(text).ok())
+    }
+}
+
+/// Any JSON value, parsed as serde_json parses values (its messages, its
+/// recursion limit) and dropped as it goes: a line's syntax checked without
+/// building it.
+struct Checked;
+
+impl<'de> serde::Deserialize<'de> for Checked {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(Checked)
+    }
+}
+
+impl<'de> Visitor<'de> for Checked {
+    type Value = Checked;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<Checked, E> {
+        Ok(Checked)
+    }
+
+    fn visit_i64<E>(self, _: i64) -> Result<Checked, E> {
+        Ok(Checked)
+    }
+
+    fn visit_u64<E>(self, _: u64) -> Result<Checked, E> {
+        Ok(Checked)
+    }
+
+    fn visit_f64<E>(self, _: f64) -> Result<Checked, E> {
+        Ok(Checked)
+    }
+
+    fn visit_str<E>(self, _: &str) -> Result<Checked, E> {
+        Ok(Checked)
+    }
+
+    fn visit_unit<E>(self) -> Result<Checked, E> {
+        Ok(Checked)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Checked, A::Error> {
+        while seq.next_element::<Checked>()?.is_some() {}
+        Ok(Checked)
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Checked, A::Error> {
+        while map.next_key::<IgnoredAny>()?.is_some() {
+            map.next_value::<Checked>()?;
+        }
+        Ok(Checked)
+    }
+}
+
+/// A key of a line's object: borrowed where the text has no escapes.
+struct KeySeed;
+
+impl<'de> DeserializeSeed<'de> for KeySeed {
+    type Value = std::borrow::Cow<'de, str>;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
+        deserializer.deserialize_str(self)
+    }
+}
+
+impl<'de> Visitor<'de> for KeySeed {
+    type Value = std::borrow::Cow<'de, str>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a key")
+    }
+
+    fn visit_borrowed_str<E: serde::de::Error>(self, v: &'de str) -> Result<Self::Value, E> {
+        Ok(std::borrow::Cow::Borrowed(v))
+    }
+
+    fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Self::Value, E> {
+        Ok(std::borrow::Cow::Owned(v.to_string()))
+    }
+}
+
+/// Hands each key of an object, with its value's text, to a function; a
+/// reason the function gives stops the walk (kept in `stop`).
+struct Entries<'s, F> {
+    take: F,
+    stop: &'s mut Option<String>,
+}
+
+impl<'de, F: FnMut(&str, &'de RawValue) -> Result<(), String>> Visitor<'de> for Entries<'_, F> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a JSON object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(mut self, mut map: A) -> Result<(), A::Error> {
+        while let Some(key) = map.next_key_seed(KeySeed)? {
+            let value = map.next_value::<&'de RawValue>()?;
+            if let Err(reason) = (self.take)(&key, value) {
+                *self.stop = Some(reason);
+                return Err(serde::de::Error::custom("stopped"));
             }
-            items.iter().try_for_each(|item| leaves(item, rest, out))
         }
-        (Value::Array(_), None) => Err("is a ragged nested list (a list where a value was expected)".into()),
-        (leaf, Some(_)) => Err(format!("is a ragged nested list ({} where a list was expected)", describe_value(leaf))),
-        (leaf, None) => {
-            out.push(leaf);
+        Ok(())
+    }
+}
+
+/// Hands each element of a list, as its text, to a function (as [`Entries`]).
+struct Elements<'s, F> {
+    take: F,
+    stop: &'s mut Option<WalkError>,
+}
+
+impl<'de, F: FnMut(&'de RawValue) -> Result<(), WalkError>> Visitor<'de> for Elements<'_, F> {
+    type Value = u64;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a list")
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(mut self, mut seq: A) -> Result<u64, A::Error> {
+        let mut count = 0u64;
+        while let Some(item) = seq.next_element::<&'de RawValue>()? {
+            count += 1;
+            if let Err(e) = (self.take)(item) {
+                *self.stop = Some(e);
+                return Err(serde::de::Error::custom("stopped"));
+            }
+        }
+        Ok(count)
+    }
+}
+
+/// Why walking a value stopped.
+#[derive(Debug)]
+enum WalkError {
+    /// The line is not read (too deep): the message, as for bad JSON.
+    Line(String),
+    /// The value does not fit: what follows `key 'x' ` in the message.
+    Value(String),
+}
+
+/// A compact description of a value's text, for messages: its first 60
+/// characters without the whitespace between tokens.
+fn describe_raw(text: &str) -> String {
+    let mut out = String::new();
+    let (mut in_string, mut escaped) = (false, false);
+    for c in text.trim().chars() {
+        if in_string {
+            if escaped {
+                escaped = false;
+            } else if c == '\\' {
+                escaped = true;
+            } else if c == '"' {
+                in_string = false;
+            }
+        } else if c.is_whitespace() {
+            continue;
+        } else if c == '"' {
+            in_string = true;
+        }
+        if out.len() >= 60 {
+            out.push_str("...");
+            return out;
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// The walk of one value: its shape found along the way (the lengths of
+/// the first list at each depth, as they end), raggedness found as soon as
+/// it shows, and each leaf handed to `leaf` with its depth.
+struct Walker<'a, F> {
+    /// The line's text, to say where a value is.
+    line: &'a str,
+    /// The length of the lists at each depth, once one has ended.
+    shape: Vec<Option<u64>>,
+    /// The depth of the leaves, once one is met.
+    rank: Option<usize>,
+    leaf: F,
+}
+
+impl<'a, F: FnMut(&'a RawValue, Leaf) -> Result<(), WalkError>> Walker<'a, F> {
+    fn new(line: &'a str, leaf: F) -> Self {
+        Walker { line, shape: Vec::new(), rank: None, leaf }
+    }
+
+    fn walk(&mut self, raw: &'a RawValue, depth: usize) -> Result<(), WalkError> {
+        let text = raw.get();
+        if !text.starts_with('[') {
+            let listed = self.shape.get(depth).is_some_and(Option::is_some);
+            if listed || self.rank.is_some_and(|r| r != depth) {
+                return Err(WalkError::Value(format!(
+                    "is a ragged nested list ({} where a list was expected)",
+                    describe_raw(text)
+                )));
+            }
+            self.rank = Some(depth);
+            return (self.leaf)(raw, Leaf::parse(raw));
+        }
+        if self.rank.is_some_and(|r| depth >= r) {
+            return Err(WalkError::Value("is a ragged nested list (a list where a value was expected)".into()));
+        }
+        if depth >= MAX_DEPTH {
+            let column = text.as_ptr() as usize - self.line.as_ptr() as usize + 1;
+            return Err(WalkError::Line(format!("column {column}: not valid JSON: recursion limit exceeded")));
+        }
+        let mut stop = None;
+        let counted = serde_json::Deserializer::from_str(text)
+            .deserialize_seq(Elements { take: |item| self.walk(item, depth + 1), stop: &mut stop });
+        let count = match (stop, counted) {
+            (Some(e), _) => return Err(e),
+            (None, Ok(count)) => count,
+            // Checked as JSON before any walk.
+            (None, Err(e)) => return Err(WalkError::Line(format!("not valid JSON: {e}"))),
+        };
+        if self.shape.len() <= depth {
+            self.shape.resize(depth + 1, None);
+        }
+        match self.shape[depth] {
+            None => self.shape[depth] = Some(count),
+            Some(n) if n != count => {
+                return Err(WalkError::Value(format!(
+                    "is a ragged nested list (a list of {count} where {n} were expected)"
+                )))
+            }
+            Some(_) => {}
+        }
+        Ok(())
+    }
+
+    /// The shape walked: the lengths of the first lists, as deep as they go.
+    fn dims(&self) -> Vec<u64> {
+        self.shape.iter().map_while(|d| *d).collect()
+    }
+}
+
+/// What the leaves of a first line's value are, gathered as they are met.
+#[derive(Default)]
+struct KindScan {
+    leaves: u64,
+    not_i64: bool,
+    not_number: bool,
+    not_bool: bool,
+    not_string: bool,
+    first_null: Option<String>,
+    first: Option<String>,
+}
+
+impl KindScan {
+    fn add(&mut self, raw: &RawValue, leaf: &Leaf) {
+        self.leaves += 1;
+        self.not_i64 |= !leaf.is_i64();
+        self.not_number |= !(matches!(leaf, Leaf::Number(_)) || leaf.is_special_float());
+        self.not_bool |= !matches!(leaf, Leaf::Bool(_));
+        self.not_string |= !matches!(leaf, Leaf::String(_) | Leaf::Bytes(_));
+        if matches!(leaf, Leaf::Null) && self.first_null.is_none() {
+            self.first_null = Some(describe_raw(raw.get()));
+        }
+        if self.first.is_none() {
+            self.first = Some(describe_raw(raw.get()));
+        }
+    }
+
+    fn kind(self) -> Result<Kind, String> {
+        if self.leaves == 0 {
+            Ok(Kind::Float)
+        } else if !self.not_i64 {
+            Ok(Kind::Int)
+        } else if !self.not_number {
+            Ok(Kind::Float)
+        } else if !self.not_bool {
+            Ok(Kind::Bool)
+        } else if !self.not_string {
+            Ok(Kind::String)
+        } else if let Some(null) = self.first_null {
+            Err(format!("{null} (null is no value)"))
+        } else if self.leaves == 1 {
+            Err(format!("an object or value isorun does not read ({})", self.first.unwrap_or_default()))
+        } else {
+            Err("a list mixing numbers, bools, strings or objects".into())
+        }
+    }
+}
+
+/// Parses one line as a JSON object, handing each key and its value's
+/// text to `take` (a key met twice is handed twice: the last one counts).
+/// Errors: bad JSON (with its column), a line that is no object.
+fn entries<'a>(text: &'a [u8], take: impl FnMut(&str, &'a RawValue) -> Result<(), String>) -> Result<(), String> {
+    let syntax = |e: serde_json::Error| {
+        let message = e.to_string();
+        let message = message.rsplit_once(" at line ").map_or(message.as_str(), |(m, _)| m).to_string();
+        format!("column {}: not valid JSON: {message}", e.column())
+    };
+    // Checked whole first (without building anything), so that bad JSON
+    // anywhere on the line is the line's error, as when lines were built.
+    serde_json::from_slice::<Checked>(text).map_err(syntax)?;
+    let text = std::str::from_utf8(text).map_err(|e| format!("column {}: not valid UTF-8", e.valid_up_to() + 1))?;
+    if !text.trim_start().starts_with('{') {
+        return Err(format!(
+            "is {}, not a JSON object (one object per line, its keys the features)",
+            describe_raw(text)
+        ));
+    }
+    let mut stop = None;
+    let walked = serde_json::Deserializer::from_str(text).deserialize_map(Entries { take, stop: &mut stop });
+    match (stop, walked) {
+        (Some(reason), _) => Err(reason),
+        (None, Ok(())) => Ok(()),
+        (None, Err(e)) => Err(syntax(e)),
+    }
+}
+
+/// The first line's keys, each with its kind and shape, in the line's
+/// order (a key met twice takes its last value, in its first place).
+fn keys_of(text: &[u8]) -> Result<Vec<Key>, String> {
+    let mut keys: Vec<Key> = Vec::new();
+    let mut places: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
+    let mut line_error = None;
+    entries(text, |name, raw| {
+        let mut scan = KindScan::default();
+        let mut walker = Walker::new(std::str::from_utf8(text).unwrap_or_default(), |raw, leaf: Leaf| {
+            scan.add(raw, &leaf);
             Ok(())
+        });
+        let walked = walker.walk(raw, 0);
+        let dims = walker.dims();
+        let kind = match walked {
+            Err(WalkError::Line(reason)) => {
+                line_error = Some(reason);
+                return Err("stopped".into());
+            }
+            Err(WalkError::Value(e)) => Err(format!("a value that {e}")),
+            Ok(()) if raw.get() == "null" => Err("null".to_string()),
+            Ok(()) => scan.kind(),
+        };
+        let key = Key { name: name.to_string(), kind, dims };
+        match places.get(name) {
+            Some(&at) => keys[at] = key,
+            None if keys.len() >= MAX_LINE_CELLS => {
+                return Err(format!("has more than {MAX_LINE_CELLS} keys, the most a line may hold"))
+            }
+            None => {
+                places.insert(name.to_string(), keys.len());
+                keys.push(key);
+            }
         }
-    }
-}
-
-fn is_special_float(value: &Value) -> bool {
-    matches!(value.as_str(), Some("NaN" | "Infinity" | "-Infinity"))
-}
-
-fn base64_bytes(value: &Value) -> Option<Vec<u8>> {
-    let Value::Object(map) = value else { return None };
-    if map.len() != 1 {
-        return None;
-    }
-    base64::engine::general_purpose::STANDARD.decode(map.get("base64")?.as_str()?).ok()
-}
-
-/// The kind of a first line's leaves.
-fn kind_of(leaves: &[&Value]) -> Result<Kind, String> {
-    let all = |f: fn(&Value) -> bool| leaves.iter().all(|v| f(v));
-    if leaves.is_empty() {
-        return Ok(Kind::Float);
-    }
-    if all(|v| v.is_i64()) {
-        Ok(Kind::Int)
-    } else if all(|v| v.is_number() || is_special_float(v)) {
-        Ok(Kind::Float)
-    } else if all(Value::is_boolean) {
-        Ok(Kind::Bool)
-    } else if all(|v| v.is_string() || base64_bytes(v).is_some()) {
-        Ok(Kind::String)
-    } else if let Some(null) = leaves.iter().find(|v| v.is_null()) {
-        Err(format!("{} (null is no value)", describe_value(null)))
-    } else if leaves.len() == 1 {
-        Err(format!("an object or value isorun does not read ({})", describe_value(leaves[0])))
-    } else {
-        Err("a list mixing numbers, bools, strings or objects".into())
-    }
-}
-
-/// Builds the first line's keys.
-fn keys_of(object: &serde_json::Map<String, Value>) -> Vec<Key> {
-    object
-        .iter()
-        .map(|(name, value)| {
-            let dims = shape_of(value);
-            let mut out = Vec::new();
-            let kind = leaves(value, &dims, &mut out).map_err(|e| format!("a value that {e}")).and_then(|()| {
-                if value.is_null() {
-                    Err("null".to_string())
-                } else {
-                    kind_of(&out)
-                }
-            });
-            Key { name: name.clone(), kind, dims }
-        })
-        .collect()
+        Ok(())
+    })
+    .map_err(|reason| line_error.take().unwrap_or(reason))?;
+    Ok(keys)
 }
 
 /// The values of one key for the lines of a piece being read.
@@ -235,78 +575,93 @@ enum Builder {
     Strings(Vec<Vec<u8>>),
 }
 
-/// Appends one line's value of `key`; the reason it does not fit, if not.
-/// A key of integers that meets a number with a fraction becomes a key of
-/// numbers from there on (the values already read are converted): JSON
-/// writers differ on whether `0.0` is written `0`.
-fn push_value(key: &mut Key, value: &Value, first_line: u64, out: &mut Builder) -> Result<(), String> {
-    if value.is_null() {
-        return Err(format!("is null; expected {} (as on line {first_line})", key.describe()));
+/// Appends one line's value of `key` (its text `raw`, on the line `line`);
+/// the reason it does not fit, if not. A key of integers that meets a
+/// number with a fraction becomes a key of numbers from there on (the
+/// values already read are converted): JSON writers differ on whether
+/// `0.0` is written `0`. Leaves are appended as they are walked, at most as
+/// many as the key's shape holds.
+fn push_value(key: &mut Key, line: &str, raw: &RawValue, first_line: u64, out: &mut Builder) -> Result<(), WalkError> {
+    if raw.get() == "null" {
+        return Err(WalkError::Value(format!("is null; expected {} (as on line {first_line})", key.describe())));
     }
-    let dims = shape_of(value);
-    let mut found = Vec::new();
-    leaves(value, &dims, &mut found)?;
+    let per_row: u64 = key.dims.iter().product();
+    let mut pushed = 0u64;
+    let mut wrong: Option<String> = None;
+    let before = match out {
+        Builder::Elements(bytes) => bytes.len(),
+        Builder::Strings(strings) => strings.len(),
+    };
+    let (key_describe, key_name) = (key.describe(), key.kind().map_or("values", Kind::name));
+    let kind = &mut key.kind;
+    let mut walker =
+        Walker::new(line, |raw, leaf: Leaf| {
+            if wrong.is_some() || pushed >= per_row {
+                return Ok(());
+            }
+            pushed += 1;
+            let fail = || {
+                Some(format!(
+                    "holds {}; expected {key_name} (as on line {first_line}: {key_describe})",
+                    describe_raw(raw.get())
+                ))
+            };
+            match (kind.as_ref().ok().copied().expect("checked when opened"), &mut *out) {
+                (Kind::Int, Builder::Elements(bytes)) => {
+                    let int = match &leaf {
+                        Leaf::Number(n) => n.as_i64().or_else(|| {
+                            let f = n.as_f64().filter(|f| f.fract() == 0.0 && f.abs() < 9.2e18)?;
+                            Some(f as i64)
+                        }),
+                        _ => None,
+                    };
+                    match (int, &leaf) {
+                        (Some(i), _) => bytes.extend_from_slice(&i.to_le_bytes()),
+                        (None, Leaf::Number(n)) if n.as_f64().is_some() => {
+                            let ints = std::mem::take(bytes);
+                            bytes.extend(ints.chunks_exact(8).flat_map(|c| {
+                                (i64::from_le_bytes(c.try_into().expect("8 bytes")) as f64).to_le_bytes()
+                            }));
+                            bytes.extend_from_slice(&n.as_f64().unwrap_or_default().to_le_bytes());
+                            *kind = Ok(Kind::Float);
+                        }
+                        _ => wrong = fail(),
+                    }
+                }
+                (Kind::Float, Builder::Elements(bytes)) => match leaf.as_f64() {
+                    Some(f) => bytes.extend_from_slice(&f.to_le_bytes()),
+                    None => wrong = fail(),
+                },
+                (Kind::Bool, Builder::Elements(bytes)) => match leaf {
+                    Leaf::Bool(b) => bytes.push(u8::from(b)),
+                    _ => wrong = fail(),
+                },
+                (Kind::String, Builder::Strings(strings)) => match leaf {
+                    Leaf::String(s) => strings.push(s.into_bytes()),
+                    Leaf::Bytes(b) => strings.push(b),
+                    _ => wrong = fail(),
+                },
+                _ => unreachable!("the builder is the kind's"),
+            }
+            Ok(())
+        });
+    walker.walk(raw, 0)?;
+    let dims = walker.dims();
     if dims != key.dims {
+        match out {
+            Builder::Elements(bytes) => bytes.truncate(before),
+            Builder::Strings(strings) => strings.truncate(before),
+        }
         let shape = |d: &[u64]| if d.is_empty() { "one value".to_string() } else { format!("a list of shape {d:?}") };
-        return Err(format!(
+        return Err(WalkError::Value(format!(
             "is {} but {} on line {first_line}; expected {}, given {}",
             shape(&dims),
             shape(&key.dims),
             key.describe(),
-            describe_value(value)
-        ));
+            describe_raw(raw.get())
+        )));
     }
-    let wrong = |leaf: &Value, key: &Key| {
-        let kind = key.kind().map_or("values", Kind::name);
-        format!("holds {}; expected {kind} (as on line {first_line}: {})", describe_value(leaf), key.describe())
-    };
-    for leaf in found {
-        let kind = key.kind().expect("checked when opened");
-        match (kind, &mut *out) {
-            (Kind::Int, Builder::Elements(bytes)) => {
-                let int = leaf.as_i64().or_else(|| {
-                    let f = leaf.as_f64().filter(|f| f.fract() == 0.0 && f.abs() < 9.2e18)?;
-                    Some(f as i64)
-                });
-                match (int, leaf.as_f64()) {
-                    (Some(i), _) => bytes.extend_from_slice(&i.to_le_bytes()),
-                    (None, Some(f)) => {
-                        let ints = std::mem::take(bytes);
-                        bytes.extend(
-                            ints.chunks_exact(8).flat_map(|c| {
-                                (i64::from_le_bytes(c.try_into().expect("8 bytes")) as f64).to_le_bytes()
-                            }),
-                        );
-                        bytes.extend_from_slice(&f.to_le_bytes());
-                        key.kind = Ok(Kind::Float);
-                    }
-                    (None, None) => return Err(wrong(leaf, key)),
-                }
-            }
-            (Kind::Float, Builder::Elements(bytes)) => {
-                let f = match leaf {
-                    Value::Number(n) => n.as_f64(),
-                    Value::String(s) => match s.as_str() {
-                        "NaN" => Some(f64::NAN),
-                        "Infinity" => Some(f64::INFINITY),
-                        "-Infinity" => Some(f64::NEG_INFINITY),
-                        _ => None,
-                    },
-                    _ => None,
-                };
-                bytes.extend_from_slice(&f.ok_or_else(|| wrong(leaf, key))?.to_le_bytes());
-            }
-            (Kind::Bool, Builder::Elements(bytes)) => {
-                bytes.push(u8::from(leaf.as_bool().ok_or_else(|| wrong(leaf, key))?))
-            }
-            (Kind::String, Builder::Strings(strings)) => match leaf {
-                Value::String(s) => strings.push(s.as_bytes().to_vec()),
-                other => strings.push(base64_bytes(other).ok_or_else(|| wrong(leaf, key))?),
-            },
-            _ => unreachable!("the builder is the kind's"),
-        }
-    }
-    Ok(())
+    wrong.map_or(Ok(()), |reason| Err(WalkError::Value(reason)))
 }
 
 /// Lines of a stream, each at most [`MAX_LINE_BYTES`], blank ones skipped.
@@ -346,39 +701,34 @@ impl Lines {
             if self.offset >= end {
                 return Ok(false);
             }
-            self.buf.clear();
-            let cap = self.max_line as u64 + 2;
-            let read = (&mut self.reader).take(cap).read_until(b'\n', &mut self.buf);
-            let n = read.map_err(|e| LineFault {
-                line: self.line + 1,
-                reason: if self.gzip {
-                    format!("cannot read: the gzip stream is corrupt or truncated ({e})")
-                } else {
-                    format!("cannot read: {e}")
-                },
-            })?;
+            let n = match read_line(&mut self.reader, &mut self.buf, self.max_line) {
+                Ok(n) => n,
+                Err(LineError::Io(e)) => {
+                    return Err(LineFault {
+                        line: self.line + 1,
+                        reason: if self.gzip {
+                            format!("cannot read: the gzip stream is corrupt or truncated ({e})")
+                        } else {
+                            format!("cannot read: {e}")
+                        },
+                    })
+                }
+                Err(LineError::TooLong { max }) => {
+                    return Err(LineFault {
+                        line: self.line + 1,
+                        reason: format!(
+                            "the line is longer than {max} bytes, the most a line may hold (one JSON object per line)"
+                        ),
+                    })
+                }
+            };
             if n == 0 {
                 return Ok(false);
             }
             self.line += 1;
             let start = self.offset;
             self.offset += n as u64;
-            let mut text = 0..self.buf.len();
-            if self.buf.ends_with(b"\n") {
-                text.end -= 1;
-                if self.buf[..text.end].ends_with(b"\r") {
-                    text.end -= 1;
-                }
-            }
-            if text.len() > self.max_line {
-                return Err(LineFault {
-                    line: self.line,
-                    reason: format!(
-                        "the line is longer than {} bytes, the most a line may hold (one JSON object per line)",
-                        self.max_line
-                    ),
-                });
-            }
+            let mut text = 0..super::lines::without_line_end(&self.buf).len();
             if start == 0 && self.buf.starts_with("\u{feff}".as_bytes()) {
                 text.start = 3.min(text.end);
             }
@@ -413,29 +763,13 @@ fn jsonl_error(path: &Path, line: u64, reason: String) -> DataError {
     DataError::Jsonl { path: path.to_path_buf(), line, reason }
 }
 
-/// Parses one line as a JSON object.
-fn parse(text: &[u8]) -> Result<serde_json::Map<String, Value>, String> {
-    match serde_json::from_slice::<Value>(text) {
-        Ok(Value::Object(map)) => Ok(map),
-        Ok(other) => Err(format!(
-            "is {}, not a JSON object (one object per line, its keys the features)",
-            describe_value(&other)
-        )),
-        Err(e) => {
-            let message = e.to_string();
-            let message = message.rsplit_once(" at line ").map_or(message.as_str(), |(m, _)| m).to_string();
-            Err(format!("column {}: not valid JSON: {message}", e.column()))
-        }
-    }
-}
-
 /// The file's first object and its line; `None` for a file of blank lines.
 fn first_object(path: &Path, lines: &mut Lines) -> Result<Option<(Vec<Key>, u64)>, DataError> {
     if !lines.next(u64::MAX).map_err(|f| jsonl_error(path, f.line, f.reason))? {
         return Ok(None);
     }
-    let object = parse(lines.text()).map_err(|r| jsonl_error(path, lines.line, r))?;
-    Ok(Some((keys_of(&object), lines.line)))
+    let keys = keys_of(lines.text()).map_err(|r| jsonl_error(path, lines.line, r))?;
+    Ok(Some((keys, lines.line)))
 }
 
 fn peek(path: &Path, compression: Compression) -> Result<Option<Look>, DataError> {
@@ -622,6 +956,40 @@ impl Source for JsonlSource {
 }
 
 impl JsonlSource {
+    /// Appends one line's values of the keys read to their builders: the
+    /// line is walked, never built, so it costs about its bytes (a
+    /// `serde_json::Value` per element would cost ~70 bytes a number).
+    fn push_line(&mut self, text: &[u8], builders: &mut [Builder]) -> Result<(), String> {
+        let mut values: Vec<Option<&RawValue>> = vec![None; self.keys.len()];
+        entries(text, |name, raw| {
+            // A key may be asked for twice (an input that is also the label).
+            for (key, value) in self.keys.iter().zip(values.iter_mut()) {
+                if key.name == name {
+                    *value = Some(raw);
+                }
+            }
+            Ok(())
+        })?;
+        // Checked as UTF-8 by `entries`.
+        let line = std::str::from_utf8(text).unwrap_or_default();
+        for ((key, builder), value) in self.keys.iter_mut().zip(builders.iter_mut()).zip(values) {
+            let Some(raw) = value else {
+                return Err(format!(
+                    "key '{}' is missing; expected {} (as on line {})",
+                    key.name,
+                    key.describe(),
+                    self.first_line
+                ));
+            };
+            match push_value(key, line, raw, self.first_line, builder) {
+                Ok(()) => {}
+                Err(WalkError::Line(reason)) => return Err(reason),
+                Err(WalkError::Value(reason)) => return Err(format!("key '{}' {reason}", key.name)),
+            }
+        }
+        Ok(())
+    }
+
     fn read_piece(
         &mut self,
         lines: &mut Lines,
@@ -655,19 +1023,8 @@ impl JsonlSource {
             }
             bytes += lines.text().len();
             let line = lines.line;
-            let object = match parse(lines.text()) {
-                Ok(object) => object,
-                Err(reason) => return Err(self.error(line, reason)),
-            };
-            for (key, builder) in self.keys.iter_mut().zip(builders.iter_mut()) {
-                let pushed = match object.get(&key.name) {
-                    None => Err(format!("is missing; expected {} (as on line {})", key.describe(), self.first_line)),
-                    Some(value) => push_value(key, value, self.first_line, builder),
-                };
-                if let Err(reason) = pushed {
-                    let name = key.name.clone();
-                    return Err(self.error(line, format!("key '{name}' {reason}")));
-                }
+            if let Err(reason) = self.push_line(lines.text(), &mut builders) {
+                return Err(self.error(line, reason));
             }
             if rows == 0 {
                 first = line;

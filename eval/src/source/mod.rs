@@ -23,6 +23,7 @@ pub(crate) mod arrays;
 pub(crate) mod arrow;
 pub(crate) mod csv;
 pub(crate) mod jsonl;
+mod lines;
 pub(crate) mod parquet;
 mod parquet_pages;
 pub(crate) mod tfrecord;

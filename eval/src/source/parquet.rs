@@ -5,7 +5,9 @@
 //! columns), a row group at a time and [`READ_ROWS`] rows at a time within
 //! it, so memory does not grow with the file. Types, lists, nulls and
 //! strings convert as in the Arrow source (`source::arrow`), which this
-//! module shares.
+//! module shares. String and binary columns are read as views (see
+//! [`as_view`]): a dictionary's value is copied only by the conversion,
+//! which counts each copy against the batch's bound.
 //!
 //! Untrusted input: the footer is read here, not by the crate, with its
 //! claimed length checked against the file and capped at [`MAX_FOOTER`];
@@ -24,6 +26,7 @@ use super::arrow::{column_info, contained, find_columns, variable_columns, Batch
 use super::{ColumnInfo, Look, Options, Source};
 use crate::error::DataError;
 use arrow_array::ArrayRef;
+use arrow_schema::{DataType, Field, FieldRef, Schema};
 use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReaderBuilder};
 use parquet::arrow::ProjectionMask;
 use parquet::file::metadata::ParquetMetaDataReader;
@@ -102,6 +105,37 @@ pub(crate) fn metadata(path: &Path) -> Result<ArrowReaderMetadata, DataError> {
         .map_err(|e| bad(path, format!("its schema: {e}")))
 }
 
+/// The type a column is read as: strings and binary values as views, which
+/// the Parquet crate builds over a dictionary page without copying it;
+/// read plainly, it copies the dictionary's value for every row that
+/// refers to it (256 rows referring to one 200 MiB string: 50 GiB, from a
+/// file of kilobytes) before this crate sees a row. Views leave the copying
+/// to the conversion, which counts it (`arrow::Budget`).
+fn as_view(data_type: &DataType) -> DataType {
+    let field = |f: &FieldRef| Arc::new(f.as_ref().clone().with_data_type(as_view(f.data_type())));
+    match data_type {
+        DataType::Utf8 | DataType::LargeUtf8 => DataType::Utf8View,
+        DataType::Binary | DataType::LargeBinary => DataType::BinaryView,
+        DataType::Dictionary(_, value) if matches!(as_view(value), DataType::Utf8View | DataType::BinaryView) => {
+            as_view(value)
+        }
+        DataType::List(f) => DataType::List(field(f)),
+        DataType::LargeList(f) => DataType::LargeList(field(f)),
+        DataType::FixedSizeList(f, k) => DataType::FixedSizeList(field(f), *k),
+        other => other.clone(),
+    }
+}
+
+/// The file's metadata with its string columns read as views ([`as_view`]).
+fn with_views(path: &Path, meta: ArrowReaderMetadata) -> Result<ArrowReaderMetadata, DataError> {
+    let schema = meta.schema();
+    let fields: Vec<Field> =
+        schema.fields().iter().map(|f| f.as_ref().clone().with_data_type(as_view(f.data_type()))).collect();
+    let hinted = Arc::new(Schema::new_with_metadata(fields, schema.metadata().clone()));
+    ArrowReaderMetadata::try_new(Arc::clone(meta.metadata()), ArrowReaderOptions::new().with_schema(hinted))
+        .map_err(|e| bad(path, format!("its schema, with strings read as views: {e}")))
+}
+
 /// Checks the page headers of the row groups `groups` for the leaf columns
 /// under the root columns `roots` (see `parquet_pages`).
 pub(crate) fn check_pages(
@@ -150,14 +184,15 @@ fn columns(
 
 pub(crate) fn peek(path: &Path, _options: &Options) -> Result<Option<Look>, DataError> {
     contained(path, || {
-        let meta = metadata(path)?;
+        let meta = with_views(path, metadata(path)?)?;
         Ok(Some(Look::Columns(columns(path, &meta, |_| true)?)))
     })
 }
 
 pub(crate) fn open(path: &Path, options: &Options) -> Result<Box<dyn Source>, DataError> {
     contained(path, || {
-        let meta = metadata(path)?;
+        let meta = with_views(path, metadata(path)?)?;
+        let file_len = std::fs::metadata(path).map_err(super::io_error(path))?.len();
         let schema = Arc::clone(meta.schema());
         let asked = find_columns(path, &schema, &options.columns)?;
         let infos = columns(path, &meta, |name| options.columns.iter().any(|c| c == name))?;
@@ -192,6 +227,7 @@ pub(crate) fn open(path: &Path, options: &Options) -> Result<Box<dyn Source>, Da
             batch_row: rows_before,
             skip: 0,
             remaining: rows,
+            file_len,
         })) as Box<dyn Source>)
     })
 }

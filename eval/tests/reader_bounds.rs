@@ -1,0 +1,291 @@
+//! What reading untrusted bytes may cost: a reader of N bytes never holds
+//! more than max(64 MiB, 16 × N) at once, however the file lies about what
+//! it holds. Measured by a counting global allocator (this binary's own),
+//! which also refuses any request that would take live bytes past 8 GiB,
+//! so a reader that amplifies aborts this binary instead of exhausting the
+//! machine. Tests run one at a time (they share the counters).
+//!
+//! The lying inputs: a Parquet file (and an Arrow IPC stream) whose
+//! dictionary holds one large string that every row refers to; a JSON
+//! Lines line of zeros under the line cap; a CSV file without a newline.
+
+use arrow_array::{ArrayRef, DictionaryArray, Int32Array, Int64Array, RecordBatch, StringArray};
+use arrow_schema::{DataType, Field, Schema};
+use isorun_eval::{DataSpec, Dataset};
+use isorun_protocol::{DType, SignatureInfo, TensorData, TensorSpec};
+use parquet::arrow::ArrowWriter;
+use parquet::basic::{Compression, ZstdLevel};
+use parquet::file::properties::{EnabledStatistics, WriterProperties};
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// Live bytes past which an allocation is refused (a null pointer: the
+/// process aborts), well under the machine's memory.
+const REFUSE_PAST: usize = 8 << 30;
+
+static LIVE: AtomicUsize = AtomicUsize::new(0);
+static PEAK: AtomicUsize = AtomicUsize::new(0);
+
+struct Counting;
+
+impl Counting {
+    fn reserve(n: usize) -> bool {
+        let now = LIVE.fetch_add(n, Ordering::SeqCst) + n;
+        if now > REFUSE_PAST {
+            LIVE.fetch_sub(n, Ordering::SeqCst);
+            return false;
+        }
+        PEAK.fetch_max(now, Ordering::SeqCst);
+        true
+    }
+
+    fn release(n: usize) {
+        LIVE.fetch_sub(n, Ordering::SeqCst);
+    }
+}
+
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        if !Self::reserve(layout.size()) {
+            return std::ptr::null_mut();
+        }
+        let p = unsafe { System.alloc(layout) };
+        if p.is_null() {
+            Self::release(layout.size());
+        }
+        p
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        if !Self::reserve(layout.size()) {
+            return std::ptr::null_mut();
+        }
+        let p = unsafe { System.alloc_zeroed(layout) };
+        if p.is_null() {
+            Self::release(layout.size());
+        }
+        p
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        unsafe { System.dealloc(ptr, layout) };
+        Self::release(layout.size());
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        let old = layout.size();
+        if new_size > old && !Self::reserve(new_size - old) {
+            return std::ptr::null_mut();
+        }
+        let p = unsafe { System.realloc(ptr, layout, new_size) };
+        if p.is_null() {
+            if new_size > old {
+                Self::release(new_size - old);
+            }
+        } else if new_size < old {
+            Self::release(old - new_size);
+        }
+        p
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: Counting = Counting;
+
+/// One test at a time: they share the counters.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+/// Runs `f`; its result and the most bytes it held at once beyond what was live before.
+fn peak_of<T>(f: impl FnOnce() -> T) -> (T, usize) {
+    let start = LIVE.load(Ordering::SeqCst);
+    PEAK.store(start, Ordering::SeqCst);
+    let out = f();
+    (out, PEAK.load(Ordering::SeqCst).saturating_sub(start))
+}
+
+/// The bound every reader is held to for a file of `n` bytes.
+fn bound(n: u64) -> usize {
+    (64usize << 20).max(16 * n as usize)
+}
+
+fn spec(path: &Path, batch_size: usize) -> DataSpec {
+    DataSpec {
+        paths: vec![path.to_path_buf()],
+        label: "y".into(),
+        weight: None,
+        slices: vec![],
+        renames: vec![],
+        limit: None,
+        batch_size,
+        skip_corrupt: false,
+        shard: None,
+        format: None,
+        example_key: None,
+    }
+}
+
+fn signature(input: &str, dtype: DType, shape: Vec<Option<u64>>) -> SignatureInfo {
+    SignatureInfo {
+        key: "serving_default".into(),
+        inputs: vec![TensorSpec { name: input.into(), dtype, shape: Some(shape) }],
+        outputs: vec![],
+    }
+}
+
+/// Reads every batch of `path`: the rows read, or the first error's message;
+/// and the peak held while reading, checked against the file's bound.
+fn read_all(path: &Path, batch_size: usize, signature: &SignatureInfo) -> (Result<u64, String>, usize) {
+    let n = std::fs::metadata(path).unwrap().len();
+    let (result, peak) = peak_of(|| {
+        let dataset = Dataset::open(spec(path, batch_size)).map_err(|e| e.to_string())?;
+        let mut reader = dataset.reader(signature).map_err(|e| e.to_string())?;
+        let mut rows = 0u64;
+        while let Some(batch) = reader.next_batch() {
+            rows += batch.map_err(|e| e.to_string())?.targets.rows as u64;
+        }
+        Ok(rows)
+    });
+    eprintln!("{}: {n} bytes read, peak {peak} bytes held, bound {}", path.display(), bound(n));
+    assert!(peak <= bound(n), "{}: {peak} bytes held reading {n} bytes, more than {}", path.display(), bound(n));
+    (result, peak)
+}
+
+/// Rows that all refer to one dictionary value of `value_bytes` bytes (a
+/// string input `x`), with an integer label `y`: as a dictionary-typed
+/// column, or as a plain string column (which Parquet writes with a
+/// dictionary page all the same).
+fn one_value_rows(value_bytes: usize, rows: usize, dictionary_typed: bool) -> RecordBatch {
+    let value = "a".repeat(value_bytes);
+    let (x, x_type): (ArrayRef, DataType) = if dictionary_typed {
+        let keys = Int32Array::from(vec![0; rows]);
+        let array = DictionaryArray::try_new(keys, Arc::new(StringArray::from(vec![value]))).unwrap();
+        (Arc::new(array), DataType::Dictionary(Box::new(DataType::Int32), Box::new(DataType::Utf8)))
+    } else {
+        (Arc::new(StringArray::from(vec![value.as_str(); rows])), DataType::Utf8)
+    };
+    let schema = Schema::new(vec![Field::new("x", x_type, false), Field::new("y", DataType::Int64, false)]);
+    RecordBatch::try_new(Arc::new(schema), vec![x, Arc::new(Int64Array::from(vec![1; rows]))]).unwrap()
+}
+
+/// A zstd Parquet file of `batch`: its dictionary pages compressed to
+/// almost nothing, no statistics (which would hold the value again).
+fn write_parquet(dir: &Path, name: &str, batch: &RecordBatch) -> PathBuf {
+    let path = dir.join(name);
+    let properties = WriterProperties::builder()
+        .set_compression(Compression::ZSTD(ZstdLevel::try_new(3).unwrap()))
+        .set_dictionary_page_size_limit(256 << 20)
+        .set_statistics_enabled(EnabledStatistics::None)
+        .build();
+    let mut writer =
+        ArrowWriter::try_new(std::fs::File::create(&path).unwrap(), batch.schema(), Some(properties)).unwrap();
+    writer.write(batch).unwrap();
+    writer.close().unwrap();
+    path
+}
+
+fn strings() -> SignatureInfo {
+    signature("x", DType::String, vec![None])
+}
+
+/// The error of a dictionary value repeated past what the file may make:
+/// it names the file, the column and a row.
+fn assert_repeats_refused(path: &Path, result: Result<u64, String>) {
+    let error = result.unwrap_err();
+    let name = path.file_name().unwrap().to_str().unwrap();
+    assert!(error.contains(&format!("{name}: column 'x'")), "{error}");
+    assert!(error.contains("row ") && error.contains("a batch may take"), "{error}");
+}
+
+#[test]
+fn a_parquet_dictionary_value_repeated_by_every_row_is_counted_as_it_is_copied() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    // One 2 MiB string, 64 rows referring to it: 128 MiB if copied per row.
+    for (name, dictionary_typed) in [("dictionary.parquet", true), ("plain.parquet", false)] {
+        let path = write_parquet(dir.path(), name, &one_value_rows(2 << 20, 64, dictionary_typed));
+        assert!(std::fs::metadata(&path).unwrap().len() < 64 << 10);
+        let (result, _) = read_all(&path, 128, &strings());
+        assert_repeats_refused(&path, result);
+    }
+    // The same value repeated by a few rows is read.
+    let path = write_parquet(dir.path(), "few.parquet", &one_value_rows(1 << 20, 4, true));
+    let (result, _) = read_all(&path, 128, &strings());
+    assert_eq!(result, Ok(4));
+}
+
+#[test]
+fn an_arrow_dictionary_value_repeated_by_every_row_is_counted_as_it_is_copied() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    // A stream of one 4 MiB string in a dictionary, and record batches of
+    // one row each referring to it: a batch gathers them (128 rows: 512 MiB).
+    let path = dir.path().join("dictionary.arrow");
+    let one = one_value_rows(4 << 20, 1, true);
+    let mut writer =
+        arrow_ipc::writer::StreamWriter::try_new(std::fs::File::create(&path).unwrap(), &one.schema()).unwrap();
+    for _ in 0..128 {
+        writer.write(&one).unwrap();
+    }
+    writer.finish().unwrap();
+    drop(writer);
+    let (result, _) = read_all(&path, 128, &strings());
+    assert_repeats_refused(&path, result);
+    // One record batch of 128 rows, the same.
+    let path = dir.path().join("one_batch.arrow");
+    let all = one_value_rows(4 << 20, 128, true);
+    let mut writer =
+        arrow_ipc::writer::StreamWriter::try_new(std::fs::File::create(&path).unwrap(), &all.schema()).unwrap();
+    writer.write(&all).unwrap();
+    writer.finish().unwrap();
+    drop(writer);
+    let (result, _) = read_all(&path, 128, &strings());
+    assert_repeats_refused(&path, result);
+}
+
+#[test]
+fn a_json_lines_line_of_zeros_costs_a_small_multiple_of_its_bytes() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    // 8 MiB of "0,": four million numbers on one line.
+    let n = 4usize << 20;
+    let mut line = String::with_capacity(2 * n + 32);
+    line.push_str("{\"x\": [");
+    for i in 0..n {
+        line.push_str(if i == 0 { "0" } else { ",0" });
+    }
+    line.push_str("], \"y\": 1}\n");
+    let path = dir.path().join("zeros.jsonl");
+    std::fs::write(&path, &line).unwrap();
+    drop(line);
+    let (result, peak) = read_all(&path, 1, &signature("x", DType::Float32, vec![None, Some(n as u64)]));
+    assert_eq!(result, Ok(1));
+    // The batch itself holds 16 MiB of float32; the line 8 MiB.
+    assert!(peak < 96 << 20, "{peak}");
+    // What is read is right: read again, keeping the batch.
+    let dataset = Dataset::open(spec(&path, 1)).unwrap();
+    let mut reader = dataset.reader(&signature("x", DType::Float32, vec![None, Some(n as u64)])).unwrap();
+    let batch = reader.next_batch().unwrap().unwrap();
+    assert_eq!(batch.inputs[0].1.shape, vec![1, n as u64]);
+    let TensorData::Dense(bytes) = &batch.inputs[0].1.data else { panic!("dense") };
+    assert!(bytes.len() == 4 * n && bytes.iter().all(|&b| b == 0));
+}
+
+#[test]
+fn a_csv_file_without_a_newline_is_an_error_naming_the_line_and_the_cap() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    // A header, then a row that never ends: 65 MiB of NUL bytes (a sparse file).
+    let path = dir.path().join("endless.csv");
+    std::fs::write(&path, "x,y\n1,").unwrap();
+    let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+    file.set_len(65 << 20).unwrap();
+    drop(file);
+    let (result, peak) = read_all(&path, 4, &signature("x", DType::Float32, vec![None]));
+    let error = result.unwrap_err();
+    assert!(error.contains("endless.csv") && error.contains("line 2"), "{error}");
+    assert!(error.contains(&format!("longer than {} bytes", 64 << 20)), "{error}");
+    // Found without holding the line: the cap and a read buffer or two.
+    assert!(peak < 80 << 20, "{peak}");
+}
