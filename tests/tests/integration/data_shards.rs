@@ -7,7 +7,8 @@
 //! slices, confusion matrices and example counts equal the one-machine
 //! ones to 1e-12, and the statuses and exit codes are the same. Shards that
 //! are not of one evaluation (a shard missing, other flags, other or changed
-//! data) are refused by the merge, naming what differs.
+//! data) are refused by the merge, naming what differs. A corrupt record
+//! is met by exactly one shard, wherever it falls, as one machine meets it.
 
 use crate::util::{fixtures, isorun, run, Ran};
 use serde_json::Value;
@@ -404,4 +405,37 @@ fn limit_with_data_shard_is_a_usage_error() {
         assert_eq!(ran.code, Some(2), "--data-shard {bad}: {}", ran.stderr);
         assert!(ran.stderr.contains("--data-shard"), "{}", ran.stderr);
     }
+}
+
+#[test]
+fn a_corrupt_record_first_in_a_data_shard_is_reported_as_on_one_machine() {
+    // Record 500 of 1000 (144 bytes each) starts where data shard 1/2's bytes
+    // do; its data CRC fails. One machine fails on it (or with --skip-corrupt
+    // skips it); so must the shards merged, not read past it as if it were
+    // not a record.
+    let dir = tempfile::tempdir().unwrap();
+    let mut bytes = std::fs::read(data("data.tfrecord")).unwrap();
+    let start = bytes.len() / 2;
+    assert_eq!(start, 500 * 144);
+    bytes[start + 12 + 5] ^= 0x40;
+    let corrupt = dir.path().join("corrupt-at-half.tfrecord");
+    std::fs::write(&corrupt, &bytes).unwrap();
+    let binary = case("binary");
+    let (code, local, ran) = eval(dir.path(), &binary, &corrupt, &[], "local.json");
+    assert_eq!((code, local["units"][0]["status"].as_str()), (Some(1), Some("error")), "{}", ran.stderr);
+    let message = local["units"][0]["error"]["message"].as_str().unwrap();
+    assert!(message.contains("data CRC32C mismatch") && message.contains(&start.to_string()), "{message}");
+    let merged = sharded(dir.path(), &binary, &corrupt, 2);
+    assert_same_report((code, &local), (merged.0, &merged.1), 2, "a corrupt record first in shard 1/2");
+    assert_eq!(merged.1["units"][0]["failed_data_shard"], "1/2", "{}", merged.1["units"][0]);
+
+    let skipping = Case { flags: [&binary.flags[..], &["--skip-corrupt".to_string()]].concat(), ..case("binary") };
+    let (code, local, ran) = eval(dir.path(), &skipping, &corrupt, &[], "local.json");
+    assert_eq!(code, Some(0), "{}", ran.stderr);
+    assert_eq!(
+        (local["units"][0]["examples"].as_u64(), local["units"][0]["skipped_corrupt"].as_u64()),
+        (Some(999), Some(1))
+    );
+    let merged = sharded(dir.path(), &skipping, &corrupt, 2);
+    assert_same_report((code, &local), (merged.0, &merged.1), 2, "a corrupt record first in shard 1/2, skipped");
 }
