@@ -200,7 +200,7 @@ fn crc32c(bytes: &[u8]) -> u32 {
 fn tfrecord(data: &[u8]) -> Vec<u8> {
     let masked = |bytes: &[u8]| {
         let crc = crc32c(bytes);
-        ((crc >> 15) | (crc << 17)).wrapping_add(0xa282_ead8).to_le_bytes()
+        crc.rotate_right(15).wrapping_add(0xa282_ead8).to_le_bytes()
     };
     let len = (data.len() as u64).to_le_bytes();
     [&len[..], &masked(&len), data, &masked(data)].concat()

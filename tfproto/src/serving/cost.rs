@@ -132,7 +132,6 @@ fn walk(message: Message, mut wire: &[u8], largest_bytes: &mut u64) -> u64 {
                 let Some(len) = varint(&mut wire) else { break };
                 let Some(body) = usize::try_from(len).ok().and_then(|len| wire.get(..len)) else { break };
                 wire = &wire[body.len()..];
-                let len = len as u64;
                 match field {
                     None => 0,
                     Some(Field::Inline(inner)) => walk(inner, body, largest_bytes),
