@@ -27,6 +27,15 @@ use std::time::{Duration, Instant};
 /// The script the export process runs (`python -c`).
 const SCRIPT: &str = include_str!("keras_export.py");
 
+/// The SHA-256 (hex) of the export script, part of every cache key: what
+/// the export writes depends on it, so an entry written by another script
+/// (one that shared traces on the supervisor's grouping alone, say) is not
+/// taken for this one's.
+pub(super) fn script_sha256() -> String {
+    use sha2::Digest;
+    super::cache::hex(&sha2::Sha256::digest(SCRIPT.as_bytes()))
+}
+
 /// How often the supervising loop looks at deadlines, memory and interrupts.
 const TICK: Duration = Duration::from_millis(20);
 

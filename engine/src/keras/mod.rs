@@ -631,7 +631,9 @@ pub(crate) fn plan(models: &[Model], settings: &Settings, check_in_worker: bool)
             return staged;
         }
     };
-    let versions = [python.keras.as_str(), python.tensorflow.as_str(), python.tf_keras.as_deref().unwrap_or("-")];
+    let script = export::script_sha256();
+    let versions =
+        [python.keras.as_str(), python.tensorflow.as_str(), python.tf_keras.as_deref().unwrap_or("-"), script.as_str()];
     let mut keys: Vec<KeyWork> = Vec::new();
     for &index in &keras {
         let began = Instant::now();

@@ -1320,3 +1320,50 @@ fn the_export_process_shares_a_trace_only_with_files_whose_config_as_keras_reads
         "{stderr}"
     );
 }
+
+/// An entry a vulnerable isorun left in the cache (another file's graph
+/// under the victim's key: the key of a file's bytes and the toolchain's
+/// versions, as it was made before the export script was part of it) is
+/// not taken for the victim: the key now holds the export script's digest,
+/// so the victim is exported again and runs its own model.
+#[test]
+fn an_entry_made_by_another_export_script_is_not_taken_from_the_cache() {
+    let Some(python) = python("an_entry_made_by_another_export_script_is_not_taken_from_the_cache") else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let (victim, _) = victim_and_attacker(&python, tmp.path());
+    let cache = tmp.path().join("cache");
+    let cousin = tmp.path().join("cousin.keras");
+    let ran = keras_run(&python, &cache, &[cousin.to_str().unwrap(), "--input", "x=@[[1,2]]", "--values"]);
+    let cousin_outputs = ran.record("cousin.keras")["outputs"]["out"]["values"].clone();
+    let [entry] = entries(&cache).try_into().unwrap_or_else(|e| panic!("one entry, got {e:?}"));
+    // The victim's key as it was made before: SHA-256 of the file's bytes,
+    // Keras's, TensorFlow's and tf_keras's versions, each and then the
+    // unsafe flag after a NUL; its first 32 hex digits.
+    let about = export_json(&entry);
+    let script = r#"
+import hashlib, sys
+file, keras, tf, tf_keras = sys.argv[1:5]
+h = hashlib.sha256()
+for part in [hashlib.sha256(open(file, "rb").read()).hexdigest(), keras, tf, tf_keras]:
+    h.update(part.encode() + b"\0")
+h.update(b"\0")
+print(h.hexdigest()[:32])
+"#;
+    let version = |name: &str| about[name].as_str().unwrap_or("-").to_string();
+    let old_key = Command::new(&python)
+        .args(["-c", script])
+        .arg(tmp.path().join("victim.keras"))
+        .args([version("keras"), version("tensorflow"), version("tf_keras")])
+        .output()
+        .unwrap();
+    assert!(old_key.status.success(), "{}", String::from_utf8_lossy(&old_key.stderr));
+    let old_key = String::from_utf8(old_key.stdout).unwrap().trim().to_string();
+    crate::util::copy_dir(&entry, &cache.join(&old_key));
+    let victim_file = tmp.path().join("victim.keras");
+    let ran = keras_run(&python, &cache, &[victim_file.to_str().unwrap(), "--input", "x=@[[1,2]]", "--values"]);
+    let record = ran.record("victim.keras");
+    assert_eq!(record["status"], "ok", "{}\n{}", ran.stdout, ran.stderr);
+    assert_ne!(record["outputs"]["out"]["values"], cousin_outputs, "the cousin's graph was taken: {record}");
+    assert_eq!(record["export"]["cached"], false, "{record}");
+    assert_close(&record["outputs"]["out"]["values"], &victim, "the victim's outputs");
+}
