@@ -24,8 +24,13 @@ struct Counting;
 static LIVE: AtomicUsize = AtomicUsize::new(0);
 static PEAK: AtomicUsize = AtomicUsize::new(0);
 
-/// One measurement at a time: the counters are the process's.
-static MEASURING: Mutex<()> = Mutex::new(());
+/// One test at a time: the counters are the process's, and another test
+/// making its records would count in this one's peak.
+static ONE_TEST: Mutex<()> = Mutex::new(());
+
+fn one_test() -> std::sync::MutexGuard<'static, ()> {
+    ONE_TEST.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
 
 fn reserve(size: usize) -> bool {
     let live = LIVE.fetch_add(size, Ordering::SeqCst) + size;
@@ -80,20 +85,17 @@ fn decode(record: &[u8]) -> Result<Vec<ServingRequest>, ServingError> {
 
 /// Decodes `record` (of a file holding it alone: 16 bytes of TFRecord
 /// framing more) and asserts the bound on what was allocated at once;
-/// gives the peak and the result's description.
+/// gives the peak and the result's description. Only under [`one_test`].
 fn assert_bounded(what: &str, record: &[u8]) -> (usize, String) {
     let file_bytes = record.len() + 16;
     let bound = (64usize << 20).max(16 * file_bytes);
-    let (peak, outcome) = {
-        let _one = MEASURING.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        let before = LIVE.load(Ordering::SeqCst);
-        PEAK.store(before, Ordering::SeqCst);
-        let outcome = match decode(record) {
-            Ok(requests) => format!("ok, {} requests", requests.len()),
-            Err(e) => format!("error: {e}"),
-        };
-        (PEAK.load(Ordering::SeqCst) - before, outcome)
+    let before = LIVE.load(Ordering::SeqCst);
+    PEAK.store(before, Ordering::SeqCst);
+    let outcome = match decode(record) {
+        Ok(requests) => format!("ok, {} requests", requests.len()),
+        Err(e) => format!("error: {e}"),
     };
+    let peak = PEAK.load(Ordering::SeqCst) - before;
     if !what.contains("mutated") {
         eprintln!("{what}: {file_bytes} bytes, peak {peak} bytes ({:.1}x), {outcome}", peak as f64 / file_bytes as f64);
     }
@@ -125,6 +127,7 @@ fn example_list(examples: Vec<Vec<u8>>) -> Option<Input> {
 
 #[test]
 fn a_hundred_inputs_each_claiming_64_mib_from_one_value_are_refused_not_made() {
+    let _one = one_test();
     // The file: 3 KB, one predict request, 100 inputs of [16777216] float32 with one float_val each.
     let record = predict((0..100).map(|i| (format!("input_{i:02}"), floats(1 << 24))));
     assert!(record.len() < 4096, "{}", record.len());
@@ -138,6 +141,7 @@ fn a_hundred_inputs_each_claiming_64_mib_from_one_value_are_refused_not_made() {
 
 #[test]
 fn strings_examples_tasks_and_entries_are_counted_at_what_they_cost() {
+    let _one = one_test();
     // Eight million empty strings from one string_val: 24 bytes each in memory.
     let strings = TensorProto {
         dtype: 7,
@@ -194,6 +198,7 @@ fn strings_examples_tasks_and_entries_are_counted_at_what_they_cost() {
 
 #[test]
 fn a_large_honest_record_still_decodes() {
+    let _one = one_test();
     // 48 MiB of float32 in tensor_content: its budget grows with it.
     let tensor = TensorProto {
         dtype: 1,
@@ -219,6 +224,7 @@ fn records(file: &[u8]) -> Vec<&[u8]> {
 
 #[test]
 fn mutated_fixture_records_stay_within_the_bound() {
+    let _one = one_test();
     let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/warmup/models");
     let mut state = 0x9e37_79b9_7f4a_7c15u64;
     let mut random = move || {
