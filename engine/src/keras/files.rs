@@ -257,8 +257,11 @@ fn ambiguous_name(name: &[u8], utf8_flag: bool) -> Option<String> {
     if name.contains(&b'\\') {
         return Some("holds a backslash (a folder separator to some readers)".into());
     }
-    if !name.is_ascii() && !(utf8_flag && std::str::from_utf8(name).is_ok()) {
+    if !name.is_ascii() && !utf8_flag {
         return Some("is not ASCII and not flagged as UTF-8 (each zip reader decodes it its own way)".into());
+    }
+    if std::str::from_utf8(name).is_err() {
+        return Some("is flagged as UTF-8 but is not (one zip reader refuses it, another replaces bytes)".into());
     }
     let body = name.strip_suffix(b"/").unwrap_or(name);
     let parts: Vec<&[u8]> = body.split(|&b| b == b'/').collect();
@@ -539,18 +542,27 @@ mod h5 {
         let messages = messages(&file, root)?;
         let mut named = messages.iter().filter(|(kind, _)| *kind == ATTRIBUTE).filter_map(|(_, data)| {
             let attribute = attribute(data)?;
-            (attribute.0 == name).then_some(attribute)
+            (attribute.name == name).then_some(attribute)
         });
-        let (_, datatype, dataspace, value) = named.next()?;
+        let found = named.next()?;
         if named.next().is_some() {
             return None; // two attributes of one name: not a file h5py wrote
         }
-        scalar(dataspace)?;
-        string(&file, datatype, value)
+        scalar(found.dataspace)?;
+        string(&file, found.datatype, found.value)
     }
 
-    /// An attribute message's name (less its NUL), datatype, dataspace and data.
-    fn attribute(data: &[u8]) -> Option<(&[u8], &[u8], &[u8], &[u8])> {
+    /// An attribute message's parts, each the bytes of its field.
+    struct Attribute<'a> {
+        /// Less its NUL.
+        name: &'a [u8],
+        datatype: &'a [u8],
+        dataspace: &'a [u8],
+        value: &'a [u8],
+    }
+
+    /// An attribute message's name, datatype, dataspace and data.
+    fn attribute(data: &[u8]) -> Option<Attribute<'_>> {
         let version = *data.first()?;
         let flags = *data.get(1)?;
         let (name_size, type_size, space_size) =
@@ -570,7 +582,7 @@ mod h5 {
         p += pad(type_size);
         let dataspace = data.get(p..p + space_size)?;
         p += pad(space_size);
-        Some((name, datatype, dataspace, data.get(p..)?))
+        Some(Attribute { name, datatype, dataspace, value: data.get(p..)? })
     }
 
     /// A dataspace of one element, as h5py reads into a `str` (rank 0).
