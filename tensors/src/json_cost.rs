@@ -17,7 +17,8 @@ pub fn most_values(len: u64) -> u64 {
 }
 
 /// At least the number of values (object keys included) that `text` parses
-/// to: one for the whole, and one per `[`, `{`, `,` and `:` outside strings.
+/// to: one for the whole, and one per `[`, `,` and `:` outside strings; a
+/// `{` counts four, since a map with one entry already holds room for four.
 pub fn count_values(text: &[u8]) -> u64 {
     let mut values = 1u64;
     let mut in_string = false;
@@ -33,7 +34,8 @@ pub fn count_values(text: &[u8]) -> u64 {
         } else {
             match byte {
                 b'"' => in_string = true,
-                b'[' | b'{' | b',' | b':' => values += 1,
+                b'{' => values += 4,
+                b'[' | b',' | b':' => values += 1,
                 _ => {}
             }
         }
@@ -64,7 +66,7 @@ mod tests {
     fn values_are_counted_outside_strings() {
         assert_eq!(count_values(b"0"), 1);
         assert_eq!(count_values(b"[0,0]"), 3);
-        assert_eq!(count_values(br#"{"a": 1, "b": [2]}"#), 6);
+        assert_eq!(count_values(br#"{"a": 1, "b": [2]}"#), 9);
         assert_eq!(count_values(br#"["[,{:", "\"[,"]"#), 3);
     }
 

@@ -219,4 +219,16 @@ fn large_json_inputs_of_small_elements_stay_within_the_bound() {
     read_json_every_way("a JSON list of 2 Mi empty lists", &nested, dir.path());
     let strings = format!("{{\"x\": [{}]}}", vec!["\"\""; 2 << 20].join(","));
     read_json_every_way("a JSON list of 2 Mi empty strings", &strings, dir.path());
+    let objects = format!("[{}]", vec![r#"{"a":{"b":0}}"#; 1 << 20].join(","));
+    read_json_every_way("a JSON list of 1 Mi small objects", &objects, dir.path());
+    let layers = format!("[{}]", vec![r#"{"class_name":"Dense","config":{}}"#; 200_000].join(","));
+    read_json_every_way("a JSON list of 200,000 layer-like objects", &layers, dir.path());
+    // Just under the count json_cost allows: parsed, and still within the bound.
+    let layer = format!(r#"{{"class_name":"{}","config":{{}}}}"#, "D".repeat(100));
+    let layers = format!("[{}]", vec![layer.as_str(); 100_000].join(","));
+    assert!(isorun_tensors::json_cost::check_json_cost(layers.as_bytes()).is_ok());
+    read_json_every_way("a JSON list of 100,000 wordier objects", &layers, dir.path());
+    let pairs = format!("[{}]", vec![r#"["abcdefghijklmnopqrstuvwxyz0123456789",[1.5e-10]]"#; 1 << 19].join(","));
+    assert!(isorun_tensors::json_cost::check_json_cost(pairs.as_bytes()).is_ok());
+    read_json_every_way("a JSON list of 512 Ki pairs", &pairs, dir.path());
 }
