@@ -62,7 +62,8 @@ pub struct Meta {
     pub skipped_corrupt: u64,
     /// eval's `--calibration-bins` (for `ece`).
     pub calibration_bins: usize,
-    /// eval's `--max-confusion-classes`.
+    /// eval's `--max-confusion-classes`, as the file claims it: never a
+    /// size (rescore clamps it to its own default, `MAX_CONFUSION_CLASSES`).
     pub max_confusion_classes: usize,
 }
 
@@ -139,7 +140,12 @@ impl Meta {
                     .ok_or(format!("output '{name}' has no row_shape"))?
                     .iter()
                     .map(|d| d.as_u64().ok_or(format!("output '{name}': a dimension is not a count")))
-                    .collect::<Result<_, String>>()?;
+                    .collect::<Result<Vec<u64>, String>>()?;
+                // Its values per row (`width`) must be a number, not a wrap.
+                let width = row_shape.iter().try_fold(1u64, |values, &d| values.checked_mul(d));
+                if width.and_then(|w| usize::try_from(w).ok()).is_none() {
+                    return Err(format!("output '{name}': row_shape {row_shape:?} is more values than a count holds"));
+                }
                 Ok(SavedOutput { name, dtype, row_shape })
             })
             .collect::<Result<Vec<_>, String>>()?;
@@ -175,7 +181,16 @@ impl Meta {
             data_digest: text("data_digest")?,
             data_shard: opt_text("data_shard")?,
             skipped_corrupt: value["skipped_corrupt"].as_u64().unwrap_or(0),
-            calibration_bins: value["calibration_bins"].as_u64().map_or(15, |n| n as usize),
+            calibration_bins: match value["calibration_bins"].as_u64() {
+                None => 15,
+                Some(n) if (1..=crate::calibration::MAX_CALIBRATION_BINS as u64).contains(&n) => n as usize,
+                Some(n) => {
+                    return Err(format!(
+                        "'calibration_bins' {n} is not 1 to {}",
+                        crate::calibration::MAX_CALIBRATION_BINS
+                    ))
+                }
+            },
             max_confusion_classes: value["max_confusion_classes"].as_u64().map_or(1000, |n| n as usize),
         })
     }

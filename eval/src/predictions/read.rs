@@ -5,11 +5,22 @@
 //! Parquet is read row group by row group and JSON Lines line by line, so
 //! memory does not grow with the file.
 //!
+//! A predictions file is untrusted: Parquet is read through the dataset
+//! reader's hardened path (`source::parquet`: its footer capped and its
+//! column ranges checked, every page header checked before a page is
+//! decompressed, a panic of the Parquet crate the file's error), and no
+//! size is taken from what the file claims. Rows per batch come from a byte
+//! budget ([`batch_budget`]) and the row's size, never from the
+//! description's `first_batch_rows`; eval's first batch is refused when it
+//! is more than the budget holds.
+//!
 //! [`Evaluator`]: crate::Evaluator
 
 use super::meta::{Meta, META_KEY};
 use super::{output_column, sidecar, slice_column, INDEX, KEY, LABEL, WEIGHT};
 use crate::data::{Labels, Targets};
+use crate::error::DataError;
+use crate::source::arrow::contained;
 use arrow_array::cast::AsArray;
 use arrow_array::types::{
     Float16Type, Float32Type, Float64Type, Int16Type, Int32Type, Int64Type, Int8Type, UInt16Type, UInt32Type,
@@ -18,15 +29,28 @@ use arrow_array::types::{
 use arrow_array::{Array, ArrayRef, RecordBatch};
 use arrow_schema::DataType;
 use isorun_protocol::{DType, Tensor};
-use parquet::arrow::arrow_reader::{ParquetRecordBatchReader, ParquetRecordBatchReaderBuilder};
+use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ParquetRecordBatchReader, ParquetRecordBatchReaderBuilder};
 use parquet::arrow::ProjectionMask;
 use serde_json::Value;
 use std::fs::File;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 
-/// Rows per batch read (eval's first batch aside).
+/// Rows per batch read (eval's first batch aside), at most.
 pub const READ_ROWS: usize = 8192;
+
+/// The fewest bytes a batch may hold, whatever the file's size.
+pub const MIN_BATCH_BYTES: u64 = 16 << 20;
+/// The most bytes a batch may hold.
+pub const MAX_BATCH_BYTES: u64 = 1 << 30;
+
+/// The bytes one batch of a file of `file_len` bytes may hold (its rows'
+/// scored output, labels and index): four times the file, within
+/// [`MIN_BATCH_BYTES`] and [`MAX_BATCH_BYTES`], so that what a read holds
+/// at once is bounded by the file's own size.
+pub fn batch_budget(file_len: u64) -> u64 {
+    file_len.saturating_mul(4).clamp(MIN_BATCH_BYTES, MAX_BATCH_BYTES)
+}
 
 /// Why a predictions file cannot be read (the path is the file's).
 #[derive(Debug, thiserror::Error)]
@@ -82,7 +106,7 @@ pub fn list_files(paths: &[PathBuf]) -> Result<Vec<PathBuf>, ReadError> {
 }
 
 enum Rows {
-    Parquet(ParquetRecordBatchReader),
+    Parquet(Box<ParquetRecordBatchReader>),
     Jsonl(std::io::Lines<BufReader<File>>, u64),
 }
 
@@ -98,10 +122,22 @@ pub struct PredictionsReader {
     /// Rows of the current Parquet batch not handed out yet.
     pending: Option<RecordBatch>,
     first: bool,
+    /// A Parquet file's metadata, its footer checked (`source::parquet`).
+    parquet: Option<ArrowReaderMetadata>,
+    /// Rows per batch, from [`batch_budget`] and the row's size (see [`PredictionsReader::start`]).
+    batch_rows: usize,
 }
 
 fn err(path: &Path, reason: impl Into<String>) -> ReadError {
     ReadError { path: path.to_path_buf(), reason: reason.into() }
+}
+
+/// A dataset reader's error, as this module's (its path is the file's).
+fn data_error(path: &Path, error: DataError) -> ReadError {
+    match error {
+        DataError::Array { reason, .. } | DataError::Reader { reason, .. } => err(path, reason),
+        other => err(path, other.to_string()),
+    }
 }
 
 impl PredictionsReader {
@@ -109,6 +145,7 @@ impl PredictionsReader {
     /// its sidecar) and checks its description.
     pub fn open(path: &Path) -> Result<PredictionsReader, ReadError> {
         let name = path.to_string_lossy();
+        let mut parquet = None;
         let (meta, columns) = if name.ends_with(".jsonl") {
             let side = sidecar(path);
             let text = std::fs::read_to_string(&side)
@@ -118,10 +155,9 @@ impl PredictionsReader {
             let columns = jsonl_columns(&meta);
             (meta, columns)
         } else {
-            let file = File::open(path).map_err(|e| err(path, e.to_string()))?;
-            let builder = ParquetRecordBatchReaderBuilder::try_new(file)
-                .map_err(|e| err(path, format!("cannot read it as Parquet: {e}")))?;
-            let text = builder
+            let checked =
+                contained(path, || crate::source::parquet::metadata(path)).map_err(|e| data_error(path, e))?;
+            let text = checked
                 .metadata()
                 .file_metadata()
                 .key_value_metadata()
@@ -133,7 +169,8 @@ impl PredictionsReader {
             let value: Value =
                 serde_json::from_str(&text).map_err(|e| err(path, format!("its '{META_KEY}' metadata: {e}")))?;
             let meta = Meta::from_json(&value).map_err(|e| err(path, format!("its '{META_KEY}' metadata: {e}")))?;
-            let columns = builder.schema().fields().iter().map(|f| f.name().clone()).collect();
+            let columns = checked.schema().fields().iter().map(|f| f.name().clone()).collect();
+            parquet = Some(checked);
             (meta, columns)
         };
         let output = meta.output.clone();
@@ -147,6 +184,8 @@ impl PredictionsReader {
             slices,
             pending: None,
             first: true,
+            parquet,
+            batch_rows: READ_ROWS,
         })
     }
 
@@ -209,17 +248,17 @@ impl PredictionsReader {
         }
         self.output = output.to_string();
         self.slices = slices.to_vec();
+        self.batch_rows = self.rows_per_batch()?;
         let rows = if self.path.to_string_lossy().ends_with(".jsonl") {
             let file = File::open(&self.path).map_err(|e| err(&self.path, e.to_string()))?;
             Rows::Jsonl(BufReader::with_capacity(1 << 20, file).lines(), 0)
         } else {
-            let file = File::open(&self.path).map_err(|e| err(&self.path, e.to_string()))?;
-            let builder = ParquetRecordBatchReaderBuilder::try_new(file)
-                .map_err(|e| err(&self.path, format!("cannot read it as Parquet: {e}")))?;
+            let path = self.path.clone();
+            let meta = self.parquet.clone().expect("a Parquet file's metadata is read by open");
             let mut wanted: Vec<String> = vec![INDEX.into(), KEY.into(), LABEL.into(), WEIGHT.into()];
             wanted.push(output_column(output));
             wanted.extend(slices.iter().map(|s| slice_column(s)));
-            let indices: Vec<usize> = builder
+            let indices: Vec<usize> = meta
                 .schema()
                 .fields()
                 .iter()
@@ -227,32 +266,89 @@ impl PredictionsReader {
                 .filter(|(_, f)| wanted.contains(f.name()))
                 .map(|(i, _)| i)
                 .collect();
-            let mask = ProjectionMask::roots(builder.parquet_schema(), indices);
-            let batch_size = READ_ROWS.max(self.meta.first_batch_rows as usize).max(1);
-            let reader = builder
-                .with_projection(mask)
-                .with_batch_size(batch_size)
-                .build()
-                .map_err(|e| err(&self.path, format!("cannot read it as Parquet: {e}")))?;
-            Rows::Parquet(reader)
+            let batch_size = self.batch_rows.max(self.meta.first_batch_rows as usize);
+            let reader = contained(&path, || {
+                let groups = meta.metadata().num_row_groups();
+                crate::source::parquet::check_pages(&path, &meta, 0..groups, &indices)?;
+                let file = File::open(&path).map_err(crate::source::io_error(&path))?;
+                let mask = ProjectionMask::roots(meta.parquet_schema(), indices.iter().copied());
+                ParquetRecordBatchReaderBuilder::new_with_metadata(file, meta.clone())
+                    .with_projection(mask)
+                    .with_batch_size(batch_size)
+                    .build()
+                    .map_err(|e| DataError::Array {
+                        path: path.clone(),
+                        reason: format!("cannot read it as Parquet: {e}"),
+                    })
+            })
+            .map_err(|e| data_error(&path, e))?;
+            Rows::Parquet(Box::new(reader))
         };
         self.rows = Some(rows);
         Ok(())
+    }
+
+    /// Rows per batch: as many as [`batch_budget`] holds of the scored
+    /// output's rows (and matrix labels, index and weight), at most
+    /// [`READ_ROWS`]. Eval's first batch must fit in the budget whole (its
+    /// rows decide the task): a description claiming more is refused.
+    fn rows_per_batch(&self) -> Result<usize, ReadError> {
+        let saved = self.meta.saved(&self.output).expect("checked by start");
+        let element = stored_dtype(saved.dtype).0.element_size().unwrap_or(8) as u64;
+        let label_columns = self
+            .meta
+            .label_kind
+            .as_deref()
+            .and_then(|kind| kind.strip_prefix("matrix:"))
+            .and_then(|columns| columns.parse::<u64>().ok())
+            .unwrap_or(1);
+        let row_bytes = saved
+            .row_shape
+            .iter()
+            .try_fold(element, |bytes, &d| bytes.checked_mul(d))
+            .and_then(|bytes| bytes.checked_add(label_columns.checked_mul(8)?))
+            .and_then(|bytes| bytes.checked_add(24))
+            .unwrap_or(u64::MAX);
+        let file_len = std::fs::metadata(&self.path).map_err(|e| err(&self.path, e.to_string()))?.len();
+        let budget = batch_budget(file_len);
+        let rows = (budget / row_bytes).min(READ_ROWS as u64) as usize;
+        let first = self.meta.first_batch_rows;
+        if rows == 0 || u128::from(first) * u128::from(row_bytes) > u128::from(budget) {
+            let rows = first.max(1);
+            return Err(err(
+                &self.path,
+                format!(
+                    "eval's first batch, {rows} rows of {row_bytes} bytes (output '{}' of row shape {:?}), is more \
+                     than the {budget} bytes rescore reads at once from a file of {file_len} bytes",
+                    self.output, saved.row_shape
+                ),
+            ));
+        }
+        Ok(rows)
     }
 
     /// The next batch; `None` at the end.
     pub fn next_batch(&mut self) -> Option<Result<RescoreBatch, ReadError>> {
         let first = std::mem::replace(&mut self.first, false);
         let first_rows = self.meta.first_batch_rows as usize;
-        let want = if first && first_rows > 0 { first_rows } else { READ_ROWS };
+        let want = if first && first_rows > 0 { first_rows } else { self.batch_rows };
         match self.rows.as_mut()? {
             Rows::Parquet(reader) => {
                 let batch = match self.pending.take() {
                     Some(batch) => batch,
-                    None => match reader.next()? {
-                        Ok(batch) => batch,
-                        Err(e) => return Some(Err(err(&self.path, format!("cannot read it as Parquet: {e}")))),
-                    },
+                    None => {
+                        let next = contained(&self.path, || {
+                            reader.next().transpose().map_err(|e| DataError::Array {
+                                path: self.path.clone(),
+                                reason: format!("cannot read it as Parquet: {e}"),
+                            })
+                        });
+                        match next {
+                            Ok(Some(batch)) => batch,
+                            Ok(None) => return None,
+                            Err(e) => return Some(Err(data_error(&self.path, e))),
+                        }
+                    }
                 };
                 let batch = if first && batch.num_rows() > want {
                     self.pending = Some(batch.slice(want, batch.num_rows() - want));
@@ -371,7 +467,8 @@ impl PredictionsReader {
         let mut keys = self.meta.example_key.as_ref().map(|_| Vec::with_capacity(rows.len()));
         let mut slices: Vec<(String, Vec<String>)> = self.slices.iter().map(|s| (s.clone(), Vec::new())).collect();
         let (dtype, _) = stored_dtype(saved.dtype);
-        let mut bytes = Vec::with_capacity(rows.len() * saved.width() * dtype.element_size().unwrap_or(8));
+        // Grown as values are read: the row's width is the file's claim.
+        let mut bytes = Vec::new();
         let column = output_column(&self.output);
         let mut first_index = None;
         for (line, row) in rows {
