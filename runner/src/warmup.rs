@@ -461,6 +461,34 @@ mod tests {
     }
 
     #[test]
+    fn casts_make_only_what_the_record_s_budget_allows() {
+        let feed = WarmupFeed {
+            limit: None,
+            signature: "serving_default".into(),
+            tags: Vec::new(),
+            strict_dtypes: false,
+            values: false,
+            output_dir: None,
+        };
+        let spec = |name: &str| isorun_protocol::TensorSpec { name: name.into(), dtype: DType::Float64, shape: None };
+        let info =
+            SignatureInfo { key: "serving_default".into(), inputs: vec![spec("a"), spec("b")], outputs: Vec::new() };
+        // Two int8 inputs of 100 elements: 800 bytes each as float64.
+        let tensors = || {
+            vec![
+                ("a".into(), Tensor::dense(DType::Int8, vec![100], vec![1; 100])),
+                ("b".into(), Tensor::dense(DType::Int8, vec![100], vec![2; 100])),
+            ]
+        };
+        let (cast, casts) = feed.cast_for(&info, tensors(), 1600).unwrap();
+        assert_eq!(casts.len(), 2);
+        let TensorData::Dense(bytes) = &cast[1].1.data else { panic!("dense") };
+        assert_eq!((bytes.len(), bytes.capacity()), (800, 800));
+        let err = feed.cast_for(&info, tensors(), 1599).unwrap_err();
+        assert_eq!(err, "input 'b': the cast from int8 to float64 makes 800 bytes, over the 799 left of the record's budget of 1599");
+    }
+
+    #[test]
     fn bad_files_are_errors_that_name_the_file_and_the_offset() {
         let (_dir, missing) = model_with(None);
         let message = error_of(&missing);
