@@ -10,7 +10,7 @@ use isorun_eval::tfrecord::{masked_crc32c, write_record};
 use isorun_eval::{DataShard, DataSpec, Dataset, Labels};
 use isorun_protocol::{DType, SignatureInfo, TensorSpec};
 use prost::Message;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 fn spec(path: &Path, shard: Option<DataShard>, skip_corrupt: bool) -> DataSpec {
     DataSpec {
