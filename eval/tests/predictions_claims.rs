@@ -85,7 +85,7 @@ fn eval_s_first_batch_is_a_claim_refused_past_the_batch_budget() {
     let error = reader.start("p", &[]).unwrap_err().to_string();
     assert!(error.starts_with(&format!("{}: eval's first batch, 1000000000000 rows of 48 bytes", path.display())));
     let len = std::fs::metadata(&path).unwrap().len();
-    let end = format!("is more than the 16777216 bytes rescore reads at once from a file of {len} bytes");
+    let end = format!("is more than the 4194304 bytes rescore reads at once from a file of {len} bytes");
     assert!(error.ends_with(&end), "{error}");
 }
 
@@ -94,7 +94,7 @@ fn rows_per_batch_come_from_the_bytes_a_row_holds() {
     // 100,000 columns of zeros: 400 KB a row, in a file of a few KB.
     let dir = tempfile::tempdir().unwrap();
     let path = write(dir.path(), 100_000, 8, 12);
-    // Snappy: about 20 times smaller than its 38 MB, so the budget is the 16 MiB floor.
+    // Snappy: about 20 times smaller than its 38 MB, so the budget is the 4 MiB floor.
     assert!(std::fs::metadata(&path).unwrap().len() < 4 << 20);
     let mut reader = PredictionsReader::open(&path).unwrap();
     reader.start("p", &[]).unwrap();
@@ -102,8 +102,8 @@ fn rows_per_batch_come_from_the_bytes_a_row_holds() {
     while let Some(batch) = reader.next_batch() {
         sizes.push(batch.unwrap().targets.rows);
     }
-    // Eval's first batch, the rest of that read, then as many 400,024-byte rows as 16 MiB holds.
-    assert_eq!(sizes, [8, 33, 41, 14]);
+    // Eval's first batch, the rest of that read, then as many 400,024-byte rows as 4 MiB holds.
+    assert_eq!(sizes, [8, 2, 10, 10, 10, 10, 10, 10, 10, 10, 6]);
 }
 
 #[test]

@@ -40,16 +40,19 @@ use std::path::{Path, PathBuf};
 pub const READ_ROWS: usize = 8192;
 
 /// The fewest bytes a batch may hold, whatever the file's size.
-pub const MIN_BATCH_BYTES: u64 = 16 << 20;
+pub const MIN_BATCH_BYTES: u64 = 4 << 20;
 /// The most bytes a batch may hold.
 pub const MAX_BATCH_BYTES: u64 = 1 << 30;
 
 /// The bytes one batch of a file of `file_len` bytes may hold (its rows'
-/// scored output, labels and index): four times the file, within
-/// [`MIN_BATCH_BYTES`] and [`MAX_BATCH_BYTES`], so that what a read holds
-/// at once is bounded by the file's own size.
+/// scored output, labels and index): twice the file, within
+/// [`MIN_BATCH_BYTES`] and [`MAX_BATCH_BYTES`]. Reading a batch holds about
+/// five times its bytes at once (the Parquet crate's buffers, the array,
+/// the tensor made of it), so a read stays within the readers' bound of
+/// max(64 MiB, 16 × the file); outputs stored at less than half their size
+/// come in smaller batches.
 pub fn batch_budget(file_len: u64) -> u64 {
-    file_len.saturating_mul(4).clamp(MIN_BATCH_BYTES, MAX_BATCH_BYTES)
+    file_len.saturating_mul(2).clamp(MIN_BATCH_BYTES, MAX_BATCH_BYTES)
 }
 
 /// Why a predictions file cannot be read (the path is the file's).
