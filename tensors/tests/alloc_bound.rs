@@ -105,7 +105,7 @@ fn npz_fixtures_and_their_mutations_stay_within_the_bound() {
 
 fn npy_with_header(header: &str, data: &[u8]) -> Vec<u8> {
     let mut text = header.to_string();
-    while (10 + text.len() + 1) % 64 != 0 {
+    while !(10 + text.len() + 1).is_multiple_of(64) {
         text.push(' ');
     }
     text.push('\n');
