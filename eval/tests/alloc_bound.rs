@@ -237,7 +237,9 @@ fn examples_and_their_mutations_decode_within_the_bound() {
     let mut example = vec![0x0a];
     prost::encoding::encode_varint(features.len() as u64, &mut example);
     example.extend_from_slice(&features);
-    bounded("an example of 200,000 empty features", example.len() as u64, || Example::decode(example.as_slice()));
+    bounded("an example of 200,000 empty features", example.len() as u64, || {
+        Example::decode(example.as_slice()).is_ok()
+    });
     assert!(Features::default().feature.is_empty());
 }
 
