@@ -375,15 +375,17 @@ impl HighestEnds {
     fn take_at_least(&mut self, end: usize, low: f64, out: &mut Vec<usize>) {
         let first = out.len();
         self.collect(1, 0..self.leaves, end, low, out);
-        for at in first..out.len() {
-            self.remove(out[at]);
+        for &place in &out[first..] {
+            self.remove(place);
         }
     }
 
     fn collect(&self, node: usize, span: std::ops::Range<usize>, end: usize, low: f64, out: &mut Vec<usize>) {
         #[cfg(test)]
         VISITS.with(|v| v.set(v.get() + 1));
-        if span.start >= end || !(self.highest[node] >= low) {
+        // Nothing here at least `low` (a NaN end is never at least anything).
+        let none_at_least = matches!(self.highest[node].partial_cmp(&low), None | Some(std::cmp::Ordering::Less));
+        if span.start >= end || none_at_least {
             return;
         }
         if span.len() == 1 {
