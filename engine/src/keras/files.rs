@@ -91,6 +91,8 @@ pub enum KerasFileError {
     /// `entry`: the name as stored, escaped (`{:?}` of its bytes read lossily).
     #[error("{path}: refused: archive entry {entry} {reason}; a .keras archive's entry names must read one way only (plain, unique, printable paths)")]
     AmbiguousEntry { path: String, entry: String, reason: String },
+    #[error("{path}: refused: its zip central directory {reason}; Python's zipfile, which Keras reads with, and isorun's zip reader could read different entries")]
+    AmbiguousDirectory { path: String, reason: String },
 }
 
 /// True for an HDF5 file whose first bytes name a `model_config`
@@ -195,6 +197,7 @@ fn check_entry_names<R: Read + std::io::Seek>(
     reader.seek(SeekFrom::Start(start)).map_err(|e| broken(format!("central directory: {e}")))?;
     let mut seen: std::collections::HashSet<Vec<u8>> = std::collections::HashSet::new();
     let mut count = 0usize;
+    let mut walked = 0u64;
     loop {
         let mut header = [0u8; 46];
         match reader.read_exact(&mut header[..4]) {
@@ -214,6 +217,7 @@ fn check_entry_names<R: Read + std::io::Seek>(
         reader.read_exact(&mut name).map_err(|e| broken(format!("central directory: {e}")))?;
         reader.read_exact(&mut extra).map_err(|e| broken(format!("central directory: {e}")))?;
         reader.seek_relative(field(32) as i64).map_err(|e| broken(format!("central directory: {e}")))?;
+        walked += (46 + field(28) + field(30) + field(32)) as u64;
         let refuse = |reason: String| KerasFileError::AmbiguousEntry {
             path: shown(),
             entry: format!("{:?}", String::from_utf8_lossy(&name)),
@@ -236,9 +240,68 @@ fn check_entry_names<R: Read + std::io::Seek>(
         }
     }
     if count != expected {
-        return Err(broken(format!(
-            "its central directory holds {count} entries where its end record leads the zip reader to {expected}"
-        )));
+        return Err(KerasFileError::AmbiguousDirectory {
+            path: shown(),
+            reason: format!("holds {count} entries where isorun's zip reader read {expected}"),
+        });
+    }
+    // Python's zipfile takes the directory to end where the end records
+    // start (the last end-of-directory signature in the file's tail); the
+    // zip crate seeks the offset the record states. One directory only if
+    // they agree: the directory walked ends at the end records, which end
+    // the file, state its size, and hold no second signature.
+    reader.seek(SeekFrom::Start(start + walked)).map_err(|e| broken(format!("central directory: {e}")))?;
+    let mut tail = Vec::new();
+    (&mut reader).take(END_RECORDS_MAX + 1).read_to_end(&mut tail).map_err(|e| broken(format!("end records: {e}")))?;
+    end_records(&tail, walked).map_err(|reason| KerasFileError::AmbiguousDirectory { path: shown(), reason })
+}
+
+/// The most bytes after a central directory: a Zip64 end record and its
+/// locator, the end record and the longest comment.
+const END_RECORDS_MAX: u64 = 56 + 20 + 22 + 65_535;
+
+/// Checks the bytes after a central directory of `size` bytes: an
+/// optional Zip64 end record (its plain 56 bytes) and locator, then the end
+/// record, whose comment ends the file and holds no end signature, and
+/// which (or the Zip64 record) states the directory's size.
+fn end_records(tail: &[u8], size: u64) -> Result<(), String> {
+    let u16_at = |at: usize| tail.get(at..at + 2).map(|b| u64::from(u16::from_le_bytes([b[0], b[1]])));
+    let u32_at = |at: usize| tail.get(at..at + 4).map(|b| u64::from(u32::from_le_bytes(b.try_into().expect("4"))));
+    let u64_at = |at: usize| tail.get(at..at + 8).map(|b| u64::from_le_bytes(b.try_into().expect("8")));
+    let mut at = 0;
+    let mut zip64_size = None;
+    if tail.starts_with(b"PK\x06\x06") {
+        if u64_at(4) != Some(44) {
+            return Err("has a Zip64 end record of another size than 56 bytes".into());
+        }
+        zip64_size = u64_at(40);
+        if tail.get(56..60) != Some(b"PK\x06\x07") {
+            return Err("has a Zip64 end record without its locator after it".into());
+        }
+        at = 76;
+    }
+    if tail.get(at..at + 4) != Some(b"PK\x05\x06") {
+        return Err("is followed by something else than its end records".into());
+    }
+    let comment = u16_at(at + 20).ok_or("ends inside its end record")? as usize;
+    if tail.len() != at + 22 + comment {
+        return Err(format!(
+            "has {} bytes after its end record, which states a comment of {comment}",
+            tail.len() - (at + 22).min(tail.len())
+        ));
+    }
+    if tail[at + 22..].windows(4).any(|w| w == b"PK\x05\x06") {
+        return Err("has a second end-of-directory signature in its comment".into());
+    }
+    let stated = match u32_at(at + 12) {
+        Some(0xffff_ffff) => zip64_size,
+        other => other,
+    };
+    if stated != Some(size) {
+        return Err(format!(
+            "is {size} bytes where its end record states {}",
+            stated.map_or("none".into(), |s| s.to_string())
+        ));
     }
     Ok(())
 }
@@ -1015,6 +1078,22 @@ mod tests {
             std::fs::write(&path, archive(entries)).unwrap();
             path
         };
+        // Every archive Keras wrote for the integration tests reads.
+        let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/keras");
+        let mut read = 0;
+        let mut folders = vec![fixtures];
+        while let Some(folder) = folders.pop() {
+            for entry in std::fs::read_dir(&folder).unwrap().flatten() {
+                let path = entry.path();
+                if path.is_dir() {
+                    folders.push(path);
+                } else if path.extension().is_some_and(|e| e == "keras") && !path.ends_with("truncated.keras") {
+                    read_keras(&path).unwrap_or_else(|e| panic!("{e}"));
+                    read += 1;
+                }
+            }
+        }
+        assert!(read >= 8, "{read} archives");
         let plain =
             write("plain.keras", &[(b"metadata.json", b"{}"), (b"config.json", &config), (b"assets/a/v.txt", b"x")]);
         assert_eq!(read_keras(&plain).unwrap().outputs, ["out"]);
@@ -1037,6 +1116,39 @@ mod tests {
             let shown = format!("{:?}", String::from_utf8_lossy(name));
             assert!(text.contains("hostile.keras") && text.contains(&shown) && text.contains(says), "{text}");
         }
+        // A comment holding a second end record (Python's zipfile takes the
+        // last one in the file), whole or cut short, and a record that states
+        // another directory size.
+        let mut fake_end = archive(&[(b"config.json", &config)]);
+        let comment_len = fake_end.len() - 2;
+        fake_end[comment_len..].copy_from_slice(&22u16.to_le_bytes());
+        fake_end.extend_from_slice(b"PK\x05\x06");
+        fake_end.extend_from_slice(&[0; 18]);
+        let path = dir.path().join("second_end.keras");
+        std::fs::write(&path, &fake_end).unwrap();
+        // Both readers take the last: an empty archive.
+        let text = read_keras(&path).unwrap_err().to_string();
+        assert!(text.contains("second_end.keras") && text.contains("no config.json"), "{text}");
+        // One cut short: Python's zipfile fails on it, the zip crate reads the one before.
+        let mut comment = archive(&[(b"config.json", &config)]);
+        let comment_len = comment.len() - 2;
+        comment[comment_len..].copy_from_slice(&8u16.to_le_bytes());
+        comment.extend_from_slice(b"xPK\x05\x06xyz");
+        std::fs::write(&path, &comment).unwrap();
+        let text = read_keras(&path).unwrap_err().to_string();
+        assert!(text.contains("second end-of-directory signature in its comment"), "{text}");
+        let mut size = archive(&[(b"config.json", &config)]);
+        let at = size.len() - 22 + 12;
+        size[at] = size[at].wrapping_sub(1);
+        std::fs::write(&path, &size).unwrap();
+        let text = read_keras(&path).unwrap_err().to_string();
+        assert!(text.contains("its zip central directory is 57 bytes where its end record states 56"), "{text}");
+        // Bytes after the end record.
+        let mut trailing = archive(&[(b"config.json", &config)]);
+        trailing.extend_from_slice(b"junk");
+        std::fs::write(&path, &trailing).unwrap();
+        let text = read_keras(&path).unwrap_err().to_string();
+        assert!(text.contains("4 bytes after its end record"), "{text}");
         // Non-ASCII without the UTF-8 flag: each zip reader decodes it its own way.
         let path = write("latin.keras", &[(b"config.json", &config), (b"assets/caf\xe9.txt", b"x")]);
         assert!(read_keras(&path).unwrap_err().to_string().contains("not flagged as UTF-8"));
