@@ -211,11 +211,20 @@ fn check_entry_names<R: Read + std::io::Seek>(
         }
         let field = |at: usize| usize::from(u16::from_le_bytes([header[at], header[at + 1]]));
         let utf8_flag = field(8) & (1 << 11) != 0;
-        // Each at most 65,535 bytes: what a 16-bit length can say.
-        let mut name = vec![0u8; field(28)];
-        let mut extra = vec![0u8; field(30)];
-        reader.read_exact(&mut name).map_err(|e| broken(format!("central directory: {e}")))?;
-        reader.read_exact(&mut extra).map_err(|e| broken(format!("central directory: {e}")))?;
+        // Each as long as its 16-bit length says, in the bytes that are there.
+        let mut field_bytes = |length: usize| -> Result<Vec<u8>, KerasFileError> {
+            let mut bytes = Vec::new();
+            (&mut reader)
+                .take(length as u64)
+                .read_to_end(&mut bytes)
+                .map_err(|e| broken(format!("central directory: {e}")))?;
+            if bytes.len() != length {
+                return Err(broken("central directory: cut short".into()));
+            }
+            Ok(bytes)
+        };
+        let name = field_bytes(field(28))?;
+        let extra = field_bytes(field(30))?;
         reader.seek_relative(field(32) as i64).map_err(|e| broken(format!("central directory: {e}")))?;
         walked += (46 + field(28) + field(30) + field(32)) as u64;
         let refuse = |reason: String| KerasFileError::AmbiguousEntry {
@@ -1149,6 +1158,12 @@ mod tests {
         std::fs::write(&path, &trailing).unwrap();
         let text = read_keras(&path).unwrap_err().to_string();
         assert!(text.contains("4 bytes after its end record"), "{text}");
+        // Cut anywhere: an error or the archive, never a panic.
+        let whole = archive(&[(b"config.json", &config), (b"assets/a.txt", b"x")]);
+        for cut in 0..whole.len() {
+            std::fs::write(&path, &whole[..cut]).unwrap();
+            let _ = read_keras(&path);
+        }
         // Non-ASCII without the UTF-8 flag: each zip reader decodes it its own way.
         let path = write("latin.keras", &[(b"config.json", &config), (b"assets/caf\xe9.txt", b"x")]);
         assert!(read_keras(&path).unwrap_err().to_string().contains("not flagged as UTF-8"));
