@@ -13,6 +13,7 @@ import signal
 import subprocess
 import tempfile
 import threading
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Union
@@ -73,18 +74,18 @@ class Run(Iterator[Result]):
 
     Iterate over it, or use it as a context manager. Leaving early (`break`,
     an exception, `close()`, Ctrl-C) stops isorun, which stops its workers:
-    no process is left behind. A usage error (exit code 2) raises
-    `UsageError` from the first `next()`."""
+    no process is left behind. A Run nothing holds any more (after a
+    `break`, or `del run`) is stopped when it is collected, and one still
+    running when Python exits is stopped then. A usage error (exit code 2)
+    raises `UsageError` from the first `next()`."""
 
     def __init__(self, args: List[str], *, output_dir: Optional[Path], keep_outputs: bool,
                  cleanup: List[Path]) -> None:
         self.args = args
         self._output_dir = output_dir
         self._keep_outputs = keep_outputs
-        self._cleanup = cleanup
         self._stderr_chunks: List[str] = []
         self._process: Optional[subprocess.Popen[str]] = None
-        self._finished = False
         try:
             self._process = subprocess.Popen(
                 args,
@@ -97,10 +98,17 @@ class Run(Iterator[Result]):
                 bufsize=1,
             )
         except BaseException:
-            self._remove_temporaries()
+            _remove(cleanup)
             raise
-        self._stderr_reader = threading.Thread(target=self._read_stderr, args=(self._process.stderr,), daemon=True)
+        # Nothing below holds this object: the reader thread gets the pipe
+        # and the list it fills, and the finalizer the process and the
+        # temporaries. A Run nobody holds (a `break`, an exception, `del`)
+        # is collected, and collecting it stops isorun.
+        self._stderr_reader = threading.Thread(
+            target=_read_stderr, args=(self._process.stderr, self._stderr_chunks), daemon=True
+        )
         self._stderr_reader.start()
+        self._finalizer = weakref.finalize(self, _stop, self._process, self._stderr_reader, cleanup)
 
     @property
     def pid(self) -> Optional[int]:
@@ -112,15 +120,11 @@ class Run(Iterator[Result]):
         """What isorun has written on stderr so far (warnings, notes)."""
         return "".join(self._stderr_chunks)
 
-    def _read_stderr(self, pipe: IO[str]) -> None:
-        for chunk in iter(lambda: pipe.read(4096), ""):
-            self._stderr_chunks.append(chunk)
-
     def __iter__(self) -> "Run":
         return self
 
     def __next__(self) -> Result:
-        if self._finished or self._process is None:
+        if not self._finalizer.alive or self._process is None:
             raise StopIteration
         assert self._process.stdout is not None
         try:
@@ -168,8 +172,7 @@ class Run(Iterator[Result]):
         assert self._process is not None
         code = self._process.wait()
         self._stderr_reader.join(timeout=5)
-        self._finished = True
-        self._remove_temporaries()
+        self._finalizer()
         if code in (0, 1):
             return
         stderr = self.stderr
@@ -183,37 +186,9 @@ class Run(Iterator[Result]):
 
     def close(self) -> None:
         """Stop isorun (SIGINT, as Ctrl-C would; SIGKILL after a grace
-        period) and wait for it; its workers end with it."""
-        process = self._process
-        if process is not None and not self._finished:
-            self._finished = True
-            if process.poll() is None:
-                try:
-                    process.send_signal(signal.SIGINT)
-                    process.wait(timeout=STOP_GRACE_SECONDS)
-                except subprocess.TimeoutExpired:
-                    process.kill()
-                    process.wait()
-                except ProcessLookupError:
-                    pass
-            for pipe in (process.stdout, process.stderr):
-                if pipe is not None:
-                    try:
-                        pipe.close()
-                    except OSError:
-                        pass
-        self._remove_temporaries()
-
-    def _remove_temporaries(self) -> None:
-        for path in self._cleanup:
-            if path.is_dir():
-                shutil.rmtree(path, ignore_errors=True)
-            else:
-                try:
-                    path.unlink()
-                except OSError:
-                    pass
-        self._cleanup = []
+        period) and wait for it; its workers end with it. Collecting the
+        Run (nothing holds it after a `break`) does the same."""
+        self._finalizer()
 
     def __enter__(self) -> "Run":
         return self
@@ -221,11 +196,70 @@ class Run(Iterator[Result]):
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def __del__(self) -> None:
+
+def _read_stderr(pipe: IO[str], chunks: List[str]) -> None:
+    """The stderr reader thread: appends what isorun writes until EOF (every
+    process holding the pipe has ended), then closes the pipe."""
+    try:
+        for chunk in iter(lambda: pipe.read(4096), ""):
+            chunks.append(chunk)
+    except (OSError, ValueError):
+        pass
+    finally:
         try:
-            self.close()
-        except Exception:
+            pipe.close()
+        except OSError:
             pass
+
+
+def _stop(process: "subprocess.Popen[str]", stderr_reader: threading.Thread, cleanup: List[Path]) -> None:
+    """A Run's end, run once (`weakref.finalize`): by `close()`, the run's
+    last record, the Run being collected, or the interpreter's exit.
+
+    SIGINT first, as Ctrl-C: isorun starts nothing new, sends its workers
+    SIGTERM (SIGKILL after its own 2 s grace), records what did not run and
+    exits. Our end of its stdout is closed, so a run with more records to
+    write than a pipe holds is not blocked on a reader that has left. A
+    supervisor still there after STOP_GRACE_SECONDS is killed; its workers
+    and zygote die with it (PR_SET_PDEATHSIG). The stderr pipe is left to
+    its reader thread: closing it here would wait on that thread's read."""
+    try:
+        if process.poll() is None:
+            try:
+                process.send_signal(signal.SIGINT)
+            except ProcessLookupError:
+                pass
+            if process.stdout is not None:
+                try:
+                    process.stdout.close()
+                except OSError:
+                    pass
+            try:
+                process.wait(timeout=STOP_GRACE_SECONDS)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        elif process.stdout is not None:
+            try:
+                process.stdout.close()
+            except OSError:
+                pass
+        if stderr_reader is not threading.current_thread():
+            stderr_reader.join(timeout=1)
+    finally:
+        _remove(cleanup)
+
+
+def _remove(paths: List[Path]) -> None:
+    for path in paths:
+        if path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            try:
+                path.unlink()
+            except OSError:
+                pass
+    paths.clear()
 
 
 def _last_error(stderr: str) -> str:

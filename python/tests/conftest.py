@@ -39,13 +39,22 @@ class Spin(tf.Module):
                                  [tf.constant(0, tf.int64), tf.constant(0.0)])
         return {"y": total}
 
+class SpinRows(tf.Module):
+    """c_spin with an output of one value per row, as eval's metrics take."""
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.float32, name="x")])
+    def __call__(self, x):
+        _, total = tf.while_loop(lambda i, t: i < 10**15, lambda i, t: (i + 1, t + tf.reduce_sum(x)),
+                                 [tf.constant(0, tf.int64), tf.constant(0.0)])
+        return {"y": x + total}
+
 class Classes(tf.Module):
     """A binary classifier with a string `classes` head beside its probability."""
     @tf.function(input_signature=[tf.TensorSpec([None, 4], tf.float32, name="x")])
     def __call__(self, x):
         p = tf.sigmoid(tf.reduce_sum(x, axis=1, keepdims=True))
         return {"probability": p, "classes": tf.where(p > 0.5, "positive", "negative")}
-for name, module in [("a_double", Double()), ("b_abort", Abort()), ("c_spin", Spin()), ("d_classes", Classes())]:
+for name, module in [("a_double", Double()), ("b_abort", Abort()), ("c_spin", Spin()), ("d_classes", Classes()),
+                     ("e_spin_rows", SpinRows())]:
     tf.saved_model.save(module, os.path.join(root, name), signatures={"serving_default": module.__call__})
 '''
 
@@ -54,7 +63,8 @@ for name, module in [("a_double", Double()), ("b_abort", Abort()), ("c_spin", Sp
 def made_models(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """a_double (y = 2x), b_abort (the worker calls abort()), c_spin (runs
     until stopped): input `x` float32 [None], output `y`; d_classes: input
-    `x` float32 [None, 4], outputs `probability` and a string `classes`."""
+    `x` float32 [None, 4], outputs `probability` and a string `classes`;
+    e_spin_rows: c_spin whose `y` is float32 [None], so eval scores it."""
     root = tmp_path_factory.mktemp("models")
     subprocess.run([sys.executable, "-c", MAKE_MODELS, str(root)], check=True)
     return root

@@ -177,6 +177,127 @@ def test_ctrl_c_ends_the_run_and_leaves_no_process(made_models: Path, tmp_path: 
     assert _all_gone(below), [p for p in below if alive(p)]
 
 
+def _parent(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[1])
+
+
+def _started_here(before: set[int]) -> list[int]:
+    """The isorun process this test started (a child of this process that
+    was not there before) and every process below it, read once a worker
+    is running below it: the pids that must all end when the run stops."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        mine = []
+        for pid in descendants(os.getpid()):
+            try:
+                if pid not in before and _parent(pid) == os.getpid() and alive(pid):
+                    mine.append(pid)
+            except (OSError, ValueError):
+                pass
+        below = [p for pid in mine for p in descendants(pid) if alive(p)]
+        if mine and below:
+            time.sleep(0.5)  # the spinning model's worker is in the model
+            return mine + [p for pid in mine for p in descendants(pid)]
+        time.sleep(0.05)
+    pytest.fail("no isorun process with a worker below it started")
+
+
+def _spin_between_doubles(made_models: Path, tmp_path: Path) -> list[Path]:
+    """a_double, e_spin_rows (runs until stopped or its timeout), z_double:
+    with -j 1, a run still going after the first result, and one that would
+    write z_double's outputs (or predictions) later if it were not stopped."""
+    shutil.copytree(made_models / "a_double", tmp_path / "z_double")
+    return [made_models / "a_double", made_models / "e_spin_rows", tmp_path / "z_double"]
+
+
+def _stopped(pids: list[int], outputs: Path) -> None:
+    """Every pid ends within 5 s, and what the run wrote stays as it was."""
+    assert pids
+    assert _all_gone(pids, within=5.0), [p for p in pids if alive(p)]
+    written = sorted(p.name for p in outputs.iterdir())
+    assert written and not any("z_double" in name for name in written), written
+    time.sleep(0.5)
+    assert sorted(p.name for p in outputs.iterdir()) == written
+
+
+def test_a_break_out_of_the_loop_stops_isorun_and_every_process_below_it(made_models: Path, tmp_path: Path):
+    # Issue 42: the stderr reader held the run, so a `break` left isorun and
+    # its workers going until the whole job was done.
+    models = _spin_between_doubles(made_models, tmp_path)
+    before = set(descendants(os.getpid()))
+    seen = []
+    for result in isorun.run(models, {"x": np.ones(2, np.float32)}, jobs=1, timeout=10, output_dir=tmp_path / "out"):
+        seen.append(result.model)
+        pids = _started_here(before)
+        break
+    assert seen == ["a_double"]
+    _stopped(pids, tmp_path / "out")
+
+
+def test_a_break_out_of_evaluate_stops_it_and_no_more_predictions_are_written(made_models: Path, tmp_path: Path):
+    # The issue's own case: evaluate(..., predictions="preds/"), then break.
+    models = _spin_between_doubles(made_models, tmp_path)
+    data = tmp_path / "data.csv"
+    data.write_text("x,label\n" + "".join(f"{i / 10},{i / 5}\n" for i in range(20)))
+    before = set(descendants(os.getpid()))
+    for result in isorun.evaluate(models, data=data, label="label", metrics=["mse"], jobs=1, timeout=10,
+                                  predictions=tmp_path / "preds"):
+        assert (result.model, result.status) == ("a_double", "ok"), result
+        pids = _started_here(before)
+        break
+    _stopped(pids, tmp_path / "preds")
+
+
+def test_a_collected_run_stops_isorun_and_every_process_below_it(made_models: Path, tmp_path: Path):
+    import gc
+
+    models = _spin_between_doubles(made_models, tmp_path)
+    before = set(descendants(os.getpid()))
+    it = isorun.run(models, {"x": np.ones(2, np.float32)}, jobs=1, timeout=10, output_dir=tmp_path / "out")
+    assert next(it).model == "a_double"
+    pids = _started_here(before)
+    del it
+    gc.collect()
+    _stopped(pids, tmp_path / "out")
+
+
+def test_an_exception_inside_the_loop_stops_isorun_and_every_process_below_it(made_models: Path, tmp_path: Path):
+    models = _spin_between_doubles(made_models, tmp_path)
+    before = set(descendants(os.getpid()))
+    pids: list[int] = []
+    with pytest.raises(RuntimeError, match="raised inside the loop"):
+        for _ in isorun.run(models, {"x": np.ones(2, np.float32)}, jobs=1, timeout=10, output_dir=tmp_path / "out"):
+            pids = _started_here(before)
+            raise RuntimeError("raised inside the loop")
+    _stopped(pids, tmp_path / "out")
+
+
+def test_a_run_left_open_when_python_exits_is_stopped(made_models: Path, tmp_path: Path):
+    # A notebook kernel restarted (or a script ending) with a run still held.
+    models = _spin_between_doubles(made_models, tmp_path)
+    script = textwrap.dedent(f"""
+        import sys, numpy as np, isorun
+        run = isorun.run({[str(m) for m in models]!r}, {{"x": np.ones(2, np.float32)}}, jobs=1, timeout=10,
+                         output_dir={str(tmp_path / "out")!r})
+        print(next(run).model, run.pid, flush=True)
+        sys.stdin.readline()
+    """)
+    child = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    first, isorun_pid = child.stdout.readline().split()
+    assert first == "a_double"
+    pid = int(isorun_pid)
+    deadline = time.monotonic() + 30
+    while not any(alive(p) for p in descendants(pid)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.5)
+    pids = [pid] + descendants(pid)
+    assert len(pids) > 1, "the spinning model's worker should be running"
+    child.communicate("\n", timeout=30)
+    assert child.returncode == 0
+    _stopped(pids, tmp_path / "out")
+
+
 def _all_gone(pids: list[int], within: float = 10.0) -> bool:
     deadline = time.monotonic() + within
     while any(alive(p) for p in pids):
