@@ -453,3 +453,36 @@ fn rescore_ci_gives_eval_s_intervals_and_paired_gate_from_the_saved_keys() {
     assert_eq!(refused.code, Some(2), "{refused:?}");
     assert!(refused.stderr.contains("bare.json"), "{}", refused.stderr);
 }
+
+#[test]
+fn rescore_never_sizes_a_confusion_matrix_from_the_file_s_max_confusion_classes() {
+    // A file claiming eval's --max-confusion-classes was 10^12, of a 2,000-class output:
+    // believed, it is a 2,000² matrix (at 100,000 classes, 80 GB); rescore's default (1000) holds.
+    let tmp = tempfile::tempdir().unwrap();
+    let classes = 2000;
+    let path = tmp.path().join("m.jsonl");
+    let mut lines = String::new();
+    for index in 0..4 {
+        let mut output = vec![0.0f32; classes];
+        output[index] = 1.0;
+        lines += &json!({"index": index, "label": (index + 1) % classes, "output:p": output}).to_string();
+        lines.push('\n');
+    }
+    std::fs::write(&path, lines).unwrap();
+    let meta = json!({"isorun": {
+        "version": 1, "model": "m", "output": "p", "output_shape": [null, classes],
+        "outputs": [{"name": "p", "dtype": "float32", "row_shape": [classes]}],
+        "label": "y", "label_kind": "int", "weight": null, "slices": [], "example_key": null,
+        "metrics": ["accuracy"], "threshold": 0.5, "top_k": 5, "from_logits": false, "task": "multiclass",
+        "first_batch_rows": 4, "examples": 4, "data_digest": "d", "data_shard": null, "skipped_corrupt": 0,
+        "calibration_bins": 15, "max_confusion_classes": 1_000_000_000_000u64,
+    }});
+    std::fs::write(tmp.path().join("m.jsonl.isorun.json"), meta.to_string()).unwrap();
+    let ran = rescore(&[p(&path)], tmp.path());
+    assert_eq!(ran.code, Some(0), "{ran:?}");
+    let record: Value = serde_json::from_str(ran.stdout.lines().next().unwrap()).unwrap();
+    assert_eq!(record["status"], "ok", "{record}");
+    assert_eq!(record["confusion_matrix_omitted"], true, "{record}");
+    assert!(record.get("confusion_matrix").is_none_or(Value::is_null), "a {classes}² matrix was made");
+    assert_eq!(record["top_confusions"][0], json!({"true": 1, "predicted": 0, "count": 1}), "{record}");
+}
