@@ -29,6 +29,14 @@
 //! `TOP_CONFUSION_ENTRIES` triples (~0.4 MB), and the settings
 //! `calibration_bins` and `max_confusion_classes` (absent in older states:
 //! the defaults) must agree for states to merge.
+//!
+//! Read back ([`MetricState::from_json`]), a state is a file's claim (a
+//! shard report's): no size is taken from it that its data does not back.
+//! A multiclass state's classes (at most [`MAX_CLASSES`]) must be the length
+//! of its per-class sums, replicate lists the lengths their counts say
+//! (checked before anything is allocated), a curve at most the buckets eval
+//! makes for its place; and counts summed by [`MetricState::merge`] are
+//! checked, an overflow an error rather than a wrap.
 
 use crate::calibration::Calibration;
 use crate::confusion::TopConfusions;
