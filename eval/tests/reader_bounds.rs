@@ -289,3 +289,88 @@ fn a_csv_file_without_a_newline_is_an_error_naming_the_line_and_the_cap() {
     // Found without holding the line: the cap and a read buffer or two.
     assert!(peak < 80 << 20, "{peak}");
 }
+
+#[test]
+fn parquet_lists_of_strings_read_as_views_and_are_counted_too() {
+    use arrow_array::builder::{ListBuilder, StringBuilder};
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let list_of = |value: &str, rows: usize| {
+        let mut lists = ListBuilder::new(StringBuilder::new());
+        for _ in 0..rows {
+            lists.values().append_value(value);
+            lists.values().append_value("q");
+            lists.append(true);
+        }
+        let x: ArrayRef = Arc::new(lists.finish());
+        let y: ArrayRef = Arc::new(Int64Array::from(vec![1; rows]));
+        RecordBatch::try_from_iter([("x", x), ("y", y)]).unwrap()
+    };
+    let list_input = signature("x", DType::String, vec![None, Some(2)]);
+    // Read right.
+    let path = write_parquet(dir.path(), "lists.parquet", &list_of("p", 5));
+    let dataset = Dataset::open(spec(&path, 8)).unwrap();
+    let mut reader = dataset.reader(&list_input).unwrap();
+    let batch = reader.next_batch().unwrap().unwrap();
+    assert_eq!(batch.inputs[0].1.shape, vec![5, 2]);
+    let TensorData::Strings(strings) = &batch.inputs[0].1.data else { panic!("strings") };
+    assert_eq!(
+        strings.iter().map(|s| s.to_vec()).collect::<Vec<_>>(),
+        (0..5).flat_map(|_| [b"p".to_vec(), b"q".to_vec()]).collect::<Vec<_>>()
+    );
+    // One 2 MiB value in every row's list: refused as it is copied.
+    let path = write_parquet(dir.path(), "list_bomb.parquet", &list_of(&"a".repeat(2 << 20), 64));
+    let (result, _) = read_all(&path, 64, &list_input);
+    assert_repeats_refused(&path, result);
+}
+
+/// Reads `path` with each byte in turn replaced by each of `values`; every
+/// read, an error or not, within the bound of the file's size.
+fn read_each_byte_changed(path: &Path, values: &[u8], signature: &SignatureInfo) -> usize {
+    let original = std::fs::read(path).unwrap();
+    let mut worst = 0;
+    for at in 0..original.len() {
+        for &value in values {
+            let mut bytes = original.clone();
+            bytes[at] = value;
+            std::fs::write(path, &bytes).unwrap();
+            let (_, peak) = peak_of(|| {
+                let dataset = Dataset::open(spec(path, 4)).map_err(|e| e.to_string())?;
+                let mut reader = dataset.reader(signature).map_err(|e| e.to_string())?;
+                while let Some(batch) = reader.next_batch() {
+                    batch.map_err(|e| e.to_string())?;
+                }
+                Ok::<_, String>(())
+            });
+            assert!(peak <= bound(bytes.len() as u64), "byte {at} set to {value}: {peak} bytes held");
+            worst = worst.max(peak);
+        }
+    }
+    worst
+}
+
+#[test]
+fn arrow_and_parquet_files_with_any_byte_changed_stay_within_the_bound() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let rows = one_value_rows(3, 6, true);
+    let mut files = vec![write_parquet(dir.path(), "small.parquet", &rows)];
+    for (name, stream) in [("small_stream.arrow", true), ("small_file.arrow", false)] {
+        let path = dir.path().join(name);
+        let file = std::fs::File::create(&path).unwrap();
+        if stream {
+            let mut writer = arrow_ipc::writer::StreamWriter::try_new(file, &rows.schema()).unwrap();
+            writer.write(&rows).unwrap();
+            writer.finish().unwrap();
+        } else {
+            let mut writer = arrow_ipc::writer::FileWriter::try_new(file, &rows.schema()).unwrap();
+            writer.write(&rows).unwrap();
+            writer.finish().unwrap();
+        }
+        files.push(path);
+    }
+    for path in files {
+        let worst = read_each_byte_changed(&path, &[0xff, 0x7f, 0x00], &strings());
+        eprintln!("{}: worst peak {worst} bytes", path.display());
+    }
+}

@@ -24,7 +24,12 @@
 //!   checking that every claimed metadata and body length lies within the
 //!   file, so no claimed size makes an allocation larger than the file; it
 //!   also counts the rows. A panic in the Arrow crates is the file's
-//!   [`DataError::Reader`].
+//!   [`DataError::Reader`]. What a file's rows make is not bounded by the
+//!   file (every row may repeat a dictionary's one large value), so a
+//!   conversion counts each row's bytes before it copies them ([`Budget`])
+//!   against [`piece_limit`], and a piece gathers all of a batch's rows
+//!   from the file (across record batches), so one count covers the batch:
+//!   past it, an error naming the column and row.
 //! - Parts: part `K` of `N` is the rows `[K*n/N, (K+1)*n/N)` of the file's
 //!   `n` (counted by the first pass); batches before the part are read and
 //!   dropped without being converted.

@@ -28,7 +28,12 @@
 //!   serde_json's recursion limit (128) is an error, not a stack overflow;
 //!   gzip is decompressed as a stream, and a truncated or corrupt stream is
 //!   an error naming the file. A piece holds at most [`PIECE_BYTES`] of
-//!   lines (and at least one line).
+//!   lines (and at least one line). A line is walked, never built: each
+//!   key's value is read element by element (serde_json's `RawValue`)
+//!   straight into its column, so a line costs about its bytes and the
+//!   values it makes (a `serde_json::Value` a number cost ~70 bytes: a
+//!   60 MiB line of zeros took 2.5 GiB). The first line holds at most
+//!   [`MAX_LINE_CELLS`] keys; a key met twice on a line takes its last value.
 //! - Parts: of a plain file, part `K` of `N` is the lines that *start* in
 //!   the bytes `[K*len/N, (K+1)*len/N)` (a part entered midway skips to the
 //!   next line start: a line belongs to the part where it starts); of a
