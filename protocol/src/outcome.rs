@@ -106,12 +106,17 @@ impl Phase {
 /// Why a unit never ran to an end.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum NotRunReason {
-    /// isorun was interrupted (Ctrl-C, SIGTERM, closed stdout).
+    /// isorun was interrupted (Ctrl-C, SIGTERM; the record's message names
+    /// the signal), or stopped as its journal could not be written.
     Interrupted,
     /// `--max-failures` was reached.
     MaxFailures,
     /// The shard task that owned it was lost.
     ShardTaskLost,
+    /// Nobody read isorun's output any more (`isorun run ... | head -1`):
+    /// the run stopped, though nobody interrupted it. Set by the CLI; the
+    /// engine, which knows no stdout, says `Interrupted`.
+    StdoutClosed,
 }
 
 impl NotRunReason {
@@ -120,6 +125,7 @@ impl NotRunReason {
             NotRunReason::Interrupted => "interrupted",
             NotRunReason::MaxFailures => "max_failures",
             NotRunReason::ShardTaskLost => "shard_task_lost",
+            NotRunReason::StdoutClosed => "stdout_closed",
         }
     }
 }

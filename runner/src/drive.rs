@@ -4,6 +4,7 @@
 //! the two commands cannot drift apart.
 
 use crate::cli::{Format, RunArgs};
+use crate::output_lock::lock_outputs;
 use crate::printer::{print_summary, progress_bar, Printer};
 use crate::settings::statuses;
 use crate::support::{watch_signals, with_causes};
@@ -11,7 +12,7 @@ use isorun_engine::{
     discover, latest_versions, worker_version, CancelToken, Engine, Event, Feed, Model, PreparedInputs, Settings,
     Sinks, STATUSES,
 };
-use isorun_protocol::{exit_code, Outcome};
+use isorun_protocol::{exit_code, signal_name, NotRunReason, Outcome};
 use isorun_report::journal::{read_journal, resumed_record, runtime_identity, unit_key, Journal, KeyParts};
 use isorun_report::record::unit_record;
 use isorun_report::{build as build_report, write_files as write_report_files, RunInfo};
@@ -86,6 +87,18 @@ pub fn execute(plan: Plan) -> Result<i32, String> {
         expect_dir,
         report_settings,
     } = plan;
+    // Before any work: another run writing one of these files would lose
+    // this run's models, or this run its.
+    let outputs: Vec<(&'static str, &std::path::Path)> = [
+        ("--report", args.report.as_deref()),
+        ("--junit", args.junit.as_deref()),
+        ("--html", args.html.as_deref()),
+        ("--journal", args.journal.as_deref()),
+    ]
+    .into_iter()
+    .filter_map(|(flag, path)| Some((flag, path?)))
+    .collect();
+    let _output_locks = lock_outputs(&outputs).map_err(|e| with_causes(&e))?;
     let settings = &settings;
     let fail_on = if args.fail_on.is_empty() {
         STATUSES[1..].iter().map(|s| s.to_string()).collect()
@@ -163,6 +176,7 @@ pub fn execute(plan: Plan) -> Result<i32, String> {
         printer.accept(index, record);
     }
     let mut journal_error = None;
+    let mut stopped = None;
     let mut sandbox_warned = false;
     let on_event = &mut |event| {
         match event {
@@ -171,11 +185,19 @@ pub fn execute(plan: Plan) -> Result<i32, String> {
                 let index = to_run[report.index];
                 let mut record = unit_record(&models[index], &report);
                 name_the_limit(&mut record, settings);
+                if matches!(report.outcome, Outcome::NotRun { reason: NotRunReason::Interrupted }) {
+                    // The stop came from outside if this run did not ask for it.
+                    let why = *stopped.get_or_insert(Stopped::Signal(stop.signal()));
+                    say_why_not_run(&mut record, why);
+                }
                 if let (Some(journal), Some(key)) = (journal.as_mut(), &keys[index]) {
                     // Done means journaled: a unit not run to its end is not.
                     if !matches!(report.outcome, Outcome::NotRun { .. }) {
                         if let Err(e) = journal.append(key, &record) {
                             journal_error.get_or_insert(e);
+                            if !stop.requested() {
+                                stopped = Some(Stopped::JournalFailed);
+                            }
                             stop.request(0);
                         }
                     }
@@ -190,6 +212,9 @@ pub fn execute(plan: Plan) -> Result<i32, String> {
         }
         if printer.broken_pipe {
             // Nobody reads any more (`isorun run ... | head -1`): stop the run quietly.
+            if !stop.requested() {
+                stopped = Some(Stopped::StdoutClosed);
+            }
             stop.request(0);
         }
         if args.max_failures.is_some_and(|n| printer.failures as u64 >= n) {
@@ -241,6 +266,52 @@ pub fn execute(plan: Plan) -> Result<i32, String> {
         _ if failed || report_failed => exit_code::SOME_FAILED,
         _ => exit_code::OK,
     })
+}
+
+/// Why a run stopped before its end, as the records of the units it did
+/// not run to their end say: the engine says only `interrupted`.
+#[derive(Debug, Clone, Copy)]
+enum Stopped {
+    /// Nobody reads stdout any more (`isorun run ... | head -1`).
+    StdoutClosed,
+    /// The journal could not be written.
+    JournalFailed,
+    /// A signal (Ctrl-C, SIGTERM); 0 when the caller gave none.
+    Signal(i32),
+}
+
+/// Rewrites an `interrupted` record (and its attempts) to say why the run
+/// stopped: a closed stdout is `stdout_closed`, not an interruption nobody
+/// made; a signal or a journal that failed is named in the message.
+fn say_why_not_run(record: &mut Value, why: Stopped) {
+    let (reason, message) = match why {
+        Stopped::StdoutClosed => (
+            NotRunReason::StdoutClosed.name(),
+            "not run: stdout closed: nobody read isorun's output any more (as after `| head -1`), so the run stopped"
+                .to_string(),
+        ),
+        Stopped::JournalFailed => {
+            (NotRunReason::Interrupted.name(), "not run: interrupted: the journal could not be written".to_string())
+        }
+        Stopped::Signal(0) => return,
+        Stopped::Signal(signal) => {
+            let key = if signal == libc::SIGINT { " (Ctrl-C)" } else { "" };
+            (NotRunReason::Interrupted.name(), format!("not run: interrupted by {}{key}", signal_name(signal)))
+        }
+    };
+    let attempts = record.get_mut("attempts").and_then(Value::as_array_mut).map(|a| a.iter_mut().collect::<Vec<_>>());
+    let rewrite = |r: &mut Value| {
+        if r["reason"] == NotRunReason::Interrupted.name() {
+            r["reason"] = reason.into();
+            if let Some(error) = r.get_mut("error").and_then(Value::as_object_mut) {
+                error.insert("message".into(), message.clone().into());
+            }
+        }
+    };
+    for attempt in attempts.into_iter().flatten() {
+        rewrite(attempt);
+    }
+    rewrite(record);
 }
 
 /// A timeout or memory-limit record's message names the limit that was hit

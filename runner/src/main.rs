@@ -7,6 +7,7 @@ mod cli;
 mod commands;
 mod config;
 mod drive;
+mod output_lock;
 mod printer;
 mod settings;
 mod size;

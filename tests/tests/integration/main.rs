@@ -22,6 +22,7 @@ mod keras;
 mod lifecycle;
 mod nightly;
 mod old_kernels;
+mod output_files;
 mod outputs;
 mod phases;
 mod pipe;
