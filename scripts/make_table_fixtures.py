@@ -13,6 +13,11 @@ the same 1000 examples as tests/fixtures/eval/data/data.tfrecord (the rows of
                      fixed-size list of 4 float32), dataset_info.json, state.json
       data.feather   pyarrow's IPC *file* format (`feather.write_feather`,
                      uncompressed), the same columns as hf/
+      lz4.feather    pandas `DataFrame.to_feather` as it writes by default
+                     (the IPC file format, lz4-compressed buffers)
+      zstd.feather   `feather.write_feather(..., compression="zstd")`
+      {lz4,brotli,zstd,gzip}.parquet  `DataFrame.to_parquet(compression=...)`
+                     (pyarrow's "lz4" is Parquet's LZ4_RAW)
       ragged.parquet 10 rows whose x has 4 values, but 3 in row 6
       wrong_type.parquet  10 rows whose x is a string
       null_label.parquet  10 rows whose label_bin is null in row 4
@@ -46,6 +51,15 @@ def frame(data):
         "weight": data["weight"],
         "country": pd.Categorical([c.decode() for c in data["country"]]),
     })
+
+
+def write_compressed(df, table, out):
+    """The same rows compressed as the field writes them by default."""
+    df.to_feather(os.path.join(out, "lz4.feather"))
+    feather.write_feather(table, os.path.join(out, "zstd.feather"), compression="zstd")
+    for codec in ["lz4", "brotli", "zstd", "gzip"]:
+        df.to_parquet(os.path.join(out, f"{codec}.parquet"), engine="pyarrow", index=False,
+                      compression=codec, row_group_size=300)
 
 
 def main():
@@ -83,6 +97,8 @@ def main():
         json.dump(state, f, indent=2, sort_keys=True)
         f.write("\n")
     feather.write_feather(ds.data.table, os.path.join(out, "data.feather"), compression="uncompressed")
+
+    write_compressed(df, ds.data.table, out)
 
     small = frame({k: v[:10] for k, v in data.items()})
     ragged = small.copy()

@@ -23,8 +23,11 @@
 //!   is made (a first pass that reads only message headers, never bodies),
 //!   checking that every claimed metadata and body length lies within the
 //!   file, so no claimed size makes an allocation larger than the file; it
-//!   also counts the rows. A panic in the Arrow crates is the file's
-//!   [`DataError::Reader`]. What a file's rows make is not bounded by the
+//!   also counts the rows, and reads the decompressed length each
+//!   compressed buffer (lz4, zstd: what pandas' `to_feather()` writes)
+//!   states, refusing a record batch that claims more than [`piece_limit`]
+//!   before arrow-ipc allocates it (`arrow_compressed`). A panic in the
+//!   Arrow crates is the file's [`DataError::Reader`]. What a file's rows make is not bounded by the
 //!   file (every row may repeat a dictionary's one large value), so a
 //!   conversion counts each row's bytes before it copies them ([`Budget`])
 //!   against [`piece_limit`], and a piece gathers all of a batch's rows
@@ -34,6 +37,7 @@
 //!   `n` (counted by the first pass); batches before the part are read and
 //!   dropped without being converted.
 
+use super::arrow_compressed::Claims;
 use super::{ColumnChunk, ColumnInfo, Look, Options, Piece, Source, Values};
 use crate::batch::{MAX_BATCH_BYTES, PREALLOCATE_BYTES};
 use crate::error::DataError;
@@ -576,13 +580,15 @@ fn arrow_error(path: &Path) -> impl Fn(ArrowError) -> DataError + '_ {
 
 /// One message's header at `at` (before `end`): `None` for the
 /// end-of-stream marker, else where its body ends and, for a record batch,
-/// its rows. Every claimed length is checked against `end`.
+/// its rows. Every claimed length is checked against `end`, and what its
+/// compressed buffers claim against `claims`.
 fn message_at(
     reader: &mut BufReader<File>,
     path: &Path,
     at: u64,
     end: u64,
     buf: &mut Vec<u8>,
+    claims: &mut Claims,
 ) -> Result<Option<(u64, Option<u64>)>, DataError> {
     reader.seek(SeekFrom::Start(at)).map_err(super::io_error(path))?;
     let mut word = [0u8; 4];
@@ -612,6 +618,7 @@ fn message_at(
             format!("a message claims a body of {body} bytes, but {} are left (truncated?)", end - next),
         ));
     }
+    claims.check(reader, path, at, next, body, &message)?;
     let rows = match message.header_as_record_batch() {
         Some(batch) => Some(u64::try_from(batch.length()).map_err(|_| corrupt(path, at, "a negative row count"))?),
         None => None,
@@ -631,13 +638,14 @@ fn walk(path: &Path) -> Result<Framing, DataError> {
     (&mut reader).take(8).read_to_end(&mut magic).map_err(&io)?;
     let mut batch_rows = Vec::new();
     let mut buf = Vec::new();
+    let mut claims = Claims::new(len);
     if !magic.starts_with(FILE_MAGIC) {
         let mut at = 0;
         loop {
             if at >= len {
                 return Err(corrupt(path, at, "the stream ends without its end-of-stream marker (truncated?)"));
             }
-            match message_at(&mut reader, path, at, len, &mut buf)? {
+            match message_at(&mut reader, path, at, len, &mut buf, &mut claims)? {
                 None => break,
                 Some((next, rows)) => {
                     batch_rows.extend(rows);
@@ -673,7 +681,7 @@ fn walk(path: &Path) -> Result<Framing, DataError> {
         if !fits {
             return Err(corrupt(path, at, "the footer claims a block past the data (truncated?)"));
         }
-        let Some((_, rows)) = message_at(&mut reader, path, at, end, &mut buf)? else {
+        let Some((_, rows)) = message_at(&mut reader, path, at, end, &mut buf, &mut claims)? else {
             return Err(corrupt(path, at, "the footer's block holds no message"));
         };
         if batch {

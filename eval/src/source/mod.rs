@@ -21,6 +21,7 @@
 
 pub(crate) mod arrays;
 pub(crate) mod arrow;
+mod arrow_compressed;
 pub(crate) mod csv;
 pub(crate) mod jsonl;
 mod lines;
