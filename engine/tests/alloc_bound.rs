@@ -3,10 +3,10 @@
 //! files, their model configs), through the public API of
 //! `isorun_engine::keras::files`: the fixtures, a few hundred seeded
 //! mutations of each, and configs of many tiny JSON values. Every test
-//! measures, so this binary holds bounded tests only (the count is
-//! process-wide).
+//! measures, so this binary holds bounded tests only, each holding
+//! `serial()` (the count is process-wide).
 
-use isorun_alloc_bound::{bounded, mutations, CountingAllocator};
+use isorun_alloc_bound::{bounded, mutations, serial, CountingAllocator};
 use isorun_engine::keras::files::{describe_config, h5_is_full_model, read_h5, read_keras};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -34,6 +34,7 @@ fn read(label: &str, bytes: &[u8], dir: &Path) {
 
 #[test]
 fn keras_files_and_their_mutations_stay_within_the_bound() {
+    let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
     let fixtures = [
         "tests/fixtures/keras/iris.keras",
@@ -69,6 +70,7 @@ fn keras_with_config(config: &[u8]) -> Vec<u8> {
 #[ignore = "finding: engine/src/keras/files.rs parses config.json into serde_json values (~37x the file \
             for dense lists); isorun_tensors::json_cost::check_json_cost before parsing is the fix"]
 fn keras_configs_of_many_tiny_values_stay_within_the_bound() {
+    let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
     let zeros = format!("[{}]", vec!["0"; 4 << 20].join(","));
     let config = format!(r#"{{"class_name": "Sequential", "config": {{"layers": [], "x": {zeros}}}}}"#);
@@ -79,6 +81,7 @@ fn keras_configs_of_many_tiny_values_stay_within_the_bound() {
 #[ignore = "finding: engine/src/keras/files.rs parses config.json into serde_json values (~28x the file \
             for many small layers); isorun_tensors::json_cost::check_json_cost before parsing is the fix"]
 fn keras_configs_of_many_layers_stay_within_the_bound() {
+    let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
     let layers = vec![r#"{"class_name":"Dense","config":{}}"#; 200_000].join(",");
     let config = format!(r#"{{"class_name": "Sequential", "config": {{"layers": [{layers}]}}}}"#);
@@ -89,6 +92,7 @@ fn keras_configs_of_many_layers_stay_within_the_bound() {
 
 #[test]
 fn keras_archives_whose_entries_claim_gigabytes_stay_within_the_bound() {
+    let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
     let mut bytes = keras_with_config(br#"{"class_name": "Sequential", "config": {"layers": []}}"#);
     let claimed = 0xffff_fff0u32.to_le_bytes();

@@ -4,9 +4,10 @@
 //! and reports read back (`--baseline`, `report diff`, `report merge`,
 //! `report table`). Each is fed seeds, a few hundred seeded mutations of
 //! each, and files of many tiny JSON values. Every test measures, so this
-//! binary holds bounded tests only (the count is process-wide).
+//! binary holds bounded tests only, each holding `serial()` (the count is
+//! process-wide).
 
-use isorun_alloc_bound::{bounded, mutations, CountingAllocator};
+use isorun_alloc_bound::{bounded, mutations, serial, CountingAllocator};
 use isorun_engine::Model;
 use isorun_report::journal::{read_journal, resumed_record};
 use isorun_report::{read_report, SCHEMA_VERSION};
@@ -51,6 +52,7 @@ fn a_report(units: usize) -> String {
 
 #[test]
 fn journals_and_their_mutations_stay_within_the_bound() {
+    let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
     for (i, seed) in seeds().iter().enumerate() {
         let bytes = std::fs::read(seed).unwrap();
@@ -63,6 +65,7 @@ fn journals_and_their_mutations_stay_within_the_bound() {
 
 #[test]
 fn reports_and_their_mutations_stay_within_the_bound() {
+    let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
     let report = a_report(3);
     let path = dir.path().join("report.json");
@@ -86,6 +89,7 @@ fn zeros(count: usize) -> String {
 
 #[test]
 fn journal_lines_of_many_tiny_values_stay_within_the_bound() {
+    let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
     let line = format!("{{\"key\": \"a\", \"model\": \"m\", \"status\": \"ok\", \"x\": {}}}\n", zeros(4 << 20));
     read_every_way("a journal line of 4 Mi zeros", line.as_bytes(), dir.path());
@@ -93,6 +97,7 @@ fn journal_lines_of_many_tiny_values_stay_within_the_bound() {
 
 #[test]
 fn reports_of_many_tiny_values_stay_within_the_bound() {
+    let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
     let report = format!(
         r#"{{"schema_version": {SCHEMA_VERSION}, "units": [{{"model": "m", "status": "ok", "x": {}}}]}}"#,

@@ -3,9 +3,9 @@
 //! `--inputs`, golden files) and JSON inputs. Each is fed real files, a few
 //! hundred seeded mutations of each, and files whose headers claim far more
 //! than they hold. Every test measures, so this binary holds bounded tests
-//! only (the count is process-wide).
+//! only, each holding `serial()` (the count is process-wide).
 
-use isorun_alloc_bound::{bounded, mutations, CountingAllocator};
+use isorun_alloc_bound::{bounded, mutations, serial, CountingAllocator};
 use isorun_protocol::{DType, TensorSpec};
 use isorun_tensors::inputs::load_inputs;
 use isorun_tensors::json_input::tensor_from_json;
@@ -81,6 +81,7 @@ fn read_npz_every_way(label: &str, bytes: &[u8], dir: &Path) {
 
 #[test]
 fn npy_fixtures_and_their_mutations_stay_within_the_bound() {
+    let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
     for (i, fixture) in npy_fixtures().iter().enumerate() {
         let bytes = std::fs::read(fixture).unwrap();
@@ -93,6 +94,7 @@ fn npy_fixtures_and_their_mutations_stay_within_the_bound() {
 
 #[test]
 fn npz_fixtures_and_their_mutations_stay_within_the_bound() {
+    let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
     for (i, fixture) in npz_fixtures().iter().enumerate() {
         let bytes = std::fs::read(fixture).unwrap();
@@ -118,6 +120,7 @@ fn npy_with_header(header: &str, data: &[u8]) -> Vec<u8> {
 
 #[test]
 fn npy_headers_that_claim_more_than_the_file_holds_stay_within_the_bound() {
+    let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
     let claims = [
         "{'descr': '<f8', 'fortran_order': False, 'shape': (1099511627776,), }",
@@ -153,6 +156,7 @@ fn npz_claiming(claimed: u32, deflated: bool) -> Vec<u8> {
 
 #[test]
 fn npz_entries_that_claim_gigabytes_stay_within_the_bound() {
+    let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
     for deflated in [false, true] {
         for claimed in [0xffff_fff0, 1 << 31, 200 << 20] {
@@ -164,6 +168,7 @@ fn npz_entries_that_claim_gigabytes_stay_within_the_bound() {
 
 #[test]
 fn many_one_byte_strings_stay_within_the_bound() {
+    let _serial = serial();
     // `|S1`: one byte in the file per string, a string each in memory.
     let dir = tempfile::tempdir().unwrap();
     let count = 6 << 20;
@@ -192,6 +197,7 @@ fn read_json_every_way(label: &str, text: &str, dir: &Path) {
 
 #[test]
 fn json_inputs_and_their_mutations_stay_within_the_bound() {
+    let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
     for (i, fixture) in files(&repo().join("fuzz/seeds/json_input"), ".json").iter().enumerate() {
         let text = std::fs::read_to_string(fixture).unwrap();
@@ -206,6 +212,7 @@ fn json_inputs_and_their_mutations_stay_within_the_bound() {
 
 #[test]
 fn large_json_inputs_of_small_elements_stay_within_the_bound() {
+    let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
     let zeros = 4 << 20;
     let mut text = String::with_capacity(2 * zeros + 2);

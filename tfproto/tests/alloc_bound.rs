@@ -2,10 +2,10 @@
 //! which the supervisor reads without TensorFlow (`inspect`, JSON inputs'
 //! dtypes): the examples' and fixtures' files, a few hundred seeded
 //! mutations of each, lengths that lie, and files of many tiny messages.
-//! Every test measures, so this binary holds bounded tests only (the count
-//! is process-wide).
+//! Every test measures, so this binary holds bounded tests only, each
+//! holding `serial()` (the count is process-wide).
 
-use isorun_alloc_bound::{bounded, mutations, CountingAllocator};
+use isorun_alloc_bound::{bounded, mutations, serial, CountingAllocator};
 use isorun_tfproto::{read_saved_model, signatures};
 use std::path::{Path, PathBuf};
 
@@ -30,6 +30,7 @@ fn read(label: &str, bytes: &[u8], dir: &Path) {
 
 #[test]
 fn saved_models_and_their_mutations_stay_within_the_bound() {
+    let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
     let models = [
         "examples/models/iris_classifier",
@@ -66,6 +67,7 @@ fn message(tag: u8, body: &[u8]) -> Vec<u8> {
 
 #[test]
 fn saved_models_of_many_tiny_messages_stay_within_the_bound() {
+    let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
     // Empty meta graphs: two bytes each.
     read("4 Mi empty meta graphs", &repeated(2, &[], 4 << 20), dir.path());
