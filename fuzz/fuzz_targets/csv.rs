@@ -8,7 +8,9 @@ mod common;
 
 use libfuzzer_sys::fuzz_target;
 
-fuzz_target!(|data: &[u8]| {
+fuzz_target!(|data: &[u8]| common::bounded("csv", data, || run(data)));
+
+fn run(data: &[u8]) {
     let path = common::write("x.csv", data);
     common::exercise_dataset(&path, false);
-});
+}

@@ -12,7 +12,9 @@ use libfuzzer_sys::fuzz_target;
 
 const MARKER: &[u8] = b"\0NPY\0";
 
-fuzz_target!(|data: &[u8]| {
+fuzz_target!(|data: &[u8]| common::bounded("eval_npy", data, || run(data)));
+
+fn run(data: &[u8]) {
     let (label, x) = match data.windows(MARKER.len()).position(|w| w == MARKER) {
         Some(i) => (&data[..i], &data[i + MARKER.len()..]),
         None => (data, data),
@@ -20,4 +22,4 @@ fuzz_target!(|data: &[u8]| {
     common::write("npy/label.npy", label);
     let x = common::write("npy/x.npy", x);
     common::exercise_dataset(x.parent().expect("in the folder"), false);
-});
+}

@@ -9,7 +9,9 @@ mod common;
 
 use libfuzzer_sys::fuzz_target;
 
-fuzz_target!(|data: &[u8]| {
+fuzz_target!(|data: &[u8]| common::bounded("eval_npz", data, || run(data)));
+
+fn run(data: &[u8]) {
     let path = common::write("x.npz", data);
     common::exercise_dataset(&path, false);
-});
+}

@@ -26,7 +26,9 @@ fn split(data: &[u8]) -> Vec<&[u8]> {
     parts
 }
 
-fuzz_target!(|data: &[u8]| {
+fuzz_target!(|data: &[u8]| common::bounded("example", data, || run(data)));
+
+fn run(data: &[u8]) {
     let records = split(data);
     let mut file = Vec::new();
     for record in &records {
@@ -43,4 +45,4 @@ fuzz_target!(|data: &[u8]| {
     }
     let path = common::write("x.tfrecord", &file);
     common::exercise_dataset(&path, records.len() % 2 == 0);
-});
+}

@@ -5,9 +5,13 @@
 
 #![no_main]
 
+mod common;
+
 use libfuzzer_sys::fuzz_target;
 
-fuzz_target!(|data: &[u8]| {
+fuzz_target!(|data: &[u8]| common::bounded("export_answer", data, || run(data)));
+
+fn run(data: &[u8]) {
     for jobs in 1..=3 {
         let answers = isorun_engine::keras::fuzz_export_answer(data, jobs);
         // Only the last line may be refused: a refused line ends the process.
@@ -15,4 +19,4 @@ fuzz_target!(|data: &[u8]| {
             assert_eq!(position, answers.len() - 1);
         }
     }
-});
+}

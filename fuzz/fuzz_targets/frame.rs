@@ -5,6 +5,8 @@
 
 #![no_main]
 
+mod common;
+
 use isorun_protocol::WorkerMessage;
 use isorun_transport::{decode, encode, read_frame, DEFAULT_MAX_FRAME};
 use libfuzzer_sys::fuzz_target;
@@ -14,7 +16,9 @@ fn round_trip(message: &WorkerMessage) {
     assert_eq!(&again, message);
 }
 
-fuzz_target!(|data: &[u8]| {
+fuzz_target!(|data: &[u8]| common::bounded("frame", data, || run(data)));
+
+fn run(data: &[u8]) {
     // A stream of frames, as the supervisor reads it: until the first error.
     let mut stream = data;
     while let Ok(message) = read_frame::<WorkerMessage>(&mut stream, DEFAULT_MAX_FRAME) {
@@ -24,4 +28,4 @@ fuzz_target!(|data: &[u8]| {
     if let Ok(message) = decode::<WorkerMessage>(data) {
         round_trip(&message);
     }
-});
+}

@@ -10,7 +10,9 @@ use isorun_engine::Model;
 use isorun_report::journal::{read_journal, resumed_record};
 use libfuzzer_sys::fuzz_target;
 
-fuzz_target!(|data: &[u8]| {
+fuzz_target!(|data: &[u8]| common::bounded("journal", data, || run(data)));
+
+fn run(data: &[u8]) {
     let path = common::write("journal.jsonl", data);
     let Ok(records) = read_journal(&path) else { return };
     let model = Model::saved_model("m", "/models/m");
@@ -21,4 +23,4 @@ fuzz_target!(|data: &[u8]| {
             assert_eq!(resumed["resumed"], true);
         }
     }
-});
+}

@@ -3,11 +3,15 @@
 
 #![no_main]
 
+mod common;
+
 use isorun_protocol::{DType, TensorSpec};
 use isorun_tensors::json_input::tensor_from_json;
 use libfuzzer_sys::fuzz_target;
 
-fuzz_target!(|data: &[u8]| {
+fuzz_target!(|data: &[u8]| common::bounded("json_input", data, || run(data)));
+
+fn run(data: &[u8]) {
     let Ok(value) = serde_json::from_slice::<serde_json::Value>(data) else { return };
     for dtype in DType::ALL {
         let spec = TensorSpec { name: "x".into(), dtype, shape: None };
@@ -19,4 +23,4 @@ fuzz_target!(|data: &[u8]| {
             Err(message) => assert!(message.starts_with("input 'x': "), "{message}"),
         }
     }
-});
+}

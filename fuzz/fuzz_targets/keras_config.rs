@@ -11,7 +11,9 @@ mod common;
 use isorun_engine::keras::files::{code_in_config, describe_config, h5_is_full_model, read_h5, read_keras};
 use libfuzzer_sys::fuzz_target;
 
-fuzz_target!(|data: &[u8]| {
+fuzz_target!(|data: &[u8]| common::bounded("keras_config", data, || run(data)));
+
+fn run(data: &[u8]) {
     let keras = common::write("x.keras", data);
     let _ = read_keras(&keras);
     let h5 = common::write("x.h5", data);
@@ -21,4 +23,4 @@ fuzz_target!(|data: &[u8]| {
         let info = describe_config(&config);
         assert_eq!(info.code.is_some(), code_in_config(&config).is_some());
     }
-});
+}

@@ -4,11 +4,15 @@
 
 #![no_main]
 
+mod common;
+
 use isorun_tensors::npy::{read_npy, write_npy};
 use libfuzzer_sys::fuzz_target;
 use std::path::Path;
 
-fuzz_target!(|data: &[u8]| {
+fuzz_target!(|data: &[u8]| common::bounded("npy", data, || run(data)));
+
+fn run(data: &[u8]) {
     // In an .npz the stream's length is the archive's claim, which may lie.
     let _ = read_npy(data, (data.len() as u64).saturating_mul(1000).max(1 << 40), Path::new("lying.npy"));
 
@@ -19,4 +23,4 @@ fuzz_target!(|data: &[u8]| {
     let back =
         read_npy(written.as_slice(), written.len() as u64, Path::new("back.npy")).expect("isorun reads what it writes");
     assert_eq!(back, tensor);
-});
+}

@@ -6,6 +6,8 @@
 
 #![no_main]
 
+mod common;
+
 use isorun_engine::{check_outputs, Model, OutputInfo, UnitReport};
 use isorun_protocol::{Outcome, UnitResult, WorkerMessage};
 use isorun_transport::{decode, read_frame, DEFAULT_MAX_FRAME};
@@ -44,7 +46,9 @@ fn take(message: WorkerMessage) {
     let _ = isorun_tensors::batch::join(vec![outputs.clone(), outputs], &rows);
 }
 
-fuzz_target!(|data: &[u8]| {
+fuzz_target!(|data: &[u8]| common::bounded("outputs", data, || run(data)));
+
+fn run(data: &[u8]) {
     let mut stream = data;
     while let Ok(message) = read_frame::<WorkerMessage>(&mut stream, DEFAULT_MAX_FRAME) {
         take(message);
@@ -52,4 +56,4 @@ fuzz_target!(|data: &[u8]| {
     if let Ok(message) = decode::<WorkerMessage>(data) {
         take(message);
     }
-});
+}

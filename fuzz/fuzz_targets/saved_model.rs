@@ -3,11 +3,15 @@
 
 #![no_main]
 
+mod common;
+
 use isorun_tfproto::{proto, signatures};
 use libfuzzer_sys::fuzz_target;
 use prost::Message;
 
-fuzz_target!(|data: &[u8]| {
+fuzz_target!(|data: &[u8]| common::bounded("saved_model", data, || run(data)));
+
+fn run(data: &[u8]) {
     let Ok(model) = proto::SavedModel::decode(data) else { return };
     for graph in &model.meta_graphs {
         let _ = graph.signature_keys(true);
@@ -18,4 +22,4 @@ fuzz_target!(|data: &[u8]| {
         }
         let _ = signatures(graph);
     }
-});
+}

@@ -27,7 +27,9 @@ fn read_all(path: &Path, gzip: bool) {
     }
 }
 
-fuzz_target!(|data: &[u8]| {
+fuzz_target!(|data: &[u8]| common::bounded("tfrecord", data, || run(data)));
+
+fn run(data: &[u8]) {
     let plain = common::write("x.tfrecord", data);
     read_all(&plain, false);
     read_all(&plain, true);
@@ -36,4 +38,4 @@ fuzz_target!(|data: &[u8]| {
         let gzip = common::write("x.tfrecord.gz", data);
         common::exercise_dataset(&gzip, data.len() % 2 == 1);
     }
-});
+}

@@ -1,13 +1,76 @@
-//! What the file-reading targets share: a per-process temp folder whose
-//! files are rewritten each run (the readers take paths), and a workout of
-//! `isorun_eval::Dataset` and its `BatchReader` as `isorun eval` drives them.
+//! What the targets share: the allocation bound every input is held to
+//! ([`bounded`], under a counting global allocator), a per-process temp
+//! folder whose files are rewritten each run (the readers take paths), and
+//! a workout of `isorun_eval::Dataset` and its `BatchReader` as `isorun
+//! eval` drives them.
 
 #![allow(dead_code)]
 
+use isorun_alloc_bound::{CountingAllocator, Peak};
 use isorun_eval::{DataError, DataSpec, Dataset};
 use isorun_protocol::{DType, SignatureInfo, TensorSpec};
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
+
+#[global_allocator]
+static ALLOCATOR: CountingAllocator = CountingAllocator::new();
+
+/// The worst an input did to the bound in this process, for `scripts/fuzz`.
+#[derive(Default)]
+struct Worst {
+    inputs: u64,
+    /// Peak bytes per input byte, and the input that did it.
+    amplification: Option<Peak>,
+    /// The largest peak, and the input that did it.
+    largest: Option<Peak>,
+}
+
+static WORST: Mutex<Worst> = Mutex::new(Worst { inputs: 0, amplification: None, largest: None });
+
+/// Runs one input's work for `target` under the allocation bound: a
+/// request that would take it past max(64 MiB, 16 x the input's length) is
+/// refused, so the process aborts at the offending allocation (a crash
+/// libFuzzer saves), and a peak past it panics. Where the worst
+/// amplification or the largest peak grows, it is written to
+/// `$ISORUN_FUZZ_STATS/TARGET.tsv`, which `scripts/fuzz` reads.
+pub fn bounded(target: &str, data: &[u8], run: impl FnOnce()) {
+    static HEADROOM: std::sync::Once = std::sync::Once::new();
+    HEADROOM.call_once(|| isorun_alloc_bound::set_headroom(1));
+    let ((), peak) = isorun_alloc_bound::measure(target, data.len() as u64, run);
+    record(target, &peak);
+    isorun_alloc_bound::assert_bound(&peak);
+}
+
+fn record(target: &str, peak: &Peak) {
+    let mut worst = WORST.lock().unwrap_or_else(|e| e.into_inner());
+    worst.inputs += 1;
+    let mut changed = false;
+    if worst.amplification.as_ref().is_none_or(|w| peak.amplification() > w.amplification()) {
+        worst.amplification = Some(peak.clone());
+        changed = true;
+    }
+    if worst.largest.as_ref().is_none_or(|w| peak.bytes > w.bytes) {
+        worst.largest = Some(peak.clone());
+        changed = true;
+    }
+    let Some(dir) = std::env::var_os("ISORUN_FUZZ_STATS").filter(|_| changed) else { return };
+    let (Some(amplification), Some(largest)) = (&worst.amplification, &worst.largest) else { return };
+    // One line, rewritten whole: the fuzzer may exit at any moment.
+    let line = format!(
+        "{target}\t{:.1}\t{}\t{}\t{}\t{}\t{:.3}\n",
+        amplification.amplification(),
+        amplification.bytes,
+        amplification.input_bytes,
+        largest.bytes,
+        largest.input_bytes,
+        largest.bytes as f64 / largest.bound() as f64,
+    );
+    let path = Path::new(&dir).join(format!("{target}.tsv"));
+    let partial = path.with_extension("tsv.partial");
+    if std::fs::write(&partial, line).is_ok() {
+        let _ = std::fs::rename(&partial, &path);
+    }
+}
 
 /// This process's temp folder, made once (removed by nobody: a fuzzing run
 /// leaves a few small files in the system temp folder).
