@@ -2,81 +2,24 @@
 //! the supervisor keeps: decoding a record of a file of N bytes never has
 //! more than max(64 MiB, 16 × N) allocated at once. A TF Serving warm-up
 //! file lives in the model's folder, so the model's author writes it, lies
-//! included. A counting global allocator measures each decode and refuses
-//! anything past [`CAP`], so a reader that believes a lie aborts this test
-//! instead of exhausting the machine.
+//! included. `isorun-alloc-bound`'s counting global allocator measures
+//! each decode and refuses anything far past the bound, so a reader that
+//! believes a lie aborts this test instead of exhausting the machine.
 
+use isorun_alloc_bound::{measure, serial, CountingAllocator};
 use isorun_tfproto::serving::proto::*;
 use isorun_tfproto::serving::{decode_prediction_log, record_budget, ServingError, ServingRequest};
 use prost::Message;
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::path::Path;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Mutex;
 
-/// Past this many live bytes every allocation fails (and the test aborts).
-const CAP: usize = 2 << 30;
-
-/// Counts live bytes and their peak; a `realloc` is an `alloc`, a copy and
-/// a `dealloc` (GlobalAlloc's default), so a moving growth counts both.
-struct Counting;
-
-static LIVE: AtomicUsize = AtomicUsize::new(0);
-static PEAK: AtomicUsize = AtomicUsize::new(0);
+#[global_allocator]
+static ALLOCATOR: CountingAllocator = CountingAllocator::new();
 
 /// One test at a time: the counters are the process's, and another test
 /// making its records would count in this one's peak.
-static ONE_TEST: Mutex<()> = Mutex::new(());
-
-fn one_test() -> std::sync::MutexGuard<'static, ()> {
-    ONE_TEST.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+fn one_test() -> isorun_alloc_bound::Serial {
+    serial()
 }
-
-fn reserve(size: usize) -> bool {
-    let live = LIVE.fetch_add(size, Ordering::SeqCst) + size;
-    if live > CAP {
-        LIVE.fetch_sub(size, Ordering::SeqCst);
-        return false;
-    }
-    PEAK.fetch_max(live, Ordering::SeqCst);
-    true
-}
-
-// SAFETY: every call goes to the system allocator with the caller's layout; only counters are added.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        if !reserve(layout.size()) {
-            return std::ptr::null_mut();
-        }
-        // SAFETY: the caller's layout, as GlobalAlloc::alloc requires.
-        let pointer = unsafe { System.alloc(layout) };
-        if pointer.is_null() {
-            LIVE.fetch_sub(layout.size(), Ordering::SeqCst);
-        }
-        pointer
-    }
-
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        if !reserve(layout.size()) {
-            return std::ptr::null_mut();
-        }
-        // SAFETY: as in alloc.
-        let pointer = unsafe { System.alloc_zeroed(layout) };
-        if pointer.is_null() {
-            LIVE.fetch_sub(layout.size(), Ordering::SeqCst);
-        }
-        pointer
-    }
-
-    unsafe fn dealloc(&self, pointer: *mut u8, layout: Layout) {
-        // SAFETY: `pointer` came from this allocator, that is from System, with `layout`.
-        unsafe { System.dealloc(pointer, layout) };
-        LIVE.fetch_sub(layout.size(), Ordering::SeqCst);
-    }
-}
-
-#[global_allocator]
-static ALLOCATOR: Counting = Counting;
 
 /// How the supervisor decodes a record (`runner/src/warmup.rs`): with the record's budget.
 fn decode(record: &[u8]) -> Result<Vec<ServingRequest>, ServingError> {
@@ -88,19 +31,15 @@ fn decode(record: &[u8]) -> Result<Vec<ServingRequest>, ServingError> {
 /// gives the peak and the result's description. Only under [`one_test`].
 fn assert_bounded(what: &str, record: &[u8]) -> (usize, String) {
     let file_bytes = record.len() + 16;
-    let bound = (64usize << 20).max(16 * file_bytes);
-    let before = LIVE.load(Ordering::SeqCst);
-    PEAK.store(before, Ordering::SeqCst);
-    let outcome = match decode(record) {
+    let (outcome, peak) = measure(what, file_bytes as u64, || match decode(record) {
         Ok(requests) => format!("ok, {} requests", requests.len()),
         Err(e) => format!("error: {e}"),
-    };
-    let peak = PEAK.load(Ordering::SeqCst) - before;
+    });
     if !what.contains("mutated") {
-        eprintln!("{what}: {file_bytes} bytes, peak {peak} bytes ({:.1}x), {outcome}", peak as f64 / file_bytes as f64);
+        eprintln!("{what}: {file_bytes} bytes, peak {} bytes ({:.1}x), {outcome}", peak.bytes, peak.amplification());
     }
-    assert!(peak <= bound, "{what}: a {file_bytes}-byte file allocated {peak} bytes at once, over {bound}: {outcome}");
-    (peak, outcome)
+    assert!(peak.within_bound(), "{peak}: {outcome}");
+    (peak.bytes as usize, outcome)
 }
 
 fn floats(len: i64) -> TensorProto {
