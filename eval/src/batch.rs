@@ -14,6 +14,7 @@ use serde_bytes::ByteBuf;
 use std::path::Path;
 
 use crate::error::DataError;
+use crate::label_classes::{self, LabelClasses};
 
 /// The slice value of an example that lacks the slice feature.
 pub const MISSING_SLICE: &str = "__missing__";
@@ -307,10 +308,17 @@ pub(crate) fn push_feature(dtype: DType, feature: &Feature, column: &mut Column)
     Ok(())
 }
 
-pub(crate) fn push_label(labels: &mut Labels, feature: &Feature) -> Result<(), String> {
+pub(crate) fn push_label(labels: &mut Labels, feature: &Feature, classes: Option<&LabelClasses>) -> Result<(), String> {
     let wrong =
         |expected: String| format!("is {} of {} values, expected {expected}", feature.kind_name(), feature.len());
     match (labels, &feature.kind) {
+        (Labels::Int(v), Some(Kind::BytesList(l))) if l.value.len() == 1 && classes.is_some() => {
+            let classes = classes.expect("checked");
+            v.push(classes.class_of(&l.value[0]).ok_or_else(|| classes.unknown(&l.value[0]))?);
+        }
+        (Labels::Int(_), _) if classes.is_some() => {
+            return Err(wrong("bytes_list of 1 value (a class name, as in the first example)".into()))
+        }
         (Labels::Int(v), Some(Kind::Int64List(l))) if l.value.len() == 1 => v.push(l.value[0]),
         (Labels::Int(_), _) => return Err(wrong("int64_list of 1 value (as in the first example)".into())),
         (Labels::Float(v), Some(Kind::FloatList(l))) if l.value.len() == 1 => v.push(f64::from(l.value[0])),
@@ -358,11 +366,14 @@ pub(crate) fn push_array(dtype: DType, element: Element, bytes: &[u8], column: &
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Roles<'a> {
     pub label: &'a str,
+    /// `--label-classes`: string labels are these classes' indices.
+    pub classes: Option<&'a LabelClasses>,
     pub weight: Option<&'a str>,
     pub slices: &'a [String],
 }
 
 /// Where an example is, for its errors.
+#[derive(Clone, Copy)]
 pub(crate) struct ExamplePlace<'a> {
     pub path: &'a Path,
     /// 0-based in the dataset.
@@ -414,7 +425,8 @@ pub(crate) fn add_example(
         }
     }
     let label = get(roles.label).ok_or_else(|| error(roles.label, "(the label) is missing".into()))?;
-    push_label(&mut targets.labels, label).map_err(|p| error(roles.label, format!("(the label) {p}")))?;
+    push_label(&mut targets.labels, label, roles.classes)
+        .map_err(|p| error(roles.label, format!("(the label) {p}")))?;
     if let (Some(key), Some(weights)) = (roles.weight, targets.weights.as_mut()) {
         let feature = get(key).ok_or_else(|| error(key, "(the weight) is missing".into()))?;
         let value = match &feature.kind {
@@ -439,12 +451,41 @@ pub(crate) fn add_example(
     Ok(())
 }
 
+/// String labels (a piece's, from the row at `place`) as the indices of
+/// `--label-classes`; without the flag, the error that says how to give it.
+fn push_classes(
+    strings: &[Vec<u8>],
+    path: &Path,
+    place: &ExamplePlace<'_>,
+    roles: Roles<'_>,
+    labels: &mut Labels,
+) -> Result<(), DataError> {
+    let (Some(classes), Labels::Int(out)) = (roles.classes, labels) else {
+        let values = label_classes::distinct(strings.iter().map(Vec::as_slice));
+        return Err(label_classes::missing_classes(path, "strings", &values));
+    };
+    for (row, value) in strings.iter().enumerate() {
+        match classes.class_of(value) {
+            Some(class) => out.push(class),
+            None => {
+                let at =
+                    ExamplePlace { example: place.example + row as u64, record: place.record + row as u64, ..*place };
+                return Err(at.error(roles.label, format!("(the label) {}", classes.unknown(value))));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Adds `rows` rows of columns (a columnar source's piece: the inputs',
-/// then the label's, the weight's and the slices') to the batch.
+/// then the label's, the weight's and the slices') to the batch; `place`
+/// is the first row's, for the errors of a label that is no class.
 pub(crate) fn add_columns(
     inputs: &mut [InputPlan],
     rows: usize,
     chunks: Vec<ColumnChunk>,
+    place: &ExamplePlace<'_>,
+    roles: Roles<'_>,
     columns: &mut [Column],
     targets: &mut TargetsOut,
 ) -> Result<(), DataError> {
@@ -482,8 +523,22 @@ pub(crate) fn add_columns(
             reason: format!("labels have {row_elements} values per example here, {expected} in the first shard"),
         });
     }
-    let Values::Elements { element, bytes } = label.values else {
-        return Err(DataError::Array { path, reason: "labels are numbers, not strings".into() });
+    let (element, bytes) = match label.values {
+        Values::Strings(strings) => return push_classes(&strings, &path, place, roles, &mut targets.labels),
+        Values::Elements { element, bytes } if element::number(element, &[0; 8]).is_none() => {
+            let strings: Vec<Vec<u8>> = bytes
+                .chunks_exact(element.item_size().max(1))
+                .map(|chunk| element::string(element, chunk).unwrap_or_default())
+                .collect();
+            return push_classes(&strings, &path, place, roles, &mut targets.labels);
+        }
+        Values::Elements { .. } if roles.classes.is_some() => {
+            return Err(DataError::Array {
+                path,
+                reason: "labels are numbers here, class names (--label-classes) in the first file".into(),
+            })
+        }
+        Values::Elements { element, bytes } => (element, bytes),
     };
     for chunk in bytes.chunks_exact(element.item_size()) {
         let Some(value) = element::number(element, chunk) else {

@@ -56,10 +56,11 @@ use crate::batch::{
 };
 use crate::element;
 use crate::example::Example;
-use crate::source::{ColumnInfo, Look, Options, Part, Piece, Source};
+use crate::label_classes::{self, LabelClasses};
+use crate::source::{ColumnInfo, Look, Options, Part, Piece, Source, Values};
 use isorun_protocol::{DType, SignatureInfo, Tensor, TensorData};
 use sha2::{Digest, Sha256};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc};
 
@@ -170,6 +171,8 @@ struct Inner {
     format: Format,
     first: FirstLook,
     label: LabelKind,
+    /// `--label-classes`: string labels are these classes' indices.
+    classes: Option<LabelClasses>,
     digest: String,
     /// Every file of the dataset, a shard's or not.
     dataset_files: Vec<(PathBuf, Format)>,
@@ -196,6 +199,14 @@ impl Dataset {
     /// whole dataset's (every shard agrees on them), and then the shard's
     /// files and parts are chosen.
     pub fn open(spec: DataSpec) -> Result<Dataset, DataError> {
+        Dataset::open_with_classes(spec, None)
+    }
+
+    /// [`Dataset::open`], string labels read as the indices of `classes`
+    /// (`--label-classes`): a label that is not one of them is an error
+    /// naming the file, the row and the value. Without classes, a string
+    /// label is refused here, with the first distinct values found.
+    pub fn open_with_classes(spec: DataSpec, classes: Option<LabelClasses>) -> Result<Dataset, DataError> {
         if spec.batch_size == 0 {
             return Err(DataError::InvalidSpec { reason: "the batch size must be at least 1".into() });
         }
@@ -206,7 +217,8 @@ impl Dataset {
         for (path, format) in &all {
             (format.info().probe)(path)?;
         }
-        let first = first_look(&all, &options(&spec, Part::WHOLE, Vec::new(), Arc::default()))?;
+        let whole = options(&spec, Part::WHOLE, Vec::new(), Arc::default());
+        let first = first_look(&all, &whole)?;
         let missing = |what: &'static str, name: &str| DataError::MissingFeature {
             path: first.path.clone(),
             what,
@@ -231,21 +243,40 @@ impl Dataset {
                 return Err(missing("example key", key));
             }
         }
-        let label = label_kind(&first, &spec.label)?;
+        let label = label_kind(&first, &spec.label, classes.as_ref()).map_err(|e| match e {
+            LabelError::Data(e) => e,
+            LabelError::Strings { path, what } => {
+                let format = all.iter().find(|(p, _)| *p == first.path).map_or(all[0].1, |(_, f)| *f);
+                let values = first_label_values(&first.path, format, &spec.label, &whole);
+                label_classes::missing_classes(&path, what, &values)
+            }
+        })?;
         if let Some(column) = spec.weight.as_ref().and_then(|w| first.column(w)) {
             check_weight_column(column)?;
         }
         let format = all[0].1;
         // What every shard of this dataset shares: its files, not how they were named or split.
-        let dataset_digest = digest(&DataSpec { paths: Vec::new(), shard: None, ..spec.clone() }, &all)?;
+        let dataset_digest =
+            digest(&DataSpec { paths: Vec::new(), shard: None, ..spec.clone() }, classes.as_ref(), &all)?;
         let (files, part) = match spec.shard {
             Some(shard) => shard.select(&all),
             None => (all.clone(), Part::WHOLE),
         };
-        let digest = digest(&spec, &files)?;
+        let digest = digest(&spec, classes.as_ref(), &files)?;
         let dataset_files = all;
         Ok(Dataset {
-            inner: Arc::new(Inner { spec, files, part, format, first, label, digest, dataset_files, dataset_digest }),
+            inner: Arc::new(Inner {
+                spec,
+                files,
+                part,
+                format,
+                first,
+                label,
+                classes,
+                digest,
+                dataset_files,
+                dataset_digest,
+            }),
         })
     }
 
@@ -330,6 +361,7 @@ impl Dataset {
             next_file: 0,
             reading: Arc::new(AtomicUsize::new(0)),
             source: None,
+            source_row: 0,
             produced: 0,
             example_index: 0,
             skipped: Arc::new(AtomicU64::new(0)),
@@ -344,9 +376,13 @@ fn options(spec: &DataSpec, part: Part, columns: Vec<String>, skipped: Arc<Atomi
     Options { skip_corrupt: spec.skip_corrupt, skipped, columns, part }
 }
 
-fn digest(spec: &DataSpec, files: &[(PathBuf, Format)]) -> Result<String, DataError> {
+fn digest(spec: &DataSpec, classes: Option<&LabelClasses>, files: &[(PathBuf, Format)]) -> Result<String, DataError> {
     let mut hasher = Sha256::new();
     hasher.update(format!("{spec:?}").as_bytes());
+    // Classes change what the labels are; without them, the digest is as it was.
+    if let Some(classes) = classes {
+        hasher.update(format!("\0label_classes{:?}", classes.names()).as_bytes());
+    }
     for (path, format) in files {
         let meta = std::fs::metadata(path).map_err(|source| DataError::Io { path: path.clone(), source })?;
         let mtime = meta.modified().ok().and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok()).unwrap_or_default();
@@ -381,45 +417,110 @@ fn first_look(files: &[(PathBuf, Format)], options: &Options) -> Result<FirstLoo
     Err(DataError::Empty { path: files[0].0.clone() })
 }
 
-fn label_kind(first: &FirstLook, label: &str) -> Result<LabelKind, DataError> {
+/// Why a label cannot be read: a data error, or a string label without
+/// `--label-classes` (whose error shows the first values, read by the caller).
+enum LabelError {
+    Data(DataError),
+    Strings { path: PathBuf, what: &'static str },
+}
+
+impl From<DataError> for LabelError {
+    fn from(e: DataError) -> Self {
+        LabelError::Data(e)
+    }
+}
+
+fn label_kind(first: &FirstLook, label: &str, classes: Option<&LabelClasses>) -> Result<LabelKind, LabelError> {
     match &first.what {
         Seen::Features(features) => {
             let (_, kind, len) = features.iter().find(|(n, ..)| n == label).expect("checked");
-            let problem = match (*kind, *len) {
-                (_, 0) => "is empty",
-                ("bytes_list", _) => "is bytes_list; labels are numbers (int64_list or float_list)",
-                (_, n) if n > 1 => return Ok(LabelKind::Matrix(n)),
-                ("int64_list", _) => return Ok(LabelKind::Int),
+            let problem = match (*kind, *len, classes) {
+                (_, 0, _) => "is empty",
+                ("bytes_list", 1, Some(_)) => return Ok(LabelKind::Int),
+                ("bytes_list", 1, None) => {
+                    let path = PathBuf::from(format!("{}: feature '{label}'", first.path.display()));
+                    return Err(LabelError::Strings { path, what: "bytes_list" });
+                }
+                ("bytes_list", _, Some(_)) => "is bytes_list of several values; --label-classes takes one class name",
+                ("bytes_list", _, None) => "is bytes_list; labels are numbers (int64_list or float_list)",
+                (_, _, Some(_)) => "is numbers, but --label-classes names the classes of a string label",
+                (_, n, None) if n > 1 => return Ok(LabelKind::Matrix(n)),
+                ("int64_list", _, None) => return Ok(LabelKind::Int),
                 _ => return Ok(LabelKind::Float),
             };
-            Err(DataError::Example {
+            Err(LabelError::Data(DataError::Example {
                 path: first.path.clone(),
                 example: 0,
                 record: 0,
                 within: "this file".into(),
                 key: label.to_string(),
                 problem: format!("(the label) {problem}"),
-            })
+            }))
         }
-        Seen::Columns(_) => column_label_kind(first.column(label).expect("checked")),
+        Seen::Columns(_) => column_label_kind(first.column(label).expect("checked"), classes),
     }
 }
 
 /// The label kind of a column, checked for every file: numbers, at least
-/// one per example.
-fn column_label_kind(column: &ColumnInfo) -> Result<LabelKind, DataError> {
-    if element::number(column.element, &[0; 8]).is_none() {
-        return Err(DataError::Array {
-            path: column.path.clone(),
-            reason: format!("labels are numbers, not {}", column.describe),
-        });
+/// one per example, or with `--label-classes` one string per example.
+fn column_label_kind(column: &ColumnInfo, classes: Option<&LabelClasses>) -> Result<LabelKind, LabelError> {
+    let strings = element::number(column.element, &[0; 8]).is_none();
+    let fail = |reason: String| LabelError::Data(DataError::Array { path: column.path.clone(), reason });
+    match (strings, classes, column.row_elements()) {
+        (true, Some(_), 1) => Ok(LabelKind::Int),
+        (true, Some(_), n) => {
+            Err(fail(format!("--label-classes takes one class name per example, but this label has {n} values")))
+        }
+        (true, None, _) => Err(LabelError::Strings { path: column.path.clone(), what: "strings" }),
+        (false, Some(_), _) => Err(fail(format!(
+            "--label-classes names the classes of a string label, but this label is {}",
+            column.describe
+        ))),
+        (false, None, 0) => Err(fail("labels have no values".into())),
+        (false, None, 1) if element::is_integer(column.element) => Ok(LabelKind::Int),
+        (false, None, 1) => Ok(LabelKind::Float),
+        (false, None, n) => Ok(LabelKind::Matrix(n as usize)),
     }
-    Ok(match column.row_elements() {
-        0 => return Err(DataError::Array { path: column.path.clone(), reason: "labels have no values".into() }),
-        1 if element::is_integer(column.element) => LabelKind::Int,
-        1 => LabelKind::Float,
-        n => LabelKind::Matrix(n as usize),
-    })
+}
+
+/// The first distinct values of a string label, from the first rows of
+/// `path` (for the error that asks for `--label-classes`); none when they
+/// cannot be read.
+fn first_label_values(path: &Path, format: Format, label: &str, whole: &Options) -> Vec<Vec<u8>> {
+    let options = Options { columns: vec![label.to_string()], ..whole.clone() };
+    let Ok(mut source) = (format.info().open)(path, &options) else { return Vec::new() };
+    let mut values: Vec<Vec<u8>> = Vec::new();
+    let mut rows = 0;
+    while rows < label_classes::SAMPLED_ROWS && values.len() < label_classes::SHOWN_VALUES {
+        let piece = match source.next_piece(label_classes::SAMPLED_ROWS - rows) {
+            Ok(Some(piece)) => piece,
+            _ => break,
+        };
+        let found: Vec<Vec<u8>> = match piece {
+            Piece::Example { example, .. } => {
+                rows += 1;
+                let feature = example.features.as_ref().and_then(|f| f.feature.get(label));
+                match feature.and_then(|f| f.kind.as_ref()) {
+                    Some(crate::example::Kind::BytesList(l)) => l.value.clone(),
+                    _ => Vec::new(),
+                }
+            }
+            Piece::Columns { rows: taken, mut columns } => {
+                rows += taken.max(1);
+                match columns.pop().map(|c| c.values) {
+                    Some(Values::Strings(strings)) => strings,
+                    Some(Values::Elements { element, bytes }) => bytes
+                        .chunks_exact(element.item_size().max(1))
+                        .filter_map(|chunk| element::string(element, chunk))
+                        .collect(),
+                    None => Vec::new(),
+                }
+            }
+        };
+        values.extend(found);
+        values = label_classes::distinct(values.iter().map(Vec::as_slice));
+    }
+    values
 }
 
 /// A column of strings cannot feed a numeric input, nor numbers a string
@@ -461,6 +562,8 @@ struct Direct {
     /// `next_file`, shared with the reader's owner while prefetching.
     reading: Arc<AtomicUsize>,
     source: Option<Box<dyn Source>>,
+    /// Rows the open columnar source has handed (what its rows count from).
+    source_row: u64,
     produced: u64,
     example_index: u64,
     skipped: Arc<AtomicU64>,
@@ -635,7 +738,12 @@ impl Direct {
             weights: spec.weight.as_ref().map(|_| Vec::with_capacity(want)),
             slices: text_features.iter().map(|_| Vec::with_capacity(want)).collect(),
         };
-        let roles = Roles { label: &spec.label, weight: spec.weight.as_deref(), slices: &text_features };
+        let roles = Roles {
+            label: &spec.label,
+            classes: data.classes.as_ref(),
+            weight: spec.weight.as_deref(),
+            slices: &text_features,
+        };
         let raw_feeding = matches!(self.feeding, Feeding::RawRecords { .. });
         // Serialized record bytes in the batch being filled.
         let mut batch_bytes = 0u64;
@@ -673,8 +781,11 @@ impl Direct {
                     rows += 1;
                 }
                 Some(Piece::Columns { rows: taken, columns: chunks }) => {
-                    add_columns(&mut self.inputs, taken, chunks, &mut columns, &mut targets)?;
+                    let place =
+                        ExamplePlace { path, example: self.example_index, record: self.source_row, within: &within };
+                    add_columns(&mut self.inputs, taken, chunks, &place, roles, &mut columns, &mut targets)?;
                     self.example_index += taken as u64;
+                    self.source_row += taken as u64;
                     rows += taken;
                 }
             }
@@ -743,7 +854,10 @@ impl Direct {
         let infos = source.columns();
         if !infos.is_empty() {
             let label = &infos[self.inputs.len()];
-            column_label_kind(label)?;
+            column_label_kind(label, self.data.classes.as_ref()).map_err(|e| match e {
+                LabelError::Data(e) => e,
+                LabelError::Strings { path, what } => label_classes::missing_classes(&path, what, &[]),
+            })?;
             if spec.weight.is_some() {
                 check_weight_column(&infos[self.inputs.len() + 1])?;
             }
@@ -751,6 +865,7 @@ impl Direct {
             check_batch_cost(&self.inputs, infos, spec.weight.is_some(), rows)?;
         }
         self.source = Some(source);
+        self.source_row = 0;
         Ok(true)
     }
 }

@@ -26,6 +26,7 @@ pub mod error;
 mod exact;
 pub mod example;
 pub mod format;
+mod label_classes;
 pub mod metrics;
 mod paths;
 pub mod predictions;
@@ -40,6 +41,7 @@ pub mod thresholds;
 pub use data::{
     Batch, BatchReader, DataError, DataShard, DataSpec, Dataset, Feeding, Format, Labels, Targets, MISSING_SLICE,
 };
+pub use label_classes::LabelClasses;
 pub use metrics::{EvalError, Evaluation, Evaluator, Metric, MetricsSpec, Task};
 pub use replicates::{paired_change, CiSpec, Intervals, KeyedBy, PairedChange};
 pub use state::{MergeError, MetricState, StateError};

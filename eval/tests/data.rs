@@ -478,7 +478,11 @@ fn csv_rows_are_examples_with_quoting_and_kind_errors_by_line() {
     // Within the first 1000 rows a word makes the column bytes: not a label.
     write(&bad, b"x,label\n1,0\n2,1\n3,yes\n");
     let message = Dataset::open(spec(vec![bad.clone()])).unwrap_err().to_string();
-    assert!(message.contains("(the label) is bytes_list"), "{message}");
+    assert!(
+        message.contains("bad.csv: feature 'label': labels are numbers, not bytes_list")
+            && message.contains("--label-classes 0,1,yes"),
+        "{message}"
+    );
     // Past them, a cell that does not fit its column is an error naming its line.
     let mut text = b"x,label\n".to_vec();
     for i in 0..1000 {

@@ -900,6 +900,11 @@ pub struct EvalOptions {
     #[arg(long, value_name = "KEY", required = true, help_heading = "Evaluation")]
     pub label: String,
 
+    /// Class names of a string label, in class index order (cat,dog,bird: cat is class 0): a
+    /// label that is not one of them is an error naming the file, the row and the value.
+    #[arg(long, value_name = "NAME,NAME,...", value_delimiter = ',', help_heading = "Evaluation")]
+    pub label_classes: Option<Vec<String>>,
+
     /// A per-example weight (feature or array), as scikit-learn's sample_weight.
     #[arg(long, value_name = "KEY", help_heading = "Evaluation")]
     pub weight: Option<String>,

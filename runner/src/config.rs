@@ -752,6 +752,25 @@ mod tests {
         assert!(error.to_string().contains("unknown key 'label'"), "{error}");
     }
 
+    #[test]
+    fn label_classes_are_a_list_in_the_file_and_one_list_for_eval() {
+        let text = "data = 'pets.csv'\nlabel = 'y'\nlabel-classes = ['cat', 'dog']\n";
+        let args = file_arguments("eval", Path::new("/cfg/eval.toml"), text, &|_: &str| false).unwrap();
+        let strings: Vec<String> = args.iter().map(|a| a.clone().into_string().unwrap()).collect();
+        assert_eq!(strings, ["--data=/cfg/pets.csv", "--label=y", "--label-classes=cat", "--label-classes=dog"]);
+        for argv in [
+            ["isorun", "eval", "m/"].map(Into::into).into_iter().chain(args).collect::<Vec<OsString>>(),
+            // A MODEL after the flag stays a MODEL.
+            ["isorun", "eval", "--data=pets.csv", "--label=y", "--label-classes", "cat,dog", "m/"]
+                .map(Into::into)
+                .to_vec(),
+        ] {
+            let cli = <crate::cli::Cli as clap::Parser>::try_parse_from(&argv).unwrap();
+            let crate::cli::Command::Eval(eval) = cli.command else { panic!("eval") };
+            assert_eq!(eval.eval.label_classes, Some(vec!["cat".to_string(), "dog".to_string()]), "{argv:?}");
+        }
+    }
+
     fn error(text: &str) -> String {
         args(Path::new("nightly.toml"), text).unwrap_err().to_string()
     }

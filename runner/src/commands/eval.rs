@@ -90,19 +90,23 @@ pub fn main(args: EvalArgs, quiet: bool) -> Result<i32, String> {
         })?),
     };
     let models = discover_models(&run)?;
-    let dataset = Dataset::open(DataSpec {
-        paths: eval.data.clone(),
-        label: eval.label.clone(),
-        weight: eval.weight.clone(),
-        slices: eval.slices.clone(),
-        renames,
-        limit: eval.limit,
-        batch_size: batch_size as usize,
-        skip_corrupt: eval.skip_corrupt,
-        shard: data_shard.map(|s| isorun_eval::DataShard { index: s.index, count: s.count }),
-        format: data_format,
-        example_key: eval.example_key.clone(),
-    })
+    let classes = label_classes(&eval)?;
+    let dataset = Dataset::open_with_classes(
+        DataSpec {
+            paths: eval.data.clone(),
+            label: eval.label.clone(),
+            weight: eval.weight.clone(),
+            slices: eval.slices.clone(),
+            renames,
+            limit: eval.limit,
+            batch_size: batch_size as usize,
+            skip_corrupt: eval.skip_corrupt,
+            shard: data_shard.map(|s| isorun_eval::DataShard { index: s.index, count: s.count }),
+            format: data_format,
+            example_key: eval.example_key.clone(),
+        },
+        classes,
+    )
     .map_err(|e| format!("--data: {}", with_causes(&e)))?;
     let baseline = match &eval.baseline {
         Some(path) => Some(read_baseline(path)?),
@@ -133,7 +137,8 @@ pub fn main(args: EvalArgs, quiet: bool) -> Result<i32, String> {
     ) + &format!("\0{:?}", eval.example_key)
         + &format!("\0{}\0{}", eval.calibration_bins, eval.max_confusion_classes)
         + &format!("\0{:?}\0{}\0{}", eval.predictions, eval.predictions_format, eval.predictions_all)
-        + &format!("\0{:?}\0{:?}\0{}\0{}", eval.ci, eval.bootstrap, eval.bootstrap_seed, eval.gate);
+        + &format!("\0{:?}\0{:?}\0{}\0{}", eval.ci, eval.bootstrap, eval.bootstrap_seed, eval.gate)
+        + &eval.label_classes.as_ref().map_or(String::new(), |c| format!("\0label_classes{c:?}"));
     let mut settings = report_settings(&run, &run_settings);
     settings["eval"] = eval_settings(&eval, &dataset, batch_size, data_shard);
     if let Some(dir) = &run.output_dir {
@@ -437,6 +442,11 @@ pub(crate) fn read_baseline(path: &Path) -> Result<Baseline, String> {
 }
 
 /// The evaluation's settings, as reports show them.
+/// `--label-classes`, checked (names given, none empty or twice).
+pub(crate) fn label_classes(eval: &EvalOptions) -> Result<Option<isorun_eval::LabelClasses>, String> {
+    eval.label_classes.clone().map(isorun_eval::LabelClasses::new).transpose().map_err(|e| e.to_string())
+}
+
 fn eval_settings(eval: &EvalOptions, dataset: &Dataset, batch_size: u64, data_shard: Option<Shard>) -> Value {
     // The whole dataset's files, a shard's too: every data shard of one evaluation agrees on them.
     let files: Vec<String> =
@@ -444,6 +454,9 @@ fn eval_settings(eval: &EvalOptions, dataset: &Dataset, batch_size: u64, data_sh
     let mut s = Map::new();
     s.insert("data".into(), json!(files));
     s.insert("label".into(), json!(eval.label));
+    if let Some(classes) = &eval.label_classes {
+        s.insert("label_classes".into(), json!(classes));
+    }
     if let Some(weight) = &eval.weight {
         s.insert("weight".into(), json!(weight));
     }

@@ -1,5 +1,7 @@
 //! `isorun eval --data` on Parquet written by pandas and Arrow written by
-//! Hugging Face `datasets` (`scripts/make_table_fixtures.py`): the same rows
+//! Hugging Face `datasets` (`scripts/make_table_fixtures.py`), compressed as
+//! pandas and pyarrow compress them by default (lz4 Feather) or on request
+//! (zstd Feather; lz4, brotli, zstd, gzip Parquet): the same rows
 //! as the TFRecord fixture give the metrics scikit-learn computed for it
 //! (`tests/fixtures/eval/expected.json`), and a column that does not fit, a
 //! missing column or a corrupt file is an error naming the file, the column
@@ -72,6 +74,28 @@ fn parquet_from_pandas_and_arrow_from_datasets_give_the_tfrecord_s_metrics() {
                     assert_metrics(slice, metrics, &format!("{what}: slice {feature}={value}"));
                 }
             }
+        }
+    }
+}
+
+#[test]
+fn compressed_feather_and_parquet_as_pandas_writes_them_give_the_uncompressed_file_s_metrics() {
+    // pandas' to_feather() (lz4, its default), write_feather(compression="zstd"),
+    // and to_parquet(compression=...) for each codec pyarrow offers.
+    let sources = ["lz4.feather", "zstd.feather", "lz4.parquet", "brotli.parquet", "zstd.parquet", "gzip.parquet"];
+    for name in ["binary", "multiclass", "regression_weighted"] {
+        let case = case(name);
+        let id = case["model"].as_str().unwrap();
+        for source in sources {
+            let what = format!("{name} on {source}");
+            let mut flags = case_flags(&case);
+            flags.extend(["--batch-size".to_string(), "128".to_string()]);
+            let ran = eval(id, &table(source), case["label"].as_str().unwrap(), &flags);
+            assert_eq!(ran.code, Some(0), "{what}: {}\n{}", ran.stdout, ran.stderr);
+            let record = ran.record(id);
+            assert_eq!(record["status"], "ok", "{what}: {record}");
+            assert_eq!(record["examples"], 1000, "{what}: {record}");
+            assert_metrics(&record["metrics"], &case["metrics"], &what);
         }
     }
 }
@@ -155,4 +179,106 @@ fn a_truncated_or_corrupt_file_is_an_error_naming_it_never_a_crash() {
             assert!(text.contains(&format!("flipped-{name}")), "{name}: {text}");
         }
     }
+}
+
+/// Rows of `x` (what the echo model returns: a probability) and a label:
+/// `dog` (class 1) or `cat` (class 0), as `labels` names them.
+const PETS: [(f64, bool); 6] = [(0.9, true), (0.2, false), (0.8, true), (0.6, false), (0.3, true), (0.1, false)];
+
+/// The rows as CSV and as JSON Lines, labels written by `label`.
+fn pets(dir: &Path, name: &str, label: impl Fn(usize, bool) -> String) -> [PathBuf; 2] {
+    let mut csv = String::from("x,y\n");
+    let mut jsonl = String::new();
+    for (i, (x, dog)) in PETS.iter().enumerate() {
+        let y = label(i, *dog);
+        csv.push_str(&format!("{x},{y}\n"));
+        let y = y.parse::<i64>().map_or(format!("\"{y}\""), |n| n.to_string());
+        jsonl.push_str(&format!("{{\"x\": [{x}], \"y\": {y}}}\n"));
+    }
+    let paths = [dir.join(format!("{name}.csv")), dir.join(format!("{name}.jsonl"))];
+    std::fs::write(&paths[0], csv).unwrap();
+    std::fs::write(&paths[1], jsonl).unwrap();
+    paths
+}
+
+fn eval_echo(data: &Path, args: &[&str]) -> Ran {
+    run(isorun()
+        .arg("eval")
+        .arg(model("echo"))
+        .arg("--data")
+        .arg(data)
+        .args(["--label", "y", "-j", "1", "--json", "--metric", "accuracy", "--metric", "auc", "--metric", "log_loss"])
+        .args(args))
+}
+
+#[test]
+fn string_labels_named_by_label_classes_score_as_their_class_indices_do() {
+    let dir = tempfile::tempdir().unwrap();
+    let numbers = pets(dir.path(), "numbers", |_, dog| u8::from(dog).to_string());
+    let names = pets(dir.path(), "names", |_, dog| if dog { "dog" } else { "cat" }.to_string());
+    for (numbers, names) in numbers.iter().zip(&names) {
+        let want = eval_echo(numbers, &[]);
+        assert_eq!(want.code, Some(0), "{}", want.stderr);
+        let got = eval_echo(names, &["--label-classes", "cat,dog"]);
+        assert_eq!(got.code, Some(0), "{}: {}\n{}", names.display(), got.stdout, got.stderr);
+        let (want, got) = (want.record("echo"), got.record("echo"));
+        assert_eq!(got["examples"], 6, "{got}");
+        assert_eq!(got["metrics"]["accuracy"].as_f64(), Some(4.0 / 6.0), "{got}");
+        assert_eq!(got["metrics"], want["metrics"], "{}", names.display());
+        // The other order makes cat the positive class.
+        let swapped = eval_echo(names, &["--label-classes", "dog,cat"]);
+        assert_eq!(swapped.record("echo")["metrics"]["accuracy"].as_f64(), Some(2.0 / 6.0), "{}", swapped.stdout);
+    }
+}
+
+#[test]
+fn a_string_label_without_label_classes_says_how_before_any_work() {
+    let dir = tempfile::tempdir().unwrap();
+    let names = pets(dir.path(), "names", |_, dog| if dog { "dog" } else { "cat" }.to_string());
+    for path in &names {
+        let ran = eval_echo(path, &[]);
+        assert_eq!(ran.code, Some(2), "{}: {}\n{}", path.display(), ran.stdout, ran.stderr);
+        assert!(ran.records.is_empty(), "nothing run: {}", ran.stdout);
+        let name = path.file_name().unwrap().to_str().unwrap();
+        assert!(
+            ran.stderr.contains(name)
+                && ran.stderr.contains("labels are numbers, not")
+                && ran.stderr.contains("the first rows hold 'dog', 'cat'")
+                && ran.stderr.contains("--label-classes (e.g. --label-classes dog,cat)"),
+            "{}",
+            ran.stderr
+        );
+    }
+}
+
+#[test]
+fn a_label_that_is_not_one_of_the_label_classes_names_the_file_row_value_and_classes() {
+    let dir = tempfile::tempdir().unwrap();
+    let fish = pets(dir.path(), "fish", |i, dog| match (i, dog) {
+        (4, _) => "fish".to_string(),
+        (_, true) => "dog".to_string(),
+        _ => "cat".to_string(),
+    });
+    for path in &fish {
+        let ran = eval_echo(path, &["--label-classes", "cat,dog", "--batch-size", "2"]);
+        assert_eq!(ran.code, Some(1), "{}: {}\n{}", path.display(), ran.stdout, ran.stderr);
+        let record = ran.record("echo");
+        assert_eq!(record["error"]["kind"], "dataset", "{record}");
+        let message = record["error"]["message"].as_str().unwrap();
+        let name = path.file_name().unwrap().to_str().unwrap();
+        assert!(
+            message.contains(name)
+                && message.contains("example 4 (0-based in the dataset; record 4 of this file): feature 'y'")
+                && message.contains("'fish' is not one of --label-classes: 'cat', 'dog'"),
+            "{message}"
+        );
+    }
+    // Classes for a numeric label, or named twice: usage errors.
+    let numbers = pets(dir.path(), "numbers", |_, dog| u8::from(dog).to_string());
+    let ran = eval_echo(&numbers[0], &["--label-classes", "cat,dog"]);
+    assert_eq!(ran.code, Some(2), "{}", ran.stderr);
+    assert!(ran.stderr.contains("--label-classes names the classes of a string label"), "{}", ran.stderr);
+    let ran = eval_echo(&fish[0], &["--label-classes", "cat,dog,cat"]);
+    assert_eq!(ran.code, Some(2), "{}", ran.stderr);
+    assert!(ran.stderr.contains("'cat' is named twice (classes 0 and 2)"), "{}", ran.stderr);
 }

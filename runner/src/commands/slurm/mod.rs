@@ -279,7 +279,9 @@ fn check_eval(eval: &EvalOptions, batch_size: Option<u64>) -> Result<(), String>
             })?),
         },
     };
-    isorun_eval::Dataset::open(spec).map_err(|e| format!("--data: {}", crate::support::with_causes(&e)))?;
+    let classes = crate::commands::eval::label_classes(eval)?;
+    isorun_eval::Dataset::open_with_classes(spec, classes)
+        .map_err(|e| format!("--data: {}", crate::support::with_causes(&e)))?;
     Ok(())
 }
 
