@@ -30,7 +30,11 @@
 //! - Labels: integers (or bools) with one value per example are
 //!   [`Labels::Int`], floats [`Labels::Float`], more values per example
 //!   [`Labels::Matrix`]; the kind is the first example's, and every later
-//!   example must agree. Weights are one number per example.
+//!   example must agree. String labels are class names: with
+//!   `--label-classes` ([`Dataset::open_with_classes`]) each is its index
+//!   in the order given (see `label_classes`), without it they are refused
+//!   by [`Dataset::open`], showing the first distinct values. Weights are
+//!   one number per example.
 //! - Slices: a slice feature's value as text (ints decimal, floats Rust's
 //!   shortest round trip, bytes UTF-8 lossy, several values joined by `,`);
 //!   an example without the feature is in slice `__missing__`.
