@@ -5,108 +5,29 @@
 //! 2^24 buckets, eval's first batch of 10^12 rows, 100,000-wide rows of
 //! zeros that compress to almost nothing).
 //!
-//! Its own test binary, with its own global allocator: it counts the bytes
-//! live and their peak, and refuses (returns null for) any request that
-//! would take the live bytes past [`HARD_CAP`], so a reader that trusts a
-//! claimed size aborts this test instead of exhausting the machine. The
-//! tests take one lock, so that one measures its reads alone.
+//! Its own test binary, with `isorun-alloc-bound`'s counting global
+//! allocator: it counts the bytes live and their peak, and refuses (returns
+//! null for) any request far past the bound or past 8 GiB live, so a reader
+//! that trusts a claimed size aborts this test instead of exhausting the
+//! machine. The tests hold `serial()`, so that one measures its reads alone.
 
+use isorun_alloc_bound::{assert_bound, measure, serial, CountingAllocator};
 use isorun_eval::bootstrap::Bootstrap;
 use isorun_eval::predictions::{Meta, PredictionsFormat, PredictionsReader, PredictionsWriter};
 use isorun_eval::{CiSpec, Evaluator, KeyedBy, Labels, Metric, MetricsSpec, Targets};
 use isorun_protocol::{DType, SignatureInfo, Tensor, TensorSpec};
 use serde_json::{json, Value};
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Mutex;
-
-/// No request may take the live bytes past this.
-const HARD_CAP: usize = 8 << 30;
-
-static LIVE: AtomicUsize = AtomicUsize::new(0);
-static PEAK: AtomicUsize = AtomicUsize::new(0);
-static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
-
-struct Counting;
-
-impl Counting {
-    /// Counts `size` more bytes live; false (nothing counted) past the cap.
-    fn take(size: usize) -> bool {
-        let before = LIVE.fetch_add(size, Ordering::SeqCst);
-        if before.saturating_add(size) > HARD_CAP {
-            LIVE.fetch_sub(size, Ordering::SeqCst);
-            return false;
-        }
-        PEAK.fetch_max(before + size, Ordering::SeqCst);
-        true
-    }
-}
-
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        if !Counting::take(layout.size()) {
-            return std::ptr::null_mut();
-        }
-        let pointer = unsafe { System.alloc(layout) };
-        if pointer.is_null() {
-            LIVE.fetch_sub(layout.size(), Ordering::SeqCst);
-        }
-        pointer
-    }
-
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        if !Counting::take(layout.size()) {
-            return std::ptr::null_mut();
-        }
-        let pointer = unsafe { System.alloc_zeroed(layout) };
-        if pointer.is_null() {
-            LIVE.fetch_sub(layout.size(), Ordering::SeqCst);
-        }
-        pointer
-    }
-
-    unsafe fn dealloc(&self, pointer: *mut u8, layout: Layout) {
-        unsafe { System.dealloc(pointer, layout) };
-        LIVE.fetch_sub(layout.size(), Ordering::SeqCst);
-    }
-
-    unsafe fn realloc(&self, pointer: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        // Both blocks are live while the bytes are copied.
-        if !Counting::take(new_size) {
-            return std::ptr::null_mut();
-        }
-        let moved = unsafe { System.realloc(pointer, layout, new_size) };
-        if moved.is_null() {
-            LIVE.fetch_sub(new_size, Ordering::SeqCst);
-        } else {
-            LIVE.fetch_sub(layout.size(), Ordering::SeqCst);
-        }
-        moved
-    }
-}
 
 #[global_allocator]
-static ALLOCATOR: Counting = Counting;
-
-/// The most bytes reading `bytes` bytes may hold at once.
-fn bound(bytes: u64) -> usize {
-    (64usize << 20).max(16 * bytes as usize)
-}
+static ALLOCATOR: CountingAllocator = CountingAllocator::new();
 
 /// Runs `read` (which reads `bytes` bytes of files), and checks the peak of
 /// what it held above what was live before; `read`'s result.
 fn within_bound<T>(what: &str, bytes: u64, read: impl FnOnce() -> T) -> T {
-    let before = LIVE.load(Ordering::SeqCst);
-    PEAK.store(before, Ordering::SeqCst);
-    let result = read();
-    let peak = PEAK.load(Ordering::SeqCst) - before;
-    assert!(
-        peak <= bound(bytes),
-        "{what}: reading {bytes} bytes held {peak} bytes at once, more than the bound {}",
-        bound(bytes)
-    );
-    eprintln!("{what}: {bytes} bytes read, peak {peak} bytes ({:.1}x)", peak as f64 / bytes.max(1) as f64);
+    let (result, peak) = measure(what, bytes, read);
+    eprintln!("{what}: {bytes} bytes read, peak {} bytes ({:.1}x)", peak.bytes, peak.amplification());
+    assert_bound(&peak);
     result
 }
 
@@ -165,7 +86,7 @@ fn merge(paths: &[PathBuf]) -> Result<(), String> {
 
 #[test]
 fn shard_reports_whose_metric_states_lie_are_read_within_the_bound() {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = serial();
     let dir = tempfile::tempdir().unwrap();
 
     let honest = state(3, vec![Metric::Accuracy, Metric::Auc], Some(200));
@@ -254,7 +175,7 @@ fn read_predictions(path: &Path) -> Result<usize, String> {
 
 #[test]
 fn predictions_files_whose_rows_or_description_lie_are_read_within_the_bound() {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = serial();
     let dir = tempfile::tempdir().unwrap();
     // 96 rows of 100,000 zeros: 38 MB of floats in a file of about 2 MB.
     let path = predictions(&dir.path().join("wide"), 100_000, 8, 12);
