@@ -67,8 +67,6 @@ fn keras_with_config(config: &[u8]) -> Vec<u8> {
 }
 
 #[test]
-#[ignore = "finding: engine/src/keras/files.rs parses config.json into serde_json values (~37x the file \
-            for dense lists); isorun_tensors::json_cost::check_json_cost before parsing is the fix"]
 fn keras_configs_of_many_tiny_values_stay_within_the_bound() {
     let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
@@ -78,8 +76,6 @@ fn keras_configs_of_many_tiny_values_stay_within_the_bound() {
 }
 
 #[test]
-#[ignore = "finding: engine/src/keras/files.rs parses config.json into serde_json values (~28x the file \
-            for many small layers); isorun_tensors::json_cost::check_json_cost before parsing is the fix"]
 fn keras_configs_of_many_layers_stay_within_the_bound() {
     let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
@@ -100,4 +96,26 @@ fn keras_archives_whose_entries_claim_gigabytes_stay_within_the_bound() {
     let central = bytes.windows(4).position(|w| w == b"PK\x01\x02").expect("a central header");
     bytes[central + 24..central + 28].copy_from_slice(&claimed);
     read("a config.json claiming 4 GiB", &bytes, dir.path());
+}
+
+#[test]
+fn a_small_archive_whose_config_inflates_to_tens_of_mib_of_zeros_stays_within_the_bound() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    // ~60 MiB of `0,` deflates to a few hundred KB: the bound is the archive's.
+    let zeros = format!("[{}]", vec!["0"; 30 << 20].join(","));
+    let config = format!(r#"{{"class_name": "Sequential", "config": {{"layers": [], "x": {zeros}}}}}"#);
+    let mut zip = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
+    let options = zip::write::SimpleFileOptions::default().compression_method(zip::CompressionMethod::Deflated);
+    zip.start_file("config.json", options).unwrap();
+    zip.write_all(config.as_bytes()).unwrap();
+    let bytes = zip.finish().unwrap().into_inner();
+    assert!(bytes.len() < 1 << 20, "{} bytes", bytes.len());
+    let keras = dir.path().join("x.keras");
+    std::fs::write(&keras, &bytes).unwrap();
+    let refused = bounded("a .keras archive inflating to 60 MiB of zeros", bytes.len() as u64, || {
+        let error = read_keras(&keras).unwrap_err().to_string();
+        error.contains("config.json") && error.contains("inflates to more than")
+    });
+    assert!(refused, "the archive's config was not refused for what it inflates to");
 }

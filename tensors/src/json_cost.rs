@@ -46,8 +46,15 @@ pub fn count_values(text: &[u8]) -> u64 {
 /// Refuses a text whose parsed values would pass the bound, saying how many
 /// it holds and how many it may.
 pub fn check_json_cost(text: &[u8]) -> Result<(), String> {
+    check_json_cost_of(text, text.len() as u64)
+}
+
+/// As [`check_json_cost`], for a text that came out of `read` bytes of a
+/// file that may be smaller than the text (a deflated zip entry): the bound
+/// is the file's, not the text's.
+pub fn check_json_cost_of(text: &[u8], read: u64) -> Result<(), String> {
     let values = count_values(text);
-    let most = most_values(text.len() as u64);
+    let most = most_values(read.min(text.len() as u64));
     if values > most {
         return Err(format!(
             "{} bytes of JSON hold {values} values, more than the {most} read from a text of that length \

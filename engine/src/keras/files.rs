@@ -113,6 +113,11 @@ pub fn read_keras(path: &Path) -> Result<KerasInfo, KerasFileError> {
     let mut archive = zip::ZipArchive::new(file)
         .map_err(|e| KerasFileError::NotAnArchive { path: shown(), reason: e.to_string() })?;
     check_entry_names(path, own, &archive)?;
+    // The archive's own size is what was read: a deflated entry may claim
+    // (and hold) far more, so what it may inflate to and what its JSON may
+    // parse to are both held to the archive's bound (SECURITY.md).
+    let archive_len = std::fs::metadata(path).map_err(|source| KerasFileError::Io { path: shown(), source })?.len();
+    let most_text = archive_len.saturating_mul(4).clamp(8 << 20, 64 << 20);
     let mut member = |name: &'static str| -> Result<Option<Value>, KerasFileError> {
         let mut entry = match archive.by_name(name) {
             Ok(entry) => entry,
@@ -122,9 +127,20 @@ pub fn read_keras(path: &Path) -> Result<KerasInfo, KerasFileError> {
         let mut text = Vec::new();
         // Configs are small; a hostile archive does not get to fill memory.
         (&mut entry)
-            .take(64 << 20)
+            .take(most_text + 1)
             .read_to_end(&mut text)
             .map_err(|e| KerasFileError::NotAnArchive { path: shown(), reason: format!("{name}: {e}") })?;
+        if text.len() as u64 > most_text {
+            return Err(KerasFileError::BadJson {
+                path: shown(),
+                member: name,
+                reason: format!(
+                    "it inflates to more than {most_text} bytes from an archive of {archive_len} (a config is far smaller)"
+                ),
+            });
+        }
+        isorun_tensors::json_cost::check_json_cost_of(&text, archive_len)
+            .map_err(|reason| KerasFileError::BadJson { path: shown(), member: name, reason })?;
         serde_json::from_slice(&text).map(Some).map_err(|e| KerasFileError::BadJson {
             path: shown(),
             member: name,
@@ -150,6 +166,13 @@ pub fn read_h5(path: &Path) -> Result<KerasInfo, KerasFileError> {
     let attribute = |name: &[u8]| h5::root_string_attribute(&head, name);
     let text = attribute(b"model_config")
         .ok_or_else(|| KerasFileError::H5ConfigNotFound { path: path.display().to_string() })?;
+    // Counted before it is parsed: its bytes were read from the file, so the
+    // bound is the attribute's own length's.
+    isorun_tensors::json_cost::check_json_cost(text).map_err(|reason| KerasFileError::BadJson {
+        path: path.display().to_string(),
+        member: "model_config",
+        reason,
+    })?;
     let config: Value = serde_json::from_slice(text).map_err(|e| KerasFileError::BadJson {
         path: path.display().to_string(),
         member: "model_config",
