@@ -197,9 +197,23 @@ fn lying_header(claimed: u64) -> Vec<u8> {
 #[test]
 fn tfrecord_lengths_that_claim_more_than_the_file_holds_stay_within_the_bound() {
     let _serial = serial();
+    read_lying_lengths(&[1 << 40, 255 << 20, 64 << 20]);
+}
+
+#[test]
+#[ignore = "finding: eval/src/tfrecord.rs (read_one) computes `len + 4` for a length of u64::MAX whose CRC \
+            checks: overflow (a panic in debug builds, a wrong `needed` in release); saturating_add is the fix"]
+fn a_tfrecord_length_of_u64_max_stays_within_the_bound() {
+    let _serial = serial();
+    read_lying_lengths(&[u64::MAX]);
+}
+
+/// A good file, then a record header claiming each of `claims` bytes, read
+/// plain and gzip-compressed.
+fn read_lying_lengths(claims: &[u64]) {
     let dir = tempfile::tempdir().unwrap();
     let good = std::fs::read(data("data.tfrecord")).unwrap();
-    for claimed in [u64::MAX, 1 << 40, 255 << 20, 64 << 20] {
+    for &claimed in claims {
         let mut bytes = good.clone();
         bytes.extend_from_slice(&lying_header(claimed));
         bytes.extend_from_slice(&[0; 100]);
