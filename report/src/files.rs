@@ -102,7 +102,7 @@ pub fn read_report(path: &Path) -> Result<Value, ReportError> {
         std::fs::read_to_string(path).map_err(|source| ReportError::Read { path: path.to_path_buf(), source })?;
     // Counted before it is parsed: tiny values (`[0,0,…]`) would cost fifty
     // times the file (a report given to merge or diff is anyone's file).
-    isorun_tensors::json_cost::check_json_cost(text.as_bytes())
+    isorun_tensors::json_cost::check_record_json_cost(text.as_bytes())
         .map_err(|reason| ReportError::NotAReport { path: path.to_path_buf(), what: reason })?;
     let report: Value = serde_json::from_str(&text).map_err(|source| {
         json_lines(path, &text).unwrap_or(ReportError::NotJson { path: path.to_path_buf(), source })

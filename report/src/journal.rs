@@ -128,7 +128,7 @@ pub fn read_journal(path: &Path) -> Result<HashMap<String, Value>, String> {
     };
     // Parsed whole, its records are held together: counted first, so that
     // tiny values (`[0,0,…]`) cannot cost fifty times the file.
-    isorun_tensors::json_cost::check_json_cost(&text)
+    isorun_tensors::json_cost::check_record_json_cost(&text)
         .map_err(|reason| format!("--journal {}: {reason}; start a new journal", path.display()))?;
     let mut records = HashMap::new();
     let mut lines = text.split_inclusive(|&b| b == b'\n').enumerate().peekable();

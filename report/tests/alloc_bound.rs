@@ -105,3 +105,25 @@ fn reports_of_many_tiny_values_stay_within_the_bound() {
     );
     read_every_way("a report of 4 Mi zeros", report.as_bytes(), dir.path());
 }
+
+/// An honest report of a 1000-class model (its full confusion matrix, a
+/// million `0`) is read, within the records' floor: `json_cost`'s
+/// `RECORD_FLOOR` (256 MiB) instead of 64 MiB, since every parsed number
+/// costs a `serde_json::Value` whoever reads it (SECURITY.md).
+#[test]
+fn a_report_with_a_thousand_class_confusion_matrix_is_read_within_the_records_floor() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let row = format!("[{}]", vec!["0"; 1000].join(","));
+    let report = format!(
+        r#"{{"schema_version": {SCHEMA_VERSION}, "units": [{{"model": "m", "status": "ok", "confusion_matrix": [{}]}}]}}"#,
+        vec![row.as_str(); 1000].join(",")
+    );
+    let path = dir.path().join("report.json");
+    std::fs::write(&path, &report).unwrap();
+    let n = report.len() as u64;
+    let (read, peak) = isorun_alloc_bound::measure("a 1000-class report", n, || read_report(&path).map(|_| ()));
+    assert!(read.is_ok(), "an honest 1000-class report was refused: {read:?}");
+    let floor = isorun_tensors::json_cost::RECORD_FLOOR;
+    assert!(peak.refused == 0 && peak.bytes <= floor.max(16 * n), "{peak}");
+}

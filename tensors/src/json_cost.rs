@@ -16,6 +16,34 @@ pub fn most_values(len: u64) -> u64 {
     len.saturating_mul(16).max(64 << 20) / VALUE_COST
 }
 
+/// The floor for the records isorun wrote itself and reads back (reports,
+/// journals) in place of the 64 MiB one: their numbers are dense (a
+/// 1000-class confusion matrix is a million `0,` in 2 MB, a `--ci` shard's
+/// replicate sums as many), and as `serde_json::Value`s every one of them
+/// costs up to [`VALUE_COST`] bytes whatever reads it, so an honest report
+/// of an ImageNet-sized model takes some 160 MB parsed. Refusing it would
+/// break `report merge` and `--baseline` for such models; 256 MiB admits it
+/// while a small file of tiny values is still refused long before it costs
+/// gigabytes. Past 16 MiB of text the 16 × bound applies as everywhere.
+/// A typed reader of those arrays is what would bring them to the 64 MiB
+/// floor (SECURITY.md).
+pub const RECORD_FLOOR: u64 = 256 << 20;
+
+/// As [`check_json_cost`], with [`RECORD_FLOOR`] for the floor: for reports
+/// and journals read back.
+pub fn check_record_json_cost(text: &[u8]) -> Result<(), String> {
+    let values = count_values(text);
+    let most = (text.len() as u64).saturating_mul(16).max(RECORD_FLOOR) / VALUE_COST;
+    if values > most {
+        return Err(format!(
+            "{} bytes of JSON hold {values} values, more than the {most} read from a text of that length \
+             (each costs about {VALUE_COST} bytes parsed)",
+            text.len()
+        ));
+    }
+    Ok(())
+}
+
 /// At least the number of values (object keys included) that `text` parses
 /// to: one for the whole, and one per `[`, `,` and `:` outside strings; a
 /// `{` counts four, since a map with one entry already holds room for four.
@@ -100,5 +128,15 @@ mod tests {
         let zeros = format!("[{}]", vec!["0"; 1 << 20].join(","));
         let message = check_json_cost(zeros.as_bytes()).unwrap_err();
         assert!(message.contains("2097153 bytes of JSON hold 1048577 values, more than the 419430"), "{message}");
+    }
+
+    #[test]
+    fn a_report_of_a_thousand_class_confusion_matrix_passes_and_a_denser_text_does_not() {
+        let row = format!("[{}]", vec!["0"; 1000].join(","));
+        let matrix = format!(r#"{{"confusion_matrix": [{}]}}"#, vec![row.as_str(); 1000].join(","));
+        assert!(check_json_cost(matrix.as_bytes()).is_err());
+        assert!(check_record_json_cost(matrix.as_bytes()).is_ok());
+        let zeros = format!("[{}]", vec!["0"; 4 << 20].join(","));
+        assert!(check_record_json_cost(zeros.as_bytes()).is_err());
     }
 }
