@@ -132,7 +132,17 @@ fn strings_examples_tasks_and_entries_are_counted_at_what_they_cost() {
         int64_val: vec![0; 4_000_000],
         ..TensorProto::default()
     };
-    assert_bounded("4,000,000 packed int64", &predict([("i".into(), packed)]));
+    let (_, outcome) = assert_bounded("4,000,000 packed int64", &predict([("i".into(), packed)]));
+    assert!(outcome.starts_with("error: decoding it may take"), "{outcome}");
+    // Half as many: charged per element (a Vec of 2 Mi and its 1 Mi block while it moves) and the tensor, within budget.
+    let packed = TensorProto {
+        dtype: 9,
+        tensor_shape: Some(TensorShapeProto { dim: vec![Dim { size: 2_000_000 }], unknown_rank: false }),
+        int64_val: vec![0; 2_000_000],
+        ..TensorProto::default()
+    };
+    let (_, outcome) = assert_bounded("2,000,000 packed int64", &predict([("i".into(), packed)]));
+    assert_eq!(outcome, "ok, 1 requests");
 }
 
 #[test]
@@ -147,6 +157,65 @@ fn a_large_honest_record_still_decodes() {
     };
     let (_, outcome) = assert_bounded("48 MiB in tensor_content", &predict([("x".into(), tensor)]));
     assert_eq!(outcome, "ok, 1 requests");
+}
+
+/// `len` token ids in [0, 30000), as a text model's tokenizer makes them.
+fn token_ids(len: usize) -> Vec<i64> {
+    let mut state = 0x2545_f491_4f6c_dd1du64;
+    (0..len)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state % 30_000) as i64
+        })
+        .collect()
+}
+
+fn ints(dtype: i32, shape: &[i64], int_val: Vec<i32>, int64_val: Vec<i64>) -> TensorProto {
+    TensorProto {
+        dtype,
+        tensor_shape: Some(TensorShapeProto {
+            dim: shape.iter().map(|&size| Dim { size }).collect(),
+            unknown_rank: false,
+        }),
+        int_val,
+        int64_val,
+        ..TensorProto::default()
+    }
+}
+
+/// Decodes `record` within its budget less `cast` bytes (what casting its
+/// tensors to the model's dtypes makes, which the supervisor also takes
+/// from the record's budget), and within the allocation bound.
+fn decodes_with_room_for_casts(what: &str, record: &[u8], cast: u64) {
+    let room = record_budget(record.len()) - cast;
+    let decoded = decode_prediction_log(record, room).map(|requests| requests.len());
+    assert!(matches!(decoded, Ok(1)), "{what}, with {cast} bytes left for casts: {decoded:?}");
+    let (_, outcome) = assert_bounded(what, record);
+    assert_eq!(outcome, "ok, 1 requests", "{what}");
+}
+
+#[test]
+fn an_honest_warm_up_of_token_ids_still_decodes() {
+    let _one = one_test();
+    let (batch, length) = (128, 4096);
+    let ids = token_ids(batch * length);
+    let shape = [batch as i64, length as i64];
+    // int64 token ids, mostly 2- and 3-byte varints (about 1.3 MB): cast to an int32 input, 2 MiB more.
+    let int64 = predict([("input_ids".into(), ints(9, &shape, Vec::new(), ids.clone()))]);
+    decodes_with_room_for_casts("128 x 4096 int64 token ids", &int64, 2 << 20);
+    // The same as int32 in int_val: cast to an int64 input, 4 MiB more.
+    let narrow: Vec<i32> = ids.iter().map(|&id| id as i32).collect();
+    let int32 = predict([("input_ids".into(), ints(3, &shape, narrow, Vec::new()))]);
+    decodes_with_room_for_casts("128 x 4096 int32 token ids", &int32, 4 << 20);
+    // With an attention mask of ones and token types of zeros (1-byte varints each), all cast to int32.
+    let bert = predict([
+        ("input_ids".into(), ints(9, &shape, Vec::new(), ids)),
+        ("attention_mask".into(), ints(9, &shape, Vec::new(), vec![1; batch * length])),
+        ("token_type_ids".into(), ints(9, &shape, Vec::new(), vec![0; batch * length])),
+    ]);
+    decodes_with_room_for_casts("128 x 4096 token ids, mask and types", &bert, 6 << 20);
 }
 
 /// The records of a TFRecord file (framing only: the CRCs are the eval crate's to check).
