@@ -215,7 +215,9 @@ impl RecordReader {
         if len > limit {
             return Err(match self.size {
                 // A plain file: the length is right (its CRC says so) but the bytes are not there.
-                Some(size) => RecordFault::Truncated { needed: len + 4, available: size.saturating_sub(start + 12) },
+                Some(size) => {
+                    RecordFault::Truncated { needed: len.saturating_add(4), available: size.saturating_sub(start + 12) }
+                }
                 None => RecordFault::Length { claimed: len, limit },
             });
         }
