@@ -275,7 +275,9 @@ impl WarmupFeed {
 
     /// Each tensor as its input's dtype, where `isorun_tensors::cast`
     /// allows; what the casts make (up to 8 bytes for each byte of an int8
-    /// tensor) is within the record's `budget`, checked before each is made.
+    /// tensor) is within what the record's `budget` leaves beside the
+    /// tensors themselves (alive while their casts are made), checked
+    /// before each is made.
     #[expect(clippy::type_complexity, reason = "the tensors and the casts made, used once")]
     fn cast_for(
         &self,
@@ -283,7 +285,17 @@ impl WarmupFeed {
         tensors: Vec<(String, Tensor)>,
         budget: u64,
     ) -> Result<(Vec<(String, Tensor)>, Vec<(String, String)>), String> {
-        let mut left = budget;
+        let held: u64 = tensors
+            .iter()
+            .map(|(_, tensor)| match &tensor.data {
+                TensorData::Dense(bytes) => bytes.len() as u64,
+                TensorData::Strings(strings) => {
+                    strings.iter().map(|s| (std::mem::size_of::<Vec<u8>>() + s.len()) as u64).sum()
+                }
+                TensorData::Shared(_) => 0,
+            })
+            .sum();
+        let mut left = budget.saturating_sub(held);
         let mut casts = Vec::new();
         let mut out = Vec::with_capacity(tensors.len());
         for (name, tensor) in tensors {
@@ -473,19 +485,19 @@ mod tests {
         let spec = |name: &str| isorun_protocol::TensorSpec { name: name.into(), dtype: DType::Float64, shape: None };
         let info =
             SignatureInfo { key: "serving_default".into(), inputs: vec![spec("a"), spec("b")], outputs: Vec::new() };
-        // Two int8 inputs of 100 elements: 800 bytes each as float64.
+        // Two int8 inputs of 100 elements (200 bytes, alive meanwhile): 800 bytes each as float64.
         let tensors = || {
             vec![
                 ("a".into(), Tensor::dense(DType::Int8, vec![100], vec![1; 100])),
                 ("b".into(), Tensor::dense(DType::Int8, vec![100], vec![2; 100])),
             ]
         };
-        let (cast, casts) = feed.cast_for(&info, tensors(), 1600).unwrap();
+        let (cast, casts) = feed.cast_for(&info, tensors(), 1800).unwrap();
         assert_eq!(casts.len(), 2);
         let TensorData::Dense(bytes) = &cast[1].1.data else { panic!("dense") };
         assert_eq!((bytes.len(), bytes.capacity()), (800, 800));
-        let err = feed.cast_for(&info, tensors(), 1599).unwrap_err();
-        assert_eq!(err, "input 'b': the cast from int8 to float64 makes 800 bytes, over the 799 left of the record's budget of 1599");
+        let err = feed.cast_for(&info, tensors(), 1799).unwrap_err();
+        assert_eq!(err, "input 'b': the cast from int8 to float64 makes 800 bytes, over the 799 left of the record's budget of 1799");
     }
 
     #[test]
