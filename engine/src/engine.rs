@@ -100,7 +100,7 @@ impl Engine {
         on_event: &mut dyn FnMut(Event),
         sink: &dyn OutputSink,
     ) -> RunSummary {
-        self.staged(models, cancel, on_event, |models, on_event, producer, checks| {
+        self.staged(models, None, cancel, on_event, |models, on_event, producer, checks| {
             // Inputs that do not fit a signature this process can read end
             // their unit here, before any worker starts (a Keras file's too
             // when its SavedModel is in the cache already); the others run.
@@ -120,7 +120,8 @@ impl Engine {
     /// summary goes in the unit's [`UnitReport::stream`]. Limits, retries
     /// (from the first batch), crash handling and cancellation are those of
     /// [`Engine::run`]; `batch_timeout` bounds each batch. A SavedModel
-    /// whose [`Feed::check`] gives an outcome ends with it before any worker
+    /// whose [`Feed::check`] (a Keras file whose [`Feed::check_keras_file`],
+    /// before its export) gives an outcome ends with it before any worker
     /// starts.
     pub fn run_feed(
         &self,
@@ -129,7 +130,9 @@ impl Engine {
         cancel: &CancelToken,
         on_event: &mut dyn FnMut(Event),
     ) -> RunSummary {
-        self.staged(models, cancel, on_event, |models, on_event, producer, checks| {
+        // A Keras file's stream is checked against the file itself (its input layers), before it is exported.
+        let decide = |model: &Model| feed.check_keras_file(model);
+        self.staged(models, Some(&decide), cancel, on_event, |models, on_event, producer, checks| {
             // A stream that cannot fit its model ends the unit here, before any worker starts.
             let mut decided = vec![false; models.len()];
             for (index, model) in models.iter().enumerate() {
@@ -156,11 +159,12 @@ impl Engine {
     fn staged(
         &self,
         models: &[Model],
+        decide: Option<crate::keras::Decide<'_>>,
         cancel: &CancelToken,
         on_event: &mut dyn FnMut(Event),
         run: impl FnOnce(&[Model], &mut dyn FnMut(Event), Option<Producer<'_>>, &dyn FrozenChecks) -> Option<String>,
     ) -> RunSummary {
-        let staged = crate::keras::plan(models, &self.settings, true);
+        let staged = crate::keras::plan(models, &self.settings, true, decide);
         let settings = &self.settings;
         let produce = |queue: &UnitQueue, events: &std::sync::mpsc::Sender<Event>| {
             staged.produce(settings, cancel, queue, events);

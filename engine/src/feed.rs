@@ -23,6 +23,13 @@ pub trait Feed: Sync {
     fn check(&self, _model: &Model) -> Option<Outcome> {
         None
     }
+
+    /// [`check`](Self::check) for a Keras file (`.keras`, `.h5`), from the
+    /// file alone, before it is exported: an outcome ends the unit with no
+    /// export and no worker. `None` (the default): it is exported and runs.
+    fn check_keras_file(&self, _model: &Model) -> Option<Outcome> {
+        None
+    }
 }
 
 /// One attempt's batches: called from the slot's thread only.

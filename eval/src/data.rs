@@ -150,6 +150,14 @@ impl FirstLook {
         }
     }
 
+    /// The features' (or columns') names, in the order [`FirstLook::available`] lists them.
+    fn names(&self) -> Vec<String> {
+        match &self.what {
+            Seen::Features(features) => features.iter().map(|(n, ..)| n.clone()).collect(),
+            Seen::Columns(columns) => columns.iter().map(|c| c.name.clone()).collect(),
+        }
+    }
+
     fn has(&self, name: &str) -> bool {
         match &self.what {
             Seen::Features(features) => features.iter().any(|(n, ..)| n == name),
@@ -344,11 +352,19 @@ impl Dataset {
             for spec in &signature.inputs {
                 let feature = feature_name(&spec.name);
                 if !inner.first.has(&feature) {
-                    return Err(DataError::MissingInput {
-                        path: path.clone(),
-                        input: spec.name.clone(),
-                        feature,
-                        available: inner.first.available(),
+                    let (input, available) = (spec.name.clone(), inner.first.available());
+                    // A feature nothing else takes (Keras names a Sequential model's input
+                    // `input_layer`, whatever the data calls it): the rename to give.
+                    let taken = |name: &str| {
+                        let inputs = signature.inputs.iter().map(|i| feature_name(&i.name));
+                        name == inner.spec.label
+                            || inner.spec.weight.as_deref() == Some(name)
+                            || inner.spec.text_features().iter().any(|t| t == name)
+                            || inputs.into_iter().any(|f| f == name)
+                    };
+                    return Err(match inner.first.names().into_iter().find(|n| !taken(n)) {
+                        Some(unused) => DataError::UnfedInput { path: path.clone(), input, feature, available, unused },
+                        None => DataError::MissingInput { path: path.clone(), input, feature, available },
                     });
                 }
                 if let Some(column) = inner.first.column(&feature) {

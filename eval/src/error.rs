@@ -61,6 +61,11 @@ pub enum DataError {
     MissingFeature { path: PathBuf, what: &'static str, name: String, available: String },
     #[error("{path}: signature input '{input}' has no feature or array '{feature}'; there are: {available}")]
     MissingInput { path: PathBuf, input: String, feature: String, available: String },
+    #[error(
+        "{path}: signature input '{input}' has no feature or array '{feature}'; there are: {available}; \
+         give --feature {input}=NAME to feed it from one (e.g. --feature {input}={unused}, which nothing else uses)"
+    )]
+    UnfedInput { path: PathBuf, input: String, feature: String, available: String, unused: String },
     #[error("{path}: {reason}")]
     Unsupported { path: PathBuf, reason: String },
     #[error("invalid data spec: {reason}")]

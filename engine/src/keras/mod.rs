@@ -592,12 +592,18 @@ fn export_error(message: String) -> Outcome {
     Outcome::Error(ModelError::new(ErrorKind::ExportFailed, message))
 }
 
+/// What a run decides of a Keras file from the file alone, before any
+/// export or worker (`eval`: a model input the data cannot feed); `Some`
+/// ends the unit with that outcome and the file is not exported.
+pub(crate) type Decide<'a> = &'a dyn Fn(&Model) -> Option<Outcome>;
+
 /// Plans the export stage: hashes every Keras file, finds Python (asked
 /// once, or remembered), looks each file up in the cache. Fast: no export
 /// runs here ([`Staged::produce`] runs them, during the run).
 /// `check_in_worker`: frozen graphs' checks go to the units' workers
-/// (see [`Staged::check_in_worker`]).
-pub(crate) fn plan(models: &[Model], settings: &Settings, check_in_worker: bool) -> Staged {
+/// (see [`Staged::check_in_worker`]). `decide`: units ended from the file
+/// alone, never exported.
+pub(crate) fn plan(models: &[Model], settings: &Settings, check_in_worker: bool, decide: Option<Decide<'_>>) -> Staged {
     let mut staged = Staged {
         models: models.to_vec(),
         exports: Mutex::new(vec![None; models.len()]),
@@ -607,7 +613,15 @@ pub(crate) fn plan(models: &[Model], settings: &Settings, check_in_worker: bool)
         check_in_worker,
         exported_again: Mutex::new(vec![false; models.len()]),
     };
-    let keras: Vec<usize> = (0..models.len()).filter(|&i| models[i].format.is_keras_file()).collect();
+    let mut keras: Vec<usize> = (0..models.len()).filter(|&i| models[i].format.is_keras_file()).collect();
+    // Decided from the file alone: not exported (whether or not Python is there).
+    keras.retain(|&index| match decide.and_then(|decide| decide(&models[index])) {
+        Some(outcome) => {
+            staged.fates[index] = Fate::Failed(Box::new((outcome, Vec::new())));
+            false
+        }
+        None => true,
+    });
     if keras.is_empty() {
         return staged;
     }
@@ -739,7 +753,7 @@ pub fn saved_model_for(
     settings: &Settings,
     stop: &CancelToken,
 ) -> Result<(PathBuf, Option<ExportReport>), Outcome> {
-    let staged = plan(std::slice::from_ref(model), settings, false);
+    let staged = plan(std::slice::from_ref(model), settings, false, None);
     if staged.has_keras_files() {
         let queue = UnitQueue::new(1);
         let (events, reports) = mpsc::channel();

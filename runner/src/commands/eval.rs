@@ -12,13 +12,13 @@ use crate::cli::{EvalArgs, EvalOptions, RunArgs};
 use crate::drive::{discover_models, execute, Plan, Work};
 use crate::settings::{report_settings, run_settings};
 use crate::support::with_causes;
-use isorun_engine::{Feed, FeedStream, FeedSummary, Model};
+use isorun_engine::{Feed, FeedStream, FeedSummary, Model, ModelFormat};
 use isorun_eval::bootstrap::{self, Bootstrap};
 use isorun_eval::predictions::{BackgroundWriter, Meta, PredictionsFormat, PredictionsWriter};
 use isorun_eval::{
-    BatchReader, Bound, CiSpec, DataSpec, Dataset, Evaluator, KeyedBy, MaxDrop, Metric, MetricsSpec, Targets,
+    BatchReader, Bound, CiSpec, DataError, DataSpec, Dataset, Evaluator, KeyedBy, MaxDrop, Metric, MetricsSpec, Targets,
 };
-use isorun_protocol::{ErrorKind, ModelError, Outcome, Tensor};
+use isorun_protocol::{DType, ErrorKind, ModelError, Outcome, SignatureInfo, Tensor, TensorSpec};
 use isorun_report::change::{bootstrap_settings, BaselineBootstrap, BaselineRecord, Discordant, Gate};
 use isorun_report::eval_record::{data_shard_fields, evaluation_fields, EvalRules};
 use isorun_report::shard::{parse_shard, Shard};
@@ -529,11 +529,54 @@ struct EvalFeed {
     tags: Vec<String>,
 }
 
+/// A `saved_model.pb` larger than this is not parsed here for its signature
+/// alone (as `isorun_engine::signature_here`): the unit's worker says.
+const SIGNATURE_READ_LIMIT: u64 = 64 << 20;
+
+/// A dataset error as a unit's outcome.
+fn dataset_error(e: &dyn std::error::Error) -> Outcome {
+    Outcome::Error(ModelError::new(ErrorKind::Dataset, with_causes(e)))
+}
+
 impl Feed for EvalFeed {
+    /// Before any worker: a signature input the data cannot feed, read
+    /// without TensorFlow from the SavedModel's signature.
+    fn check(&self, model: &Model) -> Option<Outcome> {
+        if model.format != ModelFormat::SavedModel {
+            return None;
+        }
+        let size = std::fs::metadata(model.path.join("saved_model.pb")).ok()?.len();
+        if size > SIGNATURE_READ_LIMIT {
+            return None;
+        }
+        let info = signature_of(&model.path, &self.tags, &self.signature).ok()?;
+        self.dataset.reader(&info).err().map(|e| dataset_error(&e))
+    }
+
+    /// Before its export: a `.keras` file's input the data has no feature
+    /// or column for. The exported signature's inputs are named after the
+    /// file's input layers (a Sequential model's `input_layer`); only a
+    /// missing input is decided here (the dtypes are the export's), and
+    /// HDF5 files are left to [`Feed::open`].
+    fn check_keras_file(&self, model: &Model) -> Option<Outcome> {
+        if model.format != ModelFormat::Keras || self.signature != "serving_default" {
+            return None;
+        }
+        let keras = isorun_engine::keras::files::read_keras(&model.path).ok()?;
+        let inputs = keras
+            .inputs
+            .iter()
+            .map(|i| TensorSpec { name: i.name.clone(), dtype: i.dtype.unwrap_or(DType::Float32), shape: None })
+            .collect();
+        let info = SignatureInfo { key: self.signature.clone(), inputs, outputs: Vec::new() };
+        match self.dataset.reader(&info) {
+            Err(e @ (DataError::MissingInput { .. } | DataError::UnfedInput { .. })) => Some(dataset_error(&e)),
+            _ => None,
+        }
+    }
+
     fn open(&self, model: &Model) -> Result<Box<dyn FeedStream + '_>, Outcome> {
         let info = signature_of(&model.path, &self.tags, &self.signature).map_err(Outcome::Error)?;
-        let dataset_error =
-            |e: &dyn std::error::Error| Outcome::Error(ModelError::new(ErrorKind::Dataset, with_causes(e)));
         let reader = self.dataset.reader(&info).map_err(|e| dataset_error(&e))?.prefetch(2);
         let mut evaluator = Evaluator::new(&self.spec, &info, &self.slices)
             .map_err(|e| Outcome::Error(ModelError::new(ErrorKind::Evaluation, with_causes(&e))))?;

@@ -282,3 +282,100 @@ fn a_label_that_is_not_one_of_the_label_classes_names_the_file_row_value_and_cla
     assert_eq!(ran.code, Some(2), "{}", ran.stderr);
     assert!(ran.stderr.contains("'cat' is named twice (classes 0 and 2)"), "{}", ran.stderr);
 }
+
+/// The record was decided in the supervisor: no worker (and no export).
+fn assert_no_worker(record: &Value) {
+    for key in ["worker_start", "worker_id", "peak_rss_bytes", "load_ms", "export"] {
+        assert!(record.get(key).is_none(), "{key} in a record decided before any worker: {record}");
+    }
+}
+
+/// `iris.keras` with the config of a Keras 3 `Sequential` model, whose
+/// input Keras names `input_layer` whatever the data calls it.
+fn sequential_keras(dir: &Path) -> PathBuf {
+    use std::io::{Read, Write};
+    let config = serde_json::json!({
+        "module": "keras", "class_name": "Sequential", "registered_name": null,
+        "config": {
+            "name": "sequential", "trainable": true,
+            "layers": [
+                {"module": "keras.layers", "class_name": "InputLayer", "registered_name": null,
+                 "config": {"batch_shape": [null, 4], "dtype": "float32", "sparse": false, "name": "input_layer"}},
+                {"module": "keras.layers", "class_name": "Dense", "registered_name": null,
+                 "config": {"name": "dense", "trainable": true, "units": 1, "activation": "sigmoid", "use_bias": true}}
+            ],
+            "build_input_shape": [null, 4]
+        }
+    });
+    let iris = std::fs::File::open(fixtures().join("keras/iris.keras")).unwrap();
+    let mut iris = zip::ZipArchive::new(iris).unwrap();
+    let path = dir.join("seq.keras");
+    let mut out = zip::ZipWriter::new(std::fs::File::create(&path).unwrap());
+    let stored = zip::write::SimpleFileOptions::default().compression_method(zip::CompressionMethod::Stored);
+    for i in 0..iris.len() {
+        let mut entry = iris.by_index(i).unwrap();
+        let mut bytes = Vec::new();
+        entry.read_to_end(&mut bytes).unwrap();
+        if entry.name() == "config.json" {
+            bytes = serde_json::to_vec(&config).unwrap();
+        }
+        out.start_file(entry.name(), stored).unwrap();
+        out.write_all(&bytes).unwrap();
+    }
+    out.finish().unwrap();
+    path
+}
+
+#[test]
+fn an_input_the_data_lacks_is_decided_before_any_worker_with_the_rename_to_give() {
+    // A Keras Sequential model's input_layer, from the file itself: not
+    // exported, no worker (no Python needed), the column to rename named.
+    let dir = tempfile::tempdir().unwrap();
+    let seq = sequential_keras(dir.path());
+    let ran = run(isorun().arg("eval").arg(&seq).args(["--data"]).arg(table("data.parquet")).args([
+        "--label",
+        "label_bin",
+        "-j",
+        "1",
+        "--json",
+    ]));
+    assert_eq!(ran.code, Some(1), "{}\n{}", ran.stdout, ran.stderr);
+    let record = ran.record("seq.keras");
+    assert_eq!(record["error"]["kind"], "dataset", "{record}");
+    let message = record["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("signature input 'input_layer' has no feature or array 'input_layer'")
+            && message.contains("give --feature input_layer=NAME to feed it from one (e.g. --feature input_layer=x,"),
+        "{message}"
+    );
+    assert_no_worker(record);
+    // A SavedModel's signature, read in the supervisor: the same, before any worker.
+    let renamed = dir.path().join("renamed.csv");
+    std::fs::write(&renamed, "p,y\n0.9,1\n0.2,0\n").unwrap();
+    let ran = run(isorun()
+        .arg("eval")
+        .arg(model("echo"))
+        .arg("--data")
+        .arg(&renamed)
+        .args(["--label", "y", "-j", "1", "--json"]));
+    assert_eq!(ran.code, Some(1), "{}\n{}", ran.stdout, ran.stderr);
+    let record = ran.record("echo");
+    let message = record["error"]["message"].as_str().unwrap();
+    assert!(message.contains("renamed.csv: signature input 'x' has no feature or array 'x'"), "{message}");
+    assert!(message.contains("(e.g. --feature x=p, which nothing else uses)"), "{message}");
+    assert_no_worker(record);
+    // And the rename given, it runs.
+    let ran = run(isorun().arg("eval").arg(model("echo")).arg("--data").arg(&renamed).args([
+        "--label",
+        "y",
+        "-j",
+        "1",
+        "--json",
+        "--feature",
+        "x=p",
+        "--metric",
+        "accuracy",
+    ]));
+    assert_eq!(ran.code, Some(0), "{}\n{}", ran.stdout, ran.stderr);
+    assert_eq!(ran.record("echo")["metrics"]["accuracy"].as_f64(), Some(1.0), "{}", ran.stdout);
+}
