@@ -9,8 +9,19 @@
 //! when every score so far was a probability, else over the range seen so
 //! far, later scores clamped into it) and the result is approximate: scores
 //! in one bucket count as tied. `exact()` says which.
+//!
+//! A curve read back ([`Curve::from_json`]) is a file's claim: it holds its
+//! buckets' counts only as far as the file backs them. Buckets are held one
+//! by one (a map of the buckets with counts) until a quarter of them have
+//! some, and only then as one array of them all, so an empty curve claiming
+//! a thousand buckets costs what its few bytes do. Which way they are held
+//! never changes a count, nor the order counts are added in.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
+
+/// Bucket counts are held as one array of every bucket once at least one
+/// bucket in this many has counts; before, only the buckets that have.
+const DENSE_SHARE: usize = 4;
 
 /// Counts of positive and negative weight per score.
 #[derive(Debug, Clone)]
@@ -25,17 +36,72 @@ pub struct Curve {
 struct Buckets {
     low: f64,
     high: f64,
-    counts: Vec<(f64, f64)>,
+    /// How many buckets span [low, high].
+    count: usize,
+    counts: Counts,
+}
+
+/// The (positive, negative) weights of the buckets.
+#[derive(Debug, Clone)]
+enum Counts {
+    /// Every bucket's, by index.
+    Dense(Vec<(f64, f64)>),
+    /// Those of the buckets that have been given any, by index.
+    Sparse(BTreeMap<usize, (f64, f64)>),
 }
 
 impl Buckets {
+    /// No counts yet, held as an array when `backing` (counts about to be
+    /// added, or entries read) reach a quarter of `count`, else as a map.
+    fn new(low: f64, high: f64, count: usize, backing: usize) -> Buckets {
+        let counts = if backing.saturating_mul(DENSE_SHARE) >= count {
+            Counts::Dense(vec![(0.0, 0.0); count])
+        } else {
+            Counts::Sparse(BTreeMap::new())
+        };
+        Buckets { low, high, count, counts }
+    }
+
     fn index(&self, score: f64) -> usize {
-        let n = self.counts.len();
+        let n = self.count;
         let at = ((score - self.low) / (self.high - self.low) * n as f64).floor();
         if at.is_nan() {
             0
         } else {
             (at.max(0.0) as usize).min(n - 1)
+        }
+    }
+
+    /// The counts of bucket `i` (< `count`), held from now on.
+    fn slot(&mut self, i: usize) -> &mut (f64, f64) {
+        if let Counts::Sparse(map) = &self.counts {
+            if !map.contains_key(&i) && (map.len() + 1).saturating_mul(DENSE_SHARE) >= self.count {
+                let mut dense = vec![(0.0, 0.0); self.count];
+                for (&at, &counts) in map {
+                    dense[at] = counts;
+                }
+                self.counts = Counts::Dense(dense);
+            }
+        }
+        match &mut self.counts {
+            Counts::Dense(all) => &mut all[i],
+            Counts::Sparse(map) => map.entry(i).or_insert((0.0, 0.0)),
+        }
+    }
+
+    /// Adds weights to bucket `i` (< `count`).
+    fn add(&mut self, i: usize, pos: f64, neg: f64) {
+        let slot = self.slot(i);
+        slot.0 += pos;
+        slot.1 += neg;
+    }
+
+    /// (index, counts) of the buckets held, lowest first (every bucket when
+    /// held as an array).
+    fn held(&self) -> Box<dyn DoubleEndedIterator<Item = (usize, (f64, f64))> + '_> {
+        match &self.counts {
+            Counts::Dense(all) => Box::new(all.iter().copied().enumerate()),
+            Counts::Sparse(map) => Box::new(map.iter().map(|(&i, &c)| (i, c))),
         }
     }
 }
@@ -74,11 +140,10 @@ impl Curve {
         let scores = self.exact.keys().map(|&k| unkey(k));
         let (low, high) = scores.fold((f64::INFINITY, f64::NEG_INFINITY), |(l, h), s| (l.min(s), h.max(s)));
         let (low, high) = if low >= 0.0 && high <= 1.0 { (0.0, 1.0) } else { (low, high) };
-        let mut buckets = Buckets { low, high, counts: vec![(0.0, 0.0); self.bucket_count] };
+        let mut buckets = Buckets::new(low, high, self.bucket_count, self.exact.len());
         for (k, (pos, neg)) in self.exact.drain() {
             let i = buckets.index(unkey(k));
-            buckets.counts[i].0 += pos;
-            buckets.counts[i].1 += neg;
+            buckets.add(i, pos, neg);
         }
         self.exact = HashMap::new();
         self.buckets = Some(buckets);
@@ -105,17 +170,15 @@ impl Curve {
                 *self = merged;
             }
             (Some(mine), Some(theirs)) => {
-                let same =
-                    mine.low == theirs.low && mine.high == theirs.high && mine.counts.len() == theirs.counts.len();
-                let n = theirs.counts.len() as f64;
-                for (i, &(pos, neg)) in theirs.counts.iter().enumerate() {
+                let same = mine.low == theirs.low && mine.high == theirs.high && mine.count == theirs.count;
+                let n = theirs.count as f64;
+                for (i, (pos, neg)) in theirs.held() {
                     let at = if same {
                         i
                     } else {
                         mine.index(theirs.low + (i as f64 + 0.5) / n * (theirs.high - theirs.low))
                     };
-                    mine.counts[at].0 += pos;
-                    mine.counts[at].1 += neg;
+                    mine.add(at, pos, neg);
                 }
             }
         }
@@ -125,8 +188,7 @@ impl Curve {
     fn add_counts(&mut self, score: f64, pos: f64, neg: f64) {
         if let Some(buckets) = &mut self.buckets {
             let i = buckets.index(score);
-            buckets.counts[i].0 += pos;
-            buckets.counts[i].1 += neg;
+            buckets.add(i, pos, neg);
             return;
         }
         let entry = self.exact.entry(key(score)).or_insert((0.0, 0.0));
@@ -156,19 +218,19 @@ impl Curve {
             Some(b) => {
                 object.insert("low".into(), number(b.low));
                 object.insert("high".into(), number(b.high));
-                let counts = b.counts.iter().enumerate().filter(|(_, &(p, n))| p != 0.0 || n != 0.0);
+                let counts = b.held().filter(|&(_, (p, n))| p != 0.0 || n != 0.0);
                 object.insert(
                     "counts".into(),
-                    counts.map(|(i, &(p, n))| serde_json::json!([i, number(p), number(n)])).collect(),
+                    counts.map(|(i, (p, n))| serde_json::json!([i, number(p), number(n)])).collect(),
                 );
             }
         }
         serde_json::Value::Object(object)
     }
 
-    /// The curve of [`Curve::to_json`]; `Err` says what is wrong. Its
-    /// buckets are allocated in full when it is bucketed, so the JSON (a
-    /// file's) may claim at most `max_buckets`: what eval makes for its place.
+    /// The curve of [`Curve::to_json`]; `Err` says what is wrong. The JSON
+    /// (a file's) may claim at most `max_buckets` buckets, what eval makes
+    /// for its place; only those its counts name are held (see the module doc).
     pub fn from_json(value: &serde_json::Value, max_buckets: usize) -> Result<Curve, String> {
         let count = |key: &str| {
             value[key]
@@ -206,15 +268,13 @@ impl Curve {
             let (Some(low), Some(high)) = (value["low"].as_f64(), value["high"].as_f64()) else {
                 return Err("curve: bucketed without \"low\" and \"high\"".into());
             };
-            let mut buckets = Buckets { low, high, counts: vec![(0.0, 0.0); curve.bucket_count] };
+            let mut buckets = Buckets::new(low, high, curve.bucket_count, counts.len());
             for entry in counts {
                 let (i, pos, neg) = triple(entry)?;
-                let slot = buckets
-                    .counts
-                    .get_mut(i as usize)
-                    .filter(|_| i >= 0.0 && i.fract() == 0.0)
-                    .ok_or_else(|| format!("curve: bucket {i} of {}", curve.bucket_count))?;
-                *slot = (pos, neg);
+                if !(i >= 0.0 && i.fract() == 0.0 && i < curve.bucket_count as f64) {
+                    return Err(format!("curve: bucket {i} of {}", curve.bucket_count));
+                }
+                *buckets.slot(i as usize) = (pos, neg);
             }
             curve.buckets = Some(buckets);
         } else {
@@ -231,7 +291,7 @@ impl Curve {
     /// (positive, negative) weight per score, highest score first.
     fn points(&self) -> Vec<(f64, f64)> {
         match &self.buckets {
-            Some(b) => b.counts.iter().rev().copied().filter(|&(p, n)| p != 0.0 || n != 0.0).collect(),
+            Some(b) => b.held().rev().map(|(_, c)| c).filter(|&(p, n)| p != 0.0 || n != 0.0).collect(),
             None => {
                 let mut keys: Vec<(&u64, &(f64, f64))> = self.exact.iter().collect();
                 keys.sort_unstable_by(|a, b| b.0.cmp(a.0));
@@ -290,6 +350,119 @@ mod tests {
             assert_eq!(unkey(key(w[0])), w[0]);
         }
         assert_eq!(key(-0.0), key(0.0));
+    }
+
+    /// How many buckets' counts `curve` holds, and whether as one array.
+    fn held(curve: &Curve) -> (usize, bool) {
+        match &curve.buckets.as_ref().expect("bucketed").counts {
+            Counts::Dense(all) => (all.len(), true),
+            Counts::Sparse(map) => (map.len(), false),
+        }
+    }
+
+    /// `curve` with its buckets held one by one (those with counts).
+    fn sparse(curve: &Curve) -> Curve {
+        let mut sparse = curve.clone();
+        let buckets = sparse.buckets.as_mut().expect("bucketed");
+        let held = buckets.held().filter(|&(_, (p, n))| p != 0.0 || n != 0.0).collect();
+        buckets.counts = Counts::Sparse(held);
+        sparse
+    }
+
+    /// A bucketed curve (cap 50, 64 buckets) of `n` scores from `seed`, over `[low, high)`.
+    fn bucketed(seed: u64, n: usize, low: f64, high: f64) -> Curve {
+        let mut curve = Curve::new(50, 64);
+        let mut x = seed;
+        for i in 0..n {
+            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            let score = low + (x >> 11) as f64 / (1u64 << 53) as f64 * (high - low);
+            curve.add(score, (x >> 7).is_multiple_of(3), 0.5 + (i % 4) as f64 * 0.25);
+        }
+        assert!(!curve.exact());
+        curve
+    }
+
+    fn same(a: &Curve, b: &Curve) {
+        assert_eq!(a.to_json(), b.to_json());
+        assert_eq!(a.roc_auc().to_bits(), b.roc_auc().to_bits());
+        assert_eq!(a.average_precision().to_bits(), b.average_precision().to_bits());
+    }
+
+    #[test]
+    fn a_curve_read_holds_only_the_buckets_its_json_gives_counts_for() {
+        let empty = serde_json::json!({"cap": 1, "buckets": 1024, "low": 0.0, "high": 1.0, "counts": []});
+        let curve = Curve::from_json(&empty, 1024).unwrap();
+        assert_eq!(held(&curve), (0, false));
+        assert!(curve.roc_auc().is_nan());
+
+        let one = serde_json::json!({"cap": 1, "buckets": 1024, "low": 0.0, "high": 1.0, "counts": [[1023, 2.0, 1.0]]});
+        let mut curve = Curve::from_json(&one, 1024).unwrap();
+        assert_eq!(held(&curve), (1, false));
+        // Merged with another empty one, it holds no more.
+        curve.merge(&Curve::from_json(&empty, 1024).unwrap());
+        assert_eq!(held(&curve), (1, false));
+        assert_eq!(curve.to_json(), one);
+
+        // Exact curves capped at one score, merged: bucketed, holding the two buckets.
+        let mut a = Curve::from_json(&serde_json::json!({"cap": 1, "buckets": 1024, "scores": [[0.25, 1, 0]]}), 1024);
+        let b = Curve::from_json(&serde_json::json!({"cap": 1, "buckets": 1024, "scores": [[0.75, 0, 1]]}), 1024);
+        let a = a.as_mut().unwrap();
+        a.merge(&b.unwrap());
+        assert_eq!(held(a), (2, false));
+        assert_eq!(a.roc_auc(), 0.0);
+
+        let past = serde_json::json!({"cap": 1, "buckets": 16, "low": 0.0, "high": 1.0, "counts": [[16, 1.0, 0.0]]});
+        assert_eq!(Curve::from_json(&past, 16).unwrap_err(), "curve: bucket 16 of 16");
+    }
+
+    #[test]
+    fn buckets_become_one_array_once_a_quarter_of_them_hold_counts() {
+        let empty = serde_json::json!({"cap": 1, "buckets": 16, "low": 0.0, "high": 1.0, "counts": []});
+        let mut curve = Curve::from_json(&empty, 16).unwrap();
+        for (i, score) in [0.01, 0.2, 0.4].into_iter().enumerate() {
+            curve.add(score, true, 1.0);
+            assert_eq!(held(&curve), (i + 1, false));
+        }
+        curve.add(0.41, false, 1.0);
+        assert_eq!(held(&curve), (3, false));
+        curve.add(0.9, false, 1.0);
+        assert_eq!(held(&curve), (16, true));
+        // Eval's own curves past their cap: as one array from the start.
+        assert_eq!(held(&bucketed(1, 200, 0.0, 1.0)), (64, true));
+    }
+
+    #[test]
+    fn buckets_held_one_by_one_or_as_an_array_give_the_same_curve_to_the_bit() {
+        for (low, high) in [(0.0, 1.0), (-3.0, 5.0)] {
+            let (a, b) = (bucketed(1, 300, low, high), bucketed(2, 500, low, high));
+            let (sparse_a, sparse_b) = (sparse(&a), sparse(&b));
+            assert!(!held(&sparse_a).1);
+            same(&a, &sparse_a);
+            let mut dense = a.clone();
+            dense.merge(&b);
+            for (mine, theirs) in [(&sparse_a, &sparse_b), (&sparse_a, &b), (&a, &sparse_b)] {
+                let mut merged = mine.clone();
+                merged.merge(theirs);
+                same(&dense, &merged);
+            }
+            // Another range: the other's buckets placed by their middle score.
+            let other = bucketed(3, 400, low - 1.0, high + 2.0);
+            let mut dense = a.clone();
+            dense.merge(&other);
+            let mut merged = sparse_a.clone();
+            merged.merge(&sparse(&other));
+            same(&dense, &merged);
+            // Read back from its JSON (only the buckets with counts).
+            same(&dense, &Curve::from_json(&dense.to_json(), 64).unwrap());
+            // More scores added after.
+            let (mut dense, mut merged) = (a.clone(), sparse_a.clone());
+            for i in 0..100 {
+                let score = low + (high - low) * (i as f64 / 100.0);
+                dense.add(score, i % 2 == 0, 1.0);
+                merged.add(score, i % 2 == 0, 1.0);
+            }
+            same(&dense, &merged);
+        }
     }
 
     #[test]

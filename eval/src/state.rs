@@ -35,8 +35,11 @@
 //! A multiclass state's classes (at most [`MAX_CLASSES`]) must be the length
 //! of its per-class sums, replicate lists the lengths their counts say
 //! (checked before anything is allocated), a curve at most the buckets eval
-//! makes for its place; and counts summed by [`MetricState::merge`] are
-//! checked, an overflow an error rather than a wrap.
+//! makes for its place (and holding only the buckets it gives counts for,
+//! `crate::curve`), a slice feature at most [`MAX_SLICE_VALUES`] values,
+//! curves only where eval keeps them (not on a multiclass state's slices);
+//! and counts summed by [`MetricState::merge`] are checked, an overflow an
+//! error rather than a wrap.
 
 use crate::calibration::Calibration;
 use crate::confusion::TopConfusions;
@@ -946,7 +949,7 @@ impl MetricState {
         // Curves read are never bigger than the ones eval makes for their place.
         let (overall_buckets, slice_buckets) = (overall_curve_sizes(curve_count).1, SLICE_AUC_CAP);
         if !value["overall"].is_null() {
-            let overall = state_from_json(&value["overall"], task, overall_buckets);
+            let overall = state_from_json(&value["overall"], task, Some(overall_buckets));
             state.overall = Some(overall.map_err(|e| invalid(format!("overall: {e}")))?);
         }
         // The class count is backed by per-class sums (checked by
@@ -964,9 +967,17 @@ impl MetricState {
                 state.slice_names.len()
             )));
         }
+        // Eval keeps AUC curves for slices of a binary state only.
+        let slice_buckets = (task == Task::Binary).then_some(slice_buckets);
         for ((feature, states), name) in slices.iter().zip(&mut state.slices).zip(&state.slice_names) {
             let values =
                 feature["values"].as_object().ok_or_else(|| invalid(format!("slice {name}: no \"values\"")))?;
+            if values.len() > MAX_SLICE_VALUES {
+                return Err(invalid(format!(
+                    "slice {name}: {} values, more than the {MAX_SLICE_VALUES} eval keeps for a slice feature",
+                    values.len()
+                )));
+            }
             for (v, s) in values {
                 let parsed =
                     state_from_json(s, task, slice_buckets).map_err(|e| invalid(format!("slice {name}={v}: {e}")))?;
@@ -1111,8 +1122,9 @@ fn state_json(state: &State) -> Value {
     Value::Object(o)
 }
 
-/// A state of [`state_json`]'s JSON; its AUC curves of at most `max_buckets` buckets.
-fn state_from_json(value: &Value, task: Task, max_buckets: usize) -> Result<State, String> {
+/// A state of [`state_json`]'s JSON; its AUC curves of at most `max_buckets`
+/// buckets, and none where that is `None` (eval keeps none there).
+fn state_from_json(value: &Value, task: Task, max_buckets: Option<usize>) -> Result<State, String> {
     if !value.is_object() {
         return Err("not an object".into());
     }
@@ -1120,7 +1132,11 @@ fn state_from_json(value: &Value, task: Task, max_buckets: usize) -> Result<Stat
     for (name, sum) in SUM_NAMES.iter().zip(sums.fields_mut()) {
         *sum = get_sum(value, name)?;
     }
-    let curve = |v: &Value| if v.is_null() { Ok(None) } else { Curve::from_json(v, max_buckets).map(Some) };
+    let read_curve = |v: &Value| match max_buckets {
+        Some(max_buckets) => Curve::from_json(v, max_buckets),
+        None => Err(format!("AUC curves, which eval keeps for no slice of a {} state", task.name())),
+    };
+    let curve = |v: &Value| if v.is_null() { Ok(None) } else { read_curve(v).map(Some) };
     let calibration = if value["calibration"].is_null() {
         None
     } else {
@@ -1149,9 +1165,7 @@ fn state_from_json(value: &Value, task: Task, max_buckets: usize) -> Result<Stat
                 .ok_or_else(|| format!("\"present\" is not {classes} flags"))?;
             let curves = match value["curves"].as_array() {
                 None => None,
-                Some(list) if list.len() == classes => {
-                    Some(list.iter().map(|c| Curve::from_json(c, max_buckets)).collect::<Result<_, _>>()?)
-                }
+                Some(list) if list.len() == classes => Some(list.iter().map(read_curve).collect::<Result<_, _>>()?),
                 Some(list) => return Err(format!("{} curves for {classes} classes", list.len())),
             };
             State::Multiclass(MulticlassState {

@@ -124,3 +124,35 @@ fn counts_that_would_pass_u64_when_merged_are_an_error_not_a_wrap() {
     let error = first.merge(&second).unwrap_err().to_string();
     assert!(error.contains("the summed replicate examples overflow a 64-bit count"), "{error}");
 }
+
+#[test]
+fn slices_hold_no_more_values_than_eval_keeps_and_curves_only_where_eval_keeps_them() {
+    let empty = json!({"cap": 1, "buckets": 1024, "low": 0.0, "high": 1.0, "counts": []});
+    let mut binary = state(1, vec![Metric::Auc], None);
+    binary["slice_features"] = json!(["s"]);
+    let values = |n: usize, slice: &Value| -> Value {
+        json!([{ "values": (0..n).map(|v| (v.to_string(), slice.clone())).collect::<serde_json::Map<_, _>>() }])
+    };
+    binary["slices"] = values(1000, &json!({"examples": 0, "curve": empty}));
+    assert!(MetricState::from_json(&binary).is_ok());
+    // 1001 values: past MAX_SLICE_VALUES, which eval never writes.
+    binary["slices"] = values(1001, &json!({"examples": 0, "curve": empty}));
+    assert_eq!(
+        refused(&binary),
+        "metric_state: slice s: 1001 values, more than the 1000 eval keeps for a slice feature"
+    );
+
+    // Eval keeps no curves for a multiclass state's slice values.
+    let mut multiclass = state(3, vec![Metric::Auc], None);
+    multiclass["slice_features"] = json!(["s"]);
+    let mut slice = multiclass["overall"].clone();
+    assert!(slice["curves"].is_array());
+    multiclass["slices"] = values(1, &slice);
+    assert_eq!(
+        refused(&multiclass),
+        "metric_state: slice s=0: AUC curves, which eval keeps for no slice of a multiclass state"
+    );
+    slice.as_object_mut().unwrap().remove("curves");
+    multiclass["slices"] = values(1, &slice);
+    assert!(MetricState::from_json(&multiclass).is_ok());
+}

@@ -195,3 +195,45 @@ fn predictions_files_whose_rows_or_description_lie_are_read_within_the_bound() {
     let error = within_bound("10^12 first rows", file.len() as u64, || read_predictions(&path)).unwrap_err();
     assert!(error.contains("eval's first batch, 1000000000000 rows"), "{error}");
 }
+
+#[test]
+fn curves_that_claim_buckets_their_file_does_not_hold_are_read_within_the_bound() {
+    let _one = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let empty = json!({"cap": 1, "buckets": 1024, "low": 0.0, "high": 1.0, "counts": []});
+
+    // 20,000 values of one slice feature (eval keeps 1,000), each an empty
+    // curve of 1024 buckets: 320 MiB a file, were the buckets allocated.
+    let mut lie = state(1, vec![Metric::Auc], None);
+    let values: serde_json::Map<String, Value> =
+        (0..20_000).map(|v| (v.to_string(), json!({"examples": 0, "curve": empty}))).collect();
+    lie["slice_features"] = json!(["s"]);
+    lie["slices"] = json!([{ "values": values }]);
+    let paths = [data_shard(dir.path(), "0/2", &lie), data_shard(dir.path(), "1/2", &lie)];
+    let error = within_bound("20,000 slice values", size(&paths), || merge(&paths)).unwrap_err();
+    assert!(error.contains("slice s: 20000 values, more than the 1000"), "{error}");
+
+    // 2^13 classes, each an empty curve of 1024 buckets (eval's for that
+    // many classes): 128 MiB a file, were they allocated; read, merged and
+    // scored, they hold what the files hold. (Per class, a parsed report
+    // costs some 20 times its bytes: more classes would pass the bound
+    // with no curves at all.)
+    let classes = 1 << 13;
+    let mut lie = state(3, vec![Metric::Auc], None);
+    lie["classes"] = json!(classes);
+    for key in ["tp", "fp", "fn", "present"] {
+        lie["overall"][key] = json!(vec![0; classes]);
+    }
+    lie["overall"]["curves"] = json!(vec![empty.clone(); classes]);
+    lie.as_object_mut().unwrap().remove("confusion");
+    let paths = [data_shard(dir.path(), "0/2", &lie), data_shard(dir.path(), "1/2", &lie)];
+    within_bound("2^13 empty bucketed curves", size(&paths), || merge(&paths)).unwrap();
+
+    // Exact curves of one score each, capped at one: merged, each passes
+    // its cap and is bucketed (1024 buckets, 128 MiB, were they allocated).
+    let mut second = lie.clone();
+    lie["overall"]["curves"] = json!(vec![json!({"cap": 1, "buckets": 1024, "scores": [[0.25, 1, 0]]}); classes]);
+    second["overall"]["curves"] = json!(vec![json!({"cap": 1, "buckets": 1024, "scores": [[0.75, 0, 1]]}); classes]);
+    let paths = [data_shard(dir.path(), "0/2", &lie), data_shard(dir.path(), "1/2", &second)];
+    within_bound("2^13 curves bucketed by the merge", size(&paths), || merge(&paths)).unwrap();
+}
