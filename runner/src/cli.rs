@@ -384,6 +384,11 @@ pub struct RescoreArgs {
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=10_000))]
     pub calibration_bins: Option<u64>,
 
+    /// Classes up to which the record carries the full confusion matrix [default: eval's, at
+    /// most 1000: a classes² matrix is never sized from what a predictions file says].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(2..=20_000))]
+    pub max_confusion_classes: Option<u64>,
+
     /// Confidence intervals at LEVEL (e.g. 0.95), by the same Poisson bootstrap as eval --ci:
     /// each file's examples are weighted by their key or index as eval's were, so the intervals
     /// equal eval's for the same --bootstrap and --bootstrap-seed.

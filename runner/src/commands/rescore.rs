@@ -159,8 +159,10 @@ fn spec_for(
         threshold: rules.given.unwrap_or(meta.threshold),
         from_logits: args.from_logits || meta.from_logits,
         calibration_bins: args.calibration_bins.map_or(meta.calibration_bins, |n| n as usize),
-        // A classes² matrix: never sized by what a file claims.
-        max_confusion_classes: meta.max_confusion_classes.min(isorun_eval::metrics::MAX_CONFUSION_CLASSES),
+        // A classes² matrix: never sized by what a file claims, only by the flag.
+        max_confusion_classes: args
+            .max_confusion_classes
+            .map_or(meta.max_confusion_classes.min(isorun_eval::metrics::MAX_CONFUSION_CLASSES), |n| n as usize),
     };
     let slices = if args.slices.is_empty() { meta.slices.clone() } else { args.slices.clone() };
     Ok((spec, slices))

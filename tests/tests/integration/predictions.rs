@@ -485,4 +485,11 @@ fn rescore_never_sizes_a_confusion_matrix_from_the_file_s_max_confusion_classes(
     assert_eq!(record["confusion_matrix_omitted"], true, "{record}");
     assert!(record.get("confusion_matrix").is_none_or(Value::is_null), "a {classes}² matrix was made");
     assert_eq!(record["top_confusions"][0], json!({"true": 1, "predicted": 0, "count": 1}), "{record}");
+    // The user's flag, not the file, may ask for more.
+    let ran = rescore(&[p(&path), "--max-confusion-classes", "2000"], tmp.path());
+    assert_eq!(ran.code, Some(0), "{ran:?}");
+    let record: Value = serde_json::from_str(ran.stdout.lines().next().unwrap()).unwrap();
+    let matrix = record["confusion_matrix"].as_array().expect("the matrix, as --max-confusion-classes asked");
+    assert_eq!(matrix.len(), classes, "{}", record["confusion_matrix_omitted"]);
+    assert_eq!(matrix[1][0], 1);
 }
