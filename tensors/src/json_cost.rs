@@ -32,16 +32,7 @@ pub const RECORD_FLOOR: u64 = 256 << 20;
 /// As [`check_json_cost`], with [`RECORD_FLOOR`] for the floor: for reports
 /// and journals read back.
 pub fn check_record_json_cost(text: &[u8]) -> Result<(), String> {
-    let values = count_values(text);
-    let most = (text.len() as u64).saturating_mul(16).max(RECORD_FLOOR) / VALUE_COST;
-    if values > most {
-        return Err(format!(
-            "{} bytes of JSON hold {values} values, more than the {most} read from a text of that length \
-             (each costs about {VALUE_COST} bytes parsed)",
-            text.len()
-        ));
-    }
-    Ok(())
+    refuse_past(text, (text.len() as u64).saturating_mul(16).max(RECORD_FLOOR) / VALUE_COST)
 }
 
 /// At least the number of values (object keys included) that `text` parses
@@ -81,8 +72,12 @@ pub fn check_json_cost(text: &[u8]) -> Result<(), String> {
 /// file that may be smaller than the text (a deflated zip entry): the bound
 /// is the file's, not the text's.
 pub fn check_json_cost_of(text: &[u8], read: u64) -> Result<(), String> {
+    refuse_past(text, most_values(read.min(text.len() as u64)))
+}
+
+/// Refuses `text` if it holds more than `most` values, saying both numbers.
+fn refuse_past(text: &[u8], most: u64) -> Result<(), String> {
     let values = count_values(text);
-    let most = most_values(read.min(text.len() as u64));
     if values > most {
         return Err(format!(
             "{} bytes of JSON hold {values} values, more than the {most} read from a text of that length \
