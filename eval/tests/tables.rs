@@ -269,10 +269,12 @@ fn bomb(dir: &Path, blob_bytes: usize) -> PathBuf {
 #[test]
 fn a_page_that_decompresses_past_the_cap_is_refused_before_it_is_read() {
     let dir = tempfile::tempdir().unwrap();
-    let cap = 256 << 20;
-    let path = bomb(dir.path(), cap + 1);
+    // Past the most any file's page may take (256 MiB), and so past a small
+    // file's cap: eight times the file, at least 32 MiB.
+    let path = bomb(dir.path(), (256 << 20) + 1);
     let on_disk = std::fs::metadata(&path).unwrap().len();
     assert!(on_disk < 1 << 20, "the bomb is small on disk: {on_disk} bytes");
+    let cap = 32 << 20;
     let spec = |slices: Vec<String>| DataSpec { weight: None, slices, renames: vec![], ..spec(&path) };
     let sig = |inputs| SignatureInfo { key: "serving_default".into(), inputs, outputs: vec![] };
     let read = |spec: DataSpec, sig: SignatureInfo| -> Result<usize, DataError> {
@@ -290,7 +292,7 @@ fn a_page_that_decompresses_past_the_cap_is_refused_before_it_is_read() {
         err.contains("bomb.parquet")
             && err.contains("row group 0 column 'blob' page 0")
             && err.contains("claims to decompress to")
-            && err.contains(&format!("more than the {cap} a page may take")),
+            && err.contains(&format!("more than the {cap} a page of a {on_disk}-byte file may take")),
         "{err}"
     );
     // As a slice too (slices are read as text).

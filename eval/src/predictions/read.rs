@@ -12,7 +12,12 @@
 //! size is taken from what the file claims. Rows per batch come from a byte
 //! budget ([`batch_budget`]) and the row's size, never from the
 //! description's `first_batch_rows`; eval's first batch is refused when it
-//! is more than the budget holds.
+//! is more than the budget holds. A JSON Lines line is read with the dataset
+//! readers' line cap (`source::lines`, 64 MiB) and walked, never built into
+//! a `serde_json::Value` (one cost ~70 bytes a number: a 60 MiB line of
+//! zeros took gigabytes): each value goes straight into its column, and an
+//! output longer than its saved width is refused at the first value past it,
+//! so a line costs a small multiple of its bytes.
 //!
 //! [`Evaluator`]: crate::Evaluator
 
@@ -21,6 +26,7 @@ use super::{output_column, sidecar, slice_column, INDEX, KEY, LABEL, WEIGHT};
 use crate::data::{Labels, Targets};
 use crate::error::DataError;
 use crate::source::arrow::contained;
+use crate::source::jsonl::{read_line, without_line_end, LineError, MAX_LINE_BYTES};
 use arrow_array::cast::AsArray;
 use arrow_array::types::{
     Float16Type, Float32Type, Float64Type, Int16Type, Int32Type, Int64Type, Int8Type, UInt16Type, UInt32Type,
@@ -31,9 +37,10 @@ use arrow_schema::DataType;
 use isorun_protocol::{DType, Tensor};
 use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ParquetRecordBatchReader, ParquetRecordBatchReaderBuilder};
 use parquet::arrow::ProjectionMask;
+use serde::de::{DeserializeSeed, Deserializer, Error as _, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::Value;
 use std::fs::File;
-use std::io::{BufRead, BufReader};
+use std::io::BufReader;
 use std::path::{Path, PathBuf};
 
 /// Rows per batch read (eval's first batch aside), at most.
@@ -110,7 +117,8 @@ pub fn list_files(paths: &[PathBuf]) -> Result<Vec<PathBuf>, ReadError> {
 
 enum Rows {
     Parquet(Box<ParquetRecordBatchReader>),
-    Jsonl(std::io::Lines<BufReader<File>>, u64),
+    /// A JSON Lines file: its reader, the lines read, the line buffer.
+    Jsonl(BufReader<File>, u64, Vec<u8>),
 }
 
 /// One predictions file, opened.
@@ -254,7 +262,7 @@ impl PredictionsReader {
         self.batch_rows = self.rows_per_batch()?;
         let rows = if self.path.to_string_lossy().ends_with(".jsonl") {
             let file = File::open(&self.path).map_err(|e| err(&self.path, e.to_string()))?;
-            Rows::Jsonl(BufReader::with_capacity(1 << 20, file).lines(), 0)
+            Rows::Jsonl(BufReader::with_capacity(1 << 20, file), 0, Vec::new())
         } else {
             let path = self.path.clone();
             let meta = self.parquet.clone().expect("a Parquet file's metadata is read by open");
@@ -361,28 +369,44 @@ impl PredictionsReader {
                 };
                 Some(self.batch_of_arrow(&batch))
             }
-            Rows::Jsonl(lines, line_number) => {
-                let mut rows = Vec::with_capacity(want.min(READ_ROWS));
-                while rows.len() < want {
-                    match lines.next() {
-                        None => break,
-                        Some(Err(e)) => return Some(Err(err(&self.path, e.to_string()))),
-                        Some(Ok(line)) => {
-                            *line_number += 1;
-                            if line.trim().is_empty() {
-                                continue;
-                            }
-                            match serde_json::from_str::<Value>(&line) {
-                                Ok(value) => rows.push((*line_number, value)),
-                                Err(e) => return Some(Err(err(&self.path, format!("line {line_number}: {e}")))),
-                            }
+            Rows::Jsonl(reader, line_number, buf) => {
+                let mut batch = match JsonBatch::new(&self.path, &self.meta, &self.output, &self.slices, want) {
+                    Ok(batch) => batch,
+                    Err(e) => return Some(Err(e)),
+                };
+                let path = &self.path;
+                while batch.rows < want {
+                    match read_line(reader, buf, MAX_LINE_BYTES) {
+                        Ok(0) => break,
+                        Ok(_) => {}
+                        Err(LineError::Io(e)) => {
+                            return Some(Err(err(path, format!("line {}: cannot read: {e}", *line_number + 1))))
+                        }
+                        Err(LineError::TooLong { max }) => {
+                            return Some(Err(err(
+                                path,
+                                format!(
+                                    "line {}: the line is longer than {max} bytes, the most a line may hold (one \
+                                     JSON object per line)",
+                                    *line_number + 1
+                                ),
+                            )))
                         }
                     }
+                    *line_number += 1;
+                    let text = without_line_end(buf);
+                    if text.iter().all(u8::is_ascii_whitespace) {
+                        continue;
+                    }
+                    if let Err(reason) = batch.push_line(text) {
+                        return Some(Err(err(path, format!("line {line_number}: {reason}"))));
+                    }
                 }
-                if rows.is_empty() {
+                if batch.rows == 0 {
                     return None;
                 }
-                Some(self.batch_of_json_rows(&rows))
+                let saved = self.meta.saved(&self.output).expect("checked by start");
+                Some(Ok(batch.finish(&self.output, &saved.row_shape)))
             }
         }
     }
@@ -448,80 +472,6 @@ impl PredictionsReader {
         let mut shape = vec![rows as u64];
         shape.extend_from_slice(&saved.row_shape);
         let targets = Targets { rows, labels, weights, slices, first_index: first_index.unwrap_or(0), keys };
-        Ok(RescoreBatch { targets, output: (self.output.clone(), Tensor::dense(dtype, shape, bytes)) })
-    }
-
-    fn batch_of_json_rows(&self, rows: &[(u64, Value)]) -> Result<RescoreBatch, ReadError> {
-        let saved = self.meta.saved(&self.output).expect("checked by start");
-        let at = |line: u64, reason: String| err(&self.path, format!("line {line}: {reason}"));
-        let kind = self.meta.label_kind.as_deref().unwrap_or("int");
-        let mut labels = match kind {
-            "int" => Labels::Int(Vec::with_capacity(rows.len())),
-            "float" => Labels::Float(Vec::with_capacity(rows.len())),
-            other => {
-                let columns = other
-                    .strip_prefix("matrix:")
-                    .and_then(|c| c.parse().ok())
-                    .ok_or_else(|| err(&self.path, format!("label kind '{other}' is unknown")))?;
-                Labels::Matrix { columns, values: Vec::new() }
-            }
-        };
-        let mut weights = self.meta.weight.as_ref().map(|_| Vec::with_capacity(rows.len()));
-        let mut keys = self.meta.example_key.as_ref().map(|_| Vec::with_capacity(rows.len()));
-        let mut slices: Vec<(String, Vec<String>)> = self.slices.iter().map(|s| (s.clone(), Vec::new())).collect();
-        let (dtype, _) = stored_dtype(saved.dtype);
-        // Grown as values are read: the row's width is the file's claim.
-        let mut bytes = Vec::new();
-        let column = output_column(&self.output);
-        let mut first_index = None;
-        for (line, row) in rows {
-            let line = *line;
-            let field = |name: &str| row.get(name).ok_or_else(|| at(line, format!("has no '{name}'")));
-            let index = field(INDEX)?.as_u64().ok_or_else(|| at(line, "'index' is not a count".into()))?;
-            first_index.get_or_insert(index);
-            if let Some(keys) = &mut keys {
-                keys.push(field(KEY)?.as_str().ok_or_else(|| at(line, "'key' is not a string".into()))?.to_string());
-            }
-            let label = field(LABEL)?;
-            let not = |what: &str| at(line, format!("'label' is not {what}"));
-            match &mut labels {
-                Labels::Int(v) => v.push(label.as_i64().ok_or_else(|| not("an integer"))?),
-                Labels::Float(v) => v.push(label.as_f64().ok_or_else(|| not("a number"))?),
-                Labels::Matrix { columns, values } => {
-                    let list = label.as_array().filter(|l| l.len() == *columns).ok_or_else(|| not("a list"))?;
-                    for v in list {
-                        values.push(v.as_f64().ok_or_else(|| not("a list of numbers"))?);
-                    }
-                }
-            }
-            if let Some(weights) = &mut weights {
-                weights.push(field(WEIGHT)?.as_f64().ok_or_else(|| at(line, "'weight' is not a number".into()))?);
-            }
-            for (slice, values) in &mut slices {
-                let name = slice_column(slice);
-                values
-                    .push(field(&name)?.as_str().ok_or_else(|| at(line, format!("'{name}' is not a string")))?.into());
-            }
-            let value = field(&column)?;
-            let elements: Vec<&Value> = if saved.scalar() {
-                vec![value]
-            } else {
-                value.as_array().map(|a| a.iter().collect()).unwrap_or_default()
-            };
-            if elements.len() != saved.width() {
-                return Err(at(
-                    line,
-                    format!("'{column}' has {} values, eval wrote {}", elements.len(), saved.width()),
-                ));
-            }
-            for element in elements {
-                put_json(dtype, element, &mut bytes).ok_or_else(|| at(line, format!("'{column}' holds {element}")))?;
-            }
-        }
-        let mut shape = vec![rows.len() as u64];
-        shape.extend_from_slice(&saved.row_shape);
-        let targets =
-            Targets { rows: rows.len(), labels, weights, slices, first_index: first_index.unwrap_or(0), keys };
         Ok(RescoreBatch { targets, output: (self.output.clone(), Tensor::dense(dtype, shape, bytes)) })
     }
 }
@@ -611,8 +561,357 @@ fn dense_bytes(values: &ArrayRef, dtype: DType) -> Option<(DType, Vec<u8>)> {
     Some((stored, bytes))
 }
 
+/// One JSON value where a scalar is expected: numbers as serde_json reads
+/// them, a string, or what else it was (a list or object is skipped, not built).
+#[derive(Debug, Clone, PartialEq)]
+enum Scalar {
+    U(u64),
+    I(i64),
+    F(f64),
+    Bool(bool),
+    Null,
+    Str(String),
+    List,
+    Object,
+}
+
+impl Scalar {
+    /// As `serde_json::Value::as_f64`.
+    fn as_f64(&self) -> Option<f64> {
+        match *self {
+            Scalar::U(v) => Some(v as f64),
+            Scalar::I(v) => Some(v as f64),
+            Scalar::F(v) => Some(v),
+            _ => None,
+        }
+    }
+
+    /// As `serde_json::Value::as_i64`.
+    fn as_i64(&self) -> Option<i64> {
+        match *self {
+            Scalar::U(v) => i64::try_from(v).ok(),
+            Scalar::I(v) => Some(v),
+            _ => None,
+        }
+    }
+
+    fn as_bool(&self) -> Option<bool> {
+        match *self {
+            Scalar::Bool(v) => Some(v),
+            _ => None,
+        }
+    }
+
+    /// As `serde_json::Value::as_u64`.
+    fn as_u64(&self) -> Option<u64> {
+        match *self {
+            Scalar::U(v) => Some(v),
+            Scalar::I(v) => u64::try_from(v).ok(),
+            _ => None,
+        }
+    }
+}
+
+impl std::fmt::Display for Scalar {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Scalar::U(v) => write!(f, "{v}"),
+            Scalar::I(v) => write!(f, "{v}"),
+            Scalar::F(v) => write!(f, "{v}"),
+            Scalar::Bool(v) => write!(f, "{v}"),
+            Scalar::Null => f.write_str("null"),
+            Scalar::Str(v) => write!(f, "{}", Value::from(v.as_str())),
+            Scalar::List => f.write_str("a list"),
+            Scalar::Object => f.write_str("an object"),
+        }
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Scalar {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Scalar, D::Error> {
+        struct ScalarVisitor;
+        impl<'de> Visitor<'de> for ScalarVisitor {
+            type Value = Scalar;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a JSON value")
+            }
+            fn visit_bool<E>(self, v: bool) -> Result<Scalar, E> {
+                Ok(Scalar::Bool(v))
+            }
+            fn visit_i64<E>(self, v: i64) -> Result<Scalar, E> {
+                Ok(Scalar::I(v))
+            }
+            fn visit_u64<E>(self, v: u64) -> Result<Scalar, E> {
+                Ok(Scalar::U(v))
+            }
+            fn visit_f64<E>(self, v: f64) -> Result<Scalar, E> {
+                Ok(Scalar::F(v))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Scalar, E> {
+                Ok(Scalar::Str(v.to_string()))
+            }
+            fn visit_string<E>(self, v: String) -> Result<Scalar, E> {
+                Ok(Scalar::Str(v))
+            }
+            fn visit_unit<E>(self) -> Result<Scalar, E> {
+                Ok(Scalar::Null)
+            }
+            fn visit_none<E>(self) -> Result<Scalar, E> {
+                Ok(Scalar::Null)
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Scalar, A::Error> {
+                while seq.next_element::<IgnoredAny>()?.is_some() {}
+                Ok(Scalar::List)
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Scalar, A::Error> {
+                while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+                Ok(Scalar::Object)
+            }
+        }
+        deserializer.deserialize_any(ScalarVisitor)
+    }
+}
+
+/// A key of a predictions row that is read (the rest are skipped).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Field {
+    Index,
+    Key,
+    Label,
+    Weight,
+    Output,
+    Slice(usize),
+}
+
+/// One batch of a JSON Lines predictions file, built a line at a time:
+/// each line's values go straight into these columns.
+struct JsonBatch {
+    /// The keys read, by name, and which column each fills.
+    fields: Vec<(String, Field)>,
+    /// Which of [`JsonBatch::fields`] the current line has had.
+    seen: Vec<bool>,
+    dtype: DType,
+    scalar: bool,
+    width: usize,
+    labels: Labels,
+    weights: Option<Vec<f64>>,
+    keys: Option<Vec<String>>,
+    slices: Vec<(String, Vec<String>)>,
+    /// The scored output's values, in `dtype`'s layout.
+    bytes: Vec<u8>,
+    first_index: Option<u64>,
+    rows: usize,
+}
+
+impl JsonBatch {
+    fn new(path: &Path, meta: &Meta, output: &str, slices: &[String], rows: usize) -> Result<JsonBatch, ReadError> {
+        let saved = meta.saved(output).expect("checked by start");
+        // Rows hold at most the budget's rows (see `rows_per_batch`); not more than READ_ROWS are reserved.
+        let rows = rows.min(READ_ROWS);
+        let labels = match meta.label_kind.as_deref().unwrap_or("int") {
+            "int" => Labels::Int(Vec::with_capacity(rows)),
+            "float" => Labels::Float(Vec::with_capacity(rows)),
+            other => {
+                let columns = other
+                    .strip_prefix("matrix:")
+                    .and_then(|c| c.parse().ok())
+                    .ok_or_else(|| err(path, format!("label kind '{other}' is unknown")))?;
+                Labels::Matrix { columns, values: Vec::new() }
+            }
+        };
+        let mut fields = vec![(INDEX.to_string(), Field::Index), (LABEL.to_string(), Field::Label)];
+        if meta.example_key.is_some() {
+            fields.push((KEY.to_string(), Field::Key));
+        }
+        if meta.weight.is_some() {
+            fields.push((WEIGHT.to_string(), Field::Weight));
+        }
+        fields.extend(slices.iter().enumerate().map(|(i, s)| (slice_column(s), Field::Slice(i))));
+        fields.push((output_column(output), Field::Output));
+        Ok(JsonBatch {
+            seen: vec![false; fields.len()],
+            fields,
+            dtype: stored_dtype(saved.dtype).0,
+            scalar: saved.scalar(),
+            width: saved.width(),
+            labels,
+            weights: meta.weight.as_ref().map(|_| Vec::with_capacity(rows)),
+            keys: meta.example_key.as_ref().map(|_| Vec::with_capacity(rows)),
+            slices: slices.iter().map(|s| (s.clone(), Vec::new())).collect(),
+            // Grown as values are read: the row's width is the file's claim.
+            bytes: Vec::new(),
+            first_index: None,
+            rows: 0,
+        })
+    }
+
+    /// Reads one line (a JSON object) into the columns; why not, if not.
+    fn push_line(&mut self, text: &[u8]) -> Result<(), String> {
+        self.seen.iter_mut().for_each(|s| *s = false);
+        let mut de = serde_json::Deserializer::from_slice(text);
+        RowSeed(self).deserialize(&mut de).and_then(|()| de.end()).map_err(|e| e.to_string())?;
+        if let Some(i) = self.seen.iter().position(|s| !s) {
+            return Err(format!("has no '{}'", self.fields[i].0));
+        }
+        self.rows += 1;
+        Ok(())
+    }
+
+    /// Reads the value of `field` (the key `name`).
+    fn read_value<'de, A: MapAccess<'de>>(&mut self, map: &mut A, name: &str, field: Field) -> Result<(), A::Error> {
+        let fail = |reason: String| A::Error::custom(reason);
+        match field {
+            Field::Index => {
+                let index =
+                    map.next_value::<Scalar>()?.as_u64().ok_or_else(|| fail("'index' is not a count".into()))?;
+                self.first_index.get_or_insert(index);
+            }
+            Field::Key => match map.next_value::<Scalar>()? {
+                Scalar::Str(key) => self.keys.get_or_insert_with(Vec::new).push(key),
+                _ => return Err(fail("'key' is not a string".into())),
+            },
+            Field::Weight => {
+                let weight =
+                    map.next_value::<Scalar>()?.as_f64().ok_or_else(|| fail("'weight' is not a number".into()))?;
+                self.weights.get_or_insert_with(Vec::new).push(weight);
+            }
+            Field::Slice(i) => match map.next_value::<Scalar>()? {
+                Scalar::Str(value) => self.slices[i].1.push(value),
+                _ => return Err(fail(format!("'{name}' is not a string"))),
+            },
+            Field::Label => match &mut self.labels {
+                Labels::Int(v) => v.push(
+                    map.next_value::<Scalar>()?.as_i64().ok_or_else(|| fail("'label' is not an integer".into()))?,
+                ),
+                Labels::Float(v) => {
+                    v.push(map.next_value::<Scalar>()?.as_f64().ok_or_else(|| fail("'label' is not a number".into()))?)
+                }
+                Labels::Matrix { columns, values } => {
+                    let mut seed =
+                        ListSeed { name, width: *columns, put: |s: &Scalar| s.as_f64().map(|v| values.push(v)) };
+                    map.next_value_seed(&mut seed)?;
+                }
+            },
+            Field::Output => {
+                let (dtype, bytes) = (self.dtype, &mut self.bytes);
+                if self.scalar {
+                    let value = map.next_value::<Scalar>()?;
+                    put_scalar(dtype, &value, bytes).ok_or_else(|| fail(format!("'{name}' holds {value}")))?;
+                } else {
+                    let mut seed = ListSeed { name, width: self.width, put: |s: &Scalar| put_scalar(dtype, s, bytes) };
+                    map.next_value_seed(&mut seed)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn finish(self, output: &str, row_shape: &[u64]) -> RescoreBatch {
+        let mut shape = vec![self.rows as u64];
+        shape.extend_from_slice(row_shape);
+        let targets = Targets {
+            rows: self.rows,
+            labels: self.labels,
+            weights: self.weights,
+            slices: self.slices,
+            first_index: self.first_index.unwrap_or(0),
+            keys: self.keys,
+        };
+        RescoreBatch { targets, output: (output.to_string(), Tensor::dense(self.dtype, shape, self.bytes)) }
+    }
+}
+
+/// Reads one line's object into a [`JsonBatch`].
+struct RowSeed<'a>(&'a mut JsonBatch);
+
+impl<'de> DeserializeSeed<'de> for RowSeed<'_> {
+    type Value = ();
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
+        deserializer.deserialize_map(self)
+    }
+}
+
+impl<'de> Visitor<'de> for RowSeed<'_> {
+    type Value = ();
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a JSON object (one row of isorun eval --predictions)")
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        let batch = self.0;
+        while let Some(at) = map.next_key_seed(KeySeed(&batch.fields))? {
+            let Some(at) = at else {
+                map.next_value::<IgnoredAny>()?;
+                continue;
+            };
+            let (name, field) = batch.fields[at].clone();
+            if std::mem::replace(&mut batch.seen[at], true) {
+                return Err(A::Error::custom(format!("'{name}' appears twice")));
+            }
+            batch.read_value(&mut map, &name, field)?;
+        }
+        Ok(())
+    }
+}
+
+/// A key, as its place among the keys read (`None`: skipped); never copied.
+struct KeySeed<'a>(&'a [(String, Field)]);
+
+impl<'de> DeserializeSeed<'de> for KeySeed<'_> {
+    type Value = Option<usize>;
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Option<usize>, D::Error> {
+        deserializer.deserialize_str(self)
+    }
+}
+
+impl<'de> Visitor<'de> for KeySeed<'_> {
+    type Value = Option<usize>;
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a key")
+    }
+    fn visit_str<E>(self, v: &str) -> Result<Option<usize>, E> {
+        Ok(self.0.iter().position(|(name, _)| name == v))
+    }
+}
+
+/// A list of `width` scalars, each handed to `put` (`None`: not what the
+/// column holds), refused at the first value past `width`.
+struct ListSeed<'n, F> {
+    name: &'n str,
+    width: usize,
+    put: F,
+}
+
+impl<'de, F: FnMut(&Scalar) -> Option<()>> DeserializeSeed<'de> for &mut ListSeed<'_, F> {
+    type Value = ();
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
+        deserializer.deserialize_seq(self)
+    }
+}
+
+impl<'de, F: FnMut(&Scalar) -> Option<()>> Visitor<'de> for &mut ListSeed<'_, F> {
+    type Value = ();
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "'{}' to be a list of {} values", self.name, self.width)
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        let (name, width) = (self.name, self.width);
+        let mut count = 0usize;
+        while let Some(value) = seq.next_element::<Scalar>()? {
+            if count == width {
+                return Err(A::Error::custom(format!("'{name}' has more than {width} values, eval wrote {width}")));
+            }
+            (self.put)(&value).ok_or_else(|| A::Error::custom(format!("'{name}' holds {value}")))?;
+            count += 1;
+        }
+        if count != width {
+            return Err(A::Error::custom(format!("'{name}' has {count} values, eval wrote {width}")));
+        }
+        Ok(())
+    }
+}
+
 /// Appends a JSON number in `dtype`'s layout; `None` when it does not fit.
-fn put_json(dtype: DType, value: &Value, out: &mut Vec<u8>) -> Option<()> {
+fn put_scalar(dtype: DType, value: &Scalar, out: &mut Vec<u8>) -> Option<()> {
     match dtype {
         DType::Float32 => out.extend_from_slice(&(value.as_f64()? as f32).to_le_bytes()),
         DType::Float64 => out.extend_from_slice(&value.as_f64()?.to_le_bytes()),

@@ -24,7 +24,9 @@
 //!   order mark on the first line is ignored; every other line must be one
 //!   JSON object. Bad JSON names the line and the column.
 //! - Untrusted input: a line longer than [`MAX_LINE_BYTES`] is an error,
-//!   found without holding more than that much of it; nesting deeper than
+//!   found without holding more than that much of it (a gzip file's line:
+//!   longer than twice the compressed file, at least 8 MiB: a few KB must
+//!   not decompress to a 60 MiB line, see `lines::compressed_line_cap`); nesting deeper than
 //!   serde_json's recursion limit (128) is an error, not a stack overflow;
 //!   gzip is decompressed as a stream, and a truncated or corrupt stream is
 //!   an error naming the file. A piece holds at most [`PIECE_BYTES`] of
@@ -42,7 +44,10 @@
 //!   pass. A part of a plain file counts the lines before it only when an
 //!   error needs the line's number.
 
-use super::lines::{read_line, LineError, MAX_LINE_CELLS};
+use super::lines::{compressed_line_cap, MAX_LINE_CELLS, MIN_COMPRESSED_LINE_BYTES};
+/// The capped line reader, shared with rescore's JSON Lines predictions
+/// (`crate::predictions::read`): one line cap for every JSON Lines reader.
+pub(crate) use super::lines::{read_line, without_line_end, LineError};
 use super::{ColumnChunk, ColumnInfo, Look, Options, Piece, Source, Values};
 use crate::error::DataError;
 use base64::Engine;
@@ -672,7 +677,6 @@ fn push_value(key: &mut Key, line: &str, raw: &RawValue, first_line: u64, out: &
 /// Lines of a stream, each at most [`MAX_LINE_BYTES`], blank ones skipped.
 struct Lines {
     reader: Box<dyn BufRead + Send>,
-    gzip: bool,
     /// Lines read (the last one's 1-based number, counted from where reading began).
     line: u64,
     /// The byte offset (in the file, or in the decompressed stream) of the next line.
@@ -681,6 +685,8 @@ struct Lines {
     /// The last line's text in `buf` (without its line end, or a byte order mark).
     text: std::ops::Range<usize>,
     max_line: usize,
+    /// The compressed file's bytes (gzip), which cap a line ([`compressed_line_cap`]).
+    compressed_len: Option<u64>,
 }
 
 /// Why a line could not be read: its number (counted as [`Lines::line`]) and why.
@@ -690,8 +696,11 @@ struct LineFault {
 }
 
 impl Lines {
-    fn new(reader: Box<dyn BufRead + Send>, gzip: bool, offset: u64) -> Lines {
-        Lines { reader, gzip, line: 0, offset, buf: Vec::new(), text: 0..0, max_line: MAX_LINE_BYTES }
+    /// Lines of a plain file's `reader` (`compressed_len` `None`), or of a
+    /// gzip file of `compressed_len` bytes.
+    fn new(reader: Box<dyn BufRead + Send>, compressed_len: Option<u64>, offset: u64) -> Lines {
+        let max_line = compressed_len.map_or(MAX_LINE_BYTES, compressed_line_cap);
+        Lines { reader, line: 0, offset, buf: Vec::new(), text: 0..0, max_line, compressed_len }
     }
 
     /// The last line read by [`Lines::next`].
@@ -711,7 +720,7 @@ impl Lines {
                 Err(LineError::Io(e)) => {
                     return Err(LineFault {
                         line: self.line + 1,
-                        reason: if self.gzip {
+                        reason: if self.compressed_len.is_some() {
                             format!("cannot read: the gzip stream is corrupt or truncated ({e})")
                         } else {
                             format!("cannot read: {e}")
@@ -719,12 +728,18 @@ impl Lines {
                     })
                 }
                 Err(LineError::TooLong { max }) => {
-                    return Err(LineFault {
-                        line: self.line + 1,
-                        reason: format!(
+                    let reason = match self.compressed_len {
+                        None => format!(
                             "the line is longer than {max} bytes, the most a line may hold (one JSON object per line)"
                         ),
-                    })
+                        Some(len) => format!(
+                            "the line is longer than {max} bytes, the most a line of this {len}-byte gzip file may \
+                             hold (twice the compressed file, at least {MIN_COMPRESSED_LINE_BYTES}, at most \
+                             {MAX_LINE_BYTES}: a line that much larger than its compressed file is a decompression \
+                             bomb; split the line, or store the file uncompressed)"
+                        ),
+                    };
+                    return Err(LineFault { line: self.line + 1, reason });
                 }
             };
             if n == 0 {
@@ -733,7 +748,7 @@ impl Lines {
             self.line += 1;
             let start = self.offset;
             self.offset += n as u64;
-            let mut text = 0..super::lines::without_line_end(&self.buf).len();
+            let mut text = 0..without_line_end(&self.buf).len();
             if start == 0 && self.buf.starts_with("\u{feff}".as_bytes()) {
                 text.start = 3.min(text.end);
             }
@@ -756,10 +771,11 @@ enum Compression {
 fn open_stream(path: &Path, compression: Compression) -> Result<Lines, DataError> {
     let file = File::open(path).map_err(super::io_error(path))?;
     Ok(match compression {
-        Compression::None => Lines::new(Box::new(BufReader::with_capacity(READ_BUFFER, file)), false, 0),
+        Compression::None => Lines::new(Box::new(BufReader::with_capacity(READ_BUFFER, file)), None, 0),
         Compression::Gzip => {
+            let len = file.metadata().map_err(super::io_error(path))?.len();
             let decoder = flate2::read::MultiGzDecoder::new(BufReader::with_capacity(READ_BUFFER, file));
-            Lines::new(Box::new(BufReader::with_capacity(READ_BUFFER, decoder)), true, 0)
+            Lines::new(Box::new(BufReader::with_capacity(READ_BUFFER, decoder)), Some(len), 0)
         }
     })
 }
@@ -855,7 +871,7 @@ fn open(path: &Path, compression: Compression, options: &Options) -> Result<Box<
         };
         file.seek(SeekFrom::Start(start)).map_err(super::io_error(path))?;
         let reader = Box::new(BufReader::with_capacity(READ_BUFFER, file));
-        (Lines::new(reader, false, start), hi, 0, u64::MAX, start)
+        (Lines::new(reader, None, start), hi, 0, u64::MAX, start)
     } else {
         let mut counter = open_stream(path, compression)?;
         let mut n = 0u64;
@@ -1224,7 +1240,7 @@ mod tests {
     fn a_line_longer_than_the_cap_is_an_error_without_holding_it() {
         // An endless line: found after MAX_LINE_BYTES (+2) bytes, never more held.
         let endless = std::io::repeat(b' ').take(u64::MAX);
-        let mut lines = Lines::new(Box::new(BufReader::new(endless)), false, 0);
+        let mut lines = Lines::new(Box::new(BufReader::new(endless)), None, 0);
         let Err(fault) = lines.next(u64::MAX) else { panic!("a line past the cap") };
         assert_eq!(fault.line, 1);
         assert!(fault.reason.contains(&format!("longer than {MAX_LINE_BYTES} bytes")), "{}", fault.reason);

@@ -8,6 +8,21 @@ use std::io::BufRead;
 /// The longest line read (without its line end).
 pub const MAX_LINE_BYTES: usize = 64 << 20;
 
+/// The longest line read from a compressed file, whatever its size (see
+/// [`compressed_line_cap`]).
+pub const MIN_COMPRESSED_LINE_BYTES: usize = 8 << 20;
+
+/// The longest line read from a compressed file of `compressed_len` bytes:
+/// twice its compressed bytes, at least [`MIN_COMPRESSED_LINE_BYTES`], at
+/// most [`MAX_LINE_BYTES`]. A plain file's line is at most its file, so the
+/// reader's bound (max(64 MiB, 16 × the file)) holds at [`MAX_LINE_BYTES`];
+/// a few KB of gzip can decompress to a 60 MiB line, which then costs a
+/// few times that in the supervisor (the line, the values it makes).
+pub fn compressed_line_cap(compressed_len: u64) -> usize {
+    let twice = usize::try_from(compressed_len.saturating_mul(2)).unwrap_or(usize::MAX);
+    twice.clamp(MIN_COMPRESSED_LINE_BYTES, MAX_LINE_BYTES)
+}
+
 /// The most cells (CSV) or keys (JSON Lines) one line may hold: each costs
 /// an allocation of its own in the supervisor, far more than its bytes.
 pub const MAX_LINE_CELLS: usize = 1 << 16;
@@ -83,6 +98,14 @@ pub(crate) fn without_line_end(line: &[u8]) -> &[u8] {
 mod tests {
     use super::*;
     use std::io::{BufReader, Read};
+
+    #[test]
+    fn a_compressed_file_s_line_cap_is_twice_its_bytes_within_the_limits() {
+        assert_eq!(compressed_line_cap(0), MIN_COMPRESSED_LINE_BYTES);
+        assert_eq!(compressed_line_cap(10 << 20), 20 << 20);
+        assert_eq!(compressed_line_cap(1 << 40), MAX_LINE_BYTES);
+        assert_eq!(compressed_line_cap(u64::MAX), MAX_LINE_BYTES);
+    }
 
     #[test]
     fn a_line_past_the_cap_is_found_without_holding_more_than_it() {

@@ -4,9 +4,13 @@
 //! fills it. A 10 KB file of zstd-compressed zeros can so claim, and really
 //! take, gigabytes of the supervisor's memory per column: a decompression
 //! bomb. Every page of every column chunk a read will touch is checked here
-//! against [`MAX_PAGE_BYTES`], and the largest pages of the columns read
-//! together (one page of each is decompressed at a time) against
-//! [`MAX_PAGES_BYTES`].
+//! against a cap relative to the file ([`page_cap`]: eight times its bytes,
+//! at least [`MIN_PAGE_BYTES`], at most [`MAX_PAGE_BYTES`]), and the largest
+//! pages of the columns read together (one page of each is decompressed at
+//! a time) against [`pages_cap`] (twelve times, [`MIN_PAGES_BYTES`] to
+//! [`MAX_PAGES_BYTES`]): reading a file of N bytes holds at most
+//! max(64 MiB, 16 × N), the bound every reader of untrusted bytes keeps,
+//! and a 7 KB file cannot make a 200 MiB dictionary page.
 //!
 //! A page header is a Thrift compact-protocol struct; only its fields 2
 //! (`uncompressed_page_size`) and 3 (`compressed_page_size`) are read, the
@@ -18,12 +22,32 @@ use parquet::file::metadata::ParquetMetaData;
 use std::io::{BufRead, BufReader, Seek, SeekFrom};
 use std::path::Path;
 
-/// The most bytes one page may decompress to. Writers cut pages at about
-/// 1 MiB (pyarrow, parquet-mr, polars and arrow-rs by default).
+/// The most bytes one page may decompress to, whatever the file's size.
+/// Writers cut pages at about 1 MiB (pyarrow, parquet-mr, polars and
+/// arrow-rs by default).
 pub const MAX_PAGE_BYTES: u64 = 256 << 20;
+/// The most bytes one page of any file may decompress to (a small file's
+/// cap; see [`page_cap`]).
+pub const MIN_PAGE_BYTES: u64 = 32 << 20;
 /// The most bytes the largest pages of the columns read at once may
-/// decompress to, together.
+/// decompress to, together, whatever the file's size.
 pub const MAX_PAGES_BYTES: u64 = 1 << 30;
+/// The most bytes the largest pages of the columns read at once may
+/// decompress to, together, in any file (see [`pages_cap`]).
+pub const MIN_PAGES_BYTES: u64 = 48 << 20;
+
+/// The most bytes one page of a file of `file_len` bytes may decompress
+/// to: eight times the file, within [`MIN_PAGE_BYTES`] and [`MAX_PAGE_BYTES`].
+pub fn page_cap(file_len: u64) -> u64 {
+    file_len.saturating_mul(8).clamp(MIN_PAGE_BYTES, MAX_PAGE_BYTES)
+}
+
+/// The most bytes the largest pages of the columns of one row group read at
+/// once may decompress to in a file of `file_len` bytes: twelve times the
+/// file, within [`MIN_PAGES_BYTES`] and [`MAX_PAGES_BYTES`].
+pub fn pages_cap(file_len: u64) -> u64 {
+    file_len.saturating_mul(12).clamp(MIN_PAGES_BYTES, MAX_PAGES_BYTES)
+}
 /// The most bytes one page header may take (statistics included).
 pub const MAX_HEADER_BYTES: u64 = 16 << 20;
 /// How deep Thrift structs and lists may nest in a page header.
@@ -196,8 +220,8 @@ fn bad(path: &Path, reason: String) -> DataError {
 
 /// Checks the pages of the column chunks of `groups` whose leaf columns
 /// `leaf` selects: each header readable and within its chunk, each page
-/// within [`MAX_PAGE_BYTES`] decompressed, and the largest pages of the
-/// columns of one row group within [`MAX_PAGES_BYTES`] together.
+/// within [`page_cap`] of the file's size decompressed, and the largest
+/// pages of the columns of one row group within [`pages_cap`] together.
 pub(crate) fn check_pages(
     path: &Path,
     meta: &ParquetMetaData,
@@ -205,7 +229,10 @@ pub(crate) fn check_pages(
     leaf: impl Fn(usize) -> bool,
 ) -> Result<(), DataError> {
     let io = super::io_error(path);
-    let mut file = BufReader::with_capacity(64 << 10, std::fs::File::open(path).map_err(&io)?);
+    let file = std::fs::File::open(path).map_err(&io)?;
+    let file_len = file.metadata().map_err(&io)?.len();
+    let (page_most, pages_most) = (page_cap(file_len), pages_cap(file_len));
+    let mut file = BufReader::with_capacity(64 << 10, file);
     for g in groups {
         let group = meta.row_group(g);
         let mut together = 0u64;
@@ -242,10 +269,12 @@ pub(crate) fn check_pages(
                         "its {compressed} bytes run past the column chunk's end at byte offset {end}"
                     )));
                 }
-                if uncompressed > MAX_PAGE_BYTES {
+                if uncompressed > page_most {
                     return Err(here(format!(
-                        "it claims to decompress to {uncompressed} bytes, more than the {MAX_PAGE_BYTES} a page may \
-                         take here (writers cut pages at about 1 MiB; rewrite the file with smaller pages)"
+                        "it claims to decompress to {uncompressed} bytes, more than the {page_most} a page of a \
+                         {file_len}-byte file may take here (8 times the file, at least {MIN_PAGE_BYTES}, at most \
+                         {MAX_PAGE_BYTES}: a page that much larger than its file is a decompression bomb; writers \
+                         cut pages at about 1 MiB, so rewrite the file with smaller pages)"
                     )));
                 }
                 largest = largest.max(uncompressed);
@@ -254,12 +283,15 @@ pub(crate) fn check_pages(
                 page += 1;
             }
             together = together.saturating_add(largest);
-            if together > MAX_PAGES_BYTES {
+            if together > pages_most {
                 return Err(bad(
                     path,
                     format!(
-                        "row group {g}: the largest pages of the columns read, up to column '{name}', decompress to \
-                         {together} bytes together, more than the {MAX_PAGES_BYTES} read at once here"
+                        "row group {g}: the largest pages of the columns read, up to column '{name}' (its chunk at \
+                         byte offset {start}), claim to decompress to {together} bytes together, more than the \
+                         {pages_most} read at once here from a {file_len}-byte file (12 times the file, at least \
+                         {MIN_PAGES_BYTES}, at most {MAX_PAGES_BYTES}: pages that much larger than their file are a \
+                         decompression bomb)"
                     ),
                 ));
             }
