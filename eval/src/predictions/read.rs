@@ -941,3 +941,74 @@ pub(crate) fn values_f64(tensor: &Tensor, out: &mut Vec<f64>) -> Result<(), Stri
     out.extend(bytes.chunks_exact(size).map(|c| crate::element::number(element, c).map_or(f64::NAN, |n| n.as_f64())));
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn meta() -> Meta {
+        Meta {
+            model: "m".into(),
+            output: "p".into(),
+            output_shape: Some(vec![None, Some(2)]),
+            outputs: vec![super::super::SavedOutput { name: "p".into(), dtype: DType::Float32, row_shape: vec![2] }],
+            label_kind: Some("int".into()),
+            label: "y".into(),
+            weight: None,
+            slices: vec!["s".into()],
+            example_key: None,
+            metrics: vec!["accuracy".into()],
+            threshold: 0.5,
+            top_k: 5,
+            from_logits: false,
+            task: None,
+            first_batch_rows: 0,
+            examples: 0,
+            data_digest: "d".into(),
+            data_shard: None,
+            skipped_corrupt: 0,
+            calibration_bins: 15,
+            max_confusion_classes: 1000,
+        }
+    }
+
+    fn push(lines: &[&str]) -> Result<RescoreBatch, String> {
+        let mut batch = JsonBatch::new(Path::new("m.jsonl"), &meta(), "p", &["s".into()], 8).map_err(|e| e.reason)?;
+        for line in lines {
+            batch.push_line(line.as_bytes())?;
+        }
+        Ok(batch.finish("p", &[2]))
+    }
+
+    #[test]
+    fn a_line_is_walked_into_its_columns_and_a_lie_is_named() {
+        let good = r#"{"index":7,"label":1,"slice:s":"a","output:p":[0.5,2],"other":[[1,2],{"x":3}]}"#;
+        let batch = push(&[good, good]).unwrap();
+        assert_eq!(batch.targets.rows, 2);
+        assert_eq!(batch.targets.first_index, 7);
+        assert!(matches!(&batch.targets.labels, Labels::Int(v) if v == &[1, 1]));
+        assert_eq!(batch.targets.slices, vec![("s".to_string(), vec!["a".to_string(), "a".to_string()])]);
+        let isorun_protocol::TensorData::Dense(bytes) = &batch.output.1.data else { panic!("dense") };
+        let expected: Vec<u8> = [0.5f32, 2.0, 0.5, 2.0].iter().flat_map(|v| v.to_le_bytes()).collect();
+        assert_eq!(batch.output.1.shape, vec![2, 2]);
+        assert_eq!(bytes, &expected);
+        for (line, says) in [
+            (
+                r#"{"index":0,"label":1,"slice:s":"a","output:p":[0,1,2]}"#,
+                "'output:p' has more than 2 values, eval wrote 2",
+            ),
+            (r#"{"index":0,"label":1,"slice:s":"a","output:p":[0]}"#, "'output:p' has 1 values, eval wrote 2"),
+            (r#"{"index":0,"label":1,"slice:s":"a","output:p":[0,null]}"#, "'output:p' holds null"),
+            (r#"{"index":0,"label":1.5,"slice:s":"a","output:p":[0,1]}"#, "'label' is not an integer"),
+            (r#"{"index":-1,"label":1,"slice:s":"a","output:p":[0,1]}"#, "'index' is not a count"),
+            (r#"{"index":0,"label":1,"slice:s":3,"output:p":[0,1]}"#, "'slice:s' is not a string"),
+            (r#"{"index":0,"label":1,"output:p":[0,1]}"#, "has no 'slice:s'"),
+            (r#"{"index":0,"label":1,"label":2,"slice:s":"a","output:p":[0,1]}"#, "'label' appears twice"),
+            (r#"{"index":0,"label":1,"slice:s":"a","output:p":[0,1]} x"#, "trailing characters"),
+            (r#"[1]"#, "expected a JSON object"),
+        ] {
+            let error = push(&[line]).err().unwrap_or_default();
+            assert!(error.contains(says), "{line}: {error}");
+        }
+    }
+}
