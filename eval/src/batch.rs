@@ -27,9 +27,11 @@ pub const MISSING_SLICE: &str = "__missing__";
 /// `--batch-size`, never an allocation a hostile header chose.
 pub const MAX_BATCH_BYTES: u64 = 1 << 30;
 
-/// The most a batch's buffers reserve before the bytes arrive; past it they
-/// grow with what is read.
-pub(crate) const PREALLOCATE_BYTES: usize = 64 << 20;
+/// The most a batch's buffer reserves before the bytes arrive; past it it
+/// grows with what is read. Small, since the reservation follows the
+/// model's shape and `--batch-size`, not the file: a 2 KB file fed to a
+/// model with a 1M-wide input must not cost 64 MiB before a row is read.
+pub(crate) const PREALLOCATE_BYTES: usize = 8 << 20;
 
 /// The kind of the label, fixed by the first example.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -151,6 +151,25 @@ fn data_error(path: &Path, error: DataError) -> ReadError {
     }
 }
 
+/// The most a `.jsonl` file's description (its sidecar) may hold: eval
+/// writes a few KB; a larger one is not read whole.
+const MAX_SIDECAR_BYTES: u64 = 16 << 20;
+
+/// Reads a sidecar, refusing one past [`MAX_SIDECAR_BYTES`] without reading
+/// it whole.
+fn read_sidecar(side: &Path) -> std::io::Result<String> {
+    use std::io::Read;
+    let mut text = String::new();
+    std::fs::File::open(side)?.take(MAX_SIDECAR_BYTES + 1).read_to_string(&mut text)?;
+    if text.len() as u64 > MAX_SIDECAR_BYTES {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("it is larger than {MAX_SIDECAR_BYTES} bytes (eval writes a few KB)"),
+        ));
+    }
+    Ok(text)
+}
+
 impl PredictionsReader {
     /// Opens a `.parquet` (with its `isorun` metadata) or a `.jsonl` (with
     /// its sidecar) and checks its description.
@@ -159,8 +178,9 @@ impl PredictionsReader {
         let mut parquet = None;
         let (meta, columns) = if name.ends_with(".jsonl") {
             let side = sidecar(path);
-            let text = std::fs::read_to_string(&side)
+            let text = read_sidecar(&side)
                 .map_err(|e| err(&side, format!("cannot read the description of {}: {e}", path.display())))?;
+            isorun_tensors::json_cost::check_json_cost(text.as_bytes()).map_err(|e| err(&side, e))?;
             let value: Value = serde_json::from_str(&text).map_err(|e| err(&side, format!("not JSON: {e}")))?;
             let meta = Meta::from_json(&value[META_KEY]).map_err(|e| err(&side, e))?;
             let columns = jsonl_columns(&meta);
@@ -177,6 +197,8 @@ impl PredictionsReader {
                 .ok_or_else(|| {
                     err(path, format!("has no '{META_KEY}' metadata: is it a file of isorun eval --predictions?"))
                 })?;
+            isorun_tensors::json_cost::check_json_cost(text.as_bytes())
+                .map_err(|e| err(path, format!("its '{META_KEY}' metadata: {e}")))?;
             let value: Value =
                 serde_json::from_str(&text).map_err(|e| err(path, format!("its '{META_KEY}' metadata: {e}")))?;
             let meta = Meta::from_json(&value).map_err(|e| err(path, format!("its '{META_KEY}' metadata: {e}")))?;

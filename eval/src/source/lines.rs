@@ -25,7 +25,7 @@ pub fn compressed_line_cap(compressed_len: u64) -> usize {
 
 /// The most cells (CSV) or keys (JSON Lines) one line may hold: each costs
 /// an allocation of its own in the supervisor, far more than its bytes.
-pub const MAX_LINE_CELLS: usize = 1 << 16;
+pub const MAX_LINE_CELLS: usize = 1 << 20;
 
 /// Why a line could not be read.
 #[derive(Debug)]
