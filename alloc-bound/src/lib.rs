@@ -507,8 +507,10 @@ mod tests {
             }
             v.len()
         });
-        // The last doubling: 64 MiB moved into 128 MiB, both live at once.
-        assert!(peak.bytes >= 192 << 20, "{peak}");
+        // The last doubling: 64 MiB moved into 128 MiB, both live at once
+        // (less a little: the count is process-wide, and the test harness's
+        // other threads may free a few bytes while this one measures).
+        assert!(peak.bytes >= (192 << 20) - (1 << 20), "{peak}");
     }
 
     #[test]
