@@ -459,6 +459,7 @@ mod tests {
 
     #[test]
     fn the_bound_is_the_floor_or_sixteen_times_the_input() {
+        let _serial = serial();
         assert_eq!(bound(0), 64 << 20);
         assert_eq!(bound(4 << 20), 64 << 20);
         assert_eq!(bound(5 << 20), 80 << 20);
@@ -492,6 +493,7 @@ mod tests {
 
     #[test]
     fn threads_the_read_starts_are_counted() {
+        let _serial = serial();
         let (_, peak) = measure("threads", 0, || {
             std::thread::spawn(|| std::hint::black_box(vec![0u8; 70 << 20]).len()).join().unwrap()
         });
@@ -500,6 +502,7 @@ mod tests {
 
     #[test]
     fn growth_by_realloc_is_counted() {
+        let _serial = serial();
         let (_, peak) = measure("grow", 0, || {
             let mut v = Vec::new();
             for i in 0..(80u32 << 18) {
@@ -515,6 +518,7 @@ mod tests {
 
     #[test]
     fn a_request_past_the_headroom_is_refused_and_breaks_the_bound() {
+        let _serial = serial();
         let (result, peak) = measure("claim", 10, || Vec::<u8>::new().try_reserve_exact(1 << 40));
         assert!(result.is_err(), "a terabyte was granted");
         assert_eq!(peak.refused, 1 << 40);
@@ -527,12 +531,14 @@ mod tests {
 
     #[test]
     fn a_request_past_the_cap_is_refused() {
+        let _serial = serial();
         let (result, _) = measure("cap", 0, || Vec::<u8>::new().try_reserve_exact(DEFAULT_CAP + 1));
         assert!(result.is_err());
     }
 
     #[test]
     fn mutations_are_deterministic_and_differ() {
+        let _serial = serial();
         let original: Vec<u8> = (0..200u8).collect();
         let a: Vec<Vec<u8>> = mutations(&original, 7, 50).collect();
         let b: Vec<Vec<u8>> = mutations(&original, 7, 50).collect();
@@ -544,6 +550,7 @@ mod tests {
 
     #[test]
     fn a_panicking_read_ends_its_measurement() {
+        let _serial = serial();
         let caught = std::panic::catch_unwind(|| measure("panics", 0, || panic!("the read failed")));
         assert!(caught.is_err());
         let (_, peak) = measure("after", 0, || std::hint::black_box(vec![0u8; 1 << 20]).len());
