@@ -9,16 +9,14 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
 import tempfile
-import threading
-import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Union
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Union
 
 from . import _binary
+from ._process import Stream, last_error
 from .errors import IsorunError, UsageError
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -26,9 +24,6 @@ PathLike = Union[str, "os.PathLike[str]"]
 #: name to a NumPy array (or anything `numpy.asarray` takes) or to a path of
 #: an `.npy`/`.json` file.
 Inputs = Union[PathLike, Mapping[str, Any], None]
-
-#: How long a stopped run may take to end after SIGINT before it is killed.
-STOP_GRACE_SECONDS = 10.0
 
 
 @dataclass(frozen=True)
@@ -68,7 +63,7 @@ class Result:
         return self.status == "ok"
 
 
-class Run(Iterator[Result]):
+class Run(Stream[Result]):
     """A running `isorun` process whose results arrive in model order, each
     as soon as its unit (and every unit before it) has finished.
 
@@ -81,68 +76,9 @@ class Run(Iterator[Result]):
 
     def __init__(self, args: List[str], *, output_dir: Optional[Path], keep_outputs: bool,
                  cleanup: List[Path]) -> None:
-        self.args = args
         self._output_dir = output_dir
         self._keep_outputs = keep_outputs
-        self._stderr_chunks: List[str] = []
-        self._process: Optional[subprocess.Popen[str]] = None
-        try:
-            self._process = subprocess.Popen(
-                args,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-                encoding="utf-8",
-                errors="replace",
-                bufsize=1,
-            )
-        except BaseException:
-            _remove(cleanup)
-            raise
-        # Nothing below holds this object: the reader thread gets the pipe
-        # and the list it fills, and the finalizer the process and the
-        # temporaries. A Run nobody holds (a `break`, an exception, `del`)
-        # is collected, and collecting it stops isorun.
-        self._stderr_reader = threading.Thread(
-            target=_read_stderr, args=(self._process.stderr, self._stderr_chunks), daemon=True
-        )
-        self._stderr_reader.start()
-        self._finalizer = weakref.finalize(self, _stop, self._process, self._stderr_reader, cleanup)
-
-    @property
-    def pid(self) -> Optional[int]:
-        """The isorun process's id (its workers are its children)."""
-        return self._process.pid if self._process else None
-
-    @property
-    def stderr(self) -> str:
-        """What isorun has written on stderr so far (warnings, notes)."""
-        return "".join(self._stderr_chunks)
-
-    def __iter__(self) -> "Run":
-        return self
-
-    def __next__(self) -> Result:
-        if not self._finalizer.alive or self._process is None:
-            raise StopIteration
-        assert self._process.stdout is not None
-        try:
-            while True:
-                line = self._process.stdout.readline()
-                if not line:
-                    self._end()
-                    raise StopIteration
-                line = line.strip()
-                if not line.startswith("{"):
-                    continue
-                return self._result(json.loads(line))
-        except StopIteration:
-            raise
-        except BaseException:
-            # KeyboardInterrupt, or a record that cannot be read: stop isorun first.
-            self.close()
-            raise
+        super().__init__(args, cleanup=cleanup)
 
     def _result(self, record: Dict[str, Any]) -> Result:
         outputs: Dict[str, Any] = {}
@@ -166,117 +102,6 @@ class Run(Iterator[Result]):
             examples=record.get("examples"),
             record=record,
         )
-
-    def _end(self) -> None:
-        """isorun closed its stdout: wait for it and judge its exit code."""
-        assert self._process is not None
-        code = self._process.wait()
-        self._stderr_reader.join(timeout=5)
-        self._finalizer()
-        if code in (0, 1):
-            return
-        stderr = self.stderr
-        said = _last_error(stderr)
-        if code == 2:
-            raise UsageError(said or "isorun refused the arguments (exit code 2)", exit_code=code, stderr=stderr)
-        if code in (130, 143, -signal.SIGINT, -signal.SIGTERM):
-            raise KeyboardInterrupt(said or "isorun was interrupted")
-        raise IsorunError(f"isorun ended with exit code {code}" + (f": {said}" if said else ""),
-                          exit_code=code, stderr=stderr)
-
-    def close(self) -> None:
-        """Stop isorun (SIGINT, as Ctrl-C would; SIGKILL after a grace
-        period) and wait for it; its workers end with it. Collecting the
-        Run (nothing holds it after a `break`) does the same."""
-        self._finalizer()
-
-    def __enter__(self) -> "Run":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
-def _read_stderr(pipe: IO[str], chunks: List[str]) -> None:
-    """The stderr reader thread: appends what isorun writes until EOF (every
-    process holding the pipe has ended), then closes the pipe."""
-    try:
-        for chunk in iter(lambda: pipe.read(4096), ""):
-            chunks.append(chunk)
-    except (OSError, ValueError):
-        pass
-    finally:
-        try:
-            pipe.close()
-        except OSError:
-            pass
-
-
-def _stop(process: "subprocess.Popen[str]", stderr_reader: threading.Thread, cleanup: List[Path]) -> None:
-    """A Run's end, run once (`weakref.finalize`): by `close()`, the run's
-    last record, the Run being collected, or the interpreter's exit.
-
-    SIGINT first, as Ctrl-C: isorun starts nothing new, sends its workers
-    SIGTERM (SIGKILL after its own 2 s grace), records what did not run and
-    exits. Our end of its stdout is closed, so a run with more records to
-    write than a pipe holds is not blocked on a reader that has left. A
-    supervisor still there after STOP_GRACE_SECONDS is killed; its workers
-    and zygote die with it (PR_SET_PDEATHSIG). The stderr pipe is left to
-    its reader thread: closing it here would wait on that thread's read."""
-    try:
-        if process.poll() is None:
-            try:
-                process.send_signal(signal.SIGINT)
-            except ProcessLookupError:
-                pass
-            if process.stdout is not None:
-                try:
-                    process.stdout.close()
-                except OSError:
-                    pass
-            try:
-                process.wait(timeout=STOP_GRACE_SECONDS)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
-        elif process.stdout is not None:
-            try:
-                process.stdout.close()
-            except OSError:
-                pass
-        if stderr_reader is not threading.current_thread():
-            stderr_reader.join(timeout=1)
-    finally:
-        _remove(cleanup)
-
-
-def _remove(paths: List[Path]) -> None:
-    for path in paths:
-        if path.is_dir():
-            shutil.rmtree(path, ignore_errors=True)
-        else:
-            try:
-                path.unlink()
-            except OSError:
-                pass
-    paths.clear()
-
-
-def _last_error(stderr: str) -> str:
-    """isorun's `isorun: error: ...` line (or clap's `error: ...`) with the
-    indented lines that follow it (a list, such as the inputs a signature
-    takes), else its last line."""
-    raw = [line.rstrip() for line in stderr.splitlines() if line.strip()]
-    for at in range(len(raw) - 1, -1, -1):
-        for prefix in ("isorun: error: ", "error: "):
-            if raw[at].strip().startswith(prefix):
-                listed = []
-                for line in raw[at + 1:]:
-                    if not line.startswith("  "):
-                        break
-                    listed.append(line)
-                return "\n".join([raw[at].strip()[len(prefix):]] + listed)
-    return raw[-1].strip() if raw else ""
 
 
 def _read_outputs(folder: Path, described: Mapping[str, Any]) -> Dict[str, Any]:
@@ -428,9 +253,9 @@ def inspect(model: PathLike, *, all: bool = False, tags: Optional[Sequence[str]]
     args += ["--", os.fspath(model)]
     ran = subprocess.run(args, stdin=subprocess.DEVNULL, capture_output=True, text=True)
     if ran.returncode == 2:
-        raise UsageError(_last_error(ran.stderr) or "isorun inspect refused the arguments", exit_code=2, stderr=ran.stderr)
+        raise UsageError(last_error(ran.stderr) or "isorun inspect refused the arguments", exit_code=2, stderr=ran.stderr)
     if ran.returncode != 0:
-        raise IsorunError(f"isorun inspect ended with exit code {ran.returncode}: {_last_error(ran.stderr)}",
+        raise IsorunError(f"isorun inspect ended with exit code {ran.returncode}: {last_error(ran.stderr)}",
                           exit_code=ran.returncode, stderr=ran.stderr)
     parsed: Dict[str, Any] = json.loads(ran.stdout)
     return parsed
