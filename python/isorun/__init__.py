@@ -17,19 +17,33 @@ results back as `Result` objects, in model order, as units finish.
 Workers use the libtensorflow of this environment's `tensorflow` or
 `tensorflow-cpu` 2.x package (`pip install tensorflow-cpu`), else the
 cache that `python -m isorun fetch-libtensorflow` fills.
+
+`map` runs the user's own function on each item the same way, each call in
+a fresh process forked from a warm Python zygote:
+
+    for r in isorun.map(evaluate, paths, jobs=2, timeout=600, memory_limit="8G"):
+        print(r.item, r.status, r.value if r.ok else r.error.message)
+
+`import isorun` imports neither TensorFlow nor NumPy.
 """
 
+from ._map import CallError, MapResult, MapRun, map
 from ._run import ModelError, Result, Run, evaluate, inspect, run
-from .errors import IsorunError, IsorunNotFound, UsageError
+from .errors import IsorunError, IsorunNotFound, NotPicklable, UsageError
 
 __all__ = [
+    "CallError",
     "IsorunError",
     "IsorunNotFound",
+    "MapResult",
+    "MapRun",
     "ModelError",
+    "NotPicklable",
     "Result",
     "Run",
     "UsageError",
     "evaluate",
     "inspect",
+    "map",
     "run",
 ]

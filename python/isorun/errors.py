@@ -29,3 +29,11 @@ class UsageError(IsorunError, ValueError):
 
 class IsorunNotFound(IsorunError, FileNotFoundError):
     """The `isorun` binary is not where the package was installed, nor on `PATH`."""
+
+
+class NotPicklable(IsorunError, TypeError):
+    """`isorun.map` cannot send the function or an item to a worker process:
+    it does not pickle (an open file, a lock, a socket, a loaded model or a
+    live session, in the function's closure or globals or as an item).
+    Raised before any process starts. The message names the function or the
+    item and what in it does not travel."""
