@@ -104,14 +104,15 @@ pub(crate) struct Replicates {
     floats: Vec<f64>,
 }
 
-/// Metric -> [low, high] (`None` where no replicate could compute it).
+/// Metric -> [low, high]; a metric no replicate could compute has no entry
+/// (`None` only where the caller withdrew an interval afterwards).
 pub type MetricIntervals = BTreeMap<String, Option<(f64, f64)>>;
 
 /// The intervals of one evaluation.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Intervals {
     pub spec: CiSpec,
-    /// Metric -> [low, high] (`None` where no replicate could compute it).
+    /// Metric -> [low, high] (no entry where no replicate could compute it).
     pub overall: MetricIntervals,
     /// Metric -> each replicate's value (NaN where it could not be computed).
     pub values: BTreeMap<String, Vec<f64>>,
@@ -594,8 +595,11 @@ impl Replicates {
                 .map(|m| (m.name().to_string(), per_replicate.iter().map(|v| v[m.name()]).collect()))
                 .collect()
         };
+        // A metric no replicate computes (`ece`, multiclass `brier`, an AUC
+        // of one class) has no interval and no entry: records leave it out
+        // of `"ci"` rather than write `null`.
         let interval_of = |values: &BTreeMap<String, Vec<f64>>| -> BTreeMap<String, Option<(f64, f64)>> {
-            values.iter().map(|(m, v)| (m.clone(), percentile_interval(v, level))).collect()
+            values.iter().filter_map(|(m, v)| Some((m.clone(), Some(percentile_interval(v, level)?)))).collect()
         };
         let values = values_of(self.overall.as_ref());
         let overall = interval_of(&values);

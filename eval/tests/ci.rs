@@ -240,3 +240,27 @@ fn a_keyed_bootstrap_needs_every_batchs_keys() {
     assert!(err.to_string().contains("example keys"), "{err}");
     assert_eq!(evaluator.examples(), 0);
 }
+
+/// A metric the replicates do not compute (`ece`) has no interval, and is
+/// left out of `"ci"`, overall and per slice, as keys that do not apply
+/// are, never `null`; the others keep theirs.
+#[test]
+fn a_metric_without_an_interval_is_left_out_of_ci_not_null() {
+    let mut rng = Rng(mix64(11));
+    let (labels, scores) = synthetic(&mut rng, 300, 1.0);
+    let slices = vec!["half".to_string()];
+    let mut evaluator = Evaluator::new(&spec(&[Metric::Accuracy, Metric::Ece, Metric::Brier]), &signature(), &slices)
+        .unwrap()
+        .with_ci(ci(20, 1, KeyedBy::Index));
+    let mut batch = targets(&labels, 0, None, None);
+    batch.slices = vec![("half".into(), (0..labels.len()).map(|i| (i % 2).to_string()).collect())];
+    evaluator.update(&output(&scores), &batch).unwrap();
+    let record = evaluator.finish().to_json();
+    assert!(record["metrics"]["ece"].is_number(), "ece itself is computed: {}", record["metrics"]);
+    for ci in [&record["ci"], &record["slices"]["half"]["0"]["ci"], &record["slices"]["half"]["1"]["ci"]] {
+        let ci = ci.as_object().unwrap_or_else(|| panic!("no ci object: {record}"));
+        assert!(ci["accuracy"].is_array() && ci["brier"].is_array(), "{ci:?}");
+        assert!(!ci.contains_key("ece"), "ece has no interval, so no key: {ci:?}");
+        assert!(ci.values().all(|v| !v.is_null()), "{ci:?}");
+    }
+}
