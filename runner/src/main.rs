@@ -25,6 +25,13 @@ fn main() {
         eprintln!("{}", isorun_engine::keras::launch(&spec));
         std::process::exit(126);
     }
+    // The same for `isorun map`'s zygote.
+    let mut raw = std::env::args_os();
+    if raw.nth(1).is_some_and(|a| a == isorun_map::launch::LAUNCH_ARG) {
+        let spec = raw.next().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+        eprintln!("{}", isorun_map::launch::launch(&spec));
+        std::process::exit(126);
+    }
     quiet_broken_pipe();
     // `run --config FILE` puts the file's settings on the command line first.
     let args = match config::expand_command_line(std::env::args_os().collect()) {

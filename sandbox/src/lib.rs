@@ -103,6 +103,19 @@ pub fn apply(spec: &SandboxSpec) -> Applied {
 /// folders (the Keras export process: its cache entry's temporary folder).
 /// Landlock still refuses every other write; everything else is `apply`'s.
 pub fn apply_with_writable(spec: &SandboxSpec, writable: &[std::path::PathBuf]) -> Applied {
+    apply_with_options(spec, writable, &Options::default())
+}
+
+/// What a caller may keep that a model worker never does.
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    /// Keep the network: no new network namespace (`isorun map --network`,
+    /// whose calls are the user's code); `no_network` is then not reported.
+    pub network: bool,
+}
+
+/// `apply_with_writable`, with [`Options`].
+pub fn apply_with_options(spec: &SandboxSpec, writable: &[std::path::PathBuf], options: &Options) -> Applied {
     let mut applied = Applied { protections: Vec::new(), missing: Vec::new(), steps: Vec::new() };
     let mut steps = Vec::with_capacity(4);
     let mut step_started = std::time::Instant::now();
@@ -145,11 +158,13 @@ pub fn apply_with_writable(spec: &SandboxSpec, writable: &[std::path::PathBuf]) 
     step("limits_env");
 
     // No network: a fresh network namespace (root may; others through a user namespace).
-    // SAFETY: unshare affects only this process; single-threaded here.
-    let no_network = unsafe {
-        libc::unshare(libc::CLONE_NEWNET) == 0 || libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNET) == 0
-    };
-    record("no_network", no_network);
+    if !options.network {
+        // SAFETY: unshare affects only this process; single-threaded here.
+        let no_network = unsafe {
+            libc::unshare(libc::CLONE_NEWNET) == 0 || libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNET) == 0
+        };
+        record("no_network", no_network);
+    }
     step("network");
 
     // Before Landlock and seccomp, which both need it (and so that a

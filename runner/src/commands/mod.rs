@@ -9,6 +9,7 @@ mod eval;
 mod inspect;
 mod ls;
 mod man;
+mod map;
 mod pipe;
 mod report;
 mod rescore;
@@ -25,6 +26,7 @@ pub fn dispatch(cli: Cli) -> Result<i32, String> {
         Command::Inspect(args) => inspect::main(&args),
         Command::Ls(args) => ls::main(&args),
         Command::Pipe(args) => pipe::main(&args),
+        Command::Map(args) => map::main(*args, cli.quiet),
         Command::Doctor(args) => doctor::main(&args),
         Command::Cache(command) => cache::main(&command),
         Command::Rescore(args) => rescore::main(*args, cli.quiet),

@@ -1,0 +1,234 @@
+//! The slots of a map run: one zygote per slot, one call at a time per
+//! slot, items taken from a shared queue in order, records handed back as
+//! each call ends. Retries, the fall-back to a fresh interpreter per call
+//! (said once), a zygote lost and replaced, and the stop (Ctrl-C) are
+//! decided here; what a single call came to is `call`'s.
+
+use crate::call::{self, Attempt, Limits, NotStarted};
+use crate::items::{hex, Item};
+use crate::process::{ProcessError, Zygote};
+use crate::{MapError, MapSettings};
+use serde_json::{json, Map, Value};
+use sha2::{Digest, Sha256};
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Mutex};
+
+/// What the function is, for journal keys and reports.
+#[derive(Debug, Clone)]
+pub struct Identity {
+    /// `MODULE:FUNCTION` as given.
+    pub name: String,
+    pub qualname: String,
+    /// SHA-256 of the function's source (or its module's file), or of the
+    /// `--function-pickle` bytes; `None` when Python could not say.
+    pub code_sha256: Option<String>,
+    pub python: String,
+    pub executable: String,
+}
+
+impl Identity {
+    /// A call's journal key: the function's identity and the item's key.
+    pub fn unit_key(&self, item: &Item) -> String {
+        let text =
+            format!("{}\0{}\0{}\0{}", self.name, self.qualname, self.code_sha256.as_deref().unwrap_or(""), item.key);
+        hex(&Sha256::digest(text.as_bytes()))
+    }
+}
+
+/// A map run's supervisor, with its first zygote started.
+pub struct Pool {
+    settings: MapSettings,
+    first: Option<Zygote>,
+    temp: tempfile::TempDir,
+    pub identity: Identity,
+    /// Every call now starts a fresh interpreter.
+    direct: AtomicBool,
+}
+
+impl Pool {
+    /// Starts the first zygote: a function that cannot be loaded is bad
+    /// input, found here before any call.
+    pub fn start(settings: MapSettings) -> Result<Pool, MapError> {
+        let name = format!("{}:{}", settings.module, settings.function);
+        let pickle_hash = match &settings.function_pickle {
+            Some(path) => Some(hex(&Sha256::digest(
+                std::fs::read(path).map_err(|source| MapError::ReadFunction { path: path.clone(), source })?,
+            ))),
+            None => None,
+        };
+        let temp = tempfile::Builder::new().prefix("isorun-map-").tempdir().map_err(MapError::TempDir)?;
+        let zygote = Zygote::start(&settings, temp.path(), false).map_err(|e| match e {
+            ProcessError::Load { message, traceback, kind } => {
+                let hint = match kind.as_str() {
+                    "no_module" => " (MODULE is a dotted module importable from here, or a .py file)",
+                    "no_function" => " (FUNCTION is a name defined in MODULE)",
+                    _ => "",
+                };
+                let detail =
+                    if kind == "import_failed" { format!("\n{}", traceback.trim_end()) } else { String::new() };
+                MapError::Function { function: name.clone(), message: format!("{message}{hint}{detail}") }
+            }
+            ProcessError::Spawn { source, .. } if settings.sandbox.is_none() => {
+                MapError::Python { python: settings.python.clone(), source }
+            }
+            other => MapError::Start(other.to_string()),
+        })?;
+        let identity = Identity {
+            name,
+            qualname: zygote.hello.qualname.clone(),
+            code_sha256: pickle_hash.or_else(|| zygote.hello.source_sha256.clone()),
+            python: zygote.hello.python.clone(),
+            executable: zygote.hello.executable.clone(),
+        };
+        Ok(Pool { settings, first: Some(zygote), temp, identity, direct: AtomicBool::new(false) })
+    }
+
+    /// Calls the function on every item, `jobs` at a time; `on_record`
+    /// gets each call's record (by item index) as it ends. Items not
+    /// started when `stop` says so get no record.
+    pub fn run(mut self, items: &[Item], stop: &(dyn Fn() -> bool + Sync), on_record: &mut dyn FnMut(usize, Value)) {
+        let queue: Mutex<VecDeque<&Item>> = Mutex::new(items.iter().collect());
+        let slots = self.settings.jobs.clamp(1, items.len().max(1));
+        let (sender, receiver) = mpsc::channel::<(usize, Value)>();
+        let first = self.first.take();
+        let this = &self;
+        std::thread::scope(|scope| {
+            let mut first = first;
+            for slot in 0..slots {
+                let sender = sender.clone();
+                let queue = &queue;
+                let worker = if slot == 0 { first.take() } else { None };
+                std::thread::Builder::new()
+                    .name(format!("map-slot-{slot}"))
+                    .spawn_scoped(scope, move || this.slot(slot, worker, queue, &sender, stop))
+                    .expect("a thread");
+            }
+            drop(sender);
+            for (index, record) in receiver {
+                on_record(index, record);
+            }
+        });
+    }
+
+    fn slot(
+        &self,
+        slot: usize,
+        mut worker: Option<Zygote>,
+        queue: &Mutex<VecDeque<&Item>>,
+        sender: &mpsc::Sender<(usize, Value)>,
+        stop: &(dyn Fn() -> bool + Sync),
+    ) {
+        loop {
+            if stop() {
+                return;
+            }
+            let Some(item) = queue.lock().map(|mut q| q.pop_front()).unwrap_or(None) else { return };
+            let record = self.call_with_retries(slot, &mut worker, item, stop);
+            if sender.send((item.index, record)).is_err() {
+                return;
+            }
+        }
+    }
+
+    fn call_with_retries(
+        &self,
+        slot: usize,
+        worker: &mut Option<Zygote>,
+        item: &Item,
+        stop: &(dyn Fn() -> bool + Sync),
+    ) -> Value {
+        let mut attempts = 0u32;
+        loop {
+            attempts += 1;
+            let attempt = self.attempt(slot, worker, item, stop);
+            let status = attempt["status"].as_str().unwrap_or("").to_string();
+            let again = status != "ok"
+                && status != "not_run"
+                && attempts <= self.settings.retries
+                && self.settings.retry_on.iter().any(|s| *s == status)
+                && !stop();
+            if !again {
+                return self.record(item, attempt, attempts);
+            }
+        }
+    }
+
+    /// The record: item, index, function, then the attempt's fields.
+    fn record(&self, item: &Item, attempt: Attempt, attempts: u32) -> Value {
+        let mut record = Map::new();
+        record.insert("item".into(), item.shown.clone());
+        record.insert("index".into(), item.index.into());
+        record.insert("function".into(), self.identity.name.clone().into());
+        let ok = attempt.get("status") == Some(&json!("ok"));
+        record.extend(attempt);
+        if attempts > 1 {
+            record.insert("attempts".into(), attempts.into());
+            if ok {
+                record.insert("flaky".into(), true.into());
+            }
+        }
+        Value::Object(record)
+    }
+
+    /// One attempt, in this slot's zygote (started again if it is gone),
+    /// or in a fresh interpreter once forking is not safe.
+    fn attempt(
+        &self,
+        slot: usize,
+        worker: &mut Option<Zygote>,
+        item: &Item,
+        stop: &(dyn Fn() -> bool + Sync),
+    ) -> Attempt {
+        let limits = Limits {
+            timeout: self.settings.timeout,
+            memory_limit: self.settings.memory_limit,
+            value_cap: self.settings.value_cap,
+        };
+        let env = match self.settings.gpus.len() {
+            0 => json!({}),
+            n => json!({"CUDA_VISIBLE_DEVICES": self.settings.gpus[slot % n]}),
+        };
+        loop {
+            let direct = self.direct.load(Ordering::SeqCst);
+            if direct || worker.is_none() {
+                match Zygote::start(&self.settings, self.temp.path(), direct) {
+                    Ok(zygote) => *worker = Some(zygote),
+                    Err(e) => {
+                        return failed("spawn_failed", format!("spawn failed: the interpreter did not start: {e}"))
+                    }
+                }
+            }
+            let zygote = worker.as_mut().expect("started above");
+            match call::run(zygote, item, &env, &limits, stop) {
+                Ok(attempt) => {
+                    if direct {
+                        *worker = None;
+                    }
+                    return attempt;
+                }
+                Err(NotStarted::Unsafe(why)) => {
+                    *worker = None;
+                    if !self.direct.swap(true, Ordering::SeqCst) {
+                        eprintln!(
+                            "isorun: warning: the zygote cannot fork safely ({why}); each call starts a fresh \
+                             interpreter instead (slower). Keep the function's module from starting threads or \
+                             CUDA at import (isorun sets OPENBLAS_NUM_THREADS=1 and the like for the zygote)"
+                        );
+                    }
+                }
+                Err(NotStarted::Lost(why)) => {
+                    *worker = None;
+                    return failed("spawn_failed", format!("spawn failed: the zygote was lost: {why}"));
+                }
+            }
+        }
+    }
+}
+
+fn failed(status: &str, message: String) -> Attempt {
+    let mut attempt = Map::new();
+    attempt.insert("status".into(), status.into());
+    attempt.insert("error".into(), json!({"kind": status, "message": message}));
+    attempt
+}

@@ -1,0 +1,258 @@
+# isorun map's zygote: imports the user's function once, then forks one
+# process per call; it never calls the function itself. Started by the
+# isorun supervisor (map/src/process.rs), which owns every process; the
+# protocol is in map/src/protocol.rs. Standard library only.
+import json
+import os
+import socket
+import sys
+
+MAX_CONTROL = 1 << 16
+VALUE_JSON_MAX = 1 << 20
+TRACEBACK_MAX = 1 << 16
+
+
+def _send(sock, message, fds=()):
+    data = json.dumps(message).encode()
+    if fds:
+        socket.send_fds(sock, [data], list(fds))
+    else:
+        sock.sendall(data)
+
+
+def _threads():
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        return 0
+
+
+def _cuda():
+    """The first CUDA library mapped into this process, or None."""
+    try:
+        with open("/proc/self/maps") as maps:
+            for line in maps:
+                name = line.rsplit("/", 1)[-1].strip()
+                if name.startswith(("libcuda.so", "libcudart.so", "libcudart-")):
+                    return name
+    except OSError:
+        pass
+    return None
+
+
+def _error(kind, exc, skip_frames=0):
+    import traceback
+
+    tb = exc.__traceback__
+    for _ in range(skip_frames):
+        if tb is not None:
+            tb = tb.tb_next
+    text = "".join(traceback.format_exception(type(exc), exc, tb))
+    if len(text) > TRACEBACK_MAX:
+        text = "...\n" + text[-TRACEBACK_MAX:]
+    message = "%s: %s" % (type(exc).__qualname__, exc) if str(exc) else type(exc).__qualname__
+    return {"kind": kind, "message": message, "traceback": text}
+
+
+def _load(spec):
+    """The function, and its identity: (fn, source_sha256) or raises (kind, exc)."""
+    import hashlib
+    import importlib
+    import importlib.util
+
+    module_name = spec["module"]
+    qualname = spec["function"]
+    for name in spec.get("preload") or []:
+        try:
+            importlib.import_module(name)
+        except BaseException as e:
+            raise LoadError("no_preload", e)
+    if spec.get("function_pickle"):
+        import pickle
+
+        try:
+            import cloudpickle  # noqa: F401  (what pickled by-value functions need)
+        except ImportError:
+            pass
+        try:
+            with open(spec["function_pickle"], "rb") as f:
+                fn = pickle.loads(f.read())
+        except BaseException as e:
+            raise LoadError("bad_function_pickle", e)
+        if not callable(fn):
+            raise LoadError("no_function", TypeError("the pickled object is a %s, not callable" % type(fn).__qualname__))
+        return fn, None
+    try:
+        if module_name.endswith(".py") or "/" in module_name:
+            path = os.path.abspath(module_name)
+            name = os.path.splitext(os.path.basename(path))[0]
+            sys.path.insert(0, os.path.dirname(path))
+            module_spec = importlib.util.spec_from_file_location(name, path)
+            if module_spec is None:
+                raise ModuleNotFoundError("no Python file %s" % path)
+            module = importlib.util.module_from_spec(module_spec)
+            sys.modules[name] = module
+            module_spec.loader.exec_module(module)
+        else:
+            module = importlib.import_module(module_name)
+    except BaseException as e:
+        kind = "no_module" if isinstance(e, (ModuleNotFoundError, FileNotFoundError)) else "import_failed"
+        raise LoadError(kind, e)
+    fn = module
+    for part in qualname.split("."):
+        try:
+            fn = getattr(fn, part)
+        except AttributeError as e:
+            raise LoadError("no_function", AttributeError("module %s has no attribute %s" % (module_name, qualname)))
+    if not callable(fn):
+        raise LoadError("no_function", TypeError("%s:%s is a %s, not callable" % (module_name, qualname, type(fn).__qualname__)))
+    source_hash = None
+    try:
+        import inspect
+
+        source_hash = hashlib.sha256(inspect.getsource(fn).encode()).hexdigest()
+    except BaseException:
+        try:
+            with open(module.__file__, "rb") as f:
+                source_hash = hashlib.sha256(f.read()).hexdigest()
+        except BaseException:
+            pass
+    return fn, source_hash
+
+
+class LoadError(Exception):
+    def __init__(self, kind, exc):
+        super().__init__(kind)
+        self.kind = kind
+        self.exc = exc
+
+
+def _child(spec, fn, fd, request):
+    """One call, in a fresh process; never returns."""
+    code = 0
+    try:
+        try:
+            import ctypes
+
+            ctypes.CDLL(None).prctl(1, 9)  # PR_SET_PDEATHSIG, SIGKILL: gone with the zygote
+        except BaseException:
+            pass
+        for name, value in spec["original_env"].items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        for name, value in (request.get("env") or {}).items():
+            os.environ[name] = value
+        conn = socket.socket(fileno=fd)
+        chunks = []
+        while True:
+            chunk = conn.recv(1 << 16)
+            if not chunk:
+                break
+            chunks.append(chunk)
+        message = json.loads(b"".join(chunks))
+        if "item_file" in message:
+            import pickle
+
+            with open(message["item_file"], "rb") as f:
+                item = pickle.load(f)
+        else:
+            item = message["item"]
+        try:
+            value = fn(item)
+        except BaseException as e:
+            result = {"status": "error", "error": _error("exception", e, skip_frames=1)}
+        else:
+            result = {"status": "ok", "value_type": type(value).__qualname__}
+            try:
+                text = json.dumps(value, allow_nan=False)
+            except BaseException:
+                text = None
+            if text is not None and len(text) <= VALUE_JSON_MAX:
+                result["value"] = value
+            values_dir = spec.get("values_dir")
+            if values_dir:
+                import pickle
+
+                path = os.path.join(values_dir, "%d.pkl" % message["index"])
+                try:
+                    with open(path + ".part", "wb") as f:
+                        pickle.dump(value, f, protocol=5)
+                    os.rename(path + ".part", path)
+                    result["value_file"] = path
+                except BaseException as e:
+                    try:
+                        os.unlink(path + ".part")
+                    except OSError:
+                        pass
+                    result = {"status": "error", "value_type": result["value_type"], "error": _error("value_not_saved", e)}
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        except BaseException:
+            pass
+        conn.sendall(json.dumps(result).encode())
+        conn.shutdown(socket.SHUT_WR)
+    except BaseException:
+        code = 70
+        try:
+            import traceback
+
+            traceback.print_exc()
+        except BaseException:
+            pass
+    os._exit(code)
+
+
+def main():
+    control = socket.socket(fileno=int(os.environ.pop("ISORUN_MAP_FD")))
+    spec = json.loads(os.environ.pop("ISORUN_MAP_SPEC"))
+    # Our stdout is the supervisor's stderr: its stdout holds the records.
+    hello = {"pid": os.getpid(), "python": sys.version.split()[0], "executable": sys.executable}
+    try:
+        fn, source_hash = _load(spec)
+    except LoadError as e:
+        hello["error"] = _error(e.kind, e.exc)
+        _send(control, {"hello": hello})
+        return
+    hello["source_sha256"] = source_hash
+    hello["qualname"] = getattr(fn, "__qualname__", spec["function"])
+    hello["threads"] = _threads()
+    hello["cuda"] = _cuda()
+    _send(control, {"hello": hello})
+    while True:
+        try:
+            data, fds, _, _ = socket.recv_fds(control, MAX_CONTROL, 4)
+        except OSError:
+            return
+        if not data:
+            return
+        request = json.loads(data)
+        if spec.get("direct"):
+            # A fresh interpreter per call (the zygote could not fork safely).
+            control.close()
+            _child(spec, fn, fds[0], request)
+        threads, cuda = _threads(), _cuda()
+        if threads > 1 or cuda:
+            for fd in fds:
+                os.close(fd)
+            why = "it maps %s" % cuda if cuda else "it runs %d threads" % threads
+            _send(control, {"fallback": why})
+            continue
+        pid = os.fork()
+        if pid == 0:
+            control.close()
+            _child(spec, fn, fds[0], request)
+        for fd in fds:
+            os.close(fd)
+        pidfd = os.pidfd_open(pid)
+        # The pidfd goes to the supervisor before this process ever reaps
+        # the child: the pid cannot be reused while the supervisor may kill.
+        _send(control, {"forked": pid}, [pidfd])
+        os.close(pidfd)
+        _, status, usage = os.wait4(pid, 0)
+        _send(control, {"exited": status, "maxrss_kb": usage.ru_maxrss})
+
+
+main()

@@ -1,0 +1,283 @@
+//! `isorun map MODULE:FUNCTION [ITEM...]`: check everything that can be
+//! checked before a call (the items, the folders, the function itself,
+//! which the first zygote imports: a missing module or function is a
+//! usage error, exit 2), then call the function on every item in a fresh
+//! process (`isorun-map`), printing a record per item in item order,
+//! journaling each, and writing the reports `run` writes. Flags, exit
+//! codes, signals and output locks are `run`'s.
+
+mod print;
+
+use crate::cli::{Format, MapArgs, SandboxMode};
+use crate::output_lock::lock_outputs;
+use crate::support::{seconds, watch_signals, with_causes};
+use isorun_engine::{CancelToken, STATUSES};
+use isorun_map::{Item, MapSettings, Pool, SandboxSettings};
+use isorun_protocol::exit_code;
+use isorun_report::journal::{read_journal, Journal};
+use isorun_report::{build as build_report, write_files as write_report_files, RunInfo};
+use print::Printer;
+use serde_json::{json, Value};
+use std::collections::{BTreeMap, HashSet};
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Instant, SystemTime};
+
+/// Runs the command; `Err` is a usage error (exit 2).
+pub fn main(args: MapArgs, quiet: bool) -> Result<i32, String> {
+    let started = Instant::now();
+    let started_at = SystemTime::now();
+    let settings = settings(&args)?;
+    let items = read_items(&args)?;
+    let outputs: Vec<(&'static str, &Path)> = [
+        ("--report", args.report.as_deref()),
+        ("--junit", args.junit.as_deref()),
+        ("--html", args.html.as_deref()),
+        ("--journal", args.journal.as_deref()),
+    ]
+    .into_iter()
+    .filter_map(|(flag, path)| Some((flag, path?)))
+    .collect();
+    let _output_locks = lock_outputs(&outputs).map_err(|e| with_causes(&e))?;
+    let retry_on = crate::settings::statuses("--retry-on", &args.retry_on)?;
+    let settings = MapSettings { retry_on, ..settings };
+    let report_settings = report_settings(&args, &settings);
+    // The function is imported here, before any call: bad input is exit 2.
+    let pool = Pool::start(settings).map_err(|e| with_causes(&e))?;
+
+    let mut resumed: BTreeMap<usize, Value> = BTreeMap::new();
+    let mut journal = None;
+    let keys: Vec<String> = items.iter().map(|item| pool.identity.unit_key(item)).collect();
+    if let Some(path) = &args.journal {
+        if args.resume {
+            let done = read_journal(path)?;
+            for (item, key) in items.iter().zip(&keys) {
+                if let Some(record) = done.get(key).and_then(|r| resumed_record(r, item, &pool.identity.name)) {
+                    resumed.insert(item.index, record);
+                }
+            }
+        }
+        journal = Some(Journal::open(path, true)?);
+    }
+    let to_run: Vec<Item> = items.iter().filter(|item| !resumed.contains_key(&item.index)).cloned().collect();
+    tracing::info!(items = items.len(), resumed = resumed.len(), "starting");
+
+    let format = match (args.json, args.format) {
+        (true, _) => Format::Jsonl,
+        (false, Some(format)) => format,
+        (false, None) if std::io::stdout().is_terminal() => Format::Table,
+        (false, None) => Format::Jsonl,
+    };
+    let width = items.iter().map(|item| item.display().chars().count()).max().unwrap_or(4);
+    let mut printer = Printer::new(format, STATUSES[1..].iter().map(|s| s.to_string()).collect(), width);
+    printer.keep_records = args.report.is_some() || args.junit.is_some() || args.html.is_some();
+    let stop = Arc::new(CancelToken::new());
+    let signals = watch_signals(Arc::clone(&stop)).map_err(|e| format!("cannot install signal handlers: {e}"))?;
+    for (index, record) in resumed {
+        printer.accept(index, record);
+    }
+    let mut journal_error = None;
+    let mut done: HashSet<usize> = HashSet::new();
+    let stopped = || stop.requested();
+    pool.run(&to_run, &stopped, &mut |index, record| {
+        done.insert(index);
+        if let (Some(journal), false) = (journal.as_mut(), record["status"] == "not_run") {
+            if let Err(e) = journal.append(&keys[index], &record) {
+                journal_error.get_or_insert(e);
+                stop.request(0);
+            }
+        }
+        printer.accept(index, record);
+        if printer.broken_pipe {
+            stop.request(0);
+        }
+    });
+    // Items never started: not_run, saying why.
+    let why = match stop.signal() {
+        0 if journal_error.is_some() => "not run: interrupted: the journal could not be written".to_string(),
+        0 => "not run: stdout closed".to_string(),
+        signal => format!("not run: interrupted by {}", isorun_protocol::signal_name(signal)),
+    };
+    for item in to_run.iter().filter(|item| !done.contains(&item.index)) {
+        let record = json!({"item": item.shown, "index": item.index, "function": pool_name(&args),
+            "status": "not_run", "reason": "interrupted", "error": {"kind": "not_run", "message": why}});
+        printer.accept(item.index, record);
+    }
+    signals.close();
+    if let Some(e) = &journal_error {
+        crate::support::print_error(e);
+    }
+    let mut report_failed = journal_error.is_some();
+    if printer.keep_records {
+        let records: Vec<Value> = report_units(&printer.records);
+        let info = RunInfo {
+            started_at,
+            finished_at: SystemTime::now(),
+            command: std::env::args().collect(),
+            settings: report_settings,
+            tensorflow_version: None,
+        };
+        let report = build_report(&records, &info);
+        if let Err(e) = write_report_files(&report, args.report.as_deref(), args.junit.as_deref(), args.html.as_deref())
+        {
+            crate::support::print_error(with_causes(&e));
+            report_failed = true;
+        }
+    }
+    printer.finish(started.elapsed());
+    let _ = quiet;
+    Ok(match stop.signal() {
+        libc::SIGINT => exit_code::INTERRUPTED,
+        libc::SIGTERM => exit_code::TERMINATED,
+        _ if printer.broken_pipe => exit_code::OK,
+        _ if printer.failures > 0 || report_failed => exit_code::SOME_FAILED,
+        _ => exit_code::OK,
+    })
+}
+
+fn pool_name(args: &MapArgs) -> String {
+    args.target.clone()
+}
+
+/// The flags as settings, checked: a problem is a usage error.
+fn settings(args: &MapArgs) -> Result<MapSettings, String> {
+    let Some((module, function)) = args.target.rsplit_once(':').filter(|(m, f)| !m.is_empty() && !f.is_empty()) else {
+        return Err(format!(
+            "{}: expected MODULE:FUNCTION (a dotted module or a .py file, a colon, a function name)",
+            args.target
+        ));
+    };
+    if args.function_pickle.as_ref().is_some_and(|p| !p.is_file()) {
+        return Err(format!(
+            "--function-pickle {}: not a file",
+            args.function_pickle.as_ref().map(|p| p.display().to_string()).unwrap_or_default()
+        ));
+    }
+    let python = match &args.python {
+        Some(python) => python.clone(),
+        None => isorun_engine::keras::python::choose(None)
+            .map_err(|_| "no python3 on PATH: name the Python to use with --python or ISORUN_PYTHON".to_string())?,
+    };
+    let values_dir = match &args.values_dir {
+        Some(dir) => {
+            std::fs::create_dir_all(dir).map_err(|e| format!("--values-dir {}: cannot create: {e}", dir.display()))?;
+            Some(absolute("--values-dir", dir)?)
+        }
+        None => None,
+    };
+    let writable = args.writable.iter().map(|dir| absolute("--writable", dir)).collect::<Result<Vec<_>, _>>()?;
+    let sandbox = match args.sandbox {
+        SandboxMode::Off => None,
+        SandboxMode::Strict => Some(SandboxSettings {
+            launcher: std::env::current_exe().map_err(|e| format!("cannot find the isorun binary: {e}"))?,
+            writable,
+            network: args.network,
+        }),
+    };
+    let start_timeout = seconds("--start-timeout", Some(args.start_timeout))?.unwrap_or_default();
+    Ok(MapSettings {
+        python,
+        module: module.to_string(),
+        function: function.to_string(),
+        function_pickle: args.function_pickle.clone(),
+        preload: args.preload.iter().filter(|m| !m.is_empty()).cloned().collect(),
+        jobs: args.jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())).max(1),
+        timeout: seconds("--timeout", args.timeout)?,
+        memory_limit: args.memory_limit,
+        retries: args.retries,
+        retry_on: Vec::new(),
+        values_dir,
+        value_cap: args.value_cap,
+        start_timeout,
+        gpus: args.gpus.iter().filter(|g| !g.is_empty()).cloned().collect(),
+        sandbox,
+    })
+}
+
+/// An existing folder, made absolute (the sandbox's rules and the zygote
+/// both need it so).
+fn absolute(flag: &str, dir: &Path) -> Result<PathBuf, String> {
+    if !dir.is_dir() {
+        return Err(format!("{flag} {}: not a folder", dir.display()));
+    }
+    std::fs::canonicalize(dir).map_err(|e| format!("{flag} {}: {e}", dir.display()))
+}
+
+/// The items: arguments, then --items-from's lines.
+fn read_items(args: &MapArgs) -> Result<Vec<Item>, String> {
+    let mut items: Vec<Item> = args.items.iter().enumerate().map(|(i, text)| Item::from_text(i, text)).collect();
+    if let Some(path) = &args.items_from {
+        let lines = isorun_map::items::read_lines(path).map_err(|e| with_causes(&e))?;
+        let what = format!("--items-from {}", path.display());
+        for (number, line) in lines.iter().enumerate() {
+            let index = items.len();
+            let item = if args.items_pickled {
+                Item::from_pickled_line(index, line, &what, number + 1).map_err(|e| with_causes(&e))?
+            } else {
+                Item::from_text(index, line)
+            };
+            items.push(item);
+        }
+    }
+    Ok(items)
+}
+
+/// A journal's record of `item`, as a resumed run prints it, or `None`
+/// when it cannot be one (the call runs again): its item, index and
+/// function are this run's, and its status must be a finished one.
+fn resumed_record(record: &Value, item: &Item, function: &str) -> Option<Value> {
+    let status = record.get("status")?.as_str()?;
+    if status == "not_run" || !STATUSES.contains(&status) {
+        return None;
+    }
+    let mut record = record.clone();
+    let fields = record.as_object_mut()?;
+    fields.insert("item".into(), item.shown.clone());
+    fields.insert("index".into(), item.index.into());
+    fields.insert("function".into(), function.into());
+    fields.insert("resumed".into(), true.into());
+    Some(record)
+}
+
+/// Records as report units: reports name units by `"model"`; a map
+/// record's unit is its item (as tables show it; `#index` added when two
+/// items show alike, so that every unit has a name of its own).
+fn report_units(records: &[Value]) -> Vec<Value> {
+    let mut seen = HashSet::new();
+    records
+        .iter()
+        .map(|record| {
+            let mut unit = record.clone();
+            let mut name = match &record["item"] {
+                Value::String(text) => text.clone(),
+                other => other.to_string(),
+            };
+            if !seen.insert(name.clone()) {
+                name = format!("{name} #{}", record["index"]);
+                seen.insert(name.clone());
+            }
+            if let Some(fields) = unit.as_object_mut() {
+                fields.insert("model".into(), name.into());
+                fields.remove("value");
+            }
+            unit
+        })
+        .collect()
+}
+
+/// The settings as reports show them.
+fn report_settings(args: &MapArgs, settings: &MapSettings) -> Value {
+    json!({
+        "command": "map",
+        "function": args.target,
+        "python": settings.python,
+        "jobs": settings.jobs,
+        "timeout_s": settings.timeout.map(|t| t.as_secs_f64()),
+        "memory_limit_bytes": settings.memory_limit,
+        "retries": settings.retries,
+        "sandbox": settings.sandbox.is_some(),
+        "network": args.network,
+        "writable": settings.sandbox.as_ref().map(|s| s.writable.clone()).unwrap_or_default(),
+    })
+}

@@ -1,0 +1,132 @@
+//! What `isorun map` shows as it goes: one record per item in item order,
+//! each as soon as it and all before it are done, as JSON Lines or (on a
+//! terminal) a table with a totals line. Items, messages and value types
+//! are the user's: every table cell passes `text::one_line`.
+
+use crate::cli::Format;
+use crate::support::own_peak_rss;
+use isorun_report::text::one_line;
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::io::{self, Write};
+use std::time::Duration;
+
+/// Prints records in item order.
+pub struct Printer {
+    pub format: Format,
+    next: usize,
+    waiting: BTreeMap<usize, Value>,
+    fail_on: Vec<String>,
+    pub failures: usize,
+    pub count: usize,
+    pub ok: usize,
+    pub broken_pipe: bool,
+    /// Every record, for the reports (kept only when one is asked for).
+    pub records: Vec<Value>,
+    pub keep_records: bool,
+    width: usize,
+}
+
+impl Printer {
+    pub fn new(format: Format, fail_on: Vec<String>, width: usize) -> Printer {
+        Printer {
+            format,
+            next: 0,
+            waiting: BTreeMap::new(),
+            fail_on,
+            failures: 0,
+            count: 0,
+            ok: 0,
+            broken_pipe: false,
+            records: Vec::new(),
+            keep_records: false,
+            width: width.clamp(4, 60),
+        }
+    }
+
+    /// Takes item `index`'s record; prints it and every waiting one after it that is due.
+    pub fn accept(&mut self, index: usize, record: Value) {
+        self.count += 1;
+        if record["status"] == "ok" {
+            self.ok += 1;
+        }
+        if self.fail_on.iter().any(|s| record["status"] == s.as_str()) {
+            self.failures += 1;
+        }
+        self.waiting.insert(index, record);
+        while let Some(record) = self.waiting.remove(&self.next) {
+            if !self.broken_pipe {
+                let text = match self.format {
+                    Format::Jsonl => record.to_string(),
+                    Format::Table if self.next == 0 => format!("{}\n{}", header(self.width), row(&record, self.width)),
+                    Format::Table => row(&record, self.width),
+                };
+                let mut out = io::stdout().lock();
+                if writeln!(out, "{text}").and_then(|()| out.flush()).is_err() {
+                    self.broken_pipe = true;
+                }
+            }
+            if self.keep_records {
+                self.records.push(record);
+            }
+            self.next += 1;
+        }
+    }
+
+    /// On a table, the totals line under it.
+    pub fn finish(&self, elapsed: Duration) {
+        if self.format == Format::Table && !self.broken_pipe {
+            let peak = own_peak_rss().map_or("-".into(), |b| format!("{:.0} MiB", b as f64 / (1024.0 * 1024.0)));
+            let _ = writeln!(
+                io::stdout().lock(),
+                "\n{} items: {} ok, {} not ok, in {:.2} s; supervisor peak memory {peak}",
+                self.count,
+                self.ok,
+                self.count - self.ok,
+                elapsed.as_secs_f64()
+            );
+        }
+    }
+}
+
+fn header(width: usize) -> String {
+    format!("{:<width$}  {:<14}  {:>8}  {:>9}  value / error", "item", "status", "time", "peak mem")
+}
+
+fn row(record: &Value, width: usize) -> String {
+    let item = match &record["item"] {
+        Value::String(text) => text.clone(),
+        other => other.to_string(),
+    };
+    let item: String = one_line(&item).chars().take(width).collect();
+    let detail = if record["status"] == "ok" {
+        match record.get("value") {
+            Some(value) => value.to_string(),
+            None => format!("<{}>", record["value_type"].as_str().unwrap_or("?")),
+        }
+    } else {
+        record["error"]["message"].as_str().unwrap_or("").lines().next().unwrap_or("").to_string()
+    };
+    let detail: String = one_line(&detail).chars().take(100).collect();
+    let resumed = if record["resumed"] == true { " (resumed)" } else { "" };
+    let peak = record["peak_rss_bytes"].as_u64().map_or("-".into(), |b| format!("{:.0} MiB", b as f64 / 1048576.0));
+    format!(
+        "{item:<width$}  {:<14}  {:>6.2} s  {peak:>9}  {detail}{resumed}",
+        one_line(record["status"].as_str().unwrap_or("?")),
+        record["wall_ms"].as_u64().unwrap_or(0) as f64 / 1000.0,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn an_item_or_message_cannot_forge_a_row() {
+        let record = json!({"item": "a\r\x1b[2Kfake", "status": "error", "wall_ms": 5,
+                            "error": {"message": "ValueError: one\nok"}});
+        let text = row(&record, 20);
+        assert!(!text.chars().any(|c| c.is_control()), "{text:?}");
+    }
+}
