@@ -87,6 +87,9 @@ pub struct LibtensorflowNotFound {
     pub unusable: Vec<(TensorflowPackage, &'static str)>,
     /// The site-packages folders looked in.
     pub site_packages: Vec<PathBuf>,
+    /// The first `python3` (or `python`) on `PATH`, if any: named when it
+    /// gave no site-packages (a pyenv shim or other launcher).
+    pub python_on_path: Option<PathBuf>,
     /// The cache folder looked in.
     pub cache: Option<PathBuf>,
 }
@@ -114,9 +117,19 @@ impl fmt::Display for LibtensorflowNotFound {
             )?;
         }
         if self.site_packages.is_empty() {
-            f.write_str(
-                "no Python environment found (none around this executable, no VIRTUAL_ENV, no python3 on PATH); ",
-            )?;
+            match &self.python_on_path {
+                Some(python) => write!(
+                    f,
+                    "no Python environment found (none around this executable, no VIRTUAL_ENV or CONDA_PREFIX, and \
+                     no lib/python3*/site-packages beside {}, the python3 on PATH: a pyenv shim or other launcher \
+                     is not followed; set VIRTUAL_ENV to the environment's folder); ",
+                    python.display()
+                )?,
+                None => f.write_str(
+                    "no Python environment found (none around this executable, no VIRTUAL_ENV or CONDA_PREFIX, no \
+                     python3 on PATH); ",
+                )?,
+            }
         } else if self.unusable.is_empty() {
             let folders: Vec<String> = self.site_packages.iter().map(|p| p.display().to_string()).collect();
             write!(f, "no tensorflow or tensorflow-cpu package in {}; ", folders.join(", "))?;
@@ -150,6 +163,7 @@ pub fn find_libtensorflow(asked: Option<&Path>) -> Result<FoundLibtensorflow, Li
                 asked: Some(asked.to_path_buf()),
                 unusable: Vec::new(),
                 site_packages: Vec::new(),
+                python_on_path: None,
                 cache: None,
             })
         };
@@ -171,7 +185,9 @@ pub fn find_libtensorflow(asked: Option<&Path>) -> Result<FoundLibtensorflow, Li
         Some(dir) if holds_libraries(dir) => {
             Ok(FoundLibtensorflow { dir: dir.to_path_buf(), origin: LibtensorflowOrigin::Cache })
         }
-        _ => Err(LibtensorflowNotFound { asked: None, unusable, site_packages, cache }),
+        _ => {
+            Err(LibtensorflowNotFound { asked: None, unusable, site_packages, python_on_path: python_on_path(), cache })
+        }
     }
 }
 
@@ -199,13 +215,17 @@ pub fn python_prefixes() -> Vec<PathBuf> {
     for name in ["VIRTUAL_ENV", "CONDA_PREFIX"] {
         add(std::env::var_os(name).filter(|v| !v.is_empty()).map(PathBuf::from));
     }
-    let on_path = std::env::var_os("PATH")
+    add(python_on_path().as_deref().and_then(of_bin_folder));
+    prefixes
+}
+
+/// The first `python3` (or `python`) on `PATH`.
+fn python_on_path() -> Option<PathBuf> {
+    std::env::var_os("PATH")
         .map(|paths| std::env::split_paths(&paths).collect::<Vec<_>>())
         .unwrap_or_default()
         .into_iter()
-        .find_map(|dir| ["python3", "python"].iter().map(|name| dir.join(name)).find(|p| p.is_file()));
-    add(on_path.as_deref().and_then(of_bin_folder));
-    prefixes
+        .find_map(|dir| ["python3", "python"].iter().map(|name| dir.join(name)).find(|p| p.is_file()))
 }
 
 /// The site-packages folders of these prefixes: `lib/python3.*/site-packages`
@@ -270,31 +290,41 @@ pub fn tensorflow_package(site_packages: &Path) -> Option<TensorflowPackage> {
     Some(TensorflowPackage { distribution, version, site_packages: site_packages.to_path_buf() })
 }
 
-/// The worker binary: the one asked for, else `isorun-worker` next to this
-/// executable (or one folder up, for a program cargo built into
-/// `target/<profile>/examples/` or `deps/`, such as an embedding example).
+/// The worker binary: the one asked for, else `ISORUN_WORKER`, else
+/// `isorun-worker` next to this executable; for a program cargo built into
+/// `target/<profile>/examples/` or `deps/` (an embedding example), one
+/// folder up, then in `target/release/` (`scripts/demo` builds only that).
 pub fn worker_binary(asked: Option<&Path>) -> Result<PathBuf, String> {
-    let path = match asked {
-        Some(path) => path.to_path_buf(),
+    let from_env = std::env::var_os("ISORUN_WORKER").filter(|v| !v.is_empty()).map(PathBuf::from);
+    let exe = std::env::current_exe().map_err(|e| format!("cannot find this executable's folder: {e}"))?;
+    worker_binary_for(asked, from_env.as_deref(), &exe)
+}
+
+/// [`worker_binary`] for a given environment variable and executable.
+fn worker_binary_for(asked: Option<&Path>, from_env: Option<&Path>, exe: &Path) -> Result<PathBuf, String> {
+    let candidates: Vec<PathBuf> = match asked.or(from_env) {
+        Some(path) => vec![path.to_path_buf()],
         None => {
-            let exe = std::env::current_exe().map_err(|e| format!("cannot find this executable's folder: {e}"))?;
-            let beside = exe.with_file_name("isorun-worker");
+            let mut candidates = vec![exe.with_file_name("isorun-worker")];
             let in_cargo_subfolder =
                 exe.parent().and_then(Path::file_name).is_some_and(|name| name == "examples" || name == "deps");
-            match exe.parent().and_then(Path::parent) {
-                Some(up) if in_cargo_subfolder && !beside.is_file() => up.join("isorun-worker"),
-                _ => beside,
+            if let (true, Some(profile)) = (in_cargo_subfolder, exe.parent().and_then(Path::parent)) {
+                candidates.push(profile.join("isorun-worker"));
+                if let Some(target) = profile.parent().filter(|_| profile.file_name().is_some_and(|n| n != "release")) {
+                    candidates.push(target.join("release").join("isorun-worker"));
+                }
             }
+            candidates
         }
     };
-    if path.is_file() {
-        Ok(path)
-    } else {
-        Err(format!(
-            "worker binary not found at {}; build it (cargo build -p isorun-worker) or name one with --worker / ISORUN_WORKER",
-            path.display()
-        ))
+    if let Some(found) = candidates.iter().find(|path| path.is_file()) {
+        return Ok(found.clone());
     }
+    let looked: Vec<String> = candidates.iter().map(|p| p.display().to_string()).collect();
+    Err(format!(
+        "worker binary not found at {}; build it (cargo build -p isorun-worker) or name one with --worker / ISORUN_WORKER",
+        looked.join(" or ")
+    ))
 }
 
 #[cfg(test)]
@@ -340,12 +370,69 @@ mod tests {
             asked: None,
             unusable: vec![(package, "is not TensorFlow 2.x")],
             site_packages: vec![site.path().to_path_buf()],
+            python_on_path: None,
             cache: Some(PathBuf::from("/cache/libtensorflow-2.21.0-cpu")),
         };
         let text = missing.to_string();
         assert!(text.contains("tensorflow 1.15.5 in") && text.contains("is not TensorFlow 2.x"), "{text}");
         assert!(text.contains("nothing in the cache /cache/libtensorflow-2.21.0-cpu"), "{text}");
         assert!(text.contains("pip install tensorflow-cpu") && text.contains("fetch-libtensorflow"), "{text}");
+    }
+
+    /// A python3 on PATH that gives no site-packages (a pyenv shim) is
+    /// named, not denied: the message said "no python3 on PATH" while
+    /// doctor's keras line named that very python3.
+    #[test]
+    fn a_python3_on_path_without_site_packages_is_named_not_denied() {
+        let missing = LibtensorflowNotFound {
+            asked: None,
+            unusable: Vec::new(),
+            site_packages: Vec::new(),
+            python_on_path: Some(PathBuf::from("/root/.pyenv/shims/python3")),
+            cache: Some(PathBuf::from("/cache/libtensorflow-2.21.0-cpu")),
+        };
+        let text = missing.to_string();
+        assert!(!text.contains("no python3 on PATH"), "{text}");
+        assert!(text.contains("beside /root/.pyenv/shims/python3, the python3 on PATH"), "{text}");
+        assert!(text.contains("set VIRTUAL_ENV"), "{text}");
+        let none = LibtensorflowNotFound { python_on_path: None, ..missing };
+        assert!(none.to_string().contains("no python3 on PATH"), "{none}");
+    }
+
+    /// Where a program finds the worker: the one asked for, else
+    /// ISORUN_WORKER, else beside it; cargo's examples also one folder up
+    /// and in target/release, where the demo builds it.
+    #[test]
+    fn the_worker_is_asked_for_from_the_environment_beside_or_in_target_release() {
+        let tmp = tempfile::tempdir().unwrap();
+        let target = tmp.path();
+        for dir in ["debug/examples", "release"] {
+            std::fs::create_dir_all(target.join(dir)).unwrap();
+        }
+        let example = target.join("debug/examples/embed");
+        let release_worker = target.join("release/isorun-worker");
+        // Nothing built: the error names every place looked at and how to name one.
+        let error = worker_binary_for(None, None, &example).unwrap_err();
+        for place in ["debug/examples/isorun-worker", "debug/isorun-worker", "release/isorun-worker", "ISORUN_WORKER"] {
+            assert!(error.contains(place), "{place}: {error}");
+        }
+        // After scripts/demo: only the release build.
+        std::fs::write(&release_worker, b"").unwrap();
+        assert_eq!(worker_binary_for(None, None, &example).unwrap(), release_worker);
+        // A debug worker of the example's own profile comes first.
+        std::fs::write(target.join("debug/isorun-worker"), b"").unwrap();
+        assert_eq!(worker_binary_for(None, None, &example).unwrap(), target.join("debug/isorun-worker"));
+        // ISORUN_WORKER wins over every guess, and --worker over it.
+        let named = tmp.path().join("my-worker");
+        std::fs::write(&named, b"").unwrap();
+        assert_eq!(worker_binary_for(None, Some(&named), &example).unwrap(), named);
+        assert_eq!(worker_binary_for(Some(&release_worker), Some(&named), &example).unwrap(), release_worker);
+        let error = worker_binary_for(None, Some(Path::new("/nonexistent/w")), &example).unwrap_err();
+        assert!(error.starts_with("worker binary not found at /nonexistent/w;"), "{error}");
+        // A program outside cargo's subfolders looks only beside itself.
+        let installed = target.join("release/isorun");
+        assert_eq!(worker_binary_for(None, None, &installed).unwrap(), release_worker);
+        assert!(worker_binary_for(None, None, &tmp.path().join("bin/isorun")).is_err());
     }
 
     #[test]

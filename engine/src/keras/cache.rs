@@ -422,7 +422,10 @@ pub fn list(cache: &Path) -> Vec<CacheEntry> {
     let Ok(entries) = std::fs::read_dir(cache) else { return Vec::new() };
     let mut found: Vec<CacheEntry> = entries
         .flatten()
-        .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
+        .filter(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            !name.starts_with('.') && !is_python_answer(&name)
+        })
         .filter_map(|e| {
             let key = e.file_name().to_string_lossy().into_owned();
             lookup(cache, &key)?;
@@ -432,6 +435,13 @@ pub fn list(cache: &Path) -> Vec<CacheEntry> {
         .collect();
     found.sort_by(|a, b| a.key.cmp(&b.key));
     found
+}
+
+/// Whether a name in the cache folder is a Python's remembered answer
+/// (`python-<16 hex>.json`, written by `python::probe`) rather than an
+/// entry: the cache's own file, neither listed nor refused.
+fn is_python_answer(name: &str) -> bool {
+    name.starts_with("python-") && name.ends_with(".json")
 }
 
 /// Removes every entry and temporary folder; returns how many entries went.
@@ -447,7 +457,7 @@ pub fn clear(cache: &Path) -> std::io::Result<usize> {
         if entry.path().is_dir() {
             std::fs::remove_dir_all(entry.path())?;
             removed += usize::from(!name.starts_with('.'));
-        } else if name.starts_with("python-") {
+        } else if is_python_answer(&name) {
             std::fs::remove_file(entry.path())?;
         }
     }
@@ -487,9 +497,13 @@ mod tests {
         remove_stale(cache);
         assert!(!cache.join(".tmp-999999999-0").exists());
         assert!(ours.exists());
+        // A Python's remembered answer beside the entries is no entry.
+        std::fs::write(cache.join("python-0123456789abcdef.json"), b"{}").unwrap();
         assert_eq!(list(cache).len(), 1);
+        assert!(cache.join("python-0123456789abcdef.json").is_file(), "left alone by ls");
         assert_eq!(clear(cache).unwrap(), 1);
         assert!(list(cache).is_empty());
+        assert!(!cache.join("python-0123456789abcdef.json").exists(), "removed by clear");
     }
 
     /// A check file's life: moved in with its hash, read back while it
