@@ -74,6 +74,9 @@ impl Pool {
             }
             other => MapError::Start(other.to_string()),
         })?;
+        if let Some(missing) = &zygote.hello.sandbox_missing {
+            eprintln!("isorun: warning: the map sandbox is incomplete here; not in force: {missing}");
+        }
         let identity = Identity {
             name,
             qualname: zygote.hello.qualname.clone(),

@@ -33,6 +33,8 @@ pub struct Hello {
     pub threads: u64,
     /// A CUDA library mapped at hello.
     pub cuda: Option<String>,
+    /// Sandbox protections the kernel did not give (comma-separated).
+    pub sandbox_missing: Option<String>,
 }
 
 /// Why a zygote could not start, or stopped answering.
@@ -177,6 +179,7 @@ impl Zygote {
                 qualname: String::new(),
                 threads: 0,
                 cuda: None,
+                sandbox_missing: None,
             },
             direct,
             reaped: false,
@@ -209,6 +212,7 @@ impl Zygote {
             qualname: hello["qualname"].as_str().unwrap_or("").to_string(),
             threads: hello["threads"].as_u64().unwrap_or(0),
             cuda: hello["cuda"].as_str().map(str::to_string),
+            sandbox_missing: hello["sandbox_missing"].as_str().map(str::to_string),
         };
         Ok(zygote)
     }

@@ -220,6 +220,7 @@ def main():
     hello["qualname"] = getattr(fn, "__qualname__", spec["function"])
     hello["threads"] = _threads()
     hello["cuda"] = _cuda()
+    hello["sandbox_missing"] = os.environ.get("ISORUN_SANDBOX_MISSING") or None
     _send(control, {"hello": hello})
     while True:
         try:

@@ -1030,16 +1030,18 @@ pub struct EvalOptions {
 /// `isorun map`: a user's Python function, one supervised process per call.
 #[derive(Debug, Args)]
 #[command(after_help = "Examples:
-  isorun map mymodule:evaluate models/a models/b          one call per path, one JSON line each
-  ls models/ | isorun map evaluate.py:evaluate --items-from - -j 2 --timeout 600 --memory-limit 8G
-  isorun map jobs:score '{\"n\": 3}' --journal map.jsonl --resume --report map.json
+  isorun map mymodule:evaluate models/a models/b   # a JSON line per call
+  ls models/ | isorun map evaluate.py:evaluate --items-from - -j 2 \\
+      --timeout 600 --memory-limit 8G
+  isorun map jobs:score '{\"n\": 3}' --journal map.jsonl --resume
 
 Each ITEM is a JSON value if it parses as JSON, else a string (a path). The function's module is
 imported once by a zygote per slot (with OPENBLAS_NUM_THREADS=1 and the like, restored for each
 call); each call runs in a process forked from it, confined by the sandbox (read what you can,
 write beneath --writable folders only, no network unless --network).
-Exit codes: 0 every call ok; 1 some call not ok; 2 usage error (nothing run);
-130/143 interrupted by Ctrl-C/SIGTERM.")]
+Exit codes: 0 every call ok; 1 some call not ok; 2 usage error (nothing run),
+or an output file (--report, --junit, --html, --journal) another isorun is
+writing; 130/143 interrupted by Ctrl-C/SIGTERM.")]
 pub struct MapArgs {
     /// The function: MODULE:FUNCTION, MODULE a dotted module importable from here or a .py file.
     #[arg(value_name = "MODULE:FUNCTION")]
@@ -1086,11 +1088,23 @@ pub struct MapArgs {
     pub items_per_worker: u64,
 
     /// Limit on each call, in seconds [default: none].
-    #[arg(long, value_name = "SECONDS", env = "ISORUN_TIMEOUT", allow_negative_numbers = true, help_heading = "Workers")]
+    #[arg(
+        long,
+        value_name = "SECONDS",
+        env = "ISORUN_TIMEOUT",
+        allow_negative_numbers = true,
+        help_heading = "Workers"
+    )]
     pub timeout: Option<f64>,
 
     /// Limit on a zygote's start (its imports), in seconds.
-    #[arg(long, value_name = "SECONDS", default_value_t = 300.0, allow_negative_numbers = true, help_heading = "Workers")]
+    #[arg(
+        long,
+        value_name = "SECONDS",
+        default_value_t = 300.0,
+        allow_negative_numbers = true,
+        help_heading = "Workers"
+    )]
     pub start_timeout: f64,
 
     /// Stop a call whose private memory (RssAnon + RssShmem) passes SIZE (e.g. 2G, 512M; a bare number is bytes, at least 16 MiB).
@@ -1099,7 +1113,14 @@ pub struct MapArgs {
 
     /// Confine the zygote and its calls (Landlock: writes only beneath --writable, the values folder and a private
     /// temporary folder; no network; no signals out; no new UNIX sockets; no new privileges).
-    #[arg(long, value_enum, value_name = "MODE", default_value = "strict", env = "ISORUN_SANDBOX", help_heading = "Workers")]
+    #[arg(
+        long,
+        value_enum,
+        value_name = "MODE",
+        default_value = "strict",
+        env = "ISORUN_SANDBOX",
+        help_heading = "Workers"
+    )]
     pub sandbox: SandboxMode,
 
     /// A folder calls may write beneath (repeatable).
@@ -1120,7 +1141,13 @@ pub struct MapArgs {
     pub retries: u32,
 
     /// Statuses that are retried (comma-separated).
-    #[arg(long, value_name = "STATUSES", value_delimiter = ',', default_value = "crashed,timeout,memory_limit,protocol_error,spawn_failed", help_heading = "Nightly")]
+    #[arg(
+        long,
+        value_name = "STATUSES",
+        value_delimiter = ',',
+        default_value = "crashed,timeout,memory_limit,protocol_error,spawn_failed",
+        help_heading = "Nightly"
+    )]
     pub retry_on: Vec<String>,
 
     /// Append one JSON line per finished call to PATH (fsynced), for --resume.

@@ -20,6 +20,7 @@ mod gpu;
 mod hostile;
 mod keras;
 mod lifecycle;
+mod map;
 mod nightly;
 mod old_kernels;
 mod output_files;

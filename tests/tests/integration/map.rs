@@ -1,0 +1,387 @@
+//! `isorun map MODULE:FUNCTION`: a user's Python function, each call in a
+//! process forked from a zygote, driven through the real binary with plain
+//! `python3` (no TensorFlow): every outcome with a real process (an
+//! exception, a segfault through ctypes, an endless loop, a memory hog, a
+//! leak into a module global), the items' sources, bad input, retries,
+//! the journal and resume after SIGKILL, reports, the hidden flags of the
+//! Python API, the sandbox, and the fall-back when the zygote has threads.
+
+use crate::util::{gone_within, isorun, run, Ran};
+use serde_json::Value;
+use std::io::Write;
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+
+/// The functions the tests call, in `fns.py`.
+const FNS: &str = r#"
+import ctypes, os, sys, time
+state = []
+
+def act(item):
+    here = os.environ["MAP_TEST_DIR"]
+    if item == "ok":
+        return {"answer": 42}
+    if item == "raise":
+        raise ValueError("bad item %r" % (item,))
+    if item == "segv":
+        ctypes.string_at(0)
+    if item in ("loop", "hog"):
+        with open(os.path.join(here, item + ".pid"), "w") as f:
+            f.write(str(os.getpid()))
+        chunks = []
+        while True:
+            if item == "hog":
+                chunks.append(bytearray(4 << 20))
+    if item == "leak":
+        state.append("leaked")
+        return len(state)
+    if item == "object":
+        return object()
+    return item
+
+def log(item):
+    here = os.environ["MAP_TEST_DIR"]
+    with open(os.path.join(here, "log.txt"), "a") as f:
+        f.write("%s\n" % (item,))
+    if item == 3 and os.environ.get("MAP_TEST_HANG") == "1":
+        while True:
+            time.sleep(1)
+    return item * 10
+
+def flaky(item):
+    path = os.path.join(os.environ["MAP_TEST_DIR"], "tries-%s" % (item,))
+    with open(path, "a") as f:
+        f.write("x")
+    if os.path.getsize(path) < 2:
+        os._exit(3)
+    return "fine"
+
+def write(item):
+    with open(item, "w") as f:
+        f.write("written")
+    return "wrote"
+
+def big(item):
+    return "x" * item
+
+def pair(item):
+    return [type(item).__name__, list(item)]
+"#;
+
+/// A folder holding `fns.py`, the working folder of every map test.
+fn setup() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("fns.py"), FNS).unwrap();
+    dir
+}
+
+/// `isorun map` run in `dir`, with plain python3 and JSON Lines out.
+fn map(dir: &Path, args: &[&str]) -> Ran {
+    run(map_command(dir).args(args))
+}
+
+fn map_command(dir: &Path) -> std::process::Command {
+    let mut command = isorun();
+    command
+        .current_dir(dir)
+        .env("MAP_TEST_DIR", dir)
+        .env("ISORUN_PYTHON", "python3")
+        .env_remove("ISORUN_SANDBOX")
+        .arg("map")
+        .arg("--json");
+    command
+}
+
+fn by_item<'a>(ran: &'a Ran, item: &str) -> &'a Value {
+    ran.records
+        .iter()
+        .find(|r| r["item"] == item)
+        .unwrap_or_else(|| panic!("no record for {item}:\n{}\nstderr:\n{}", ran.stdout, ran.stderr))
+}
+
+fn pid_in(dir: &Path, name: &str) -> u32 {
+    std::fs::read_to_string(dir.join(name)).unwrap().trim().parse().unwrap()
+}
+
+#[test]
+fn every_outcome_is_closed_and_honest_and_the_next_item_runs_regardless() {
+    let tmp = setup();
+    let dir = tmp.path();
+    let writable = dir.to_str().unwrap();
+    let ran = map(
+        dir,
+        &[
+            "fns:act",
+            "raise",
+            "segv",
+            "loop",
+            "hog",
+            "leak",
+            "leak",
+            "ok",
+            "object",
+            "-j",
+            "1",
+            "--timeout",
+            "3",
+            "--memory-limit",
+            "64M",
+            "--writable",
+            writable,
+        ],
+    );
+    assert_eq!(ran.code, Some(1), "{}\n{}", ran.stdout, ran.stderr);
+    let items: Vec<&Value> = ran.records.iter().map(|r| &r["item"]).collect();
+    assert_eq!(items, ["raise", "segv", "loop", "hog", "leak", "leak", "ok", "object"], "in item order");
+    let indexes: Vec<u64> = ran.records.iter().map(|r| r["index"].as_u64().unwrap()).collect();
+    assert_eq!(indexes, (0..8).collect::<Vec<u64>>());
+
+    let error = by_item(&ran, "raise");
+    assert_eq!(error["status"], "error");
+    assert_eq!(error["error"]["kind"], "exception");
+    assert_eq!(error["error"]["message"], "ValueError: bad item 'raise'");
+    let traceback = error["error"]["traceback"].as_str().unwrap();
+    assert!(traceback.contains("fns.py") && traceback.contains("in act"), "{traceback}");
+    assert!(traceback.trim_end().ends_with("ValueError: bad item 'raise'"), "{traceback}");
+
+    let crashed = by_item(&ran, "segv");
+    assert_eq!(crashed["status"], "crashed");
+    assert_eq!(crashed["signal"], "SIGSEGV");
+
+    assert_eq!(by_item(&ran, "loop")["status"], "timeout");
+    assert!(gone_within(pid_in(dir, "loop.pid"), Duration::from_secs(10)), "the endless loop is gone");
+    let hog = by_item(&ran, "hog");
+    assert_eq!(hog["status"], "memory_limit", "{hog}");
+    assert!(hog["peak_rss_bytes"].as_u64().unwrap() > 64 << 20, "{hog}");
+    assert!(gone_within(pid_in(dir, "hog.pid"), Duration::from_secs(10)), "the memory hog is gone");
+
+    // A module global mutated by one call is not seen by the next.
+    let leaks: Vec<&Value> = ran.records.iter().filter(|r| r["item"] == "leak").map(|r| &r["value"]).collect();
+    assert_eq!(leaks, [1, 1]);
+
+    // Exactly the contract's keys: none that do not apply, never null.
+    let ok = by_item(&ran, "ok");
+    let keys: Vec<&str> = ok.as_object().unwrap().keys().map(String::as_str).collect();
+    assert_eq!(keys, ["item", "index", "function", "status", "value", "value_type", "wall_ms", "peak_rss_bytes"]);
+    assert_eq!(ok["value"]["answer"], 42);
+    assert_eq!(ok["function"], "fns:act");
+    let object = by_item(&ran, "object");
+    assert_eq!(
+        (object["status"].as_str(), object.get("value"), object["value_type"].as_str()),
+        (Some("ok"), None, Some("object"))
+    );
+}
+
+#[test]
+fn items_come_from_arguments_a_file_and_stdin() {
+    let tmp = setup();
+    let dir = tmp.path();
+    std::fs::write(dir.join("items.txt"), "3\n\n{\"a\": [1, 2]}\ndata/x.txt\n").unwrap();
+    let ran = map(dir, &["fns:act", "1", "two", "--items-from", "items.txt"]);
+    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    let values: Vec<&Value> = ran.records.iter().map(|r| &r["value"]).collect();
+    assert_eq!(
+        values,
+        [
+            &serde_json::json!(1),
+            &serde_json::json!("two"),
+            &serde_json::json!(3),
+            &serde_json::json!({"a": [1, 2]}),
+            &serde_json::json!("data/x.txt")
+        ]
+    );
+
+    let mut child = map_command(dir)
+        .args(["fns:act", "--items-from", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(b"ok\n7\n").unwrap();
+    let ran = crate::util::ran(child.wait_with_output().unwrap());
+    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    assert_eq!(ran.records.len(), 2);
+    assert_eq!(ran.records[1]["value"], 7);
+}
+
+#[test]
+fn bad_input_is_exit_2_before_any_call_naming_it() {
+    let tmp = setup();
+    let dir = tmp.path();
+    let writable = dir.to_str().unwrap();
+    let cases: [(&[&str], &str); 5] = [
+        (&["nosuchmodule:f", "1"], "nosuchmodule:f: ModuleNotFoundError: No module named 'nosuchmodule'"),
+        (&["fns:nosuch", "1"], "fns:nosuch: AttributeError: module fns has no attribute nosuch"),
+        (&["fns:write", "--items-from", "missing.txt"], "--items-from missing.txt: cannot read"),
+        (&["fns", "1"], "fns: expected MODULE:FUNCTION"),
+        (
+            &["fns:write", "--items-from", "bad.jsonl", "--items-pickled"],
+            "--items-from bad.jsonl line 1: expected {\"file\": PATH, \"repr\": STRING}",
+        ),
+    ];
+    std::fs::write(dir.join("bad.jsonl"), "[1]\n").unwrap();
+    for (args, message) in cases {
+        let mut all = args.to_vec();
+        all.extend(["--writable", writable, "out.txt"]);
+        let ran = map(dir, &all);
+        assert_eq!(ran.code, Some(2), "{args:?}: {}", ran.stderr);
+        assert!(ran.stderr.contains(message), "{args:?}: {}", ran.stderr);
+        assert!(ran.records.is_empty(), "{args:?}");
+        assert!(!dir.join("out.txt").exists(), "{args:?}: no call ran");
+    }
+}
+
+#[test]
+fn retries_run_a_crashed_call_again() {
+    let tmp = setup();
+    let dir = tmp.path();
+    let writable = dir.to_str().unwrap();
+    let ran = map(dir, &["fns:flaky", "1", "--writable", writable]);
+    assert_eq!(ran.code, Some(1));
+    assert_eq!(ran.records[0]["status"], "crashed");
+    assert!(ran.records[0]["error"]["message"].as_str().unwrap().contains("exited with code 3"), "{}", ran.stdout);
+
+    let ran = map(dir, &["fns:flaky", "2", "--writable", writable, "--retries", "2"]);
+    assert_eq!(ran.code, Some(0), "{}", ran.stdout);
+    let record = &ran.records[0];
+    assert_eq!(
+        (record["status"].as_str(), record["attempts"].as_u64(), record["flaky"].as_bool()),
+        (Some("ok"), Some(2), Some(true))
+    );
+}
+
+#[test]
+fn resume_after_sigkill_of_the_supervisor_runs_only_what_is_missing() {
+    let tmp = setup();
+    let dir = tmp.path();
+    let writable = dir.to_str().unwrap();
+    let args = ["fns:log", "1", "2", "3", "4", "-j", "1", "--journal", "journal.jsonl", "--writable", writable];
+    let mut child = map_command(dir).args(args).env("MAP_TEST_HANG", "1").stdout(Stdio::piped()).spawn().unwrap();
+    let log = dir.join("log.txt");
+    while !std::fs::read_to_string(&log).unwrap_or_default().contains("3\n") {
+        assert!(child.try_wait().unwrap().is_none(), "the run ended before item 3");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.kill().unwrap();
+    let first = crate::util::ran(child.wait_with_output().unwrap());
+    assert_eq!(first.records.len(), 2, "items 1 and 2 were done: {}", first.stdout);
+
+    let ran = run(map_command(dir).args(args).arg("--resume"));
+    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    let resumed: Vec<bool> = ran.records.iter().map(|r| r["resumed"] == true).collect();
+    assert_eq!(resumed, [true, true, false, false]);
+    let values: Vec<&Value> = ran.records.iter().map(|r| &r["value"]).collect();
+    assert_eq!(values, [10, 20, 30, 40]);
+    assert_eq!(std::fs::read_to_string(&log).unwrap(), "1\n2\n3\n3\n4\n", "1 and 2 were not run again");
+
+    // Another function's (changed source) records are not this one's.
+    std::fs::write(dir.join("fns.py"), FNS.replace("return item * 10", "return item * 100")).unwrap();
+    let ran = run(map_command(dir).args(args).arg("--resume"));
+    assert!(ran.records.iter().all(|r| r.get("resumed").is_none()), "{}", ran.stdout);
+    assert_eq!(ran.records[0]["value"], 100);
+}
+
+#[test]
+fn reports_junit_html_and_report_diff_take_map_records() {
+    let tmp = setup();
+    let dir = tmp.path();
+    let ran = map(dir, &["fns:act", "ok", "raise", "--report", "a.json", "--junit", "a.xml", "--html", "a.html"]);
+    assert_eq!(ran.code, Some(1));
+    let report: Value = serde_json::from_str(&std::fs::read_to_string(dir.join("a.json")).unwrap()).unwrap();
+    assert_eq!(report["summary"]["by_status"]["error"], 1);
+    assert_eq!(report["units"][1]["model"], "raise");
+    let junit = std::fs::read_to_string(dir.join("a.xml")).unwrap();
+    assert!(junit.contains("name=\"raise\"") && junit.contains("ValueError"), "{junit}");
+    assert!(std::fs::read_to_string(dir.join("a.html")).unwrap().contains("raise"));
+
+    map(dir, &["fns:act", "raise", "ok", "--report", "b.json"]);
+    let diff = run(isorun().current_dir(dir).args(["report", "diff", "a.json", "b.json"]));
+    assert_eq!(diff.code, Some(0), "{}{}", diff.stdout, diff.stderr);
+}
+
+#[test]
+fn the_python_api_flags_pickled_function_items_and_values() {
+    let tmp = setup();
+    let dir = tmp.path();
+    let make = r#"
+import pickle, fns
+open("fn.pkl", "wb").write(pickle.dumps(fns.pair))
+open("item0.pkl", "wb").write(pickle.dumps((1, 2)))
+open("items.jsonl", "w").write('{"file": "item0.pkl", "repr": "(1, 2)"}\n')
+"#;
+    let made = std::process::Command::new("python3").current_dir(dir).args(["-c", make]).status().unwrap();
+    assert!(made.success());
+    std::fs::create_dir(dir.join("values")).unwrap();
+    let ran = map(
+        dir,
+        &[
+            "__main__:pair",
+            "--function-pickle",
+            "fn.pkl",
+            "--items-from",
+            "items.jsonl",
+            "--items-pickled",
+            "--values-dir",
+            "values",
+        ],
+    );
+    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    let record = &ran.records[0];
+    assert_eq!(record["item"], "(1, 2)");
+    assert_eq!(record["function"], "__main__:pair");
+    assert_eq!(record["value"], serde_json::json!(["tuple", [1, 2]]), "the item arrived a tuple");
+    let file = record["value_file"].as_str().unwrap();
+    assert!(file.ends_with("values/0.pkl"), "{file}");
+    let read = std::process::Command::new("python3")
+        .args(["-c", &format!("import pickle; print(pickle.load(open({file:?}, 'rb')))")])
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&read.stdout).trim(), "['tuple', [1, 2]]");
+
+    // A value over the cap is that item's error, its file removed.
+    let ran = map(dir, &["fns:big", "10", "100000", "--values-dir", "values", "--value-cap", "10K"]);
+    assert_eq!(ran.records[0]["status"], "ok");
+    let over = &ran.records[1];
+    assert_eq!(
+        (over["status"].as_str(), over["error"]["kind"].as_str()),
+        (Some("error"), Some("value_too_large")),
+        "{over}"
+    );
+    assert!(!dir.join("values/1.pkl").exists());
+}
+
+#[test]
+fn the_sandbox_lets_calls_write_only_beneath_writable_folders() {
+    let tmp = setup();
+    let dir = tmp.path();
+    let target = dir.join("out.txt");
+    let target = target.to_str().unwrap();
+    let ran = map(dir, &["fns:write", target]);
+    assert_eq!(ran.records[0]["status"], "error", "{}", ran.stdout);
+    assert!(ran.records[0]["error"]["message"].as_str().unwrap().starts_with("PermissionError"), "{}", ran.stdout);
+    assert!(!Path::new(target).exists());
+
+    let ran = map(dir, &["fns:write", target, "--sandbox", "off"]);
+    assert_eq!(ran.records[0]["status"], "ok", "{}", ran.stdout);
+    std::fs::remove_file(target).unwrap();
+    let ran = map(dir, &["fns:write", target, "--writable", dir.to_str().unwrap()]);
+    assert_eq!(ran.records[0]["status"], "ok", "{}", ran.stdout);
+}
+
+#[test]
+fn a_zygote_with_threads_falls_back_to_a_fresh_interpreter_per_call_saying_why_once() {
+    let tmp = setup();
+    let dir = tmp.path();
+    std::fs::write(
+        dir.join("threaded.py"),
+        "import threading, time\nthreading.Thread(target=time.sleep, args=(60,), daemon=True).start()\n\
+         def f(x):\n    return x + 1\n",
+    )
+    .unwrap();
+    let ran = map(dir, &["threaded:f", "1", "2", "-j", "1"]);
+    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    let values: Vec<&Value> = ran.records.iter().map(|r| &r["value"]).collect();
+    assert_eq!(values, [2, 3]);
+    assert_eq!(ran.stderr.matches("cannot fork safely (it runs 2 threads)").count(), 1, "{}", ran.stderr);
+}
