@@ -80,7 +80,7 @@ pub mod gpus {
 pub mod locations {
     pub use crate::locate::{
         default_libtensorflow_dir, default_libtensorflow_dir_for, find_libtensorflow, libtensorflow_dir,
-        python_prefixes, site_packages_folders, tensorflow_package, worker_binary, FoundLibtensorflow,
-        LibtensorflowNotFound, LibtensorflowOrigin, TensorflowPackage, TENSORFLOW_VERSION,
+        python_prefixes, site_packages_folders, symbol_cache_dir, tensorflow_package, worker_binary,
+        FoundLibtensorflow, LibtensorflowNotFound, LibtensorflowOrigin, TensorflowPackage, TENSORFLOW_VERSION,
     };
 }

@@ -31,6 +31,20 @@ pub fn default_libtensorflow_dir_for(variant: &str) -> Option<PathBuf> {
     Some(cache.join("isorun").join(format!("libtensorflow-{TENSORFLOW_VERSION}-{variant}")))
 }
 
+/// Where zygotes keep the index of oneDNN's sgemm in each libtensorflow
+/// they load (the worker's `symbol_index.rs`): `ISORUN_SYMBOL_CACHE`, else
+/// `isorun/symbols` in the cache folder.
+pub fn symbol_cache_dir() -> Option<PathBuf> {
+    if let Some(dir) = std::env::var_os(isorun_protocol::ENV_SYMBOL_CACHE).filter(|v| !v.is_empty()) {
+        return Some(PathBuf::from(dir));
+    }
+    let cache = std::env::var_os("XDG_CACHE_HOME")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".cache")))?;
+    Some(cache.join("isorun").join("symbols"))
+}
+
 /// The two libraries a libtensorflow folder must hold.
 const LIBRARIES: [&str; 2] = ["libtensorflow_cc.so.2", "libtensorflow_framework.so.2"];
 

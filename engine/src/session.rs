@@ -8,7 +8,7 @@
 use crate::cancel::CancelToken;
 use crate::process::{Event, Exit, ExitStatus, WorkerProcess};
 use isorun_protocol::{
-    Hello, NotRunReason, Outcome, Phase, Tensor, ToWorker, UnitResult, WorkerMessage, PROTOCOL_VERSION,
+    Hello, NotRunReason, OnednnWarmup, Outcome, Phase, Tensor, ToWorker, UnitResult, WorkerMessage, PROTOCOL_VERSION,
 };
 use isorun_transport::RequestEnvelope;
 use std::time::{Duration, Instant};
@@ -37,6 +37,7 @@ pub fn wait_hello(worker: &mut WorkerProcess, stop: &CancelToken, deadline: Inst
                     });
                 }
                 tracing::debug!(pid = hello.pid, tensorflow = %hello.tensorflow_version, "worker ready");
+                say_onednn_warmup(&hello.onednn_warmup);
                 return Ok(hello);
             }
             Some(Event::Message(other)) => {
@@ -55,6 +56,33 @@ pub fn wait_hello(worker: &mut WorkerProcess, stop: &CancelToken, deadline: Inst
             }
         }
     }
+}
+
+/// The oneDNN warm-up a forked worker last reported, so that `-v` says it
+/// once, and again when it changes (a zygote whose scan of its library
+/// finished warms up before its next fork).
+static ONEDNN_WARMUP_SAID: std::sync::Mutex<Option<OnednnWarmup>> = std::sync::Mutex::new(None);
+
+/// Says at `-v` whether forked workers have oneDNN's sgemm kernels from
+/// their zygote, and why not (exec'd workers say nothing).
+fn say_onednn_warmup(warmup: &OnednnWarmup) {
+    if *warmup == OnednnWarmup::NotForked {
+        return;
+    }
+    let mut said = ONEDNN_WARMUP_SAID.lock().unwrap_or_else(|e| e.into_inner());
+    if said.as_ref() == Some(warmup) {
+        return;
+    }
+    match warmup {
+        OnednnWarmup::InForce => {
+            tracing::info!("oneDNN warm-up in force: forked workers have oneDNN's sgemm kernels from their zygote")
+        }
+        OnednnWarmup::NotInForce(why) => tracing::info!(
+            "oneDNN warm-up not in force: {why}; each forked worker makes oneDNN's sgemm kernels itself (~40 ms of CPU)"
+        ),
+        OnednnWarmup::NotForked => {}
+    }
+    *said = Some(warmup.clone());
 }
 
 /// Deadlines of one request.

@@ -14,8 +14,8 @@ mod tensor;
 pub use banner::is_tensorflow_banner;
 pub use dtype::{tf_code_name, DType};
 pub use message::{
-    Hello, Preload, Preloaded, RunRequest, SandboxSpec, SessionConfig, SignatureInfo, TensorSpec, ToWorker, UnitResult,
-    WarmRequest, WorkerMessage,
+    Hello, OnednnWarmup, Preload, Preloaded, RunRequest, SandboxSpec, SessionConfig, SignatureInfo, TensorSpec,
+    ToWorker, UnitResult, WarmRequest, WorkerMessage,
 };
 pub use outcome::{
     human_bytes, short_number, signal_name, Breach, ErrorKind, ModelError, NotRunReason, Outcome, Phase,
@@ -24,7 +24,7 @@ pub use tensor::{Tensor, TensorData, TensorError};
 
 /// Bumped on every change of the wire types; a worker whose `Hello` carries
 /// another version is a `protocol_error`.
-pub const PROTOCOL_VERSION: u32 = 11;
+pub const PROTOCOL_VERSION: u32 = 12;
 
 /// Exit codes of `isorun`, documented in the README.
 pub mod exit_code {
@@ -43,3 +43,8 @@ pub mod exit_code {
 /// Environment variable through which a worker learns the file descriptor of
 /// its socket to the supervisor (removed by the worker as soon as it is read).
 pub const ENV_IPC_FD: &str = "ISORUN_IPC_FD";
+
+/// Environment variable naming the folder where the zygote keeps the index
+/// of oneDNN's sgemm in each libtensorflow it has loaded (set by the
+/// supervisor; a worker without it uses `$XDG_CACHE_HOME/isorun/symbols`).
+pub const ENV_SYMBOL_CACHE: &str = "ISORUN_SYMBOL_CACHE";

@@ -14,6 +14,24 @@ pub struct Hello {
     pub worker_version: String,
     pub tensorflow_version: String,
     pub pid: u32,
+    /// Whether it has oneDNN's matrix-product kernels from the zygote it
+    /// was forked from (protocol 12).
+    pub onednn_warmup: OnednnWarmup,
+}
+
+/// Whether a worker had oneDNN's generated sgemm kernels before its first
+/// model: the zygote makes them once, before it forks, in the libtensorflow
+/// it loaded, where it can find oneDNN's hidden sgemm there (ARCHITECTURE:
+/// Zygote). Without them each worker's first matrix product makes them
+/// (~40 ms of CPU).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum OnednnWarmup {
+    /// Forked from a zygote that made them.
+    InForce,
+    /// Forked from a zygote that could not make them, and why.
+    NotInForce(String),
+    /// Exec'd, not forked: nothing was made before it started.
+    NotForked,
 }
 
 /// TensorFlow session settings chosen by the supervisor. The default is

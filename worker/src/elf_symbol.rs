@@ -1,12 +1,15 @@
-//! A symbol of an ELF64 little-endian shared library's full symbol table
-//! (`.symtab`, which the dynamic linker does not read), by name or by
-//! index, read with positioned reads and nothing else. The build scripts
-//! use it (a `#[path]` module of `libtensorflow_build.rs`) to find, once,
-//! the index of oneDNN's `dnnl_threadpool_interop_sgemm` in libtensorflow;
-//! the zygote (`onednn.rs`) uses it to check, in a few small reads, that the
-//! symbol at that index of the library it has loaded still has that name.
-//! Every offset, size and count is checked against the file: a library that
-//! lies about them gives `None`, never a read out of bounds.
+//! A symbol of an ELF64 little-endian shared library's symbol table (the
+//! full `.symtab`, which the dynamic linker does not read, else `.dynsym`),
+//! by name or by index, read with positioned reads and nothing else. The
+//! build scripts use it (a `#[path]` module of `libtensorflow_build.rs`) to
+//! find, once, the index of oneDNN's `dnnl_threadpool_interop_sgemm` in the
+//! libtensorflow they link; the worker's `--index-symbols` scan
+//! (`symbol_index.rs`) finds it in the library a zygote actually loaded;
+//! and the zygote (`onednn.rs`) checks, in a few small reads, that the
+//! symbol at that index still has that name. Every offset, size and count
+//! is checked against the file: a library that lies about them gives
+//! `None`, never a read out of bounds; a scan reads in fixed chunks, never
+//! a buffer sized from what the file says.
 
 use std::fs::File;
 use std::os::unix::fs::FileExt;
@@ -27,6 +30,7 @@ pub const STT_FUNC: u8 = 2;
 
 const SHT_SYMTAB: u32 = 2;
 const SHT_STRTAB: u32 = 3;
+const SHT_DYNSYM: u32 = 11;
 const SYMBOL_BYTES: u64 = 24;
 /// A name longer than this is not one we look for.
 const MAX_NAME: usize = 256;
@@ -57,7 +61,7 @@ fn read(file: &File, offset: u64, len: usize) -> Option<Vec<u8>> {
     Some(buf)
 }
 
-/// Finds `.symtab` and the string table it links to.
+/// Finds `.symtab` (else `.dynsym`) and the string table it links to.
 fn tables(file: &File) -> Option<Tables> {
     let file_len = file.metadata().ok()?.len();
     let header = read(file, 0, 64)?;
@@ -81,7 +85,10 @@ fn tables(file: &File) -> Option<Tables> {
         let s = &sections[at..at + 64];
         (u32_at(s, 4), u64_at(s, 0x18), u64_at(s, 0x20), u32_at(s, 0x28), u64_at(s, 0x38))
     };
-    let symtab = (0..shnum).map(section).find(|s| s.0 == SHT_SYMTAB)?;
+    let symtab = (0..shnum)
+        .map(section)
+        .find(|s| s.0 == SHT_SYMTAB)
+        .or_else(|| (0..shnum).map(section).find(|s| s.0 == SHT_DYNSYM))?;
     let (_, symtab_offset, symtab_size, link, entsize) = symtab;
     if entsize != SYMBOL_BYTES || u64::from(link) >= shnum || symtab_offset.checked_add(symtab_size)? > file_len {
         return None;
@@ -115,19 +122,91 @@ pub fn symbol_named_at(file: &File, index: u64, name: &str) -> Option<ElfSymbol>
     (found[..name.len()] == *name.as_bytes() && found[name.len()] == 0).then_some(symbol)
 }
 
-/// The index of the first symbol named `name` in `file`'s `.symtab` (reads
-/// both tables whole: for a build script, not for a process start).
-pub fn index_of(file: &File, name: &str) -> Option<u64> {
-    let t = tables(file)?;
-    let symtab = read(file, t.symtab_offset, usize::try_from(t.symbols * SYMBOL_BYTES).ok()?)?;
-    let strtab = read(file, t.strtab_offset, usize::try_from(t.strtab_size).ok()?)?;
+/// What a search of a file's symbol table for a name found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lookup {
+    /// The index of the first symbol of that name.
+    At(u64),
+    /// The table has no symbol of that name.
+    Absent,
+    /// No symbol table to search: not an ELF64 little-endian file, or one
+    /// with neither `.symtab` nor `.dynsym`, or whose tables lie outside it.
+    NoTable,
+}
+
+/// Bytes a scan reads at a time.
+const CHUNK: u64 = 1 << 20;
+/// Places in the string table a scan keeps where the name ends: a name is
+/// rarely there more than once (a string table shares tails, so a longer
+/// name may end in it).
+const MAX_PLACES: usize = 64;
+
+/// Searches `file`'s symbol table for the first symbol named `name`: the
+/// string table for the places the name (and its NUL) is, then the symbols
+/// for one that points at one of them. Reads both tables in 1 MiB chunks
+/// (a ~200 MB read for libtensorflow: for a build script or a scan of its
+/// own, not for a process start).
+pub fn look_up(file: &File, name: &str) -> std::io::Result<Lookup> {
+    let Some(t) = tables(file) else { return Ok(Lookup::NoTable) };
     let wanted = name.as_bytes();
-    (0..t.symbols).find(|&i| {
-        let at = (i * SYMBOL_BYTES) as usize;
-        let (name_at, _) = parse_symbol(&symtab[at..at + SYMBOL_BYTES as usize]);
-        let start = name_at as usize;
-        strtab.get(start..start + wanted.len()) == Some(wanted) && strtab.get(start + wanted.len()) == Some(&0)
-    })
+    let n = wanted.len() as u64;
+    if n == 0 || wanted.len() > MAX_NAME || wanted.contains(&0) {
+        return Ok(Lookup::Absent);
+    }
+    // Where the name and its NUL are: each chunk is read with the `n`
+    // bytes after it, so that a name across two chunks is seen, and keeps
+    // the places that start in it. Horspool's search: it looks at one byte
+    // in ~20 here, fast even unoptimised.
+    let needle: Vec<u8> = wanted.iter().copied().chain([0]).collect();
+    let m = needle.len();
+    let mut shift = [m; 256];
+    for (i, &b) in needle[..m - 1].iter().enumerate() {
+        shift[usize::from(b)] = m - 1 - i;
+    }
+    let mut places: Vec<u64> = Vec::new();
+    let mut buffer = vec![0u8; (CHUNK + n) as usize];
+    let mut start = 0u64;
+    while start < t.strtab_size && places.len() < MAX_PLACES {
+        let len = (CHUNK + n).min(t.strtab_size - start) as usize;
+        let chunk = &mut buffer[..len];
+        file.read_exact_at(chunk, t.strtab_offset + start)?;
+        let mut at = 0usize;
+        while at + m <= len && at < CHUNK as usize && places.len() < MAX_PLACES {
+            let last = chunk[at + m - 1];
+            if last == 0 && chunk[at..at + m - 1] == needle[..m - 1] {
+                places.push(start + at as u64);
+            }
+            at += shift[usize::from(last)];
+        }
+        start += CHUNK;
+    }
+    if places.is_empty() {
+        return Ok(Lookup::Absent);
+    }
+    let per_chunk = CHUNK / SYMBOL_BYTES;
+    let mut first = 0u64;
+    while first < t.symbols {
+        let count = per_chunk.min(t.symbols - first);
+        let chunk = &mut buffer[..(count * SYMBOL_BYTES) as usize];
+        file.read_exact_at(chunk, t.symtab_offset + first * SYMBOL_BYTES)?;
+        let found = chunk.chunks_exact(SYMBOL_BYTES as usize).position(|entry| {
+            let (name_at, _) = parse_symbol(entry);
+            places.contains(&u64::from(name_at))
+        });
+        if let Some(i) = found {
+            return Ok(Lookup::At(first + i as u64));
+        }
+        first += count;
+    }
+    Ok(Lookup::Absent)
+}
+
+/// The index of the first symbol named `name` in `file`'s symbol table.
+pub fn index_of(file: &File, name: &str) -> Option<u64> {
+    match look_up(file, name) {
+        Ok(Lookup::At(index)) => Some(index),
+        _ => None,
+    }
 }
 
 #[cfg(test)]
@@ -139,13 +218,18 @@ mod tests {
     /// symbols (`sgemm`, a function at 0x1000 of 64 bytes; `other`) and three
     /// section headers (null, `.symtab` linking to section `link`, `.strtab`).
     fn elf(link: u32, strtab_size: u64) -> Vec<u8> {
-        let strtab = b"\0sgemm\0other\0";
+        elf_of(b"\0sgemm\0other\0", [1, 7], link, strtab_size, SHT_SYMTAB)
+    }
+
+    /// An ELF64 file as [`elf`] describes, of string table `strtab`, its two
+    /// symbols named at `names`, its symbol table of section type `table`.
+    fn elf_of(strtab: &[u8], names: [u32; 2], link: u32, strtab_size: u64, table: u32) -> Vec<u8> {
         let mut symbols = vec![0u8; 48];
-        symbols[0..4].copy_from_slice(&1u32.to_le_bytes());
+        symbols[0..4].copy_from_slice(&names[0].to_le_bytes());
         symbols[4] = 0x12; // global function
         symbols[8..16].copy_from_slice(&0x1000u64.to_le_bytes());
         symbols[16..24].copy_from_slice(&64u64.to_le_bytes());
-        symbols[24..28].copy_from_slice(&7u32.to_le_bytes());
+        symbols[24..28].copy_from_slice(&names[1].to_le_bytes());
         let (strtab_at, symtab_at) = (64u64, 64 + strtab.len() as u64);
         let shoff = symtab_at + symbols.len() as u64;
         let mut out = vec![0u8; 64];
@@ -165,7 +249,7 @@ mod tests {
             s
         };
         out.extend(section(0, 0, 0, 0, 0));
-        out.extend(section(SHT_SYMTAB, symtab_at, symbols.len() as u64, link, SYMBOL_BYTES));
+        out.extend(section(table, symtab_at, symbols.len() as u64, link, SYMBOL_BYTES));
         out.extend(section(SHT_STRTAB, strtab_at, strtab_size, 0, 0));
         out
     }
@@ -209,5 +293,32 @@ mod tests {
         let mut big = whole.clone();
         big[5] = 2;
         assert_eq!(index_of(&file(&big), "sgemm"), None);
+    }
+
+    #[test]
+    fn a_dynamic_symbol_table_serves_where_there_is_no_full_one() {
+        let f = file(&elf_of(b"\0sgemm\0other\0", [1, 7], 2, 13, SHT_DYNSYM));
+        assert_eq!(look_up(&f, "other").unwrap(), Lookup::At(1));
+        assert_eq!(symbol_named_at(&f, 0, "sgemm").map(|s| s.value), Some(0x1000));
+        // A section of neither kind is no table.
+        assert_eq!(look_up(&file(&elf_of(b"\0sgemm\0other\0", [1, 7], 2, 13, 1)), "sgemm").unwrap(), Lookup::NoTable);
+        assert_eq!(look_up(&file(b"not an ELF file at all"), "sgemm").unwrap(), Lookup::NoTable);
+    }
+
+    #[test]
+    fn a_scan_finds_a_name_across_its_chunks_and_as_a_shared_tail() {
+        // `sgemm` straddles the first 1 MiB boundary; the first symbol is
+        // named `xsgemm` and the second points into its tail, `sgemm`.
+        let mut strtab = vec![b'a'; CHUNK as usize - 3];
+        strtab[0] = 0;
+        let at = strtab.len() as u32;
+        strtab.extend_from_slice(b"xsgemm\0other\0");
+        let f = file(&elf_of(&strtab, [at, at + 1], 2, strtab.len() as u64, SHT_SYMTAB));
+        assert_eq!(look_up(&f, "sgemm").unwrap(), Lookup::At(1));
+        assert_eq!(look_up(&f, "xsgemm").unwrap(), Lookup::At(0));
+        assert_eq!(look_up(&f, "gemm").unwrap(), Lookup::Absent, "a tail no symbol starts at");
+        assert_eq!(look_up(&f, "other").unwrap(), Lookup::Absent, "in the strings, but no symbol's name");
+        assert_eq!(look_up(&f, "sgemmx").unwrap(), Lookup::Absent);
+        assert_eq!(symbol_named_at(&f, 1, "sgemm").map(|s| s.kind), Some(0));
     }
 }

@@ -2,8 +2,11 @@
 //! so that the operating system takes back everything TensorFlow allocated
 //! when the process exits. It finds its socket to the supervisor through
 //! `ISORUN_IPC_FD`, which it removes from its environment at once. With
-//! `--zygote` it is a fork server instead (`isorun-zygote`), and with
-//! `--in-process` the benchmark floor (`in_process.rs`).
+//! `--zygote` it is a fork server instead (`isorun-zygote`), with
+//! `--in-process` the benchmark floor (`in_process.rs`), with
+//! `--index-symbols LIB DIR` the scan a zygote starts to find oneDNN's
+//! sgemm in another libtensorflow build (`symbol_index.rs`), and with
+//! `--onednn-warmup` the line `isorun doctor` prints about it.
 
 // `index_of` is for build.rs (and the tests).
 #[allow(dead_code)]
@@ -11,6 +14,7 @@ mod elf_symbol;
 mod in_process;
 mod onednn;
 mod serve;
+mod symbol_index;
 mod tf;
 mod warm;
 
@@ -27,6 +31,14 @@ fn main() {
         let args: Vec<String> = std::env::args().skip(2).collect();
         std::process::exit(in_process::main(&args));
     }
+    if std::env::args().nth(1).as_deref() == Some("--index-symbols") {
+        let args: Vec<String> = std::env::args().skip(2).collect();
+        std::process::exit(symbol_index::main(&args));
+    }
+    if std::env::args().nth(1).as_deref() == Some("--onednn-warmup") {
+        println!("{}", onednn::probe());
+        return;
+    }
     if std::env::args().nth(1).as_deref() == Some("--zygote") {
         // A fork server: libtensorflow is loaded (linked), nothing else runs.
         // Warm what TensorFlow lets a process warm without starting a thread
@@ -36,7 +48,7 @@ fn main() {
             eprintln!("isorun-worker: the zygote has {threads} threads after warming up; it will not fork");
         }
         let code = match take_fd(isorun_zygote::ENV_ZYGOTE_FD) {
-            Some(control) => isorun_zygote::server::run(control, serve_socket),
+            Some(control) => isorun_zygote::server::run_preparing(control, serve_socket, onednn::warm_if_indexed),
             None => {
                 eprintln!("isorun-worker: --zygote needs {}", isorun_zygote::ENV_ZYGOTE_FD);
                 2

@@ -12,23 +12,30 @@
 //! TensorFlow's per-process random numbers, which every worker would then
 //! share. So the zygote calls oneDNN's documented
 //! `dnnl_threadpool_interop_sgemm` itself, with no thread pool (it then runs
-//! on the calling thread and starts none), at the address the library's full
-//! symbol table gives. `build.rs` finds the symbol's index once in the
-//! library it links; here a few positioned reads check that the loaded
-//! library's symbol at that index has that name, is a function, and lies in
-//! the library's mapped code, whose bytes are the file's at that symbol;
-//! and that the file's program headers are the loaded ones. Anything else (another TensorFlow, a stripped library, no index)
-//! skips the warm-up: workers then generate the kernels themselves, as
-//! before.
+//! on the calling thread and starts none), at the address the library's
+//! symbol table gives. Which symbol: `build.rs` finds its index once in the
+//! library it links; where the library loaded is another build (the
+//! `tensorflow` wheel rather than `tensorflow-cpu`), the index comes from
+//! the per-library symbol index (`symbol_index.rs`), which a scan in a
+//! process of its own fills the first time a zygote meets that library.
+//! Either way a few positioned reads check that the loaded library's symbol
+//! at that index has that name, is a function, and lies in the library's
+//! mapped code, whose bytes are the file's at that symbol; and that the
+//! file's program headers are the loaded ones. Anything else skips the
+//! warm-up, and says why: every forked worker reports it in its `Hello`
+//! (`-v` and `isorun doctor` print it); workers then generate the kernels
+//! themselves, as before.
 
 use crate::elf_symbol::{symbol_named_at, ElfSymbol, STT_FUNC};
+use crate::symbol_index::{self, Entry, SYMBOL};
+use isorun_protocol::{OnednnWarmup, ENV_SYMBOL_CACHE};
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::fs::File;
 use std::os::unix::fs::FileExt;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 
 const LIBRARY: &str = "libtensorflow_cc.so.2";
-const SYMBOL: &str = "dnnl_threadpool_interop_sgemm";
 
 /// `dnnl_threadpool_interop_sgemm(transa, transb, M, N, K, alpha, A, lda,
 /// B, ldb, beta, C, ldc, threadpool)`: `C = alpha·op(A)·op(B) + beta·C`,
@@ -152,22 +159,98 @@ fn same_code(file: &File, lib: &Loaded, symbol: &ElfSymbol) -> bool {
     in_file == in_memory
 }
 
-/// oneDNN's sgemm in the loaded libtensorflow, when every check holds.
-fn find() -> Option<Sgemm> {
-    let index = built_index()?;
-    let lib = loaded(LIBRARY)?;
-    let file = File::open(&lib.path).ok()?;
+/// What to do where neither the build's index nor the symbol index knows
+/// the loaded library.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Scan {
+    /// Start a scan in a detached process and go on without: a zygote,
+    /// which must start at once and stay single-threaded.
+    Detached,
+    /// Scan here and wait (`--onednn-warmup`, for `isorun doctor`).
+    Here,
+    /// Only look: a zygote's look before a fork, while its scan runs.
+    No,
+}
+
+/// Why the sgemm was not found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum NotFound {
+    /// The symbol index is being made: a later look may find it.
+    Pending(String),
+    /// Not in this library, or not callable safely: why.
+    Never(String),
+}
+
+/// oneDNN's sgemm in the loaded libtensorflow, when every check holds, and
+/// where its index came from.
+fn find(dir: Option<&Path>, scan: Scan) -> Result<(Sgemm, String), NotFound> {
+    let never = |why: String| NotFound::Never(why);
+    let lib = loaded(LIBRARY).ok_or_else(|| never(format!("no {LIBRARY} is loaded")))?;
+    let file = File::open(&lib.path).map_err(|e| never(format!("cannot open {}: {e}", lib.path)))?;
     if !same_program_headers(&file, &lib.headers) {
-        return None;
+        return Err(never(format!("{} is not the library loaded (its program headers differ)", lib.path)));
     }
-    let symbol = symbol_named_at(&file, index, SYMBOL)?;
-    if symbol.kind != STT_FUNC || !same_code(&file, &lib, &symbol) {
-        return None;
+    let built = built_index().filter(|&index| symbol_named_at(&file, index, SYMBOL).is_some());
+    let (index, from) = match built {
+        Some(index) => (index, "the index its build found".to_string()),
+        None => index_of_loaded(dir, scan, &lib.path, &file)?,
+    };
+    let symbol = symbol_named_at(&file, index, SYMBOL)
+        .ok_or_else(|| never(format!("symbol {index} of {} is not {SYMBOL} ({from})", lib.path)))?;
+    if symbol.kind != STT_FUNC {
+        return Err(never(format!("{SYMBOL} of {} is not a function", lib.path)));
     }
-    let address = lib.bias.checked_add(symbol.value).filter(|&a| a != 0)?;
+    if !same_code(&file, &lib, &symbol) {
+        return Err(never(format!("the code of {SYMBOL} mapped is not {}'s", lib.path)));
+    }
+    let address = lib.bias.checked_add(symbol.value).filter(|&a| a != 0);
+    let address = address.ok_or_else(|| never(format!("{SYMBOL} of {} has no address", lib.path)))?;
     // SAFETY: the address is the start of the function named SYMBOL in the
     // loaded library's code, whose C signature oneDNN documents as `Sgemm`.
-    Some(unsafe { std::mem::transmute::<usize, Sgemm>(address as usize) })
+    let sgemm = unsafe { std::mem::transmute::<usize, Sgemm>(address as usize) };
+    Ok((sgemm, format!("{SYMBOL}, symbol {index} of {}, from {from}", lib.path)))
+}
+
+/// The symbol's index in the loaded library `path`, open as `file`, from
+/// the symbol index in `dir` (made as `scan` says where it is missing),
+/// with where it came from.
+fn index_of_loaded(dir: Option<&Path>, scan: Scan, path: &str, file: &File) -> Result<(u64, String), NotFound> {
+    let Some(dir) = dir else {
+        return Err(NotFound::Never(format!(
+            "{path} is not the build isorun-worker was linked with, and there is no folder for its symbol index \
+             ({ENV_SYMBOL_CACHE}, XDG_CACHE_HOME and HOME are unset)"
+        )));
+    };
+    let pending = || {
+        NotFound::Pending(format!(
+            "{path} is not the build isorun-worker was linked with, and its symbol index (in {}) is being made, \
+             the first time this library is used: workers forked once it is ready get the warm-up",
+            dir.display()
+        ))
+    };
+    let absent = |why: String| NotFound::Never(format!("{why} (another TensorFlow build)"));
+    match symbol_index::read(dir, file) {
+        Some(Entry::At(index)) => return Ok((index, format!("the symbol index in {}", dir.display()))),
+        Some(Entry::Absent(why)) => return Err(absent(why)),
+        None => {}
+    }
+    match scan {
+        Scan::No => Err(pending()),
+        Scan::Detached => match symbol_index::start_scan(dir, Path::new(path), file) {
+            Ok(_) => Err(pending()),
+            Err(e) => Err(NotFound::Never(format!("cannot start a scan of {path} for its symbol index: {e}"))),
+        },
+        Scan::Here => match symbol_index::scan_and_store(dir, Path::new(path)) {
+            Ok(Entry::At(index)) => Ok((index, format!("a scan of it, now in the symbol index in {}", dir.display()))),
+            Ok(Entry::Absent(why)) => Err(absent(why)),
+            Err(e) => Err(NotFound::Never(format!("cannot index {path} into {}: {e}", dir.display()))),
+        },
+    }
+}
+
+/// The folder of the symbol index: the supervisor's, else the default.
+fn index_dir() -> Option<PathBuf> {
+    std::env::var_os(ENV_SYMBOL_CACHE).filter(|d| !d.is_empty()).map(PathBuf::from).or_else(symbol_index::default_dir)
 }
 
 /// `C = A·B` (row-major, `m`×`k` by `k`×`n`) through `sgemm` with no thread
@@ -199,28 +282,85 @@ fn multiply(sgemm: Sgemm, a: &[f32], b: &[f32], m: usize, n: usize, k: usize) ->
     (status == 0).then_some(c)
 }
 
-/// Set once this process (or the zygote it was forked from) has made the
-/// kernels.
-static WARMED: AtomicBool = AtomicBool::new(false);
+/// Whether this process (or the zygote it was forked from) has made the
+/// kernels, and why not; `NotForked` until a zygote tried. A fork inherits it.
+static STATE: Mutex<OnednnWarmup> = Mutex::new(OnednnWarmup::NotForked);
+
+/// Whether the zygote should look for the symbol index again before a fork.
+static PENDING: Mutex<bool> = Mutex::new(false);
+
+fn set_state(state: OnednnWarmup) {
+    *STATE.lock().unwrap_or_else(|e| e.into_inner()) = state;
+}
 
 /// Makes oneDNN generate its sgemm kernels in this process, on this
 /// thread: a small product (the no-copy kernels a small model's `MatMul`
-/// uses) and a larger one (the packing kernels). Whether it could.
-pub fn warm_sgemm() -> bool {
-    let Some(sgemm) = find() else { return false };
+/// uses) and a larger one (the packing kernels). What it found, or why not.
+fn warm_with(scan: Scan) -> Result<String, String> {
+    let found = find(index_dir().as_deref(), scan);
+    *PENDING.lock().unwrap_or_else(|e| e.into_inner()) = matches!(found, Err(NotFound::Pending(_)));
+    let (sgemm, what) = found.map_err(|e| match e {
+        NotFound::Pending(why) | NotFound::Never(why) => why,
+    })?;
     let done = [(8, 16, 32), (256, 256, 256)].into_iter().all(|(m, n, k)| {
         let a: Vec<f32> = (0..m * k).map(|i| (i % 7) as f32).collect();
         let b: Vec<f32> = (0..k * n).map(|i| (i % 5) as f32).collect();
         multiply(sgemm, &a, &b, m, n, k).is_some()
     });
-    WARMED.store(done, Ordering::Relaxed);
+    match done {
+        true => Ok(what),
+        false => Err(format!("oneDNN's sgemm ({what}) said it failed")),
+    }
+}
+
+/// The zygote's warm-up, before it serves: where the loaded library is not
+/// yet in the symbol index, starts its scan and goes on without
+/// ([`warm_if_indexed`] looks again before each fork). Whether it worked.
+pub fn warm_sgemm() -> bool {
+    let result = warm_with(Scan::Detached);
+    let done = result.is_ok();
+    set_state(result.map_or_else(OnednnWarmup::NotInForce, |_| OnednnWarmup::InForce));
     done
+}
+
+/// Before a fork: while the zygote's scan of its library runs, whether its
+/// index is there now, and if so the warm-up (~40 ms, once).
+pub fn warm_if_indexed() {
+    if !*PENDING.lock().unwrap_or_else(|e| e.into_inner()) {
+        return;
+    }
+    if let Some(dir) = index_dir() {
+        let Some(lib) = loaded(LIBRARY) else { return };
+        let ready = File::open(&lib.path).ok().and_then(|file| symbol_index::read(&dir, &file)).is_some();
+        if !ready {
+            return;
+        }
+    }
+    let result = warm_with(Scan::No);
+    set_state(result.map_or_else(OnednnWarmup::NotInForce, |_| OnednnWarmup::InForce));
+}
+
+/// `isorun-worker --onednn-warmup`: whether a zygote with the library
+/// this process loaded would make oneDNN's kernels (indexing the library
+/// now where it is not yet), as one line (`in force: …` or `not in force:
+/// …`) for `isorun doctor`.
+pub fn probe() -> String {
+    match warm_with(Scan::Here) {
+        Ok(what) => format!("in force: the zygote makes oneDNN's sgemm kernels once for its workers ({what})"),
+        Err(why) => format!("not in force: {why}; each worker makes oneDNN's sgemm kernels itself (~40 ms of CPU)"),
+    }
+}
+
+/// What this worker says in its `Hello`: whether it has oneDNN's sgemm
+/// kernels from its zygote.
+pub fn state() -> OnednnWarmup {
+    STATE.lock().unwrap_or_else(|e| e.into_inner()).clone()
 }
 
 /// Whether this process has oneDNN's sgemm kernels already: a worker
 /// forked from a zygote whose [`warm_sgemm`] worked.
 pub fn warmed() -> bool {
-    WARMED.load(Ordering::Relaxed)
+    state() == OnednnWarmup::InForce
 }
 
 #[cfg(test)]
@@ -230,7 +370,7 @@ mod tests {
     #[test]
     fn onednns_sgemm_is_found_in_the_loaded_libtensorflow_and_multiplies() {
         // The worker links libtensorflow: it is loaded in this test binary.
-        let Some(sgemm) = find() else {
+        let Ok((sgemm, _)) = find(None, Scan::No) else {
             assert!(built_index().is_none(), "build.rs found the symbol, but the loaded library's check failed");
             eprintln!("NOTE: no oneDNN sgemm in this libtensorflow's symbol table; the zygote skips its warm-up");
             return;

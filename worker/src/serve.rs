@@ -40,6 +40,7 @@ pub fn serve(mut socket: UnixStream) -> io::Result<()> {
         worker_version: env!("CARGO_PKG_VERSION").to_string(),
         tensorflow_version: tensorflow_version(),
         pid: std::process::id(),
+        onednn_warmup: crate::onednn::state(),
     };
     write_frame(&mut socket, &WorkerMessage::Hello(hello))?;
     let mut loaded: Option<Loaded> = None;

@@ -22,7 +22,14 @@ pub fn thread_count() -> usize {
 /// child runs `child_main` on its IPC socket and `_exit`s with its result.
 /// Returns the zygote's exit code.
 pub fn run(control: OwnedFd, child_main: fn(UnixStream) -> i32) -> i32 {
-    match serve(&control, child_main) {
+    run_preparing(control, child_main, || {})
+}
+
+/// [`run`], calling `before_fork` on the zygote's one thread before each
+/// fork (the worker's zygote makes oneDNN's kernels there once the index
+/// it waited for is ready). It must not start a thread.
+pub fn run_preparing(control: OwnedFd, child_main: fn(UnixStream) -> i32, before_fork: fn()) -> i32 {
+    match serve(&control, child_main, before_fork) {
         Ok(()) => 0,
         Err(e) => {
             eprintln!("isorun zygote: {e}");
@@ -31,7 +38,7 @@ pub fn run(control: OwnedFd, child_main: fn(UnixStream) -> i32) -> i32 {
     }
 }
 
-fn serve(control: &OwnedFd, child_main: fn(UnixStream) -> i32) -> io::Result<()> {
+fn serve(control: &OwnedFd, child_main: fn(UnixStream) -> i32, before_fork: fn()) -> io::Result<()> {
     // SIGCHLD arrives through a signalfd, so one poll waits for both.
     // SAFETY: plain signal-mask and signalfd calls on this single thread.
     let (signals, old_mask) = unsafe {
@@ -72,17 +79,20 @@ fn serve(control: &OwnedFd, child_main: fn(UnixStream) -> i32) -> io::Result<()>
                 return Ok(()); // the supervisor is gone; children die with us (PDEATHSIG)
             };
             match (Message::decode(&bytes), <[OwnedFd; 2]>::try_from(fds)) {
-                (Some(Message::Fork { token }), Ok([ipc, stderr])) => fork_worker(
-                    control,
-                    &signals,
-                    &old_mask,
-                    zygote_pid,
-                    &mut children,
-                    token,
-                    ipc,
-                    stderr,
-                    child_main,
-                )?,
+                (Some(Message::Fork { token }), Ok([ipc, stderr])) => {
+                    before_fork();
+                    fork_worker(
+                        control,
+                        &signals,
+                        &old_mask,
+                        zygote_pid,
+                        &mut children,
+                        token,
+                        ipc,
+                        stderr,
+                        child_main,
+                    )?
+                }
                 (Some(Message::Fork { token }), Err(_)) => {
                     let refused = Message::Refused { token, reason: "a fork request needs two descriptors".into() };
                     send(control, &refused.encode(), &[])?;

@@ -119,6 +119,11 @@ impl Zygote {
             .process_group(0);
         worker_environment(&mut command, spec);
         command.env(ENV_ZYGOTE_FD, "3");
+        // Where it finds oneDNN's sgemm in a libtensorflow that is not the
+        // build the worker linked (the environment may have been cleared).
+        if let Some(dir) = crate::locate::symbol_cache_dir() {
+            command.env(isorun_protocol::ENV_SYMBOL_CACHE, dir);
+        }
         // Resolve every symbol of libtensorflow once, in the zygote: its
         // children inherit the bound tables instead of each paying the
         // dynamic linker's lazy binding (~10% of a forked worker's CPU).

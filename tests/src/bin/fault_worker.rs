@@ -136,6 +136,7 @@ fn worker_main(mut socket: UnixStream) -> i32 {
             worker_version: "fault".into(),
             tensorflow_version: "none".into(),
             pid: std::process::id(),
+            onednn_warmup: isorun_protocol::OnednnWarmup::NotForked,
         })
     };
     match start.as_deref() {
