@@ -381,7 +381,8 @@ mod tests {
         let want: Vec<f32> =
             (0..m * n).map(|ij| (0..k).map(|l| a[(ij / n) * k + l] * b[l * n + ij % n]).sum()).collect();
         assert_eq!(multiply(sgemm, &a, &b, m, n, k), Some(want));
-        assert!(warm_sgemm());
+        // Never `Scan::Detached` here: a test binary has threads, so it must not fork.
+        assert!(warm_with(Scan::No).is_ok());
     }
 
     #[test]
@@ -419,5 +420,46 @@ mod tests {
         // A symbol that claims more code than its segment holds, or none.
         assert!(!same_code(&file, &lib, &ElfSymbol { size: u64::MAX - symbol.value, ..symbol }));
         assert!(!same_code(&file, &lib, &ElfSymbol { size: 0, ..symbol }));
+    }
+
+    #[test]
+    fn another_builds_index_comes_from_the_symbol_index_or_says_why_not() {
+        // The library loaded here stands for another build: its index is
+        // looked up in a fresh symbol index, as for one the build never saw.
+        let Some(lib) = loaded(LIBRARY) else { return };
+        let file = File::open(&lib.path).unwrap();
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("symbols");
+        let Err(NotFound::Pending(why)) = index_of_loaded(Some(&dir), Scan::No, &lib.path, &file) else {
+            panic!("an empty index is a pending scan")
+        };
+        assert!(why.contains("is being made"), "{why}");
+        let Err(NotFound::Never(why)) = index_of_loaded(None, Scan::No, &lib.path, &file) else {
+            panic!("no folder for the index")
+        };
+        assert!(why.contains("no folder for its symbol index"), "{why}");
+        let (index, from) = match index_of_loaded(Some(&dir), Scan::Here, &lib.path, &file) {
+            Ok(found) => found,
+            Err(NotFound::Never(why)) if built_index().is_none() => {
+                eprintln!("NOTE: {why}");
+                return;
+            }
+            Err(e) => panic!("{e:?}"),
+        };
+        assert!(from.contains("a scan of it"), "{from}");
+        assert_eq!(symbol_named_at(&file, index, SYMBOL).map(|s| s.kind), Some(STT_FUNC));
+        if let Some(built) = built_index() {
+            assert_eq!(index, built, "the scan finds what the build found");
+        }
+        let (again, from) = index_of_loaded(Some(&dir), Scan::No, &lib.path, &file).unwrap();
+        assert_eq!((again, from.contains("the symbol index in")), (index, true), "{from}");
+        // A library the index says has no such symbol: never, and why.
+        let (entry, identity) = symbol_index::entry_path(&dir, &file).unwrap();
+        std::fs::write(&entry, format!("{identity}\nabsent {} has no {SYMBOL} in its symbol table\n", lib.path))
+            .unwrap();
+        let Err(NotFound::Never(why)) = index_of_loaded(Some(&dir), Scan::No, &lib.path, &file) else {
+            panic!("an absent entry is final")
+        };
+        assert!(why.contains("has no dnnl_threadpool_interop_sgemm in its symbol table"), "{why}");
     }
 }

@@ -15,7 +15,7 @@ use crate::elf_symbol::{look_up, Lookup};
 use std::ffi::CString;
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Write};
-use std::os::unix::ffi::OsStrExt;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
@@ -195,6 +195,19 @@ pub fn start_scan(dir: &Path, library: &Path, file: &File) -> io::Result<bool> {
     .map_err(io::Error::other)?;
     let mut argv: Vec<*const libc::c_char> = args.iter().map(|a| a.as_ptr()).collect();
     argv.push(std::ptr::null());
+    // Without the zygote's eager binding of every symbol, which only a
+    // process that forks gains from.
+    let environment: Vec<CString> = std::env::vars_os()
+        .filter(|(name, _)| name != "LD_BIND_NOW")
+        .filter_map(|(name, value)| {
+            let mut pair = name.into_vec();
+            pair.push(b'=');
+            pair.extend(value.into_vec());
+            CString::new(pair).ok()
+        })
+        .collect();
+    let mut envp: Vec<*const libc::c_char> = environment.iter().map(|a| a.as_ptr()).collect();
+    envp.push(std::ptr::null());
     // SAFETY: fork in a single-threaded process (the caller's promise);
     // between fork and exec the children call only async-signal-safe
     // functions on memory prepared before the fork, and never return.
@@ -212,12 +225,9 @@ pub fn start_scan(dir: &Path, library: &Path, file: &File) -> io::Result<bool> {
                         libc::dup2(null, fd);
                     }
                 }
-                // A background job: below the workers, which it must not
-                // slow, and without the zygote's eager binding of every
-                // symbol, which only a process that forks gains from.
+                // A background job: below the workers, which it must not slow.
                 libc::setpriority(libc::PRIO_PROCESS, 0, 10);
-                libc::unsetenv(c"LD_BIND_NOW".as_ptr());
-                libc::execv(exe.as_ptr(), argv.as_ptr());
+                libc::execve(exe.as_ptr(), argv.as_ptr(), envp.as_ptr());
             }
             libc::_exit(0);
         }

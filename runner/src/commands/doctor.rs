@@ -1,7 +1,8 @@
 //! `isorun doctor`: what this machine offers isorun, one line per check, so
 //! a user (or a support thread) sees at once why models cannot run here, or
 //! what isorun will and will not use. It only looks: it starts the worker
-//! with `--version` and reads files, and changes nothing.
+//! with `--version` and `--onednn-warmup` and reads files, and changes
+//! nothing but the symbol-index cache a first run would fill.
 
 use crate::cli::DoctorArgs;
 use isorun_engine::locations::{find_libtensorflow, worker_binary, FoundLibtensorflow, LibtensorflowOrigin};
@@ -83,6 +84,7 @@ pub fn main(args: &DoctorArgs) -> Result<i32, String> {
         libtensorflow_check(&libtensorflow),
         worker_check(&worker, args.worker.worker.as_deref()),
         worker_start,
+        onednn_warmup_check(worker.as_ref().ok(), libtensorflow.as_ref().ok().map(|f| f.dir.as_path()), can_run_models),
         sandbox_check(),
         memory_limit_check(),
         worker_signals_check(),
@@ -218,6 +220,34 @@ fn worker_start_check(worker: Option<&PathBuf>, libtensorflow: Option<&Path>) ->
                 format!("{} --version did not say it is isorun-worker", worker.display()),
             ),
             (false, _) => Check::new(NAME, Status::Failed, failure_text(&ran)),
+        },
+    }
+}
+
+/// Whether the zygote makes oneDNN's sgemm kernels once for its workers
+/// (the worker's `--onednn-warmup`, with the library `isorun run` gives
+/// it): where the library is another build than the one linked, the worker
+/// indexes it into the symbol-index cache now, as a zygote would.
+fn onednn_warmup_check(worker: Option<&PathBuf>, libtensorflow: Option<&Path>, worker_starts: bool) -> Check {
+    const NAME: &str = "onednn warm-up";
+    let Some(worker) = worker.filter(|_| worker_starts) else {
+        return Check::new(NAME, Status::Skipped, "the worker does not start");
+    };
+    let mut command = Command::new(worker);
+    command.arg("--onednn-warmup").stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    if let Some(dir) = libtensorflow {
+        command.env("LD_LIBRARY_PATH", isorun_engine::library_path(dir));
+    }
+    if let Some(dir) = isorun_engine::locations::symbol_cache_dir() {
+        command.env(isorun_protocol::ENV_SYMBOL_CACHE, dir);
+    }
+    match run_with_timeout(&mut command, WORKER_START_TIMEOUT) {
+        Err(e) => Check::new(NAME, Status::Failed, format!("cannot start {}: {e}", worker.display())),
+        Ok(None) => Check::new(NAME, Status::Failed, format!("no answer in {} s", WORKER_START_TIMEOUT.as_secs())),
+        Ok(Some(ran)) => match first_line(&ran.stdout) {
+            Some(line) if line.starts_with("in force") => Check::new(NAME, Status::Available, line),
+            Some(line) if line.starts_with("not in force") => Check::new(NAME, Status::Unavailable, line),
+            _ => Check::new(NAME, Status::Failed, failure_text(&ran).replacen("--version", "--onednn-warmup", 1)),
         },
     }
 }
