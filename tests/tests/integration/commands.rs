@@ -509,14 +509,14 @@ fn doctor_says_this_machine_can_run_models() {
     let (status, detail) = doctor_line(&ran, "worker start");
     assert_eq!(status, "ok", "{}", ran.stdout);
     assert!(detail.starts_with("isorun-worker 0.1.0 (TensorFlow 2.21.0)"), "{detail}");
-    for check in ["sandbox", "memory limit", "worker signals", "gpu", "keras", "slurm"] {
+    for check in ["onednn warm-up", "sandbox", "memory limit", "worker signals", "gpu", "keras", "slurm"] {
         doctor_line(&ran, check);
     }
     let sandbox = doctor_line(&ran, "sandbox").1;
     assert!(sandbox.contains("Landlock"), "{sandbox}");
     // Every protection a strict worker gets here is named as records name it.
     assert!(sandbox.contains("no_unix_sockets"), "{sandbox}");
-    assert_eq!(ran.stdout.lines().count(), 9, "{}", ran.stdout);
+    assert_eq!(ran.stdout.lines().count(), 10, "{}", ran.stdout);
 }
 
 #[test]
