@@ -122,9 +122,11 @@ class MapRun(Stream[MapResult]):
 
     def _value(self, record: Dict[str, Any]) -> Any:
         """The pickled value the call's process wrote (read, then removed),
-        else the record's JSON value (a resumed item's, say)."""
+        else the record's JSON value. A resumed item's call ran in an
+        earlier run, whose pickles are gone (the journal keeps none): its
+        value is its JSON value, or None where it had none."""
         named = record.get("value_file")
-        if named:
+        if named and not record.get("resumed"):
             path = Path(named)
             if path.resolve().parent != self._values_dir.resolve():
                 raise IsorunError(f"isorun map named a value file outside {self._values_dir}: {named}")

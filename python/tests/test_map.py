@@ -293,6 +293,46 @@ def test_ctrl_c_stops_the_map_and_leaves_no_process(tmp_path: Path):
     assert _all_gone([isorun_pid] + below), [p for p in [isorun_pid] + below if alive(p)]
 
 
+def test_a_map_resumed_after_its_caller_was_killed_runs_only_what_the_journal_lacks(tmp_path: Path):
+    calls = tmp_path / "calls"
+    calls.mkdir()
+    script = tmp_path / "nightly.py"
+    script.write_text(textwrap.dedent(f"""
+        import os, sys, isorun
+
+        def evaluate(x):
+            with open(os.path.join({str(calls)!r}, "%d-%d" % (x, os.getpid())), "w"):
+                pass
+            return x * 10
+
+        run = isorun.map(evaluate, list(range(6)), journal="journal.jsonl", resume=True, writable=[{str(calls)!r}])
+        print(run.pid, flush=True)
+        for r in run:
+            print(r.item, r.status, r.value, r.record.get("resumed", False), flush=True)
+    """))
+    first = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True, cwd=tmp_path,
+                             env=_child_env())
+    isorun_pid = int(first.stdout.readline())
+    assert first.stdout.readline().split() == ["0", "ok", "0", "False"]
+    assert first.stdout.readline().split() == ["1", "ok", "10", "False"]
+    # The node is lost: the caller and its isorun are killed, nothing stops cleanly.
+    first.kill()
+    os.kill(isorun_pid, 9)
+    first.wait()
+    assert _all_gone([isorun_pid])
+    done = [json.loads(line)["index"] for line in (tmp_path / "journal.jsonl").read_text().splitlines()]
+    assert done[:2] == [0, 1]
+    called_before = {name.name for name in calls.iterdir()}
+
+    second = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, cwd=tmp_path,
+                            env=_child_env(), timeout=300)
+    assert second.returncode == 0, second.stderr
+    rows = [line.split() for line in second.stdout.splitlines()[1:]]
+    assert rows == [[str(i), "ok", str(i * 10), str(i in done)] for i in range(6)], (done, second.stdout)
+    called_now = {name.name.split("-")[0] for name in calls.iterdir() if name.name not in called_before}
+    assert called_now == {str(i) for i in range(6) if i not in done}
+
+
 def test_results_come_in_item_order_whichever_call_ends_first(fns):
     items = [1.5, 0.75, 0.0]  # with three at once, the last ends first
     results = list(isorun.map(fns.sleep_then_return, items, jobs=3))
