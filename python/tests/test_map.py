@@ -310,8 +310,11 @@ def test_a_map_resumed_after_its_caller_was_killed_runs_only_what_the_journal_la
         for r in run:
             print(r.item, r.status, r.value, r.record.get("resumed", False), flush=True)
     """))
+    # Killed callers leave their temp folders: in tmp_path, not /tmp.
+    (tmp_path / "tmp").mkdir()
+    env = {**_child_env(), "TMPDIR": str(tmp_path / "tmp")}
     first = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True, cwd=tmp_path,
-                             env=_child_env())
+                             env=env)
     isorun_pid = int(first.stdout.readline())
     assert first.stdout.readline().split() == ["0", "ok", "0", "False"]
     assert first.stdout.readline().split() == ["1", "ok", "10", "False"]
@@ -325,7 +328,7 @@ def test_a_map_resumed_after_its_caller_was_killed_runs_only_what_the_journal_la
     called_before = {name.name for name in calls.iterdir()}
 
     second = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, cwd=tmp_path,
-                            env=_child_env(), timeout=300)
+                            env=env, timeout=300)
     assert second.returncode == 0, second.stderr
     rows = [line.split() for line in second.stdout.splitlines()[1:]]
     assert rows == [[str(i), "ok", str(i * 10), str(i in done)] for i in range(6)], (done, second.stdout)
