@@ -42,6 +42,8 @@ pub struct Pool {
     first: Option<Zygote>,
     temp: tempfile::TempDir,
     pub identity: Identity,
+    /// What the first zygote said once its imports were done.
+    pub hello: crate::process::Hello,
     /// Every call now starts a fresh interpreter.
     direct: AtomicBool,
 }
@@ -84,7 +86,8 @@ impl Pool {
             python: zygote.hello.python.clone(),
             executable: zygote.hello.executable.clone(),
         };
-        Ok(Pool { settings, first: Some(zygote), temp, identity, direct: AtomicBool::new(false) })
+        let hello = zygote.hello.clone();
+        Ok(Pool { settings, first: Some(zygote), temp, identity, hello, direct: AtomicBool::new(false) })
     }
 
     /// Calls the function on every item, `jobs` at a time; `on_record`
@@ -149,7 +152,7 @@ impl Pool {
             let again = status != "ok"
                 && status != "not_run"
                 && attempts <= self.settings.retries
-                && self.settings.retry_on.iter().any(|s| *s == status)
+                && self.settings.retry_on.contains(&status)
                 && !stop();
             if !again {
                 return self.record(item, attempt, attempts);

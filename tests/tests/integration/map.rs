@@ -385,3 +385,86 @@ fn a_zygote_with_threads_falls_back_to_a_fresh_interpreter_per_call_saying_why_o
     assert_eq!(values, [2, 3]);
     assert_eq!(ran.stderr.matches("cannot fork safely (it runs 2 threads)").count(), 1, "{}", ran.stderr);
 }
+
+#[test]
+fn the_zygote_runs_one_thread_and_maps_no_cuda_library() {
+    let tmp = setup();
+    let ran = map(tmp.path(), &["fns:act", "ok", "-v"]);
+    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    assert!(ran.stderr.contains("1 thread(s), no CUDA library mapped"), "{}", ran.stderr);
+    assert!(!ran.stderr.contains("cannot fork safely"), "{}", ran.stderr);
+}
+
+#[test]
+fn gpus_pin_a_device_per_slot_in_the_call_not_the_zygote() {
+    let tmp = setup();
+    let dir = tmp.path();
+    std::fs::write(
+        dir.join("gpu.py"),
+        "import os\nat_import = os.environ.get('CUDA_VISIBLE_DEVICES')\n\
+         def f(x):\n    return [at_import, os.environ.get('CUDA_VISIBLE_DEVICES')]\n",
+    )
+    .unwrap();
+    let ran =
+        run(map_command(dir).args(["gpu:f", "1", "2", "-j", "1", "--gpus", "3"]).env_remove("CUDA_VISIBLE_DEVICES"));
+    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    for record in &ran.records {
+        assert_eq!(record["value"], serde_json::json!([null, "3"]), "{record}");
+    }
+}
+
+#[test]
+fn a_table_with_totals_when_asked_for() {
+    let tmp = setup();
+    let ran = run(isorun()
+        .current_dir(tmp.path())
+        .env("MAP_TEST_DIR", tmp.path())
+        .args(["map", "fns:act", "ok", "raise", "--format", "table"]));
+    assert_eq!(ran.code, Some(1), "{}", ran.stderr);
+    let lines: Vec<&str> = ran.stdout.lines().collect();
+    assert!(lines[0].starts_with("item") && lines[0].contains("status"), "{}", ran.stdout);
+    assert!(lines[1].starts_with("ok ") && lines[1].contains("{\"answer\":42}"), "{}", ran.stdout);
+    assert!(lines[2].starts_with("raise") && lines[2].contains("ValueError: bad item 'raise'"), "{}", ran.stdout);
+    assert!(ran.stdout.contains("2 items: 1 ok, 1 not ok"), "{}", ran.stdout);
+}
+
+#[test]
+fn no_network_unless_asked_for() {
+    let tmp = setup();
+    let dir = tmp.path();
+    std::fs::write(
+        dir.join("net.py"),
+        "import socket\ndef f(port):\n    socket.create_connection(('127.0.0.1', port), timeout=5).close()\n    return 'connected'\n",
+    )
+    .unwrap();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port().to_string();
+    let ran = map(dir, &["net:f", &port]);
+    assert_eq!(ran.records[0]["status"], "error", "{}", ran.stdout);
+    let ran = map(dir, &["net:f", &port, "--network"]);
+    assert_eq!(ran.records[0]["value"], "connected", "{}", ran.stdout);
+}
+
+#[test]
+fn ctrl_c_stops_the_run_and_its_calls() {
+    let tmp = setup();
+    let dir = tmp.path();
+    let writable = dir.to_str().unwrap();
+    let mut child = map_command(dir)
+        .args(["fns:act", "loop", "ok", "-j", "1", "--writable", writable])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    while !dir.join("loop.pid").exists() {
+        assert!(child.try_wait().unwrap().is_none(), "the run ended before its call started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // SAFETY: a signal to our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let ran = crate::util::ran(child.wait_with_output().unwrap());
+    assert_eq!(ran.code, Some(130), "{}", ran.stderr);
+    let statuses: Vec<&Value> = ran.records.iter().map(|r| &r["status"]).collect();
+    assert_eq!(statuses, ["not_run", "not_run"], "{}", ran.stdout);
+    assert!(gone_within(pid_in(dir, "loop.pid"), Duration::from_secs(10)), "the call is gone");
+}

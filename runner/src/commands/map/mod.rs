@@ -45,6 +45,15 @@ pub fn main(args: MapArgs, quiet: bool) -> Result<i32, String> {
     let report_settings = report_settings(&args, &settings);
     // The function is imported here, before any call: bad input is exit 2.
     let pool = Pool::start(settings).map_err(|e| with_causes(&e))?;
+    let hello = &pool.hello;
+    tracing::info!(
+        "zygote ready: pid {}, Python {} ({}), {} thread(s), {}",
+        hello.pid,
+        hello.python,
+        hello.executable,
+        hello.threads,
+        hello.cuda.as_ref().map_or("no CUDA library mapped".to_string(), |lib| format!("{lib} mapped"))
+    );
 
     let mut resumed: BTreeMap<usize, Value> = BTreeMap::new();
     let mut journal = None;
