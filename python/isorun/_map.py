@@ -200,7 +200,7 @@ def map(
     reach the network), `value_cap` (the largest value a call may return,
     default 1G), `python` (the interpreter; default this one) and every
     other keyword are `isorun map`'s options with `_` for `-`
-    (`items_per_worker=4`). A call that raises, crashes, runs past its
+    (`start_timeout=600`). A call that raises, crashes, runs past its
     deadline or its limit is a result with that status; the next item runs
     regardless. Leaving the loop, or Ctrl-C, stops everything.
 
