@@ -219,6 +219,15 @@ def test_a_large_numpy_array_goes_in_and_comes_back(fns):
     assert not Path(result.record["value_file"]).exists(), "the value's file is removed once read"
 
 
+def test_a_value_over_the_cap_is_that_items_error_and_the_next_item_runs(fns):
+    big = np.zeros(100_000, dtype=np.float64)  # 800 kB doubled
+    small = np.zeros(4, dtype=np.float64)
+    over, under = isorun.map(fns.scale, [big, small], value_cap="64K")
+    assert (over.status, over.error.kind, over.value) == ("error", "value_too_large", None), over.record
+    assert "value_file" not in over.record
+    assert under.ok and under.value["shape"] == (4,)
+
+
 def test_what_cannot_be_pickled_is_refused_before_any_process_starts(fns, tmp_path: Path, private_tmp: Path):
     before = {p for p in descendants(os.getpid()) if alive(p)}
     lock = threading.Lock()
