@@ -23,6 +23,7 @@ mod lifecycle;
 mod map;
 mod nightly;
 mod old_kernels;
+mod onednn_warmup;
 mod output_files;
 mod outputs;
 mod phases;
