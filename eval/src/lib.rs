@@ -30,6 +30,7 @@ mod label_classes;
 pub mod metrics;
 mod paths;
 pub mod predictions;
+pub mod probabilities;
 pub mod replicates;
 pub mod shard;
 mod source;
@@ -43,6 +44,7 @@ pub use data::{
 };
 pub use label_classes::LabelClasses;
 pub use metrics::{EvalError, Evaluation, Evaluator, Metric, MetricsSpec, Task};
+pub use probabilities::NotProbabilities;
 pub use replicates::{paired_change, CiSpec, Intervals, KeyedBy, PairedChange};
 pub use state::{MergeError, MetricState, StateError};
 pub use thresholds::{check, Bound, BoundOp, Breach, MaxDrop};

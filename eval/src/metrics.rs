@@ -16,7 +16,12 @@
 //!   a softmax, before anything else. Without it binary outputs are the
 //!   probability of class 1 and multiclass rows are probabilities as given:
 //!   scikit-learn 1.9's `log_loss` no longer renormalizes rows (it warns),
-//!   and neither does this; AUC ranks the scores as given.
+//!   and neither does this; AUC ranks the scores as given. Scores read as
+//!   probabilities must be ones: a score outside [0, 1] or a multiclass row
+//!   not summing to 1 (within 1e-3, or rounding to the output's dtype) makes
+//!   the metrics that read probabilities (log_loss, brier, ece; multiclass
+//!   auc and pr_auc, as sklearn) NaN, and the evaluation says why
+//!   (`not_probabilities`, see `probabilities`), naming `--from-logits`.
 //! - Binary decisions: class 1 when p > threshold (Keras's `BinaryAccuracy`).
 //!   Multiclass: argmax (the first of tied maxima, like NumPy); top-k: the
 //!   true class is a hit when fewer than k classes score strictly higher.
@@ -68,6 +73,7 @@ pub use crate::calibration::{ReliabilityDiagram, DEFAULT_CALIBRATION_BINS, MAX_C
 use crate::confusion::TopConfusions;
 pub use crate::confusion::{Confusion, TopConfusionsSummary, TOP_CONFUSIONS_SHOWN, TOP_CONFUSION_ENTRIES};
 use crate::data::{Labels, Targets};
+use crate::probabilities::{NotProbabilities, Tolerance};
 use crate::replicates::{CiSpec, Intervals, KeyedBy, Replicates};
 use crate::state::{metric_values, MetricState, Row, State};
 pub use crate::state::{
@@ -181,6 +187,10 @@ pub struct Evaluation {
     pub from_logits: bool,
     /// `--ci`: bootstrap intervals of the metrics, overall and per slice.
     pub ci: Option<Intervals>,
+    /// A classifier's scores that were not all probabilities: the metrics
+    /// that read them as probabilities are NaN, overall and per slice, have
+    /// no interval in `ci`, and this says why (`crate::probabilities`).
+    pub not_probabilities: Option<NotProbabilities>,
 }
 
 fn json_number(v: f64) -> serde_json::Value {
@@ -222,7 +232,17 @@ impl Evaluation {
             Some(c) if c >= 2 => Task::Multiclass { classes: c as usize },
             _ => Task::Binary,
         });
-        let metrics = state.overall.as_ref().map(|s| metric_values(s, &state.metrics)).unwrap_or_default();
+        let not_probabilities = NotProbabilities::of(&state.scores, state.examples, task, &state.metrics);
+        let left_out = not_probabilities.as_ref().map_or(&[][..], |n| &n.left_out[..]);
+        let leave_out = |m: &mut BTreeMap<String, f64>| {
+            for metric in left_out {
+                if let Some(value) = m.get_mut(metric.name()) {
+                    *value = f64::NAN;
+                }
+            }
+        };
+        let mut metrics = state.overall.as_ref().map(|s| metric_values(s, &state.metrics)).unwrap_or_default();
+        leave_out(&mut metrics);
         let mut slices = BTreeMap::new();
         let mut slices_exact = true;
         for (name, states) in state.slice_names.iter().zip(&state.slices) {
@@ -231,12 +251,30 @@ impl Evaluation {
                 states.values.iter().map(|(v, s)| (v.as_str(), s)).chain(states.other.iter().map(|s| (OTHER_SLICE, s)))
             {
                 let mut m = metric_values(slice, &state.metrics);
+                leave_out(&mut m);
                 m.insert("examples".into(), slice.examples() as f64);
                 slices_exact &= slice.exact();
                 by_value.insert(value.to_string(), m);
             }
             slices.insert(name.clone(), by_value);
         }
+        // A metric left out has no interval either: no entry, as one no replicate computes.
+        let mut ci = state.replicates.as_ref().map(|r| r.intervals(&state.metrics, &state.slice_names));
+        if let Some(ci) = &mut ci {
+            for metric in left_out {
+                let name = metric.name();
+                for intervals in
+                    std::iter::once(&mut ci.overall).chain(ci.slices.values_mut().flat_map(|v| v.values_mut()))
+                {
+                    intervals.remove(name);
+                }
+                ci.values.remove(name);
+            }
+        }
+        let calibration = match not_probabilities {
+            Some(_) => None,
+            None => state.overall.as_ref().and_then(State::calibration).map(|c| c.diagram()),
+        };
         Evaluation {
             examples: state.examples,
             task,
@@ -247,13 +285,14 @@ impl Evaluation {
             confusion_matrix: state.confusion.clone(),
             confusion_matrix_omitted: matches!(task, Task::Multiclass { classes } if classes > state.max_confusion_classes),
             top_confusions: state.top_confusions.as_ref().map(|t| t.summary(TOP_CONFUSIONS_SHOWN)),
-            calibration: state.overall.as_ref().and_then(State::calibration).map(|c| c.diagram()),
+            calibration,
             auc_exact: state.overall.as_ref().is_none_or(State::exact),
             slices_auc_exact: slices_exact,
             top_k: state.top_k,
             threshold: state.threshold,
             from_logits: state.from_logits,
-            ci: state.replicates.as_ref().map(|r| r.intervals(&state.metrics, &state.slice_names)),
+            ci,
+            not_probabilities,
         }
     }
 
@@ -263,8 +302,10 @@ impl Evaluation {
     /// "predicted", "count"}], "top_confusions_exact"?, "top_confusions_max_error"?,
     /// "calibration"?: {"bins", "edges", "count", "weight", "confidence", "accuracy"},
     /// "auc_exact", "slices_auc_exact",
-    /// "threshold" (binary), "top_k" (multiclass), "from_logits" (both)}`;
-    /// NaN is `null`; a slice's `examples` is an integer.
+    /// "threshold" (binary), "top_k" (multiclass), "from_logits" (both),
+    /// "not_probabilities"?: {"examples", "of", "min", "max", "row_sums"?,
+    /// "left_out", "message"}}`; NaN is `null`; a slice's `examples` is an
+    /// integer.
     pub fn to_json(&self) -> serde_json::Value {
         let mut object = serde_json::Map::new();
         object.insert("examples".into(), self.examples.into());
@@ -275,6 +316,9 @@ impl Evaluation {
         object.insert("output".into(), self.output.clone().into());
         object.insert("metrics_defaulted".into(), self.defaulted.into());
         object.insert("metrics".into(), json_metrics(&self.metrics));
+        if let Some(found) = &self.not_probabilities {
+            object.insert("not_probabilities".into(), found.to_json(&self.output));
+        }
         let slices = self
             .slices
             .iter()
@@ -711,6 +755,7 @@ impl Evaluator {
             }
         }
         let eps = epsilon(self.output_dtype);
+        let tolerance = Tolerance::of(self.output_dtype);
         let (threshold, top_k) = (self.spec.threshold, self.spec.top_k);
         let mut overall = self.state.overall.take().expect("decided");
         let mut slices = std::mem::take(&mut self.state.slices);
@@ -741,6 +786,9 @@ impl Evaluator {
                 }
             };
             let predicted = if columns > 1 { argmax(scores) } else { 0 };
+            if task != Task::Regression {
+                self.state.scores.add(scores, columns > 1, tolerance);
+            }
             let row = Row { scores, label, class, predicted, soft_label, weight };
             overall.add(&row, threshold, top_k, eps);
             let (truth, guess) = match task {

@@ -28,7 +28,10 @@
 //! per state; past `max_confusion_classes` the top confusions are at most
 //! `TOP_CONFUSION_ENTRIES` triples (~0.4 MB), and the settings
 //! `calibration_bins` and `max_confusion_classes` (absent in older states:
-//! the defaults) must agree for states to merge.
+//! the defaults) must agree for states to merge. A classifier's state keeps
+//! the check of its scores (`scores`, see `crate::probabilities`; absent in
+//! older states: nothing known), merged with the rest, so merged shards say
+//! what one pass says of scores that are not probabilities.
 //!
 //! Read back ([`MetricState::from_json`]), a state is a file's claim (a
 //! shard report's): no size is taken from it that its data does not back.
@@ -45,6 +48,7 @@ use crate::calibration::Calibration;
 use crate::confusion::TopConfusions;
 use crate::curve::Curve;
 use crate::exact::{two_product, ExactSum};
+use crate::probabilities::ScoreCheck;
 use crate::replicates::Replicates;
 use crate::task::{Metric, Task};
 use serde_json::{json, Map, Value};
@@ -630,6 +634,8 @@ pub struct MetricState {
     pub(crate) examples: u64,
     /// `--ci`: the bootstrap replicates (`crate::replicates`).
     pub(crate) replicates: Option<Replicates>,
+    /// Whether the classifier's scores were probabilities (`crate::probabilities`).
+    pub(crate) scores: ScoreCheck,
     /// What the state is of, for errors (`shards/0.json, model m, data shard 0/3`).
     source: String,
 }
@@ -683,6 +689,7 @@ impl MetricState {
             top_confusions: None,
             examples: 0,
             replicates: None,
+            scores: ScoreCheck::default(),
             source: "this state".into(),
         }
     }
@@ -816,6 +823,7 @@ impl MetricState {
             (None, None) => {}
             _ => return Err(inconsistent("one has bootstrap replicates (--ci) and the other not".into())),
         }
+        merged.scores.merge(&other.scores).map_err(&inconsistent)?;
         merged.examples = added("examples", merged.examples, other.examples).map_err(&inconsistent)?;
         *self = merged;
         Ok(())
@@ -863,6 +871,9 @@ impl MetricState {
             }
             if let Some(top) = &self.top_confusions {
                 o.insert("top_confusions".into(), top.to_json());
+            }
+            if let Some(scores) = self.scores.to_json() {
+                o.insert("scores".into(), scores);
             }
         }
         if let Some(replicates) = &self.replicates {
@@ -1020,6 +1031,11 @@ impl MetricState {
             let features = state.slice_names.len();
             let replicates = Replicates::from_json(&value["replicates"], Some(task), &state.metrics, features);
             state.replicates = Some(replicates.map_err(invalid)?);
+        }
+        // States written before the check have none: nothing is known of their scores.
+        if !value["scores"].is_null() {
+            let multiclass = matches!(task, Task::Multiclass { .. });
+            state.scores = ScoreCheck::from_json(&value["scores"], state.examples, multiclass).map_err(invalid)?;
         }
         Ok(state)
     }

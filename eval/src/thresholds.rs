@@ -197,6 +197,7 @@ mod tests {
             threshold: 0.5,
             from_logits: false,
             ci: None,
+            not_probabilities: None,
         }
     }
 

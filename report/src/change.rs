@@ -277,11 +277,15 @@ pub fn delta_of(change: &Value) -> Option<f64> {
 
 /// A metric of a record as people read it: `0.8140 [0.790, 0.837]` with
 /// `--ci`, then its change against the baseline when there is one:
-/// `(-0.0100 [-0.030, 0.010], p=0.32)`, `significant` marked.
+/// `(-0.0100 [-0.030, 0.010], p=0.32)`, `significant` marked. A metric left
+/// out because the scores were not probabilities reads `n/a (not
+/// probabilities)` (the record's `not_probabilities` says why).
 pub fn metric_text(record: &Value, metric: &str) -> Option<String> {
     let value = record["metrics"].get(metric)?;
+    let left_out = || record["not_probabilities"]["left_out"].as_array().is_some_and(|l| l.contains(&json!(metric)));
     let mut text = match value.as_f64() {
         Some(x) => format!("{x:.4}"),
+        None if left_out() => "n/a (not probabilities)".into(),
         None => value.to_string(),
     };
     let interval = |ci: &Value| Some((ci.get(0)?.as_f64()?, ci.get(1)?.as_f64()?));
@@ -339,6 +343,7 @@ mod tests {
             threshold: 0.5,
             from_logits: false,
             ci: values.map(|values| Intervals { spec, overall: BTreeMap::new(), values, slices: BTreeMap::new() }),
+            not_probabilities: None,
         }
     }
 
@@ -539,5 +544,17 @@ mod tests {
             metric_text(&record, "accuracy").unwrap(),
             "0.8140 [0.790, 0.837] (-0.0860 [-0.100, -0.070], p=0.000, significant)"
         );
+    }
+
+    #[test]
+    fn a_metric_left_out_for_scores_that_are_not_probabilities_reads_n_a() {
+        let record = json!({
+            "metrics": {"accuracy": 0.736, "log_loss": null, "auc": null},
+            "not_probabilities": {"left_out": ["log_loss"]},
+        });
+        assert_eq!(metric_text(&record, "log_loss").unwrap(), "n/a (not probabilities)");
+        assert_eq!(metric_text(&record, "accuracy").unwrap(), "0.7360");
+        // A metric that could not be computed for another reason stays null.
+        assert_eq!(metric_text(&record, "auc").unwrap(), "null");
     }
 }
