@@ -485,6 +485,36 @@ fn ls_into_a_closed_pipe_ends_quietly() {
 }
 
 // ---------------------------------------------------------------------------
+// isorun cache
+
+/// The cache's own `python-*.json` files (what a Python was found to have)
+/// are not entries: `cache ls` passes them by without a word, while a
+/// folder that is not a complete entry is still refused, naming it.
+#[test]
+fn cache_ls_passes_its_own_python_files_by_and_refuses_a_broken_entry() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cache = tmp.path();
+    let remembered = cache.join("python-0123456789abcdef.json");
+    std::fs::write(&remembered, b"{}").unwrap();
+    std::fs::write(cache.join("python-fedcba9876543210.json"), b"{}").unwrap();
+    let quiet = run_text(isorun().args(["cache", "ls", "--keras-cache"]).arg(cache));
+    assert_ok(&quiet, "cache ls");
+    assert_eq!(quiet.stdout, "");
+    assert_eq!(quiet.stderr, "", "no warning about the cache's own files");
+    assert!(remembered.is_file(), "kept");
+
+    std::fs::create_dir(cache.join("0123456789abcdef0123456789abcdef")).unwrap();
+    let refused = run_text(isorun().args(["cache", "ls", "--keras-cache"]).arg(cache));
+    assert_ok(&refused, "cache ls");
+    assert!(
+        refused.stderr.contains("refused") && refused.stderr.contains("0123456789abcdef0123456789abcdef"),
+        "{}",
+        refused.stderr
+    );
+    assert!(!refused.stderr.contains("python-"), "{}", refused.stderr);
+}
+
+// ---------------------------------------------------------------------------
 // isorun doctor
 
 /// The line of `check` in doctor's report, split into status and detail.
@@ -546,6 +576,30 @@ fn doctor_reports_a_worker_that_cannot_start() {
     let ran = run_text(isorun().args(["doctor", "--worker", "/bin/echo"]));
     assert_eq!(ran.code, Some(1), "{}{}", ran.stdout, ran.stderr);
     assert_eq!(doctor_line(&ran, "worker start").0, "failed");
+}
+
+/// Without libtensorflow, where the only Python is a launcher with no
+/// site-packages beside it (a pyenv shim), the libtensorflow line names
+/// that python3 instead of saying there is none on PATH.
+#[test]
+fn doctor_without_libtensorflow_names_the_python3_on_path_it_found() {
+    let tmp = tempfile::tempdir().unwrap();
+    let shims = tmp.path().join("shims");
+    std::fs::create_dir(&shims).unwrap();
+    let shim = shims.join("python3");
+    std::fs::write(&shim, "#!/bin/sh\nexit 1\n").unwrap();
+    std::fs::set_permissions(&shim, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let path = format!("{}:/usr/bin:/bin", shims.display());
+    let mut command = isorun();
+    command.arg("doctor").env("PATH", &path).env("HOME", tmp.path()).env("XDG_CACHE_HOME", tmp.path().join("cache"));
+    for var in ["VIRTUAL_ENV", "CONDA_PREFIX", "ISORUN_LIBTENSORFLOW_DIR", "ISORUN_PYTHON"] {
+        command.env_remove(var);
+    }
+    let ran = run_text(&mut command);
+    let (status, detail) = doctor_line(&ran, "libtensorflow");
+    assert_eq!(status, "missing", "{}", ran.stdout);
+    assert!(!detail.contains("no python3 on PATH"), "{detail}");
+    assert!(detail.contains(&format!("beside {}, the python3 on PATH", shim.display())), "{detail}");
 }
 
 #[test]

@@ -29,6 +29,7 @@ mod outputs;
 mod phases;
 mod pipe;
 mod predictions;
+mod readme;
 mod report_table;
 mod reports;
 mod run_cli;
