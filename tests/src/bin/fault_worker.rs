@@ -169,14 +169,15 @@ fn worker_main(mut socket: UnixStream) -> i32 {
             sleep_forever()
         }
         Some("old-hello") => {
-            // Protocol 4's Hello: version, worker and TensorFlow versions, pid,
-            // then the name of a channel for the supervisor to connect to.
+            // Today's Hello, then, as protocol 4's Hello had, the name of a
+            // channel for the supervisor to connect to.
             #[derive(serde::Serialize)]
             struct OldHello {
                 protocol_version: u32,
                 worker_version: String,
                 tensorflow_version: String,
                 pid: u32,
+                onednn_warmup: isorun_protocol::OnednnWarmup,
                 request_channel: String,
             }
             #[derive(serde::Serialize)]
@@ -188,6 +189,7 @@ fn worker_main(mut socket: UnixStream) -> i32 {
                 worker_version: "fault".into(),
                 tensorflow_version: "none".into(),
                 pid: std::process::id(),
+                onednn_warmup: isorun_protocol::OnednnWarmup::NotForked,
                 request_channel: "/tmp/not\0a-path".into(),
             });
             write_frame(&mut socket, &old).unwrap();
