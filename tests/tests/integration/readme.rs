@@ -218,3 +218,8 @@ fn is_the_drop_real_runs_as_written() {
 fn json_lines_runs_as_written() {
     run_section("JSON Lines");
 }
+
+#[test]
+fn parquet_and_arrow_run_as_written() {
+    run_section("Evaluate on Parquet, Arrow and JSON Lines");
+}
