@@ -323,10 +323,13 @@ fn cast_tensor(name: &str, tensor: &Tensor, wanted: DType, shared: &[SharedMemor
 
 /// The units whose inputs do not fit their signature, decided before any
 /// worker starts: each one's `input_mismatch` report (no worker, its wall
-/// time the check's). Only SavedModels whose signature this process can
-/// read are checked; Keras files (whose SavedModel is made during the run)
-/// and unreadable signatures are left to the worker, as are units whose
-/// inputs fit (their casts are made here once, for the run to reuse).
+/// time the check's), or its `signature_not_found` when the model has no
+/// signature of that key (`run --signature classify` on models without
+/// one: a worker would load each model only to say so). Only SavedModels
+/// whose `saved_model.pb` this process can read are checked; Keras files
+/// (whose SavedModel is made during the run) and unreadable signatures are
+/// left to the worker, as are units whose inputs fit (their casts are made
+/// here once, for the run to reuse).
 pub(crate) fn decide_early(
     models: &[Model],
     inputs: &PreparedInputs,
@@ -340,8 +343,10 @@ pub(crate) fn decide_early(
                 return None;
             }
             let began = std::time::Instant::now();
-            let info = signature_here(model, settings)?;
-            let error = inputs.for_signature(model, &info, settings.strict_dtypes).err()?;
+            let error = match signature_or_missing(model, settings) {
+                Ok(info) => inputs.for_signature(model, &info?, settings.strict_dtypes).err()?,
+                Err(missing) => missing,
+            };
             let mut report = crate::UnitReport::new(index, isorun_protocol::Outcome::Error(error));
             report.wall = began.elapsed();
             Some(report)
@@ -358,11 +363,24 @@ const SIGNATURE_READ_LIMIT: u64 = 64 << 20;
 /// cheap and possible; `None` leaves the inputs to the worker (an unusual
 /// or very large `saved_model.pb`, a missing signature: the worker says).
 pub fn signature_here(model: &Model, settings: &crate::Settings) -> Option<SignatureInfo> {
-    let size = std::fs::metadata(model.path.join("saved_model.pb")).ok()?.len();
-    if size > SIGNATURE_READ_LIMIT {
-        return None;
+    signature_or_missing(model, settings).ok().flatten()
+}
+
+/// As [`signature_here`], with a signature the model does not have as the
+/// error: `signature_not_found`, naming the signatures it has, as its
+/// worker would say after loading it. Every other failure to read is
+/// `Ok(None)`, left to the worker (which loads with TensorFlow and says
+/// what is wrong in its words).
+fn signature_or_missing(model: &Model, settings: &crate::Settings) -> Result<Option<SignatureInfo>, ModelError> {
+    let Ok(metadata) = std::fs::metadata(model.path.join("saved_model.pb")) else { return Ok(None) };
+    if metadata.len() > SIGNATURE_READ_LIMIT {
+        return Ok(None);
     }
-    signature_of(&model.path, &settings.tags, &settings.signature).ok()
+    match signature_of(&model.path, &settings.tags, &settings.signature) {
+        Ok(info) => Ok(Some(info)),
+        Err(error) if error.kind == ErrorKind::SignatureNotFound => Err(error),
+        Err(_) => Ok(None),
+    }
 }
 
 #[cfg(test)]

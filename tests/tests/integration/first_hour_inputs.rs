@@ -326,3 +326,32 @@ fn a_keras_file_is_cast_after_its_export_and_checked_before_any_worker_once_cach
     assert_eq!(record["export"]["cached"], true, "{record}");
     assert_no_worker(record);
 }
+
+#[test]
+fn a_signature_the_models_lack_is_each_models_signature_not_found_with_no_worker_started() {
+    // `run --signature classify` on regressors: read from saved_model.pb in
+    // the supervisor, as input mismatches are, not by a worker loading each
+    // model (0.45 s and 304 MiB each) only to say so.
+    let tmp = tempfile::tempdir().unwrap();
+    let models = three_models(tmp.path());
+    let log = tmp.path().join("worker.log");
+    let log_arg = format!("--log={}", log.display());
+    let x = input("x", &write(tmp.path(), "x.npy", &f32_npy(&[1, 4], |_| 1.0)));
+    let with_inputs = ["--input", x.as_str()];
+    for given in [&with_inputs[..], &[]] {
+        let ran = run(isorun_fault(&[&log_arg]).arg(&models).args(["--signature", "classify", "--json"]).args(given));
+        assert_eq!(ran.code, Some(1), "{given:?}: {}", ran.stderr);
+        assert_eq!(ran.records.len(), 3, "{given:?}: {}", ran.stdout);
+        for record in &ran.records {
+            assert_eq!(record["status"], "error", "{record}");
+            assert_eq!(record["error"]["kind"], "signature_not_found", "{record}");
+            assert_eq!(record["error"]["message"], "no signature 'classify'; the model has: serving_default");
+            assert_no_worker(record);
+        }
+        assert!(!log.exists() || std::fs::read_to_string(&log).unwrap().is_empty(), "a worker ran a unit");
+    }
+    // The signature they have reaches the (fault) workers.
+    let ran = run(isorun_fault(&[&log_arg]).arg(&models).args(["--json"]).args(with_inputs));
+    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    assert_eq!(std::fs::read_to_string(&log).unwrap().lines().count(), 3);
+}
