@@ -609,3 +609,104 @@ fn an_npz_whose_entry_claims_more_than_the_file_holds_is_refused_before_work() {
     assert!(ran.records.is_empty(), "{}", ran.stdout);
     assert!(ran.stderr.contains("lying.npz"), "{}", ran.stderr);
 }
+
+/// `--metric` flags of `names`.
+fn metric_flags(names: &[&str]) -> Vec<String> {
+    names.iter().flat_map(|m| ["--metric".to_string(), m.to_string()]).collect()
+}
+
+/// `isorun eval MODEL --data data.tfrecord --label LABEL -q --report DIR/NAME ARGS`: the one unit of the report.
+fn unit_of_report(dir: &Path, name: &str, id: &str, label: &str, args: &[String]) -> Value {
+    let path = dir.join(name);
+    let ran = run(isorun()
+        .arg("eval")
+        .arg(model(id))
+        .arg("--data")
+        .arg(data("data.tfrecord"))
+        .args(["--label", label, "-j", "1", "-q", "--report"])
+        .arg(&path)
+        .args(args));
+    assert_eq!(ran.code, Some(0), "{name}: {}\n{}", ran.stdout, ran.stderr);
+    let report: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    report["units"][0].clone()
+}
+
+/// Scores that are not probabilities scored as if they were (the logits
+/// model without `--from-logits`: brier 6.15, ece 0.92, log_loss 2.37; the
+/// regressor scored as a binary classifier: ece 1.62, above its maximum of
+/// 1): the metrics that read probabilities are left out (null) rather than
+/// printed wrong, the record says why and what to do, the table shows them
+/// as n/a, a bound on one cannot pass, and the metrics that stay right
+/// (accuracy) are kept. Data shards merged say the same as one machine.
+#[test]
+fn scores_that_are_not_probabilities_leave_out_the_metrics_that_read_probabilities() {
+    let tfrecord = data("data.tfrecord");
+    let metrics = metric_flags(&["accuracy", "log_loss", "brier", "ece"]);
+    let ran = eval(&[model("logits")], &tfrecord, "label_cls", &metrics);
+    let record = ok_record(&ran, "logits");
+    for metric in ["log_loss", "brier", "ece"] {
+        assert!(record["metrics"][metric].is_null(), "{metric} of logits: {record}");
+    }
+    let found = &record["not_probabilities"];
+    assert_eq!((found["examples"].as_u64(), found["of"].as_u64()), (Some(1000), Some(1000)), "{record}");
+    assert_eq!(found["left_out"], json!(["log_loss", "brier", "ece"]), "{record}");
+    assert!(found["min"].as_f64().unwrap() < 0.0, "{record}");
+    let message = found["message"].as_str().unwrap();
+    assert!(
+        message.contains("output 'logits' are not probabilities") && message.contains("--from-logits"),
+        "{message}"
+    );
+    assert!(record.get("calibration").is_none(), "no reliability diagram of logits: {record}");
+    // With --from-logits every metric is there, and accuracy (argmax) is the same.
+    let softmaxed =
+        eval(&[model("logits")], &tfrecord, "label_cls", &[metrics.clone(), vec!["--from-logits".into()]].concat());
+    let softmaxed = ok_record(&softmaxed, "logits");
+    assert!(softmaxed.get("not_probabilities").is_none(), "{softmaxed}");
+    assert!(softmaxed["metrics"].as_object().unwrap().values().all(Value::is_f64), "{softmaxed}");
+    assert_eq!(softmaxed["metrics"]["accuracy"], record["metrics"]["accuracy"]);
+
+    // The table says n/a, not a number.
+    let table = run(isorun()
+        .arg("eval")
+        .arg(model("logits"))
+        .arg("--data")
+        .arg(&tfrecord)
+        .args(["--label", "label_cls", "-j", "1", "--format", "table"])
+        .args(&metrics));
+    assert_eq!(table.code, Some(0), "{}\n{}", table.stdout, table.stderr);
+    assert!(table.stdout.contains("ece n/a (not probabilities)"), "{}", table.stdout);
+
+    // The regressor scored as a binary classifier: a bound on ece cannot pass.
+    let bound = [metric_flags(&["accuracy", "ece"]), vec!["--threshold".into(), "ece<=0.5".into()]].concat();
+    let ran = eval(&[model("regressor")], &tfrecord, "label_bin", &bound);
+    assert_eq!(ran.code, Some(1), "{}\n{}", ran.stdout, ran.stderr);
+    let record = ran.record("regressor");
+    assert_eq!(
+        (record["status"].as_str(), record["breach"]["metric"].as_str()),
+        (Some("below_threshold"), Some("ece"))
+    );
+    assert!(record["metrics"]["ece"].is_null() && record["metrics"]["accuracy"].is_f64(), "{record}");
+    assert!(record["not_probabilities"]["max"].as_f64().unwrap() > 1.0, "{record}");
+
+    // Three data shards merged: the same finding as one machine's.
+    let dir = tempfile::tempdir().unwrap();
+    let flags = metric_flags(&["accuracy", "ece"]);
+    let one = unit_of_report(dir.path(), "one.json", "regressor", "label_bin", &flags);
+    let shards: Vec<PathBuf> = (0..3)
+        .map(|k| {
+            let name = format!("{k}.json");
+            let shard = [flags.clone(), vec!["--data-shard".into(), format!("{k}/3")]].concat();
+            unit_of_report(dir.path(), &name, "regressor", "label_bin", &shard);
+            dir.path().join(name)
+        })
+        .collect();
+    let merged_path = dir.path().join("merged.json");
+    let merged = run(isorun().args(["report", "merge", "--output"]).arg(&merged_path).args(&shards));
+    assert_eq!(merged.code, Some(0), "{}", merged.stderr);
+    let merged: Value = serde_json::from_str(&std::fs::read_to_string(&merged_path).unwrap()).unwrap();
+    let merged = &merged["units"][0];
+    assert!(one["not_probabilities"].is_object(), "{one}");
+    assert_eq!(merged["not_probabilities"], one["not_probabilities"], "{merged}");
+    assert!(merged["metrics"]["ece"].is_null(), "{merged}");
+    assert_eq!(merged["metrics"]["accuracy"], one["metrics"]["accuracy"]);
+}
