@@ -1,9 +1,10 @@
-//! One call, start to end: a socket pair for it, the fork, the item sent,
-//! then a watch over the result socket and the child's pidfd that
-//! enforces the deadline and the memory limit (killing through the pidfd,
-//! which reaches the child or nobody), and the outcome made honest: the
-//! child's own answer only when it exited normally after giving one; a
-//! signal is `crashed`, a kill of ours is `timeout` or `memory_limit`.
+//! One forked process, start to end: a socket pair for it, the fork, then
+//! per item (one, or `--items-per-worker` in turn) a length-prefixed
+//! request and a watch over the socket and the child's pidfd that enforces
+//! the deadline and the memory limit (killing through the pidfd, which
+//! reaches the child or nobody), and the outcome made honest: the child's
+//! own answer only when a whole answer frame came; a signal is `crashed`,
+//! a kill of ours is `timeout` or `memory_limit`.
 
 use crate::fd;
 use crate::items::{Item, Payload};
@@ -50,15 +51,25 @@ pub enum NotStarted {
     Lost(String),
 }
 
-/// Runs `item` in a process from `zygote`.
+/// How a watched call ended.
+enum Watched {
+    /// Its answer frame.
+    Answered(Vec<u8>),
+    /// The process ended without answering, or was killed.
+    Ended(Option<Killed>),
+}
+
+/// Runs `items` in turn in one process from `zygote` (one item unless
+/// `--items-per-worker`). The attempts are for the items it got to: a
+/// call that crashed, timed out or was stopped ends the process, and the
+/// items after it are the caller's to run elsewhere.
 pub fn run(
     zygote: &mut Zygote,
-    item: &Item,
+    items: &[&Item],
     env: &Value,
     limits: &Limits,
     stop: &(dyn Fn() -> bool + Sync),
-) -> Result<Attempt, NotStarted> {
-    let started = Instant::now();
+) -> Result<Vec<Attempt>, NotStarted> {
     let (ours, theirs) = fd::socket_pair(libc::SOCK_STREAM).map_err(|e| NotStarted::Lost(e.to_string()))?;
     let forked = match zygote.fork(theirs, env) {
         Ok(forked) => forked,
@@ -67,47 +78,113 @@ pub fn run(
     };
     let pidfd = zygote.pidfd_of(&forked);
     let mut stream = UnixStream::from(ours);
-    let request = match &item.payload {
-        Payload::Json(value) => json!({"index": item.index, "item": value}),
-        Payload::Pickle(path) => json!({"index": item.index, "item_file": path}),
-    };
-    // A child that never reads its item meets the deadline below.
-    let _ = stream.set_write_timeout(Some(limits.timeout.unwrap_or(Duration::from_secs(3600))));
-    let _ = stream.write_all(request.to_string().as_bytes());
-    fd::shutdown_write(&stream);
-    let _ = stream.set_nonblocking(true);
+    let mut attempts = Vec::new();
+    let mut ended = None;
+    for item in items {
+        // A process that ended after its last answer takes no more items.
+        if fd::readable(pidfd, Duration::ZERO).unwrap_or(true) {
+            break;
+        }
+        let started = Instant::now();
+        let request = match &item.payload {
+            Payload::Json(value) => json!({"index": item.index, "item": value}),
+            Payload::Pickle(path) => json!({"index": item.index, "item_file": path}),
+        }
+        .to_string();
+        let mut frame = (request.len() as u64).to_le_bytes().to_vec();
+        frame.extend_from_slice(request.as_bytes());
+        // A child that never reads its item meets the deadline below.
+        let _ = stream.set_nonblocking(false);
+        let _ = stream.set_write_timeout(Some(limits.timeout.unwrap_or(Duration::from_secs(3600))));
+        let _ = stream.write_all(&frame);
+        let _ = stream.set_nonblocking(true);
+        let mut peak = 0;
+        let watched = watch(&mut stream, pidfd, forked.pid, limits, stop, started, &mut peak);
+        let mut attempt = match watched {
+            Watched::Answered(answer) => match serde_json::from_slice::<Value>(&answer) {
+                Ok(Value::Object(answer)) => answer_fields(answer, limits),
+                _ => failed("protocol_error", "protocol_error: the call's answer is not a JSON object".into()),
+            },
+            Watched::Ended(killed) => {
+                ended = Some(killed);
+                Map::new()
+            }
+        };
+        attempt.insert("wall_ms".into(), (started.elapsed().as_millis() as u64).into());
+        attempt.insert("peak_rss_bytes".into(), peak.into());
+        attempts.push(attempt);
+        if ended.is_some() {
+            break;
+        }
+    }
+    if ended.is_none() {
+        // Done with it: the end of its stream ends the process.
+        fd::shutdown_write(&stream);
+        if !fd::readable(pidfd, EXIT_GRACE).unwrap_or(false) {
+            fd::kill_pidfd(pidfd);
+        }
+    }
+    let (status, maxrss) = zygote.exited().map_err(|e| NotStarted::Lost(format!("after the call: {e}")))?;
+    if let (Some(killed), Some(last)) = (ended, attempts.last_mut()) {
+        let mut fields = ended_fields(killed, status, limits);
+        fields.extend(std::mem::take(last));
+        *last = fields;
+    }
+    if let [only] = attempts.as_mut_slice() {
+        let polled = only["peak_rss_bytes"].as_u64().unwrap_or(0);
+        only.insert("peak_rss_bytes".into(), polled.max(maxrss).into());
+    }
+    Ok(attempts)
+}
 
+/// How long a process that answered every item may take to exit.
+const EXIT_GRACE: Duration = Duration::from_secs(10);
+
+/// Watches one call until its answer frame is in, or the process ended:
+/// the deadline, the memory limit and the stop kill it through its pidfd.
+fn watch(
+    stream: &mut UnixStream,
+    pidfd: &std::os::fd::OwnedFd,
+    pid: u32,
+    limits: &Limits,
+    stop: &(dyn Fn() -> bool + Sync),
+    started: Instant,
+    peak: &mut u64,
+) -> Watched {
     let mut answer = Vec::new();
-    let mut answered = false;
     let mut killed = None;
-    let mut peak_private = 0u64;
     loop {
         let ready = fd::poll(&[stream.as_raw_fd(), pidfd.as_raw_fd()], POLL).unwrap_or_default();
-        if ready.first() == Some(&true) && !answered {
-            answered = drain(&mut stream, &mut answer);
-            if answer.len() > ANSWER_MAX && killed.is_none() {
-                fd::kill_pidfd(pidfd);
-                killed = Some(Killed::TooMuch);
+        if ready.first() == Some(&true) || ready.get(1) == Some(&true) {
+            if killed.is_none() {
+                drain(stream, &mut answer);
+                match frame(&answer) {
+                    Frame::Complete(body) => {
+                        if let Some(private) = private_memory(pid) {
+                            *peak = (*peak).max(private);
+                        }
+                        return Watched::Answered(body.to_vec());
+                    }
+                    Frame::TooLarge => {
+                        fd::kill_pidfd(pidfd);
+                        killed = Some(Killed::TooMuch);
+                    }
+                    Frame::Partial => {}
+                }
             }
         }
         if ready.get(1) == Some(&true) {
-            // Ended: whatever it wrote is in the socket (a process it left
-            // behind may hold the socket open: no waiting for the end).
-            if !answered && killed.is_none() {
-                drain(&mut stream, &mut answer);
-                answered = true;
-            }
-            break;
+            return Watched::Ended(killed);
         }
         if killed.is_some() {
             continue;
         }
-        if let Some(private) = private_memory(forked.pid) {
-            peak_private = peak_private.max(private);
+        if let Some(private) = private_memory(pid) {
+            *peak = (*peak).max(private);
         }
         killed = if limits.timeout.is_some_and(|t| started.elapsed() >= t) {
             Some(Killed::Timeout)
-        } else if limits.memory_limit.is_some_and(|limit| peak_private > limit) {
+        } else if limits.memory_limit.is_some_and(|limit| *peak > limit) {
             Some(Killed::Memory)
         } else if stop() {
             Some(Killed::Stopped)
@@ -118,55 +195,68 @@ pub fn run(
             fd::kill_pidfd(pidfd);
         }
     }
-    let wall_ms = started.elapsed().as_millis() as u64;
-    let exit = zygote.exited().map_err(|e| NotStarted::Lost(format!("after the call: {e}")))?;
-    let (status, maxrss) = exit;
-    let mut attempt = Map::new();
-    let signaled = libc::WIFSIGNALED(status);
-    let mut fail = |status: &str, kind: &str, message: String| {
-        attempt.insert("status".into(), status.into());
-        attempt.insert("error".into(), json!({"kind": kind, "message": message}));
-    };
+}
+
+/// What a buffer holds of an answer frame (8 bytes of little-endian
+/// length, then that much JSON).
+enum Frame<'a> {
+    Complete(&'a [u8]),
+    Partial,
+    /// It says it is longer than an answer may be.
+    TooLarge,
+}
+
+fn frame(buffer: &[u8]) -> Frame<'_> {
+    let Some(header) = buffer.get(..8) else { return Frame::Partial };
+    let length = u64::from_le_bytes(header.try_into().expect("8 bytes"));
+    if length > ANSWER_MAX as u64 {
+        return Frame::TooLarge;
+    }
+    match buffer.get(8..8 + length as usize) {
+        Some(body) => Frame::Complete(body),
+        None => Frame::Partial,
+    }
+}
+
+/// The fields of a call that ended without answering.
+fn ended_fields(killed: Option<Killed>, status: i32, limits: &Limits) -> Attempt {
     match killed {
         Some(Killed::Timeout) => {
             let limit = limits.timeout.unwrap_or_default().as_secs_f64();
-            fail("timeout", "timeout", format!("timeout: the call ran past {limit} s (limit: --timeout {limit} s)"))
+            failed("timeout", format!("timeout: the call ran past {limit} s (limit: --timeout {limit} s)"))
         }
         Some(Killed::Memory) => {
             let limit = isorun_protocol::human_bytes(limits.memory_limit.unwrap_or(0));
-            fail(
-                "memory_limit",
+            failed(
                 "memory_limit",
                 format!("memory limit: the call's private memory passed {limit} (limit: --memory-limit {limit})"),
             )
         }
         Some(Killed::Stopped) => {
-            attempt.insert("status".into(), "not_run".into());
+            let mut attempt = failed("not_run", "not run: interrupted".into());
             attempt.insert("reason".into(), "interrupted".into());
-            attempt.insert("error".into(), json!({"kind": "not_run", "message": "not run: interrupted"}));
+            attempt
         }
-        Some(Killed::TooMuch) => fail(
+        Some(Killed::TooMuch) => failed(
             "protocol_error",
-            "protocol_error",
-            format!("the call's answer passed {} MiB; the process was killed", ANSWER_MAX >> 20),
+            format!("protocol_error: the call's answer passed {} MiB; the process was killed", ANSWER_MAX >> 20),
         ),
-        None if signaled => {
+        None if libc::WIFSIGNALED(status) => {
             let signal = isorun_protocol::signal_name(libc::WTERMSIG(status));
-            fail("crashed", "crashed", format!("crashed: killed by {signal}"));
+            let mut attempt = failed("crashed", format!("crashed: killed by {signal}"));
             attempt.insert("signal".into(), signal.into());
+            attempt
         }
-        None => match answered.then(|| serde_json::from_slice::<Value>(&answer).ok()).flatten() {
-            Some(Value::Object(answer)) if libc::WEXITSTATUS(status) == 0 => attempt = answer_fields(answer, limits),
-            _ => fail(
-                "crashed",
-                "crashed",
-                format!("crashed: the call {} before it answered", describe_status((status, 0))),
-            ),
-        },
+        None => failed("crashed", format!("crashed: the call {} before it answered", describe_status((status, 0)))),
     }
-    attempt.insert("wall_ms".into(), wall_ms.into());
-    attempt.insert("peak_rss_bytes".into(), maxrss.max(peak_private).into());
-    Ok(attempt)
+}
+
+/// `{"status": S, "error": {"kind": S, "message": M}}`.
+pub fn failed(status: &str, message: String) -> Attempt {
+    let mut attempt = Map::new();
+    attempt.insert("status".into(), status.into());
+    attempt.insert("error".into(), json!({"kind": status, "message": message}));
+    attempt
 }
 
 /// The child's answer, checked: only the keys a record takes, and a value
@@ -201,20 +291,15 @@ fn answer_fields(mut answer: Map<String, Value>, limits: &Limits) -> Attempt {
     attempt
 }
 
-/// Reads what is there; true at end of stream.
-fn drain(stream: &mut UnixStream, into: &mut Vec<u8>) -> bool {
+/// Reads what is there now (at most a little past the largest answer).
+fn drain(stream: &mut UnixStream, into: &mut Vec<u8>) {
     let mut buffer = [0u8; 64 * 1024];
-    loop {
+    while into.len() <= ANSWER_MAX + 8 {
         match stream.read(&mut buffer) {
-            Ok(0) => return true,
-            Ok(n) => {
-                into.extend_from_slice(&buffer[..n]);
-                if into.len() > ANSWER_MAX {
-                    return false;
-                }
-            }
+            Ok(0) => return,
+            Ok(n) => into.extend_from_slice(&buffer[..n]),
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(_) => return false,
+            Err(_) => return,
         }
     }
 }

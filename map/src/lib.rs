@@ -68,6 +68,8 @@ pub struct MapSettings {
     pub preload: Vec<String>,
     /// Slots: calls running at once.
     pub jobs: usize,
+    /// Items each forked process runs in turn (`--items-per-worker`, at least 1).
+    pub items_per_worker: usize,
     pub timeout: Option<Duration>,
     /// Limit on a call's private memory (RssAnon + RssShmem), bytes.
     pub memory_limit: Option<u64>,

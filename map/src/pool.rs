@@ -4,7 +4,7 @@
 //! (said once), a zygote lost and replaced, and the stop (Ctrl-C) are
 //! decided here; what a single call came to is `call`'s.
 
-use crate::call::{self, Attempt, Limits, NotStarted};
+use crate::call::{self, failed, Attempt, Limits, NotStarted};
 use crate::items::{hex, Item};
 use crate::process::{ProcessError, Zygote};
 use crate::{MapError, MapSettings};
@@ -94,7 +94,7 @@ impl Pool {
     /// gets each call's record (by item index) as it ends. Items not
     /// started when `stop` says so get no record.
     pub fn run(mut self, items: &[Item], stop: &(dyn Fn() -> bool + Sync), on_record: &mut dyn FnMut(usize, Value)) {
-        let queue: Mutex<VecDeque<&Item>> = Mutex::new(items.iter().collect());
+        let queue: Mutex<VecDeque<Queued>> = Mutex::new(items.iter().map(|item| Queued { item, tries: 0 }).collect());
         let slots = self.settings.jobs.clamp(1, items.len().max(1));
         let (sender, receiver) = mpsc::channel::<(usize, Value)>();
         let first = self.first.take();
@@ -121,41 +121,48 @@ impl Pool {
         &self,
         slot: usize,
         mut worker: Option<Zygote>,
-        queue: &Mutex<VecDeque<&Item>>,
+        queue: &Mutex<VecDeque<Queued<'_>>>,
         sender: &mpsc::Sender<(usize, Value)>,
         stop: &(dyn Fn() -> bool + Sync),
     ) {
+        let per_worker = self.settings.items_per_worker.max(1);
         loop {
             if stop() {
                 return;
             }
-            let Some(item) = queue.lock().map(|mut q| q.pop_front()).unwrap_or(None) else { return };
-            let record = self.call_with_retries(slot, &mut worker, item, stop);
-            if sender.send((item.index, record)).is_err() {
+            let batch: Vec<Queued> = match queue.lock() {
+                Ok(mut queue) => {
+                    let n = per_worker.min(queue.len());
+                    queue.drain(..n).collect()
+                }
+                Err(_) => return,
+            };
+            if batch.is_empty() {
                 return;
             }
-        }
-    }
-
-    fn call_with_retries(
-        &self,
-        slot: usize,
-        worker: &mut Option<Zygote>,
-        item: &Item,
-        stop: &(dyn Fn() -> bool + Sync),
-    ) -> Value {
-        let mut attempts = 0u32;
-        loop {
-            attempts += 1;
-            let attempt = self.attempt(slot, worker, item, stop);
-            let status = attempt["status"].as_str().unwrap_or("").to_string();
-            let again = status != "ok"
-                && status != "not_run"
-                && attempts <= self.settings.retries
-                && self.settings.retry_on.contains(&status)
-                && !stop();
-            if !again {
-                return self.record(item, attempt, attempts);
+            let items: Vec<&Item> = batch.iter().map(|q| q.item).collect();
+            let attempts = self.attempt(slot, &mut worker, &items, stop);
+            let mut again = Vec::new();
+            for (queued, attempt) in batch.iter().zip(attempts.iter()) {
+                let tries = queued.tries + 1;
+                let status = attempt["status"].as_str().unwrap_or("");
+                let retry = status != "ok"
+                    && status != "not_run"
+                    && tries <= self.settings.retries
+                    && self.settings.retry_on.iter().any(|s| s == status)
+                    && !stop();
+                if retry {
+                    again.push(Queued { item: queued.item, tries });
+                } else if sender.send((queued.item.index, self.record(queued.item, attempt.clone(), tries))).is_err() {
+                    return;
+                }
+            }
+            // Items the process did not get to, then retries, go first.
+            if let Ok(mut queue) = queue.lock() {
+                let unreached = batch.iter().skip(attempts.len()).copied();
+                for queued in unreached.chain(again).collect::<Vec<_>>().into_iter().rev() {
+                    queue.push_front(queued);
+                }
             }
         }
     }
@@ -177,15 +184,16 @@ impl Pool {
         Value::Object(record)
     }
 
-    /// One attempt, in this slot's zygote (started again if it is gone),
-    /// or in a fresh interpreter once forking is not safe.
+    /// One attempt of each item, in a process of this slot's zygote
+    /// (started again if it is gone), or of a fresh interpreter once
+    /// forking is not safe; the attempts are for the items it got to.
     fn attempt(
         &self,
         slot: usize,
         worker: &mut Option<Zygote>,
-        item: &Item,
+        items: &[&Item],
         stop: &(dyn Fn() -> bool + Sync),
-    ) -> Attempt {
+    ) -> Vec<Attempt> {
         let limits = Limits {
             timeout: self.settings.timeout,
             memory_limit: self.settings.memory_limit,
@@ -201,17 +209,20 @@ impl Pool {
                 match Zygote::start(&self.settings, self.temp.path(), direct) {
                     Ok(zygote) => *worker = Some(zygote),
                     Err(e) => {
-                        return failed("spawn_failed", format!("spawn failed: the interpreter did not start: {e}"))
+                        return vec![failed(
+                            "spawn_failed",
+                            format!("spawn failed: the interpreter did not start: {e}"),
+                        )]
                     }
                 }
             }
             let zygote = worker.as_mut().expect("started above");
-            match call::run(zygote, item, &env, &limits, stop) {
-                Ok(attempt) => {
+            match call::run(zygote, items, &env, &limits, stop) {
+                Ok(attempts) => {
                     if direct {
                         *worker = None;
                     }
-                    return attempt;
+                    return attempts;
                 }
                 Err(NotStarted::Unsafe(why)) => {
                     *worker = None;
@@ -225,16 +236,16 @@ impl Pool {
                 }
                 Err(NotStarted::Lost(why)) => {
                     *worker = None;
-                    return failed("spawn_failed", format!("spawn failed: the zygote was lost: {why}"));
+                    return vec![failed("spawn_failed", format!("spawn failed: the zygote was lost: {why}"))];
                 }
             }
         }
     }
 }
 
-fn failed(status: &str, message: String) -> Attempt {
-    let mut attempt = Map::new();
-    attempt.insert("status".into(), status.into());
-    attempt.insert("error".into(), json!({"kind": status, "message": message}));
-    attempt
+/// An item waiting in the queue, with the attempts it has had.
+#[derive(Clone, Copy)]
+struct Queued<'a> {
+    item: &'a Item,
+    tries: u32,
 }

@@ -1,10 +1,12 @@
 # isorun map's zygote: imports the user's function once, then forks one
-# process per call; it never calls the function itself. Started by the
-# isorun supervisor (map/src/process.rs), which owns every process; the
-# protocol is in map/src/protocol.rs. Standard library only.
+# process per call (or per --items-per-worker calls); it never calls the
+# function itself. Started by the isorun supervisor (map/src/process.rs:
+# the control messages; map/src/call.rs: a call's frames), which owns every
+# process. Standard library only.
 import json
 import os
 import socket
+import struct
 import sys
 
 MAX_CONTROL = 1 << 16
@@ -127,8 +129,64 @@ class LoadError(Exception):
         self.exc = exc
 
 
+def _recv_exact(conn, n):
+    """n bytes, or None at the end of the stream."""
+    data = bytearray()
+    while len(data) < n:
+        chunk = conn.recv(min(n - len(data), 1 << 20))
+        if not chunk:
+            return None
+        data += chunk
+    return bytes(data)
+
+
+def _call(spec, fn, message):
+    """One item: the answer to send."""
+    try:
+        if "item_file" in message:
+            import pickle
+
+            with open(message["item_file"], "rb") as f:
+                item = pickle.load(f)
+        else:
+            item = message["item"]
+    except BaseException as e:
+        return {"status": "error", "error": _error("bad_item", e)}
+    try:
+        value = fn(item)
+    except BaseException as e:
+        return {"status": "error", "error": _error("exception", e, skip_frames=1)}
+    result = {"status": "ok", "value_type": type(value).__qualname__}
+    try:
+        text = json.dumps(value, allow_nan=False)
+    except BaseException:
+        text = None
+    if text is not None and len(text) <= VALUE_JSON_MAX:
+        result["value"] = value
+    values_dir = spec.get("values_dir")
+    if values_dir:
+        import pickle
+
+        path = os.path.join(values_dir, "%d.pkl" % message["index"])
+        try:
+            with open(path + ".part", "wb") as f:
+                pickle.dump(value, f, protocol=5)
+            os.rename(path + ".part", path)
+            result["value_file"] = path
+        except BaseException as e:
+            try:
+                os.unlink(path + ".part")
+            except OSError:
+                pass
+            return {"status": "error", "value_type": result["value_type"], "error": _error("value_not_saved", e)}
+    return result
+
+
 def _child(spec, fn, fd, request):
-    """One call, in a fresh process; never returns."""
+    """A fresh process for one item, or --items-per-worker items in turn:
+    each a length-prefixed JSON request, each answered the same way, until
+    the supervisor closes its end. Never returns."""
+
     code = 0
     try:
         try:
@@ -145,55 +203,21 @@ def _child(spec, fn, fd, request):
         for name, value in (request.get("env") or {}).items():
             os.environ[name] = value
         conn = socket.socket(fileno=fd)
-        chunks = []
         while True:
-            chunk = conn.recv(1 << 16)
-            if not chunk:
+            header = _recv_exact(conn, 8)
+            if header is None:
                 break
-            chunks.append(chunk)
-        message = json.loads(b"".join(chunks))
-        if "item_file" in message:
-            import pickle
-
-            with open(message["item_file"], "rb") as f:
-                item = pickle.load(f)
-        else:
-            item = message["item"]
-        try:
-            value = fn(item)
-        except BaseException as e:
-            result = {"status": "error", "error": _error("exception", e, skip_frames=1)}
-        else:
-            result = {"status": "ok", "value_type": type(value).__qualname__}
+            body = _recv_exact(conn, struct.unpack("<Q", header)[0])
+            if body is None:
+                break
+            result = _call(spec, fn, json.loads(body))
             try:
-                text = json.dumps(value, allow_nan=False)
+                sys.stdout.flush()
+                sys.stderr.flush()
             except BaseException:
-                text = None
-            if text is not None and len(text) <= VALUE_JSON_MAX:
-                result["value"] = value
-            values_dir = spec.get("values_dir")
-            if values_dir:
-                import pickle
-
-                path = os.path.join(values_dir, "%d.pkl" % message["index"])
-                try:
-                    with open(path + ".part", "wb") as f:
-                        pickle.dump(value, f, protocol=5)
-                    os.rename(path + ".part", path)
-                    result["value_file"] = path
-                except BaseException as e:
-                    try:
-                        os.unlink(path + ".part")
-                    except OSError:
-                        pass
-                    result = {"status": "error", "value_type": result["value_type"], "error": _error("value_not_saved", e)}
-        try:
-            sys.stdout.flush()
-            sys.stderr.flush()
-        except BaseException:
-            pass
-        conn.sendall(json.dumps(result).encode())
-        conn.shutdown(socket.SHUT_WR)
+                pass
+            data = json.dumps(result).encode()
+            conn.sendall(struct.pack("<Q", len(data)) + data)
     except BaseException:
         code = 70
         try:

@@ -1083,8 +1083,16 @@ pub struct MapArgs {
     #[arg(short, long, value_name = "N", env = "ISORUN_JOBS", help_heading = "Workers")]
     pub jobs: Option<usize>,
 
-    /// Items each forked process runs (only 1: a fresh process per call).
-    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=1), help_heading = "Workers")]
+    /// Items each forked process runs in turn before it exits (a module global one call changes is then seen by
+    /// the next calls of that process); a call that crashes, times out or hits the limit ends the process, and
+    /// the items after it go to a fresh one.
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 1,
+        value_parser = clap::value_parser!(u64).range(1..),
+        help_heading = "Workers"
+    )]
     pub items_per_worker: u64,
 
     /// Limit on each call, in seconds [default: none].

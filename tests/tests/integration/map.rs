@@ -468,3 +468,27 @@ fn ctrl_c_stops_the_run_and_its_calls() {
     assert_eq!(statuses, ["not_run", "not_run"], "{}", ran.stdout);
     assert!(gone_within(pid_in(dir, "loop.pid"), Duration::from_secs(10)), "the call is gone");
 }
+
+#[test]
+fn items_per_worker_share_a_process_until_a_call_ends_it() {
+    let tmp = setup();
+    let dir = tmp.path();
+    let ran =
+        map(dir, &["fns:act", "leak", "leak", "leak", "segv", "leak", "leak", "-j", "1", "--items-per-worker", "3"]);
+    let values: Vec<&Value> = ran.records.iter().map(|r| r.get("value").unwrap_or(&r["status"])).collect();
+    // 1-3 share a process; the crash ends the second one, and the items after it get a fresh one.
+    assert_eq!(
+        values,
+        [
+            &serde_json::json!(1),
+            &serde_json::json!(2),
+            &serde_json::json!(3),
+            &serde_json::json!("crashed"),
+            &serde_json::json!(1),
+            &serde_json::json!(2)
+        ],
+        "{}",
+        ran.stdout
+    );
+    assert!(ran.records.iter().all(|r| r["peak_rss_bytes"].as_u64().unwrap() > 0), "{}", ran.stdout);
+}
