@@ -15,6 +15,12 @@
 //!   serialized records as they are ([`Feeding::RawRecords`], TF Serving's
 //!   classify/regress signatures), unless the examples have a feature of that
 //!   input's name (after renames), which is then fed as a feature.
+//! - A signature's one input that the data has no column of its name for
+//!   (and no `--feature` rename names) is fed from the data's one column
+//!   nothing else uses, when that column fits it ([`Dataset::auto_feature`]):
+//!   Keras names a `Sequential` model's input `input_layer`, whatever the
+//!   table calls it. Two candidates, or one that does not fit, leave the
+//!   input missing, and its error names the rename to give.
 //! - Shapes: the signature's shape without its batch dimension gives the
 //!   values per example; one unknown dimension is inferred from the first
 //!   example the reader sees, and every later example must have the same
@@ -336,8 +342,15 @@ impl Dataset {
     pub fn reader(&self, signature: &SignatureInfo) -> Result<BatchReader, DataError> {
         let inner = &self.inner;
         let path = inner.first.path.clone();
+        let auto = self.auto_feature(signature);
         let feature_name = |input: &str| -> String {
-            inner.spec.renames.iter().find(|(i, _)| i == input).map_or(input.to_string(), |(_, f)| f.clone())
+            match inner.spec.renames.iter().find(|(i, _)| i == input) {
+                Some((_, feature)) => feature.clone(),
+                None => match &auto {
+                    Some((only, column)) if only == input => column.clone(),
+                    _ => input.to_string(),
+                },
+            }
         };
         let raw = match signature.inputs.as_slice() {
             [only] if only.dtype == DType::String && inner.format.is_tfrecord() => {
@@ -388,6 +401,71 @@ impl Dataset {
         };
         let skipped = Arc::clone(&direct.skipped);
         Ok(BatchReader { feeding, skipped, mode: Mode::Direct(Box::new(direct), false) })
+    }
+}
+
+impl Dataset {
+    /// The column that feeds a signature's one input when the data has no
+    /// column of its name and no `--feature` rename names one for it:
+    /// `(input, column)` when exactly one column is used by nothing else
+    /// (the label, the weight, the slices, the example key, a rename) and
+    /// it fits the input (numbers for a number input, strings for a string
+    /// one, as many values per example as its shape takes). Table and array
+    /// data only (Parquet, Arrow, CSV, JSON Lines, npz); a TFRecord's
+    /// features are fed by name (a string input takes the records whole).
+    pub fn auto_feature(&self, signature: &SignatureInfo) -> Option<(String, String)> {
+        let inner = &self.inner;
+        let spec = &inner.spec;
+        let [only] = signature.inputs.as_slice() else { return None };
+        if inner.first.has(&only.name) || spec.renames.iter().any(|(input, _)| *input == only.name) {
+            return None;
+        }
+        if inner.format.is_tfrecord() {
+            return None;
+        }
+        let taken = |name: &str| {
+            name == spec.label
+                || spec.weight.as_deref() == Some(name)
+                || spec.text_features().iter().any(|t| t == name)
+                || spec.renames.iter().any(|(_, feature)| feature == name)
+        };
+        // Each candidate: its name, whether it holds numbers, its dimensions and values per example.
+        let candidates: Vec<(&str, bool, Vec<u64>, u64)> = match &inner.first.what {
+            Seen::Columns(columns) => columns
+                .iter()
+                .map(|c| {
+                    (c.name.as_str(), element::number(c.element, &[0; 8]).is_some(), c.dims.clone(), c.row_elements())
+                })
+                .collect(),
+            // A CSV row's one-value features.
+            Seen::Features(features) => features
+                .iter()
+                .map(|(name, kind, len)| (name.as_str(), *kind != "bytes_list", vec![*len as u64], *len as u64))
+                .collect(),
+        };
+        let mut unused = candidates.into_iter().filter(|(name, ..)| !taken(name));
+        let (name, numbers, dims, count) = unused.next()?;
+        (unused.next().is_none() && fits(only, numbers, &dims, count)).then(|| (only.name.clone(), name.to_string()))
+    }
+}
+
+/// Whether a column of numbers (or strings), `dims` and `count` values per
+/// example, can feed `input` as [`InputPlan`] would shape it.
+fn fits(input: &isorun_protocol::TensorSpec, numbers: bool, dims: &[u64], count: u64) -> bool {
+    if numbers != (input.dtype != DType::String) {
+        return false;
+    }
+    let Some(shape) = &input.shape else { return true };
+    // A scalar input has no batch dimension: nothing feeds it by rows.
+    let Some(tail) = shape.get(1..) else { return false };
+    if tail.len() == dims.len() && tail.iter().zip(dims).all(|(d, own)| d.is_none_or(|d| d == *own)) {
+        return true;
+    }
+    let known: u64 = tail.iter().flatten().product();
+    match tail.iter().filter(|d| d.is_none()).count() {
+        0 => known == count,
+        1 => count.checked_rem(known) == Some(0),
+        _ => false,
     }
 }
 

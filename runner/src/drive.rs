@@ -98,7 +98,11 @@ pub fn execute(plan: Plan) -> Result<i32, String> {
     .into_iter()
     .filter_map(|(flag, path)| Some((flag, path?)))
     .collect();
-    let _output_locks = lock_outputs(&outputs).map_err(|e| with_causes(&e))?;
+    let mut output_locks = lock_outputs(&outputs).map_err(|e| with_causes(&e))?;
+    if let Some(folder) = &args.output_dir {
+        let shard = args.shard.map(|shard| (shard.index, shard.count));
+        output_locks.lock_folder("--output-dir", folder, shard).map_err(|e| with_causes(&e))?;
+    }
     let settings = &settings;
     let fail_on = if args.fail_on.is_empty() {
         STATUSES[1..].iter().map(|s| s.to_string()).collect()

@@ -14,6 +14,15 @@
 //! over. A run that ends removes its sidecar while it still holds the lock,
 //! and a run that locked a sidecar since removed opens the new one instead,
 //! so two runs never both hold "the" lock.
+//!
+//! Folders of per-model files (`--output-dir`, eval's `--predictions`) and
+//! the files of `report merge -o` and `rescore --report` are locked the
+//! same way ([`OutputLocks::lock_folder`] for a folder), with one
+//! exception: the model shards of one run (`--shard K/N`, each Slurm array
+//! task) write disjoint models side by side into one folder, so a shard
+//! takes the folder's lock shared, and the lock of its shard
+//! (`.NAME.shard-K-of-N.isorun-lock`) alone. An unsharded writer of the
+//! folder still excludes them all, and two runs of the same shard each other.
 
 use std::fs::{File, OpenOptions, TryLockError};
 use std::io;
@@ -53,16 +62,63 @@ pub struct OutputLocks {
 struct HeldLock {
     path: PathBuf,
     file: File,
+    /// Held shared (a model shard's hold on its folder), not alone.
+    shared: bool,
 }
 
 impl Drop for HeldLock {
     fn drop(&mut self) {
+        // A shared lock's file may be another shard's still: removed only
+        // by the last holder, which alone can make its lock exclusive.
+        if self.shared && self.file.try_lock().is_err() {
+            return;
+        }
         // Removed while still locked, and only if it is still ours (a
         // stale one replaced by hand is someone else's); the lock goes when
         // `file` closes, after this.
         if same_file(&self.file, &self.path) {
             let _ = std::fs::remove_file(&self.path);
         }
+    }
+}
+
+impl OutputLocks {
+    /// Locks a folder of per-model outputs (`--output-dir`, `--predictions`),
+    /// made if missing, as [`lock_outputs`] locks a file; `shard`: this run
+    /// is model shard `(K, N)` of a run whose shards share the folder (see
+    /// the module docs).
+    pub fn lock_folder(
+        &mut self,
+        flag: &'static str,
+        folder: &Path,
+        shard: Option<(u64, u64)>,
+    ) -> Result<(), LockError> {
+        let io_error = |source| LockError::Io { flag, path: folder.to_path_buf(), lock: folder.to_path_buf(), source };
+        // Named by its canonical path, so that `.` and `out/` have a name to lock by.
+        std::fs::create_dir_all(folder).map_err(io_error)?;
+        let canonical = folder.canonicalize().map_err(io_error)?;
+        let lock = sidecar(&canonical).map_err(io_error)?;
+        let Some((index, count)) = shard else {
+            if !self.held.iter().any(|held| held.path == lock) {
+                self.held.push(lock_one(flag, folder, lock, false)?);
+            }
+            return Ok(());
+        };
+        let mut shard_name = std::ffi::OsString::from(".");
+        shard_name.push(canonical.file_name().unwrap_or_default());
+        shard_name.push(format!(".shard-{index}-of-{count}.isorun-lock"));
+        let shard_lock = lock.with_file_name(shard_name);
+        // Both or neither: a shard refused lets go of the folder at once.
+        let folder_held = match self.held.iter().any(|held| held.path == lock) {
+            true => None,
+            false => Some(lock_one(flag, folder, lock, true)?),
+        };
+        let shard_held = match self.held.iter().any(|held| held.path == shard_lock) {
+            true => None,
+            false => Some(lock_one(flag, folder, shard_lock, false)?),
+        };
+        self.held.extend(folder_held.into_iter().chain(shard_held));
+        Ok(())
     }
 }
 
@@ -80,7 +136,7 @@ pub fn lock_outputs(outputs: &[(&'static str, &Path)]) -> Result<OutputLocks, Lo
         if locks.held.iter().any(|held| held.path == lock) {
             continue;
         }
-        locks.held.push(lock_one(flag, path, lock)?);
+        locks.held.push(lock_one(flag, path, lock, false)?);
     }
     Ok(locks)
 }
@@ -104,8 +160,9 @@ fn sidecar(output: &Path) -> io::Result<PathBuf> {
     Ok(folder.canonicalize()?.join(lock_name))
 }
 
-/// Takes the lock on `lock` for `output` (given as `flag`), or says who holds it.
-fn lock_one(flag: &'static str, output: &Path, lock: PathBuf) -> Result<HeldLock, LockError> {
+/// Takes the lock on `lock` for `output` (given as `flag`), alone or
+/// `shared`, or says who holds it.
+fn lock_one(flag: &'static str, output: &Path, lock: PathBuf, shared: bool) -> Result<HeldLock, LockError> {
     let io_error = |source| LockError::Io { flag, path: output.to_path_buf(), lock: lock.clone(), source };
     loop {
         // Never through a link: in a folder others can write, a planted
@@ -118,7 +175,8 @@ fn lock_one(flag: &'static str, output: &Path, lock: PathBuf) -> Result<HeldLock
             .custom_flags(libc::O_NOFOLLOW)
             .open(&lock)
             .map_err(io_error)?;
-        match file.try_lock() {
+        let locked = if shared { file.try_lock_shared() } else { file.try_lock() };
+        match locked {
             Ok(()) => {}
             Err(TryLockError::WouldBlock) => {
                 return Err(LockError::Held { flag, path: output.to_path_buf(), holder: holder(&file) })
@@ -131,11 +189,11 @@ fn lock_one(flag: &'static str, output: &Path, lock: PathBuf) -> Result<HeldLock
             continue;
         }
         // Written over, then cut: a reader never sees it empty, only the
-        // old holder's pid or ours.
+        // old holder's pid or ours (of a shared lock, the last sharer's).
         let me = format!("{}{}\n", std::process::id(), hostname().map(|h| format!(" {h}")).unwrap_or_default());
         file.write_all_at(me.as_bytes(), 0).map_err(io_error)?;
         file.set_len(me.len() as u64).map_err(io_error)?;
-        return Ok(HeldLock { path: lock, file });
+        return Ok(HeldLock { path: lock, file, shared });
     }
 }
 
@@ -251,6 +309,42 @@ mod tests {
         held.try_lock().unwrap();
         let error = lock_outputs(&[("--journal", &tmp.path().join("r.json"))]).unwrap_err().to_string();
         assert!(error.contains("another isorun (pid 1234 on node7) is writing this file"), "{error}");
+    }
+
+    #[test]
+    fn a_folder_is_locked_alone_or_shared_by_the_shards_of_one_run() {
+        let tmp = tempfile::tempdir().unwrap();
+        let out = tmp.path().join("out");
+        let mut alone = OutputLocks::default();
+        alone.lock_folder("--output-dir", &out, None).unwrap();
+        assert!(out.is_dir(), "the folder is made");
+        let mut second = OutputLocks::default();
+        let error = second.lock_folder("--predictions", &out.join("."), None).unwrap_err();
+        assert!(error.to_string().contains("another isorun (pid"), "{error}");
+        assert!(matches!(error, LockError::Held { flag: "--predictions", .. }));
+        let mut shard = OutputLocks::default();
+        assert!(matches!(shard.lock_folder("--output-dir", &out, Some((0, 2))), Err(LockError::Held { .. })));
+        drop(alone);
+        // Shards 0 and 1 of one run write side by side; shard 0 twice, or a run of the whole, is refused.
+        let mut zero = OutputLocks::default();
+        zero.lock_folder("--output-dir", &out, Some((0, 2))).unwrap();
+        let mut one = OutputLocks::default();
+        one.lock_folder("--output-dir", &out, Some((1, 2))).unwrap();
+        let mut zero_again = OutputLocks::default();
+        assert!(matches!(zero_again.lock_folder("--output-dir", &out, Some((0, 2))), Err(LockError::Held { .. })));
+        let mut whole = OutputLocks::default();
+        assert!(matches!(whole.lock_folder("--output-dir", &out, None), Err(LockError::Held { .. })));
+        assert_eq!(
+            names(tmp.path()),
+            [".out.isorun-lock", ".out.shard-0-of-2.isorun-lock", ".out.shard-1-of-2.isorun-lock", "out"]
+        );
+        // The first shard to end leaves the folder's lock to the other; the last removes it.
+        drop(zero);
+        assert_eq!(names(tmp.path()), [".out.isorun-lock", ".out.shard-1-of-2.isorun-lock", "out"]);
+        assert!(matches!(whole.lock_folder("--output-dir", &out, None), Err(LockError::Held { .. })));
+        drop(one);
+        assert_eq!(names(tmp.path()), ["out"], "the shards leave no lock file");
+        whole.lock_folder("--output-dir", &out, None).unwrap();
     }
 
     #[test]

@@ -10,6 +10,7 @@
 
 use crate::cli::{EvalArgs, EvalOptions, RunArgs};
 use crate::drive::{discover_models, execute, Plan, Work};
+use crate::output_lock::OutputLocks;
 use crate::settings::{report_settings, run_settings};
 use crate::support::with_causes;
 use isorun_engine::{Feed, FeedStream, FeedSummary, Model, ModelFormat};
@@ -26,6 +27,7 @@ use isorun_tensors::json_input::signature_of;
 use isorun_tensors::output::StreamedOutputs;
 use serde_json::{json, Map, Value};
 use std::collections::HashMap;
+use std::io::Write;
 use std::path::Path;
 use std::time::Instant;
 
@@ -144,6 +146,12 @@ pub fn main(args: EvalArgs, quiet: bool) -> Result<i32, String> {
     if let Some(dir) = &run.output_dir {
         std::fs::create_dir_all(dir).map_err(|e| format!("--output-dir {}: cannot create: {e}", dir.display()))?;
     }
+    // Held to the run's end: another eval writing these models' predictions would lose this one's, or this its.
+    let mut predictions_lock = OutputLocks::default();
+    if let Some(dir) = &eval.predictions {
+        let shard = run.shard.map(|shard| (shard.index, shard.count));
+        predictions_lock.lock_folder("--predictions", dir, shard).map_err(|e| with_causes(&e))?;
+    }
     let predictions = match &eval.predictions {
         Some(dir) => {
             std::fs::create_dir_all(dir).map_err(|e| format!("--predictions {}: cannot create: {e}", dir.display()))?;
@@ -194,6 +202,9 @@ pub fn main(args: EvalArgs, quiet: bool) -> Result<i32, String> {
         signature: engine.signature.clone(),
         tags: engine.tags.clone(),
     };
+    if !quiet {
+        say_auto_features(&models, &feed);
+    }
     let key_inputs = feed.dataset.digest().into_bytes();
     let plan = Plan {
         args: &run,
@@ -208,7 +219,37 @@ pub fn main(args: EvalArgs, quiet: bool) -> Result<i32, String> {
         expect_dir: None,
         report_settings: settings,
     };
-    execute(plan)
+    let ran = execute(plan);
+    drop(predictions_lock);
+    ran
+}
+
+/// Says on stderr, before any work, which models' one input is fed from the
+/// data's one unused column ([`Dataset::auto_feature`]: a Keras
+/// `Sequential` model's `input_layer` from a table's `x`), one line per
+/// input and column, from the signatures this process reads (a SavedModel's,
+/// a `.keras` file's input layers). Each record says it too (`auto_feature`).
+fn say_auto_features(models: &[Model], feed: &EvalFeed) {
+    let mut chosen: Vec<((String, String), Vec<&str>)> = Vec::new();
+    for model in models {
+        let Some(info) = feed.signature_here(model) else { continue };
+        let Some(pair) = feed.dataset.auto_feature(&info) else { continue };
+        match chosen.iter_mut().find(|(p, _)| *p == pair) {
+            Some((_, ids)) => ids.push(&model.id),
+            None => chosen.push((pair, vec![&model.id])),
+        }
+    }
+    for ((input, column), ids) in chosen {
+        let mut named = ids.iter().take(3).copied().collect::<Vec<_>>().join(", ");
+        if ids.len() > 3 {
+            named.push_str(&format!(" and {} more", ids.len() - 3));
+        }
+        let line = format!(
+            "{named}: signature input '{input}' is fed from column '{column}', the one column nothing else uses \
+             (--feature {input}={column} says so)"
+        );
+        let _ = writeln!(std::io::stderr(), "isorun: {}", isorun_report::text::lines(&line));
+    }
 }
 
 /// `run`'s flags that give inputs or keep outputs have no meaning here.
@@ -538,9 +579,43 @@ fn dataset_error(e: &dyn std::error::Error) -> Outcome {
     Outcome::Error(ModelError::new(ErrorKind::Dataset, with_causes(e)))
 }
 
+impl EvalFeed {
+    /// The model's signature as this process reads it, without TensorFlow
+    /// and before any export: a SavedModel's (not too large), or a `.keras`
+    /// file's input layers for `serving_default`.
+    fn signature_here(&self, model: &Model) -> Option<SignatureInfo> {
+        match model.format {
+            ModelFormat::SavedModel => {
+                let size = std::fs::metadata(model.path.join("saved_model.pb")).ok()?.len();
+                if size > SIGNATURE_READ_LIMIT {
+                    return None;
+                }
+                signature_of(&model.path, &self.tags, &self.signature).ok()
+            }
+            ModelFormat::Keras if self.signature == "serving_default" => {
+                let keras = isorun_engine::keras::files::read_keras(&model.path).ok()?;
+                Some(keras_signature(&keras, &self.signature))
+            }
+            _ => None,
+        }
+    }
+}
+
+/// A `.keras` file's input layers as the signature its export will have
+/// (named as the layers; a dtype the file leaves out is float32).
+fn keras_signature(keras: &isorun_engine::keras::files::KerasInfo, key: &str) -> SignatureInfo {
+    let inputs = keras
+        .inputs
+        .iter()
+        .map(|i| TensorSpec { name: i.name.clone(), dtype: i.dtype.unwrap_or(DType::Float32), shape: i.shape.clone() })
+        .collect();
+    SignatureInfo { key: key.to_string(), inputs, outputs: Vec::new() }
+}
+
 impl Feed for EvalFeed {
-    /// Before any worker: a signature input the data cannot feed, read
-    /// without TensorFlow from the SavedModel's signature.
+    /// Before any worker: a signature the model does not have (its
+    /// `signature_not_found`, naming those it has) or a signature input the
+    /// data cannot feed, read without TensorFlow from the SavedModel.
     fn check(&self, model: &Model) -> Option<Outcome> {
         if model.format != ModelFormat::SavedModel {
             return None;
@@ -549,7 +624,11 @@ impl Feed for EvalFeed {
         if size > SIGNATURE_READ_LIMIT {
             return None;
         }
-        let info = signature_of(&model.path, &self.tags, &self.signature).ok()?;
+        let info = match signature_of(&model.path, &self.tags, &self.signature) {
+            Ok(info) => info,
+            Err(missing) if missing.kind == ErrorKind::SignatureNotFound => return Some(Outcome::Error(missing)),
+            Err(_) => return None,
+        };
         self.dataset.reader(&info).err().map(|e| dataset_error(&e))
     }
 
@@ -563,12 +642,7 @@ impl Feed for EvalFeed {
             return None;
         }
         let keras = isorun_engine::keras::files::read_keras(&model.path).ok()?;
-        let inputs = keras
-            .inputs
-            .iter()
-            .map(|i| TensorSpec { name: i.name.clone(), dtype: i.dtype.unwrap_or(DType::Float32), shape: None })
-            .collect();
-        let info = SignatureInfo { key: self.signature.clone(), inputs, outputs: Vec::new() };
+        let info = keras_signature(&keras, &self.signature);
         match self.dataset.reader(&info) {
             Err(e @ (DataError::MissingInput { .. } | DataError::UnfedInput { .. })) => Some(dataset_error(&e)),
             _ => None,
@@ -578,6 +652,7 @@ impl Feed for EvalFeed {
     fn open(&self, model: &Model) -> Result<Box<dyn FeedStream + '_>, Outcome> {
         let info = signature_of(&model.path, &self.tags, &self.signature).map_err(Outcome::Error)?;
         let reader = self.dataset.reader(&info).map_err(|e| dataset_error(&e))?.prefetch(2);
+        let auto_feature = self.dataset.auto_feature(&info);
         let mut evaluator = Evaluator::new(&self.spec, &info, &self.slices)
             .map_err(|e| Outcome::Error(ModelError::new(ErrorKind::Evaluation, with_causes(&e))))?;
         if let Some(ci) = self.ci {
@@ -609,6 +684,7 @@ impl Feed for EvalFeed {
             baseline,
             data_shard: self.data_shard,
             outputs,
+            auto_feature,
         }))
     }
 }
@@ -627,6 +703,9 @@ struct EvalStream<'a> {
     data_shard: Option<Shard>,
     /// `--output-dir`: the outputs so far, put in place when the unit ends well.
     outputs: Option<StreamedOutputs>,
+    /// `(input, column)`: the one input fed from the one column nothing
+    /// else uses ([`Dataset::auto_feature`]), said in the record.
+    auto_feature: Option<(String, String)>,
 }
 
 fn predictions_error(e: &isorun_eval::predictions::WriteError) -> Outcome {
@@ -697,6 +776,9 @@ impl FeedStream for EvalStream<'_> {
             None => evaluation_fields(&evaluation, skipped, baseline, self.rules),
         };
         let mut fields = fields;
+        if let Some((input, column)) = &self.auto_feature {
+            fields.insert("auto_feature".into(), json!({ input: column }));
+        }
         let written = match predicted {
             Some(Ok(path)) => {
                 fields.insert("predictions".into(), json!(path.to_string_lossy()));

@@ -18,6 +18,7 @@ use super::eval::{
     check_drops_computed, check_gate, ci_spec, pair_through_predictions, read_baseline, Baseline, Rules,
 };
 use crate::cli::{Format, RescoreArgs};
+use crate::output_lock::lock_outputs;
 use crate::printer::{progress_bar, Printer};
 use crate::support::with_causes;
 use isorun_engine::{Model, STATUSES};
@@ -34,6 +35,17 @@ use std::time::Instant;
 
 /// Runs the command; `Err` is a usage error (exit 2).
 pub fn main(args: RescoreArgs, quiet: bool) -> Result<i32, String> {
+    // Held to the end, before any file is read: another rescore (or run)
+    // writing one of these files would lose this one's models, or this its.
+    let outputs = [
+        ("--report", args.report.as_deref()),
+        ("--junit", args.junit.as_deref()),
+        ("--html", args.html.as_deref()),
+        ("--output-changed", args.output_changed.as_deref()),
+    ];
+    let outputs: Vec<(&'static str, &Path)> =
+        outputs.into_iter().filter_map(|(flag, path)| Some((flag, path?))).collect();
+    let _locks = lock_outputs(&outputs).map_err(|e| with_causes(&e))?;
     if args.diff {
         return diff(&args, quiet);
     }

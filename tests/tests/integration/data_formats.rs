@@ -349,9 +349,10 @@ fn an_input_the_data_lacks_is_decided_before_any_worker_with_the_rename_to_give(
         "{message}"
     );
     assert_no_worker(record);
-    // A SavedModel's signature, read in the supervisor: the same, before any worker.
+    // A SavedModel's signature, read in the supervisor: the same, before any
+    // worker. Two columns could feed x: neither is chosen, the rename is named.
     let renamed = dir.path().join("renamed.csv");
-    std::fs::write(&renamed, "p,y\n0.9,1\n0.2,0\n").unwrap();
+    std::fs::write(&renamed, "p,q,y\n0.9,0.1,1\n0.2,0.3,0\n").unwrap();
     let ran = run(isorun()
         .arg("eval")
         .arg(model("echo"))
@@ -364,6 +365,7 @@ fn an_input_the_data_lacks_is_decided_before_any_worker_with_the_rename_to_give(
     assert!(message.contains("renamed.csv: signature input 'x' has no feature or array 'x'"), "{message}");
     assert!(message.contains("(e.g. --feature x=p, which nothing else uses)"), "{message}");
     assert_no_worker(record);
+    assert!(!ran.stderr.contains("is fed from column"), "{}", ran.stderr);
     // And the rename given, it runs.
     let ran = run(isorun().arg("eval").arg(model("echo")).arg("--data").arg(&renamed).args([
         "--label",
@@ -378,4 +380,76 @@ fn an_input_the_data_lacks_is_decided_before_any_worker_with_the_rename_to_give(
     ]));
     assert_eq!(ran.code, Some(0), "{}\n{}", ran.stdout, ran.stderr);
     assert_eq!(ran.record("echo")["metrics"]["accuracy"].as_f64(), Some(1.0), "{}", ran.stdout);
+}
+
+/// An `.npz` (stored) of float32 `p` of shape `[2, width]` and int64 `y`.
+fn p_and_y_npz(dir: &Path, width: usize) -> PathBuf {
+    use std::io::Write;
+    let npy = |descr: &str, shape: &str, data: Vec<u8>| {
+        crate::util::npy_bytes(&format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': {shape}, }}"), &data)
+    };
+    // Row 0 above the threshold, row 1 below: as the labels.
+    let p: Vec<u8> = (0..2 * width).flat_map(|i| if i < width { 0.9f32 } else { 0.2 }.to_le_bytes()).collect();
+    let y: Vec<u8> = [1i64, 0].iter().flat_map(|v| v.to_le_bytes()).collect();
+    let path = dir.join(format!("p{width}.npz"));
+    let mut zip = zip::ZipWriter::new(std::fs::File::create(&path).unwrap());
+    let stored = zip::write::SimpleFileOptions::default().compression_method(zip::CompressionMethod::Stored);
+    zip.start_file("p.npy", stored).unwrap();
+    zip.write_all(&npy("<f4", &format!("(2, {width})"), p)).unwrap();
+    zip.start_file("y.npy", stored).unwrap();
+    zip.write_all(&npy("<i8", "(2,)", y)).unwrap();
+    zip.finish().unwrap();
+    path
+}
+
+#[test]
+fn the_one_input_is_fed_from_the_one_unused_column_that_fits_it_and_said() {
+    let dir = tempfile::tempdir().unwrap();
+    // The echo model's x ([?, 1]) from p, in a CSV, JSON Lines and an npz.
+    let csv = dir.path().join("p.csv");
+    std::fs::write(&csv, "p,y\n0.9,1\n0.2,0\n").unwrap();
+    let jsonl = dir.path().join("p.jsonl");
+    std::fs::write(&jsonl, "{\"p\": 0.9, \"y\": 1}\n{\"p\": 0.2, \"y\": 0}\n").unwrap();
+    for data in [csv, jsonl, p_and_y_npz(dir.path(), 1)] {
+        let ran = run(isorun()
+            .arg("eval")
+            .arg(model("echo"))
+            .arg("--data")
+            .arg(&data)
+            .args(["--label", "y", "-j", "1", "--json", "--metric", "accuracy"]));
+        assert_eq!(ran.code, Some(0), "{}: {}\n{}", data.display(), ran.stdout, ran.stderr);
+        let said: Vec<&str> = ran.stderr.lines().filter(|l| l.contains("is fed from column")).collect();
+        assert_eq!(
+            said,
+            ["isorun: echo: signature input 'x' is fed from column 'p', the one column nothing else uses \
+              (--feature x=p says so)"],
+            "{}",
+            ran.stderr
+        );
+        let record = ran.record("echo");
+        assert_eq!(record["auto_feature"], serde_json::json!({"x": "p"}), "{record}");
+        assert_eq!(record["metrics"]["accuracy"].as_f64(), Some(1.0), "{record}");
+    }
+    // A Keras Sequential model's input_layer ([?, 4]), read from the file:
+    // said before any export, whether or not Python is here to export it.
+    let seq = sequential_keras(dir.path());
+    let eval_seq = |data: &Path| {
+        run(isorun().arg("eval").arg(&seq).arg("--data").arg(data).args(["--label", "y", "-j", "1", "--json"]))
+    };
+    let fits = eval_seq(&p_and_y_npz(dir.path(), 4));
+    assert!(
+        fits.stderr.contains(
+            "isorun: seq.keras: signature input 'input_layer' is fed from column 'p', the one column nothing else uses"
+        ),
+        "{}",
+        fits.stderr
+    );
+    assert_ne!(fits.record("seq.keras")["error"]["kind"], "dataset", "{}", fits.stdout);
+    // A column of 3 values per example does not fit it: not chosen, the rename named, before any worker.
+    let narrow = eval_seq(&p_and_y_npz(dir.path(), 3));
+    assert!(!narrow.stderr.contains("is fed from column"), "{}", narrow.stderr);
+    let record = narrow.record("seq.keras");
+    assert_eq!(record["error"]["kind"], "dataset", "{record}");
+    assert!(record["error"]["message"].as_str().unwrap().contains("--feature input_layer=p"), "{record}");
+    assert_no_worker(record);
 }

@@ -2,10 +2,12 @@
 //! report, JUnit, HTML or journal file is refused before any work, naming
 //! the file and the run that writes it, while a run after it (or after one
 //! that was killed) overwrites the file; and the models a run did not reach
-//! say why it stopped: its stdout closed (`| head -1`), or a signal.
+//! say why it stopped: its stdout closed (`| head -1`), or a signal. Eval's
+//! `--predictions` folder and `report merge -o` are locked the same way.
 
 use crate::util::{
-    fake_models, gone_within, isorun_fault, processes_mentioning, ran, wait_for_fault_workers, write_input,
+    bin, copy_dir, fake_models, fixtures, gone_within, isorun, isorun_fault, processes_mentioning, ran,
+    wait_for_fault_workers, write_input,
 };
 use serde_json::Value;
 use std::io::{BufRead, BufReader};
@@ -178,4 +180,115 @@ fn models_a_signal_stopped_name_it() {
         assert_eq!((&record["status"], &record["reason"]), (&"not_run".into(), &"interrupted".into()), "{record}");
         assert_eq!(record["error"]["message"], "not run: interrupted by SIGINT (Ctrl-C)", "{record}");
     }
+}
+
+/// `isorun eval` of the echo models under `models` (fault workers, marked
+/// with `marker`, echo their inputs as the echo model does) on a CSV of x and y.
+fn start_eval(tmp: &Path, models: &str, marker: &str, extra: &[&str]) -> Child {
+    let data = tmp.join("data.csv");
+    std::fs::write(&data, "x,y\n0.9,1\n0.2,0\n").unwrap();
+    isorun()
+        .env("ISORUN_WORKER", bin("isorun-fault-worker"))
+        .arg("eval")
+        .arg(format!("--worker-arg={marker}"))
+        .arg(tmp.join(models))
+        .arg("--data")
+        .arg(&data)
+        .args(["--label", "y", "--metric", "accuracy", "-j", "1", "--spares", "0", "--json"])
+        .args(extra)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+fn echo_models(root: &Path, names: &[&str]) {
+    for name in names {
+        copy_dir(&fixtures().join("eval/models/echo"), &root.join(name));
+    }
+}
+
+fn names_in(folder: &Path) -> Vec<String> {
+    let mut names: Vec<String> =
+        std::fs::read_dir(folder).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    names.sort();
+    names
+}
+
+#[test]
+fn a_second_eval_writing_the_same_predictions_is_refused_before_any_work() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    echo_models(&root.join("first"), &["a-fault-hang", "b"]);
+    echo_models(&root.join("second"), &["c"]);
+    let preds = root.join("preds");
+    let preds_arg = ["--predictions", preds.to_str().unwrap()];
+    let marker = format!("marker-{}-predictions-first", std::process::id());
+    let mut first = start_eval(root, "first", &marker, &preds_arg);
+    let Some(hanging) = wait_for_fault_workers(&marker, first.id(), 1) else {
+        let _ = first.kill();
+        let _ = first.wait();
+        panic!("timed out waiting for the first eval's worker");
+    };
+
+    let second_marker = format!("marker-{}-predictions-second", std::process::id());
+    let second = ran(start_eval(root, "second", &second_marker, &preds_arg).wait_with_output().unwrap());
+    assert_eq!(second.code, Some(2), "{}", second.stderr);
+    assert!(second.stdout.is_empty(), "{}", second.stdout);
+    let expected = format!(
+        "isorun: error: --predictions {}: another isorun (pid {}) is writing this file",
+        preds.display(),
+        first.id()
+    );
+    assert!(second.stderr.starts_with(&expected), "{}", second.stderr);
+
+    // The first eval goes on to its end and writes its predictions.
+    kill(hanging[0]);
+    let first = ran(first.wait_with_output().unwrap());
+    assert_eq!(first.code, Some(1), "{}", first.stderr);
+    assert_eq!(names_in(&preds), ["b.parquet"]);
+
+    // An eval after it writes into the folder, as any output is written.
+    let rerun = ran(start_eval(root, "second", &second_marker, &preds_arg).wait_with_output().unwrap());
+    assert_eq!(rerun.code, Some(0), "{}", rerun.stderr);
+    assert_eq!(names_in(&preds), ["b.parquet", "c.parquet"]);
+    assert!(!names_in(root).iter().any(|name| name.ends_with(".isorun-lock")), "{:?}", names_in(root));
+}
+
+#[test]
+fn a_merge_into_a_report_another_run_writes_is_refused_and_a_later_one_overwrites_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    let all = ["m0", "m1", "m2", "m3", "m4", "m5"];
+    fake_models(&root.join("all"), &all);
+    let marker = format!("marker-{}-merge", std::process::id());
+    let shards = [root.join("s0.json"), root.join("s1.json")];
+    for (k, report) in shards.iter().enumerate() {
+        let shard = format!("{k}/2");
+        let args = ["--shard", shard.as_str(), "--report", report.to_str().unwrap()];
+        let done = ran(start(root, "all", &marker, &args).wait_with_output().unwrap());
+        assert_eq!(done.code, Some(0), "{}", done.stderr);
+    }
+    fake_models(&root.join("first"), &["a-fault-hang"]);
+    let merged = root.join("merged.json");
+    let (first, hanging) = start_hanging(root, &marker, &["--report", merged.to_str().unwrap()]);
+    let merge = || ran(isorun().args(["report", "merge"]).args(&shards).arg("-o").arg(&merged).output().unwrap());
+
+    let refused = merge();
+    assert_eq!(refused.code, Some(2), "{}", refused.stderr);
+    let expected =
+        format!("isorun: error: -o {}: another isorun (pid {}) is writing this file", merged.display(), first.id());
+    assert!(refused.stderr.starts_with(&expected), "{}", refused.stderr);
+
+    kill(hanging);
+    let first = ran(first.wait_with_output().unwrap());
+    assert_eq!(first.code, Some(1), "{}", first.stderr);
+    assert_eq!(report_models(&merged), [("a-fault-hang".to_string(), "crashed".to_string())]);
+
+    let merged_again = merge();
+    assert_eq!(merged_again.code, Some(0), "{}", merged_again.stderr);
+    let mut models: Vec<String> = report_models(&merged).into_iter().map(|(model, _)| model).collect();
+    models.sort();
+    assert_eq!(models, all);
+    assert!(!names_in(root).iter().any(|name| name.ends_with(".isorun-lock")), "{:?}", names_in(root));
 }
