@@ -239,7 +239,8 @@ fn terminal_columns(fd: i32, columns_var: Option<&str>) -> Option<usize> {
 const MIN_MESSAGE: usize = 40;
 
 /// One record as a table row, and its message whole when the row had to
-/// cut it (a message too wide for the terminal, or of several lines).
+/// cut it to the terminal's width. A message's further lines (TensorFlow's
+/// node trace under an assertion) are shown with `-v` only.
 fn table_row(record: &Value, id_width: usize, layout: &Layout) -> (String, Option<String>) {
     let metrics = record.get("metrics").and_then(Value::as_object).filter(|_| record["status"] == "ok");
     let warmup = record.get("warmup").filter(|_| record["status"] == "ok");
@@ -300,7 +301,7 @@ fn table_row(record: &Value, id_width: usize, layout: &Layout) -> (String, Optio
                 let rest: Vec<String> = message.lines().skip(1).map(|l| format!("    {}", one_line(l))).collect();
                 return (format!("{prefix}{first}{resumed}\n{}", rest.join("\n")), None);
             }
-            if was_cut || more {
+            if was_cut {
                 whole = Some(message.into_owned());
             }
             first
@@ -501,11 +502,12 @@ mod tests {
         let layout = Layout { whole: true, ..wide(60) };
         let (row, whole) = table_row(&error_record("/home/u/work/m", &format!("{python}\nsecond")), 5, &layout);
         assert!(row.contains(python) && row.ends_with("\n    second") && whole.is_none(), "{row}");
-        // A message of several lines: the row shows its first, the rest follows the totals.
+        // A message of several lines: the row shows its first (the rest with -v);
+        // a cut one follows the totals with every line.
         let (row, whole) = table_row(&error_record("/home/u/work/m", "first\nsecond"), 5, &wide(200));
-        assert!(row.ends_with("  first"), "{row}");
+        assert!(row.ends_with("  first") && whole.is_none(), "{row}");
         assert_eq!(
-            cut_messages(&[("m".into(), whole.unwrap())]).lines().skip(2).collect::<Vec<_>>(),
+            cut_messages(&[("m".into(), "first\nsecond".into())]).lines().skip(2).collect::<Vec<_>>(),
             ["  m: first", "    second"]
         );
     }

@@ -303,3 +303,169 @@ fn pipe_s_keras_export_error_is_not_prefixed_twice() {
     );
     assert!(!said.contains("error: export_failed"), "{said}");
 }
+
+// ---------------------------------------------------------------------------
+// Issue 42 §2: the table keeps the part of an error that says what to do
+
+/// A stand-in Python answering isorun's Keras probe with `keras` and
+/// `tensorflow` (versions, or `null`): a Keras file's refusals are met
+/// without Keras on this machine.
+fn probe_python(dir: &Path, name: &str, keras: &str, tensorflow: &str) -> std::path::PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let path = dir.join(name);
+    let answer = format!(
+        r#"{{"executable": "/usr/bin/python3", "prefixes": [], "path": [], "version": "3.12.0", "keras": {keras}, "tensorflow": {tensorflow}, "tf_keras": null, "dists": []}}"#
+    );
+    std::fs::write(&path, format!("#!/bin/sh\necho '{answer}'\n")).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    path
+}
+
+/// A folder for the issue's three errors: `iris.keras` and `lambda.keras`,
+/// and `models/dynamic`, whose warm-up requests feed an input `x` it lacks.
+fn three_errors() -> tempfile::TempDir {
+    let tmp = tempfile::tempdir().unwrap();
+    for file in ["iris.keras", "lambda.keras"] {
+        std::fs::copy(fixtures().join("keras").join(file), tmp.path().join(file)).unwrap();
+    }
+    let dynamic = tmp.path().join("models/dynamic");
+    crate::util::copy_dir(&fixtures().join("models/dynamic"), &dynamic);
+    std::fs::create_dir_all(dynamic.join("assets.extra")).unwrap();
+    std::fs::copy(
+        fixtures().join("warmup/models/predict/assets.extra/tf_serving_warmup_requests"),
+        dynamic.join("assets.extra/tf_serving_warmup_requests"),
+    )
+    .unwrap();
+    tmp
+}
+
+/// The table as `run --format table` prints it in `dir`, under `env`.
+fn table_in(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> crate::util::Ran {
+    let mut command = isorun();
+    command.current_dir(dir).env_remove("COLUMNS").arg("run").args(args).args(["--format", "table", "-j", "1"]);
+    command.arg("--keras-cache").arg(dir.join("cache"));
+    for (name, value) in env {
+        command.env(name, value);
+    }
+    let ran = run(&mut command);
+    assert_eq!(ran.code, Some(1), "stdout:\n{}\nstderr:\n{}", ran.stdout, ran.stderr);
+    ran
+}
+
+/// `stdout` with the columns that change from run to run (time, memory) as `[time]`, `[mem]`.
+fn steady_table(stdout: &str) -> String {
+    let id_width = stdout.lines().next().and_then(|h| h.find("status")).expect("a header") - 2;
+    let mut rows = true;
+    let mut text = String::new();
+    for (i, line) in stdout.lines().enumerate() {
+        if line.is_empty() {
+            rows = false;
+        }
+        let line = if i > 0 && rows {
+            format!("{}[time]  [mem]  {}", &line[..id_width + 18], &line[id_width + 39..])
+        } else if line.contains(" models: ") {
+            format!("{} in [time]", &line[..line.find(" in ").unwrap()])
+        } else {
+            line.to_string()
+        };
+        text += &line;
+        text += "\n";
+    }
+    text
+}
+
+#[test]
+fn a_table_row_keeps_the_end_of_an_error_and_the_whole_message_follows_the_totals() {
+    let tmp = three_errors();
+    let no_keras = probe_python(tmp.path(), "python-without-keras", "null", "null");
+    let keras = probe_python(tmp.path(), "python-with-keras", "\"3.5.0\"", "\"2.17.0\"");
+    let inputs = examples().join("inputs.npz");
+    let first = table_in(
+        tmp.path(),
+        &["iris.keras", "models/dynamic", "--warmup-inputs", "--python", no_keras.to_str().unwrap()],
+        &[("COLUMNS", "100")],
+    );
+    let second = table_in(
+        tmp.path(),
+        &["lambda.keras", "--inputs", inputs.to_str().unwrap(), "--python", keras.to_str().unwrap()],
+        &[("COLUMNS", "100")],
+    );
+    let said = format!("{}\n{}", first.stdout, second.stdout);
+    // Paths relative to the working folder; every row within the 100 columns.
+    assert!(!said.contains(&tmp.path().display().to_string()), "{said}");
+    for row in said.lines().filter(|l| l.contains(" error ")) {
+        assert!(row.chars().count() <= 100, "{} columns: {row}", row.chars().count());
+        assert!(row.contains('…'), "cut in the middle: {row}");
+    }
+    let row = |id: &str| first.stdout.lines().find(|l| l.starts_with(id)).unwrap().to_string();
+    assert!(row("iris.keras").ends_with("--python / ISORUN_PYTHON"), "{}", row("iris.keras"));
+    // What a row could not hold follows the totals, whole.
+    assert!(said.contains("  dynamic: models/dynamic/assets.extra/tf_serving_warmup_requests: request 0 (record at byte 0): unknown input 'x'; signature 'serving_default' takes: m (float32, [?, ?])\n"), "{said}");
+    assert!(said.contains("refused without --keras-unsafe (pass it to run that code"), "{said}");
+    insta::assert_snapshot!(
+        "table_keeps_the_end_of_errors",
+        format!("{}\n{}", steady_table(&first.stdout), steady_table(&second.stdout))
+    );
+
+    // -v: the rows hold the messages whole, and nothing follows the totals.
+    let verbose = table_in(
+        tmp.path(),
+        &["-v", "models/dynamic", "--warmup-inputs", "--python", no_keras.to_str().unwrap()],
+        &[("COLUMNS", "100")],
+    );
+    assert!(
+        verbose.stdout.contains("unknown input 'x'; signature 'serving_default' takes: m (float32, [?, ?])\n"),
+        "{}",
+        verbose.stdout
+    );
+    assert!(!verbose.stdout.contains('…') && !verbose.stdout.contains("messages cut"), "{}", verbose.stdout);
+    // A file (no terminal, no COLUMNS) holds the rows whole.
+    let file = table_in(tmp.path(), &["models/dynamic", "--warmup-inputs"], &[]);
+    assert!(file.stdout.contains("(record at byte 0): unknown input 'x'; signature"), "{}", file.stdout);
+    assert!(!file.stdout.contains('…'), "{}", file.stdout);
+}
+
+/// On a terminal (no `COLUMNS`), the rows fit its width.
+#[test]
+fn on_a_terminal_the_table_fits_its_width() {
+    if std::process::Command::new("script").arg("--version").output().is_err() {
+        eprintln!("SKIP: no `script` to make a terminal");
+        return;
+    }
+    let tmp = three_errors();
+    let log = tmp.path().join("typescript");
+    let command = format!("stty cols 90 rows 40 && {} run models/dynamic --warmup-inputs -q", bin("isorun").display());
+    let status = std::process::Command::new("script")
+        .args(["-qec", &command])
+        .arg(&log)
+        .current_dir(tmp.path())
+        .env_remove("COLUMNS")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .unwrap();
+    assert_eq!(status.code(), Some(1), "{status}");
+    let said = std::fs::read_to_string(&log).unwrap().replace('\r', "");
+    let row = said.lines().find(|l| l.starts_with("dynamic ")).unwrap_or_else(|| panic!("{said}"));
+    assert!(row.chars().count() <= 90 && row.contains('…'), "{row}");
+    assert!(row.ends_with("takes: m (float32, [?, ?])"), "{row}");
+    assert!(said.contains("  dynamic: models/dynamic/assets.extra/"), "{said}");
+}
+
+// ---------------------------------------------------------------------------
+// Issue 42 §8: a data shard's row
+
+#[test]
+fn a_data_shard_row_shows_its_examples_and_that_metrics_come_at_report_merge() {
+    let eval = fixtures().join("eval");
+    let ran = run(isorun()
+        .arg("eval")
+        .arg(eval.join("models/binary"))
+        .arg("--data")
+        .arg(eval.join("data/data.tfrecord"))
+        .args(["--label", "label_bin", "--metric", "accuracy", "--data-shard", "0/2", "-q", "--format", "table"]));
+    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    let row = ran.stdout.lines().find(|l| l.starts_with("binary ")).unwrap_or_else(|| panic!("{}", ran.stdout));
+    assert!(row.ends_with("  500 examples of data shard 0/2, metrics at report merge"), "{row}");
+}
