@@ -4,6 +4,12 @@
 //! or past `--recycle-rss`, and restarted after a crash (the request it was
 //! running gets an error line); after `--max-restarts` crashes in a row
 //! every remaining line gets an error line and the exit code is 1.
+//!
+//! When the reader of stdout leaves (`isorun pipe m | head -1`), pipe stops
+//! at once, the request running included (a thread watches stdout: no line
+//! is waited for, no request run, whose answer nobody can read), exits 0 as
+//! a tool in a pipeline does, and says on stderr that stdout closed and
+//! what was left unanswered: not an interruption nobody made.
 
 use crate::cli::{PipeArgs, SandboxMode, SpawnMode};
 use crate::support::{private_work_dir, seconds, watch_signals, workers_libtensorflow};
@@ -17,6 +23,7 @@ use isorun_transport::DEFAULT_MAX_FRAME;
 use serde_json::Value;
 use std::io::{self, Read, Write};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -28,6 +35,8 @@ struct Server<'a> {
     signature: SignatureInfo,
     config: SessionConfig,
     stop: &'a CancelToken,
+    /// Stdout's reader left: what stopped the command, if `stop` was asked.
+    stdout_closed: Arc<AtomicBool>,
     /// Limit on each request.
     timeout: Option<Duration>,
     /// Confine the worker (`--sandbox strict`) to this private empty
@@ -51,6 +60,14 @@ impl Server<'_> {
                 work_dir: Some(work_dir.path().to_string_lossy().into_owned()),
                 core_dumps: false,
             }),
+        }
+    }
+
+    /// Why a request the stop came before or during was not run.
+    fn not_run_reason(&self) -> isorun_protocol::NotRunReason {
+        match self.stdout_closed.load(Ordering::SeqCst) {
+            true => isorun_protocol::NotRunReason::StdoutClosed,
+            false => isorun_protocol::NotRunReason::Interrupted,
         }
     }
 
@@ -129,6 +146,9 @@ pub fn main(args: &PipeArgs) -> Result<i32, String> {
     };
     let stop = Arc::new(CancelToken::new());
     let signals = watch_signals(Arc::clone(&stop)).map_err(|e| format!("cannot install signal handlers: {e}"))?;
+    let stdout_closed = Arc::new(AtomicBool::new(false));
+    watch_stdout(Arc::clone(&stop), Arc::clone(&stdout_closed))
+        .map_err(|e| format!("cannot start the thread that watches stdout: {e}"))?;
     let mut server = Server {
         args,
         // Restarts and recycled workers are forked, not exec'd (this thread serves to the end).
@@ -149,6 +169,7 @@ pub fn main(args: &PipeArgs) -> Result<i32, String> {
             skip_grappler: false,
         },
         stop: &stop,
+        stdout_closed,
         timeout,
         sandbox: (args.sandbox == SandboxMode::Strict).then(private_work_dir).transpose()?,
     };
@@ -156,6 +177,13 @@ pub fn main(args: &PipeArgs) -> Result<i32, String> {
     // Load once before reading stdin: a model that cannot load at all is a usage error.
     match server.run(Vec::new(), true) {
         (Outcome::Ok, _) => {}
+        // Stdout closed while the model loaded: no worse than after any answer.
+        (Outcome::NotRun { .. }, _) if server.stdout_closed.load(Ordering::SeqCst) => {
+            say_stdout_closed(0);
+            server.session.close();
+            signals.close();
+            return Ok(exit_code::OK);
+        }
         (Outcome::Error(e), _) => return Err(format!("{}: {}", server.model_dir.display(), e.message)),
         (other, _) => {
             return Err(format!("{}: the worker could not load the model: {other}", server.model_dir.display()))
@@ -171,6 +199,30 @@ pub fn main(args: &PipeArgs) -> Result<i32, String> {
         libc::SIGTERM => exit_code::TERMINATED,
         _ => code,
     })
+}
+
+/// Watches stdout for its reader leaving: `poll` reports `POLLERR` on a
+/// pipe whose read end is closed (`POLLHUP` on a hung-up terminal or a
+/// socket) with nothing written to it, so the command stops then, not at
+/// its next answer (which could wait for a line that never comes, and a
+/// request run for nobody). A file or `/dev/null` reports neither: the
+/// thread waits to the end of the command.
+fn watch_stdout(stop: Arc<CancelToken>, closed: Arc<AtomicBool>) -> io::Result<()> {
+    std::thread::Builder::new().name("stdout".into()).spawn(move || loop {
+        let mut stdout = libc::pollfd { fd: libc::STDOUT_FILENO, events: 0, revents: 0 };
+        // SAFETY: one pollfd, alive through the call.
+        let ready = unsafe { libc::poll(&mut stdout, 1, -1) };
+        if ready < 0 && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
+            continue;
+        }
+        if ready > 0 && stdout.revents & (libc::POLLERR | libc::POLLHUP) != 0 {
+            // Said before the stop, so whoever sees the stop knows why.
+            closed.store(true, Ordering::SeqCst);
+            stop.request(0);
+        }
+        return;
+    })?;
+    Ok(())
 }
 
 /// How often the wait for the next line looks at the user's interrupts.
@@ -259,6 +311,29 @@ impl Lines {
         }
     }
 
+    /// Whether stdin is known to hold no more lines: what it has now is
+    /// read (without waiting) until its end or a line that is not blank.
+    /// Blanks, never answered, are dropped as they come, so no more than a
+    /// read's worth is held.
+    fn at_end(&mut self) -> bool {
+        loop {
+            if !self.buffer[self.start..].iter().all(u8::is_ascii_whitespace) {
+                return false;
+            }
+            self.buffer.clear();
+            self.start = 0;
+            self.searched = 0;
+            if self.ended {
+                return true;
+            }
+            self.fill(Duration::ZERO);
+            if !self.ended && self.buffer.is_empty() {
+                // Nothing to read now: stdin is still open.
+                return false;
+            }
+        }
+    }
+
     /// The next line, or `None` at the end of input or once the user interrupts.
     fn next_line(&mut self, stop: &CancelToken) -> Option<io::Result<Vec<u8>>> {
         loop {
@@ -298,6 +373,9 @@ fn serve_lines(server: &mut Server, lines: &mut Lines, output: &mut impl Write) 
     let mut crashes_in_a_row = 0u32;
     let max_batch = server.args.max_batch.max(1) as usize;
     let batch_wait = Duration::from_micros(server.args.batch_wait);
+    // Answers written, and whether a request's answer was lost to a closed stdout.
+    let mut answered = 0u64;
+    let mut lost = false;
     loop {
         let line = match lines.next_line(server.stop) {
             None => break,
@@ -319,24 +397,50 @@ fn serve_lines(server: &mut Server, lines: &mut Lines, output: &mut impl Write) 
             }
         }
         if server.stop.requested() {
+            lost = true;
             break;
         }
         let answers = answer_lines(server, &batch, &mut crashes_in_a_row);
         let mut text = String::new();
-        for answer in answers {
+        for answer in &answers {
             text.push_str(&answer.to_string());
             text.push('\n');
         }
         if output.write_all(text.as_bytes()).and_then(|_| output.flush()).is_err() {
-            // Nobody reads any more: end quietly, as `rg` does.
-            return exit_code::OK;
+            // Nobody reads any more: exit 0, as a tool in a pipeline does, saying why.
+            server.stdout_closed.store(true, Ordering::SeqCst);
+            lost = true;
+            break;
         }
+        answered += answers.len() as u64;
+    }
+    if server.stdout_closed.load(Ordering::SeqCst) {
+        // Stopped as the input ended anyway (`echo LINE | isorun pipe m | head -1`): nothing to say.
+        if lost || !lines.at_end() {
+            say_stdout_closed(answered);
+        }
+        return exit_code::OK;
     }
     if crashes_in_a_row >= server.args.max_restarts {
         exit_code::SOME_FAILED
     } else {
         exit_code::OK
     }
+}
+
+/// Says on stderr that stdout's reader left after `answered` answers, and
+/// that pipe stopped for it: not an interruption nobody made.
+fn say_stdout_closed(answered: u64) {
+    let (after, rest) = match answered {
+        0 => ("before any answer".to_string(), "no line was answered"),
+        1 => ("after 1 answer".to_string(), "the lines after it were not answered"),
+        n => (format!("after {n} answers"), "the lines after them were not answered"),
+    };
+    let _ = writeln!(
+        io::stderr(),
+        "isorun: stdout closed {after}: nobody reads isorun's output any more (as after `| head -1`), so pipe \
+         stopped; {rest}"
+    );
 }
 
 /// The answers to a batch of request lines, in order. Requests that can run
@@ -378,7 +482,7 @@ fn answer_lines(server: &mut Server, lines: &[Vec<u8>], crashes_in_a_row: &mut u
 fn answer_alone(server: &mut Server, id: Value, tensors: Vec<(String, Tensor)>, crashes_in_a_row: &mut u32) -> Value {
     if server.stop.requested() {
         // The rest of a batch after Ctrl-C: answered, not run (no worker is started for it).
-        let outcome = Outcome::NotRun { reason: isorun_protocol::NotRunReason::Interrupted };
+        let outcome = Outcome::NotRun { reason: server.not_run_reason() };
         return pipe::error_line(id, outcome.status(), None, &outcome.to_string());
     }
     if *crashes_in_a_row >= server.args.max_restarts {
@@ -388,7 +492,11 @@ fn answer_alone(server: &mut Server, id: Value, tensors: Vec<(String, Tensor)>, 
         );
         return pipe::error_line(id, "gave_up", None, &message);
     }
-    let (outcome, outputs) = server.run(tensors, false);
+    let (outcome, outputs) = match server.run(tensors, false) {
+        // The engine knows no stdout: a stop it was asked for is `interrupted` to it.
+        (Outcome::NotRun { .. }, outputs) => (Outcome::NotRun { reason: server.not_run_reason() }, outputs),
+        answer => answer,
+    };
     let crashed = !matches!(outcome, Outcome::Ok | Outcome::Error(_) | Outcome::NotRun { .. });
     *crashes_in_a_row = if crashed { *crashes_in_a_row + 1 } else { 0 };
     match outcome {

@@ -543,3 +543,80 @@ fn a_worker_flooding_wake_messages_is_a_protocol_error_not_a_hang() {
     assert!(stderr.contains("protocol error: 3 Wake messages for one request"), "{stderr}");
     assert!(output.stdout.is_empty());
 }
+
+/// `child`'s end, or a panic naming `what` if it has not come within 20 s
+/// (a guard against a hang, not a timing).
+fn ended(mut child: std::process::Child, what: &str) -> std::process::Output {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while child.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let output = child.wait_with_output().unwrap();
+            panic!("{what}: pipe still runs after 20 s; stderr:\n{}", String::from_utf8_lossy(&output.stderr));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    child.wait_with_output().unwrap()
+}
+
+/// `isorun pipe m | head -1` (issue 42 §5): when stdout's reader leaves,
+/// pipe stops then, whether it waits for a line (stdin still open) or runs
+/// a request, exits 0, and says on stderr that stdout closed, not that it
+/// was interrupted; its worker is gone.
+#[test]
+fn a_closed_stdout_stops_pipe_at_once_and_says_so() {
+    use std::io::{BufRead, BufReader};
+    let tmp = tempfile::tempdir().unwrap();
+    // Waiting for the next line, stdin open: before, it waited for ever.
+    let model = fault_model(tmp.path(), "fault-pid");
+    let mut child =
+        fault_pipe(&model).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let mut input = child.stdin.take().unwrap();
+    writeln!(input, r#"{{"id": 1, "inputs": {{"x": [[1, 0, 0]]}}}}"#).unwrap();
+    let mut answers = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    answers.read_line(&mut line).unwrap();
+    let answer: Value = serde_json::from_str(&line).unwrap();
+    let worker = answer["outputs"]["worker_pid"]["values"].as_i64().unwrap();
+    drop(answers); // as `head -1` leaves
+    let output = ended(child, "waiting for a line");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    assert_eq!(
+        stderr.trim_end(),
+        "isorun: stdout closed after 1 answer: nobody reads isorun's output any more (as after `| head -1`), so \
+         pipe stopped; the lines after it were not answered"
+    );
+    assert!(gone(worker), "worker {worker} is left behind");
+    drop(input);
+
+    // Running a request: it is stopped, not run to its end for nobody, and
+    // its answer is not_run for stdout_closed (before: a quiet exit when
+    // the answer could not be written).
+    let model = fault_model(tmp.path(), "fault-slow-3000");
+    let log = tmp.path().join("requests.log");
+    let mut child = fault_pipe(&model)
+        .arg(format!("--worker-arg=--log={}", log.display()))
+        .args(["--timeout", "600"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut input = child.stdin.take().unwrap();
+    writeln!(input, r#"{{"id": 1, "inputs": {{"x": [[1, 0, 0]]}}}}"#).unwrap();
+    writeln!(input, r#"{{"id": 2, "inputs": {{"x": [[1, 0, 0]]}}}}"#).unwrap();
+    // The worker logs a request as it starts it (after its 3 s load check), then takes 3 s.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while std::fs::read_to_string(&log).map_or(true, |l| l.is_empty()) {
+        assert!(std::time::Instant::now() < deadline, "no request started within 60 s");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    drop(child.stdout.take());
+    let output = ended(child, "running a request");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("isorun: stdout closed before any answer: nobody reads isorun's output"), "{stderr}");
+    assert!(!stderr.contains("interrupted"), "{stderr}");
+    drop(input);
+}
