@@ -155,22 +155,20 @@ fn watch(
     let mut killed = None;
     loop {
         let ready = fd::poll(&[stream.as_raw_fd(), pidfd.as_raw_fd()], POLL).unwrap_or_default();
-        if ready.first() == Some(&true) || ready.get(1) == Some(&true) {
-            if killed.is_none() {
-                drain(stream, &mut answer);
-                match frame(&answer) {
-                    Frame::Complete(body) => {
-                        if let Some(private) = private_memory(pid) {
-                            *peak = (*peak).max(private);
-                        }
-                        return Watched::Answered(body.to_vec());
+        if (ready.first() == Some(&true) || ready.get(1) == Some(&true)) && killed.is_none() {
+            drain(stream, &mut answer);
+            match frame(&answer) {
+                Frame::Complete(body) => {
+                    if let Some(private) = private_memory(pid) {
+                        *peak = (*peak).max(private);
                     }
-                    Frame::TooLarge => {
-                        fd::kill_pidfd(pidfd);
-                        killed = Some(Killed::TooMuch);
-                    }
-                    Frame::Partial => {}
+                    return Watched::Answered(body.to_vec());
                 }
+                Frame::TooLarge => {
+                    fd::kill_pidfd(pidfd);
+                    killed = Some(Killed::TooMuch);
+                }
+                Frame::Partial => {}
             }
         }
         if ready.get(1) == Some(&true) {
