@@ -210,7 +210,8 @@ fn bad_input_is_exit_2_before_any_call_naming_it() {
     let tmp = setup();
     let dir = tmp.path();
     let writable = dir.to_str().unwrap();
-    let cases: [(&[&str], &str); 5] = [
+    let cases: [(&[&str], &str); 6] = [
+        (&["fns:act", "1", "--python", "no-such-python3"], "--python no-such-python3: no such program"),
         (&["nosuchmodule:f", "1"], "nosuchmodule:f: ModuleNotFoundError: No module named 'nosuchmodule'"),
         (&["fns:nosuch", "1"], "fns:nosuch: AttributeError: module fns has no attribute nosuch"),
         (&["fns:write", "--items-from", "missing.txt"], "--items-from missing.txt: cannot read"),

@@ -164,7 +164,8 @@ fn settings(args: &MapArgs) -> Result<MapSettings, String> {
         ));
     }
     let python = match &args.python {
-        Some(python) => python.clone(),
+        Some(python) => find_program(python)
+            .ok_or_else(|| format!("--python {}: no such program (a path, or a name on PATH)", python.display()))?,
         None => isorun_engine::keras::python::choose(None)
             .map_err(|_| "no python3 on PATH: name the Python to use with --python or ISORUN_PYTHON".to_string())?,
     };
@@ -203,6 +204,15 @@ fn settings(args: &MapArgs) -> Result<MapSettings, String> {
         gpus: args.gpus.iter().filter(|g| !g.is_empty()).cloned().collect(),
         sandbox,
     })
+}
+
+/// A program as given: a path that is a file, or a bare name found on `PATH`.
+fn find_program(program: &Path) -> Option<PathBuf> {
+    if program.components().count() > 1 {
+        return program.is_file().then(|| program.to_path_buf());
+    }
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path).map(|dir| dir.join(program)).find(|p| p.is_file())
 }
 
 /// An existing folder, made absolute (the sandbox's rules and the zygote
