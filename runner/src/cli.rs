@@ -22,12 +22,12 @@ pub struct Cli {
 }
 
 const EXAMPLES: &str = "Examples:
-  isorun run models/ --inputs batch.npz            every SavedModel under models/, one JSON line each
+  isorun run models/ --inputs batch.npz     # a JSON line per SavedModel
   isorun run models/ --inputs batch.npz --output-dir out/ -j 2 --timeout 60
-  isorun inspect models/resnet                     signatures, inputs and outputs of one model
-  isorun ls models/ --json | jq -r .path           the SavedModels isorun finds
+  isorun inspect models/resnet              # signatures, inputs and outputs
+  isorun ls models/ --json | jq -r .path    # the SavedModels isorun finds
   echo '{\"id\": 1, \"inputs\": {\"x\": [[1, 2, 3, 4]]}}' | isorun pipe models/linear
-  isorun doctor                                    what this machine offers isorun";
+  isorun doctor                             # what this machine offers isorun";
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
@@ -65,7 +65,7 @@ pub enum Command {
 #[derive(Debug, Args)]
 #[command(after_help = "Examples:
   isorun man run | man -l -
-  isorun man --out-dir ~/.local/share/man/man1   # isorun.1, isorun-run.1, isorun-report-diff.1, ...")]
+  isorun man --out-dir ~/.local/share/man/man1   # isorun.1, isorun-run.1, ...")]
 pub struct ManArgs {
     /// The command whose page to print (`run`, `report diff`) [default: isorun's own].
     #[arg(value_name = "COMMAND")]
@@ -119,7 +119,8 @@ pub struct LsArgs {
 
 #[derive(Debug, Args)]
 #[command(after_help = "Examples:
-  printf '%s\\n' '{\"id\": 1, \"inputs\": {\"x\": [[1, 2, 3, 4]]}}' | isorun pipe models/linear
+  printf '%s\\n' '{\"id\": 1, \"inputs\": {\"x\": [[1, 2, 3, 4]]}}' \\
+      | isorun pipe models/linear
 
 Exit codes: 0 end of input (or a closed stdout); 1 --max-restarts reached, or stdin unreadable;
 2 usage error (the model cannot load; nothing read); 130/143 interrupted by Ctrl-C/SIGTERM,
@@ -213,7 +214,8 @@ pub enum ReportCommand {
     /// List models that newly fail, newly pass, or got slower or bigger between two reports.
     #[command(after_help = "Examples:
   isorun report diff last-night.json tonight.json
-  isorun report diff old.json new.json --time-ratio 1.5 --memory-ratio 1.2 --json
+  isorun report diff old.json new.json --time-ratio 1.5 --memory-ratio 1.2 \\
+      --json
 
 Slower and bigger apply to models ok in both reports; times under 50 ms count as 50 ms.
 Exit codes: 0 no model newly fails; 1 some model passed in OLD.json and does not in NEW.json;
@@ -221,11 +223,14 @@ Exit codes: 0 no model newly fails; 1 some model passed in OLD.json and does not
     Diff(ReportDiffArgs),
     /// Join the reports of shard runs (`--shard K/N`, `eval --data-shard K/N`) into one, as if it were one run.
     #[command(after_help = "Examples:
-  isorun report merge shards/*.json -o report.json --junit report.xml --html report.html
-  isorun report merge eval-0.json eval-1.json eval-2.json -o eval.json   # eval --data-shard 0/3, 1/3, 2/3
+  isorun report merge shards/*.json -o report.json --junit report.xml \\
+      --html report.html
+  # the reports of eval --data-shard 0/3, 1/3 and 2/3, joined:
+  isorun report merge eval-0.json eval-1.json eval-2.json -o eval.json
 
 Exit codes: 0 merged; 1 (data shards only) some merged model is not ok, as the unsharded eval;
-2 a report cannot be read, or the reports are not shards of one run.")]
+2 a report cannot be read, or the reports are not shards of one run, or an output (-o, --junit,
+--html) another isorun is writing.")]
     Merge(ReportMergeArgs),
     /// A leaderboard of the models of eval reports: sorted by a metric, with intervals, the change
     /// against the baseline and its significance; models whose intervals overlap are tied.
@@ -341,8 +346,9 @@ pub enum SpawnMode {
 
 #[derive(Debug, Args)]
 #[command(after_help = "Examples:
-  isorun eval models/ --data val.tfrecord --label y --slice country --predictions preds/
-  isorun rescore preds/ --metric pr_auc --slice country     a metric eval was not asked for
+  isorun eval models/ --data val.tfrecord --label y --slice country \\
+      --predictions preds/
+  isorun rescore preds/ --metric pr_auc --slice country   # one eval skipped
   isorun rescore preds/binary.parquet --threshold 0.7 --report rescored.json
   isorun rescore --diff last-night/ preds/ --output-changed changed.parquet
 
@@ -489,17 +495,40 @@ pub struct CompletionsArgs {
 #[command(after_help = "Examples:
   isorun run models/ --inputs batch.npz
   isorun run models/resnet --input images=images.npy --output-dir out/ --values
-  isorun run models/ --inputs batch.npz -j 2 --timeout 60 --json | jq -r 'select(.status != \"ok\") | .model'
+  isorun run models/ --inputs batch.npz -j 2 --timeout 60 --json \\
+      | jq -r 'select(.status != \"ok\") | .model'
   isorun run models/linear --input 'x=@[[1, 2, 3, 4]]' --values
-  isorun run exports/ --warmup-inputs      (each TF Serving export on its own warm-up requests)
+  isorun run exports/ --warmup-inputs   # each export on its TF Serving warm-up
 
-Exit codes: 0 every model ok; 1 some model not ok; 2 usage error (nothing run);
-130/143 interrupted by Ctrl-C/SIGTERM. A closed stdout ends the run with 0.")]
+Exit codes: 0 every model ok; 1 some model not ok; 2 usage error (nothing run),
+or an output (--report, --junit, --html, --journal, --output-dir) another
+isorun is writing; 130/143 interrupted by Ctrl-C/SIGTERM. A closed stdout ends
+the run with 0.")]
 pub struct RunArgs {
-    /// SavedModel folders, .keras or .h5 files, or folders searched recursively for them.
-    #[arg(value_name = "MODEL", required = true)]
-    pub models: Vec<PathBuf>,
+    // Only run's: inputs given directly, and what it keeps of or checks in the outputs.
+    #[command(flatten)]
+    pub given: RunInputArgs,
 
+    // The flags eval takes too; `args.jobs` reaches them through `Deref`.
+    #[command(flatten)]
+    pub shared: SharedRunArgs,
+
+    #[command(flatten)]
+    pub golden: ExpectArgs,
+}
+
+impl std::ops::Deref for RunArgs {
+    type Target = SharedRunArgs;
+
+    fn deref(&self) -> &SharedRunArgs {
+        &self.shared
+    }
+}
+
+/// `run`'s flags that `eval` does not take (its inputs come from `--data`): inputs given
+/// directly, dtype strictness, output values in the records.
+#[derive(Debug, Args)]
+pub struct RunInputArgs {
     /// An input: NAME=PATH.npy, NAME=PATH.json (a nested list) or NAME=@JSON inline (repeatable).
     #[arg(long = "input", value_name = "NAME=PATH", help_heading = "Inputs")]
     pub input: Vec<String>,
@@ -534,14 +563,43 @@ pub struct RunArgs {
     )]
     pub warmup_limit: Option<u64>,
 
-    /// Split inputs along their first dimension into runs of at most N rows; outputs are joined back.
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..), help_heading = "Inputs")]
-    pub batch_size: Option<u64>,
-
     /// Refuse an input whose dtype is not the signature's; by default float64 becomes float32,
     /// integers become narrower integers or floats where every value fits exactly (records say `cast`).
     #[arg(long, help_heading = "Inputs")]
     pub strict_dtypes: bool,
+
+    /// Include output values in the JSON lines.
+    #[arg(long, help_heading = "Outputs")]
+    pub values: bool,
+}
+
+/// `--expect`: golden outputs `run` compares with (not `eval`'s).
+#[derive(Debug, Args)]
+pub struct ExpectArgs {
+    /// Golden outputs (the layout --output-dir writes): a differing result is status `mismatch`.
+    #[arg(long, value_name = "DIR", help_heading = "Nightly")]
+    pub expect: Option<PathBuf>,
+
+    /// Relative tolerance for --expect.
+    #[arg(long, value_name = "X", default_value_t = 1e-5, help_heading = "Nightly")]
+    pub rtol: f64,
+
+    /// Absolute tolerance for --expect.
+    #[arg(long, value_name = "X", default_value_t = 1e-8, help_heading = "Nightly")]
+    pub atol: f64,
+}
+
+/// What `run` and `eval` share: the models, how workers run them, limits, outputs and reports.
+#[derive(Debug, Args)]
+pub struct SharedRunArgs {
+    /// SavedModel folders, .keras or .h5 files, or folders searched recursively for them.
+    #[arg(value_name = "MODEL", required = true)]
+    pub models: Vec<PathBuf>,
+
+    /// Split inputs along their first dimension into runs of at most N rows; outputs are joined back
+    /// (eval: examples per batch [default: 256]).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..), help_heading = "Inputs")]
+    pub batch_size: Option<u64>,
 
     /// Load a custom-op library (.so) into each worker before the model (repeatable).
     #[arg(long, value_name = "PATH.so", help_heading = "Inputs")]
@@ -558,10 +616,6 @@ pub struct RunArgs {
     /// Write each output to DIR/<model id>/<output name>.npy.
     #[arg(long, value_name = "DIR", help_heading = "Outputs")]
     pub output_dir: Option<PathBuf>,
-
-    /// Include output values in the JSON lines.
-    #[arg(long, help_heading = "Outputs")]
-    pub values: bool,
 
     /// With JSON Lines on stdout, print the table and the totals line on stderr when done (a table
     /// on a terminal, or --format table, ends with the totals line anyway).
@@ -702,18 +756,6 @@ pub struct RunArgs {
     #[arg(long, requires = "journal", help_heading = "Nightly")]
     pub resume: bool,
 
-    /// Golden outputs (the layout --output-dir writes): a differing result is status `mismatch`.
-    #[arg(long, value_name = "DIR", help_heading = "Nightly")]
-    pub expect: Option<PathBuf>,
-
-    /// Relative tolerance for --expect.
-    #[arg(long, value_name = "X", default_value_t = 1e-5, help_heading = "Nightly")]
-    pub rtol: f64,
-
-    /// Absolute tolerance for --expect.
-    #[arg(long, value_name = "X", default_value_t = 1e-8, help_heading = "Nightly")]
-    pub atol: f64,
-
     /// Write a JSON report of the whole run.
     #[arg(long, value_name = "PATH.json", help_heading = "Nightly")]
     pub report: Option<PathBuf>,
@@ -788,12 +830,16 @@ pub struct CacheArgs {
 pub enum SlurmCommand {
     /// Write a job-array script (one task per shard) and a merge script into DIR, and submit both.
     #[command(after_help = "Examples:
-  isorun slurm submit --shards 4 --out nightly/ -- models/ --inputs inputs.npz --timeout 300
-  isorun slurm submit --shards 4 --partition gpu --gpus-per-task 1 --time 04:00:00 --out nightly/ \\
+  isorun slurm submit --shards 4 --out nightly/ \\
+      -- models/ --inputs inputs.npz --timeout 300
+  isorun slurm submit --shards 4 --partition gpu --gpus-per-task 1 \\
+      --time 04:00:00 --out nightly/ \\
       -- models/ --inputs inputs.npz --retries 2 --memory-limit 8G
-  isorun slurm submit --shards 4 --out nightly/ --dry-run -- models/ --inputs inputs.npz
+  isorun slurm submit --shards 4 --out nightly/ --dry-run \\
+      -- models/ --inputs inputs.npz
   isorun slurm submit --shards 2 --data-shards 8 --out eval-night/ \\
-      eval models/ --data 'test/*.tfrecord' --label label --threshold 'auc>=0.9'
+      eval models/ --data 'test/*.tfrecord' --label label \\
+      --threshold 'auc>=0.9'
 
 Everything after `--` (or from the first argument submit does not know) is `isorun run`'s,
 or, when its first word is `eval`, `isorun eval`'s, checked here as that command would check
@@ -866,25 +912,32 @@ pub struct SlurmSubmitArgs {
 #[derive(Debug, Args)]
 #[command(after_help = "Examples:
   isorun eval models/ --data test.tfrecord --label label
-  isorun eval models/ --data 'shards/*.tfrecord.gz' --label label --metric accuracy --metric auc --slice country
-  isorun eval models/ --data test.npz --label y --threshold 'accuracy>=0.9' --report eval.json
+  isorun eval models/ --data 'shards/*.tfrecord.gz' --label label \\
+      --metric accuracy --metric auc --slice country
+  isorun eval models/ --data test.npz --label y --threshold 'accuracy>=0.9' \\
+      --report eval.json
+  isorun eval models/ --data pets.parquet --label kind --label-classes cat,dog
   isorun eval models/ --data test.jsonl.gz --label label --slice country
   isorun eval models/ --data examples.txt --data-format jsonl --label label
-  isorun eval models/ --data test.tfrecord --label label --baseline last-night.json --max-drop accuracy=1%
-  isorun eval models/ --data test.tfrecord --label label --ci 0.95 --baseline last-night.json \
-      --max-drop accuracy=1% --gate significant
+  isorun eval models/ --data test.tfrecord --label label \\
+      --baseline last-night.json --max-drop accuracy=1%
+  isorun eval models/ --data test.tfrecord --label label --ci 0.95 \\
+      --baseline last-night.json --max-drop accuracy=1% --gate significant
 
-Each record is run's, plus \"examples\", \"metrics\" (and \"slices\", \"task\", \"output\").
-A metric below a --threshold bound or dropped past --max-drop ends the model below_threshold
-(with --gate significant: only a significant drop; see README \"Is the drop real?\").
-Exit codes: 0 every model ok; 1 some model not ok; 2 usage error (nothing run);
-130/143 interrupted by Ctrl-C/SIGTERM.")]
+Each record is run's, plus \"examples\", \"metrics\" (and \"slices\", \"task\",
+\"output\"). A metric below a --threshold bound or dropped past --max-drop ends
+the model below_threshold (with --gate significant: only a significant drop;
+see README \"Is the drop real?\").
+Exit codes: 0 every model ok; 1 some model not ok; 2 usage error (nothing run),
+or an output (--report, --junit, --html, --journal, --output-dir, --predictions)
+another isorun is writing; 130/143 interrupted by Ctrl-C/SIGTERM.")]
 pub struct EvalArgs {
     #[command(flatten)]
     pub eval: EvalOptions,
 
+    // run's flags but its inputs (`RunInputArgs`) and --expect: not even parsed here.
     #[command(flatten)]
-    pub run: RunArgs,
+    pub run: SharedRunArgs,
 }
 
 /// What `eval` adds to `run`'s flags.
@@ -898,12 +951,13 @@ pub struct EvalOptions {
     pub data: Vec<PathBuf>,
 
     /// Read the --data files named (or matched by a glob) as this format whatever their names
-    /// say: tfrecord, tfrecord-gzip, npz, npy-folder, csv, jsonl, jsonl-gzip (a folder's files are
-    /// still chosen by their endings).
+    /// say: tfrecord, tfrecord-gzip, npz, npy-folder, csv, parquet, arrow (Arrow IPC, Feather),
+    /// jsonl, jsonl-gzip (a folder's files are still chosen by their endings).
     #[arg(long, value_name = "NAME", help_heading = "Evaluation")]
     pub data_format: Option<String>,
 
-    /// The label: a tf.Example feature or an array name. It never goes to the model.
+    /// The label: a tf.Example feature, an array name (.npz, .npy), or a table column (CSV,
+    /// Parquet, Arrow) or key (JSON Lines). It never goes to the model.
     #[arg(long, value_name = "KEY", required = true, help_heading = "Evaluation")]
     pub label: String,
 
@@ -912,7 +966,8 @@ pub struct EvalOptions {
     #[arg(long, value_name = "NAME,NAME,...", value_delimiter = ',', help_heading = "Evaluation")]
     pub label_classes: Option<Vec<String>>,
 
-    /// A per-example weight (feature or array), as scikit-learn's sample_weight.
+    /// A per-example weight (a feature, array, column or key, as --label), as scikit-learn's
+    /// sample_weight.
     #[arg(long, value_name = "KEY", help_heading = "Evaluation")]
     pub weight: Option<String>,
 
@@ -1025,6 +1080,89 @@ pub struct EvalOptions {
     /// with --predictions.
     #[arg(long, value_name = "always|significant", default_value = "always", help_heading = "Evaluation")]
     pub gate: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    /// Every command, `isorun` first, with its words (`report diff`).
+    fn commands() -> Vec<(String, clap::Command)> {
+        fn collect(prefix: &str, command: &clap::Command, all: &mut Vec<(String, clap::Command)>) {
+            for sub in command.get_subcommands().filter(|s| !s.is_hide_set() && s.get_name() != "help") {
+                let name = format!("{prefix} {}", sub.get_name());
+                all.push((name.clone(), sub.clone()));
+                collect(&name, sub, all);
+            }
+        }
+        let mut root = Cli::command();
+        root.build();
+        let mut all = vec![("isorun".to_string(), root.clone())];
+        collect("isorun", &root, &mut all);
+        all
+    }
+
+    /// Help wraps at the terminal's width; an example as long as 80 columns would wrap inside
+    /// its command on an 80-column terminal, so each is a line of fewer (continued with `\`).
+    #[test]
+    fn examples_fit_80_columns() {
+        let mut examples = 0;
+        for (name, command) in commands() {
+            let Some(after) = command.get_after_help().map(ToString::to_string) else { continue };
+            let Some((_, block)) = after.split_once("Examples:\n") else { continue };
+            for line in block.lines().take_while(|l| !l.trim().is_empty()) {
+                examples += 1;
+                assert!(line.starts_with("  "), "{name}: an example not indented as one: {line:?}");
+                assert!(line.chars().count() < 80, "{name}: an example wider than 79 columns: {line:?}");
+            }
+        }
+        assert!(examples > 30, "{examples} example lines");
+    }
+
+    /// `--data-format` names every format `isorun-eval` reads.
+    #[test]
+    fn data_format_help_names_every_format() {
+        let eval = Cli::command().find_subcommand("eval").expect("eval").clone();
+        let arg = eval.get_arguments().find(|a| a.get_id() == "data_format").expect("--data-format");
+        let help = arg.get_help().expect("help").to_string();
+        let words: Vec<&str> = help.split(|c: char| !(c.is_ascii_alphanumeric() || c == '-')).collect();
+        for name in isorun_eval::Format::names() {
+            assert!(words.contains(&name), "--data-format's help leaves out {name}: {help}");
+        }
+    }
+
+    /// `eval` parses none of `run`'s own flags: they are not in its help, and given they are
+    /// clap's "unexpected argument" naming them.
+    #[test]
+    fn eval_takes_none_of_run_s_own_flags() {
+        let run = Cli::command().find_subcommand("run").expect("run").clone();
+        let eval = Cli::command().find_subcommand("eval").expect("eval").clone();
+        let longs = |c: &clap::Command| -> Vec<String> {
+            c.get_arguments().filter_map(|a| a.get_long()).map(str::to_string).collect()
+        };
+        let (run, eval) = (longs(&run), longs(&eval));
+        let only_run: Vec<&String> = run.iter().filter(|l| !eval.contains(l)).collect();
+        assert_eq!(
+            only_run,
+            [
+                "input",
+                "inputs",
+                "inputs-dir",
+                "warmup-inputs",
+                "warmup-limit",
+                "strict-dtypes",
+                "values",
+                "expect",
+                "rtol",
+                "atol"
+            ]
+        );
+        let error = Cli::try_parse_from(["isorun", "eval", "m/", "--data", "d", "--label", "y", "--rtol", "1"])
+            .expect_err("eval takes no --rtol");
+        assert_eq!(error.kind(), clap::error::ErrorKind::UnknownArgument);
+        assert!(error.to_string().contains("'--rtol'"), "{error}");
+    }
 }
 
 /// `isorun map`: a user's Python function, one supervised process per call.

@@ -54,7 +54,7 @@ use toml_edit::{ImDocument, Item, Value};
 /// The subcommands with `--config`: `run`, and `eval`, which has every
 /// flag of `run` and its own (`data`, `label`, `metric`, ...).
 const SUBCOMMANDS: [&str; 2] = ["run", "eval"];
-/// The id of `--config` in [`crate::cli::RunArgs`].
+/// The id of `--config` in [`crate::cli::SharedRunArgs`] (of `run` and `eval`).
 const CONFIG_ID: &str = "config";
 
 /// A place in the config file: `nightly.toml:7`.

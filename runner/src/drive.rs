@@ -3,7 +3,7 @@
 //! `--max-failures`, the reports and the exit code. One driver, so that
 //! the two commands cannot drift apart.
 
-use crate::cli::{Format, RunArgs};
+use crate::cli::{Format, SharedRunArgs};
 use crate::output_lock::lock_outputs;
 use crate::printer::{print_summary, progress_bar, Printer};
 use crate::settings::statuses;
@@ -32,7 +32,7 @@ pub enum Work<'a> {
 
 /// A validated run, ready to go.
 pub struct Plan<'a> {
-    pub args: &'a RunArgs,
+    pub args: &'a SharedRunArgs,
     pub quiet: bool,
     pub started: Instant,
     pub started_at: SystemTime,
@@ -43,6 +43,8 @@ pub struct Plan<'a> {
     /// a digest of the inputs (or data) and the settings that matter.
     pub key_inputs: Vec<u8>,
     pub key_settings: String,
+    /// `run --inputs-dir`: each model's input files are part of its key.
+    pub inputs_dir: Option<std::path::PathBuf>,
     /// `--expect`: the golden files of each model are part of its key.
     pub expect_dir: Option<std::path::PathBuf>,
     /// The settings as reports show them.
@@ -50,7 +52,7 @@ pub struct Plan<'a> {
 }
 
 /// The models of a run: discovered, `--latest-version`, `--shard`.
-pub fn discover_models(args: &RunArgs) -> Result<Vec<Model>, String> {
+pub fn discover_models(args: &SharedRunArgs) -> Result<Vec<Model>, String> {
     let mut models =
         discover(&args.models, &mut |warning| crate::support::warn(warning)).map_err(|e| with_causes(&e))?;
     if args.latest_version {
@@ -84,6 +86,7 @@ pub fn execute(plan: Plan) -> Result<i32, String> {
         work,
         key_inputs,
         key_settings,
+        inputs_dir,
         expect_dir,
         report_settings,
     } = plan;
@@ -130,7 +133,7 @@ pub fn execute(plan: Plan) -> Result<i32, String> {
         let parts = KeyParts {
             inputs: &key_inputs,
             settings: &key_settings,
-            inputs_dir: args.inputs_dir.as_deref(),
+            inputs_dir: inputs_dir.as_deref(),
             expect_dir: expect_dir.as_deref(),
             runtime: &runtime,
         };

@@ -3,7 +3,7 @@
 //! `--expect`). A problem here is a usage error (exit 2), found before any
 //! work starts.
 
-use crate::cli::{RunArgs, SandboxMode, SpawnMode as SpawnFlag};
+use crate::cli::{ExpectArgs, RunArgs, SandboxMode, SharedRunArgs, SpawnMode as SpawnFlag};
 use crate::support::{private_work_dir, seconds, workers_libtensorflow};
 use isorun_engine::gpus::{self, nvml};
 use isorun_engine::locations::{default_libtensorflow_dir_for, libtensorflow_dir, worker_binary};
@@ -45,6 +45,21 @@ impl RunSettings {
 
 /// Validates `run`'s flags.
 pub fn run_settings(args: &RunArgs) -> Result<RunSettings, String> {
+    settings(&args.shared, args.given.values, args.given.strict_dtypes, Some(&args.golden))
+}
+
+/// Validates the flags `eval` shares with `run` (it takes none of `run`'s own).
+pub fn shared_settings(args: &SharedRunArgs) -> Result<RunSettings, String> {
+    settings(args, false, false, None)
+}
+
+/// The settings of the shared flags, with `run`'s `--values`, `--strict-dtypes` and `--expect`.
+fn settings(
+    args: &SharedRunArgs,
+    values: bool,
+    strict_dtypes: bool,
+    golden: Option<&ExpectArgs>,
+) -> Result<RunSettings, String> {
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     let mut gpus = match &args.gpus {
         Some(list) => gpus::resolve(list, nvml())?,
@@ -141,9 +156,9 @@ pub fn run_settings(args: &RunArgs) -> Result<RunSettings, String> {
         .batch_timeout(seconds("--batch-timeout", args.batch_timeout)?)
         .start_timeout(seconds("--start-timeout", Some(args.start_timeout))?.expect("given"))
         .grace(Duration::from_secs(2))
-        .values(args.values)
+        .values(values)
         .batch_size(args.batch_size.map(|n| n as usize))
-        .strict_dtypes(args.strict_dtypes)
+        .strict_dtypes(strict_dtypes)
         .memory_limit(args.memory_limit)
         .retries(args.retries)
         .retry_on(statuses("--retry-on", &args.retry_on)?)
@@ -152,9 +167,9 @@ pub fn run_settings(args: &RunArgs) -> Result<RunSettings, String> {
         // Where each unit's time went, in its record: with --report, or -vv.
         .phases(args.report.is_some() || tracing::enabled!(tracing::Level::DEBUG))
         .build();
-    let expect = match &args.expect {
-        Some(dir) if !dir.is_dir() => return Err(format!("--expect {}: not a folder", dir.display())),
-        Some(dir) => Some(Expect { dir: dir.clone(), rtol: args.rtol, atol: args.atol }),
+    let expect = match golden.and_then(|g| g.expect.as_ref().map(|dir| (dir, g))) {
+        Some((dir, _)) if !dir.is_dir() => return Err(format!("--expect {}: not a folder", dir.display())),
+        Some((dir, golden)) => Some(Expect { dir: dir.clone(), rtol: golden.rtol, atol: golden.atol }),
         None => None,
     };
     Ok(RunSettings { engine, output_dir: args.output_dir.clone(), expect, work_dir })
@@ -164,7 +179,7 @@ pub fn run_settings(args: &RunArgs) -> Result<RunSettings, String> {
 /// and none asked for, the GPU build of `scripts/fetch-libtensorflow --gpu`
 /// if it is there (else the CPU build, which cannot use a GPU: said once).
 fn gpu_aware_libtensorflow_dir(
-    args: &RunArgs,
+    args: &SharedRunArgs,
     worker: &std::path::Path,
     gpus: bool,
 ) -> Result<Option<std::path::PathBuf>, String> {
@@ -234,7 +249,7 @@ fn default_spares(jobs: usize, cpus: usize) -> usize {
 }
 
 /// The settings of a run, as reports show them.
-pub fn report_settings(args: &RunArgs, run: &RunSettings) -> Value {
+pub fn report_settings(args: &SharedRunArgs, run: &RunSettings) -> Value {
     let settings = &run.engine;
     let mut s = serde_json::Map::new();
     s.insert("signature".into(), json!(settings.signature));

@@ -8,10 +8,10 @@
 //! (its signature wants a feature the data lacks, a corrupt record
 //! mid-file) is that model's outcome.
 
-use crate::cli::{EvalArgs, EvalOptions, RunArgs};
+use crate::cli::{EvalArgs, EvalOptions};
 use crate::drive::{discover_models, execute, Plan, Work};
 use crate::output_lock::OutputLocks;
-use crate::settings::{report_settings, run_settings};
+use crate::settings::{report_settings, shared_settings};
 use crate::support::with_causes;
 use isorun_engine::{Feed, FeedStream, FeedSummary, Model, ModelFormat};
 use isorun_eval::bootstrap::{self, Bootstrap};
@@ -39,9 +39,8 @@ pub fn main(args: EvalArgs, quiet: bool) -> Result<i32, String> {
     let started = Instant::now();
     let started_at = std::time::SystemTime::now();
     let EvalArgs { eval, mut run } = args;
-    refuse_run_only_flags(&run)?;
     let batch_size = *run.batch_size.get_or_insert(DEFAULT_BATCH_SIZE);
-    let run_settings = run_settings(&run)?;
+    let run_settings = shared_settings(&run)?;
     let mut engine = run_settings.engine.clone();
     // Batches are the feed's; the engine must not split them again.
     engine.batch_size = None;
@@ -216,6 +215,7 @@ pub fn main(args: EvalArgs, quiet: bool) -> Result<i32, String> {
         work: Work::Feed(&feed),
         key_inputs,
         key_settings,
+        inputs_dir: None,
         expect_dir: None,
         report_settings: settings,
     };
@@ -249,25 +249,6 @@ fn say_auto_features(models: &[Model], feed: &EvalFeed) {
              (--feature {input}={column} says so)"
         );
         let _ = writeln!(std::io::stderr(), "isorun: {}", isorun_report::text::lines(&line));
-    }
-}
-
-/// `run`'s flags that give inputs or keep outputs have no meaning here.
-fn refuse_run_only_flags(run: &RunArgs) -> Result<(), String> {
-    let given = [
-        ("--input", !run.input.is_empty()),
-        ("--inputs", !run.inputs.is_empty()),
-        ("--inputs-dir", run.inputs_dir.is_some()),
-        ("--warmup-inputs", run.warmup_inputs),
-        ("--expect", run.expect.is_some()),
-        ("--values", run.values),
-        ("--strict-dtypes", run.strict_dtypes),
-    ];
-    match given.iter().find(|(_, given)| *given) {
-        Some((flag, _)) => {
-            Err(format!("eval does not take {flag}: its inputs come from --data (--output-dir writes the outputs)"))
-        }
-        None => Ok(()),
     }
 }
 

@@ -20,17 +20,17 @@ pub fn main(args: RunArgs, quiet: bool) -> Result<i32, String> {
     let run_settings = run_settings(&args)?;
     let settings = &run_settings.engine;
     let models = discover_models(&args)?;
-    if args.warmup_inputs {
+    if args.given.warmup_inputs {
         return warmup(&args, quiet, started, started_at, &run_settings, models);
     }
-    let inputs = load_inputs(&args.input, &args.inputs).map_err(|e| with_causes(&e))?;
+    let inputs = load_inputs(&args.given.input, &args.given.inputs).map_err(|e| with_causes(&e))?;
     if let Some(dir) = &run_settings.output_dir {
         std::fs::create_dir_all(dir).map_err(|e| format!("--output-dir {}: cannot create: {e}", dir.display()))?;
     }
-    if let Some(dir) = args.inputs_dir.as_ref().filter(|d| !d.is_dir()) {
+    if let Some(dir) = args.given.inputs_dir.as_ref().filter(|d| !d.is_dir()) {
         return Err(format!("--inputs-dir {}: not a folder", dir.display()));
     }
-    let inputs = PreparedInputs::new(inputs, args.inputs_dir.clone());
+    let inputs = PreparedInputs::new(inputs, args.given.inputs_dir.clone());
     if inputs.is_empty() {
         refuse_missing_inputs(&models, settings)?;
     }
@@ -51,6 +51,7 @@ pub fn main(args: RunArgs, quiet: bool) -> Result<i32, String> {
         // Hashing every input byte is for journal keys only.
         key_inputs: if args.journal.is_some() { inputs.digest() } else { Vec::new() },
         key_settings,
+        inputs_dir: args.given.inputs_dir.clone(),
         expect_dir: run_settings.expect.as_ref().map(|e| e.dir.clone()),
         report_settings: report_settings(&args, &run_settings),
     };
@@ -72,7 +73,7 @@ fn warmup(
         std::fs::create_dir_all(dir).map_err(|e| format!("--output-dir {}: cannot create: {e}", dir.display()))?;
     }
     let feed = WarmupFeed {
-        limit: args.warmup_limit,
+        limit: args.given.warmup_limit,
         signature: settings.signature.clone(),
         tags: settings.tags.clone(),
         strict_dtypes: settings.strict_dtypes,
@@ -81,7 +82,7 @@ fn warmup(
     };
     let key_settings = format!("{}\0{:?}\0{:?}", settings.signature, settings.tags, settings.libraries)
         + if settings.strict_dtypes { "\0strict_dtypes" } else { "" }
-        + &crate::warmup::key_settings(args.warmup_limit);
+        + &crate::warmup::key_settings(args.given.warmup_limit);
     let plan = Plan {
         args,
         quiet,
@@ -93,6 +94,7 @@ fn warmup(
         // Each model's requests are in its folder, which its key hashes.
         key_inputs: Vec::new(),
         key_settings,
+        inputs_dir: None,
         expect_dir: None,
         report_settings: report_settings(args, run_settings),
     };

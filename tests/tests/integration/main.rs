@@ -17,6 +17,7 @@ mod first_hour_nightly;
 mod fixtures;
 mod gate;
 mod gpu;
+mod help;
 mod hostile;
 mod keras;
 mod lifecycle;

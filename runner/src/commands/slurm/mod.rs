@@ -22,7 +22,9 @@ mod script;
 pub use run_args::{prepare as prepare_run_args, RunArg, TaskCommand};
 pub use script::{array_script, merge_script, Plan};
 
-use crate::cli::{Cli, Command, EvalOptions, RunArgs, SlurmCommand, SlurmSubmitArgs};
+use crate::cli::{
+    Cli, Command, EvalOptions, ExpectArgs, RunArgs, RunInputArgs, SharedRunArgs, SlurmCommand, SlurmSubmitArgs,
+};
 use isorun_engine::{discover, latest_versions};
 use isorun_protocol::exit_code;
 use isorun_report::format_rfc3339;
@@ -71,22 +73,23 @@ fn submit(args: &SlurmSubmitArgs) -> Result<i32, String> {
             .into());
     }
     let run_args = prepare_run_args(raw_args, task)?;
-    let (parsed, eval) = match parse_task_command(&run_args, args.shards, task, args.data_shards) {
-        Ok(parsed) => parsed,
-        Err(Parsed::Usage(message)) => return Err(message),
-        Err(Parsed::Clap(error)) => {
-            let _ = error.print();
-            return Ok(if error.use_stderr() { exit_code::USAGE } else { exit_code::OK });
-        }
-    };
+    let TaskArgs { shared: parsed, run_only, eval } =
+        match parse_task_command(&run_args, args.shards, task, args.data_shards) {
+            Ok(parsed) => parsed,
+            Err(Parsed::Usage(message)) => return Err(message),
+            Err(Parsed::Clap(error)) => {
+                let _ = error.print();
+                return Ok(if error.use_stderr() { exit_code::USAGE } else { exit_code::OK });
+            }
+        };
     if parsed.junit.is_some() || parsed.html.is_some() {
         return Err("--config sets junit or html: the merge job writes DIR/report.xml and DIR/report.html".into());
     }
-    if parsed.inputs.iter().any(|path| path.as_os_str() == "-") {
+    if run_only.as_ref().is_some_and(|(given, _)| given.inputs.iter().any(|path| path.as_os_str() == "-")) {
         return Err("--config reads inputs from stdin (-): a batch job has no stdin; give the inputs as a file".into());
     }
     let models = sharded_models(&parsed, args.shards)?;
-    check_files(&parsed)?;
+    check_files(&parsed, run_only.as_ref())?;
     if let Some(eval) = &eval {
         check_eval(eval, parsed.batch_size)?;
     }
@@ -174,6 +177,14 @@ enum Parsed {
     Usage(String),
 }
 
+/// A task's command line, parsed: the flags `run` and `eval` share, and
+/// `run`'s own or `eval`'s.
+struct TaskArgs {
+    shared: SharedRunArgs,
+    run_only: Option<(RunInputArgs, ExpectArgs)>,
+    eval: Option<EvalOptions>,
+}
+
 /// The run arguments as one task's `isorun run` command sees them (the
 /// flags submit adds included, `--config` expanded), parsed by clap.
 fn parse_task_command(
@@ -181,7 +192,7 @@ fn parse_task_command(
     shards: u64,
     task: TaskCommand,
     data_shards: Option<u64>,
-) -> Result<(RunArgs, Option<EvalOptions>), Parsed> {
+) -> Result<TaskArgs, Parsed> {
     let mut argv: Vec<OsString> = vec!["isorun".into(), task.name().into()];
     argv.extend(run_args.iter().flat_map(|item| item.words.iter().map(OsString::from)));
     // What the script adds (shard 0 stands for every K): the same flags clap will see there.
@@ -201,14 +212,17 @@ fn parse_task_command(
     let argv = crate::config::expand_command_line(argv).map_err(|e| Parsed::Usage(crate::support::with_causes(&e)))?;
     let cli = <Cli as clap::Parser>::try_parse_from(argv).map_err(Parsed::Clap)?;
     match cli.command {
-        Command::Run(args) => Ok((*args, None)),
-        Command::Eval(args) => Ok((args.run, Some(args.eval))),
+        Command::Run(args) => {
+            let RunArgs { given, shared, golden } = *args;
+            Ok(TaskArgs { shared, run_only: Some((given, golden)), eval: None })
+        }
+        Command::Eval(args) => Ok(TaskArgs { shared: args.run, run_only: None, eval: Some(args.eval) }),
         _ => unreachable!("the command line starts with run or eval"),
     }
 }
 
 /// The models `isorun run` would find, each with its shard.
-fn sharded_models(args: &RunArgs, shards: u64) -> Result<Vec<ShardedModel>, String> {
+fn sharded_models(args: &SharedRunArgs, shards: u64) -> Result<Vec<ShardedModel>, String> {
     let mut models = discover(&args.models, &mut |warning| crate::support::warn(warning))
         .map_err(|e| crate::support::with_causes(&e))?;
     if args.latest_version {
@@ -234,11 +248,14 @@ fn shard_sizes(models: &[ShardedModel], shards: u64) -> Vec<u64> {
 
 /// What `run` checks before any work, short of starting a worker: the
 /// inputs read, the folders and files named exist, the worker is there.
-fn check_files(args: &RunArgs) -> Result<(), String> {
-    isorun_tensors::inputs::load_inputs(&args.input, &args.inputs).map_err(|e| crate::support::with_causes(&e))?;
-    for (flag, dir) in [("--inputs-dir", &args.inputs_dir), ("--expect", &args.expect)] {
-        if let Some(dir) = dir.as_ref().filter(|dir| !dir.is_dir()) {
-            return Err(format!("{flag} {}: not a folder", dir.display()));
+fn check_files(args: &SharedRunArgs, run_only: Option<&(RunInputArgs, ExpectArgs)>) -> Result<(), String> {
+    if let Some((given, golden)) = run_only {
+        isorun_tensors::inputs::load_inputs(&given.input, &given.inputs)
+            .map_err(|e| crate::support::with_causes(&e))?;
+        for (flag, dir) in [("--inputs-dir", &given.inputs_dir), ("--expect", &golden.expect)] {
+            if let Some(dir) = dir.as_ref().filter(|dir| !dir.is_dir()) {
+                return Err(format!("{flag} {}: not a folder", dir.display()));
+            }
         }
     }
     if let Some(library) = args.load_library.iter().find(|path| !path.is_file()) {
