@@ -313,3 +313,35 @@ fn private_memory(pid: u32) -> Option<u64> {
     }
     Some(total)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_answer_frame_is_whole_or_not_taken_and_never_sized_by_its_claim_past_the_cap() {
+        let mut buffer = 5u64.to_le_bytes().to_vec();
+        assert!(matches!(frame(&buffer), Frame::Partial));
+        buffer.extend_from_slice(b"{}");
+        assert!(matches!(frame(&buffer), Frame::Partial));
+        buffer.extend_from_slice(b"abc");
+        assert!(matches!(frame(&buffer), Frame::Complete(b"{}abc")));
+        assert!(matches!(frame(&u64::MAX.to_le_bytes()), Frame::TooLarge));
+        assert!(matches!(frame(&[1, 2, 3]), Frame::Partial));
+    }
+
+    #[test]
+    fn a_value_file_over_the_cap_is_the_call_s_error_and_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("0.pkl");
+        std::fs::write(&path, [0u8; 100]).unwrap();
+        let answer = json!({"status": "ok", "value_type": "bytes", "value_file": path, "extra": 1});
+        let limits = Limits { timeout: None, memory_limit: None, value_cap: 10 };
+        let Value::Object(answer) = answer else { unreachable!() };
+        let attempt = answer_fields(answer, &limits);
+        assert_eq!(attempt["status"], "error");
+        assert_eq!(attempt["error"]["kind"], "value_too_large");
+        assert!(attempt.get("value_file").is_none() && attempt.get("extra").is_none());
+        assert!(!path.exists());
+    }
+}

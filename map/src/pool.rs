@@ -77,7 +77,7 @@ impl Pool {
             other => MapError::Start(other.to_string()),
         })?;
         if let Some(missing) = &zygote.hello.sandbox_missing {
-            eprintln!("isorun: warning: the map sandbox is incomplete here; not in force: {missing}");
+            eprintln!("isorun: warning: the map sandbox is incomplete here; not in force: {}", visible(missing));
         }
         let identity = Identity {
             name,
@@ -228,9 +228,10 @@ impl Pool {
                     *worker = None;
                     if !self.direct.swap(true, Ordering::SeqCst) {
                         eprintln!(
-                            "isorun: warning: the zygote cannot fork safely ({why}); each call starts a fresh \
+                            "isorun: warning: the zygote cannot fork safely ({}); each call starts a fresh \
                              interpreter instead (slower). Keep the function's module from starting threads or \
-                             CUDA at import (isorun sets OPENBLAS_NUM_THREADS=1 and the like for the zygote)"
+                             CUDA at import (isorun sets OPENBLAS_NUM_THREADS=1 and the like for the zygote)",
+                            visible(&why)
                         );
                     }
                 }
@@ -248,4 +249,10 @@ impl Pool {
 struct Queued<'a> {
     item: &'a Item,
     tries: u32,
+}
+
+/// Text from the zygote as a terminal should show it: control characters
+/// escaped (a library's file name is anyone's to choose).
+fn visible(text: &str) -> String {
+    text.chars().flat_map(|c| if c.is_control() { c.escape_debug().collect::<Vec<_>>() } else { vec![c] }).collect()
 }

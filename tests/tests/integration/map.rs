@@ -62,6 +62,10 @@ def write(item):
         f.write("written")
     return "wrote"
 
+def noisy(item):
+    print("printed by the call")
+    return item
+
 def big(item):
     return "x" * item
 
@@ -492,4 +496,13 @@ fn items_per_worker_share_a_process_until_a_call_ends_it() {
         ran.stdout
     );
     assert!(ran.records.iter().all(|r| r["peak_rss_bytes"].as_u64().unwrap() > 0), "{}", ran.stdout);
+}
+
+#[test]
+fn what_the_function_prints_goes_to_stderr_not_among_the_records() {
+    let tmp = setup();
+    let ran = map(tmp.path(), &["fns:noisy", "1"]);
+    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    assert_eq!(ran.stdout.lines().count(), 1, "{}", ran.stdout);
+    assert!(ran.stderr.contains("printed by the call"), "{}", ran.stderr);
 }
