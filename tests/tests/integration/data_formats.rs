@@ -453,3 +453,24 @@ fn the_one_input_is_fed_from_the_one_unused_column_that_fits_it_and_said() {
     assert!(record["error"]["message"].as_str().unwrap().contains("--feature input_layer=p"), "{record}");
     assert_no_worker(record);
 }
+
+#[test]
+fn a_signature_the_model_lacks_is_its_signature_not_found_before_any_worker() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("x.csv");
+    std::fs::write(&data, "x,y\n0.9,1\n0.2,0\n").unwrap();
+    let ran = run(isorun().arg("eval").arg(model("echo")).arg("--data").arg(&data).args([
+        "--label",
+        "y",
+        "--signature",
+        "classify",
+        "-j",
+        "1",
+        "--json",
+    ]));
+    assert_eq!(ran.code, Some(1), "{}\n{}", ran.stdout, ran.stderr);
+    let record = ran.record("echo");
+    assert_eq!(record["error"]["kind"], "signature_not_found", "{record}");
+    assert_eq!(record["error"]["message"], "no signature 'classify'; the model has: serving_default", "{record}");
+    assert_no_worker(record);
+}
