@@ -60,7 +60,7 @@ impl Pool {
             None => None,
         };
         let temp = tempfile::Builder::new().prefix("isorun-map-").tempdir().map_err(MapError::TempDir)?;
-        let zygote = Zygote::start(&settings, temp.path(), false).map_err(|e| match e {
+        let zygote = Zygote::start(&settings, temp.path(), false, &|| false).map_err(|e| match e {
             ProcessError::Load { message, traceback, kind } => {
                 let hint = match kind.as_str() {
                     "no_module" => " (MODULE is a dotted module importable from here, or a .py file)",
@@ -206,8 +206,13 @@ impl Pool {
         loop {
             let direct = self.direct.load(Ordering::SeqCst);
             if direct || worker.is_none() {
-                match Zygote::start(&self.settings, self.temp.path(), direct) {
+                match Zygote::start(&self.settings, self.temp.path(), direct, stop) {
                     Ok(zygote) => *worker = Some(zygote),
+                    Err(ProcessError::Stopped) => {
+                        let mut attempt = failed("not_run", "not run: interrupted".into());
+                        attempt.insert("reason".into(), "interrupted".into());
+                        return vec![attempt];
+                    }
                     Err(e) => {
                         return vec![failed(
                             "spawn_failed",

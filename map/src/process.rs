@@ -56,6 +56,8 @@ pub enum ProcessError {
     Silent(u64),
     #[error("the zygote ended")]
     Gone,
+    #[error("stopped while the interpreter started")]
+    Stopped,
     #[error("the zygote broke the protocol: {0}")]
     Protocol(String),
     #[error("{0}")]
@@ -90,8 +92,13 @@ pub enum ForkRefused {
 }
 
 impl Zygote {
-    /// Starts the interpreter and waits for its hello.
-    pub fn start(settings: &MapSettings, temp: &Path, direct: bool) -> Result<Zygote, ProcessError> {
+    /// Starts the interpreter and waits for its hello (or for `stop`).
+    pub fn start(
+        settings: &MapSettings,
+        temp: &Path,
+        direct: bool,
+        stop: &(dyn Fn() -> bool + Sync),
+    ) -> Result<Zygote, ProcessError> {
         let (control, theirs) = fd::socket_pair(libc::SOCK_SEQPACKET)?;
         let original: serde_json::Map<String, Value> = THREAD_VARS
             .iter()
@@ -184,7 +191,17 @@ impl Zygote {
             direct,
             reaped: false,
         };
-        let message = match zygote.receive(settings.start_timeout) {
+        // Imports can take long (TensorFlow: seconds): a stop ends the wait.
+        let deadline = std::time::Instant::now() + settings.start_timeout;
+        while !fd::readable(&zygote.control, Duration::from_millis(100))? {
+            if stop() {
+                return Err(ProcessError::Stopped);
+            }
+            if std::time::Instant::now() >= deadline {
+                return Err(ProcessError::Silent(settings.start_timeout.as_secs()));
+            }
+        }
+        let message = match zygote.receive(Duration::ZERO) {
             Ok((message, _)) => message,
             Err(ProcessError::Gone) => {
                 let status = zygote.reap().map(describe_status).unwrap_or_else(|e| e.to_string());
