@@ -1220,8 +1220,9 @@ mod tests {
             let error = read(&path, &x).unwrap_err();
             assert!(error.contains(&format!("case{i}.jsonl: {want}")), "case {i}: {error}");
         }
-        // Checked before any batch: the first line's keys and values.
-        let path = write(dir.path(), "first.jsonl", "{\"z\": [1, 2], \"y\": 1}\n");
+        // Checked before any batch: the first line's keys and values (two
+        // keys could feed x: neither is chosen for it, see Dataset::auto_feature).
+        let path = write(dir.path(), "first.jsonl", "{\"z\": [1, 2], \"w\": [3, 4], \"y\": 1}\n");
         let error = Dataset::open(spec(&path)).unwrap().reader(&signature(&x)).unwrap_err().to_string();
         assert!(error.contains("first.jsonl") && error.contains("'x'") && error.contains("z (int64 [2])"), "{error}");
         let path = write(dir.path(), "label.jsonl", "{\"x\": [1, 2], \"y\": \"cat\"}\n");
