@@ -1,0 +1,187 @@
+//! The reader on real ONNX files, written by the `onnx` package
+//! (`scripts/make_onnx_fixtures.py`), and on files written to be wrong.
+
+use isorun_onnxproto::{read_model, Dim, ElemType, OnnxError, ValueType};
+use isorun_protocol::DType;
+use std::path::{Path, PathBuf};
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/onnx").join(name)
+}
+
+fn described(values: &[isorun_onnxproto::ValueInfo]) -> Vec<String> {
+    values.iter().map(|v| format!("{}: {}", v.name, v.value_type)).collect()
+}
+
+#[test]
+fn an_mlp_gives_its_opset_producer_and_symbolic_batch() {
+    let model = read_model(&fixture("mlp.onnx")).unwrap();
+    assert!(model.ir_version >= 8, "{}", model.ir_version);
+    assert_eq!(model.producer_name, "isorun-fixtures");
+    assert_eq!(model.producer_version, "1.0");
+    assert_eq!(model.graph_name, "mlp");
+    assert_eq!(model.opsets.len(), 1);
+    assert_eq!((model.opsets[0].domain_name(), model.opsets[0].version), ("ai.onnx", 17));
+    assert_eq!(described(&model.inputs), ["x: float32[batch, 4]"]);
+    assert_eq!(described(&model.outputs), ["y: float32[batch, 3]"]);
+    assert_eq!(model.inputs[0].value_type.tensor_elem().and_then(ElemType::dtype), Some(DType::Float32));
+    assert_eq!(model.inputs[0].value_type.dims().unwrap()[0], Dim::Symbolic("batch".into()));
+    assert!(model.external_data.is_empty());
+    assert_eq!(model.initializer_inputs, 0);
+}
+
+#[test]
+fn every_dtype_and_kind_of_dimension_is_named() {
+    let model = read_model(&fixture("dtypes.onnx")).unwrap();
+    assert_eq!(
+        described(&model.inputs),
+        [
+            "half: float16[batch, 8]",
+            "brain: bfloat16[2, seq]",
+            "text: string[?]",
+            "flag: bool[]",
+            "ids: int64 (unknown rank)",
+            "small: uint8[batch, 3, 3]",
+        ]
+    );
+    assert_eq!(model.outputs.len(), 6);
+    let opsets: Vec<_> = model.opsets.iter().map(|o| format!("{} {}", o.domain_name(), o.version)).collect();
+    assert_eq!(opsets, ["ai.onnx 18", "ai.onnx.ml 3"]);
+}
+
+#[test]
+fn sequences_of_maps_are_named_as_such() {
+    let model = read_model(&fixture("sequence_map.onnx")).unwrap();
+    assert_eq!(described(&model.outputs), ["label: int64[n]", "probabilities: sequence<map<int64, float32[]>>"]);
+    assert!(matches!(model.outputs[1].value_type, ValueType::Sequence(_)));
+    assert_eq!(model.outputs[1].value_type.tensor_elem(), None);
+}
+
+#[test]
+fn initializers_listed_as_inputs_below_ir_4_are_not_inputs() {
+    let model = read_model(&fixture("ir3_initializer_inputs.onnx")).unwrap();
+    assert_eq!(model.ir_version, 3);
+    assert_eq!(described(&model.inputs), ["x: float32[batch, 4]"]);
+    assert_eq!(model.initializer_inputs, 2);
+}
+
+#[test]
+fn external_data_is_found_beside_the_model() {
+    let path = fixture("external/external.onnx");
+    let model = read_model(&path).unwrap();
+    assert_eq!(model.external_data.len(), 1);
+    let file = &model.external_data[0];
+    assert_eq!((file.location.as_str(), file.tensors), ("weights.bin", 1));
+    assert_eq!(file.path, path.parent().unwrap().join("weights.bin"));
+    assert!(model.missing_external_files().is_empty());
+}
+
+#[test]
+fn a_truncated_file_is_an_error_naming_it_the_field_and_the_offset() {
+    let path = fixture("truncated.onnx");
+    let error = read_model(&path).unwrap_err();
+    let message = error.to_string();
+    assert!(matches!(error, OnnxError::Truncated { .. }), "{message}");
+    assert!(message.starts_with(&format!("{}: cut short", path.display())), "{message}");
+    assert!(message.contains("graph at byte "), "{message}");
+}
+
+/// A length-delimited field `tag` holding `body`.
+fn field(tag: u8, body: &[u8]) -> Vec<u8> {
+    let mut out = vec![(tag << 3) | 2];
+    let mut length = body.len() as u64;
+    loop {
+        let byte = (length & 0x7f) as u8;
+        length >>= 7;
+        if length == 0 {
+            out.push(byte);
+            break;
+        }
+        out.push(byte | 0x80);
+    }
+    out.extend_from_slice(body);
+    out
+}
+
+fn write(dir: &Path, name: &str, bytes: &[u8]) -> PathBuf {
+    let path = dir.join(name);
+    std::fs::write(&path, bytes).unwrap();
+    path
+}
+
+/// An initializer (name, external data at `location`) in a model of IR 8.
+fn external_model(location: &str) -> Vec<u8> {
+    let entry = [field(1, b"location"), field(2, location.as_bytes())].concat();
+    let tensor = [field(8, b"w"), field(13, &entry), vec![14 << 3, 1]].concat();
+    let graph = field(5, &tensor);
+    [vec![0x08, 8], field(7, &graph)].concat()
+}
+
+#[test]
+fn external_data_outside_the_model_s_folder_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    for location in ["../secret.bin", "/etc/passwd", "data/../../x"] {
+        let path = write(dir.path(), "escape.onnx", &external_model(location));
+        let message = read_model(&path).unwrap_err().to_string();
+        assert_eq!(
+            message,
+            format!(
+                "{}: tensor 'w' keeps its data at '{location}', which is not a file beside the model \
+                 (external data is a relative path without '..')",
+                path.display()
+            )
+        );
+    }
+    let path = write(dir.path(), "inside.onnx", &external_model("data/w.bin"));
+    let model = read_model(&path).unwrap();
+    assert_eq!(model.external_data[0].path, dir.path().join("data/w.bin"));
+    assert_eq!(model.missing_external_files().len(), 1);
+}
+
+#[test]
+fn inline_weights_are_skipped_not_read() {
+    // 8 MiB of raw_data in an initializer, in a file whose reader keeps a few bytes.
+    let dir = tempfile::tempdir().unwrap();
+    let tensor = [field(8, b"w"), field(9, &vec![0u8; 8 << 20])].concat();
+    let input = field(11, &[field(1, b"x"), field(2, &field(1, &[0x08, 1]))].concat());
+    let graph = [field(5, &tensor), input].concat();
+    let path = write(dir.path(), "big.onnx", &[vec![0x08, 8], field(7, &graph)].concat());
+    let model = read_model(&path).unwrap();
+    assert_eq!(described(&model.inputs), ["x: float32 (unknown rank)"]);
+}
+
+#[test]
+fn files_that_are_not_onnx_say_what_is_wrong_and_where() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases: [(&str, &[u8], &str); 5] = [
+        ("empty.onnx", b"", "empty file, not an ONNX model"),
+        ("nograph.onnx", &[0x08, 8], "not an ONNX model: no graph (ModelProto field 7)"),
+        ("noir.onnx", &[0x3a, 0], "not an ONNX model: no ir_version (ModelProto field 1)"),
+        ("group.onnx", &[0x0b], "not an ONNX model: ModelProto at byte 0: wire type 3, which ONNX files do not use"),
+        (
+            "lying.onnx",
+            &[0x08, 8, 0x3a, 0xff, 0xff, 0xff, 0xff, 0x0f, 0],
+            "cut short or not an ONNX model: graph at byte 3 claims 4294967295 bytes, but 1 are left",
+        ),
+    ];
+    for (name, bytes, said) in cases {
+        let path = write(dir.path(), name, bytes);
+        let message = read_model(&path).unwrap_err().to_string();
+        assert_eq!(message, format!("{}: {said}", path.display()));
+    }
+    let message = read_model(dir.path()).unwrap_err().to_string();
+    assert!(message.ends_with("not a file (an ONNX model is one .onnx file)"), "{message}");
+}
+
+#[test]
+fn types_nested_past_the_limit_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut value_type = field(1, &[0x08, 1]);
+    for _ in 0..100 {
+        value_type = field(4, &field(1, &value_type));
+    }
+    let output = field(12, &[field(1, b"y"), field(2, &value_type)].concat());
+    let path = write(dir.path(), "deep.onnx", &[vec![0x08, 8], field(7, &output)].concat());
+    let message = read_model(&path).unwrap_err().to_string();
+    assert!(message.contains("types nested more than 32 deep"), "{message}");
+}
