@@ -8,7 +8,7 @@
 
 use crate::fd;
 use crate::items::{Item, Payload};
-use crate::process::{describe_status, ForkRefused, Zygote};
+use crate::process::{describe_status, ForkRefused, Forked, Zygote};
 use serde_json::{json, Map, Value};
 use std::io::{Read, Write};
 use std::os::fd::AsRawFd;
@@ -59,25 +59,65 @@ enum Watched {
     Ended(Option<Killed>),
 }
 
+/// A process forked ahead for a slot's next call, waiting for its first
+/// item (`--spares`): the fork's cost is paid while the call before runs.
+pub struct Spare {
+    forked: Forked,
+    stream: UnixStream,
+}
+
+/// Forks a spare; `None` when the zygote will not (the next fork says why).
+pub fn fork_spare(zygote: &mut Zygote, env: &Value) -> Option<Spare> {
+    if zygote.direct {
+        return None;
+    }
+    let (ours, theirs) = fd::socket_pair(libc::SOCK_STREAM).ok()?;
+    let forked = zygote.fork(theirs, env).ok()?;
+    Some(Spare { forked, stream: UnixStream::from(ours) })
+}
+
 /// Runs `items` in turn in one process from `zygote` (one item unless
-/// `--items-per-worker`). The attempts are for the items it got to: a
-/// call that crashed, timed out or was stopped ends the process, and the
-/// items after it are the caller's to run elsewhere.
+/// `--items-per-worker`): the spare if there is a live one, else a fresh
+/// fork; with `spares`, the next spare is forked once this process has its
+/// first item. The attempts are for the items it got to: a call that
+/// crashed, timed out or was stopped ends the process, and the items after
+/// it are the caller's to run elsewhere.
 pub fn run(
     zygote: &mut Zygote,
+    spare: &mut Option<Spare>,
+    spares: bool,
     items: &[&Item],
     env: &Value,
     limits: &Limits,
     stop: &(dyn Fn() -> bool + Sync),
 ) -> Result<Vec<Attempt>, NotStarted> {
-    let (ours, theirs) = fd::socket_pair(libc::SOCK_STREAM).map_err(|e| NotStarted::Lost(e.to_string()))?;
-    let forked = match zygote.fork(theirs, env) {
-        Ok(forked) => forked,
-        Err(ForkRefused::Unsafe(why)) => return Err(NotStarted::Unsafe(why)),
-        Err(ForkRefused::Failed(e)) => return Err(NotStarted::Lost(e.to_string())),
+    let lost = |e: std::io::Error| NotStarted::Lost(e.to_string());
+    let ready = match spare.take() {
+        Some(spare)
+            if !fd::readable(&zygote.pidfd_of(&spare.forked).map_err(lost)?, Duration::ZERO).unwrap_or(true) =>
+        {
+            Some(spare)
+        }
+        Some(dead) => {
+            drop(dead.stream);
+            let _ = zygote.exited(&dead.forked);
+            None
+        }
+        None => None,
     };
-    let pidfd = zygote.pidfd_of(&forked);
-    let mut stream = UnixStream::from(ours);
+    let (forked, mut stream) = match ready {
+        Some(Spare { forked, stream }) => (forked, stream),
+        None => {
+            let (ours, theirs) = fd::socket_pair(libc::SOCK_STREAM).map_err(lost)?;
+            match zygote.fork(theirs, env) {
+                Ok(forked) => (forked, UnixStream::from(ours)),
+                Err(ForkRefused::Unsafe(why)) => return Err(NotStarted::Unsafe(why)),
+                Err(ForkRefused::Failed(e)) => return Err(NotStarted::Lost(e.to_string())),
+            }
+        }
+    };
+    let pidfd = zygote.pidfd_of(&forked).map_err(lost)?;
+    let pidfd = &pidfd;
     let mut attempts = Vec::new();
     let mut ended = None;
     for item in items {
@@ -98,6 +138,9 @@ pub fn run(
         let _ = stream.set_write_timeout(Some(limits.timeout.unwrap_or(Duration::from_secs(3600))));
         let _ = stream.write_all(&frame);
         let _ = stream.set_nonblocking(true);
+        if spares && spare.is_none() {
+            *spare = fork_spare(zygote, env);
+        }
         let mut peak = 0;
         let watched = watch(&mut stream, pidfd, forked.pid, limits, stop, started, &mut peak);
         let mut attempt = match watched {
@@ -124,7 +167,7 @@ pub fn run(
             fd::kill_pidfd(pidfd);
         }
     }
-    let (status, maxrss) = zygote.exited().map_err(|e| NotStarted::Lost(format!("after the call: {e}")))?;
+    let (status, maxrss) = zygote.exited(&forked).map_err(|e| NotStarted::Lost(format!("after the call: {e}")))?;
     if let (Some(killed), Some(last)) = (ended, attempts.last_mut()) {
         let mut fields = ended_fields(killed, status, limits);
         fields.extend(std::mem::take(last));

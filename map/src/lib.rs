@@ -70,6 +70,8 @@ pub struct MapSettings {
     pub jobs: usize,
     /// Items each forked process runs in turn (`--items-per-worker`, at least 1).
     pub items_per_worker: usize,
+    /// Processes forked ahead per slot, waiting for the next item (0 or 1).
+    pub spares: usize,
     pub timeout: Option<Duration>,
     /// Limit on a call's private memory (RssAnon + RssShmem), bytes.
     pub memory_limit: Option<u64>,

@@ -126,6 +126,7 @@ impl Pool {
         stop: &(dyn Fn() -> bool + Sync),
     ) {
         let per_worker = self.settings.items_per_worker.max(1);
+        let mut spare = None;
         loop {
             if stop() {
                 return;
@@ -141,7 +142,7 @@ impl Pool {
                 return;
             }
             let items: Vec<&Item> = batch.iter().map(|q| q.item).collect();
-            let attempts = self.attempt(slot, &mut worker, &items, stop);
+            let attempts = self.attempt(slot, &mut worker, &mut spare, &items, stop);
             let mut again = Vec::new();
             for (queued, attempt) in batch.iter().zip(attempts.iter()) {
                 let tries = queued.tries + 1;
@@ -191,6 +192,7 @@ impl Pool {
         &self,
         slot: usize,
         worker: &mut Option<Zygote>,
+        spare: &mut Option<call::Spare>,
         items: &[&Item],
         stop: &(dyn Fn() -> bool + Sync),
     ) -> Vec<Attempt> {
@@ -206,6 +208,8 @@ impl Pool {
         loop {
             let direct = self.direct.load(Ordering::SeqCst);
             if direct || worker.is_none() {
+                // A spare belongs to the zygote that forked it.
+                *spare = None;
                 match Zygote::start(&self.settings, self.temp.path(), direct, stop) {
                     Ok(zygote) => *worker = Some(zygote),
                     Err(ProcessError::Stopped) => {
@@ -222,7 +226,8 @@ impl Pool {
                 }
             }
             let zygote = worker.as_mut().expect("started above");
-            match call::run(zygote, items, &env, &limits, stop) {
+            let spares = self.settings.spares > 0;
+            match call::run(zygote, spare, spares, items, &env, &limits, stop) {
                 Ok(attempts) => {
                     if direct {
                         *worker = None;
@@ -230,6 +235,7 @@ impl Pool {
                     return attempts;
                 }
                 Err(NotStarted::Unsafe(why)) => {
+                    *spare = None;
                     *worker = None;
                     if !self.direct.swap(true, Ordering::SeqCst) {
                         eprintln!(
@@ -241,6 +247,7 @@ impl Pool {
                     }
                 }
                 Err(NotStarted::Lost(why)) => {
+                    *spare = None;
                     *worker = None;
                     return vec![failed("spawn_failed", format!("spawn failed: the zygote was lost: {why}"))];
                 }

@@ -73,6 +73,8 @@ pub struct Zygote {
     /// Each call is this process itself (started for one call).
     pub direct: bool,
     reaped: bool,
+    /// Exits the zygote reported that nobody asked for yet, by pid.
+    exits: std::collections::HashMap<u32, (i32, u64)>,
 }
 
 /// A child forked for one call.
@@ -190,6 +192,7 @@ impl Zygote {
             },
             direct,
             reaped: false,
+            exits: std::collections::HashMap::new(),
         };
         // Imports can take long (TensorFlow: seconds): a stop ends the wait.
         let deadline = std::time::Instant::now() + settings.start_timeout;
@@ -258,7 +261,13 @@ impl Zygote {
         if self.direct {
             return Ok(Forked { pid: self.pid, pidfd: None });
         }
-        let (message, mut fds) = self.receive(ANSWER_TIMEOUT).map_err(ForkRefused::Failed)?;
+        let (message, mut fds) = loop {
+            let (message, fds) = self.receive(ANSWER_TIMEOUT).map_err(ForkRefused::Failed)?;
+            // Another child (a spare's sibling) may end meanwhile.
+            if !self.stash_exit(&message) {
+                break (message, fds);
+            }
+        };
         if let Some(why) = message["fallback"].as_str() {
             return Err(ForkRefused::Unsafe(why.to_string()));
         }
@@ -268,21 +277,37 @@ impl Zygote {
         }
     }
 
-    /// The pidfd to watch and kill the call through.
-    pub fn pidfd_of<'a>(&'a self, forked: &'a Forked) -> &'a OwnedFd {
-        forked.pidfd.as_ref().unwrap_or(&self.pidfd)
+    /// The pidfd to watch and kill the call through (the zygote's own, in
+    /// direct mode).
+    pub fn pidfd_of(&self, forked: &Forked) -> std::io::Result<OwnedFd> {
+        forked.pidfd.as_ref().unwrap_or(&self.pidfd).try_clone()
     }
 
     /// The call's wait status and peak resident memory (bytes), once it
     /// has ended: the zygote reaps it and says; a direct process is ours.
-    pub fn exited(&mut self) -> Result<(i32, u64), ProcessError> {
+    pub fn exited(&mut self, forked: &Forked) -> Result<(i32, u64), ProcessError> {
         if self.direct {
             return Ok(self.reap()?);
         }
-        let (message, _) = self.receive(ANSWER_TIMEOUT)?;
-        match (message["exited"].as_i64(), message["maxrss_kb"].as_u64()) {
-            (Some(status), Some(kb)) => Ok((status as i32, kb.saturating_mul(1024))),
-            _ => Err(ProcessError::Protocol(format!("expected an exit, got {message}"))),
+        loop {
+            if let Some(exit) = self.exits.remove(&forked.pid) {
+                return Ok(exit);
+            }
+            let (message, _) = self.receive(ANSWER_TIMEOUT)?;
+            if !self.stash_exit(&message) {
+                return Err(ProcessError::Protocol(format!("expected an exit, got {message}")));
+            }
+        }
+    }
+
+    /// Keeps an `exited` message for [`Zygote::exited`]; false for any other.
+    fn stash_exit(&mut self, message: &Value) -> bool {
+        match (message["exited"].as_i64(), message["pid"].as_u64(), message["maxrss_kb"].as_u64()) {
+            (Some(status), Some(pid), Some(kb)) => {
+                self.exits.insert(pid as u32, (status as i32, kb.saturating_mul(1024)));
+                true
+            }
+            _ => false,
         }
     }
 

@@ -5,6 +5,7 @@
 # process. Standard library only.
 import json
 import os
+import select
 import socket
 import struct
 import sys
@@ -246,38 +247,50 @@ def main():
     hello["cuda"] = _cuda()
     hello["sandbox_missing"] = os.environ.get("ISORUN_SANDBOX_MISSING") or None
     _send(control, {"hello": hello})
+
+    children = {}  # our pidfd -> pid, each reaped when it becomes readable
     while True:
         try:
-            data, fds, _, _ = socket.recv_fds(control, MAX_CONTROL, 4)
-        except OSError:
-            return
-        if not data:
-            return
-        request = json.loads(data)
-        if spec.get("direct"):
-            # A fresh interpreter per call (the zygote could not fork safely).
-            control.close()
-            _child(spec, fn, fds[0], request)
-        threads, cuda = _threads(), _cuda()
-        if threads > 1 or cuda:
+            ready, _, _ = select.select([control.fileno()] + list(children), [], [])
+        except InterruptedError:
+            continue
+        for fd in ready:
+            if fd in children:
+                pid = children.pop(fd)
+                os.close(fd)
+                _, status, usage = os.wait4(pid, 0)
+                _send(control, {"exited": status, "pid": pid, "maxrss_kb": usage.ru_maxrss})
+                continue
+            try:
+                data, fds, _, _ = socket.recv_fds(control, MAX_CONTROL, 4)
+            except OSError:
+                return
+            if not data:
+                return
+            request = json.loads(data)
+            if spec.get("direct"):
+                # A fresh interpreter per call (the zygote could not fork safely).
+                control.close()
+                _child(spec, fn, fds[0], request)
+            threads, cuda = _threads(), _cuda()
+            if threads > 1 or cuda:
+                for fd in fds:
+                    os.close(fd)
+                why = "it maps %s" % cuda if cuda else "it runs %d threads" % threads
+                _send(control, {"fallback": why})
+                continue
+            pid = os.fork()
+            if pid == 0:
+                control.close()
+                for other in children:
+                    os.close(other)
+                _child(spec, fn, fds[0], request)
             for fd in fds:
                 os.close(fd)
-            why = "it maps %s" % cuda if cuda else "it runs %d threads" % threads
-            _send(control, {"fallback": why})
-            continue
-        pid = os.fork()
-        if pid == 0:
-            control.close()
-            _child(spec, fn, fds[0], request)
-        for fd in fds:
-            os.close(fd)
-        pidfd = os.pidfd_open(pid)
-        # The pidfd goes to the supervisor before this process ever reaps
-        # the child: the pid cannot be reused while the supervisor may kill.
-        _send(control, {"forked": pid}, [pidfd])
-        os.close(pidfd)
-        _, status, usage = os.wait4(pid, 0)
-        _send(control, {"exited": status, "maxrss_kb": usage.ru_maxrss})
-
+            pidfd = os.pidfd_open(pid)
+            # The pidfd goes to the supervisor before this process ever
+            # reaps the child: the pid cannot be reused while it may kill.
+            _send(control, {"forked": pid}, [pidfd])
+            children[pidfd] = pid
 
 main()

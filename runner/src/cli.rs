@@ -1233,6 +1233,17 @@ pub struct MapArgs {
     )]
     pub items_per_worker: u64,
 
+    /// Processes forked ahead per slot, each waiting for the slot's next item, so that a fork is never waited
+    /// for (0 turns them off; at most 1).
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 1,
+        value_parser = clap::value_parser!(u64).range(0..=1),
+        help_heading = "Workers"
+    )]
+    pub spares: u64,
+
     /// Limit on each call, in seconds [default: none].
     #[arg(
         long,

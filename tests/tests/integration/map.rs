@@ -506,3 +506,34 @@ fn what_the_function_prints_goes_to_stderr_not_among_the_records() {
     assert_eq!(ran.stdout.lines().count(), 1, "{}", ran.stdout);
     assert!(ran.stderr.contains("printed by the call"), "{}", ran.stderr);
 }
+
+/// Live processes whose environment holds `needle` (`MAP_TEST_DIR=...`).
+fn processes_with_env(needle: &str) -> Vec<u32> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };
+        let Ok(environ) = std::fs::read(entry.path().join("environ")) else { continue };
+        if environ.split(|&b| b == 0).any(|var| var == needle.as_bytes()) {
+            found.push(pid);
+        }
+    }
+    found
+}
+
+#[test]
+fn spares_keep_calls_isolated_and_leave_no_process_behind() {
+    for spares in ["0", "1"] {
+        let tmp = setup();
+        let dir = tmp.path();
+        let ran = map(dir, &["fns:act", "leak", "leak", "leak", "leak", "-j", "2", "--spares", spares]);
+        assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+        let values: Vec<&Value> = ran.records.iter().map(|r| &r["value"]).collect();
+        assert_eq!(values, [1, 1, 1, 1], "--spares {spares}");
+        let needle = format!("MAP_TEST_DIR={}", dir.display());
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while !processes_with_env(&needle).is_empty() && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert_eq!(processes_with_env(&needle), Vec::<u32>::new(), "--spares {spares}: a process outlived the run");
+    }
+}

@@ -194,6 +194,7 @@ fn settings(args: &MapArgs) -> Result<MapSettings, String> {
         preload: args.preload.iter().filter(|m| !m.is_empty()).cloned().collect(),
         jobs: args.jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())).max(1),
         items_per_worker: usize::try_from(args.items_per_worker).unwrap_or(usize::MAX),
+        spares: args.spares as usize,
         timeout: seconds("--timeout", args.timeout)?,
         memory_limit: args.memory_limit,
         retries: args.retries,
