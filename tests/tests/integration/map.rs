@@ -537,3 +537,27 @@ fn spares_keep_calls_isolated_and_leave_no_process_behind() {
         assert_eq!(processes_with_env(&needle), Vec::<u32>::new(), "--spares {spares}: a process outlived the run");
     }
 }
+
+#[test]
+fn a_resumed_value_file_is_copied_into_this_run_s_values_dir_or_the_call_runs_again() {
+    let tmp = setup();
+    let dir = tmp.path();
+    for name in ["v1", "v2", "v3"] {
+        std::fs::create_dir(dir.join(name)).unwrap();
+    }
+    let args = |values: &'static str| ["fns:act", "ok", "--journal", "j.jsonl", "--resume", "--values-dir", values];
+    let first = map(dir, &args("v1"));
+    assert!(first.records[0]["value_file"].as_str().unwrap().ends_with("v1/0.pkl"), "{}", first.stdout);
+    let second = map(dir, &args("v2"));
+    let record = &second.records[0];
+    assert_eq!(record["resumed"], true, "{}", second.stdout);
+    let file = record["value_file"].as_str().unwrap();
+    assert!(file.ends_with("v2/0.pkl") && Path::new(file).is_file(), "{}", second.stdout);
+
+    std::fs::remove_file(dir.join("v1/0.pkl")).unwrap();
+    std::fs::remove_file(dir.join("v2/0.pkl")).unwrap();
+    let third = map(dir, &args("v3"));
+    let record = &third.records[0];
+    assert!(record.get("resumed").is_none(), "the value is gone: the call runs again: {}", third.stdout);
+    assert!(dir.join("v3/0.pkl").is_file());
+}

@@ -42,6 +42,7 @@ pub fn main(args: MapArgs, quiet: bool) -> Result<i32, String> {
     let _output_locks = lock_outputs(&outputs).map_err(|e| with_causes(&e))?;
     let retry_on = crate::settings::statuses("--retry-on", &args.retry_on)?;
     let settings = MapSettings { retry_on, ..settings };
+    let pool_values_dir = settings.values_dir.clone();
     let report_settings = report_settings(&args, &settings);
     // The function is imported here, before any call: bad input is exit 2.
     let pool = Pool::start(settings).map_err(|e| with_causes(&e))?;
@@ -62,7 +63,9 @@ pub fn main(args: MapArgs, quiet: bool) -> Result<i32, String> {
         if args.resume {
             let done = read_journal(path)?;
             for (item, key) in items.iter().zip(&keys) {
-                if let Some(record) = done.get(key).and_then(|r| resumed_record(r, item, &pool.identity.name)) {
+                let values_dir = args.values_dir.as_ref().and(pool_values_dir.as_deref());
+                let resumed_one = done.get(key).and_then(|r| resumed_record(r, item, &pool.identity.name, values_dir));
+                if let Some(record) = resumed_one {
                     resumed.insert(item.index, record);
                 }
             }
@@ -246,14 +249,26 @@ fn read_items(args: &MapArgs) -> Result<Vec<Item>, String> {
 
 /// A journal's record of `item`, as a resumed run prints it, or `None`
 /// when it cannot be one (the call runs again): its item, index and
-/// function are this run's, and its status must be a finished one.
-fn resumed_record(record: &Value, item: &Item, function: &str) -> Option<Value> {
+/// function are this run's, and its status must be a finished one. With
+/// `--values-dir`, an ok record's value file is copied into this run's
+/// folder (the Python API gives each run its own); a record whose file is
+/// gone, or that has none, runs again.
+fn resumed_record(record: &Value, item: &Item, function: &str, values_dir: Option<&Path>) -> Option<Value> {
     let status = record.get("status")?.as_str()?;
     if status == "not_run" || !STATUSES.contains(&status) {
         return None;
     }
     let mut record = record.clone();
     let fields = record.as_object_mut()?;
+    if let (Some(dir), "ok") = (values_dir, status) {
+        let from = PathBuf::from(fields.get("value_file")?.as_str()?);
+        let to = dir.join(format!("{}.pkl", item.index));
+        if from != to {
+            let _ = std::fs::remove_file(&to);
+            std::fs::copy(&from, &to).ok()?;
+        }
+        fields.insert("value_file".into(), to.to_string_lossy().into_owned().into());
+    }
     fields.insert("item".into(), item.shown.clone());
     fields.insert("index".into(), item.index.into());
     fields.insert("function".into(), function.into());
