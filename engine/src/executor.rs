@@ -1096,6 +1096,7 @@ impl Slot<'_> {
         let finishing = Instant::now();
         let summary = stream.finish(ok);
         phases.feed_accept += finishing.elapsed();
+        phases.feed_background = stream.background();
         phases.sandbox = sandbox_steps(worker);
         report.phases = self.settings.phases.then_some(phases);
         if let (true, Some(outcome)) = (ok, summary.outcome) {

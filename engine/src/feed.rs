@@ -45,6 +45,14 @@ pub trait FeedStream: Send {
     /// The checked outputs of the batch last given; an `Err` (outputs that
     /// cannot be scored) ends the unit with that outcome.
     fn accept(&mut self, outputs: Vec<(String, Tensor)>) -> Result<(), Outcome>;
+    /// The time the stream worked on threads of its own beside the slot
+    /// (`eval`: decoding batches ahead while the worker ran the one sent):
+    /// overlapped, so no part of the unit's wall time; what the slot waited
+    /// for it is in [`next_batch`](Self::next_batch)'s time. Asked once,
+    /// after the last batch. Zero (the default): none.
+    fn background(&self) -> std::time::Duration {
+        std::time::Duration::ZERO
+    }
     /// What the stream made of the batches it scored, called once at the
     /// end, also after a failure (then only `examples` is reported). `ok`:
     /// every batch went through, so the stream may commit what it wrote.

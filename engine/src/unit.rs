@@ -81,8 +81,12 @@ pub struct Phases {
     pub requests: Duration,
     /// The session runs' time as the worker measured each (microseconds, summed).
     pub run: Duration,
-    /// A fed unit's time reading its next batch (`eval`: the data).
+    /// A fed unit's time waiting for its next batch (`eval`: for the
+    /// prefetch thread's decoded batch, or decoding it when none is ready).
     pub feed_next: Duration,
+    /// A fed unit's stream's work beside the slot ([`FeedStream::background`](crate::FeedStream::background):
+    /// `eval`'s decoding ahead), overlapped: not one of the wall time's parts.
+    pub feed_background: Duration,
     /// A fed unit's time taking a batch's outputs (`eval`: scoring).
     pub feed_accept: Duration,
     /// From asking the worker to leave to its exit reaped (`None` for a

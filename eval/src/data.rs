@@ -55,6 +55,16 @@
 //! - Memory: nothing grows with the dataset. Records are read into one
 //!   reused buffer, arrays a batch of rows at a time; no buffer is sized by
 //!   what a header claims, and a batch is capped at [`MAX_BATCH_BYTES`].
+//! - Reading once for several models ([`Dataset::keep_decoded`]): a pass
+//!   that read the whole data without an error keeps its batches, when
+//!   they come to at most the cap given, and a later reader with the same
+//!   plan (the same inputs, dtypes and shapes) replays them instead of
+//!   reading and decoding the files again: the same batches, bit for bit,
+//!   with the same count of skipped records. A pass over the cap drops
+//!   what it kept and no later pass keeps anything; a pass that failed
+//!   keeps nothing, so every reader after it reads the files (and meets
+//!   the error) again. Off unless asked: a reader alone never keeps more
+//!   than the batches in flight.
 //! - Failures mid-stream are errors, never an early end: every shard's
 //!   label and weight arrays are checked as the first shard's were, and a
 //!   panic while reading (or a prefetch thread that stops without saying the
@@ -72,7 +82,8 @@ use isorun_protocol::{DType, SignatureInfo, Tensor, TensorData};
 use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{mpsc, Arc};
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::{Duration, Instant};
 
 pub use crate::batch::{Batch, Labels, Targets, MAX_BATCH_BYTES, MISSING_SLICE};
 pub use crate::error::DataError;
@@ -201,6 +212,94 @@ struct Inner {
 #[derive(Clone)]
 pub struct Dataset {
     inner: Arc<Inner>,
+    /// [`Dataset::keep_decoded`]: the decoded batches kept for every reader
+    /// of the clones of this dataset.
+    kept: Option<Arc<Kept>>,
+}
+
+/// The cap `isorun eval` gives [`Dataset::keep_decoded`] for a run of
+/// several models: a dataset that decodes to more is read again per model.
+pub const KEEP_DECODED_BYTES: u64 = 256 << 20;
+
+/// A whole pass's decoded batches, kept to be replayed (see
+/// [`Dataset::keep_decoded`]).
+struct Kept {
+    /// The most bytes of decoded batches kept.
+    cap: u64,
+    state: Mutex<KeptState>,
+}
+
+#[derive(Default)]
+struct KeptState {
+    /// The first pass that read everything, and for which plan.
+    pass: Option<(PlanKey, Arc<KeptPass>)>,
+    /// A pass went over the cap: no later one keeps anything either.
+    over_cap: bool,
+}
+
+/// A kept pass: its batches and the records it skipped as corrupt.
+struct KeptPass {
+    batches: Vec<Batch>,
+    skipped: u64,
+}
+
+/// What makes two readers' batches the same: how the model is fed, and
+/// each input's name, data column, dtype and signature dims.
+type PlanKey = (Feeding, Vec<(String, String, DType, Option<Vec<Option<u64>>>)>);
+
+/// A pass being kept, on the thread that decodes it.
+struct Keeping {
+    kept: Arc<Kept>,
+    key: PlanKey,
+    batches: Vec<Batch>,
+    bytes: u64,
+}
+
+/// The bytes a decoded batch holds (its tensors' elements, its labels,
+/// weights, slice values and keys), what [`Kept::cap`] counts.
+fn batch_bytes(batch: &Batch) -> u64 {
+    let tensors: usize = batch
+        .inputs
+        .iter()
+        .map(|(_, t)| match &t.data {
+            TensorData::Dense(bytes) => bytes.len(),
+            TensorData::Strings(strings) => strings.iter().map(|s| s.len() + 24).sum(),
+            TensorData::Shared(_) => 0,
+        })
+        .sum();
+    let t = &batch.targets;
+    let labels = match &t.labels {
+        Labels::Int(v) => v.len() * 8,
+        Labels::Float(v) => v.len() * 8,
+        Labels::Matrix { values, .. } => values.len() * 8,
+    };
+    let texts = |v: &[String]| v.iter().map(|s| s.len() + 24).sum::<usize>();
+    let slices: usize = t.slices.iter().map(|(_, v)| texts(v)).sum();
+    let keys = t.keys.as_deref().map_or(0, texts);
+    (tensors + labels + t.weights.as_ref().map_or(0, |w| w.len() * 8) + slices + keys) as u64
+}
+
+impl Keeping {
+    /// Keeps a batch just decoded; false (and nothing kept, by this pass or
+    /// any later one) when it would take the pass over the cap.
+    fn keep(&mut self, batch: &Batch) -> bool {
+        self.bytes = self.bytes.saturating_add(batch_bytes(batch));
+        if self.bytes > self.kept.cap {
+            self.kept.state.lock().unwrap_or_else(|e| e.into_inner()).over_cap = true;
+            return false;
+        }
+        self.batches.push(batch.clone());
+        true
+    }
+
+    /// The pass read everything: its batches are kept for later readers
+    /// (unless another pass was kept first).
+    fn finish(self, skipped: u64) {
+        let mut state = self.kept.state.lock().unwrap_or_else(|e| e.into_inner());
+        if state.pass.is_none() && !state.over_cap {
+            state.pass = Some((self.key, Arc::new(KeptPass { batches: self.batches, skipped })));
+        }
+    }
 }
 
 impl std::fmt::Debug for Dataset {
@@ -295,7 +394,19 @@ impl Dataset {
                 dataset_files,
                 dataset_digest,
             }),
+            kept: None,
         })
+    }
+
+    /// Reads the data once for several models: the first reader that goes
+    /// through every batch without an error keeps the decoded batches, when
+    /// they come to at most `cap` bytes, and later readers of this dataset
+    /// (or its clones) with the same plan replay them, the same batches bit
+    /// for bit, instead of reading the files again. A pass over `cap` drops
+    /// what it kept and later readers read the files as without this.
+    pub fn keep_decoded(mut self, cap: u64) -> Dataset {
+        self.kept = Some(Arc::new(Kept { cap, state: Mutex::default() }));
+        self
     }
 
     /// The files, in the order read (sorted bytewise within a folder/glob),
@@ -387,6 +498,27 @@ impl Dataset {
             }
             (Feeding::Features, plans)
         };
+        let decoding = Arc::new(AtomicU64::new(0));
+        let keeping = match &self.kept {
+            Some(kept) => {
+                let key: PlanKey = (
+                    feeding.clone(),
+                    inputs.iter().map(|p| (p.input.clone(), p.source.clone(), p.dtype, p.dims.clone())).collect(),
+                );
+                let state = kept.state.lock().unwrap_or_else(|e| e.into_inner());
+                match &state.pass {
+                    Some((kept_key, pass)) if *kept_key == key => {
+                        let skipped = Arc::new(AtomicU64::new(pass.skipped));
+                        let mode = Mode::Replay { pass: Arc::clone(pass), next: 0 };
+                        return Ok(BatchReader { feeding, skipped, decoding, mode });
+                    }
+                    Some(_) => None,
+                    None if state.over_cap => None,
+                    None => Some(Keeping { kept: Arc::clone(kept), key, batches: Vec::new(), bytes: 0 }),
+                }
+            }
+            None => None,
+        };
         let direct = Direct {
             data: Arc::clone(&self.inner),
             feeding: feeding.clone(),
@@ -398,9 +530,11 @@ impl Dataset {
             produced: 0,
             example_index: 0,
             skipped: Arc::new(AtomicU64::new(0)),
+            decoding: Arc::clone(&decoding),
+            keeping,
         };
         let skipped = Arc::clone(&direct.skipped);
-        Ok(BatchReader { feeding, skipped, mode: Mode::Direct(Box::new(direct), false) })
+        Ok(BatchReader { feeding, skipped, decoding, mode: Mode::Direct(Box::new(direct), false) })
     }
 }
 
@@ -665,6 +799,10 @@ struct Direct {
     produced: u64,
     example_index: u64,
     skipped: Arc<AtomicU64>,
+    /// Nanoseconds spent decoding batches, summed (shared with the owner).
+    decoding: Arc<AtomicU64>,
+    /// [`Dataset::keep_decoded`]: this pass's batches so far, while under the cap.
+    keeping: Option<Keeping>,
 }
 
 enum Mode {
@@ -677,6 +815,8 @@ enum Mode {
         reading: Arc<AtomicUsize>,
         data: Arc<Inner>,
     },
+    /// A kept pass replayed ([`Dataset::keep_decoded`]): the next batch's index.
+    Replay { pass: Arc<KeptPass>, next: usize },
 }
 
 /// What the prefetch thread sends: a channel that closes without `End`
@@ -690,6 +830,8 @@ enum FromThread {
 pub struct BatchReader {
     feeding: Feeding,
     skipped: Arc<AtomicU64>,
+    /// Nanoseconds spent decoding, on whichever thread decodes.
+    decoding: Arc<AtomicU64>,
     mode: Mode,
 }
 
@@ -710,8 +852,13 @@ impl BatchReader {
     pub fn next_batch(&mut self) -> Option<Result<Batch, DataError>> {
         match &mut self.mode {
             Mode::Direct(_, true) | Mode::Prefetch { done: true, .. } => None,
+            Mode::Replay { pass, next } => {
+                let batch = pass.batches.get(*next).cloned()?;
+                *next += 1;
+                Some(Ok(batch))
+            }
             Mode::Direct(direct, finished) => {
-                let result = direct.fill_caught().transpose();
+                let result = direct.fill_timed().transpose();
                 if !matches!(result, Some(Ok(_))) {
                     *finished = true;
                 }
@@ -741,13 +888,26 @@ impl BatchReader {
         self.skipped.load(Ordering::Relaxed)
     }
 
+    /// The time spent decoding the batches read so far (and, prefetching,
+    /// the one or two ahead), on the prefetch thread when there is one:
+    /// there it overlapped the caller's work. A replayed pass decodes nothing.
+    pub fn decode_time(&self) -> Duration {
+        Duration::from_nanos(self.decoding.load(Ordering::Relaxed))
+    }
+
+    /// True when the batches come from a pass kept by an earlier reader
+    /// ([`Dataset::keep_decoded`]), not from the files.
+    pub fn replays(&self) -> bool {
+        matches!(self.mode, Mode::Replay { .. })
+    }
+
     /// Moves reading to a thread that keeps up to `depth` batches ready
     /// (double buffering: `prefetch(2)`); same interface. `depth` 0 counts as 1.
     /// Dropping the reader stops the thread after the batch it is reading.
     pub fn prefetch(self, depth: usize) -> BatchReader {
-        let BatchReader { feeding, skipped, mode } = self;
+        let BatchReader { feeding, skipped, decoding, mode } = self;
         let Mode::Direct(mut direct, finished) = mode else {
-            return BatchReader { feeding, skipped, mode };
+            return BatchReader { feeding, skipped, decoding, mode };
         };
         let (sender, batches) = mpsc::sync_channel(depth.max(1) - 1);
         let reading = Arc::clone(&direct.reading);
@@ -756,7 +916,7 @@ impl BatchReader {
             std::thread::Builder::new()
                 .name("isorun-eval-prefetch".into())
                 .spawn(move || loop {
-                    let message = match direct.fill_caught().transpose() {
+                    let message = match direct.fill_timed().transpose() {
                         Some(result) => FromThread::Batch(result),
                         None => FromThread::End,
                     };
@@ -767,7 +927,7 @@ impl BatchReader {
                 })
                 .expect("spawn the prefetch thread");
         }
-        BatchReader { feeding, skipped, mode: Mode::Prefetch { batches, done: finished, reading, data } }
+        BatchReader { feeding, skipped, decoding, mode: Mode::Prefetch { batches, done: finished, reading, data } }
     }
 }
 
@@ -788,6 +948,31 @@ fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
 }
 
 impl Direct {
+    /// [`Direct::fill_caught`], its time added to `decoding`, and the batch
+    /// kept when the dataset keeps decoded passes: a whole pass's batches
+    /// are kept at its end, a failed pass's dropped.
+    fn fill_timed(&mut self) -> Result<Option<Batch>, DataError> {
+        let started = Instant::now();
+        let result = self.fill_caught();
+        self.decoding.fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        match &result {
+            Ok(Some(batch)) => {
+                if let Some(keeping) = &mut self.keeping {
+                    if !keeping.keep(batch) {
+                        self.keeping = None;
+                    }
+                }
+            }
+            Ok(None) => {
+                if let Some(keeping) = self.keeping.take() {
+                    keeping.finish(self.skipped.load(Ordering::Relaxed));
+                }
+            }
+            Err(_) => self.keeping = None,
+        }
+        result
+    }
+
     /// [`Direct::fill`], with a panic (a bug, but one an untrusted file may
     /// find) turned into the file's error: never a silent end of the data,
     /// and never the supervisor's crash.
@@ -1036,6 +1221,62 @@ mod tests {
             assert!(message.contains("data.tfrecord") && message.contains("panicked"), "{message}");
             assert!(reader.next_batch().is_none(), "finished after the error");
         }
+    }
+
+    /// A file's source whose second batch's decoding waits until the
+    /// worker has the first (`sent`), and then says it began (`decoding`).
+    struct Gated {
+        inner: Box<dyn Source>,
+        handed: usize,
+        second_batch: usize,
+        sent: mpsc::Receiver<()>,
+        decoding: mpsc::Sender<()>,
+    }
+
+    impl Source for Gated {
+        fn next_piece(&mut self, max_rows: usize) -> Result<Option<Piece<'_>>, DataError> {
+            if self.handed == self.second_batch {
+                self.sent.recv().expect("the worker's request");
+                self.decoding.send(()).expect("the worker waits");
+            }
+            self.handed += 1;
+            self.inner.next_piece(max_rows)
+        }
+    }
+
+    /// The next batch is decoded while the worker runs this one, not after:
+    /// the second batch's decoding starts only once the first was sent, and
+    /// the "worker" ends its run only once that decoding began, which in
+    /// series (decoding in `next_batch`) would never happen.
+    #[test]
+    fn the_next_batch_is_decoded_while_the_worker_runs_this_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let (dataset, signature) = tfrecord_dataset(dir.path(), 6);
+        let mut reader = dataset.reader(&signature).unwrap();
+        let (sent, sent_here) = mpsc::channel();
+        let (decoding_here, decoding) = mpsc::channel();
+        let Mode::Direct(direct, _) = &mut reader.mode else { unreachable!("direct") };
+        let options = options(dataset.spec(), Part::WHOLE, Vec::new(), Arc::default());
+        let inner = (Format::TfRecord.info().open)(&dataset.files()[0].0, &options).unwrap();
+        direct.source =
+            Some(Box::new(Gated { inner, handed: 0, second_batch: 2, sent: sent_here, decoding: decoding_here }));
+        direct.next_file = 1;
+        let mut reader = reader.prefetch(2);
+        let mut labels = Vec::new();
+        let first = reader.next_batch().unwrap().unwrap();
+        // The request is sent; the worker runs batch 1, during which batch 2 is decoded.
+        sent.send(()).unwrap();
+        decoding
+            .recv_timeout(std::time::Duration::from_secs(120))
+            .expect("batch 2 was not decoded while the worker ran batch 1: reading in series");
+        let Labels::Int(first) = first.targets.labels else { unreachable!("int labels") };
+        labels.extend(first);
+        while let Some(batch) = reader.next_batch() {
+            let Labels::Int(batch) = batch.unwrap().targets.labels else { unreachable!("int labels") };
+            labels.extend(batch);
+        }
+        assert_eq!(labels, [0, 1, 0, 1, 0, 1], "every batch, in order");
+        assert!(reader.decode_time() > std::time::Duration::ZERO, "the decoding is timed");
     }
 
     #[test]

@@ -760,3 +760,100 @@ fn example_keys_and_indices_come_with_each_batch_and_a_missing_key_is_named() {
     let err = Dataset::open(DataSpec { example_key: Some("id".into()), ..spec(vec![other]) }).unwrap_err().to_string();
     assert!(err.contains("example key") && err.contains("no-id.tfrecord"), "{err}");
 }
+
+/// Every batch of a reader prefetching 2 ahead, or its first error.
+fn read_pass(dataset: &Dataset, sig: &SignatureInfo) -> (Result<Vec<Batch>, DataError>, bool, u64) {
+    let mut reader = dataset.reader(sig).unwrap().prefetch(2);
+    let replays = reader.replays();
+    let mut batches = Vec::new();
+    while let Some(batch) = reader.next_batch() {
+        match batch {
+            Ok(batch) => batches.push(batch),
+            Err(e) => return (Err(e), replays, reader.skipped()),
+        }
+    }
+    (Ok(batches), replays, reader.skipped())
+}
+
+#[test]
+fn a_small_dataset_is_decoded_once_and_its_batches_replayed_for_the_next_model() {
+    let dir = tempfile::tempdir().unwrap();
+    for i in 0..3 {
+        write(&dir.path().join(format!("s{i}.tfrecord")), &records(i * 10..i * 10 + 10));
+    }
+    let mut s = spec(vec![dir.path().join("s*.tfrecord")]);
+    s.limit = Some(23);
+    s.batch_size = 5;
+    let plain = Dataset::open(s).unwrap();
+    let direct = read_all(&plain, &x_signature()).unwrap();
+    let dataset = plain.keep_decoded(1 << 20);
+    let (first, replayed, _) = read_pass(&dataset, &x_signature());
+    assert!(!replayed, "the first pass reads the files");
+    assert_eq!(first.unwrap(), direct);
+    // The files are gone: the next model's pass is the kept one, bit for bit.
+    for i in 0..3 {
+        std::fs::remove_file(dir.path().join(format!("s{i}.tfrecord"))).unwrap();
+    }
+    for _ in 0..2 {
+        let mut reader = dataset.clone().reader(&x_signature()).unwrap().prefetch(2);
+        assert!(reader.replays());
+        let batches: Vec<Batch> = std::iter::from_fn(|| reader.next_batch()).map(Result::unwrap).collect();
+        assert_eq!(batches, direct);
+        assert!(reader.next_batch().is_none());
+        assert_eq!(reader.decode_time(), std::time::Duration::ZERO, "nothing decoded again");
+    }
+    // Another plan (another dtype for x) is not the kept one: it reads the files.
+    let other = signature(vec![input("x", DType::Float64, vec![None, Some(3)])]);
+    let message = read_pass(&dataset, &other).0.unwrap_err().to_string();
+    assert!(message.contains("s0.tfrecord"), "{message}");
+}
+
+#[test]
+fn a_dataset_over_the_cap_is_read_again_for_each_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("data.tfrecord");
+    write(&path, &records(0..40));
+    let plain = Dataset::open(spec(vec![path])).unwrap();
+    let direct = read_all(&plain, &x_signature()).unwrap();
+    // 40 examples of 3 floats and an int64 label: 800 bytes decoded, over 500.
+    let dataset = plain.keep_decoded(500);
+    for pass in 0..3 {
+        let (batches, replayed, _) = read_pass(&dataset, &x_signature());
+        assert!(!replayed, "pass {pass}");
+        assert_eq!(batches.unwrap(), direct, "pass {pass}");
+    }
+}
+
+#[test]
+fn a_bad_record_mid_file_is_every_pass_s_error_and_skipped_records_are_replayed() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("data.tfrecord");
+    let mut bytes = records(0..12);
+    let one = records(0..1).len();
+    // The seventh record's data: in the second batch of 4.
+    bytes[6 * one + 14] ^= 0x40;
+    write(&path, &bytes);
+    let plain = Dataset::open(spec(vec![path.clone()])).unwrap();
+    let expected = read_all(&plain, &x_signature()).unwrap_err().to_string();
+    assert!(expected.contains(&format!("byte offset {}", 6 * one)), "{expected}");
+    assert!(expected.contains("data CRC32C mismatch") && expected.contains("data.tfrecord"), "{expected}");
+    let dataset = plain.keep_decoded(1 << 20);
+    for pass in 0..2 {
+        let (result, replayed, _) = read_pass(&dataset, &x_signature());
+        assert!(!replayed, "a pass that failed is not kept (pass {pass})");
+        assert_eq!(result.unwrap_err().to_string(), expected, "pass {pass}");
+    }
+
+    let mut s = spec(vec![path]);
+    s.skip_corrupt = true;
+    let dataset = Dataset::open(s).unwrap().keep_decoded(1 << 20);
+    let (first, replayed, skipped) = read_pass(&dataset, &x_signature());
+    assert!(!replayed);
+    assert_eq!(skipped, 1);
+    let (again, replayed, skipped_again) = read_pass(&dataset, &x_signature());
+    assert!(replayed, "a whole pass that skipped a corrupt record is kept");
+    assert_eq!(skipped_again, 1, "the kept pass's skipped records");
+    let first = first.unwrap();
+    assert_eq!(int_labels(&first), vec![0, 1, 0, 1, 0, 1, 1, 0, 1, 0, 1]);
+    assert_eq!(again.unwrap(), first);
+}

@@ -54,6 +54,11 @@ pub fn unit_record(model: &Model, report: &UnitReport) -> Value {
                 _ => {}
             }
         }
+        for (key, phases) in [("phases_ms", &export.phases_ms), ("before_ms", &export.before_ms)] {
+            if !phases.is_empty() {
+                e.insert(key.into(), Value::Object(phases.iter().map(|(k, ms)| (k.clone(), json!(ms))).collect()));
+            }
+        }
         r.insert("export".into(), Value::Object(e));
     }
     if !report.casts.is_empty() {
@@ -130,7 +135,10 @@ fn ms(d: std::time::Duration) -> Value {
 /// `load` (0 when its spare loaded the model ahead: `spare.preload_ms`) and
 /// `run` as the worker timed them; `ipc` the requests' round
 /// trips less the worker's sandbox, load and run; `data` and `score` for a
-/// fed unit (reading batches, scoring outputs); `spare_wait` (the wait
+/// fed unit (waiting for the next decoded batch, scoring outputs), with
+/// `data_decode` beside them (the decoding done on the prefetch thread while
+/// the worker ran: overlapped, not one of `wall_ms`'s parts, as
+/// `spare_wait`); `spare_wait` (the wait
 /// for its spare to finish warming up, before the unit's `wall_ms` began:
 /// not one of its parts); `exit`
 /// (asking the worker to leave until it is reaped, for the last unit of a
@@ -168,6 +176,8 @@ fn phases_record(report: &UnitReport, phases: &isorun_engine::Phases) -> Value {
         p.insert("data".into(), ms(phases.feed_next));
         p.insert("score".into(), ms(phases.feed_accept));
         accounted += phases.feed_next + phases.feed_accept;
+        // Decoded on the prefetch thread while the worker ran: beside the wall time, not in it.
+        p.insert("data_decode".into(), ms(phases.feed_background));
     }
     if report.spare.is_some() {
         p.insert("spare_wait".into(), ms(spare_wait));
@@ -373,5 +383,38 @@ mod tests {
         assert_eq!(gpu_keys(&record), ["gpu", "gpu_peak_bytes", "gpu_returned_bytes", "gpu_used_after_bytes"]);
         assert_eq!(record["gpu_peak_bytes"], 10u64 << 30);
         assert_eq!(record["gpu_used_after_bytes"], 600u64 << 20);
+    }
+
+    /// A fed unit's parts add up to its wall time; the decoding that
+    /// overlapped the worker (`data_decode`) is beside them, not one of them.
+    #[test]
+    fn a_fed_unit_s_phases_add_up_to_its_wall_time_with_the_overlapped_decoding_beside() {
+        let ms = std::time::Duration::from_millis;
+        let mut report = UnitReport::new(0, Outcome::Ok);
+        report.wall = ms(1000);
+        report.load_ms = Some(100);
+        report.stream = Some(isorun_engine::StreamReport::default());
+        report.phases = Some(isorun_engine::Phases {
+            spawn: Some(ms(50)),
+            hello: Some(ms(30)),
+            requests: ms(600),
+            run: ms(400),
+            feed_next: ms(20),
+            feed_accept: ms(40),
+            feed_background: ms(350),
+            exit: Some(ms(10)),
+            ..Default::default()
+        });
+        let record = unit_record(&model(), &report);
+        let phases = record["phases_ms"].as_object().unwrap();
+        let part = |key: &str| phases[key].as_f64().unwrap();
+        assert_eq!(part("data"), 20.0, "the slot's wait for a decoded batch");
+        assert_eq!(part("data_decode"), 350.0, "the decoding beside it");
+        assert_eq!(part("ipc"), 100.0);
+        let parts = ["spawn", "hello", "load", "run", "ipc", "data", "score", "exit", "other"];
+        let sum: f64 = parts.iter().map(|k| part(k)).sum();
+        assert_eq!(sum, 1000.0, "{phases:?}");
+        let named: Vec<&str> = phases.keys().map(String::as_str).collect();
+        assert!(named.iter().all(|k| parts.contains(k) || *k == "data_decode"), "{named:?}");
     }
 }

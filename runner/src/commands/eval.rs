@@ -109,6 +109,9 @@ pub fn main(args: EvalArgs, quiet: bool) -> Result<i32, String> {
         classes,
     )
     .map_err(|e| format!("--data: {}", with_causes(&e)))?;
+    // Models run one after another (or a few at a time) over the same data:
+    // a small dataset is decoded once, its batches replayed for the rest.
+    let dataset = if models.len() > 1 { dataset.keep_decoded(isorun_eval::data::KEEP_DECODED_BYTES) } else { dataset };
     let baseline = match &eval.baseline {
         Some(path) => Some(read_baseline(path)?),
         None => None,
@@ -723,6 +726,10 @@ impl FeedStream for EvalStream<'_> {
             Some(writer) => writer.append(targets, outputs).map_err(|e| predictions_error(&e)),
             None => Ok(()),
         }
+    }
+
+    fn background(&self) -> std::time::Duration {
+        self.reader.decode_time()
     }
 
     fn finish(&mut self, ok: bool) -> FeedSummary {
