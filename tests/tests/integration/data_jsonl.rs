@@ -153,9 +153,10 @@ fn bad_first_lines_are_usage_errors_naming_file_line_and_key_before_any_worker_r
         assert!(ran.records.is_empty() && !report.exists(), "{name}: nothing is run or written");
     }
     // A key the model's signature needs but the first line lacks is that
-    // model's error (another model may not need it), before its worker is fed.
+    // model's error (another model may not need it), before its worker is fed
+    // (two keys could feed x: neither is chosen, see Dataset::auto_feature).
     let path = dir.path().join("no_x.jsonl");
-    std::fs::write(&path, "{\"z\": [1.0, 2.0, 3.0, 4.0], \"label_bin\": 1}\n").unwrap();
+    std::fs::write(&path, "{\"z\": [1.0, 2.0, 3.0, 4.0], \"label_bin\": 1, \"w\": 2.0}\n").unwrap();
     let ran = eval("binary", &path, "label_bin", &[]);
     assert_eq!(ran.code, Some(1), "{}", ran.stderr);
     let message = ran.record("binary")["error"]["message"].as_str().unwrap().to_string();
