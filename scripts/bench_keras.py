@@ -5,9 +5,11 @@ Run by scripts/bench (after the SavedModel tables), or alone:
   python scripts/bench_keras.py --isorun target/release/isorun --work target/bench/keras \\
       [--models 40] [--markdown BENCHMARKS.md]
 
-Makes two folders of N `.keras` files once: one training run's checkpoints
+Makes three folders of N `.keras` files once: one training run's checkpoints
 (the zoo's MLP, 32 -> 256 -> 256 -> 10, seeds 0..N-1, input "x": one
-architecture) and N small models of distinct architectures (other widths
+architecture), the same MLP built N times in one Python session (Keras
+numbers its automatic layer names on, so no two configs are equal and
+nothing is shared) and N small models of distinct architectures (other widths
 and depths, so that no two share a graph). For each folder, in each round:
 
 - python loop: for each file keras.models.load_model, predict, del,
@@ -16,7 +18,10 @@ and depths, so that no two share a graph). For each folder, in each round:
 - isorun second run: the same cache (no export, no Python);
 
 and once, isorun on the checkpoints' exports as SavedModels (the cache's
-entries). Rounds alternate the ways; the table gives medians.
+entries). Rounds alternate the ways; the table gives medians. Then where
+the checkpoints' first run went (the last round's records: the export
+process's start and imports, `export.phases_ms` of the traced file and of
+the shared ones, the units' `phases_ms`).
 
 isorun's peak memory is the supervisor's own (VmHWM, polled), its workers
 and export processes being separate, short-lived processes. Rewrites the
@@ -58,7 +63,9 @@ import numpy as np, keras
 folder, n, distinct = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "distinct"
 os.makedirs(folder, exist_ok=True)
 for i in range(n):
-    keras.backend.clear_session()
+    # "shape": the same layers built again in one session: dense_2, dense_3, ...
+    if sys.argv[3] != "shape":
+        keras.backend.clear_session()
     keras.utils.set_random_seed(i)
     x = keras.Input((32,), name="x")
     # distinct: every file its own architecture (1 to 3 hidden layers of its
@@ -103,6 +110,40 @@ def timed(cmd, poll_memory, warm=()):
     return wall, peak, out, bench_host.disk_read_bytes() - read
 
 
+def phases(wall, records):
+    """Where one first run went, from its records: the export process's
+    start (`export.before_ms` of its first file), each export's phases
+    (`export.phases_ms`, summed over the files of each way, and the median
+    file), and the units' (`phases_ms`), as Markdown lines."""
+    def ms_table(title, rows):
+        out = ["", title, "", "| phase | files | sum (ms) | median file (ms) |", "|---|---:|---:|---:|"]
+        for name, values in rows.items():
+            out.append(f"| {name} | {len(values)} | {sum(values)} | {statistics.median(values):.0f} |")
+        return out
+
+    lines = ["", f"**Where the checkpoints' first run went** (the last round's, -j as above, {wall:.2f} s wall; "
+             "ms of each phase as the records say: `export.before_ms`, `export.phases_ms`, the units' `phases_ms`)."]
+    starts = [r["export"]["before_ms"] for r in records if "process_start" in r["export"].get("before_ms", {})]
+    for start in starts:
+        lines.append(f"Export process: started to hello {start['process_start']} ms, of which `import tensorflow, "
+                     f"keras` {start.get('imports', 0)} ms; its turn after that {start.get('turn', 0)} ms.")
+    for way in ("traced", "frozen", "shared"):
+        rows = {}
+        for r in records:
+            if r["export"].get("graph") == way:
+                for name, ms in r["export"].get("phases_ms", {}).items():
+                    rows.setdefault(name, []).append(ms)
+        if rows:
+            lines += ms_table(f"Exports, {way}:", rows)
+    rows = {"wall_ms": [r["wall_ms"] for r in records]}
+    for r in records:
+        for name, ms in (r.get("phases_ms") or {}).items():
+            if isinstance(ms, (int, float)):
+                rows.setdefault(name, []).append(ms)
+    lines += ms_table("Units (the workers: each unit's `wall_ms` and its `phases_ms`):", rows)
+    return lines
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--isorun", required=True)
@@ -117,6 +158,7 @@ def main():
     inputs = os.path.join(work, "inputs.npz")
     # "ckpts-run": one run's checkpoints (the same layer names); older work folders had other names per file.
     folders = {"one architecture": (os.path.join(work, "ckpts-run"), "run"),
+               "one shape, built separately": (os.path.join(work, "shape"), "shape"),
                "distinct architectures": (os.path.join(work, "distinct"), "distinct")}
     for folder, kind in folders.values():
         if len([f for f in os.listdir(folder) if f.endswith(".keras")] if os.path.isdir(folder) else []) != args.models:
@@ -127,7 +169,7 @@ def main():
     # TensorFlow and Keras, isorun's libtensorflow and binaries, the models.
     warm = bench_host.way_files(args.python, repo, args.isorun) + [inputs]
 
-    walls, peaks, graphs, reads = {}, {}, {}, {}
+    walls, peaks, graphs, reads, firsts = {}, {}, {}, {}, {}
 
     def note(key, wall, peak, read):
         walls.setdefault(key, []).append(wall)
@@ -147,6 +189,7 @@ def main():
             assert all(r["status"] == "ok" for r in records) and len(records) == args.models, out[-2000:]
             assert not any(r["export"]["cached"] for r in records)
             note((case, "first"), wall, peak, read)
+            firsts[case] = (wall, records)
             graphs[case] = {}
             for r in records:
                 graphs[case].setdefault(r["export"].get("graph", "traced"), []).append(r["export"]["ms"])
@@ -202,16 +245,19 @@ def main():
         medians = {g: sorted(ms)[len(ms) // 2] for g, ms in graphs[case].items()}
         lines += ["", f"Export time per file, {case} (`export.ms` of the last round's records, median): "
                   + ", ".join(f"{g} {ms} ms ({len(graphs[case][g])} files)" for g, ms in sorted(medians.items())) + "."]
+    lines += phases(*firsts["one architecture"])
     first = ratios[("one architecture", "first")]
     lines += [
         "",
         "In the checkpoints' folder the first file is traced and the others share its trace (their weights "
         "loaded into it, only `variables/` written) in the same export process (README, \"Keras checkpoints\"); "
-        "each distinct architecture is traced and frozen on its own. The second run hashes each file and finds "
-        "its export: no Python starts.",
+        "each distinct architecture is traced and frozen on its own, and so is each model of one shape built "
+        "separately (Keras's automatic layer names differ: `dense_2`, `dense_3`, ..., so do their configs). The "
+        "second run hashes each file and finds its export: no Python starts.",
         "",
         f"**Target (#25 §1)**: 40 checkpoints of one architecture, first run -j {args.jobs} ≤ 0.33× the loop: "
-        f"{'met' if first <= 0.33 else '**missed**'} ({first:.2f}×). Distinct architectures: first run "
+        f"{'met' if first <= 0.33 else '**missed**'} ({first:.2f}×). One shape built separately: first run "
+        f"{ratios[('one shape, built separately', 'first')]:.2f}×; distinct architectures: first run "
         f"{ratios[('distinct architectures', 'first')]:.2f}× the loop.",
     ]
     text = "\n".join(lines) + "\n"

@@ -62,11 +62,19 @@ pub struct Job {
 #[derive(Debug, Clone)]
 pub enum JobEnd {
     /// `check_in_worker`: a frozen graph whose check the export process left to the worker.
+    /// `phases`: where the export process says the job's time went, in
+    /// order (`keras_export.py`'s laps, from its start to its done); `before`:
+    /// what it spent before the job's start (for the first job of a process,
+    /// `process_start` from the spawn to its hello, `imports` within that,
+    /// `turn` from the hello to the start; for a later one, `cleanup` after
+    /// the job before it).
     Exported {
         loader: String,
         ms: u64,
         graph: GraphSource,
         check_in_worker: bool,
+        phases: Vec<(String, u64)>,
+        before: Vec<(String, u64)>,
     },
     Failed {
         outcome: Outcome,
@@ -328,7 +336,8 @@ impl Exporter<'_> {
                 }
             });
         }
-        let (lines_tx, lines) = mpsc::channel::<Option<String>>();
+        let spawned = Instant::now();
+        let (lines_tx, lines) = mpsc::channel::<Option<(Instant, String)>>();
         let stdout = child.stdout.take().expect("piped");
         std::thread::spawn(move || {
             let mut reader = BufReader::new(stdout);
@@ -337,7 +346,7 @@ impl Exporter<'_> {
                 match (&mut reader).take(MAX_LINE).read_line(&mut line) {
                     Ok(0) | Err(_) => break,
                     Ok(_) => {
-                        if lines_tx.send(Some(line)).is_err() {
+                        if lines_tx.send(Some((Instant::now(), line))).is_err() {
                             return;
                         }
                     }
@@ -360,7 +369,7 @@ impl Exporter<'_> {
                 tail.push_back(String::from_utf8_lossy(&line[..line.len().min(2000)]).trim_end().to_string());
             }
         });
-        Ok(Started { child, go: Some(go), lines, stderr_tail, scratch, early })
+        Ok(Started { child, go: Some(go), lines, stderr_tail, scratch, early, spawned })
     }
 
     /// Runs one started export process over `jobs` to its end; `on_hello`
@@ -397,6 +406,7 @@ impl Exporter<'_> {
         // Its stdin closes: go.
         started.go.take();
         let early = started.early;
+        let spawned = started.spawned;
         let pid = started.child.id() as i32;
         let stderr_tail = std::sync::Arc::clone(&started.stderr_tail);
         let lines = &started.lines;
@@ -415,6 +425,9 @@ impl Exporter<'_> {
         let mut peak = 0u64;
         // The graphs this process exported a file of: only a later file of one may share it.
         let mut graphs_done: Vec<&str> = Vec::new();
+        // What the process spent before the current job's start (see `JobEnd::Exported`).
+        let mut hello: Option<(Instant, Vec<(String, u64)>)> = None;
+        let mut before: Vec<(String, u64)> = Vec::new();
         loop {
             if self.stop.requested() {
                 kill_group(child);
@@ -462,7 +475,7 @@ impl Exporter<'_> {
                 return job_failed(child, run, current, said_hello, Outcome::Timeout { phase });
             }
             match lines.recv_timeout(TICK) {
-                Ok(Some(line)) => {
+                Ok(Some((read_at, line))) => {
                     let message: Value = match serde_json::from_str(&line) {
                         Ok(message) => message,
                         Err(e) => {
@@ -473,6 +486,7 @@ impl Exporter<'_> {
                     };
                     last_progress = Instant::now();
                     let answer = match Answer::parse(&message, said_hello, current.map(|c| c.0), next_start, jobs.len())
+                        .and_then(|answer| Ok((answer, milliseconds(&message)?)))
                     {
                         Ok(answer) => answer,
                         Err(message) => {
@@ -480,15 +494,30 @@ impl Exporter<'_> {
                             return job_failed(child, run, current, said_hello, outcome);
                         }
                     };
+                    let (answer, laps) = answer;
                     if let Answer::Hello = answer {
                         said_hello = true;
+                        let start_ms = read_at.saturating_duration_since(spawned).as_millis() as u64;
+                        hello = Some((
+                            read_at,
+                            [("process_start".to_string(), start_ms)].into_iter().chain(laps).collect(),
+                        ));
                         on_hello();
                     } else if let Answer::Start(index) = answer {
-                        current = Some((index, Instant::now()));
+                        before = match hello.take() {
+                            Some((at, mut first)) => {
+                                first.push(("turn".into(), read_at.saturating_duration_since(at).as_millis() as u64));
+                                first
+                            }
+                            None => laps,
+                        };
+                        // Timed from when the lines were read, not from when this loop got to them.
+                        current = Some((index, read_at));
                         next_start = index + 1;
                     } else if let Answer::Done { index, loader, graph, check_in_worker } = answer {
                         let job = jobs[index];
-                        let ms = current.map_or(0, |(_, since)| since.elapsed().as_millis() as u64);
+                        let ms =
+                            current.map_or(0, |(_, since)| read_at.saturating_duration_since(since).as_millis() as u64);
                         let end = if let Some(loader) = loader {
                             let known = job.graph.as_deref().filter(|g| graphs_done.contains(g));
                             if graph == GraphSource::Shared && known.is_none() {
@@ -508,7 +537,14 @@ impl Exporter<'_> {
                                 return job_failed(child, run, current, said_hello, outcome);
                             }
                             graphs_done.extend(job.graph.as_deref());
-                            JobEnd::Exported { loader: loader.to_string(), ms, graph, check_in_worker }
+                            JobEnd::Exported {
+                                loader: loader.to_string(),
+                                ms,
+                                graph,
+                                check_in_worker,
+                                phases: laps,
+                                before: std::mem::take(&mut before),
+                            }
                         } else {
                             let text = message.get("error").and_then(Value::as_str).unwrap_or("unknown error");
                             let error =
@@ -658,6 +694,38 @@ impl Answer {
     }
 }
 
+/// The most phases one answer's `"ms"` may name, and the longest name.
+const MAX_PHASES: usize = 32;
+const MAX_PHASE_NAME: usize = 32;
+
+/// An answer's `"ms"`: where the export process says its time went, phase
+/// by phase (`keras_export.py`'s `Laps`), in the order it names them; none
+/// when it says nothing. Refused unless it is an object of at most
+/// [`MAX_PHASES`] names of lower-case letters and `_` (at most
+/// [`MAX_PHASE_NAME`] long), each a whole number of milliseconds.
+fn milliseconds(message: &Value) -> Result<Vec<(String, u64)>, String> {
+    let Some(ms) = message.get("ms") else { return Ok(Vec::new()) };
+    let Some(phases) = ms.as_object().filter(|o| o.len() <= MAX_PHASES) else {
+        return Err(format!("\"ms\" is not an object of at most {MAX_PHASES} phases"));
+    };
+    phases
+        .iter()
+        .map(|(name, value)| {
+            let named = !name.is_empty()
+                && name.len() <= MAX_PHASE_NAME
+                && name.bytes().all(|b| b.is_ascii_lowercase() || b == b'_');
+            match value.as_u64() {
+                Some(ms) if named => Ok((name.clone(), ms)),
+                _ => Err(format!(
+                    "a phase {:?} of {} that is not a name and a number of milliseconds",
+                    name.chars().take(40).collect::<String>(),
+                    value.to_string().chars().take(40).collect::<String>()
+                )),
+            }
+        })
+        .collect()
+}
+
 /// The export process's stdout as the supervisor takes it, without a
 /// process: `stdout` read line by line (each at most `MAX_LINE` bytes, as
 /// the reading thread does), each line parsed and held to the protocol for
@@ -683,7 +751,10 @@ pub fn answer_lines(stdout: &[u8], jobs: usize) -> Vec<Result<String, String>> {
                 return seen;
             }
         };
-        match Answer::parse(&message, said_hello, current, next_start, jobs) {
+        match Answer::parse(&message, said_hello, current, next_start, jobs).and_then(|a| {
+            milliseconds(&message)?;
+            Ok(a)
+        }) {
             Ok(Answer::Hello) => {
                 said_hello = true;
                 seen.push(Ok("hello".into()));
@@ -725,7 +796,10 @@ struct Started {
     go: Option<mpsc::Sender<()>>,
     /// Started before its turn, while the process before it worked.
     early: bool,
-    lines: mpsc::Receiver<Option<String>>,
+    /// Each line with when it was read (a process started early says hello before its turn).
+    lines: mpsc::Receiver<Option<(Instant, String)>>,
+    /// When it was spawned: the start of its `process_start`.
+    spawned: Instant,
     stderr_tail: std::sync::Arc<std::sync::Mutex<VecDeque<String>>>,
     scratch: PathBuf,
 }
@@ -815,6 +889,34 @@ mod tests {
             matches!(bad.as_slice(), [Ok(_), Err(e)] if e.starts_with("export process sent a bad line")),
             "{bad:?}"
         );
+    }
+
+    #[test]
+    fn an_answer_s_phases_are_read_in_order_and_held_to_names_and_numbers() {
+        let ms = |line: &str| milliseconds(&serde_json::from_str(line).unwrap());
+        assert_eq!(ms(r#"{"start": 0}"#), Ok(Vec::new()));
+        assert_eq!(
+            ms(r#"{"done": 0, "ms": {"load_model": 7, "archive": 3, "keep": 0}}"#),
+            Ok(vec![("load_model".into(), 7), ("archive".into(), 3), ("keep".into(), 0)])
+        );
+        for bad in [
+            r#"{"ms": [1]}"#,
+            r#"{"ms": {"load": -1}}"#,
+            r#"{"ms": {"load": 1.5}}"#,
+            r#"{"ms": {"Load": 1}}"#,
+            r#"{"ms": {"": 1}}"#,
+            r#"{"ms": {"\u001b[2J": 1}}"#,
+        ] {
+            assert!(ms(bad).is_err(), "{bad}");
+        }
+        let many: serde_json::Map<String, Value> =
+            (0..=MAX_PHASES).map(|i| (format!("p{}", "a".repeat(i % 20)) + &"_".repeat(i / 20), json!(1))).collect();
+        assert!(milliseconds(&json!({ "ms": many })).is_err());
+        let long = "a".repeat(MAX_PHASE_NAME + 1);
+        assert!(milliseconds(&json!({ "ms": { long: 1 } })).is_err());
+        // A line the supervisor refuses for its phases ends the process's answers.
+        let answers = answer_lines(b"{\"hello\": {}, \"ms\": {\"imports\": \"soon\"}}\n", 1);
+        assert!(matches!(answers.as_slice(), [Err(e)] if e.contains("imports")), "{answers:?}");
     }
 
     #[test]

@@ -14,11 +14,17 @@ is done when its turn comes) before it reads a module or a model file.
 
 and answers on the stdout it was given, one JSON object a line:
 
-  {"hello": {"keras": V, "tensorflow": V, "python": V}}
-  {"start": i}
+  {"hello": {"keras": V, "tensorflow": V, "python": V}, "ms": {"imports": MS}}
+  {"start": i, "ms": {"cleanup": MS}}
   {"done": i, "ok": true, "loader": "keras"|"tf_keras", "graph": "traced"|"shared",
-   "inputs": [...], "outputs": [...], "check": "worker" (frozen, probe left to the worker)}
-  {"done": i, "ok": false, "error": TEXT}
+   "inputs": [...], "outputs": [...], "check": "worker" (frozen, probe left to the worker),
+   "ms": {PHASE: MS, ...}}
+  {"done": i, "ok": false, "error": TEXT, "ms": {PHASE: MS, ...}}
+
+"ms" says where the time went (`Laps`): in the hello, the imports
+(TensorFlow, Keras); in a start, the clean-up after the job before it;
+in a done, the job's phases in order, from its start to its done (they add
+up to the job's time as this process measured it).
 
 Anything else the model's code prints goes to stderr. Each model is loaded
 with keras.models.load_model(safe_mode=not unsafe, compile=False) and written
@@ -48,14 +54,37 @@ frozen graph failed its check in a worker); "check": "worker" leaves the
 frozen graph's check to the unit's worker.
 """
 
-import importlib.util
-import json
-import os
-import shutil
-import sys
-import threading
-import traceback
-import warnings
+import time
+
+_began = time.monotonic()
+
+import importlib.util  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+import shutil  # noqa: E402
+import sys  # noqa: E402
+import threading  # noqa: E402
+import traceback  # noqa: E402
+import warnings  # noqa: E402
+
+
+class Laps:
+    """Where a stretch of this process's time went: each `lap(name)` is the
+    time since the one before (or since `since`), in whole milliseconds of
+    one clock, so the laps add up to the whole stretch."""
+
+    def __init__(self, since=None):
+        self.since = time.monotonic() if since is None else since
+        self.last = self.since
+        self.laps = {}
+
+    def lap(self, name):
+        now = time.monotonic()
+        # Rounded at the ends, not per lap: the laps add up to the stretch exactly.
+        ms = round((now - self.since) * 1000) - round((self.last - self.since) * 1000)
+        self.laps[name] = self.laps.get(name, 0) + ms
+        self.last = now
+
 
 # The protocol keeps the stdout isorun gave us; everything else goes to stderr.
 _answers = os.fdopen(os.dup(1), "w", buffering=1)
@@ -73,6 +102,8 @@ os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 # The request is one line; the supervisor may start this process before its
 # turn and close stdin when it is (below, after the import and the hello).
 request = json.loads(sys.stdin.readline())
+_started = Laps(_began)
+_started.lap("request")
 if os.environ.get("ISORUN_EXPORT_HANG") == "import":
     import time
 
@@ -95,7 +126,9 @@ finally:
         if sys.modules.get(_name, 0) is None:
             del sys.modules[_name]
 
-say({"hello": {"keras": keras.__version__, "tensorflow": tf.__version__, "python": sys.version.split()[0]}})
+_started.lap("imports")
+say({"hello": {"keras": keras.__version__, "tensorflow": tf.__version__, "python": sys.version.split()[0]},
+     "ms": {"imports": _started.laps["imports"]}})
 # Wait for our turn: no module and no model file is read before it.
 sys.stdin.read()
 
@@ -110,6 +143,28 @@ for index, module in enumerate(request.get("modules", [])):
         traceback.print_exc(file=sys.stderr)
         module_error = f"cannot import --keras-module {module}: {type(error).__name__}: {error}"
         break
+
+
+def keep_attr_skipsets():
+    """Keras 3 (3.15 here) walks a model's attributes to load its weights,
+    skipping those a bare `Layer` has (`saving_lib.get_attr_skipset`: the
+    `dir()` of a throwaway `Layer()`), and means to compute that set once:
+    it stores it as `saving_attr_skipset_T` but looks for
+    `saving_attr_skiplist_T`, so every layer of every load builds a new
+    throwaway layer, a fifth of a checkpoint's `load_weights` here. This
+    stores each set, as Keras computes it, under the name Keras looks for
+    (again after each `clear_session`, which forgets them): the same sets,
+    once. Nothing where this Keras has no such function."""
+    try:
+        from keras.src.backend.common import global_state
+        from keras.src.saving import saving_lib
+
+        for kind in ("Operation", "Layer", "Functional", "Sequential"):
+            name = f"saving_attr_skiplist_{kind}"
+            if global_state.get_global_attribute(name) is None:
+                global_state.set_global_attribute(name, saving_lib.get_attr_skipset(kind))
+    except Exception:  # noqa: BLE001 - another Keras: it computes them as it does
+        pass
 
 
 def layer_names(tensors):
@@ -212,7 +267,7 @@ def probe_inputs(specs):
     return values
 
 
-def export_frozen(model, out, check_here=True):
+def export_frozen(model, out, check_here=True, laps=None):
     """The fast way for a file whose graph no later file shares: trace the
     serving function once, fold the variables into constants, and write a
     SavedModel with that one graph and its signature (TensorFlow's v1
@@ -230,7 +285,9 @@ def export_frozen(model, out, check_here=True):
     not fit (resources other than variables, an input with an unknown
     inner dimension, outputs that are not a flat dict of tensors, weights
     over 512 MiB) raises Unfreezable. Returns the input names, the output
-    names and whether the check was left to the worker."""
+    names and whether the check was left to the worker. Its steps are
+    `laps`' (trace, freeze, probe and write)."""
+    laps = laps or Laps()
     names, specs, outputs, serve = serving_function(model)
     weights = sum(int(np.prod(v.shape)) * np.dtype(v.dtype).itemsize for v in model.weights)
     if weights > MAX_FROZEN_BYTES:
@@ -240,6 +297,7 @@ def export_frozen(model, out, check_here=True):
     if any(not (s.dtype.is_floating or s.dtype.is_integer or s.dtype.is_bool) for s in specs):
         raise Unfreezable("an input is not numeric")
     concrete = tf.function(serve).get_concrete_function(*specs)
+    laps.lap("trace")
     structured = concrete.structured_outputs
     if not isinstance(structured, dict) or not structured or not all(tf.is_tensor(v) for v in structured.values()):
         raise Unfreezable("the outputs are not a flat dict of tensors")
@@ -247,6 +305,7 @@ def export_frozen(model, out, check_here=True):
         graph_def = freeze(concrete)
     except Exception as error:  # noqa: BLE001 - any model this cannot fold is exported the other way
         raise Unfreezable(f"{type(error).__name__}: {error}") from None
+    laps.lap("freeze")
     if graph_def.ByteSize() > 2 * MAX_FROZEN_BYTES:
         raise Unfreezable(f"the frozen graph is over {2 * MAX_FROZEN_BYTES >> 20} MiB")
     # The function's own inputs come first, then what it captured (the
@@ -288,6 +347,7 @@ def export_frozen(model, out, check_here=True):
             write_saved_model(out, graph_def, signature)
         finally:
             probing.join()
+    laps.lap("probe_and_write" if not check_here else "probe")
     if failed:
         raise failed[0]
     # A probe whose arrays are too big to keep beside the export is checked here after all.
@@ -295,12 +355,15 @@ def export_frozen(model, out, check_here=True):
     keep = not check_here and size <= MAX_CHECK_BYTES
     if not keep:
         check_frozen(graph_def, signature, names, probe, expected)
+        laps.lap("session_check")
     if check_here:
         write_saved_model(out, graph_def, signature)
+        laps.lap("write")
     if keep:
         arrays = {f"input/{name}": value for name, value in zip(names, probe)}
         arrays.update({f"output/{key}": value for key, value in expected.items()})
         np.savez(os.path.join(os.path.dirname(out), CHECK_FILE), **arrays)
+        laps.lap("check_file")
     return names, outputs, keep
 
 
@@ -529,21 +592,25 @@ class Graph:
         self.variables = checkpoint_layout(out)
 
 
-def export_shared(graph, path, out):
+def export_shared(graph, path, out, laps):
     """Writes `out` from `graph` with the weights of `path`; a string says
-    why not (the caller exports the file in full)."""
+    why not (the caller exports the file in full). Its steps are `laps`'."""
     from tensorflow.python.checkpoint import checkpoint as checkpoint_lib
     from tensorflow.python.checkpoint import graph_view
 
     config = loaded_config_digest(path)
+    laps.lap("config")
     if config is None or config != graph.config:
         return "its config, as Keras reads it, is not the traced file's"
     layout = weights_layout(path)
+    laps.lap("layout")
     if layout is None or layout != graph.layout:
         return "its weights are laid out unlike the traced file's"
+    keep_attr_skipsets()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         graph.model.load_weights(path)
+    laps.lap("load_weights")
     if caught:
         return f"loading its weights warned: {caught[0].message}"
     os.makedirs(os.path.join(out, "variables"))
@@ -552,7 +619,9 @@ def export_shared(graph, path, out):
         f.write(graph.saved_model)
     saver = checkpoint_lib.TrackableSaver(graph_view.ObjectGraphView(graph.archive._tf_trackable))
     saver.save(os.path.join(out, "variables", "variables"))
+    laps.lap("write")
     written = checkpoint_layout(out)
+    laps.lap("verify")
     if written != graph.variables:
         return "the variables written differ from the traced export's"
     try:
@@ -562,13 +631,16 @@ def export_shared(graph, path, out):
             f.write(fingerprinting.CreateFingerprintDef(out))
     except Exception:  # noqa: BLE001 - the fingerprint is optional (no loader requires it)
         pass
+    laps.lap("fingerprint")
     return None
 
 
 graph = None
 exported_bytes = 0
+cleanup_ms = None
 for index, job in enumerate(request["jobs"]):
-    say({"start": index})
+    say({"start": index} if cleanup_ms is None else {"start": index, "ms": {"cleanup": cleanup_ms}})
+    laps = Laps()
     if module_error is not None:
         say({"done": index, "ok": False, "error": module_error})
         continue
@@ -584,19 +656,24 @@ for index, job in enumerate(request["jobs"]):
         key = job.get("graph")
         if key is not None and not unsafe and graph is not None and graph.key == key:
             try:
-                why = export_shared(graph, job["file"], job["out"])
+                why = export_shared(graph, job["file"], job["out"], laps)
             except Exception as error:  # noqa: BLE001 - a file that does not fit is exported in full
                 why = f"{type(error).__name__}: {error}"
             if why is None:
                 say({"done": index, "ok": True, "loader": "keras", "graph": "shared", "inputs": graph.names,
-                     "outputs": graph.outputs})
+                     "outputs": graph.outputs, "ms": laps.laps})
+                cleanup_ms = None
                 continue
             print(f"isorun: {job['file']}: exported in full: {why}", file=sys.stderr)
             shutil.rmtree(job["out"], ignore_errors=True)
+            laps.lap("not_shared")
         # Read before Keras reads the file: the config this trace may be shared on.
         config = loaded_config_digest(job["file"]) if key is not None and not unsafe else None
+        laps.lap("config")
+        keep_attr_skipsets()
         try:
             model = keras.models.load_model(job["file"], compile=False, safe_mode=not unsafe)
+            laps.lap("load_model")
         except Exception as keras_error:
             if not job["file"].endswith((".h5", ".hdf5")) or importlib.util.find_spec("tf_keras") is None:
                 raise
@@ -605,7 +682,9 @@ for index, job in enumerate(request["jobs"]):
             if not unsafe and ("safe_mode" in str(keras_error) or h5_carries_code(job["file"])):
                 raise
             try:
+                laps.lap("load_model")
                 names, outputs = export_tf_keras(job["file"], job["out"])
+                laps.lap("tf_keras")
                 loader = "tf_keras"
             except Exception:
                 raise keras_error from None
@@ -618,7 +697,7 @@ for index, job in enumerate(request["jobs"]):
             archive = None
             if not shared_later and job.get("freeze", True):
                 try:
-                    names, outputs, deferred = export_frozen(model, job["out"], job.get("check") != "worker")
+                    names, outputs, deferred = export_frozen(model, job["out"], job.get("check") != "worker", laps)
                     graph_way = "frozen"
                     # No later job shares this group's graph, nor an earlier group's (groups come in a row).
                     graph = None
@@ -630,8 +709,10 @@ for index, job in enumerate(request["jobs"]):
                         os.remove(check_file)
                     if os.path.exists(job["out"]):
                         raise RuntimeError(f"cannot remove the unfinished frozen export {job['out']}") from None
+                    laps.lap("not_frozen")
             if graph_way != "frozen":
                 names, outputs, archive = export_keras(model, job["out"])
+                laps.lap("archive")
                 graph_way = "traced"
             if archive is not None and key is not None and not unsafe and (graph is None or graph.key != key):
                 layout = weights_layout(job["file"])
@@ -639,19 +720,25 @@ for index, job in enumerate(request["jobs"]):
                 graph = None
                 if layout is not None and config is not None and shareable(model, job["out"]):
                     graph = Graph(key, config, model, archive, job["out"], layout, names, outputs)
+                laps.lap("keep")
             del model, archive
-        done = {"done": index, "ok": True, "loader": loader, "graph": graph_way, "inputs": names, "outputs": outputs}
+        done = {"done": index, "ok": True, "loader": loader, "graph": graph_way, "inputs": names, "outputs": outputs,
+                "ms": laps.laps}
         if graph_way == "frozen" and deferred:
             done["check"] = "worker"
         say(done)
     except BaseException as error:  # noqa: BLE001 - every failure is this model's record
         text = f"{type(error).__name__}: {error}".strip()
         traceback.print_exc(file=sys.stderr)
-        say({"done": index, "ok": False, "error": text})
+        laps.lap("failed")
+        say({"done": index, "ok": False, "error": text, "ms": laps.laps})
     # A full collection costs ~0.3 s with TensorFlow loaded, more than many
     # an export: collect after big files and every few files, not after each.
     exported_bytes += os.path.getsize(job["file"]) if os.path.exists(job["file"]) else 0
     full = exported_bytes >= 256 << 20 or index % 8 == 7
+    cleanup = Laps()
     keras.backend.clear_session(free_memory=full)
+    cleanup.lap("cleanup")
+    cleanup_ms = cleanup.laps["cleanup"]
     if full:
         exported_bytes = 0

@@ -102,6 +102,18 @@ pub struct ExportReport {
     pub graph: Option<GraphSource>,
     /// A frozen graph's check against the traced model (see `frozen_check`).
     pub check: Option<ExportCheck>,
+    /// Where `ms` went, phase by phase as the export process measured them,
+    /// then `other` (the rest of `ms`: the answers' way through the pipe,
+    /// the supervisor's turn), so they add up to `ms`; empty when cached or
+    /// not exported (the record's `export.phases_ms`).
+    pub phases_ms: Vec<(String, u64)>,
+    /// What the export process spent before this file's start: for the
+    /// first file of a process its start (`process_start`, the spawn to its
+    /// hello, and `imports` within it) and `turn` (the hello to this file's
+    /// start: waiting for the process before it, the `--keras-module`s); for
+    /// a later one, the `cleanup` after the file before it (the record's
+    /// `export.before_ms`).
+    pub before_ms: Vec<(String, u64)>,
 }
 
 /// Where a frozen graph was checked against the traced model on a probe row.
@@ -295,6 +307,8 @@ impl Staged {
                             loader: None,
                             graph: None,
                             check: None,
+                            phases_ms: Vec::new(),
+                            before_ms: Vec::new(),
                         });
                         report_failure(index, outcome.clone(), stderr.clone());
                     }
@@ -329,7 +343,7 @@ impl Staged {
         let KeyWork { key, indexes, graph: architecture, .. } = &work.keys[job.id];
         let staging = job.out.parent().expect("a staging folder").to_path_buf();
         let result = match end {
-            JobEnd::Exported { loader, ms, graph, check_in_worker } => {
+            JobEnd::Exported { loader, ms, graph, check_in_worker, phases, before } => {
                 let check = (graph == GraphSource::Frozen).then_some(if check_in_worker {
                     ExportCheck::Pending
                 } else {
@@ -356,7 +370,9 @@ impl Staged {
                     .map(Ok)
                     .unwrap_or_else(|| cache::commit(&work.cache, key, &staging, &about))
                 {
-                    Ok(_) => Ok(Stored { loader, ms, graph, check }),
+                    Ok(_) => {
+                        Ok(Stored { loader, ms, graph, check, phases_ms: with_other(phases, ms), before_ms: before })
+                    }
                     Err(e) => Err(Box::new((
                         export_error(format!(
                             "{}: cannot store the export in {}: {e}",
@@ -507,6 +523,20 @@ struct Stored {
     ms: u64,
     graph: GraphSource,
     check: Option<ExportCheck>,
+    phases_ms: Vec<(String, u64)>,
+    before_ms: Vec<(String, u64)>,
+}
+
+/// The export process's `phases` of a job that took `ms` as the supervisor
+/// timed it, and `other`, the rest (never below 0: the process's clock and
+/// the supervisor's start at different instants), so that they add up to
+/// `ms` unless the process's own sum is more. None when it named none.
+fn with_other(mut phases: Vec<(String, u64)>, ms: u64) -> Vec<(String, u64)> {
+    if !phases.is_empty() {
+        let said: u64 = phases.iter().map(|(_, ms)| ms).fold(0, |a, b| a.saturating_add(*b));
+        phases.push(("other".into(), ms.saturating_sub(said)));
+    }
+    phases
 }
 
 impl Stored {
@@ -518,6 +548,8 @@ impl Stored {
             loader: Some(self.loader.clone()),
             graph: Some(self.graph),
             check: self.check.clone(),
+            phases_ms: self.phases_ms.clone(),
+            before_ms: self.before_ms.clone(),
         }
     }
 }
@@ -634,6 +666,8 @@ pub(crate) fn plan(models: &[Model], settings: &Settings, check_in_worker: bool,
             loader: None,
             graph: None,
             check: None,
+            phases_ms: Vec::new(),
+            before_ms: Vec::new(),
         });
     };
     let (cache, python, module_hashes) = match toolchain(settings) {
@@ -705,6 +739,8 @@ pub(crate) fn plan(models: &[Model], settings: &Settings, check_in_worker: bool,
                 loader: text("loader"),
                 graph: text("graph").as_deref().and_then(GraphSource::from_name),
                 check: about.as_ref().and_then(ExportCheck::of_entry),
+                phases_ms: Vec::new(),
+                before_ms: Vec::new(),
             });
             continue;
         }
@@ -770,6 +806,18 @@ pub fn saved_model_for(
 #[cfg(test)]
 mod key_parts_tests {
     use super::*;
+
+    #[test]
+    fn an_export_s_phases_end_with_the_rest_of_its_time() {
+        let phases = |v: &[(&str, u64)]| v.iter().map(|(n, ms)| (n.to_string(), *ms)).collect::<Vec<_>>();
+        assert_eq!(
+            with_other(phases(&[("load_weights", 20), ("write", 5)]), 30),
+            phases(&[("load_weights", 20), ("write", 5), ("other", 5)])
+        );
+        // The process's clock saw more than the supervisor's: nothing is left, nothing negative.
+        assert_eq!(with_other(phases(&[("load_model", 40)]), 38), phases(&[("load_model", 40), ("other", 0)]));
+        assert_eq!(with_other(Vec::new(), 30), Vec::new());
+    }
 
     #[test]
     fn exports_start_with_the_costliest_and_end_together_across_processes() {

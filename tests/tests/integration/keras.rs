@@ -850,6 +850,70 @@ fn a_lambda_cannot_join_the_supervisors_process_group_from_the_export_process() 
     assert!(record["error"]["message"].as_str().unwrap().contains("setpgid refused"), "{record}");
 }
 
+/// Where a first run's exports went, per file (issue 44 §1): each exported
+/// record's `export.phases_ms` names the export process's phases of that
+/// file in order (`load_model` for a file traced, `load_weights`, `write`
+/// and `verify` for one that shares its trace) and `other`, the rest of
+/// `export.ms`, so that they add up to it; `export.before_ms` says what the
+/// process spent before the file (its start and imports for the first,
+/// the clean-up after the one before for the others). A cached run has none.
+#[test]
+fn export_phases_are_in_the_records_and_add_up_to_the_export_time() {
+    let Some(python) = python("export_phases_are_in_the_records_and_add_up_to_the_export_time") else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let run_dir = tmp.path().join("run");
+    crate::util::copy_dir(&keras_fixtures().join("checkpoints/run"), &run_dir);
+    let inputs = keras_fixtures().join("checkpoints/inputs.npz");
+    let cache = tmp.path().join("cache");
+    let args = ["-j", "1", "--inputs", inputs.to_str().unwrap(), run_dir.to_str().unwrap()];
+    let first = keras_run(&python, &cache, &args);
+    assert_eq!(first.code, Some(0), "{}\n{}", first.stdout, first.stderr);
+    assert_eq!(first.records.len(), 5, "{}", first.stdout);
+    let mut graphs = Vec::new();
+    let mut process_starts = 0;
+    for record in &first.records {
+        let export = &record["export"];
+        let phases = export["phases_ms"].as_object().unwrap_or_else(|| panic!("no phases_ms: {record}"));
+        let names: Vec<&str> = phases.keys().map(String::as_str).collect();
+        assert_eq!(names.last(), Some(&"other"), "{record}");
+        let ms = |value: &serde_json::Value| value.as_u64().unwrap_or_else(|| panic!("not a number: {record}"));
+        let said: u64 = phases.iter().filter(|(name, _)| *name != "other").map(|(_, v)| ms(v)).sum();
+        let all: u64 = phases.values().map(ms).sum();
+        // The process's phases and the rest add up to the export's time (or
+        // are the process's own sum, when its clock saw more than the supervisor's).
+        assert_eq!(all, ms(&export["ms"]).max(said), "{record}");
+        let graph = export["graph"].as_str().unwrap().to_string();
+        let wanted: &[&str] = match graph.as_str() {
+            "shared" => &["config", "layout", "load_weights", "write", "verify"],
+            _ => &["config", "load_model"],
+        };
+        for name in wanted {
+            assert!(phases.contains_key(*name), "{name} missing: {record}");
+        }
+        let before = export["before_ms"].as_object().unwrap_or_else(|| panic!("no before_ms: {record}"));
+        if before.contains_key("process_start") {
+            process_starts += 1;
+            for name in ["imports", "turn"] {
+                assert!(before[name].is_u64(), "{name} missing: {record}");
+            }
+        } else {
+            assert!(before["cleanup"].is_u64(), "{record}");
+        }
+        graphs.push(graph);
+    }
+    assert!(graphs.iter().any(|g| g == "shared"), "{graphs:?}");
+    // One process at -j 1 for these five small files: one start, one import.
+    assert_eq!(process_starts, 1, "{}", first.stdout);
+    let second = keras_run(&python, &cache, &args);
+    assert_eq!(second.code, Some(0), "{}\n{}", second.stdout, second.stderr);
+    for record in &second.records {
+        assert_eq!(record["export"]["cached"], true, "{record}");
+        assert!(record["export"].get("phases_ms").is_none(), "{record}");
+    }
+}
+
 /// One training run's checkpoints share one trace: the first file of an
 /// architecture is traced, the later ones get only their weights written
 /// into a copy of its export; a file one unit wider gets its own trace, and
