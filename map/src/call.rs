@@ -168,6 +168,14 @@ pub fn run(
         }
     }
     let (status, maxrss) = zygote.exited(&forked).map_err(|e| NotStarted::Lost(format!("after the call: {e}")))?;
+    if attempts.is_empty() && !items.is_empty() {
+        // It ended before it took its first item: that item's attempt, or
+        // the caller would hand the same items to process after process.
+        let mut attempt = ended_fields(None, status, limits);
+        attempt.insert("wall_ms".into(), 0.into());
+        attempt.insert("peak_rss_bytes".into(), maxrss.into());
+        attempts.push(attempt);
+    }
     if let (Some(killed), Some(last)) = (ended, attempts.last_mut()) {
         let mut fields = ended_fields(killed, status, limits);
         fields.extend(std::mem::take(last));

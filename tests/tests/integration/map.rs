@@ -561,3 +561,23 @@ fn a_resumed_value_file_is_copied_into_this_run_s_values_dir_or_the_call_runs_ag
     assert!(record.get("resumed").is_none(), "the value is gone: the call runs again: {}", third.stdout);
     assert!(dir.join("v3/0.pkl").is_file());
 }
+
+#[test]
+fn a_process_that_dies_before_it_takes_its_item_is_that_item_s_crash() {
+    let tmp = setup();
+    let dir = tmp.path();
+    std::fs::write(
+        dir.join("atfork.py"),
+        "import os\nos.register_at_fork(after_in_child=lambda: os._exit(5))\ndef f(x):\n    return x\n",
+    )
+    .unwrap();
+    for spares in ["0", "1"] {
+        let ran = map(dir, &["atfork:f", "1", "2", "-j", "1", "--spares", spares]);
+        assert_eq!(ran.code, Some(1), "{}", ran.stderr);
+        for record in &ran.records {
+            assert_eq!(record["status"], "crashed", "{record}");
+            assert!(record["error"]["message"].as_str().unwrap().contains("exited with code 5"), "{record}");
+        }
+        assert_eq!(ran.records.len(), 2);
+    }
+}
