@@ -271,6 +271,13 @@ fn resume_after_sigkill_of_the_supervisor_runs_only_what_is_missing() {
     child.kill().unwrap();
     let first = crate::util::ran(child.wait_with_output().unwrap());
     assert_eq!(first.records.len(), 2, "items 1 and 2 were done: {}", first.stdout);
+    // The zygote, its spare and the hanging call die with the supervisor.
+    let needle = format!("MAP_TEST_DIR={}", dir.display());
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !processes_with_env(&needle).is_empty() && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(processes_with_env(&needle), Vec::<u32>::new(), "a process outlived the killed supervisor");
 
     let ran = run(map_command(dir).args(args).arg("--resume"));
     assert_eq!(ran.code, Some(0), "{}", ran.stderr);
