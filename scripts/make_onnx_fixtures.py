@@ -19,7 +19,14 @@ from onnx import TensorProto, helper, numpy_helper
 OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "fixtures", "onnx")
 
 
+# IR version 8 (ONNX 1.10): what ONNX Runtime releases of the last years
+# all load; onnx's helper would write its newest.
+IR_VERSION = 8
+
+
 def save(model, name, check=True, **kwargs):
+    if model.ir_version > IR_VERSION:
+        model.ir_version = IR_VERSION
     if check:
         onnx.checker.check_model(model)
     path = os.path.join(OUT, name)
@@ -130,13 +137,16 @@ def main():
     )
     model = helper.make_model(graph, opset_imports=opsets(("", 17)), producer_name="isorun-fixtures",
                               producer_version="1.0")
+    model.ir_version = IR_VERSION
     os.makedirs(os.path.join(OUT, "external"), exist_ok=True)
     onnx.save_model(model, os.path.join(OUT, "external", "external.onnx"), save_as_external_data=True,
                     all_tensors_to_one_file=True, location="weights.bin", size_threshold=64)
     print("external/external.onnx, external/weights.bin")
 
     # Cut short in the middle of the graph.
-    whole = mlp().SerializeToString()
+    whole = mlp()
+    whole.ir_version = IR_VERSION
+    whole = whole.SerializeToString()
     with open(os.path.join(OUT, "truncated.onnx"), "wb") as f:
         f.write(whole[: len(whole) * 2 // 3])
     print("truncated.onnx")

@@ -1,8 +1,10 @@
 //! Finding models: each MODEL argument is a SavedModel folder (it holds
 //! `saved_model.pb`), a Keras model file (`.keras`, or a full-model
-//! `.h5`/`.hdf5`), or a folder searched recursively for both (a weights-only
-//! HDF5 file, such as a `.weights.h5`, is skipped there). A Keras file's id
-//! keeps its extension, so `m.keras` and `m.h5` do not collide. Ids are
+//! `.h5`/`.hdf5`), an ONNX file (`.onnx`; the external-data files beside it
+//! are its own, never models), or a folder searched recursively for them (a
+//! weights-only HDF5 file, such as a `.weights.h5`, is skipped there). A
+//! file's id keeps its extension, so `m.keras`, `m.h5` and `m.onnx` do not
+//! collide. Ids are
 //! paths relative to the argument they were found under, so they stay the
 //! same on every machine and make good keys for outputs and reports. In
 //! TensorFlow Serving's layout (`mymodel/1`, `mymodel/2`) a version's id
@@ -41,29 +43,36 @@ pub enum ModelFormat {
     Keras,
     /// A full-model HDF5 file (`model.save("m.h5")`, Keras 3 or Keras 2).
     H5,
+    /// An ONNX model file (`.onnx`), its external data beside it. Listed and
+    /// inspected; no worker runs one yet (issue 41): a run ends its unit
+    /// with `load_failed` before any worker starts.
+    Onnx,
 }
 
 impl ModelFormat {
-    /// The name in records and listings: `saved_model`, `keras`, `h5`.
+    /// The name in records and listings: `saved_model`, `keras`, `h5`, `onnx`.
     pub fn name(self) -> &'static str {
         match self {
             ModelFormat::SavedModel => "saved_model",
             ModelFormat::Keras => "keras",
             ModelFormat::H5 => "h5",
+            ModelFormat::Onnx => "onnx",
         }
     }
 
     /// True for Keras files, which are exported before they run.
     pub fn is_keras_file(self) -> bool {
-        self != ModelFormat::SavedModel
+        matches!(self, ModelFormat::Keras | ModelFormat::H5)
     }
 }
 
-/// The Keras format a file's name says, if any: `.keras`, or `.h5`/`.hdf5`
-/// (which may still hold weights only).
+/// The model format a file's name says, if any: `.keras`, `.h5`/`.hdf5`
+/// (which may still hold weights only), `.onnx`.
 fn keras_file_format(path: &Path) -> Option<ModelFormat> {
     let name = path.file_name()?.to_string_lossy().to_ascii_lowercase();
-    if name.ends_with(".keras") {
+    if name.ends_with(".onnx") {
+        Some(ModelFormat::Onnx)
+    } else if name.ends_with(".keras") {
         Some(ModelFormat::Keras)
     } else if name.ends_with(".h5") || name.ends_with(".hdf5") {
         Some(ModelFormat::H5)
@@ -72,8 +81,8 @@ fn keras_file_format(path: &Path) -> Option<ModelFormat> {
     }
 }
 
-/// Whether a Keras-named file is a model: `.keras` always (a broken one is
-/// that model's error later), `.h5` when it holds a `model_config`.
+/// Whether a model-named file is a model: `.keras` and `.onnx` always (a
+/// broken one is that model's error later), `.h5` when it holds a `model_config`.
 fn keras_model_file(path: &Path) -> Result<Option<ModelFormat>, DiscoverError> {
     match keras_file_format(path) {
         Some(ModelFormat::H5) => {
@@ -102,14 +111,14 @@ pub enum DiscoverError {
     #[error("{0}: no such file or directory")]
     Missing(PathBuf),
     #[error(
-        "{0}: not a model (a MODEL is a SavedModel folder, a .keras or full-model .h5 file, or a folder holding them)"
+        "{0}: not a model (a MODEL is a SavedModel folder, a .keras, full-model .h5 or .onnx file, or a folder holding them)"
     )]
     NotAFolder(PathBuf),
     #[error("{0}: holds weights only (no model_config); a model needs its architecture too: save it with model.save(\"model.keras\"), or load the weights into the model in Python and save that")]
     WeightsOnly(PathBuf),
     #[error("{0}: not an HDF5 file (no HDF5 signature)")]
     NotHdf5(PathBuf),
-    #[error("{0}: no model found (no SavedModel folder, .keras or full-model .h5 file under it){1}")]
+    #[error("{0}: no model found (no SavedModel folder, .keras, full-model .h5 or .onnx file under it){1}")]
     NoneFound(PathBuf, SkippedFiles),
     #[error("{0}: a SavedModel is the folder that holds saved_model.pb: give the folder, {1}")]
     SavedModelFile(PathBuf, PathBuf),
@@ -320,7 +329,8 @@ fn walk(
             walk(root, &child, visited, found, skipped, warn);
             continue;
         }
-        // Keras files beside the folders; weights-only HDF5 files are not models.
+        // Keras and ONNX files beside the folders; weights-only HDF5 files
+        // are not models, nor are ONNX external-data files (not `.onnx`).
         match keras_model_file(&child) {
             Ok(Some(format)) => {
                 let id = child.strip_prefix(root).unwrap_or(&child).to_string_lossy().into_owned();
@@ -512,7 +522,7 @@ mod tests {
         let err = discover(&[tmp.path().join("empty")], &mut |_| {}).unwrap_err();
         assert!(err
             .to_string()
-            .ends_with("empty: no model found (no SavedModel folder, .keras or full-model .h5 file under it)"));
+            .ends_with("empty: no model found (no SavedModel folder, .keras, full-model .h5 or .onnx file under it)"));
         let err = discover(&[tmp.path().join("nope")], &mut |_| {}).unwrap_err();
         assert!(err.to_string().ends_with("nope: no such file or directory"));
     }

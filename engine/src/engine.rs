@@ -109,6 +109,7 @@ impl Engine {
                 decided[report.index] = true;
                 on_event(Event::Finished(Box::new(report)));
             }
+            crate::onnx::decide(models, &mut decided, &mut |report| on_event(Event::Finished(Box::new(report))));
             let work = Work::Inputs { inputs, sink, decided: &decided };
             run_all(models, work, &self.settings, cancel, on_event, producer, checks)
         })
@@ -135,6 +136,7 @@ impl Engine {
         self.staged(models, Some(&decide), cancel, on_event, |models, on_event, producer, checks| {
             // A stream that cannot fit its model ends the unit here, before any worker starts.
             let mut decided = vec![false; models.len()];
+            crate::onnx::decide(models, &mut decided, &mut |report| on_event(Event::Finished(Box::new(report))));
             for (index, model) in models.iter().enumerate() {
                 if model.format != crate::discover::ModelFormat::SavedModel {
                     continue;

@@ -50,6 +50,7 @@ mod gpu;
 mod inputs;
 pub mod keras;
 mod locate;
+mod onnx;
 mod process;
 mod session;
 mod settings;

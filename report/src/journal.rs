@@ -237,6 +237,9 @@ pub fn unit_key(model: &Model, parts: &KeyParts) -> io::Result<String> {
     if model.format.is_keras_file() {
         // A Keras file: its own bytes (its export is a function of them and the settings).
         hash_file(&mut hasher, &model.path, "keras file")?;
+    } else if model.format == isorun_engine::ModelFormat::Onnx {
+        // An ONNX file: its own bytes (its external data is not hashed yet, issue 41).
+        hash_file(&mut hasher, &model.path, "onnx file")?;
     } else {
         hash_model_tree(&mut hasher, &model.path)?;
     }

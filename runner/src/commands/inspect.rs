@@ -3,11 +3,14 @@
 //! with `isorun-tfproto`, so it works where libtensorflow is not installed
 //! and shows dtypes isorun cannot carry under TensorFlow's own names and
 //! TF1 reference dtypes with `_ref` (`float32_ref`, which `run` carries as
-//! `float32`).
+//! `float32`). An `.onnx` file shows its graph's inputs and outputs
+//! (symbolic dimensions by name), opsets, producer and external data, read
+//! with `isorun-onnxproto` without ONNX Runtime.
 
 use crate::cli::InspectArgs;
 use isorun_engine::keras::files::{self, KerasFileError, KerasInfo};
 use isorun_engine::ModelFormat;
+use isorun_onnxproto::{Dim, OnnxModel, ValueInfo};
 use isorun_report::text::one_line;
 use isorun_tfproto::proto::{MetaGraphDef, SignatureDef, TensorInfo};
 use isorun_tfproto::{read_saved_model, SavedModelError};
@@ -77,7 +80,10 @@ pub struct TensorView {
 
 pub fn main(args: &InspectArgs) -> Result<i32, String> {
     let keras = keras_file(&args.model).map_err(|e| crate::support::with_causes(&e))?;
-    let text = if let Some((format, info)) = keras {
+    let text = if is_onnx_file(&args.model) {
+        let model = isorun_onnxproto::read_model(&args.model).map_err(|e| crate::support::with_causes(&e))?;
+        onnx_text(&model, args.json)
+    } else if let Some((format, info)) = keras {
         keras_text(&args.model, format, &info, args.json)
     } else {
         saved_model_text(args)?
@@ -150,6 +156,98 @@ fn keras_text(path: &Path, format: ModelFormat, info: &KerasInfo, json: bool) ->
     text.push_str("  outputs:\n");
     for name in &info.outputs {
         text.push_str(&format!("    {}\n", one_line(name)));
+    }
+    text
+}
+
+/// An `.onnx` file (not a folder named so).
+fn is_onnx_file(model: &Path) -> bool {
+    let name = model.file_name().map(|n| n.to_string_lossy().to_ascii_lowercase()).unwrap_or_default();
+    name.ends_with(".onnx") && !model.is_dir()
+}
+
+/// What `inspect` says of an ONNX model: its graph's inputs (initializers
+/// left out) and outputs in graph order, with symbolic dimensions by name,
+/// its opsets, producer and external-data files.
+fn onnx_text(model: &OnnxModel, json: bool) -> String {
+    let path = std::path::absolute(&model.path).unwrap_or_else(|_| model.path.clone());
+    if json {
+        let values = |values: &[ValueInfo]| -> Value {
+            values
+                .iter()
+                .map(|v| {
+                    let shape = v.value_type.dims().map(|dims| {
+                        dims.iter()
+                            .map(|d| match d {
+                                Dim::Fixed(size) => json!(size),
+                                Dim::Symbolic(name) => json!(name),
+                                Dim::Unknown => Value::Null,
+                            })
+                            .collect::<Vec<_>>()
+                    });
+                    let dtype = v.value_type.tensor_elem().and_then(|e| e.dtype()).map(|d| d.name());
+                    json!({"name": v.name, "type": v.value_type.kind_name(), "dtype": dtype, "shape": shape})
+                })
+                .collect()
+        };
+        let opsets: Vec<Value> =
+            model.opsets.iter().map(|o| json!({"domain": o.domain_name(), "version": o.version})).collect();
+        let external: Vec<Value> = model
+            .external_data
+            .iter()
+            .map(|f| {
+                let resolved = path.parent().map_or_else(|| f.path.clone(), |folder| folder.join(&f.location));
+                json!({"location": f.location, "path": resolved.to_string_lossy(), "tensors": f.tensors,
+                    "present": f.path.is_file()})
+            })
+            .collect();
+        let line = json!({
+            "path": path.to_string_lossy(),
+            "format": ModelFormat::Onnx.name(),
+            "ir_version": model.ir_version,
+            "producer_name": model.producer_name,
+            "producer_version": model.producer_version,
+            "graph_name": model.graph_name,
+            "opsets": opsets,
+            "inputs": values(&model.inputs),
+            "outputs": values(&model.outputs),
+            "external_data": external,
+        });
+        return format!("{line}\n");
+    }
+    let producer = match (model.producer_name.as_str(), model.producer_version.as_str()) {
+        ("", _) => "an unnamed producer".to_string(),
+        (name, "") => one_line(name).into_owned(),
+        (name, version) => format!("{} {}", one_line(name), one_line(version)),
+    };
+    let mut text = format!(
+        "{} (onnx file, IR version {}, made by {producer})\n  opsets: {}\n  inputs:\n",
+        one_line(&path.to_string_lossy()),
+        model.ir_version,
+        model
+            .opsets
+            .iter()
+            .map(|o| format!("{} {}", one_line(o.domain_name()), o.version))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    for input in &model.inputs {
+        text.push_str(&format!("    {}: {}\n", one_line(&input.name), one_line(&input.value_type.to_string())));
+    }
+    if model.initializer_inputs > 0 {
+        text.push_str(&format!("    ({} initializers listed as inputs are left out)\n", model.initializer_inputs));
+    }
+    text.push_str("  outputs:\n");
+    for output in &model.outputs {
+        text.push_str(&format!("    {}: {}\n", one_line(&output.name), one_line(&output.value_type.to_string())));
+    }
+    if !model.external_data.is_empty() {
+        text.push_str("  external data:\n");
+        for file in &model.external_data {
+            let tensors = if file.tensors == 1 { "1 tensor".to_string() } else { format!("{} tensors", file.tensors) };
+            let missing = if file.path.is_file() { "" } else { ", missing" };
+            text.push_str(&format!("    {} ({tensors}{missing})\n", one_line(&file.location)));
+        }
     }
     text
 }

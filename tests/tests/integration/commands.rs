@@ -444,10 +444,10 @@ fn ls_errors_are_usage_errors_naming_the_folder() {
     fake_models(dir, &["x/m", "y/m"]);
     let cases: [(&[&str], &str); 4] = [
         (&["missing"], "isorun: error: missing: no such file or directory\n"),
-        (&["empty"], "isorun: error: empty: no model found (no SavedModel folder, .keras or full-model .h5 file under it)\n"),
+        (&["empty"], "isorun: error: empty: no model found (no SavedModel folder, .keras, full-model .h5 or .onnx file under it)\n"),
         (
             &["a-file"],
-            "isorun: error: a-file: not a model (a MODEL is a SavedModel folder, a .keras or full-model .h5 file, or a folder holding them)\n",
+            "isorun: error: a-file: not a model (a MODEL is a SavedModel folder, a .keras, full-model .h5 or .onnx file, or a folder holding them)\n",
         ),
         (&["x/m", "y/m"], "isorun: error: two models have the id 'm': "),
     ];
