@@ -65,6 +65,7 @@ pub use engine::{Engine, Event, RunSummary, SetupError};
 pub use feed::{Feed, FeedStream, FeedSummary, StreamReport};
 pub use inputs::{signature_here, PreparedInputs};
 pub use isorun_protocol::Outcome;
+pub use onnx::onnx_not_runnable;
 pub use process::{library_path, memory_fields, pidfd_signals_process_group, worker_version, SpawnSpec};
 pub use session::{check_outputs, MAX_RANK};
 pub use settings::{Settings, SettingsBuilder, SpawnMode, STATUSES};

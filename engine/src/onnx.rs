@@ -13,16 +13,21 @@ pub(crate) fn not_runnable(model: &Model) -> Option<Outcome> {
     if model.format != ModelFormat::Onnx {
         return None;
     }
-    let message = match isorun_onnxproto::read_model(&model.path) {
+    Some(Outcome::Error(ModelError::new(ErrorKind::LoadFailed, onnx_not_runnable(&model.path))))
+}
+
+/// Why the ONNX model at `path` cannot run: its own error when it is not a
+/// readable ONNX model, else that ONNX Runtime support is not built yet.
+pub fn onnx_not_runnable(path: &std::path::Path) -> String {
+    match isorun_onnxproto::read_model(path) {
         Err(e) => with_causes(&e),
         Ok(_) => format!(
             "{}: ONNX models cannot run yet: ONNX Runtime support is not built (issue 41); \
              `isorun inspect {}` reads its inputs and outputs",
-            model.path.display(),
-            model.path.display()
+            path.display(),
+            path.display()
         ),
-    };
-    Some(Outcome::Error(ModelError::new(ErrorKind::LoadFailed, message)))
+    }
 }
 
 /// Ends every unit of a model no worker can run (marking it in `decided`),

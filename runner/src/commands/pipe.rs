@@ -91,11 +91,15 @@ impl Server<'_> {
 }
 
 /// A Keras file given to `pipe`: exported (or found in the cache) first, in
-/// the sandbox the worker would have; a file that cannot be is a usage error.
+/// the sandbox the worker would have; a file that cannot be is a usage error,
+/// as an `.onnx` file is while no worker runs one (issue 41).
 fn keras_saved_model(args: &PipeArgs) -> Result<PathBuf, String> {
     let model = isorun_engine::discover(std::slice::from_ref(&args.model), &mut |_| {})
         .map_err(|e| crate::support::with_causes(&e))?
         .remove(0);
+    if model.format == isorun_engine::ModelFormat::Onnx {
+        return Err(isorun_engine::onnx_not_runnable(&args.model));
+    }
     let settings = isorun_engine::Settings::builder(worker_binary(args.worker.worker.as_deref())?)
         .sandbox((args.sandbox == SandboxMode::Strict).then(|| isorun_protocol::SandboxSpec {
             read_paths: Vec::new(),

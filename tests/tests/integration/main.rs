@@ -25,6 +25,7 @@ mod map;
 mod nightly;
 mod old_kernels;
 mod onednn_warmup;
+mod onnx;
 mod output_files;
 mod outputs;
 mod phases;
