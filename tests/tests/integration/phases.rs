@@ -95,3 +95,51 @@ fn an_eval_unit_s_time_is_split_into_data_model_ipc_and_scoring() {
     assert!((parts - wall).abs() <= 12.0, "{parts} against {wall}: {phases}");
     assert!(number(phases, "data") > 0.0 && number(phases, "score") > 0.0, "{phases}");
 }
+
+/// Several models over one small dataset: the first unit decodes it on its
+/// prefetch thread (`data_decode`, beside the parts that add up to the wall
+/// time), the later ones replay its batches (nothing decoded), with the
+/// same metrics to the last bit.
+#[test]
+fn an_eval_of_several_models_decodes_the_data_once_beside_the_worker() {
+    let fixtures = crate::util::fixtures().join("eval");
+    let tmp = tempfile::tempdir().unwrap();
+    let models = tmp.path().join("models");
+    for name in ["a", "b", "c"] {
+        let dir = models.join(name);
+        std::fs::create_dir_all(dir.join("variables")).unwrap();
+        let from = fixtures.join("models/binary");
+        std::fs::copy(from.join("saved_model.pb"), dir.join("saved_model.pb")).unwrap();
+        for entry in std::fs::read_dir(from.join("variables")).unwrap() {
+            let entry = entry.unwrap();
+            std::fs::copy(entry.path(), dir.join("variables").join(entry.file_name())).unwrap();
+        }
+    }
+    let ran = run(isorun().arg("eval").arg(&models).arg("--data").arg(fixtures.join("data/data.tfrecord")).args([
+        "--label",
+        "label_bin",
+        "-vv",
+        "--batch-size",
+        "100",
+        "-j",
+        "1",
+    ]));
+    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    let mut records = ran.records.clone();
+    records.sort_by_key(|r| r["model"].as_str().unwrap().to_string());
+    assert_eq!(records.len(), 3);
+    for record in &records {
+        let phases = &record["phases_ms"];
+        let wall = record["wall_ms"].as_f64().unwrap();
+        let parts: f64 =
+            ["data", "score", "load", "run", "ipc", "other"].iter().map(|k| number(phases, k)).sum::<f64>()
+                + ["spawn", "hello", "exit"].iter().filter_map(|k| phases[*k].as_f64()).sum::<f64>();
+        // `spare_wait` came before the unit began; `data_decode` was beside it.
+        assert!((parts - wall).abs() <= 12.0, "{parts} against {wall}: {phases}");
+        assert!(number(phases, "data_decode") >= 0.0, "{phases}");
+        assert_eq!(record["metrics"], records[0]["metrics"], "the same batches, the same metrics");
+        assert_eq!(record["examples"], records[0]["examples"]);
+    }
+    let decoded: Vec<f64> = records.iter().map(|r| number(&r["phases_ms"], "data_decode")).collect();
+    assert_eq!(decoded.iter().filter(|d| **d > 0.0).count(), 1, "decoded once, replayed twice: {decoded:?}");
+}
