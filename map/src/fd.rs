@@ -158,6 +158,32 @@ pub fn wait4(pid: u32) -> io::Result<(i32, u64)> {
     }
 }
 
+/// Waits until a child of this process has exited, without reaping it
+/// (its pid, and the process group it leads, stay its own until then).
+pub fn wait_exited(pid: u32) -> io::Result<()> {
+    loop {
+        // SAFETY: waitid writes only into info.
+        let waited = unsafe {
+            let mut info: libc::siginfo_t = std::mem::zeroed();
+            libc::waitid(libc::P_PID, pid as libc::id_t, &mut info, libc::WEXITED | libc::WNOWAIT)
+        };
+        if waited == 0 {
+            return Ok(());
+        }
+        let error = io::Error::last_os_error();
+        if error.kind() != io::ErrorKind::Interrupted {
+            return Err(error);
+        }
+    }
+}
+
+/// SIGKILL to the process group `leader` leads. Only for a leader that is
+/// a child of ours not yet reaped, so the group id cannot name another.
+pub fn kill_group(leader: u32) {
+    // SAFETY: a plain system call; see above for why the id is still ours.
+    unsafe { libc::kill(-(leader as libc::pid_t), libc::SIGKILL) };
+}
+
 /// Shuts down the writing half of a stream socket (the peer reads its end).
 pub fn shutdown_write(socket: &impl AsRawFd) {
     // SAFETY: a plain system call on a descriptor we own.

@@ -311,7 +311,13 @@ impl Zygote {
         }
     }
 
+    /// Reaps the interpreter once it has exited, after killing what is left
+    /// of its process group (it leads one: `setsid` at start): what a call
+    /// started and left running dies with it. In the sandbox nothing can
+    /// leave the group (seccomp refuses `setpgid` and `setsid`).
     fn reap(&mut self) -> std::io::Result<(i32, u64)> {
+        fd::wait_exited(self.pid)?;
+        fd::kill_group(self.pid);
         let reaped = fd::wait4(self.pid);
         self.reaped = true;
         reaped

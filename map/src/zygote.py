@@ -123,6 +123,67 @@ def _load(spec):
     return fn, source_hash
 
 
+def _become_subreaper():
+    """Orphans of our calls (what a call started and left running, or what
+    was running under it when it was killed) become our children, so the
+    sweep after each call can end them. Best effort: False if refused."""
+    try:
+        import ctypes
+
+        return ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0) == 0  # PR_SET_CHILD_SUBREAPER
+    except BaseException:
+        return False
+
+
+def _our_children():
+    """The pids whose parent is this (single-threaded) process."""
+    me = os.getpid()
+    try:
+        with open("/proc/self/task/%d/children" % me) as f:
+            return [int(pid) for pid in f.read().split()]
+    except OSError:
+        pass
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % name) as f:
+                stat = f.read()
+        except OSError:
+            continue
+        if int(stat[stat.rfind(")") + 2 :].split()[1]) == me:
+            found.append(int(name))
+    return found
+
+
+def _sweep(keep):
+    """Kills and reaps every child of ours that is not a call in `keep`: a
+    call's leftovers, reparented to us. Each one killed orphans its own
+    children to us, hence the rounds. A child we may not signal (a kernel
+    whose sandbox lets us signal only ourselves) is left for the zygote's
+    end, never waited for."""
+    refused = set()
+    for _ in range(1000):
+        others = [pid for pid in _our_children() if pid not in keep and pid not in refused]
+        if not others:
+            return
+        killed = []
+        for pid in others:
+            try:
+                os.kill(pid, 9)
+                killed.append(pid)
+            except ProcessLookupError:
+                killed.append(pid)
+            except OSError:
+                refused.add(pid)
+        for pid in killed:
+            try:
+                os.waitpid(pid, 0)
+            except ChildProcessError:
+                pass
+
+
 class LoadError(Exception):
     def __init__(self, kind, exc):
         super().__init__(kind)
@@ -193,7 +254,9 @@ def _child(spec, fn, fd, request):
         try:
             import ctypes
 
-            ctypes.CDLL(None).prctl(1, 9)  # PR_SET_PDEATHSIG, SIGKILL: gone with the zygote
+            libc = ctypes.CDLL(None)
+            libc.prctl(1, 9)  # PR_SET_PDEATHSIG, SIGKILL: gone with the zygote
+            libc.prctl(36, 0, 0, 0, 0)  # not a subreaper: orphans go on up to the zygote
         except BaseException:
             pass
         for name, value in spec["original_env"].items():
@@ -248,6 +311,8 @@ def main():
     hello["sandbox_missing"] = os.environ.get("ISORUN_SANDBOX_MISSING") or None
     _send(control, {"hello": hello})
 
+    if not spec.get("direct"):
+        _become_subreaper()
     children = {}  # our pidfd -> pid, each reaped when it becomes readable
     while True:
         try:
@@ -259,6 +324,9 @@ def main():
                 pid = children.pop(fd)
                 os.close(fd)
                 _, status, usage = os.wait4(pid, 0)
+                # What the call left running dies with it (already ours:
+                # the kernel reparents orphans before the pidfd is readable).
+                _sweep(set(children.values()))
                 _send(control, {"exited": status, "pid": pid, "maxrss_kb": usage.ru_maxrss})
                 continue
             try:

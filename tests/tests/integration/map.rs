@@ -588,3 +588,82 @@ fn a_process_that_dies_before_it_takes_its_item_is_that_item_s_crash() {
         assert_eq!(ran.records.len(), 2);
     }
 }
+
+/// Functions that start processes of their own and leave them running.
+const SPAWNS: &str = r#"
+import os, subprocess
+
+def spawn(item):
+    here = os.environ["MAP_TEST_DIR"]
+    if item == "hang":
+        sleep = subprocess.Popen(["sleep", "1000"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        with open(os.path.join(here, "hang.pids"), "w") as f:
+            f.write("%d %d" % (os.getpid(), sleep.pid))
+        while True:
+            pass
+    if item.startswith("check "):
+        # Which of the processes an earlier call wrote down still run.
+        running = []
+        for pid in open(os.path.join(here, item[6:])).read().split():
+            try:
+                state = open("/proc/%s/stat" % pid).read().rsplit(")", 1)[1].split()[0]
+            except OSError:
+                continue
+            if state not in ("Z", "X"):
+                running.append(int(pid))
+        return running
+    # A shell that puts sleep in the background and ends: the sleep is an orphan.
+    pid = subprocess.check_output(["sh", "-c", "sleep 1000 >/dev/null 2>&1 & echo $!"], stderr=subprocess.DEVNULL)
+    with open(os.path.join(here, "left.pids"), "w") as f:
+        f.write("%d %s" % (os.getpid(), pid.decode().strip()))
+    return "left it running"
+"#;
+
+fn pids_in(dir: &Path, name: &str) -> Vec<u32> {
+    let text = std::fs::read_to_string(dir.join(name)).unwrap();
+    text.split_whitespace().map(|pid| pid.parse().unwrap()).collect()
+}
+
+#[test]
+fn what_a_call_started_dies_with_it_on_timeout_and_when_it_returns() {
+    for sandbox in ["strict", "off"] {
+        let tmp = setup();
+        let dir = tmp.path();
+        std::fs::write(dir.join("spawns.py"), SPAWNS).unwrap();
+        let writable = dir.to_str().unwrap();
+        let ran = map(
+            dir,
+            &[
+                "spawns:spawn",
+                "hang",
+                "check hang.pids",
+                "-j",
+                "1",
+                "--timeout",
+                "2",
+                "--writable",
+                writable,
+                "--sandbox",
+                sandbox,
+            ],
+        );
+        assert_eq!(by_item(&ran, "hang")["status"], "timeout", "{}", ran.stderr);
+        // The next call (one slot: after the record) finds neither running.
+        let check = by_item(&ran, "check hang.pids");
+        assert_eq!(check["value"], serde_json::json!([]), "--sandbox {sandbox}: {check}");
+        for pid in pids_in(dir, "hang.pids") {
+            assert!(gone_within(pid, Duration::from_secs(10)), "--sandbox {sandbox}: {pid} outlived the call");
+        }
+
+        let ran = map(
+            dir,
+            &["spawns:spawn", "left", "check left.pids", "-j", "1", "--writable", writable, "--sandbox", sandbox],
+        );
+        assert_eq!(by_item(&ran, "left")["status"], "ok", "{}", ran.stderr);
+        let check = by_item(&ran, "check left.pids");
+        assert_eq!(check["value"], serde_json::json!([]), "--sandbox {sandbox}: {check}");
+        for pid in pids_in(dir, "left.pids") {
+            assert!(gone_within(pid, Duration::from_secs(10)), "--sandbox {sandbox}: {pid} outlived the call");
+        }
+    }
+}
