@@ -154,3 +154,24 @@ fn pipe_on_an_onnx_file_is_a_usage_error_naming_it() {
         )
     );
 }
+
+#[test]
+fn eval_ends_onnx_models_load_failed_and_scores_the_saved_model_beside_them() {
+    let tmp = tempfile::tempdir().unwrap();
+    let models = tmp.path().join("models");
+    copy_dir(&fixtures().join("eval/models/binary"), &models.join("binary"));
+    std::fs::copy(onnx("mlp.onnx"), models.join("mlp.onnx")).unwrap();
+    let data = fixtures().join("eval/data/data.npz");
+    let ran = run(isorun().arg("eval").arg(&models).arg("--data").arg(&data).args(["--label", "label_bin"]));
+    assert_eq!(ran.code, Some(1), "{}\n{}", ran.stdout, ran.stderr);
+    assert_eq!(ran.record("binary")["status"], "ok", "{}", ran.stdout);
+    let record = ran.record("mlp.onnx");
+    assert_eq!(record["error"]["kind"], "load_failed", "{record}");
+    assert!(record.get("worker_id").is_none(), "{record}");
+    let message = record["error"]["message"].as_str().unwrap();
+    let expected = format!(
+        "{}: ONNX models cannot run yet: ONNX Runtime support is not built (issue 41)",
+        models.join("mlp.onnx").display()
+    );
+    assert!(message.starts_with(&expected), "{message}");
+}
