@@ -197,6 +197,14 @@ def main():
             records = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
             assert all(r["export"]["cached"] for r in records), out[-2000:]
             note((case, "second"), wall, peak, read)
+            if case == "one architecture" and args.jobs == 1:
+                # The checkpoints' first run at -j 2 too (issue 44: ≤ 0.25× the loop).
+                subprocess.run([args.isorun, "cache", "clear", "--keras-cache", cache], check=True,
+                               capture_output=True)
+                wall, peak, out, read = timed(run[:-1] + ["2"], True, warm + [folder])
+                records2 = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+                assert all(r["status"] == "ok" for r in records2) and len(records2) == args.models, out[-2000:]
+                note((case, "first2"), wall, peak, read)
             if case == "one architecture" and round_ == 0:
                 saved = os.path.join(work, "saved")
                 os.makedirs(saved, exist_ok=True)
@@ -212,6 +220,7 @@ def main():
 
     names = {"loop": "python loop (load_model, predict, del, clear_session, gc.collect)",
              "first": f"isorun run -j {args.jobs}, first run (exports included)",
+             "first2": "isorun run -j 2, first run (exports included)",
              "second": f"isorun run -j {args.jobs}, second run (from the cache)",
              "saved": "isorun run on the same models as SavedModels (one round)"}
     lines = [
@@ -255,8 +264,11 @@ def main():
         "separately (Keras's automatic layer names differ: `dense_2`, `dense_3`, ..., so do their configs). The "
         "second run hashes each file and finds its export: no Python starts.",
         "",
-        f"**Target (#25 §1)**: 40 checkpoints of one architecture, first run -j {args.jobs} ≤ 0.33× the loop: "
-        f"{'met' if first <= 0.33 else '**missed**'} ({first:.2f}×). One shape built separately: first run "
+        f"**Target (#25 §1, #44 §1)**: 40 checkpoints of one architecture, first run -j {args.jobs} ≤ 0.33× the "
+        f"loop: {'met' if first <= 0.33 else '**missed**'} ({first:.2f}×)."
+        + (f" First run -j 2 ≤ 0.25×: {'met' if ratios[('one architecture', 'first2')] <= 0.25 else '**missed**'} "
+           f"({ratios[('one architecture', 'first2')]:.2f}×)." if ("one architecture", "first2") in ratios else "")
+        + f" One shape built separately: first run "
         f"{ratios[('one shape, built separately', 'first')]:.2f}×; distinct architectures: first run "
         f"{ratios[('distinct architectures', 'first')]:.2f}× the loop.",
     ]
