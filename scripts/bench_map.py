@@ -459,6 +459,7 @@ def bench(args):
                 runs.setdefault((kind, way_), []).append(out)
         # The page after every round: a run cut short still leaves its rounds.
         results = {"runs": {f"{k}/{w}": v for (k, w), v in runs.items()}, "memory": mem,
+                   "commit": commit(os.path.dirname(HERE)),
                    "rounds_done": round_ + 1, "minutes": (time.time() - began) / 60,
                    "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
         with open(args.results, "w") as f:
@@ -477,15 +478,23 @@ def bench(args):
 def render(args):
     """The section again from a results file (after a change to the page's
     wording, or from a run cut short)."""
-    results = json.load(open(args.results))
-    runs = {tuple(key.split("/")): value for key, value in results["runs"].items()}
+    results, runs, rounds = None, {}, 0
+    for path in args.results:
+        # Several files: the rounds of several runs, one after another.
+        part = json.load(open(path))
+        for key, value in part["runs"].items():
+            runs.setdefault(tuple(key.split("/")), []).extend(value)
+        rounds += part.get("rounds_done", 1)
+        if results is None:
+            results = part
+        else:
+            results = dict(results, date=part["date"], minutes=results["minutes"] + part["minutes"])
     kinds = {}
     for (kind, way_), value in runs.items():
         if way_ == "loop":
             kinds[kind] = ([None] * value[0]["items"], "")
     kinds = {k: kinds[k] for k in ("saved", "keras") if k in kinds}
-    args.rounds_done = results.get("rounds_done", len(runs[(next(iter(kinds)), "loop")]))
-    args.date = results["date"]
+    args.rounds_done = rounds
     text = markdown(args, kinds, runs, results["memory"], results)
     if args.markdown:
         sys.path.insert(0, HERE)
@@ -505,11 +514,12 @@ def commit(repo):
 
 
 def markdown(args, kinds, runs, mem, results):
-    n_rounds = getattr(args, "rounds_done", args.rounds)
+    n_rounds = args.rounds_done if hasattr(args, "rounds_done") else args.rounds
     lines = [
         SECTION,
         "",
-        f"`scripts/bench_map.py` ({results['date']}, isorun `{commit(os.path.dirname(HERE))}`, {n_rounds} "
+        f"`scripts/bench_map.py` ({results['date']}, isorun `{results.get('commit') or commit(os.path.dirname(HERE))}`"
+        f"{'; ' + args.note if getattr(args, 'note', None) else ''}, {n_rounds} "
         f"alternating round(s), {results['minutes']:.0f} min; 2 cores). One loop body, written once as a function of "
         "a path, run four ways over the same items, each timed as its whole command (interpreter start and imports "
         "included): **saved**: the zoo's 40 SavedModels, `tf.saved_model.load` then `serving_default` once on "
@@ -559,7 +569,9 @@ def markdown(args, kinds, runs, mem, results):
             if way_ in SUBSET:
                 n = runs[(kind, way_)][0]["items"]
                 name += f"; {n} items, extrapolated to {len(items)}"
-            fell = sum(bool(r.get("fallback")) for r in runs[(kind, way_)])
+            # A call that ran in a fresh interpreter has no fork stamps.
+            fell = sum(bool(r.get("fallback")) or any(st.get("before_fork") is None for st in r.get("stamps", ()))
+                       for r in runs[(kind, way_)])
             if way_ == FALLBACK:
                 name += ": it fell back to a fresh interpreter per call" if fell else ": no fallback here"
             elif fell:
@@ -662,23 +674,53 @@ def markdown(args, kinds, runs, mem, results):
 
 def bound_text(kinds, ratio, ph, runs):
     parts = []
+    load = statistics.median(r["load_before"] for v in runs.values() for r in v)
     for kind, (items, _) in kinds.items():
         j1 = ratio[(kind, "map1")][0]
         j2 = ratio[(kind, "map2")][0]
         m = ph[kind]
         if (j1 > 1.0 or j2 > 0.6) and m["per_item"] is not None:
             loop = statistics.median(r["wall_s"] for r in runs[(kind, "loop")])
+            spare = m["ahead"] == m["counted"]
+            start = ("the fork and the child's start happen ahead, in a spare, while the call before runs; "
+                     if spare else f"fork {m['fork']:.0f} ms and start {m['child_start']:.0f} ms; ")
             parts.append(
-                f"{kind}: a call in its forked process takes {m['call']:.0f} ms against {m['loop_call']:.0f} ms "
-                f"for the same call in the loop's warm process ({m['call'] - m['loop_call']:+.0f} ms: what "
-                "TensorFlow sets up on first use in every fresh process, which the loop pays once), and the "
-                f"process around it (fork {m['fork']:.1f} ms, start {m['child_start']:.1f} ms, unpickling "
-                f"{m['unpickle']:.1f} ms, the value back to the caller {m['pickle_begin'] + m['arrive']:.0f} ms) adds "
-                f"{m['per_item'] - m['call']:.0f} ms; {len(items)} items at {m['per_item']:.0f} ms is "
-                f"{len(items) * m['per_item'] / 1000:.1f} s of the map's wall against the loop's {loop:.1f} s. "
-                "With 2 cores shared with other engineers' builds, -j 2's second slot competes with them for "
-                "the second core.")
-    return " ".join(parts)
+                f"*{kind}*: a call in its forked process takes {m['call']:.0f} ms against {m['loop_call']:.0f} ms "
+                f"for the same call in the loop's warm process ({m['call'] - m['loop_call']:+.0f} ms), while the "
+                f"process around it costs little: {start}the hand-over from one call's value to the next call's "
+                f"item {m['handover']:.0f} ms, unpickling {m['unpickle']:.1f} ms, the value to the caller "
+                f"{m['arrive']:.0f} ms (overlapping the next call). {len(items)} items at {m['per_item']:.0f} ms "
+                f"are {len(items) * m['per_item'] / 1000:.1f} s of the map's wall ({loop:.1f} s for the whole loop).")
+    if any(ratio[(k, "map1")][0] > 1.0 or ratio[(k, "map2")][0] > 0.6 for k in kinds):
+        parts.append(
+            "The difference is what TensorFlow and Keras set up on first use in a process, which the loop pays "
+            "once and a fresh process pays per item; it is not imports (a forked child's first call imports no "
+            "module the zygote lacks: checked with `sys.modules`), and the zygote may not pay it ahead (it runs no "
+            "op). Measured by hand on 2026-12-06 (not by this script), in a child forked from an interpreter that had imported tensorflow: `load_model` 590 ms the "
+            "first time and 112 ms the second, `evaluate` 2106 ms and 626 ms. `-j 2` adds a second slot, but "
+            f"on a machine whose 2 cores run other engineers' builds (load average {load:.0f}) there is no idle core for "
+            "it: its CPU time is the same as `-j 1`'s and its wall barely shorter. `items_per_worker=N` (isorun "
+            "map's `--items-per-worker`) pays the first use once per N items, at the cost of N items sharing a "
+            "process.")
+    pool_parts = []
+    for kind, (items, _) in kinds.items():
+        j1, p1 = ratio[(kind, "map1")]
+        m = ph[kind]
+        if p1 < 10 and m["per_item"] is not None:
+            pool = [(r["wall_s"] - r["import_s"]) / r["items"] for r in runs[(kind, "pool")]]
+            first = [min(st["before_fork"] for st in r["stamps"] if st.get("before_fork")) - r["map_began"]
+                     for r in runs[(kind, "map1")] if any(st.get("before_fork") for st in r["stamps"])]
+            imports = statistics.median(r["import_s"] for r in runs[(kind, "map1")])
+            wall = statistics.median(r["wall_s"] for r in runs[(kind, "map1")])
+            per_pool = statistics.median(pool)
+            pool_parts.append(
+                f"*{kind}, against the pool*: a pool task costs {per_pool:.1f} s (a fresh interpreter importing "
+                f"TensorFlow) and a map item {m['per_item'] / 1000:.2f} s ({per_pool * 1000 / m['per_item']:.0f}× "
+                f"less), but the map's script first pays its own `import tensorflow` ({imports:.1f} s, which the "
+                f"pool's parent pays too) and the zygote's imports ({statistics.median(first):.1f} s) out of its "
+                f"{wall:.1f} s: with {len(items)} items those fixed costs hold the whole-command ratio to "
+                f"{p1:.1f}×; it tends to the per-item ratio as items grow.")
+    return " ".join(parts + pool_parts)
 
 
 def main():
@@ -700,6 +742,7 @@ def main():
     p.add_argument("--quick", action="store_true", help="10 items, a pool of 3, 100 memory items")
     p.add_argument("--results", default="target/bench/results-map.json")
     p.add_argument("--markdown")
+    p.add_argument("--note", help="said after the commit in the section's first line (e.g. which build of isorun)")
     p = sub.add_parser("way")
     p.add_argument("--kind", choices=sorted(FUNCTIONS), required=True)
     p.add_argument("--way", choices=WAYS + (FALLBACK,), required=True)
@@ -707,11 +750,11 @@ def main():
     p.add_argument("--inputs", default="")
     p.add_argument("--pool-items", type=int, default=6)
     p = sub.add_parser("render")
-    p.add_argument("--results", required=True)
+    p.add_argument("--results", required=True, action="append")
     p.add_argument("--markdown")
+    p.add_argument("--note", help="said after the commit in the section's first line (e.g. which build of isorun)")
     p.add_argument("--pool-items", type=int, default=6)
     p.add_argument("--pool-rounds", type=int, default=1)
-    p.add_argument("--rounds", type=int, default=1)
     p = sub.add_parser("memory")
     p.add_argument("--n", type=int, default=500)
     args = parser.parse_args()
