@@ -25,6 +25,8 @@ const BUDGET_FACTOR: u64 = 4;
 /// Why an ONNX model could not be read.
 #[derive(Debug, thiserror::Error)]
 pub enum OnnxError {
+    #[error("{path}: cannot read")]
+    Open { path: PathBuf, source: std::io::Error },
     #[error("{path}: cannot read (at byte {offset})")]
     Read { path: PathBuf, offset: u64, source: std::io::Error },
     #[error("{0}: not a file (an ONNX model is one .onnx file)")]
@@ -53,7 +55,7 @@ pub enum OnnxError {
 
 /// Reads the ONNX model in the file `path`.
 pub fn read_model(path: &Path) -> Result<OnnxModel, OnnxError> {
-    let read = |source| OnnxError::Read { path: path.to_path_buf(), offset: 0, source };
+    let read = |source| OnnxError::Open { path: path.to_path_buf(), source };
     let file = std::fs::File::open(path).map_err(read)?;
     let meta = file.metadata().map_err(read)?;
     if !meta.is_file() {

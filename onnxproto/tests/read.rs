@@ -171,6 +171,8 @@ fn files_that_are_not_onnx_say_what_is_wrong_and_where() {
     }
     let message = read_model(dir.path()).unwrap_err().to_string();
     assert!(message.ends_with("not a file (an ONNX model is one .onnx file)"), "{message}");
+    let missing = dir.path().join("missing.onnx");
+    assert_eq!(read_model(&missing).unwrap_err().to_string(), format!("{}: cannot read", missing.display()));
 }
 
 #[test]

@@ -160,10 +160,10 @@ fn keras_text(path: &Path, format: ModelFormat, info: &KerasInfo, json: bool) ->
     text
 }
 
-/// An `.onnx` file (not a folder named so).
+/// An `.onnx` file (not a folder named so; a missing one is said as for any MODEL).
 fn is_onnx_file(model: &Path) -> bool {
     let name = model.file_name().map(|n| n.to_string_lossy().to_ascii_lowercase()).unwrap_or_default();
-    name.ends_with(".onnx") && !model.is_dir()
+    name.ends_with(".onnx") && model.is_file()
 }
 
 /// What `inspect` says of an ONNX model: its graph's inputs (initializers
