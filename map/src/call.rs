@@ -8,6 +8,7 @@
 
 use crate::fd;
 use crate::items::{Item, Payload};
+use crate::memory::{vm_rss, PrivateMemory};
 use crate::process::{describe_status, ForkRefused, Forked, Zygote};
 use serde_json::{json, Map, Value};
 use std::io::{Read, Write};
@@ -118,8 +119,16 @@ pub fn run(
     };
     let pidfd = zygote.pidfd_of(&forked).map_err(lost)?;
     let pidfd = &pidfd;
+    let mut memory = PrivateMemory::new(forked.pid);
+    // What a forked process maps of the zygote's is not its own: its peak
+    // resident memory (ru_maxrss) less the zygote's, as a floor for a call
+    // too short for a poll to see.
+    let zygote_rss = if zygote.direct { 0 } else { vm_rss(zygote.hello.pid).unwrap_or(0) };
     let mut attempts = Vec::new();
     let mut ended = None;
+    // Its memory as it takes its first item: the floor of that item's peak,
+    // read while it is surely alive (a call may end before the first poll).
+    let mut before = memory.now();
     for item in items {
         // A process that ended after its last answer takes no more items.
         if fd::readable(pidfd, Duration::ZERO).unwrap_or(true) {
@@ -141,8 +150,8 @@ pub fn run(
         if spares && spare.is_none() {
             *spare = fork_spare(zygote, env);
         }
-        let mut peak = 0;
-        let watched = watch(&mut stream, pidfd, forked.pid, limits, stop, started, &mut peak);
+        let mut peak = before.take().unwrap_or(0);
+        let watched = watch(&mut stream, pidfd, &mut memory, limits, stop, started, &mut peak);
         let mut attempt = match watched {
             Watched::Answered(answer) => match serde_json::from_slice::<Value>(&answer) {
                 Ok(Value::Object(answer)) => answer_fields(answer, limits),
@@ -173,7 +182,7 @@ pub fn run(
         // the caller would hand the same items to process after process.
         let mut attempt = ended_fields(None, status, limits);
         attempt.insert("wall_ms".into(), 0.into());
-        attempt.insert("peak_rss_bytes".into(), maxrss.into());
+        attempt.insert("peak_rss_bytes".into(), maxrss.saturating_sub(zygote_rss).into());
         attempts.push(attempt);
     }
     if let (Some(killed), Some(last)) = (ended, attempts.last_mut()) {
@@ -183,7 +192,7 @@ pub fn run(
     }
     if let [only] = attempts.as_mut_slice() {
         let polled = only["peak_rss_bytes"].as_u64().unwrap_or(0);
-        only.insert("peak_rss_bytes".into(), polled.max(maxrss).into());
+        only.insert("peak_rss_bytes".into(), polled.max(maxrss.saturating_sub(zygote_rss)).into());
     }
     Ok(attempts)
 }
@@ -196,7 +205,7 @@ const EXIT_GRACE: Duration = Duration::from_secs(10);
 fn watch(
     stream: &mut UnixStream,
     pidfd: &std::os::fd::OwnedFd,
-    pid: u32,
+    memory: &mut PrivateMemory,
     limits: &Limits,
     stop: &(dyn Fn() -> bool + Sync),
     started: Instant,
@@ -210,7 +219,7 @@ fn watch(
             drain(stream, &mut answer);
             match frame(&answer) {
                 Frame::Complete(body) => {
-                    if let Some(private) = private_memory(pid) {
+                    if let Some(private) = memory.now() {
                         *peak = (*peak).max(private);
                     }
                     return Watched::Answered(body.to_vec());
@@ -228,7 +237,12 @@ fn watch(
         if killed.is_some() {
             continue;
         }
-        if let Some(private) = private_memory(pid) {
+        if let Some(mut private) = memory.now() {
+            if limits.memory_limit.is_some_and(|limit| private > limit) {
+                // Exact before a kill (the estimate misses no allocation,
+                // but may hold pages shared when the last rollup was read).
+                private = memory.exact().unwrap_or(private);
+            }
             *peak = (*peak).max(private);
         }
         killed = if limits.timeout.is_some_and(|t| started.elapsed() >= t) {
@@ -351,18 +365,6 @@ fn drain(stream: &mut UnixStream, into: &mut Vec<u8>) {
             Err(_) => return,
         }
     }
-}
-
-/// A process's private memory (RssAnon + RssShmem), as `run` limits workers'.
-fn private_memory(pid: u32) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let mut total = 0;
-    for line in status.lines() {
-        if let Some(rest) = line.strip_prefix("RssAnon:").or_else(|| line.strip_prefix("RssShmem:")) {
-            total += rest.trim().trim_end_matches("kB").trim().parse::<u64>().ok()? * 1024;
-        }
-    }
-    Some(total)
 }
 
 #[cfg(test)]

@@ -22,6 +22,7 @@ pub mod call;
 mod fd;
 pub mod items;
 pub mod launch;
+pub mod memory;
 pub mod pool;
 pub mod process;
 
@@ -73,7 +74,7 @@ pub struct MapSettings {
     /// Processes forked ahead per slot, waiting for the next item (0 or 1).
     pub spares: usize,
     pub timeout: Option<Duration>,
-    /// Limit on a call's private memory (RssAnon + RssShmem), bytes.
+    /// Limit on a call's private memory (its own, not what it shares with the zygote: [`memory`]), bytes.
     pub memory_limit: Option<u64>,
     pub retries: u32,
     /// Statuses run again while retries are left.

@@ -667,3 +667,30 @@ fn what_a_call_started_dies_with_it_on_timeout_and_when_it_returns() {
         }
     }
 }
+
+/// A module that holds 200 MiB from its import on (in the zygote, shared
+/// copy-on-write with every call it forks).
+const HEAVY: &str = r#"
+BLOB = b"\x01" * (200 << 20)
+
+def f(item):
+    if item == "big":
+        mine = b"\x02" * (300 << 20)
+        return len(mine)
+    return len(BLOB)
+"#;
+
+#[test]
+fn a_call_s_memory_is_its_own_not_what_it_shares_with_the_zygote() {
+    let tmp = setup();
+    let dir = tmp.path();
+    std::fs::write(dir.join("heavy.py"), HEAVY).unwrap();
+    let ran = map(dir, &["heavy:f", "small", "big", "-j", "1", "--memory-limit", "100M"]);
+    let small = by_item(&ran, "small");
+    assert_eq!(small["status"], "ok", "{small}\n{}", ran.stderr);
+    let peak = small["peak_rss_bytes"].as_u64().unwrap();
+    assert!(peak < 100 << 20, "the zygote's 200 MiB is not the call's: {small}");
+    let big = by_item(&ran, "big");
+    assert_eq!(big["status"], "memory_limit", "{big}");
+    assert!(big["peak_rss_bytes"].as_u64().unwrap() > 100 << 20, "{big}");
+}
