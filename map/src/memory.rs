@@ -128,6 +128,6 @@ mod tests {
             libc::waitpid(pid, std::ptr::null_mut(), 0);
         }
         std::hint::black_box(&parent);
-        assert!(private >= 16 << 20 && private < 40 << 20, "{private}");
+        assert!((16 << 20..40 << 20).contains(&private), "{private}");
     }
 }
