@@ -1,4 +1,4 @@
-//! `isorun ls`: the models (SavedModels and Keras files) `isorun run` would find, with the ids it
+//! `isorun ls`: the models (SavedModels, Keras and ONNX files) `isorun run` would find, with the ids it
 //! would give them, one per line, so scripts can pick, count or split models
 //! before running them. Lines go out one at a time and a reader that stops
 //! early (`isorun ls models/ | head -1`) ends the listing quietly.
@@ -26,7 +26,7 @@ pub fn main(args: &LsArgs) -> Result<i32, String> {
     Ok(exit_code::OK)
 }
 
-/// `id<TAB>path<TAB>format` (`saved_model`, `keras`, `h5`). Ids and paths
+/// `id<TAB>path<TAB>format` (`saved_model`, `keras`, `h5`, `onnx`). Ids and paths
 /// are folder names anyone who can write the tree chose: a tab, newline or
 /// escape sequence in them is shown escaped (`\t`, `\n`, `\x1b`), so a
 /// line is always one model of three fields; `--json` keeps the exact names.
