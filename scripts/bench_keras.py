@@ -135,12 +135,16 @@ def phases(wall, records):
                     rows.setdefault(name, []).append(ms)
         if rows:
             lines += ms_table(f"Exports, {way}:", rows)
-    rows = {"wall_ms": [r["wall_ms"] for r in records]}
+    rows = {}
     for r in records:
+        for name in ("wall_ms", "load_ms", "run_ms", "user_ms", "sys_ms"):
+            if isinstance(r.get(name), int):
+                rows.setdefault(name, []).append(r[name])
         for name, ms in (r.get("phases_ms") or {}).items():
             if isinstance(ms, (int, float)):
-                rows.setdefault(name, []).append(ms)
-    lines += ms_table("Units (the workers: each unit's `wall_ms` and its `phases_ms`):", rows)
+                rows.setdefault(f"phases_ms.{name}", []).append(ms)
+    lines += ms_table("Units (the workers: each unit's `wall_ms`, `load_ms`, `run_ms`, CPU `user_ms` and `sys_ms`, "
+                      "and its `phases_ms` where it has them):", rows)
     return lines
 
 
@@ -153,6 +157,7 @@ def main():
     parser.add_argument("--jobs", type=int, default=1, help="isorun's -j (default 1)")
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--markdown")
+    parser.add_argument("--note", help="a sentence for the section's header (how the binaries were built, say)")
     args = parser.parse_args()
     work = os.path.abspath(args.work)
     inputs = os.path.join(work, "inputs.npz")
@@ -170,6 +175,7 @@ def main():
     warm = bench_host.way_files(args.python, repo, args.isorun) + [inputs]
 
     walls, peaks, graphs, reads, firsts = {}, {}, {}, {}, {}
+    loads = [os.getloadavg()[0]]
 
     def note(key, wall, peak, read):
         walls.setdefault(key, []).append(wall)
@@ -218,6 +224,7 @@ def main():
                                              str(args.jobs)], True, warm + [cache])
                 note((case, "saved"), wall, peak, read)
 
+    loads.append(os.getloadavg()[0])
     names = {"loop": "python loop (load_model, predict, del, clear_session, gc.collect)",
              "first": f"isorun run -j {args.jobs}, first run (exports included)",
              "first2": "isorun run -j 2, first run (exports included)",
@@ -227,13 +234,17 @@ def main():
         SECTION,
         "",
         f"{args.models} `.keras` files of each kind, input `x` [8, 32]: one training run's checkpoints (the zoo's "
-        "MLP, 32 → 256 → 256 → 10, 40 seeds' weights: what `ModelCheckpoint` leaves) and small models of "
-        "distinct architectures (1 to 3 hidden layers, each file its own widths, so no two share a graph). "
+        "MLP, 32 → 256 → 256 → 10, 40 seeds' weights: what `ModelCheckpoint` leaves), the same MLP built 40 "
+        "times in one Python session (one shape, but Keras's automatic layer names run on: `dense_2`, `dense_3`, "
+        "...) and small models of distinct architectures (1 to 3 hidden layers, each file its own widths, so no "
+        "two share a graph). "
         f"Medians of {args.rounds} alternating round(s) (`scripts/bench_keras.py`, "
         f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; 2 cores). Peak memory: the Python loop's own "
         "process; for isorun, the supervisor's (workers and export processes are separate and short-lived). "
         f"{bench_host.warmed('the models', sentence=True)}; *read from disk* is what the run still read "
-        "(/proc/diskstats).",
+        f"(/proc/diskstats). The machine's 1-minute load average was {loads[0]:.1f} at the start and "
+        f"{loads[1]:.1f} at the end (2 cores: other processes ran beside the bench)."
+        + (f" {args.note}" if args.note else ""),
         "",
         "| files | way | wall (s), median | each round (s) | time ÷ python loop | peak memory (MiB) "
         "| read from disk (MB), median |",
@@ -272,6 +283,22 @@ def main():
         f"{ratios[('one shape, built separately', 'first')]:.2f}×; distinct architectures: first run "
         f"{ratios[('distinct architectures', 'first')]:.2f}× the loop.",
     ]
+    wall, records = firsts["one architecture"]
+    start = next((r["export"]["before_ms"]["process_start"] for r in records
+                  if "process_start" in r["export"].get("before_ms", {})), None)
+    if start is not None:
+        loop = statistics.median(walls[("one architecture", "loop")])
+        second = statistics.median(walls[("one architecture", "second")])
+        exports = sum(sum(r["export"].get("phases_ms", {}).values()) for r in records) / 1000
+        lines += [
+            "",
+            f"**What bounds the first run**: no unit runs before the export process has started and imported "
+            f"TensorFlow and Keras ({start / 1000:.1f} s here, {start / 1000 / loop:.2f}× the loop), and the units "
+            f"then take about what they take from the cache (the second run, {second:.1f} s, {second / loop:.2f}×): "
+            f"together {(start / 1000 + second) / loop:.2f}× against the first run's {first:.2f}×; the exports "
+            f"themselves ({exports:.1f} s of the export process) run beside the units. A first run below that "
+            "needs a cheaper import or cheaper units, not cheaper exports.",
+        ]
     text = "\n".join(lines) + "\n"
     if args.markdown:
         splice(args.markdown, SECTION, text)
