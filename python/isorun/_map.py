@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import shutil
 import sys
 import tempfile
 import types
@@ -86,9 +87,10 @@ class MapRun(Stream[MapResult]):
     removes the temporary folder holding the pickles."""
 
     def __init__(self, args: List[str], *, items: List[Any], values_dir: Path, cleanup: List[Path],
-                 env: Mapping[str, str]) -> None:
+                 env: Mapping[str, str], keep_values: bool = False) -> None:
         self._items = items
         self._values_dir = values_dir
+        self._keep_values = keep_values
         super().__init__(args, cleanup=cleanup, env=env)
 
     def _result(self, record: Dict[str, Any]) -> MapResult:
@@ -121,12 +123,12 @@ class MapRun(Stream[MapResult]):
         )
 
     def _value(self, record: Dict[str, Any]) -> Any:
-        """The pickled value the call's process wrote (read, then removed),
-        else the record's JSON value. A resumed item's call ran in an
-        earlier run, whose pickles are gone (the journal keeps none): its
-        value is its JSON value, or None where it had none."""
+        """The pickled value the call's process wrote (read, then removed,
+        unless a journal keeps it for a later resume), else the record's
+        JSON value. A resumed item's value file is isorun's copy, in this
+        run's folder, of the one its earlier run wrote."""
         named = record.get("value_file")
-        if named and not record.get("resumed"):
+        if named:
             path = Path(named)
             if path.resolve().parent != self._values_dir.resolve():
                 raise IsorunError(f"isorun map named a value file outside {self._values_dir}: {named}")
@@ -134,10 +136,11 @@ class MapRun(Stream[MapResult]):
                 with open(path, "rb") as f:
                     return pickle.load(f)
             finally:
-                try:
-                    path.unlink()
-                except OSError:
-                    pass
+                if not self._keep_values:
+                    try:
+                        path.unlink()
+                    except OSError:
+                        pass
         return record.get("value")
 
 
@@ -233,8 +236,8 @@ def map(
         del function_bytes
         item_dir = scratch / "items"
         item_dir.mkdir()
-        values_dir = scratch / "values"
-        values_dir.mkdir()
+        values_dir = _journal_values(journal, resume) if journal is not None else scratch / "values"
+        values_dir.mkdir(exist_ok=True)
         items_from = scratch / "items.jsonl"
         with open(items_from, "w", encoding="utf-8") as lines:
             for index, item in enumerate(listed):
@@ -268,7 +271,24 @@ def map(
     except BaseException:
         remove(cleanup)
         raise
-    return MapRun(args, items=listed, values_dir=values_dir, cleanup=cleanup, env=env)
+    return MapRun(args, items=listed, values_dir=values_dir, cleanup=cleanup, env=env,
+                  keep_values=journal is not None)
+
+
+def _journal_values(journal: PathLike, resume: bool) -> Path:
+    """This run's folder of value pickles when there is a journal: beside
+    it (`JOURNAL.values/run-*`), kept after the run, since a resumed ok
+    item gets its value from the file its journal record names (isorun
+    copies it into the resuming run's folder; one that is gone runs
+    again). Each run has a folder of its own: files are named by item
+    index, and a resumed run whose items moved would otherwise overwrite
+    an earlier value before it is copied. A run without `resume` starts
+    the journal afresh, and so its values."""
+    root = Path(os.path.abspath(os.fspath(journal)) + ".values")
+    if not resume and root.is_dir():
+        shutil.rmtree(root, ignore_errors=True)
+    root.mkdir(parents=True, exist_ok=True)
+    return Path(tempfile.mkdtemp(prefix="run-", dir=root))
 
 
 def function_name(fn: Callable[..., Any]) -> str:

@@ -60,6 +60,17 @@ def sleep_then_return(seconds):
 
 def scale(array):
     return {"doubled": array * 2, "shape": array.shape}
+
+def counted(item):
+    """Appends its number to the file the item names, then returns an
+    array (fails for 2)."""
+    import numpy
+    path, x = item
+    with open(path, "a") as f:
+        print(x, file=f)
+    if x == 2:
+        raise ValueError("two")
+    return {"x": x, "array": numpy.arange(4) * 1.5}
 '''
 
 
@@ -343,6 +354,29 @@ def test_a_map_resumed_after_its_caller_was_killed_runs_only_what_the_journal_la
     assert rows == [[str(i), "ok", str(i * 10), str(i in done)] for i in range(6)], (done, second.stdout)
     called_now = {name.name.split("-")[0] for name in calls.iterdir() if name.name not in called_before}
     assert called_now == {str(i) for i in range(6) if i not in done}
+
+
+def test_a_resumed_map_runs_nothing_again_and_gives_back_the_earlier_values(fns, tmp_path: Path):
+    calls = tmp_path / "calls.txt"
+    journal = tmp_path / "journal.jsonl"
+    items = [(str(calls), 1), (str(calls), 2)]
+    first = list(isorun.map(fns.counted, items, journal=journal, writable=[tmp_path]))
+    assert [r.status for r in first] == ["ok", "error"], [r.record for r in first]
+    assert calls.read_text().split() == ["1", "2"]
+    again = list(isorun.map(fns.counted, items, journal=journal, resume=True, writable=[tmp_path]))
+    assert [r.status for r in again] == ["ok", "error"], [r.record for r in again]
+    assert again[0].record.get("resumed") is True, again[0].record
+    assert calls.read_text().split() == ["1", "2"], "no call ran again"
+    assert again[0].value["x"] == 1
+    np.testing.assert_array_equal(again[0].value["array"], np.arange(4) * 1.5)
+    # Once more: the resumed value is still there for the next resume.
+    third = list(isorun.map(fns.counted, items, journal=journal, resume=True, writable=[tmp_path]))
+    assert calls.read_text().split() == ["1", "2"]
+    np.testing.assert_array_equal(third[0].value["array"], np.arange(4) * 1.5)
+    # A run without resume starts the journal, and its values, afresh.
+    list(isorun.map(fns.counted, items, journal=journal, writable=[tmp_path]))
+    assert calls.read_text().split() == ["1", "2", "1", "2"]
+    assert len(list(Path(f"{journal}.values").iterdir())) == 1, "the earlier runs' values are gone"
 
 
 def test_results_come_in_item_order_whichever_call_ends_first(fns):
