@@ -207,6 +207,16 @@ def map(
     deadline or its limit is a result with that status; the next item runs
     regardless. Leaving the loop, or Ctrl-C, stops everything.
 
+    With `journal` and `resume=True`, items the journal holds (failed ones
+    too) are not called again; an ok one's `.value` is the one it returned
+    then, kept as pickles in `JOURNAL.values/` (a run without `resume`
+    starts the journal and its values afresh). Resume matches each item by
+    its pickle and the function by its pickle, not its source: a function
+    from `__main__` or a notebook carries the globals and helpers it uses,
+    so changing any of them reruns every item, and a module-level function
+    is pickled by name only, so editing its body does not (run without
+    `resume`). The `isorun map` command matches the function's source.
+
     >>> for r in isorun.map(evaluate, paths, jobs=2, timeout=600, memory_limit="8G"):
     ...     print(r.item, r.status, r.value if r.ok else r.error.message)
     """
