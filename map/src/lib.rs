@@ -135,6 +135,8 @@ pub enum MapError {
         #[source]
         source: std::io::Error,
     },
+    #[error("stopped while the zygote imported the function")]
+    Stopped,
     #[error("the zygote did not start: {0}")]
     Start(String),
     #[error("cannot make the private temporary folder: {0}")]

@@ -46,12 +46,16 @@ pub struct Pool {
     pub hello: crate::process::Hello,
     /// Every call now starts a fresh interpreter.
     direct: AtomicBool,
+    /// The function's module was found but its import raised, crashed or
+    /// hung (no zygote): every item's attempt is this.
+    pub import_failure: Option<Attempt>,
 }
 
 impl Pool {
     /// Starts the first zygote: a function that cannot be loaded is bad
-    /// input, found here before any call.
-    pub fn start(settings: MapSettings) -> Result<Pool, MapError> {
+    /// input, found here before any call. `stop` ends the wait for its
+    /// imports (`MapError::Stopped`), the temporary folder removed.
+    pub fn start(settings: MapSettings, stop: &(dyn Fn() -> bool + Sync)) -> Result<Pool, MapError> {
         let name = format!("{}:{}", settings.module, settings.function);
         let pickle_hash = match &settings.function_pickle {
             Some(path) => Some(hex(&Sha256::digest(
@@ -60,7 +64,46 @@ impl Pool {
             None => None,
         };
         let temp = tempfile::Builder::new().prefix("isorun-map-").tempdir().map_err(MapError::TempDir)?;
-        let zygote = Zygote::start(&settings, temp.path(), false, &|| false).map_err(|e| match e {
+        let started = match Zygote::start(&settings, temp.path(), false, stop) {
+            // The module was found but its import raised, crashed or hung:
+            // that is the run's outcome, not bad input. Every item is a
+            // failed record and the reports are written.
+            Err(e) => match import_failure(&e, &settings) {
+                Some(failure) => {
+                    eprintln!("isorun: error: {name}: {}", visible(failure["error"]["message"].as_str().unwrap_or("")));
+                    let hello = crate::process::Hello {
+                        pid: 0,
+                        python: String::new(),
+                        executable: String::new(),
+                        source_sha256: None,
+                        qualname: settings.function.clone(),
+                        threads: 0,
+                        cuda: None,
+                        sandbox_missing: None,
+                    };
+                    let identity = Identity {
+                        name,
+                        qualname: settings.function.clone(),
+                        code_sha256: pickle_hash,
+                        python: String::new(),
+                        executable: String::new(),
+                    };
+                    return Ok(Pool {
+                        settings,
+                        first: None,
+                        temp,
+                        identity,
+                        hello,
+                        direct: AtomicBool::new(false),
+                        import_failure: Some(failure),
+                    });
+                }
+                None => Err(e),
+            },
+            ok => ok,
+        };
+        let zygote = started.map_err(|e| match e {
+            ProcessError::Stopped => MapError::Stopped,
             ProcessError::Load { message, traceback, kind } => {
                 let hint = match kind.as_str() {
                     "no_module" => " (MODULE is a dotted module importable from here, or a .py file)",
@@ -87,13 +130,27 @@ impl Pool {
             executable: zygote.hello.executable.clone(),
         };
         let hello = zygote.hello.clone();
-        Ok(Pool { settings, first: Some(zygote), temp, identity, hello, direct: AtomicBool::new(false) })
+        Ok(Pool {
+            settings,
+            first: Some(zygote),
+            temp,
+            identity,
+            hello,
+            direct: AtomicBool::new(false),
+            import_failure: None,
+        })
     }
 
     /// Calls the function on every item, `jobs` at a time; `on_record`
     /// gets each call's record (by item index) as it ends. Items not
     /// started when `stop` says so get no record.
     pub fn run(mut self, items: &[Item], stop: &(dyn Fn() -> bool + Sync), on_record: &mut dyn FnMut(usize, Value)) {
+        if let Some(failure) = &self.import_failure {
+            for item in items {
+                on_record(item.index, self.record(item, failure.clone(), 1));
+            }
+            return;
+        }
         let queue: Mutex<VecDeque<Queued>> = Mutex::new(items.iter().map(|item| Queued { item, tries: 0 }).collect());
         let slots = self.settings.jobs.clamp(1, items.len().max(1));
         let (sender, receiver) = mpsc::channel::<(usize, Value)>();
@@ -254,6 +311,45 @@ impl Pool {
             }
         }
     }
+}
+
+/// A zygote start that failed in the function's import (it raised, the
+/// interpreter died, or it hung past --start-timeout), as every item's
+/// attempt: status `error` (it raised; with the traceback) or
+/// `spawn_failed`, error kind `import_failed`. `None` for anything else
+/// (no such module or function, a bad pickle: bad input, exit 2).
+fn import_failure(error: &ProcessError, settings: &MapSettings) -> Option<Attempt> {
+    let module = &settings.module;
+    let (status, message, traceback, signal) = match error {
+        ProcessError::Load { kind, message, traceback } if kind == "import_failed" => {
+            ("error", format!("import_failed: importing {module} raised {message}"), Some(traceback), None)
+        }
+        ProcessError::DiedAtStart { status, signal } => (
+            "spawn_failed",
+            format!("import_failed: the zygote {status} while it imported {module}, before it said hello"),
+            None,
+            signal.as_ref(),
+        ),
+        ProcessError::Silent(seconds) => (
+            "spawn_failed",
+            format!(
+                "import_failed: the zygote was still importing {module} after {seconds} s (limit: --start-timeout \
+                 {seconds})"
+            ),
+            None,
+            None,
+        ),
+        _ => return None,
+    };
+    let mut attempt = failed(status, message);
+    attempt["error"]["kind"] = "import_failed".into();
+    if let Some(traceback) = traceback {
+        attempt["error"]["traceback"] = traceback.clone().into();
+    }
+    if let Some(signal) = signal {
+        attempt.insert("signal".into(), signal.clone().into());
+    }
+    Some(attempt)
 }
 
 /// An item waiting in the queue, with the attempts it has had.

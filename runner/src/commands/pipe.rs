@@ -211,7 +211,7 @@ pub fn main(args: &PipeArgs) -> Result<i32, String> {
 /// its next answer (which could wait for a line that never comes, and a
 /// request run for nobody). A file or `/dev/null` reports neither: the
 /// thread waits to the end of the command.
-fn watch_stdout(stop: Arc<CancelToken>, closed: Arc<AtomicBool>) -> io::Result<()> {
+pub(crate) fn watch_stdout(stop: Arc<CancelToken>, closed: Arc<AtomicBool>) -> io::Result<()> {
     std::thread::Builder::new().name("stdout".into()).spawn(move || loop {
         let mut stdout = libc::pollfd { fd: libc::STDOUT_FILENO, events: 0, revents: 0 };
         // SAFETY: one pollfd, alive through the call.

@@ -694,3 +694,78 @@ fn a_call_s_memory_is_its_own_not_what_it_shares_with_the_zygote() {
     assert_eq!(big["status"], "memory_limit", "{big}");
     assert!(big["peak_rss_bytes"].as_u64().unwrap() > 100 << 20, "{big}");
 }
+
+#[test]
+fn a_closed_stdout_stops_the_run_at_once_and_leaves_no_process_or_temp_folder() {
+    let tmp = setup();
+    let dir = tmp.path();
+    let temp = dir.join("tmp");
+    std::fs::create_dir(&temp).unwrap();
+    let writable = dir.to_str().unwrap();
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 writes two descriptors into fds (close-on-exec: no
+    // other process may hold the read end open).
+    assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+    // SAFETY: both descriptors are new and ours.
+    let (read, write) = unsafe {
+        use std::os::fd::FromRawFd;
+        (std::fs::File::from_raw_fd(fds[0]), std::os::fd::OwnedFd::from_raw_fd(fds[1]))
+    };
+    let mut child = map_command(dir)
+        .env("TMPDIR", &temp)
+        .args(["fns:act", "ok", "loop", "ok", "-j", "1", "--writable", writable, "--report", "report.json"])
+        .stdout(Stdio::from(write))
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // `| head -1`: the first record read, then the reader gone.
+    let mut first = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(&read), &mut first).unwrap();
+    assert!(first.contains("\"ok\""), "{first}");
+    while !dir.join("loop.pid").exists() {
+        assert!(child.try_wait().unwrap().is_none(), "the run ended before its long call started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    drop(read);
+    // The call never ends by itself and there is no --timeout: only the
+    // closed stdout can end the run.
+    let ran = crate::util::ran(child.wait_with_output().unwrap());
+    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    assert!(gone_within(pid_in(dir, "loop.pid"), Duration::from_secs(10)), "the call is gone");
+    let report = std::fs::read_to_string(dir.join("report.json")).unwrap();
+    assert!(report.contains("stdout_closed"), "{report}");
+    let left: Vec<_> = std::fs::read_dir(&temp).unwrap().flatten().map(|e| e.file_name()).collect();
+    assert!(left.is_empty(), "left behind in TMPDIR: {left:?}");
+}
+
+#[test]
+fn sigterm_while_the_zygote_imports_ends_the_run_and_removes_its_temp_folder() {
+    let tmp = setup();
+    let dir = tmp.path();
+    let temp = dir.join("tmp");
+    std::fs::create_dir(&temp).unwrap();
+    std::fs::write(
+        dir.join("slow.py"),
+        "import os, time\nopen(os.path.join(os.environ['MAP_TEST_DIR'], 'importing.pid'), 'w').write(str(os.getpid()))\n\
+         time.sleep(1000)\ndef f(x):\n    return x\n",
+    )
+    .unwrap();
+    let mut child = map_command(dir)
+        .env("TMPDIR", &temp)
+        .args(["slow:f", "1", "--writable", dir.to_str().unwrap()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    while !dir.join("importing.pid").exists() {
+        assert!(child.try_wait().unwrap().is_none(), "the run ended before the zygote imported");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // SAFETY: a signal to our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let ran = crate::util::ran(child.wait_with_output().unwrap());
+    assert_eq!(ran.code, Some(143), "{}", ran.stderr);
+    assert!(gone_within(pid_in(dir, "importing.pid"), Duration::from_secs(10)), "the zygote is gone");
+    let left: Vec<_> = std::fs::read_dir(&temp).unwrap().flatten().map(|e| e.file_name()).collect();
+    assert!(left.is_empty(), "left behind in TMPDIR: {left:?}");
+}

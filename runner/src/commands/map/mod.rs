@@ -12,8 +12,8 @@ use crate::cli::{Format, MapArgs, SandboxMode};
 use crate::output_lock::lock_outputs;
 use crate::support::{seconds, watch_signals, with_causes};
 use isorun_engine::{CancelToken, STATUSES};
-use isorun_map::{Item, MapSettings, Pool, SandboxSettings};
-use isorun_protocol::exit_code;
+use isorun_map::{Item, MapError, MapSettings, Pool, SandboxSettings};
+use isorun_protocol::{exit_code, NotRunReason};
 use isorun_report::journal::{read_journal, Journal};
 use isorun_report::{build as build_report, write_files as write_report_files, RunInfo};
 use print::Printer;
@@ -21,6 +21,7 @@ use serde_json::{json, Value};
 use std::collections::{BTreeMap, HashSet};
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Instant, SystemTime};
 
@@ -44,8 +45,22 @@ pub fn main(args: MapArgs, quiet: bool) -> Result<i32, String> {
     let settings = MapSettings { retry_on, ..settings };
     let pool_values_dir = settings.values_dir.clone();
     let report_settings = report_settings(&args, &settings);
+    // Ctrl-C and SIGTERM from here on stop the run (and its imports: they
+    // can take long) rather than end isorun before its temporary folder goes.
+    let stop = Arc::new(CancelToken::new());
+    let signals = watch_signals(Arc::clone(&stop)).map_err(|e| format!("cannot install signal handlers: {e}"))?;
     // The function is imported here, before any call: bad input is exit 2.
-    let pool = Pool::start(settings).map_err(|e| with_causes(&e))?;
+    let pool = match Pool::start(settings, &|| stop.requested()) {
+        Ok(pool) => pool,
+        Err(MapError::Stopped) => {
+            signals.close();
+            return Ok(match stop.signal() {
+                libc::SIGTERM => exit_code::TERMINATED,
+                _ => exit_code::INTERRUPTED,
+            });
+        }
+        Err(e) => return Err(with_causes(&e)),
+    };
     let hello = &pool.hello;
     tracing::info!(
         "zygote ready: pid {}, Python {} ({}), {} thread(s), {}",
@@ -84,16 +99,25 @@ pub fn main(args: MapArgs, quiet: bool) -> Result<i32, String> {
     let width = items.iter().map(|item| item.display().chars().count()).max().unwrap_or(4);
     let mut printer = Printer::new(format, STATUSES[1..].iter().map(|s| s.to_string()).collect(), width);
     printer.keep_records = args.report.is_some() || args.junit.is_some() || args.html.is_some();
-    let stop = Arc::new(CancelToken::new());
-    let signals = watch_signals(Arc::clone(&stop)).map_err(|e| format!("cannot install signal handlers: {e}"))?;
+    // Nobody reading any more (`| head -1`, a Python caller killed): stop
+    // then, not at the next record, which a long call would put off.
+    let stdout_closed = Arc::new(AtomicBool::new(false));
+    super::pipe::watch_stdout(Arc::clone(&stop), Arc::clone(&stdout_closed))
+        .map_err(|e| format!("cannot start the thread that watches stdout: {e}"))?;
+    let printer_closed = AtomicBool::new(false);
+    let closed = || stdout_closed.load(Ordering::SeqCst) || printer_closed.load(Ordering::SeqCst);
     for (index, record) in resumed {
         printer.accept(index, record);
     }
     let mut journal_error = None;
     let mut done: HashSet<usize> = HashSet::new();
     let stopped = || stop.requested();
-    pool.run(&to_run, &stopped, &mut |index, record| {
+    pool.run(&to_run, &stopped, &mut |index, mut record| {
         done.insert(index);
+        if record["status"] == "not_run" && stop.signal() == 0 && journal_error.is_none() && closed() {
+            record["reason"] = NotRunReason::StdoutClosed.name().into();
+            record["error"]["message"] = "not run: stdout closed".into();
+        }
         if let (Some(journal), false) = (journal.as_mut(), record["status"] == "not_run") {
             if let Err(e) = journal.append(&keys[index], &record) {
                 journal_error.get_or_insert(e);
@@ -102,18 +126,23 @@ pub fn main(args: MapArgs, quiet: bool) -> Result<i32, String> {
         }
         printer.accept(index, record);
         if printer.broken_pipe {
+            printer_closed.store(true, Ordering::SeqCst);
             stop.request(0);
         }
     });
     // Items never started: not_run, saying why.
-    let why = match stop.signal() {
-        0 if journal_error.is_some() => "not run: interrupted: the journal could not be written".to_string(),
-        0 => "not run: stdout closed".to_string(),
-        signal => format!("not run: interrupted by {}", isorun_protocol::signal_name(signal)),
+    let (reason, why) = match stop.signal() {
+        0 if journal_error.is_some() => {
+            (NotRunReason::Interrupted, "not run: interrupted: the journal could not be written".to_string())
+        }
+        0 => (NotRunReason::StdoutClosed, "not run: stdout closed".to_string()),
+        signal => {
+            (NotRunReason::Interrupted, format!("not run: interrupted by {}", isorun_protocol::signal_name(signal)))
+        }
     };
     for item in to_run.iter().filter(|item| !done.contains(&item.index)) {
         let record = json!({"item": item.shown, "index": item.index, "function": pool_name(&args),
-            "status": "not_run", "reason": "interrupted", "error": {"kind": "not_run", "message": why}});
+            "status": "not_run", "reason": reason.name(), "error": {"kind": "not_run", "message": why}});
         printer.accept(item.index, record);
     }
     signals.close();
@@ -142,7 +171,7 @@ pub fn main(args: MapArgs, quiet: bool) -> Result<i32, String> {
     Ok(match stop.signal() {
         libc::SIGINT => exit_code::INTERRUPTED,
         libc::SIGTERM => exit_code::TERMINATED,
-        _ if printer.broken_pipe => exit_code::OK,
+        _ if printer.broken_pipe || closed() => exit_code::OK,
         _ if printer.failures > 0 || report_failed => exit_code::SOME_FAILED,
         _ => exit_code::OK,
     })
