@@ -50,8 +50,10 @@ pub enum ProcessError {
         #[source]
         source: std::io::Error,
     },
-    #[error("the interpreter ended before it said hello ({0}); its stderr above says why")]
-    DiedAtStart(String),
+    /// It ended while it imported: `status` in words (`killed by SIGSEGV`),
+    /// `signal` the signal's name when one ended it.
+    #[error("the interpreter ended before it said hello ({status}; anything it printed is above)")]
+    DiedAtStart { status: String, signal: Option<String> },
     #[error("the interpreter said nothing for {0} s")]
     Silent(u64),
     #[error("the zygote ended")]
@@ -207,8 +209,14 @@ impl Zygote {
         let message = match zygote.receive(Duration::ZERO) {
             Ok((message, _)) => message,
             Err(ProcessError::Gone) => {
-                let status = zygote.reap().map(describe_status).unwrap_or_else(|e| e.to_string());
-                return Err(ProcessError::DiedAtStart(status));
+                return Err(match zygote.reap() {
+                    Ok(status) => ProcessError::DiedAtStart {
+                        status: describe_status(status),
+                        signal: libc::WIFSIGNALED(status.0)
+                            .then(|| isorun_protocol::signal_name(libc::WTERMSIG(status.0))),
+                    },
+                    Err(e) => ProcessError::DiedAtStart { status: e.to_string(), signal: None },
+                });
             }
             Err(ProcessError::Silent(_)) => return Err(ProcessError::Silent(settings.start_timeout.as_secs())),
             Err(e) => return Err(e),

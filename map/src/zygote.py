@@ -91,15 +91,20 @@ def _load(spec):
             name = os.path.splitext(os.path.basename(path))[0]
             sys.path.insert(0, os.path.dirname(path))
             module_spec = importlib.util.spec_from_file_location(name, path)
-            if module_spec is None:
-                raise ModuleNotFoundError("no Python file %s" % path)
+            if module_spec is None or not os.path.isfile(path):
+                raise ModuleNotFoundError("no Python file %s" % path, name=module_name)
             module = importlib.util.module_from_spec(module_spec)
             sys.modules[name] = module
             module_spec.loader.exec_module(module)
         else:
             module = importlib.import_module(module_name)
     except BaseException as e:
-        kind = "no_module" if isinstance(e, (ModuleNotFoundError, FileNotFoundError)) else "import_failed"
+        # Only the module itself (or a package above it) missing is bad
+        # input; a module whose own imports fail is a failed import.
+        missing = isinstance(e, ModuleNotFoundError) and (
+            e.name is None or e.name == module_name or module_name.startswith(e.name + ".")
+        )
+        kind = "no_module" if missing else "import_failed"
         raise LoadError(kind, e)
     fn = module
     for part in qualname.split("."):

@@ -769,3 +769,53 @@ fn sigterm_while_the_zygote_imports_ends_the_run_and_removes_its_temp_folder() {
     let left: Vec<_> = std::fs::read_dir(&temp).unwrap().flatten().map(|e| e.file_name()).collect();
     assert!(left.is_empty(), "left behind in TMPDIR: {left:?}");
 }
+
+#[test]
+fn a_module_whose_import_crashes_hangs_or_raises_is_every_item_s_failure_with_reports() {
+    let tmp = setup();
+    let dir = tmp.path();
+    let modules = [
+        ("crash", "import ctypes\nctypes.string_at(0)\ndef f(x):\n    return x\n"),
+        ("hang", "import time\ntime.sleep(1000)\ndef f(x):\n    return x\n"),
+        ("raises", "raise ValueError('no config here')\ndef f(x):\n    return x\n"),
+        ("nested", "import no_such_dependency_here\ndef f(x):\n    return x\n"),
+    ];
+    for (name, source) in modules {
+        std::fs::write(dir.join(format!("{name}.py")), source).unwrap();
+        let target = format!("{name}:f");
+        let report = format!("{name}.json");
+        let junit = format!("{name}.xml");
+        let args = [&target, "1", "2", "--start-timeout", "2", "--report", &report, "--junit", &junit];
+        let ran = map(dir, &args);
+        assert_eq!(ran.code, Some(1), "{name}: {}", ran.stderr);
+        assert_eq!(ran.records.len(), 2, "{name}: {}", ran.stdout);
+        for record in &ran.records {
+            assert_eq!(record["error"]["kind"], "import_failed", "{name}: {record}");
+            assert!(record.get("attempts").is_none(), "{name}: {record}");
+            let message = record["error"]["message"].as_str().unwrap();
+            match name {
+                "crash" => {
+                    assert_eq!(record["status"], "spawn_failed", "{record}");
+                    assert_eq!(record["signal"], "SIGSEGV", "{record}");
+                    assert!(message.contains("killed by SIGSEGV"), "{record}");
+                }
+                "hang" => {
+                    assert_eq!(record["status"], "spawn_failed", "{record}");
+                    assert!(message.contains("--start-timeout 2"), "{record}");
+                }
+                "raises" => {
+                    assert_eq!(record["status"], "error", "{record}");
+                    assert!(message.contains("ValueError: no config here"), "{record}");
+                    assert!(record["error"]["traceback"].as_str().unwrap().contains("raises.py"), "{record}");
+                }
+                _ => {
+                    assert_eq!(record["status"], "error", "{record}");
+                    assert!(message.contains("no_such_dependency_here"), "{record}");
+                }
+            }
+        }
+        assert!(!ran.stderr.contains("its stderr above says why"), "{name}: {}", ran.stderr);
+        assert!(std::fs::read_to_string(dir.join(&report)).unwrap().contains("import_failed"), "{name}");
+        assert!(std::fs::read_to_string(dir.join(&junit)).unwrap().contains("<testsuite"), "{name}");
+    }
+}
