@@ -91,7 +91,7 @@ class MapRun(Stream[MapResult]):
         self._items = items
         self._values_dir = values_dir
         self._keep_values = keep_values
-        super().__init__(args, cleanup=cleanup, env=env)
+        super().__init__(args, cleanup=cleanup, env=env, echo=True)
 
     def _result(self, record: Dict[str, Any]) -> MapResult:
         index = record.get("index")

@@ -6,19 +6,27 @@ and both remove their temporary files then."""
 
 from __future__ import annotations
 
+import collections
 import json
 import shutil
 import signal
 import subprocess
+import sys
 import threading
 import weakref
 from pathlib import Path
-from typing import IO, Any, Dict, Generic, Iterator, List, Mapping, Optional, TypeVar
+from typing import IO, Any, Deque, Dict, Generic, Iterator, List, Mapping, Optional, TypeVar
 
 from .errors import IsorunError, UsageError
 
 #: How long a stopped run may take to end after SIGINT before it is killed.
 STOP_GRACE_SECONDS = 10.0
+#: How much of the end of isorun's stderr a stream keeps for its error
+#: messages (`stderr`, `IsorunError.stderr`): the rest is passed on or dropped.
+STDERR_TAIL_CHARS = 64 * 1024
+#: The longest piece of a line passed on at once (a call may print a
+#: long line without a newline).
+STDERR_PIECE_CHARS = 64 * 1024
 
 T = TypeVar("T")
 
@@ -32,11 +40,17 @@ class Stream(Iterator[T], Generic[T]):
     no process is left behind. One nothing holds any more (after a `break`,
     or `del`) is stopped when it is collected, and one still running when
     Python exits is stopped then; `cleanup`'s paths are removed at that end.
-    A usage error (exit code 2) raises `UsageError` from the first `next()`."""
+    A usage error (exit code 2) raises `UsageError` from the first `next()`.
 
-    def __init__(self, args: List[str], *, cleanup: List[Path], env: Optional[Mapping[str, str]] = None) -> None:
+    isorun's stderr is read as it arrives; only its last STDERR_TAIL_CHARS
+    are kept (for error messages). With `echo`, each line is also written to
+    this process's `sys.stderr` as it comes (what the calls print, in a
+    terminal or a notebook)."""
+
+    def __init__(self, args: List[str], *, cleanup: List[Path], env: Optional[Mapping[str, str]] = None,
+                 echo: bool = False) -> None:
         self.args = args
-        self._stderr_chunks: List[str] = []
+        self._stderr_chunks: Deque[str] = collections.deque()
         self._process: Optional[subprocess.Popen[str]] = None
         try:
             self._process = subprocess.Popen(
@@ -58,7 +72,7 @@ class Stream(Iterator[T], Generic[T]):
         # temporaries. One nobody holds (a `break`, an exception, `del`)
         # is collected, and collecting it stops isorun.
         self._stderr_reader = threading.Thread(
-            target=_read_stderr, args=(self._process.stderr, self._stderr_chunks), daemon=True
+            target=_read_stderr, args=(self._process.stderr, self._stderr_chunks, echo), daemon=True
         )
         self._stderr_reader.start()
         self._finalizer = weakref.finalize(self, _stop, self._process, self._stderr_reader, cleanup)
@@ -70,8 +84,9 @@ class Stream(Iterator[T], Generic[T]):
 
     @property
     def stderr(self) -> str:
-        """What isorun has written on stderr so far (warnings, notes)."""
-        return "".join(self._stderr_chunks)
+        """The end of what isorun has written on stderr so far (warnings,
+        notes, its error): its last STDERR_TAIL_CHARS characters."""
+        return "".join(list(self._stderr_chunks))[-STDERR_TAIL_CHARS:]
 
     def __iter__(self) -> "Stream[T]":
         return self
@@ -130,12 +145,21 @@ class Stream(Iterator[T], Generic[T]):
         self.close()
 
 
-def _read_stderr(pipe: IO[str], chunks: List[str]) -> None:
-    """The stderr reader thread: appends what isorun writes until EOF (every
-    process holding the pipe has ended), then closes the pipe."""
+def _read_stderr(pipe: IO[str], chunks: Deque[str], echo: bool) -> None:
+    """The stderr reader thread: reads what isorun writes, a line (or a
+    STDERR_PIECE_CHARS piece of a long one) at a time, until EOF (every
+    process holding the pipe has ended), then closes the pipe. Keeps the
+    last STDERR_TAIL_CHARS in `chunks`; with `echo`, writes each line to
+    `sys.stderr` (looked up each time: a notebook or pytest replaces it)."""
+    kept = 0
     try:
-        for chunk in iter(lambda: pipe.read(4096), ""):
-            chunks.append(chunk)
+        for piece in iter(lambda: pipe.readline(STDERR_PIECE_CHARS), ""):
+            if echo:
+                _echo(piece)
+            chunks.append(piece)
+            kept += len(piece)
+            while kept - len(chunks[0]) >= STDERR_TAIL_CHARS:
+                kept -= len(chunks.popleft())
     except (OSError, ValueError):
         pass
     finally:
@@ -143,6 +167,19 @@ def _read_stderr(pipe: IO[str], chunks: List[str]) -> None:
             pipe.close()
         except OSError:
             pass
+
+
+def _echo(text: str) -> None:
+    """Writes isorun's stderr text on this process's stderr; a stderr that
+    is gone or closed loses it, and the run goes on."""
+    target = sys.stderr
+    if target is None:
+        return
+    try:
+        target.write(text)
+        target.flush()
+    except (OSError, ValueError):
+        pass
 
 
 def _stop(process: "subprocess.Popen[str]", stderr_reader: threading.Thread, cleanup: List[Path]) -> None:

@@ -379,6 +379,38 @@ def test_a_resumed_map_runs_nothing_again_and_gives_back_the_earlier_values(fns,
     assert len(list(Path(f"{journal}.values").iterdir())) == 1, "the earlier runs' values are gone"
 
 
+def test_what_calls_print_reaches_the_callers_stderr_and_is_not_kept_in_its_memory(tmp_path: Path):
+    script = tmp_path / "chatty.py"
+    script.write_text(textwrap.dedent("""
+        import json, resource, sys, isorun
+
+        def chatty(x):
+            line = "x" * 99
+            for _ in range(100_000):  # 10 MB on stdout
+                print(line)
+            sys.stdout.flush()
+            print(f"last line of item {x}", file=sys.stderr)
+            return x
+
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        values = [r.value for r in isorun.map(chatty, [1, 2, 3, 4])]
+        after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        print(json.dumps({"values": values, "grew_kib": after - before}))
+    """))
+    with open(tmp_path / "stderr.txt", "w") as stderr:
+        ran = subprocess.run([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=stderr, text=True,
+                             cwd=tmp_path, env=_child_env(), timeout=300)
+    said = (tmp_path / "stderr.txt").read_text()
+    assert ran.returncode == 0, said[-4000:]
+    out = json.loads(ran.stdout.strip().splitlines()[-1])
+    assert out["values"] == [1, 2, 3, 4]
+    for x in (1, 2, 3, 4):
+        assert f"last line of item {x}\n" in said
+    assert said.count("x" * 99 + "\n") == 400_000
+    # 40 MB went through; what the caller keeps is a short tail.
+    assert out["grew_kib"] < 8 * 1024, out
+
+
 def test_results_come_in_item_order_whichever_call_ends_first(fns):
     items = [1.5, 0.75, 0.0]  # with three at once, the last ends first
     results = list(isorun.map(fns.sleep_then_return, items, jobs=3))
