@@ -35,19 +35,22 @@ pub use pool::{Identity, Pool};
 /// The zygote's Python source, run with `python -c`.
 pub const ZYGOTE_SCRIPT: &str = include_str!("zygote.py");
 
-/// Environment variables that make numerical libraries start thread pools
-/// at import; the zygote gets each set to 1 (a zygote with threads cannot
-/// fork safely), and each child gets the caller's values back before the
-/// function runs.
-pub const THREAD_VARS: &[&str] = &[
-    "OPENBLAS_NUM_THREADS",
-    "OMP_NUM_THREADS",
-    "MKL_NUM_THREADS",
-    "NUMEXPR_NUM_THREADS",
-    "VECLIB_MAXIMUM_THREADS",
-    "BLIS_NUM_THREADS",
-    "TF_NUM_INTRAOP_THREADS",
-    "TF_NUM_INTEROP_THREADS",
+/// Environment variables that make numerical libraries start threads at
+/// import, each with the value that keeps them from it; the zygote gets
+/// them (a zygote with threads cannot fork safely), and each child gets the
+/// caller's values back before the function runs. pyarrow's jemalloc (which
+/// `import tensorflow` reaches through pandas where pyarrow is installed)
+/// starts a background thread unless told not to.
+pub const THREAD_VARS: &[(&str, &str)] = &[
+    ("OPENBLAS_NUM_THREADS", "1"),
+    ("OMP_NUM_THREADS", "1"),
+    ("MKL_NUM_THREADS", "1"),
+    ("NUMEXPR_NUM_THREADS", "1"),
+    ("VECLIB_MAXIMUM_THREADS", "1"),
+    ("BLIS_NUM_THREADS", "1"),
+    ("TF_NUM_INTRAOP_THREADS", "1"),
+    ("TF_NUM_INTEROP_THREADS", "1"),
+    ("JE_ARROW_MALLOC_CONF", "background_thread:false"),
 ];
 
 /// The largest JSON value a record carries (a larger one is left out; its

@@ -106,7 +106,7 @@ impl Zygote {
         let (control, theirs) = fd::socket_pair(libc::SOCK_SEQPACKET)?;
         let original: serde_json::Map<String, Value> = THREAD_VARS
             .iter()
-            .map(|name| (name.to_string(), std::env::var(name).map_or(Value::Null, Value::String)))
+            .map(|(name, _)| (name.to_string(), std::env::var(name).map_or(Value::Null, Value::String)))
             .collect();
         let spec = json!({
             "module": settings.module,
@@ -118,9 +118,9 @@ impl Zygote {
             "direct": direct,
         });
         let mut env: Vec<(String, String)> = std::env::vars()
-            .filter(|(name, _)| !THREAD_VARS.contains(&name.as_str()) && !name.starts_with("ISORUN_MAP_"))
+            .filter(|(name, _)| !THREAD_VARS.iter().any(|(var, _)| var == name) && !name.starts_with("ISORUN_MAP_"))
             .collect();
-        env.extend(THREAD_VARS.iter().map(|name| (name.to_string(), "1".to_string())));
+        env.extend(THREAD_VARS.iter().map(|(name, value)| (name.to_string(), value.to_string())));
         env.push(("TMPDIR".into(), temp.to_string_lossy().into_owned()));
         env.push(("ISORUN_MAP_FD".into(), CONTROL_FD.to_string()));
         env.push(("ISORUN_MAP_SPEC".into(), spec.to_string()));

@@ -819,3 +819,30 @@ fn a_module_whose_import_crashes_hangs_or_raises_is_every_item_s_failure_with_re
         assert!(std::fs::read_to_string(dir.join(&junit)).unwrap().contains("<testsuite"), "{name}");
     }
 }
+
+/// `import tensorflow` reaches pyarrow through pandas where pyarrow is
+/// installed, and pyarrow's jemalloc starts a background thread at import:
+/// the zygote keeps it from starting, so it still forks (and the call gets
+/// the caller's setting back).
+#[test]
+fn a_zygote_that_imports_pyarrow_still_forks() {
+    let Some(python) = crate::util::fixtures_python("map with pyarrow preloaded") else {
+        return;
+    };
+    let tmp = setup();
+    let dir = tmp.path();
+    std::fs::write(
+        dir.join("arrow.py"),
+        "import os, pyarrow\n\
+         def f(x):\n    return [len(os.listdir('/proc/self/task')), os.environ.get('JE_ARROW_MALLOC_CONF')]\n",
+    )
+    .unwrap();
+    let ran = run(map_command(dir)
+        .env("ISORUN_PYTHON", &python)
+        .env_remove("JE_ARROW_MALLOC_CONF")
+        .args(["arrow:f", "1", "-j", "1", "-v"]));
+    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    assert!(!ran.stderr.contains("cannot fork safely"), "{}", ran.stderr);
+    assert!(ran.stderr.contains("1 thread(s), no CUDA library mapped"), "{}", ran.stderr);
+    assert_eq!(ran.records[0]["value"][1], Value::Null, "{}", ran.records[0]);
+}
