@@ -114,6 +114,8 @@ impl Zygote {
             "function_pickle": settings.function_pickle,
             "preload": settings.preload,
             "values_dir": settings.values_dir,
+            "value_cap": settings.value_cap,
+            "value_cap_text": isorun_protocol::human_bytes(settings.value_cap),
             "original_env": original,
             "direct": direct,
         });

@@ -207,6 +207,26 @@ def _recv_exact(conn, n):
     return bytes(data)
 
 
+class _TooLarge(Exception):
+    pass
+
+
+class _CappedWriter:
+    """A file that refuses to grow past `cap` bytes: pickle.dump stops at
+    the cap (--value-cap) instead of writing a huge value out first."""
+
+    def __init__(self, f, cap):
+        self.f = f
+        self.cap = cap
+        self.written = 0
+
+    def write(self, data):
+        self.written += memoryview(data).nbytes
+        if self.written > self.cap:
+            raise _TooLarge()
+        return self.f.write(data)
+
+
 def _call(spec, fn, message):
     """One item: the answer to send."""
     try:
@@ -237,7 +257,7 @@ def _call(spec, fn, message):
         path = os.path.join(values_dir, "%d.pkl" % message["index"])
         try:
             with open(path + ".part", "wb") as f:
-                pickle.dump(value, f, protocol=5)
+                pickle.dump(value, _CappedWriter(f, spec.get("value_cap", 1 << 62)), protocol=5)
             os.rename(path + ".part", path)
             result["value_file"] = path
         except BaseException as e:
@@ -245,6 +265,11 @@ def _call(spec, fn, message):
                 os.unlink(path + ".part")
             except OSError:
                 pass
+            if isinstance(e, _TooLarge):
+                cap = spec.get("value_cap_text")
+                message = "value_too_large: the pickled value passed %s; its writing stopped there (limit: --value-cap %s)"
+                error = {"kind": "value_too_large", "message": message % (cap, cap)}
+                return {"status": "error", "value_type": result["value_type"], "error": error}
             return {"status": "error", "value_type": result["value_type"], "error": _error("value_not_saved", e)}
     return result
 

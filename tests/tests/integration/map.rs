@@ -820,6 +820,33 @@ fn a_module_whose_import_crashes_hangs_or_raises_is_every_item_s_failure_with_re
     }
 }
 
+#[test]
+fn value_cap_stops_the_value_s_writing_at_the_cap() {
+    let tmp = setup();
+    let dir = tmp.path();
+    // Each chunk of the value says when pickle reaches it: a write that
+    // stops at the cap reaches about 10 of the 100 (1 MiB each).
+    std::fs::write(
+        dir.join("chunks.py"),
+        "import os\nclass Chunk:\n    def __reduce__(self):\n\
+         \x20       with open(os.path.join(os.environ['MAP_TEST_DIR'], 'reduced.txt'), 'a') as f:\n\
+         \x20           f.write('x')\n\
+         \x20       return (bytes, (b'x' * (1 << 20),))\n\
+         def f(n):\n    return [Chunk() for _ in range(n)]\n",
+    )
+    .unwrap();
+    let writable = dir.to_str().unwrap();
+    let ran = map(dir, &["chunks:f", "100", "--values-dir", "values", "--value-cap", "10M", "--writable", writable]);
+    assert_eq!(ran.code, Some(1), "{}", ran.stderr);
+    let record = &ran.records[0];
+    assert_eq!(record["error"]["kind"], "value_too_large", "{record}");
+    assert!(record.get("value_file").is_none(), "{record}");
+    let reduced = std::fs::read_to_string(dir.join("reduced.txt")).unwrap().len();
+    assert!(reduced < 20, "pickled {reduced} of 100 chunks past a 10 MiB cap");
+    let left: Vec<_> = std::fs::read_dir(dir.join("values")).unwrap().flatten().map(|e| e.file_name()).collect();
+    assert!(left.is_empty(), "left in --values-dir: {left:?}");
+}
+
 /// `import tensorflow` reaches pyarrow through pandas where pyarrow is
 /// installed, and pyarrow's jemalloc starts a background thread at import:
 /// the zygote keeps it from starting, so it still forks (and the call gets
