@@ -2,7 +2,7 @@
 //! stdin (one per line), each a JSON value when it parses as one and a
 //! plain string (a path) otherwise; or, for the Python API
 //! (`--items-pickled`), lines naming a pickled item's file and how records
-//! show it. Each item gets its journal key here: the SHA-256 of its
+//! show it (its repr, or its JSON when it is plain JSON data). Each item gets its journal key here: the SHA-256 of its
 //! canonical JSON text, or of its pickle's bytes.
 
 use crate::MapError;
@@ -39,7 +39,9 @@ impl Item {
         Item { index, shown: value.clone(), payload: Payload::Json(value), key }
     }
 
-    /// A line of `--items-pickled`: `{"file": PATH, "repr": STRING}`.
+    /// A line of `--items-pickled`: `{"file": PATH, "repr": STRING}`, with
+    /// an optional `"json": VALUE` that records then show instead of the
+    /// repr (an int item as `1`, not `"1"`); the key is the pickle's still.
     pub fn from_pickled_line(index: usize, line: &str, what: &str, number: usize) -> Result<Item, MapError> {
         let bad = |reason: String| MapError::BadItemLine { what: what.to_string(), line: number, reason };
         let value: Value = serde_json::from_str(line).map_err(|e| {
@@ -52,7 +54,7 @@ impl Item {
         let bytes = std::fs::read(&path).map_err(|source| MapError::ReadPickle { path: path.clone(), source })?;
         Ok(Item {
             index,
-            shown: Value::String(repr.to_string()),
+            shown: value.get("json").cloned().unwrap_or_else(|| Value::String(repr.to_string())),
             payload: Payload::Pickle(path),
             key: hex(&Sha256::digest(&bytes)),
         })
@@ -122,6 +124,19 @@ mod tests {
         assert_eq!(Item::from_text(0, "data/a.txt").shown, serde_json::json!("data/a.txt"));
         assert_eq!(Item::from_text(0, r#"{"a":1,"b":2}"#).key, Item::from_text(1, r#"{"b":2,"a":1}"#).key);
         assert_ne!(Item::from_text(0, "1").key, Item::from_text(0, "\"1\"").key);
+    }
+
+    #[test]
+    fn a_pickled_line_s_json_is_what_records_show_else_its_repr() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("0.pkl");
+        std::fs::write(&file, b"pickle").unwrap();
+        let line = |extra: &str| format!("{{\"file\": {:?}, \"repr\": \"1\"{extra}}}", file.to_str().unwrap());
+        let with_json = Item::from_pickled_line(0, &line(", \"json\": 1"), "x", 1).unwrap();
+        let without = Item::from_pickled_line(0, &line(""), "x", 1).unwrap();
+        assert_eq!(with_json.shown, serde_json::json!(1));
+        assert_eq!(without.shown, serde_json::json!("1"));
+        assert_eq!(with_json.key, without.key, "the key is the pickle's either way");
     }
 
     #[test]

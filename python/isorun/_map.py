@@ -33,6 +33,9 @@ PathLike = Union[str, "os.PathLike[str]"]
 PICKLE_PROTOCOL = 5
 #: How much of an item's `repr` the records show.
 REPR_CHARS = 200
+#: The longest JSON text of an item that records show as JSON (a longer
+#: one is shown by its shortened `repr`).
+JSON_ITEM_CHARS = 4096
 
 _NOT_GIVEN: Any = ...
 
@@ -253,7 +256,7 @@ def map(
             for index, item in enumerate(listed):
                 path = item_dir / f"{index}.pkl"
                 _item_pickle(item, index, path, cloudpickle)
-                lines.write(json.dumps({"file": str(path), "repr": _shown(item)}) + "\n")
+                lines.write(json.dumps(_item_line(item, path)) + "\n")
 
         named: Dict[str, Any] = {
             "jobs": jobs,
@@ -369,6 +372,35 @@ def _item_pickle(item: Any, index: int, path: Path, cloudpickle: Any) -> None:
     except Exception as e:
         raise NotPicklable(f"isorun.map: item {index} ({_shown(item, 80)}) cannot be sent to a worker process: "
                            f"{type(e).__name__}: {e}; {_TRAVEL_HINT}") from e
+
+
+def _item_line(item: Any, path: Path) -> Dict[str, Any]:
+    """The item's `--items-pickled` line: its pickle's file, its `repr`, and,
+    for an item that is plain JSON data, that JSON, which records then
+    show as `"item"` (an int as `1`, not `"1"`)."""
+    line: Dict[str, Any] = {"file": str(path), "repr": _shown(item)}
+    if _is_json(item):
+        text = json.dumps(item, allow_nan=False)
+        if len(text) <= JSON_ITEM_CHARS:
+            line["json"] = json.loads(text)
+    return line
+
+
+def _is_json(value: Any, depth: int = 0) -> bool:
+    """Whether `value` is JSON data that comes back from JSON as it is:
+    None, bool, int, a finite float, str, and lists and str-keyed dicts of
+    those (not a tuple, which JSON would make a list)."""
+    if depth > 32:
+        return False
+    if value is None or type(value) in (bool, int, str):
+        return True
+    if type(value) is float:
+        return value == value and value not in (float("inf"), float("-inf"))
+    if type(value) is list:
+        return all(_is_json(v, depth + 1) for v in value)
+    if type(value) is dict:
+        return all(type(k) is str and _is_json(v, depth + 1) for k, v in value.items())
+    return False
 
 
 def _shown(item: Any, chars: int = REPR_CHARS) -> str:

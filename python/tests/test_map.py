@@ -411,6 +411,15 @@ def test_what_calls_print_reaches_the_callers_stderr_and_is_not_kept_in_its_memo
     assert out["grew_kib"] < 8 * 1024, out
 
 
+def test_records_show_a_json_item_as_itself_and_other_items_by_repr(fns, tmp_path: Path):
+    items = [1, 2.5, "ab", [1, {"k": None}], (1, 2), {3}]
+    journal = tmp_path / "journal.jsonl"
+    results = list(isorun.map(fns.double, items, journal=journal))
+    assert [r.record["item"] for r in results] == [1, 2.5, "ab", [1, {"k": None}], "(1, 2)", "{3}"]
+    kept = [json.loads(line) for line in journal.read_text().splitlines()]
+    assert sorted((r["index"], r["item"]) for r in kept)[:2] == [(0, 1), (1, 2.5)]
+
+
 def test_results_come_in_item_order_whichever_call_ends_first(fns):
     items = [1.5, 0.75, 0.0]  # with three at once, the last ends first
     results = list(isorun.map(fns.sleep_then_return, items, jobs=3))
