@@ -208,7 +208,8 @@ def map(
     other keyword are `isorun map`'s options with `_` for `-`
     (`start_timeout=600`). A call that raises, crashes, runs past its
     deadline or its limit is a result with that status; the next item runs
-    regardless. Leaving the loop, or Ctrl-C, stops everything.
+    regardless. What calls print reaches this process's `sys.stderr` line
+    by line as it comes. Leaving the loop, or Ctrl-C, stops everything.
 
     With `journal` and `resume=True`, items the journal holds (failed ones
     too) are not called again; an ok one's `.value` is the one it returned
