@@ -153,7 +153,10 @@ impl Pool {
         }
         let queue: Mutex<VecDeque<Queued>> = Mutex::new(items.iter().map(|item| Queued { item, tries: 0 }).collect());
         let slots = self.settings.jobs.clamp(1, items.len().max(1));
-        let (sender, receiver) = mpsc::channel::<(usize, Value)>();
+        // Bounded: a slot whose records (each up to a 1 MiB value) come
+        // faster than they are printed waits, rather than the supervisor
+        // holding every record printed late.
+        let (sender, receiver) = mpsc::sync_channel::<(usize, Value)>(slots);
         let first = self.first.take();
         let this = &self;
         std::thread::scope(|scope| {
@@ -179,7 +182,7 @@ impl Pool {
         slot: usize,
         mut worker: Option<Zygote>,
         queue: &Mutex<VecDeque<Queued<'_>>>,
-        sender: &mpsc::Sender<(usize, Value)>,
+        sender: &mpsc::SyncSender<(usize, Value)>,
         stop: &(dyn Fn() -> bool + Sync),
     ) {
         let per_worker = self.settings.items_per_worker.max(1);

@@ -873,3 +873,32 @@ fn a_zygote_that_imports_pyarrow_still_forks() {
     assert!(ran.stderr.contains("1 thread(s), no CUDA library mapped"), "{}", ran.stderr);
     assert_eq!(ran.records[0]["value"][1], Value::Null, "{}", ran.records[0]);
 }
+
+#[test]
+fn the_supervisor_keeps_no_value_once_printed() {
+    let tmp = setup();
+    let dir = tmp.path();
+    std::fs::write(dir.join("items.txt"), "1000000\n".repeat(150)).unwrap();
+    // The totals line says the supervisor's own peak (VmHWM); 150 values
+    // of 1 MB held would pass 150 MiB.
+    let ran = run(isorun().current_dir(dir).env("ISORUN_PYTHON", "python3").args([
+        "map",
+        "fns:big",
+        "--items-from",
+        "items.txt",
+        "-j",
+        "1",
+        "--format",
+        "table",
+        "--report",
+        "r.json",
+    ]));
+    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    let totals = ran.stdout.lines().last().unwrap();
+    let peak: f64 = totals
+        .split("supervisor peak memory ")
+        .nth(1)
+        .and_then(|rest| rest.trim_end_matches(" MiB").parse().ok())
+        .unwrap_or_else(|| panic!("no peak in {totals:?}"));
+    assert!(peak < 64.0, "{totals}");
+}

@@ -67,6 +67,11 @@ impl Printer {
                 }
             }
             if self.keep_records {
+                // Reports leave values out: keep none (up to 1 MiB each).
+                let mut record = record;
+                if let Some(fields) = record.as_object_mut() {
+                    fields.remove("value");
+                }
                 self.records.push(record);
             }
             self.next += 1;
