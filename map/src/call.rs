@@ -137,6 +137,7 @@ pub fn run(
         let started = Instant::now();
         let request = match &item.payload {
             Payload::Json(value) => json!({"index": item.index, "item": value}),
+            Payload::JsonText(text) => json!({"index": item.index, "item_json": text}),
             Payload::Pickle(path) => json!({"index": item.index, "item_file": path}),
         }
         .to_string();

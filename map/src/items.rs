@@ -27,16 +27,43 @@ pub struct Item {
 #[derive(Debug, Clone)]
 pub enum Payload {
     Json(Value),
+    /// A JSON item's text as given: the call parses it (`json.loads`), so
+    /// that what Python reads (big integers, `1e999`, lone surrogates, any
+    /// depth) arrives unchanged.
+    JsonText(String),
     /// A file holding the pickled item (`--items-pickled`).
     Pickle(PathBuf),
 }
 
 impl Item {
-    /// An item given as text: JSON if it parses, else the string itself.
-    pub fn from_text(index: usize, text: &str) -> Item {
-        let value = serde_json::from_str(text).unwrap_or_else(|_| Value::String(text.to_string()));
-        let key = hex(&Sha256::digest(canonical(&value).to_string().as_bytes()));
-        Item { index, shown: value.clone(), payload: Payload::Json(value), key }
+    /// An item given as text: text that starts like JSON (`{`, `[`, `"`, a
+    /// digit, `-`, `true`, `false`, `null`) must be JSON as Python's `json`
+    /// reads it (`Err`: why not); any other text is a plain string.
+    pub fn from_text(index: usize, text: &str) -> Result<Item, String> {
+        let trimmed = text.trim_matches(JSON_SPACE);
+        let starts_like_json = trimmed.starts_with(['{', '[', '"', '-'])
+            || trimmed.starts_with(|c: char| c.is_ascii_digit())
+            || ["true", "false", "null"].iter().any(|word| {
+                trimmed
+                    .strip_prefix(word)
+                    .is_some_and(|rest| !rest.starts_with(|c: char| c.is_alphanumeric() || c == '_'))
+            });
+        if !starts_like_json {
+            let value = Value::String(text.to_string());
+            let key = hex(&Sha256::digest(value.to_string().as_bytes()));
+            return Ok(Item { index, shown: value.clone(), payload: Payload::Json(value), key });
+        }
+        check_json(trimmed.as_bytes()).map_err(|e| format!("starts like JSON but is not JSON: {e}"))?;
+        // Records show what serde_json reads of it (exact but for integers
+        // past 64 bits, which show rounded; the call gets them whole).
+        let (shown, key) = match serde_json::from_str::<Value>(trimmed) {
+            Ok(value) if !has_long_integer(trimmed.as_bytes()) => {
+                let key = hex(&Sha256::digest(canonical(&value).to_string().as_bytes()));
+                (value, key)
+            }
+            parsed => (parsed.unwrap_or_else(|_| Value::String(trimmed.to_string())), hex(&Sha256::digest(trimmed))),
+        };
+        Ok(Item { index, shown, payload: Payload::JsonText(trimmed.to_string()), key })
     }
 
     /// A line of `--items-pickled`: `{"file": PATH, "repr": STRING}`, with
@@ -70,8 +97,9 @@ impl Item {
     }
 }
 
-/// Where `--items-from` reads.
-pub fn read_lines(path: &std::path::Path) -> Result<Vec<String>, MapError> {
+/// Where `--items-from` reads: its non-empty lines, each with its 1-based
+/// line number in the file.
+pub fn read_lines(path: &std::path::Path) -> Result<Vec<(usize, String)>, MapError> {
     let mut text = String::new();
     let what = if path.as_os_str() == "-" {
         "--items-from - (stdin)".to_string()
@@ -84,7 +112,12 @@ pub fn read_lines(path: &std::path::Path) -> Result<Vec<String>, MapError> {
         std::fs::File::open(path).and_then(|mut f| f.read_to_string(&mut text))
     };
     read.map_err(|source| MapError::ReadItems { what, source })?;
-    Ok(text.lines().filter(|line| !line.trim().is_empty()).map(str::to_string).collect())
+    Ok(text
+        .lines()
+        .enumerate()
+        .filter(|(_, line)| !line.trim().is_empty())
+        .map(|(i, line)| (i + 1, line.to_string()))
+        .collect())
 }
 
 /// The value with object keys sorted at every level (serde_json keeps the
@@ -99,6 +132,181 @@ fn canonical(value: &Value) -> Value {
         Value::Array(items) => Value::Array(items.iter().map(canonical).collect()),
         other => other.clone(),
     }
+}
+
+/// What JSON counts as white space around a value.
+const JSON_SPACE: [char; 4] = [' ', '\t', '\n', '\r'];
+
+/// Whether the text holds an integer of 20 digits or more (past what
+/// serde_json keeps exactly): such an item's key is its text's.
+fn has_long_integer(text: &[u8]) -> bool {
+    let mut run = 0;
+    let mut in_string = false;
+    let mut escaped = false;
+    for &byte in text {
+        if in_string {
+            match (escaped, byte) {
+                (true, _) => escaped = false,
+                (false, b'\\') => escaped = true,
+                (false, b'"') => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        if byte == b'"' {
+            in_string = true;
+        }
+        run = if byte.is_ascii_digit() { run + 1 } else { 0 };
+        if run >= 20 {
+            return true;
+        }
+    }
+    false
+}
+
+/// Checks that `text` is one JSON value as Python's `json.loads` reads it:
+/// any depth (no recursion here), any number (`1e999`, big integers),
+/// `NaN`/`Infinity`/`-Infinity`, lone surrogate escapes; no control
+/// characters inside strings, nothing after the value but white space.
+fn check_json(text: &[u8]) -> Result<(), String> {
+    let mut at = 0;
+    let mut open: Vec<u8> = Vec::new();
+    let space = |at: &mut usize| {
+        while text.get(*at).is_some_and(|b| b" \t\n\r".contains(b)) {
+            *at += 1;
+        }
+    };
+    let fail = |at: usize, what: &str| Err(format!("{what} at byte {}", at + 1));
+    'value: loop {
+        space(&mut at);
+        match text.get(at) {
+            Some(b'{') | Some(b'[') => {
+                let close = if text[at] == b'{' { b'}' } else { b']' };
+                open.push(text[at]);
+                at += 1;
+                space(&mut at);
+                if text.get(at) == Some(&close) {
+                    open.pop();
+                    at += 1;
+                } else if open.last() == Some(&b'{') {
+                    at = key(text, at)?;
+                    continue 'value;
+                } else {
+                    continue 'value;
+                }
+            }
+            Some(b'"') => at = string(text, at)?,
+            Some(b'-') | Some(b'0'..=b'9') => at = number(text, at)?,
+            Some(_) => {
+                let word = ["true", "false", "null", "NaN", "Infinity"]
+                    .iter()
+                    .find(|w| text[at..].starts_with(w.as_bytes()))
+                    .map(|w| w.len());
+                match word {
+                    Some(n) => at += n,
+                    None => return fail(at, "expected a value"),
+                }
+            }
+            None => return fail(at, "expected a value, found the end"),
+        }
+        // After a value: a comma (then another), a close, or the end.
+        loop {
+            space(&mut at);
+            let Some(&inside) = open.last() else {
+                return if at == text.len() { Ok(()) } else { fail(at, "unexpected text after the value") };
+            };
+            match (inside, text.get(at)) {
+                (_, Some(b',')) => {
+                    at += 1;
+                    if inside == b'{' {
+                        space(&mut at);
+                        at = key(text, at)?;
+                    }
+                    continue 'value;
+                }
+                (b'{', Some(b'}')) | (b'[', Some(b']')) => {
+                    open.pop();
+                    at += 1;
+                }
+                (_, None) => return fail(at, "unclosed, found the end"),
+                _ => return fail(at, "expected a comma or a close"),
+            }
+        }
+    }
+}
+
+/// An object's key and its colon: where its value starts.
+fn key(text: &[u8], at: usize) -> Result<usize, String> {
+    if text.get(at) != Some(&b'"') {
+        return Err(format!("expected a key (a string) at byte {}", at + 1));
+    }
+    let mut at = string(text, at)?;
+    while text.get(at).is_some_and(|b| b" \t\n\r".contains(b)) {
+        at += 1;
+    }
+    if text.get(at) != Some(&b':') {
+        return Err(format!("expected a colon at byte {}", at + 1));
+    }
+    Ok(at + 1)
+}
+
+/// A string starting at `at` (its quote): where it ends.
+fn string(text: &[u8], mut at: usize) -> Result<usize, String> {
+    at += 1;
+    loop {
+        match text.get(at) {
+            Some(b'"') => return Ok(at + 1),
+            Some(b'\\') => match text.get(at + 1) {
+                Some(b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't') => at += 2,
+                Some(b'u') if text.get(at + 2..at + 6).is_some_and(|h| h.iter().all(u8::is_ascii_hexdigit)) => at += 6,
+                _ => return Err(format!("bad escape at byte {}", at + 1)),
+            },
+            Some(&b) if b < 0x20 => return Err(format!("control character in a string at byte {}", at + 1)),
+            Some(_) => at += 1,
+            None => return Err(format!("unterminated string at byte {}", at + 1)),
+        }
+    }
+}
+
+/// A number (or `-Infinity`) starting at `at`: where it ends.
+fn number(text: &[u8], mut at: usize) -> Result<usize, String> {
+    let start = at;
+    if text.get(at) == Some(&b'-') {
+        at += 1;
+        if text[at..].starts_with(b"Infinity") {
+            return Ok(at + 8);
+        }
+    }
+    let digits = |at: &mut usize| {
+        let from = *at;
+        while text.get(*at).is_some_and(u8::is_ascii_digit) {
+            *at += 1;
+        }
+        *at - from
+    };
+    match text.get(at) {
+        Some(b'0') => at += 1,
+        Some(b'1'..=b'9') => {
+            digits(&mut at);
+        }
+        _ => return Err(format!("bad number at byte {}", start + 1)),
+    }
+    if text.get(at) == Some(&b'.') {
+        at += 1;
+        if digits(&mut at) == 0 {
+            return Err(format!("bad number at byte {}", start + 1));
+        }
+    }
+    if matches!(text.get(at), Some(b'e' | b'E')) {
+        at += 1;
+        if matches!(text.get(at), Some(b'+' | b'-')) {
+            at += 1;
+        }
+        if digits(&mut at) == 0 {
+            return Err(format!("bad number at byte {}", start + 1));
+        }
+    }
+    Ok(at)
 }
 
 /// Lower-case hex.
@@ -120,10 +328,20 @@ mod tests {
 
     #[test]
     fn text_is_json_when_it_parses_else_a_string() {
-        assert_eq!(Item::from_text(0, "3").shown, serde_json::json!(3));
-        assert_eq!(Item::from_text(0, "data/a.txt").shown, serde_json::json!("data/a.txt"));
-        assert_eq!(Item::from_text(0, r#"{"a":1,"b":2}"#).key, Item::from_text(1, r#"{"b":2,"a":1}"#).key);
-        assert_ne!(Item::from_text(0, "1").key, Item::from_text(0, "\"1\"").key);
+        let item = |text: &str| Item::from_text(0, text).unwrap();
+        assert_eq!(item("3").shown, serde_json::json!(3));
+        assert_eq!(item("data/a.txt").shown, serde_json::json!("data/a.txt"));
+        assert_eq!(item(r#"{"a":1,"b":2}"#).key, item(r#"{"b":2,"a":1}"#).key);
+        assert_ne!(item("1").key, item("\"1\"").key);
+        for good in ["1e999", "\"\\ud800\"", "12345678901234567890123", "-Infinity", "[NaN, {\"a\": []}]", " [1] "] {
+            assert!(Item::from_text(0, good).is_ok(), "{good}");
+        }
+        let deep = format!("{}{}", "[".repeat(10_000), "]".repeat(10_000));
+        assert!(Item::from_text(0, &deep).is_ok());
+        for bad in ["{\"a\": ", "[1,]", "01", "-", "\"a", "[1] x", "{1: 2}", "true x", "1.", "\"a\tb\""] {
+            assert!(Item::from_text(0, bad).is_err(), "{bad}");
+        }
+        assert_eq!(item("truth.txt").shown, serde_json::json!("truth.txt"));
     }
 
     #[test]

@@ -235,6 +235,8 @@ def _call(spec, fn, message):
 
             with open(message["item_file"], "rb") as f:
                 item = pickle.load(f)
+        elif "item_json" in message:
+            item = json.loads(message["item_json"])
         else:
             item = message["item"]
     except BaseException as e:

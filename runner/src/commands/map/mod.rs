@@ -259,16 +259,21 @@ fn absolute(flag: &str, dir: &Path) -> Result<PathBuf, String> {
 
 /// The items: arguments, then --items-from's lines.
 fn read_items(args: &MapArgs) -> Result<Vec<Item>, String> {
-    let mut items: Vec<Item> = args.items.iter().enumerate().map(|(i, text)| Item::from_text(i, text)).collect();
+    let mut items: Vec<Item> = args
+        .items
+        .iter()
+        .enumerate()
+        .map(|(i, text)| Item::from_text(i, text).map_err(|reason| format!("item {} ({text:?}): {reason}", i + 1)))
+        .collect::<Result<_, _>>()?;
     if let Some(path) = &args.items_from {
         let lines = isorun_map::items::read_lines(path).map_err(|e| with_causes(&e))?;
         let what = format!("--items-from {}", path.display());
-        for (number, line) in lines.iter().enumerate() {
+        for (number, line) in &lines {
             let index = items.len();
             let item = if args.items_pickled {
-                Item::from_pickled_line(index, line, &what, number + 1).map_err(|e| with_causes(&e))?
+                Item::from_pickled_line(index, line, &what, *number).map_err(|e| with_causes(&e))?
             } else {
-                Item::from_text(index, line)
+                Item::from_text(index, line).map_err(|reason| format!("{what} line {number}: {reason}"))?
             };
             items.push(item);
         }
