@@ -177,7 +177,24 @@ pub fn run(
             fd::kill_pidfd(pidfd);
         }
     }
-    let (status, maxrss) = zygote.exited(&forked).map_err(|e| NotStarted::Lost(format!("after the call: {e}")))?;
+    let (status, maxrss) = match zygote.exited(&forked) {
+        Ok(exit) => exit,
+        Err(e) => {
+            // The call took its zygote down (killed or stopped its parent):
+            // that is what the call did; an answer that came is kept.
+            let why = zygote.lost(&e);
+            let message = format!("crashed: the call's zygote {why} during the call (did the call signal its parent?)");
+            if attempts.is_empty() {
+                let mut attempt = Map::new();
+                attempt.insert("wall_ms".into(), 0.into());
+                attempts.push(attempt);
+            }
+            let last = attempts.last_mut().expect("one at least");
+            last.insert("status".into(), "crashed".into());
+            last.insert("error".into(), json!({"kind": "crashed", "message": message}));
+            return Ok(attempts);
+        }
+    };
     if attempts.is_empty() && !items.is_empty() {
         // It ended before it took its first item: that item's attempt, or
         // the caller would hand the same items to process after process.

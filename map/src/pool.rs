@@ -289,7 +289,9 @@ impl Pool {
             let spares = self.settings.spares > 0;
             match call::run(zygote, spare, spares, items, &env, &limits, stop) {
                 Ok(attempts) => {
-                    if direct {
+                    if direct || zygote.is_gone() {
+                        // A call may take its zygote down (a signal to its parent).
+                        *spare = None;
                         *worker = None;
                     }
                     return attempts;

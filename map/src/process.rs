@@ -58,6 +58,9 @@ pub enum ProcessError {
     Silent(u64),
     #[error("the zygote ended")]
     Gone,
+    /// It is stopped (SIGSTOP, a debugger): it cannot answer.
+    #[error("the zygote was stopped")]
+    Frozen,
     #[error("stopped while the interpreter started")]
     Stopped,
     #[error("the zygote broke the protocol: {0}")]
@@ -272,7 +275,7 @@ impl Zygote {
             return Ok(Forked { pid: self.pid, pidfd: None });
         }
         let (message, mut fds) = loop {
-            let (message, fds) = self.receive(ANSWER_TIMEOUT).map_err(ForkRefused::Failed)?;
+            let (message, fds) = self.receive_unless_stopped(ANSWER_TIMEOUT).map_err(ForkRefused::Failed)?;
             // Another child (a spare's sibling) may end meanwhile.
             if !self.stash_exit(&message) {
                 break (message, fds);
@@ -303,10 +306,52 @@ impl Zygote {
             if let Some(exit) = self.exits.remove(&forked.pid) {
                 return Ok(exit);
             }
-            let (message, _) = self.receive(ANSWER_TIMEOUT)?;
+            let (message, _) = self.receive_unless_stopped(ANSWER_TIMEOUT)?;
             if !self.stash_exit(&message) {
                 return Err(ProcessError::Protocol(format!("expected an exit, got {message}")));
             }
+        }
+    }
+
+    /// It has ended and was reaped (lost during a call): start another.
+    pub fn is_gone(&self) -> bool {
+        self.reaped
+    }
+
+    /// As [`Zygote::receive`], but a stopped zygote (a call may SIGSTOP
+    /// its parent) is `Frozen` at once rather than `Silent` after `timeout`.
+    fn receive_unless_stopped(&self, timeout: Duration) -> Result<(Value, Vec<OwnedFd>), ProcessError> {
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            if fd::readable(&self.control, Duration::from_millis(50))? {
+                return self.receive(Duration::ZERO);
+            }
+            if stopped(self.pid) {
+                return Err(ProcessError::Frozen);
+            }
+            if std::time::Instant::now() >= deadline {
+                return Err(ProcessError::Silent(timeout.as_secs()));
+            }
+        }
+    }
+
+    /// What became of a zygote lost during a call, in words: `was killed
+    /// by SIGKILL`, `was stopped (SIGSTOP or a debugger)`; it is reaped
+    /// (killed first when it is still there).
+    pub fn lost(&mut self, error: &ProcessError) -> String {
+        if matches!(error, ProcessError::Frozen) {
+            fd::kill_pidfd(&self.pidfd);
+            let _ = self.reap();
+            return "was stopped (SIGSTOP or a debugger)".into();
+        }
+        if !fd::readable(&self.pidfd, Duration::ZERO).unwrap_or(false) {
+            fd::kill_pidfd(&self.pidfd);
+            let _ = self.reap();
+            return format!("stopped answering ({error})");
+        }
+        match self.reap() {
+            Ok(status) => describe_status(status).replacen("killed", "was killed", 1),
+            Err(e) => format!("ended ({e})"),
         }
     }
 
@@ -342,6 +387,14 @@ impl Drop for Zygote {
             let _ = self.reap();
         }
     }
+}
+
+/// Whether the process is stopped (state `T` or `t` in /proc/PID/stat).
+fn stopped(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| stat.rsplit_once(')').and_then(|(_, rest)| rest.trim_start().chars().next()))
+        .is_some_and(|state| state == 'T' || state == 't')
 }
 
 /// A wait status in words: `exited with code 1`, `killed by SIGSEGV`.

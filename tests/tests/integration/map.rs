@@ -922,3 +922,27 @@ fn json_items_arrive_as_python_reads_them_and_broken_json_is_refused() {
     assert!(ran.stderr.contains("--items-from broken.txt line 3: starts like JSON but is not JSON"), "{}", ran.stderr);
     assert!(ran.records.is_empty());
 }
+
+#[test]
+fn a_call_that_kills_or_stops_its_zygote_is_its_own_crash_with_its_answer_kept() {
+    let tmp = setup();
+    let dir = tmp.path();
+    std::fs::write(
+        dir.join("parent.py"),
+        "import os, signal, time\ndef f(x):\n    if x == 'kill':\n        os.kill(os.getppid(), signal.SIGKILL)\n\
+         \x20       time.sleep(30)\n    if x == 'stop':\n        os.kill(os.getppid(), signal.SIGSTOP)\n\
+         \x20       return 7\n    return x\n",
+    )
+    .unwrap();
+    let ran = map(dir, &["parent:f", "kill", "stop", "after", "-j", "1", "--sandbox", "off"]);
+    assert_eq!(ran.code, Some(1), "{}", ran.stderr);
+    let killed = by_item(&ran, "kill");
+    assert_eq!(killed["status"], "crashed", "{killed}");
+    assert!(killed["error"]["message"].as_str().unwrap().contains("zygote was killed by SIGKILL"), "{killed}");
+    let stopped = by_item(&ran, "stop");
+    assert_eq!(stopped["status"], "crashed", "{stopped}");
+    assert_eq!(stopped["value"], 7, "the answer that came is kept: {stopped}");
+    assert!(stopped["error"]["message"].as_str().unwrap().contains("zygote was stopped"), "{stopped}");
+    assert_eq!(by_item(&ran, "after")["status"], "ok");
+    assert!(ran.records.iter().all(|r| r.get("attempts").is_none()), "{}", ran.stdout);
+}
