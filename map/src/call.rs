@@ -346,7 +346,7 @@ fn answer_fields(mut answer: Map<String, Value>, limits: &Limits) -> Attempt {
     let mut attempt = Map::new();
     let status = if answer.get("status") == Some(&json!("ok")) { "ok" } else { "error" };
     attempt.insert("status".into(), status.into());
-    for key in ["value", "value_type", "value_file", "error"] {
+    for key in ["value", "value_omitted", "value_type", "value_file", "error"] {
         if let Some(value) = answer.remove(key) {
             attempt.insert(key.into(), value);
         }
@@ -360,6 +360,7 @@ fn answer_fields(mut answer: Map<String, Value>, limits: &Limits) -> Attempt {
             let _ = std::fs::remove_file(&path);
             attempt.remove("value_file");
             attempt.remove("value");
+            attempt.remove("value_omitted");
             attempt.insert("status".into(), "error".into());
             attempt.insert(
                 "error".into(),

@@ -250,7 +250,11 @@ def _call(spec, fn, message):
         text = json.dumps(value, allow_nan=False)
     except BaseException:
         text = None
-    if text is not None and len(text) <= VALUE_JSON_MAX:
+    if text is None:
+        result["value_omitted"] = "not JSON"
+    elif len(text) > VALUE_JSON_MAX:
+        result["value_omitted"] = "over 1 MiB"
+    else:
         result["value"] = value
     values_dir = spec.get("values_dir")
     if values_dir:

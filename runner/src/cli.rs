@@ -1173,7 +1173,10 @@ mod tests {
       --timeout 600 --memory-limit 8G
   isorun map jobs:score '{\"n\": 3}' --journal map.jsonl --resume
 
-Each ITEM is a JSON value if it parses as JSON, else a string (a path). The function's module is
+Each ITEM that starts like JSON ({, [, \", a digit, -, true, false, null) must be JSON (the call gets
+it as Python's json reads it); any other ITEM is a string (a path). A record's \"value\" is the
+return value as JSON; when it is not JSON or passes 1 MiB it is left out and \"value_omitted\" says
+\"not JSON\" or \"over 1 MiB\" (\"value_type\" still names its type). The function's module is
 imported once by a zygote per slot (with OPENBLAS_NUM_THREADS=1 and the like, restored for each
 call); each call runs in a process forked from it, confined by the sandbox (read what you can,
 write beneath --writable folders only, no network unless --network).
@@ -1213,7 +1216,7 @@ pub struct MapArgs {
     #[arg(long, value_name = "MOD[,MOD..]", value_delimiter = ',', help_heading = "Python")]
     pub preload: Vec<String>,
 
-    /// Largest value a call may return in --values-dir (e.g. 512M); a larger one is the call's error (value_too_large).
+    /// Largest pickled value a call may hand back to the Python API (e.g. 512M); a larger one is the call's error (value_too_large), its writing stopped at SIZE.
     #[arg(long, value_name = "SIZE", default_value = "1G", value_parser = crate::size::parse_size, help_heading = "Python")]
     pub value_cap: u64,
 

@@ -946,3 +946,22 @@ fn a_call_that_kills_or_stops_its_zygote_is_its_own_crash_with_its_answer_kept()
     assert_eq!(by_item(&ran, "after")["status"], "ok");
     assert!(ran.records.iter().all(|r| r.get("attempts").is_none()), "{}", ran.stdout);
 }
+
+#[test]
+fn an_ok_value_left_out_of_its_record_says_why() {
+    let tmp = setup();
+    let dir = tmp.path();
+    std::fs::write(
+        dir.join("values.py"),
+        "def f(x):\n    return {'nan': float('nan'), 'big': 'x' * 2000000}.get(x, x)\n",
+    )
+    .unwrap();
+    let ran = map(dir, &["values:f", "nan", "big", "small"]);
+    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    let omitted = |item: &str| by_item(&ran, item).get("value_omitted").cloned();
+    assert_eq!(omitted("nan"), Some("not JSON".into()), "{}", ran.stdout.chars().take(500).collect::<String>());
+    assert_eq!(omitted("big"), Some("over 1 MiB".into()));
+    assert_eq!(omitted("small"), None);
+    assert_eq!(by_item(&ran, "small")["value"], "small");
+    assert_eq!(by_item(&ran, "nan")["value_type"], "float");
+}
