@@ -224,7 +224,7 @@ impl Layout {
 /// The width of the terminal on `fd`: `COLUMNS` when it is set to a
 /// number (as `ls` takes it), else the terminal's own (`TIOCGWINSZ`), else
 /// none (not a terminal).
-fn terminal_columns(fd: i32, columns_var: Option<&str>) -> Option<usize> {
+pub(crate) fn terminal_columns(fd: i32, columns_var: Option<&str>) -> Option<usize> {
     if let Some(columns) = columns_var.and_then(|c| c.trim().parse::<usize>().ok()).filter(|&c| c > 0) {
         return Some(columns);
     }
@@ -372,7 +372,7 @@ fn replace_path(text: &str, from: &str, to: &str) -> String {
 }
 
 /// The messages the rows cut, whole, for under the totals line; empty when none was.
-fn cut_messages(cut: &[(String, String)]) -> String {
+pub(crate) fn cut_messages(cut: &[(String, String)]) -> String {
     use std::fmt::Write as _;
     let mut text = String::new();
     if cut.is_empty() {

@@ -965,3 +965,20 @@ fn an_ok_value_left_out_of_its_record_says_why() {
     assert_eq!(by_item(&ran, "small")["value"], "small");
     assert_eq!(by_item(&ran, "nan")["value_type"], "float");
 }
+
+#[test]
+fn a_table_fits_columns_and_prints_the_messages_it_cut_whole() {
+    let tmp = setup();
+    let dir = tmp.path();
+    std::fs::write(dir.join("long.py"), "def f(x):\n    raise ValueError('start ' + 'x' * 200 + ' END')\n").unwrap();
+    let ran = run(isorun()
+        .current_dir(dir)
+        .env("ISORUN_PYTHON", "python3")
+        .env("COLUMNS", "70")
+        .args(["map", "long:f", "one", "--format", "table"]));
+    assert_eq!(ran.code, Some(1), "{}", ran.stderr);
+    let row = ran.stdout.lines().find(|line| line.starts_with("one")).unwrap();
+    assert!(row.chars().count() <= 70 && row.contains('…') && row.contains("END"), "{}", ran.stdout);
+    let below = ran.stdout.split("messages cut above").nth(1).unwrap_or_else(|| panic!("{}", ran.stdout));
+    assert!(below.contains(&format!("one: ValueError: start {} END", "x".repeat(200))), "{}", ran.stdout);
+}

@@ -25,6 +25,10 @@ pub struct Printer {
     pub records: Vec<Value>,
     pub keep_records: bool,
     width: usize,
+    /// The terminal's width (or `COLUMNS`): rows are cut to it, as `run`'s.
+    columns: Option<usize>,
+    /// Messages the rows cut: (item, message), printed whole under the totals.
+    cut: Vec<(String, String)>,
 }
 
 impl Printer {
@@ -41,6 +45,8 @@ impl Printer {
             records: Vec::new(),
             keep_records: false,
             width: width.clamp(4, 60),
+            columns: crate::printer::terminal_columns(1, std::env::var("COLUMNS").ok().as_deref()),
+            cut: Vec::new(),
         }
     }
 
@@ -58,8 +64,17 @@ impl Printer {
             if !self.broken_pipe {
                 let text = match self.format {
                     Format::Jsonl => record.to_string(),
-                    Format::Table if self.next == 0 => format!("{}\n{}", header(self.width), row(&record, self.width)),
-                    Format::Table => row(&record, self.width),
+                    Format::Table => {
+                        let (line, whole) = row(&record, self.width, self.columns);
+                        if let Some(whole) = whole {
+                            self.cut.push((item_text(&record), whole));
+                        }
+                        if self.next == 0 {
+                            format!("{}\n{line}", header(self.width))
+                        } else {
+                            line
+                        }
+                    }
                 };
                 let mut out = io::stdout().lock();
                 if writeln!(out, "{text}").and_then(|()| out.flush()).is_err() {
@@ -90,6 +105,7 @@ impl Printer {
                 self.count - self.ok,
                 elapsed.as_secs_f64()
             );
+            let _ = write!(io::stdout().lock(), "{}", crate::printer::cut_messages(&self.cut));
         }
     }
 }
@@ -98,12 +114,18 @@ fn header(width: usize) -> String {
     format!("{:<width$}  {:<14}  {:>8}  {:>9}  value / error", "item", "status", "time", "peak mem")
 }
 
-fn row(record: &Value, width: usize) -> String {
-    let item = match &record["item"] {
+fn item_text(record: &Value) -> String {
+    match &record["item"] {
         Value::String(text) => text.clone(),
         other => other.to_string(),
-    };
-    let item: String = one_line(&item).chars().take(width).collect();
+    }
+}
+
+/// The row, and the error message whole when the row cut it to the
+/// terminal's width (`columns`; none: no message is cut, a value is cut at
+/// 100 characters).
+fn row(record: &Value, width: usize, columns: Option<usize>) -> (String, Option<String>) {
+    let item: String = one_line(&item_text(record)).chars().take(width).collect();
     let detail = if record["status"] == "ok" {
         match record.get("value") {
             Some(value) => value.to_string(),
@@ -112,15 +134,34 @@ fn row(record: &Value, width: usize) -> String {
     } else {
         record["error"]["message"].as_str().unwrap_or("").lines().next().unwrap_or("").to_string()
     };
-    let detail: String = one_line(&detail).chars().take(100).collect();
+    let detail = one_line(&detail);
     let resumed = if record["resumed"] == true { " (resumed)" } else { "" };
     let peak = record["peak_rss_bytes"].as_u64().map_or("-".into(), |b| format!("{:.0} MiB", b as f64 / 1048576.0));
-    format!(
-        "{item:<width$}  {:<14}  {:>6.2} s  {peak:>9}  {detail}{resumed}",
+    let prefix = format!(
+        "{item:<width$}  {:<14}  {:>6.2} s  {peak:>9}  ",
         one_line(record["status"].as_str().unwrap_or("?")),
         record["wall_ms"].as_u64().unwrap_or(0) as f64 / 1000.0,
-    )
+    );
+    let room = columns.map(|c| c.saturating_sub(prefix.chars().count() + resumed.len()).max(MIN_DETAIL));
+    let count = detail.chars().count();
+    let (detail, whole) = match room {
+        Some(room) if count > room => {
+            // Cut in the middle, as run's rows: a message's end says most.
+            let head: String = detail.chars().take((room - 1) / 3).collect();
+            let tail: String = detail.chars().skip(count - (room - 1 - (room - 1) / 3)).collect();
+            let whole =
+                (record["status"] != "ok").then(|| record["error"]["message"].as_str().unwrap_or("").to_string());
+            (format!("{head}…{tail}"), whole)
+        }
+        None if record["status"] == "ok" && count > 100 => (detail.chars().take(100).collect(), None),
+        _ => (detail.to_string(), None),
+    };
+    (format!("{prefix}{detail}{resumed}"), whole)
 }
+
+/// The fewest characters a row gives its value or message, however narrow
+/// the terminal (the row wraps rather than saying nothing).
+const MIN_DETAIL: usize = 20;
 
 #[cfg(test)]
 mod tests {
@@ -131,7 +172,7 @@ mod tests {
     fn an_item_or_message_cannot_forge_a_row() {
         let record = json!({"item": "a\r\x1b[2Kfake", "status": "error", "wall_ms": 5,
                             "error": {"message": "ValueError: one\nok"}});
-        let text = row(&record, 20);
+        let (text, _) = row(&record, 20, Some(80));
         assert!(!text.chars().any(|c| c.is_control()), "{text:?}");
     }
 }
