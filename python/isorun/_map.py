@@ -12,7 +12,9 @@ NumPy or TensorFlow; cloudpickle is imported when `map` is called."""
 
 from __future__ import annotations
 
+import hashlib
 import json
+import operator
 import os
 import pickle
 import shutil
@@ -215,11 +217,12 @@ def map(
     too) are not called again; an ok one's `.value` is the one it returned
     then, kept as pickles in `JOURNAL.values/` (a run without `resume`
     starts the journal and its values afresh). Resume matches each item by
-    its pickle and the function by its pickle, not its source: a function
-    from `__main__` or a notebook carries the globals and helpers it uses,
-    so changing any of them reruns every item, and a module-level function
-    is pickled by name only, so editing its body does not (run without
-    `resume`). The `isorun map` command matches the function's source.
+    its pickle and the function by its pickle: a function from `__main__`
+    or a notebook carries the globals and helpers it uses, so changing any
+    of them reruns every item; a module-level function goes by name with
+    its own source's SHA-256 (as the `isorun map` command matches it), so
+    editing its body reruns every item, but editing a helper it calls does
+    not (run without `resume`).
 
     >>> for r in isorun.map(evaluate, paths, jobs=2, timeout=600, memory_limit="8G"):
     ...     print(r.item, r.status, r.value if r.ok else r.error.message)
@@ -313,9 +316,66 @@ def function_name(fn: Callable[..., Any]) -> str:
     return f"{module}:{qualname}"
 
 
+class _WithSource:
+    """A function that goes by reference, pickled with its source's SHA-256
+    beside it. isorun's journal knows the function by its pickle's bytes,
+    and a function pickled by reference is only its name, so without this
+    editing its body would let `resume=True` hand back what the old body
+    returned. Unpickled, it is the function itself (`operator.getitem` of
+    the pair, both standard library): no wrapper frame in tracebacks, and
+    nothing of isorun needed in the worker."""
+
+    def __init__(self, fn: Callable[..., Any], source_sha256: str) -> None:
+        self.fn = fn
+        self.source_sha256 = source_sha256
+
+    def __reduce__(self) -> Tuple[Any, ...]:
+        return operator.getitem, ((self.fn, self.source_sha256), 0)
+
+
+def _by_reference(fn: Callable[..., Any], cloudpickle: Any) -> bool:
+    """Whether cloudpickle pickles `fn` by its name only (a function its
+    module's import gives back) rather than by value."""
+    should = getattr(getattr(cloudpickle, "cloudpickle", None), "_should_pickle_by_reference", None)
+    if should is not None:
+        try:
+            return bool(should(fn))
+        except Exception:
+            return False
+    module = sys.modules.get(getattr(fn, "__module__", None) or "__main__")
+    if module is None or module.__name__ == "__main__":
+        return False
+    found: Any = module
+    for part in (getattr(fn, "__qualname__", None) or "<>").split("."):
+        found = getattr(found, part, None)
+    return found is fn
+
+
+def _source_sha256(fn: Callable[..., Any]) -> Optional[str]:
+    """The SHA-256 of the function's source, else of its module's file, as
+    `isorun map` computes the identity of the function it imports; None
+    when neither can be read."""
+    import inspect
+
+    try:
+        return hashlib.sha256(inspect.getsource(fn).encode()).hexdigest()
+    except Exception:
+        pass
+    try:
+        with open(sys.modules[fn.__module__].__file__, "rb") as f:  # type: ignore[arg-type]
+            return hashlib.sha256(f.read()).hexdigest()
+    except Exception:
+        return None
+
+
 def _function_pickle(fn: Callable[..., Any], name: str, cloudpickle: Any) -> bytes:
     try:
-        return bytes(cloudpickle.dumps(fn, protocol=PICKLE_PROTOCOL))
+        sent: Any = fn
+        if _by_reference(fn, cloudpickle):
+            source_sha256 = _source_sha256(fn)
+            if source_sha256 is not None:
+                sent = _WithSource(fn, source_sha256)
+        return bytes(cloudpickle.dumps(sent, protocol=PICKLE_PROTOCOL))
     except Exception as e:
         culprit = _culprit(fn, cloudpickle)
         where = ""

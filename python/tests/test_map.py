@@ -379,6 +379,33 @@ def test_a_resumed_map_runs_nothing_again_and_gives_back_the_earlier_values(fns,
     assert len(list(Path(f"{journal}.values").iterdir())) == 1, "the earlier runs' values are gone"
 
 
+def test_editing_a_module_level_functions_body_runs_its_items_again_on_resume(tmp_path: Path,
+                                                                              monkeypatch: pytest.MonkeyPatch):
+    # The function goes by reference (its pickle only names it): its source
+    # must still be part of the journal's identity, as `isorun map`'s is.
+    module = tmp_path / "isorun_map_edited.py"
+    module.write_text("def answer(x):\n    return x + 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(sys, "dont_write_bytecode", True)
+    monkeypatch.delitem(sys.modules, "isorun_map_edited", raising=False)
+    edited = importlib.import_module("isorun_map_edited")
+    journal = tmp_path / "journal.jsonl"
+    first = list(isorun.map(edited.answer, [1, 2], journal=journal))
+    assert [r.value for r in first] == [2, 3], [r.record for r in first]
+    assert first[0].record["function"] == "isorun_map_edited:answer"
+
+    module.write_text("def answer(x):\n    return x + 100\n")
+    edited = importlib.reload(edited)
+    again = list(isorun.map(edited.answer, [1, 2], journal=journal, resume=True))
+    assert [r.value for r in again] == [101, 102], [r.record for r in again]
+    assert [r.record.get("resumed") for r in again] == [None, None], "the edited body ran"
+    assert again[0].record["function"] == "isorun_map_edited:answer"
+
+    unchanged = list(isorun.map(edited.answer, [1, 2], journal=journal, resume=True))
+    assert [r.value for r in unchanged] == [101, 102], [r.record for r in unchanged]
+    assert [r.record.get("resumed") for r in unchanged] == [True, True], "nothing changed: nothing ran"
+
+
 def test_what_calls_print_reaches_the_callers_stderr_and_is_not_kept_in_its_memory(tmp_path: Path):
     script = tmp_path / "chatty.py"
     script.write_text(textwrap.dedent("""
