@@ -62,14 +62,16 @@ pub fn main(args: MapArgs, quiet: bool) -> Result<i32, String> {
         Err(e) => return Err(with_causes(&e)),
     };
     let hello = &pool.hello;
-    tracing::info!(
-        "zygote ready: pid {}, Python {} ({}), {} thread(s), {}",
-        hello.pid,
-        hello.python,
-        hello.executable,
-        hello.threads,
-        hello.cuda.as_ref().map_or("no CUDA library mapped".to_string(), |lib| format!("{lib} mapped"))
-    );
+    if pool.import_failure.is_none() {
+        tracing::info!(
+            "zygote ready: pid {}, Python {} ({}), {} thread(s), {}",
+            hello.pid,
+            hello.python,
+            hello.executable,
+            hello.threads,
+            hello.cuda.as_ref().map_or("no CUDA library mapped".to_string(), |lib| format!("{lib} mapped"))
+        );
+    }
 
     let mut resumed: BTreeMap<usize, Value> = BTreeMap::new();
     let mut journal = None;
