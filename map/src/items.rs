@@ -36,24 +36,35 @@ pub enum Payload {
 }
 
 impl Item {
-    /// An item given as text: text that starts like JSON (`{`, `[`, `"`, a
-    /// digit, `-`, `true`, `false`, `null`) must be JSON as Python's `json`
-    /// reads it (`Err`: why not); any other text is a plain string.
+    /// An item given as text: text that starts like a JSON object, array,
+    /// string or literal (`{`, `[`, `"`, `true`, `false`, `null`) must be
+    /// JSON as Python's `json` reads it (`Err`: why not); text that starts
+    /// with a digit or `-` is a JSON number where it is one and otherwise a
+    /// plain string (a path such as `3d.txt`, a date such as `2024-01-01`),
+    /// as is any other text.
     pub fn from_text(index: usize, text: &str) -> Result<Item, String> {
         let trimmed = text.trim_matches(JSON_SPACE);
-        let starts_like_json = trimmed.starts_with(['{', '[', '"', '-'])
-            || trimmed.starts_with(|c: char| c.is_ascii_digit())
+        let plain = || {
+            let value = Value::String(text.to_string());
+            let key = hex(&Sha256::digest(value.to_string().as_bytes()));
+            Item { index, shown: value.clone(), payload: Payload::Json(value), key }
+        };
+        let must_be_json = trimmed.starts_with(['{', '[', '"'])
             || ["true", "false", "null"].iter().any(|word| {
                 trimmed
                     .strip_prefix(word)
                     .is_some_and(|rest| !rest.starts_with(|c: char| c.is_alphanumeric() || c == '_'))
             });
-        if !starts_like_json {
-            let value = Value::String(text.to_string());
-            let key = hex(&Sha256::digest(value.to_string().as_bytes()));
-            return Ok(Item { index, shown: value.clone(), payload: Payload::Json(value), key });
+        let may_be_number = trimmed.starts_with('-') || trimmed.starts_with(|c: char| c.is_ascii_digit());
+        if !must_be_json && !may_be_number {
+            return Ok(plain());
         }
-        check_json(trimmed.as_bytes()).map_err(|e| format!("starts like JSON but is not JSON: {e}"))?;
+        if let Err(e) = check_json(trimmed.as_bytes()) {
+            if must_be_json {
+                return Err(format!("starts like JSON but is not JSON: {e}"));
+            }
+            return Ok(plain());
+        }
         // Records show what serde_json reads of it (exact but for integers
         // past 64 bits, which show rounded; the call gets them whole).
         let (shown, key) = match serde_json::from_str::<Value>(trimmed) {
@@ -338,8 +349,12 @@ mod tests {
         }
         let deep = format!("{}{}", "[".repeat(10_000), "]".repeat(10_000));
         assert!(Item::from_text(0, &deep).is_ok());
-        for bad in ["{\"a\": ", "[1,]", "01", "-", "\"a", "[1] x", "{1: 2}", "true x", "1.", "\"a\tb\""] {
+        for bad in ["{\"a\": ", "[1,]", "\"a", "[1] x", "{1: 2}", "true x", "\"a\tb\""] {
             assert!(Item::from_text(0, bad).is_err(), "{bad}");
+        }
+        // A digit or '-' starts a number only where the text is one.
+        for plain in ["01", "-", "1.", "2024-01-01", "3d.txt", "-v.txt"] {
+            assert_eq!(item(plain).shown, serde_json::json!(plain), "{plain}");
         }
         assert_eq!(item("truth.txt").shown, serde_json::json!("truth.txt"));
     }

@@ -1173,8 +1173,9 @@ mod tests {
       --timeout 600 --memory-limit 8G
   isorun map jobs:score '{\"n\": 3}' --journal map.jsonl --resume
 
-Each ITEM that starts like JSON ({, [, \", a digit, -, true, false, null) must be JSON (the call gets
-it as Python's json reads it); any other ITEM is a string (a path). A record's \"value\" is the
+Each ITEM that starts like JSON ({, [, \", true, false, null) must be JSON (the call gets it as
+Python's json reads it); one that starts with a digit or - is a number where it is one (12, -3.5,
+1e999), else a string, as is any other ITEM (a path: 3d.txt, a date: 2024-01-01). A record's \"value\" is the
 return value as JSON; when it is not JSON or passes 1 MiB it is left out and \"value_omitted\" says
 \"not JSON\" or \"over 1 MiB\" (\"value_type\" still names its type). The function's module is
 imported once by a zygote per slot (with OPENBLAS_NUM_THREADS=1 and the like, restored for each

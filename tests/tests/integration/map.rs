@@ -909,13 +909,15 @@ fn json_items_arrive_as_python_reads_them_and_broken_json_is_refused() {
     let dir = tmp.path();
     std::fs::write(dir.join("show.py"), "def f(x):\n    return repr(x)\n").unwrap();
     let deep = format!("{}{}", "[".repeat(200), "]".repeat(200));
-    let lines = ["12345678901234567890123", "1e999", r#""\ud800""#, &deep, "a/path.txt"];
+    let lines = ["12345678901234567890123", "1e999", r#""\ud800""#, &deep, "a/path.txt", "2024-01-01", "3d.txt"];
     std::fs::write(dir.join("items.txt"), lines.join("\n")).unwrap();
     let ran = map(dir, &["show:f", "--items-from", "items.txt"]);
     assert_eq!(ran.code, Some(0), "{}", ran.stderr);
     let values: Vec<&str> = ran.records.iter().map(|r| r["value"].as_str().unwrap()).collect();
     let python_deep = format!("{}{}", "[".repeat(200), "]".repeat(200));
-    assert_eq!(values, ["12345678901234567890123", "inf", r"'\ud800'", &python_deep, "'a/path.txt'"]);
+    let expected =
+        ["12345678901234567890123", "inf", r"'\ud800'", &python_deep, "'a/path.txt'", "'2024-01-01'", "'3d.txt'"];
+    assert_eq!(values, expected);
     std::fs::write(dir.join("broken.txt"), "1\n\n{\"a\": \n").unwrap();
     let ran = map(dir, &["fns:act", "--items-from", "broken.txt"]);
     assert_eq!(ran.code, Some(2), "{}", ran.stderr);
