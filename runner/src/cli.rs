@@ -1319,6 +1319,11 @@ pub struct MapArgs {
     #[arg(long, requires = "journal", help_heading = "Nightly")]
     pub resume: bool,
 
+    /// Run only shard K of N (K from 0): the items whose name (as reports show it) hashes to K, as
+    /// `run --shard` shards models (FNV-1a 64 mod N). `isorun slurm submit map` sets it per task.
+    #[arg(long, value_name = "K/N", value_parser = isorun_report::shard::parse_shard, help_heading = "Nightly")]
+    pub shard: Option<isorun_report::shard::Shard>,
+
     /// Write a JSON report of the whole run (one unit per item).
     #[arg(long, value_name = "PATH.json", help_heading = "Nightly")]
     pub report: Option<PathBuf>,

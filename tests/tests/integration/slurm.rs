@@ -359,3 +359,35 @@ fn a_real_model_runs_through_slurm_as_it_runs_locally() {
     assert_eq!(merged["units"][0]["status"], "ok");
     assert_eq!(files_under(&slurm_outputs), files_under(&tmp.path().join("local-outputs")));
 }
+
+#[test]
+fn a_map_through_slurm_shards_its_items_and_merges_every_one() {
+    let Some(cluster) = Cluster::up() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::write(tmp.path().join("fns.py"), "def f(x):\n    return x * 10\n").unwrap();
+    let out = tmp.path().join("night");
+    let (_, merge) = cluster.submit(
+        tmp.path(),
+        &[("ISORUN_PYTHON", Path::new("python3"))],
+        &["--shards", "2", "--out", out.to_str().unwrap(), "map", "fns:f", "1", "2", "3", "4"],
+    );
+    let merged = cluster.merged_report(&out, &merge);
+    let units: Vec<(String, String)> = statuses(&merged);
+    let ok = |item: &str| (item.to_string(), "ok".to_string());
+    assert_eq!(units, [ok("1"), ok("2"), ok("3"), ok("4")], "{merged:#}");
+    // Both shards ran items (the four split 1/3 between them), and their JSON lines hold the values.
+    let listing = read_json(&out.join("models.json"));
+    let shards: Vec<u64> = listing["models"].as_array().unwrap().iter().map(|m| m["shard"].as_u64().unwrap()).collect();
+    assert!(shards.contains(&0) && shards.contains(&1), "{listing:#}");
+    let mut values: Vec<(i64, i64)> = Vec::new();
+    for shard in 0..2 {
+        let lines = std::fs::read_to_string(out.join(format!("shards/{shard}.jsonl"))).unwrap();
+        for line in lines.lines() {
+            let record: Value = serde_json::from_str(line).unwrap();
+            assert_eq!(listing["models"][record["item"].as_i64().unwrap() as usize - 1]["shard"], shard);
+            values.push((record["item"].as_i64().unwrap(), record["value"].as_i64().unwrap()));
+        }
+    }
+    values.sort();
+    assert_eq!(values, [(1, 10), (2, 20), (3, 30), (4, 40)]);
+}

@@ -15,6 +15,7 @@ use isorun_engine::{CancelToken, STATUSES};
 use isorun_map::{Item, MapError, MapSettings, Pool, SandboxSettings};
 use isorun_protocol::{exit_code, NotRunReason};
 use isorun_report::journal::{read_journal, Journal};
+use isorun_report::shard::Shard;
 use isorun_report::{build as build_report, write_files as write_report_files, RunInfo};
 use print::Printer;
 use serde_json::{json, Value};
@@ -30,7 +31,7 @@ pub fn main(args: MapArgs, quiet: bool) -> Result<i32, String> {
     let started = Instant::now();
     let started_at = SystemTime::now();
     let settings = settings(&args)?;
-    let items = read_items(&args)?;
+    let items = shard_items(read_items(&args)?, args.shard);
     let outputs: Vec<(&'static str, &Path)> = [
         ("--report", args.report.as_deref()),
         ("--junit", args.junit.as_deref()),
@@ -260,7 +261,7 @@ fn absolute(flag: &str, dir: &Path) -> Result<PathBuf, String> {
 }
 
 /// The items: arguments, then --items-from's lines.
-fn read_items(args: &MapArgs) -> Result<Vec<Item>, String> {
+pub(crate) fn read_items(args: &MapArgs) -> Result<Vec<Item>, String> {
     let mut items: Vec<Item> = args
         .items
         .iter()
@@ -281,6 +282,25 @@ fn read_items(args: &MapArgs) -> Result<Vec<Item>, String> {
         }
     }
     Ok(items)
+}
+
+/// The items of `--shard K/N`, numbered from 0 again (records, journal
+/// keys and printing go by position). An item belongs to the shard its
+/// name hashes to, as `run --shard` does with model ids ([`item_name`],
+/// FNV-1a 64 mod N): the same item is in the same shard whatever else is
+/// given, and `isorun slurm submit map` lists them the same way.
+fn shard_items(items: Vec<Item>, shard: Option<Shard>) -> Vec<Item> {
+    let Some(shard) = shard else { return items };
+    let owned = items.into_iter().filter(|item| shard.owns(&item_name(&item.shown)));
+    owned.enumerate().map(|(index, item)| Item { index, ..item }).collect()
+}
+
+/// An item's name, as report units show it (before `#index` is added to a repeated one).
+pub(crate) fn item_name(shown: &Value) -> String {
+    match shown {
+        Value::String(text) => text.clone(),
+        other => other.to_string(),
+    }
 }
 
 /// A journal's record of `item`, as a resumed run prints it, or `None`
@@ -321,10 +341,7 @@ fn report_units(records: &[Value]) -> Vec<Value> {
         .iter()
         .map(|record| {
             let mut unit = record.clone();
-            let mut name = match &record["item"] {
-                Value::String(text) => text.clone(),
-                other => other.to_string(),
-            };
+            let mut name = item_name(&record["item"]);
             if !seen.insert(name.clone()) {
                 name = format!("{name} #{}", record["index"]);
                 seen.insert(name.clone());
@@ -340,7 +357,7 @@ fn report_units(records: &[Value]) -> Vec<Value> {
 
 /// The settings as reports show them.
 fn report_settings(args: &MapArgs, settings: &MapSettings) -> Value {
-    json!({
+    let mut shown = json!({
         "command": "map",
         "function": args.target,
         "python": settings.python,
@@ -351,5 +368,10 @@ fn report_settings(args: &MapArgs, settings: &MapSettings) -> Value {
         "sandbox": settings.sandbox.is_some(),
         "network": args.network,
         "writable": settings.sandbox.as_ref().map(|s| s.writable.clone()).unwrap_or_default(),
-    })
+    });
+    if let Some(shard) = args.shard {
+        // `isorun report merge` joins shard reports by it.
+        shown["shard"] = shard.to_string().into();
+    }
+    shown
 }

@@ -15,6 +15,11 @@
 //! and their shards (`models.json`), computed exactly as `run` computes
 //! them, so the merge can report the models of a lost task as `not_run`
 //! (`shard_task_lost`) instead of leaving them out.
+//!
+//! `map` is submitted the same way (RUN ARGS begin with `map`): task K runs
+//! `isorun map --shard K/N` on the items whose name hashes to K, and
+//! `models.json` lists every item by the name its report unit has, so the
+//! items of a lost task are `not_run` too.
 
 mod run_args;
 mod script;
@@ -23,13 +28,14 @@ pub use run_args::{prepare as prepare_run_args, RunArg, TaskCommand};
 pub use script::{array_script, merge_script, Plan};
 
 use crate::cli::{
-    Cli, Command, EvalOptions, ExpectArgs, RunArgs, RunInputArgs, SharedRunArgs, SlurmCommand, SlurmSubmitArgs,
+    Cli, Command, EvalOptions, ExpectArgs, MapArgs, RunArgs, RunInputArgs, SharedRunArgs, SlurmCommand, SlurmSubmitArgs,
 };
 use isorun_engine::{discover, latest_versions};
 use isorun_protocol::exit_code;
 use isorun_report::format_rfc3339;
 use isorun_report::shard::{fnv1a64, Shard};
 use serde_json::{json, Value};
+use std::collections::{HashMap, HashSet};
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
@@ -73,26 +79,36 @@ fn submit(args: &SlurmSubmitArgs) -> Result<i32, String> {
             .into());
     }
     let run_args = prepare_run_args(raw_args, task)?;
-    let TaskArgs { shared: parsed, run_only, eval } =
-        match parse_task_command(&run_args, args.shards, task, args.data_shards) {
-            Ok(parsed) => parsed,
-            Err(Parsed::Usage(message)) => return Err(message),
-            Err(Parsed::Clap(error)) => {
-                let _ = error.print();
-                return Ok(if error.use_stderr() { exit_code::USAGE } else { exit_code::OK });
+    let task_args = match parse_task_command(&run_args, args.shards, task, args.data_shards) {
+        Ok(parsed) => parsed,
+        Err(Parsed::Usage(message)) => return Err(message),
+        Err(Parsed::Clap(error)) => {
+            let _ = error.print();
+            return Ok(if error.use_stderr() { exit_code::USAGE } else { exit_code::OK });
+        }
+    };
+    let (models, jobs_given) = match task_args {
+        Task::Map(map) => (sharded_items(&map, args.shards)?, map.jobs.is_some()),
+        Task::Models(task_args) => {
+            let TaskArgs { shared: parsed, run_only, eval } = *task_args;
+            if parsed.junit.is_some() || parsed.html.is_some() {
+                return Err(
+                    "--config sets junit or html: the merge job writes DIR/report.xml and DIR/report.html".into()
+                );
             }
-        };
-    if parsed.junit.is_some() || parsed.html.is_some() {
-        return Err("--config sets junit or html: the merge job writes DIR/report.xml and DIR/report.html".into());
-    }
-    if run_only.as_ref().is_some_and(|(given, _)| given.inputs.iter().any(|path| path.as_os_str() == "-")) {
-        return Err("--config reads inputs from stdin (-): a batch job has no stdin; give the inputs as a file".into());
-    }
-    let models = sharded_models(&parsed, args.shards)?;
-    check_files(&parsed, run_only.as_ref())?;
-    if let Some(eval) = &eval {
-        check_eval(eval, parsed.batch_size)?;
-    }
+            if run_only.as_ref().is_some_and(|(given, _)| given.inputs.iter().any(|path| path.as_os_str() == "-")) {
+                return Err(
+                    "--config reads inputs from stdin (-): a batch job has no stdin; give the inputs as a file".into(),
+                );
+            }
+            let models = sharded_models(&parsed, args.shards)?;
+            check_files(&parsed, run_only.as_ref())?;
+            if let Some(eval) = &eval {
+                check_eval(eval, parsed.batch_size)?;
+            }
+            (models, parsed.jobs.is_some())
+        }
+    };
     check_earlier_submit(&out, args.shards, args.data_shards)?;
 
     let plan = Plan {
@@ -110,13 +126,14 @@ fn submit(args: &SlurmSubmitArgs) -> Result<i32, String> {
         gpus_per_task: args.gpus_per_task,
         sbatch_args: &args.sbatch_arg,
         run_args: &run_args,
-        jobs_from_slurm: args.cpus_per_task.is_some() && parsed.jobs.is_none(),
+        jobs_from_slurm: args.cpus_per_task.is_some() && !jobs_given,
     };
     let (array, merge) = (array_script(&plan), merge_script(&plan));
     let listing = model_list(&models, (args.shards, args.data_shards), &isorun, task, &run_args);
     let per_shard = shard_sizes(&models, args.shards);
     let sizes: Vec<String> = per_shard.iter().map(u64::to_string).collect();
-    eprintln!("isorun: {} models in {} shards ({})", models.len(), args.shards, sizes.join(", "));
+    let noun = if task == TaskCommand::Map { "items" } else { "models" };
+    eprintln!("isorun: {} {noun} in {} shards ({})", models.len(), args.shards, sizes.join(", "));
     if let Some(data_shards) = args.data_shards {
         eprintln!(
             "isorun: {} array tasks: each model shard's data in {data_shards} shards (task T: model shard T / \
@@ -125,7 +142,8 @@ fn submit(args: &SlurmSubmitArgs) -> Result<i32, String> {
         );
     }
     if let Some(empty) = per_shard.iter().position(|&n| n == 0) {
-        eprintln!("isorun: warning: shard {empty} (and maybe others) has no model; its task runs nothing");
+        let noun = if task == TaskCommand::Map { "item" } else { "model" };
+        eprintln!("isorun: warning: shard {empty} (and maybe others) has no {noun}; its task runs nothing");
     }
 
     let (array_path, merge_path) = (out.join("array.sbatch"), out.join("merge.sbatch"));
@@ -177,7 +195,14 @@ enum Parsed {
     Usage(String),
 }
 
-/// A task's command line, parsed: the flags `run` and `eval` share, and
+/// A task's command line, parsed.
+enum Task {
+    /// `run` or `eval`.
+    Models(Box<TaskArgs>),
+    Map(Box<MapArgs>),
+}
+
+/// A `run` or `eval` task's command line, parsed: the flags they share, and
 /// `run`'s own or `eval`'s.
 struct TaskArgs {
     shared: SharedRunArgs,
@@ -192,7 +217,7 @@ fn parse_task_command(
     shards: u64,
     task: TaskCommand,
     data_shards: Option<u64>,
-) -> Result<TaskArgs, Parsed> {
+) -> Result<Task, Parsed> {
     let mut argv: Vec<OsString> = vec!["isorun".into(), task.name().into()];
     argv.extend(run_args.iter().flat_map(|item| item.words.iter().map(OsString::from)));
     // What the script adds (shard 0 stands for every K): the same flags clap will see there.
@@ -214,10 +239,13 @@ fn parse_task_command(
     match cli.command {
         Command::Run(args) => {
             let RunArgs { given, shared, golden } = *args;
-            Ok(TaskArgs { shared, run_only: Some((given, golden)), eval: None })
+            Ok(Task::Models(Box::new(TaskArgs { shared, run_only: Some((given, golden)), eval: None })))
         }
-        Command::Eval(args) => Ok(TaskArgs { shared: args.run, run_only: None, eval: Some(args.eval) }),
-        _ => unreachable!("the command line starts with run or eval"),
+        Command::Eval(args) => {
+            Ok(Task::Models(Box::new(TaskArgs { shared: args.run, run_only: None, eval: Some(args.eval) })))
+        }
+        Command::Map(args) => Ok(Task::Map(args)),
+        _ => unreachable!("the command line starts with run, eval or map"),
     }
 }
 
@@ -236,6 +264,27 @@ fn sharded_models(args: &SharedRunArgs, shards: u64) -> Result<Vec<ShardedModel>
             ShardedModel { id: model.id, path: model.path, shard }
         })
         .collect())
+}
+
+/// The items `isorun map` would read, each named as its task's report
+/// names its unit (a repeated name gets ` #I`, I its index in the shard),
+/// with its shard: what `map --shard` computes.
+fn sharded_items(args: &MapArgs, shards: u64) -> Result<Vec<ShardedModel>, String> {
+    let items = crate::commands::map::read_items(args)?;
+    let mut seen: HashMap<u64, (usize, HashSet<String>)> = HashMap::new();
+    let mut units = Vec::with_capacity(items.len());
+    for item in &items {
+        let mut name = crate::commands::map::item_name(&item.shown);
+        let shard = fnv1a64(name.as_bytes()) % shards;
+        let (index, names) = seen.entry(shard).or_default();
+        if !names.insert(name.clone()) {
+            name = format!("{name} #{index}");
+            names.insert(name.clone());
+        }
+        *index += 1;
+        units.push(ShardedModel { id: name, path: PathBuf::new(), shard });
+    }
+    Ok(units)
 }
 
 fn shard_sizes(models: &[ShardedModel], shards: u64) -> Vec<u64> {
@@ -376,7 +425,11 @@ fn model_list(
         "command": command,
         "models": models
             .iter()
-            .map(|m| json!({"model": m.id, "path": m.path.to_string_lossy(), "shard": m.shard}))
+            .map(|m| match m.path.as_os_str().is_empty() {
+                // A map item has no path.
+                true => json!({"model": m.id, "shard": m.shard}),
+                false => json!({"model": m.id, "path": m.path.to_string_lossy(), "shard": m.shard}),
+            })
             .collect::<Vec<_>>(),
     });
     if let Some(data_shards) = data_shards {

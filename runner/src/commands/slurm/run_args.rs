@@ -20,7 +20,7 @@ pub struct RunArg {
 
 /// Options whose value is a path (made absolute). `input` is `NAME=PATH`;
 /// `data` (eval's) may be a glob, made absolute as it is.
-const PATH_OPTIONS: [&str; 10] = [
+const PATH_OPTIONS: [&str; 12] = [
     "inputs",
     "inputs_dir",
     "load_library",
@@ -31,6 +31,9 @@ const PATH_OPTIONS: [&str; 10] = [
     "config",
     "data",
     "baseline",
+    // map's
+    "items_from",
+    "writable",
 ];
 
 /// Options that submit sets for every task, and why they cannot be given.
@@ -51,28 +54,31 @@ pub fn set_by_submit(id: &str) -> Option<&'static str> {
     SET_BY_SUBMIT.iter().find(|(flag, _)| *flag == id).map(|(_, why)| *why)
 }
 
-/// What the array tasks run: `isorun run` or `isorun eval`.
+/// What the array tasks run: `isorun run`, `isorun eval` or `isorun map`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TaskCommand {
     Run,
     Eval,
+    Map,
 }
 
 impl TaskCommand {
-    /// `run` or `eval`.
+    /// `run`, `eval` or `map`.
     pub fn name(self) -> &'static str {
         match self {
             TaskCommand::Run => "run",
             TaskCommand::Eval => "eval",
+            TaskCommand::Map => "map",
         }
     }
 
-    /// The command of RUN ARGS: a first word `eval` or `run` names it (and
+    /// The command of RUN ARGS: a first word `eval`, `map` or `run` names it (and
     /// is taken off); anything else is `run`'s arguments, as before `eval`
     /// could be submitted.
     pub fn split(raw: &[OsString]) -> (TaskCommand, &[OsString]) {
         match raw.first().and_then(|word| word.to_str()) {
             Some("eval") => (TaskCommand::Eval, &raw[1..]),
+            Some("map") => (TaskCommand::Map, &raw[1..]),
             Some("run") => (TaskCommand::Run, &raw[1..]),
             _ => (TaskCommand::Run, raw),
         }
@@ -88,7 +94,9 @@ pub fn run_command(command: TaskCommand) -> clap::Command {
 
 /// The run arguments, split into items, with relative paths made absolute
 /// (against the current folder). A flag submit sets itself, a `-` (stdin)
-/// input, or a word that is not UTF-8 is an error.
+/// input, or a word that is not UTF-8 is an error. `map`'s words that are
+/// not options (MODULE:FUNCTION, the items) stay as given: an item is JSON
+/// or text, not a path, and the tasks start in the submit folder anyway.
 pub fn prepare(raw: &[OsString], task: TaskCommand) -> Result<Vec<RunArg>, String> {
     let words = raw
         .iter()
@@ -108,7 +116,9 @@ pub fn prepare(raw: &[OsString], task: TaskCommand) -> Result<Vec<RunArg>, Strin
     let mut words = words.into_iter();
     let mut only_models = false;
     while let Some(word) = words.next() {
-        if only_models {
+        if task == TaskCommand::Map && (only_models || word == "-" || !word.starts_with('-')) {
+            items.push(RunArg { words: vec![word] });
+        } else if only_models {
             items.push(RunArg { words: vec![absolute(&word, "MODEL")?] });
         } else if word == "--" {
             only_models = true;
@@ -169,7 +179,7 @@ pub fn prepare(raw: &[OsString], task: TaskCommand) -> Result<Vec<RunArg>, Strin
 
 /// The value of option `id` as the script gives it.
 fn rewrite(id: &str, flag: &str, value: &str) -> Result<String, String> {
-    if id == "inputs" && value == "-" {
+    if (id == "inputs" || id == "items_from") && value == "-" {
         return Err(format!("{flag} -: a batch job has no stdin; give the inputs as a file"));
     }
     if id == "input" {
@@ -279,5 +289,32 @@ mod tests {
         let raw: Vec<OsString> = ["m", "--data-shard", "0/2"].map(OsString::from).into();
         let error = prepare(&raw, TaskCommand::Eval).unwrap_err();
         assert!(error.contains("--data-shard cannot be given to isorun slurm submit"), "{error}");
+    }
+
+    #[test]
+    fn map_s_items_stay_as_given_its_files_become_absolute_and_its_shard_is_refused() {
+        let raw: Vec<OsString> =
+            ["map", "fns:f", "1", "a/b.txt", "-2", "--items-from", "items.txt", "--writable=w", "-j", "2"]
+                .map(OsString::from)
+                .into();
+        let (task, rest) = TaskCommand::split(&raw);
+        assert_eq!(task, TaskCommand::Map);
+        let items: Vec<Vec<String>> = prepare(rest, task).unwrap().into_iter().map(|item| item.words).collect();
+        let word = |w: &str| vec![w.to_string()];
+        assert_eq!(
+            items,
+            [
+                word("fns:f"),
+                word("1"),
+                word("a/b.txt"),
+                word("-2"),
+                vec!["--items-from".into(), here("items.txt")],
+                vec![format!("--writable={}", here("w"))],
+                vec!["-j".into(), "2".into()],
+            ]
+        );
+        let refused = |args: &[&str]| prepare(&args.iter().map(OsString::from).collect::<Vec<_>>(), task).unwrap_err();
+        assert!(refused(&["fns:f", "--shard", "0/2"]).contains("--shard cannot be given"));
+        assert!(refused(&["fns:f", "--items-from", "-"]).contains("no stdin"));
     }
 }
