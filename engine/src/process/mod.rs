@@ -3,6 +3,7 @@
 
 mod connection;
 mod spec;
+mod stderr;
 mod worker;
 mod zygote;
 

@@ -11,7 +11,7 @@
 //! that a zygote that dies says why.
 
 use super::spec::{worker_environment, SpawnSpec};
-use super::worker::{collect_stderr, StderrTail};
+use super::stderr::{collect_stderr, StderrTail};
 use isorun_zygote::wire::{receive, send, seqpacket_pair, ExitReport, Message};
 use isorun_zygote::ENV_ZYGOTE_FD;
 use std::collections::{HashMap, HashSet};
