@@ -390,4 +390,25 @@ fn a_map_through_slurm_shards_its_items_and_merges_every_one() {
     }
     values.sort();
     assert_eq!(values, [(1, 10), (2, 20), (3, 30), (4, 40)]);
+
+    // Task 1's report lost: the merge reports its items not_run (shard_task_lost), from models.json.
+    let lost = tmp.path().join("lost.json");
+    let merged = run(isorun()
+        .args(["report", "merge"])
+        .arg(out.join("shards/0.json"))
+        .arg("--models")
+        .arg(out.join("models.json"))
+        .arg("-o")
+        .arg(&lost));
+    assert_eq!(merged.code, Some(0), "{}", merged.stderr);
+    let lost = read_json(&lost);
+    for unit in lost["units"].as_array().unwrap() {
+        let shard = listing["models"].as_array().unwrap().iter().find(|m| m["model"] == unit["model"]).unwrap()
+            ["shard"]
+            .as_u64()
+            .unwrap();
+        let expected = if shard == 0 { ["ok", ""] } else { ["not_run", "shard_task_lost"] };
+        assert_eq!([unit["status"].as_str().unwrap(), unit["reason"].as_str().unwrap_or("")], expected, "{unit:#}");
+    }
+    assert_eq!(lost["units"].as_array().unwrap().len(), 4);
 }
