@@ -6,7 +6,7 @@
 //! becomes an `Outcome` here; nothing it does can stop the supervisor.
 
 use crate::cancel::CancelToken;
-use crate::process::{Event, Exit, ExitStatus, WorkerProcess};
+use crate::process::{Exit, ExitStatus, WorkerEvent, WorkerProcess};
 use isorun_protocol::{
     Hello, NotRunReason, OnednnWarmup, Outcome, Phase, Tensor, ToWorker, UnitResult, WorkerMessage, PROTOCOL_VERSION,
 };
@@ -27,7 +27,7 @@ pub fn wait_hello(worker: &mut WorkerProcess, stop: &CancelToken, deadline: Inst
             return Err(Outcome::Timeout { phase: Phase::Start });
         }
         match worker.next_event(TICK) {
-            Some(Event::Message(WorkerMessage::Hello(hello))) => {
+            Some(WorkerEvent::Message(WorkerMessage::Hello(hello))) => {
                 if hello.protocol_version != PROTOCOL_VERSION {
                     return Err(Outcome::ProtocolError {
                         message: format!(
@@ -40,15 +40,15 @@ pub fn wait_hello(worker: &mut WorkerProcess, stop: &CancelToken, deadline: Inst
                 say_onednn_warmup(&hello.onednn_warmup);
                 return Ok(hello);
             }
-            Some(Event::Message(other)) => {
+            Some(WorkerEvent::Message(other)) => {
                 return Err(Outcome::ProtocolError { message: format!("expected Hello, got {}", message_name(&other)) })
             }
-            Some(Event::Broken(reason)) => return Err(broken_outcome(worker, reason, true)),
-            Some(Event::SendFailed(reason)) => {
+            Some(WorkerEvent::Broken(reason)) => return Err(broken_outcome(worker, reason, true)),
+            Some(WorkerEvent::SendFailed(reason)) => {
                 tracing::debug!("{reason}");
                 return Err(death_outcome(worker, true));
             }
-            Some(Event::Closed) => return Err(death_outcome(worker, true)),
+            Some(WorkerEvent::Closed) => return Err(death_outcome(worker, true)),
             None => {
                 if worker.try_exit().is_some() {
                     return Err(death_outcome(worker, true));
@@ -174,19 +174,19 @@ pub fn run_request(
             return fail(end, Outcome::Timeout { phase });
         }
         match worker.next_event(TICK) {
-            Some(Event::Message(WorkerMessage::Sandboxed { protections, missing, steps_us }))
+            Some(WorkerEvent::Message(WorkerMessage::Sandboxed { protections, missing, steps_us }))
                 if phase == Phase::Load =>
             {
                 worker.set_sandbox(protections, missing, steps_us);
             }
-            Some(Event::Message(WorkerMessage::Loaded { unit: u, load_ms }))
+            Some(WorkerEvent::Message(WorkerMessage::Loaded { unit: u, load_ms }))
                 if u == unit && (phase == Phase::Load || loaded && end.load_ms.is_none()) =>
             {
                 end.load_ms = Some(load_ms);
                 phase = Phase::Run;
                 run_deadline = deadlines.run.map(|d| Instant::now() + d);
             }
-            Some(Event::Message(WorkerMessage::Finished { unit: u, run_us, result })) if u == unit => {
+            Some(WorkerEvent::Message(WorkerMessage::Finished { unit: u, run_us, result })) if u == unit => {
                 // A worker that reused its model without saying `Loaded` ran it too.
                 if phase == Phase::Run || matches!(result, UnitResult::Ok { .. }) {
                     end.run_us = Some(run_us);
@@ -204,22 +204,22 @@ pub fn run_request(
                 end.worker_usable = true;
                 return end;
             }
-            Some(Event::Message(other)) => {
+            Some(WorkerEvent::Message(other)) => {
                 worker.kill();
                 let message =
                     format!("unexpected {} while unit {unit} was in phase {}", message_name(&other), phase.name());
                 return fail(end, Outcome::ProtocolError { message });
             }
-            Some(Event::Broken(message)) => {
+            Some(WorkerEvent::Broken(message)) => {
                 let outcome = broken_outcome(worker, message, false);
                 return fail(end, outcome);
             }
-            Some(Event::SendFailed(reason)) => {
+            Some(WorkerEvent::SendFailed(reason)) => {
                 tracing::debug!("{reason}");
                 let outcome = death_outcome(worker, false);
                 return fail(end, outcome);
             }
-            Some(Event::Closed) => {
+            Some(WorkerEvent::Closed) => {
                 let outcome = death_outcome(worker, false);
                 return fail(end, outcome);
             }

@@ -32,7 +32,7 @@
 //! supervisor (`PR_SET_PDEATHSIG`, as every forked worker).
 
 use crate::cancel::CancelToken;
-use crate::process::{Event, WorkerProcess};
+use crate::process::{WorkerEvent, WorkerProcess};
 use crate::session::{message_name, wait_hello};
 use crate::unit::SpareReport;
 use isorun_protocol::{Preloaded, WorkerMessage};
@@ -133,10 +133,10 @@ impl Spare {
                 return Err(format!("it was still warming up {:?} after it was needed", waiting.elapsed()));
             }
             match self.worker.next_event(Duration::from_millis(20)) {
-                Some(Event::Message(WorkerMessage::Sandboxed { protections, missing, steps_us })) => {
+                Some(WorkerEvent::Message(WorkerMessage::Sandboxed { protections, missing, steps_us })) => {
                     self.worker.set_sandbox(protections, missing, steps_us);
                 }
-                Some(Event::Message(WorkerMessage::Warmed { warm_ms, error, preloaded })) => {
+                Some(WorkerEvent::Message(WorkerMessage::Warmed { warm_ms, error, preloaded })) => {
                     if let Some(error) = &error {
                         tracing::info!(pid = self.worker.pid, "a spare's warm-up failed ({error}); using it anyway");
                     }
@@ -165,12 +165,12 @@ impl Spare {
                     let report = SpareReport { warm_ms, waited_ms, warm_error: error, preloaded };
                     return Ok(report);
                 }
-                Some(Event::Message(other)) => {
+                Some(WorkerEvent::Message(other)) => {
                     return Err(format!("it sent {} during its warm-up", message_name(&other)));
                 }
-                Some(Event::Broken(reason)) => return Err(reason),
-                Some(Event::SendFailed(reason)) => return Err(reason),
-                Some(Event::Closed) => return Err("it died during its warm-up".into()),
+                Some(WorkerEvent::Broken(reason)) => return Err(reason),
+                Some(WorkerEvent::SendFailed(reason)) => return Err(reason),
+                Some(WorkerEvent::Closed) => return Err("it died during its warm-up".into()),
                 None => {
                     if self.worker.try_exit().is_some() {
                         return Err("it died during its warm-up".into());

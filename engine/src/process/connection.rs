@@ -22,9 +22,10 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-/// Something a worker did, as seen from the supervisor.
+/// Something a worker did, as seen from the supervisor: what the engine
+/// reads off one worker, not the [`crate::Event`] it tells its caller.
 #[derive(Debug)]
-pub enum Event {
+pub enum WorkerEvent {
     Message(WorkerMessage),
     /// The worker closed its socket at a frame boundary.
     Closed,
@@ -60,7 +61,7 @@ pub(crate) struct Connection {
     mailbox_pending: bool,
     /// The socket's end, found while reading what came before a mailbox
     /// answer: reported after that answer.
-    ended_after_answer: Option<Event>,
+    ended_after_answer: Option<WorkerEvent>,
     /// `Wake`s since the last request posted: an honest worker sends at most
     /// one for each, so more are a worker flooding the socket to keep the
     /// caller reading (and off its deadlines).
@@ -133,7 +134,7 @@ impl Connection {
     /// The answer in the mailbox, if it has come. Frames the worker wrote on
     /// the socket before it posted (`Loaded`) come first: the answer then
     /// stays posted for the next call.
-    fn mailbox_answer(&mut self) -> Option<Event> {
+    fn mailbox_answer(&mut self) -> Option<WorkerEvent> {
         if !self.mailbox_pending {
             return None;
         }
@@ -149,12 +150,12 @@ impl Connection {
                 // The worker ended after it answered: the answer first.
                 Err(FrameError::Closed) => {
                     self.ended = true;
-                    self.ended_after_answer = Some(Event::Closed);
+                    self.ended_after_answer = Some(WorkerEvent::Closed);
                 }
                 // Garbage before the answer: the stream is broken, whatever the mailbox holds.
                 Err(e) => {
                     self.ended = true;
-                    return Some(Event::Broken(e.to_string()));
+                    return Some(WorkerEvent::Broken(e.to_string()));
                 }
             }
         }
@@ -166,17 +167,17 @@ impl Connection {
     /// budget (the answer it announces is in the mailbox). A `Finished` here
     /// (an answer too large for the mailbox, or a worker answering twice)
     /// ends the wait on the mailbox: the first answer from either side wins.
-    fn socket_event(&mut self, payload: &[u8]) -> Option<Event> {
+    fn socket_event(&mut self, payload: &[u8]) -> Option<WorkerEvent> {
         match message_event(payload) {
-            Event::Message(WorkerMessage::Wake) => {
+            WorkerEvent::Message(WorkerMessage::Wake) => {
                 self.wakes += 1;
                 (self.wakes > WAKES_PER_REQUEST).then(|| {
                     self.ended = true;
-                    Event::Broken(format!("{} Wake messages for one request", self.wakes))
+                    WorkerEvent::Broken(format!("{} Wake messages for one request", self.wakes))
                 })
             }
             event => {
-                if matches!(event, Event::Message(WorkerMessage::Finished { .. })) {
+                if matches!(event, WorkerEvent::Message(WorkerMessage::Finished { .. })) {
                     self.mailbox_pending = false;
                 }
                 Some(event)
@@ -229,19 +230,19 @@ impl Connection {
     }
 
     /// The next event, waiting at most `timeout` for it.
-    pub(crate) fn next_event(&mut self, timeout: Duration) -> Option<Event> {
+    pub(crate) fn next_event(&mut self, timeout: Duration) -> Option<WorkerEvent> {
         if let Some(event) = self.ended_after_answer.take() {
             return Some(event);
         }
         if let Ok(reason) = self.send_failures.try_recv() {
-            return Some(Event::SendFailed(reason));
+            return Some(WorkerEvent::SendFailed(reason));
         }
         if let Some(event) = self.mailbox_answer() {
             return Some(event);
         }
         if self.ended {
             // As a closed channel that still waits: only a send failure can come.
-            return self.send_failures.recv_timeout(timeout).ok().map(Event::SendFailed);
+            return self.send_failures.recv_timeout(timeout).ok().map(WorkerEvent::SendFailed);
         }
         let deadline = Instant::now() + timeout;
         let spin_until = Instant::now() + self.spin.min(timeout);
@@ -266,16 +267,16 @@ impl Connection {
                 Ok(None) => {}
                 Err(FrameError::Closed) => {
                     self.ended = true;
-                    return Some(Event::Closed);
+                    return Some(WorkerEvent::Closed);
                 }
                 Err(e) => {
                     self.ended = true;
-                    return Some(Event::Broken(e.to_string()));
+                    return Some(WorkerEvent::Broken(e.to_string()));
                 }
             }
             let now = Instant::now();
             if now >= deadline {
-                return self.send_failures.try_recv().ok().map(Event::SendFailed);
+                return self.send_failures.try_recv().ok().map(WorkerEvent::SendFailed);
             }
             if now < spin_until {
                 // Yield rather than spin on: a UNIX socket's wake-up asks the
@@ -305,11 +306,11 @@ impl Connection {
 }
 
 /// A whole frame as an event: the message, or why it is none.
-fn message_event(payload: &[u8]) -> Event {
+fn message_event(payload: &[u8]) -> WorkerEvent {
     match catch_unwind(AssertUnwindSafe(|| decode::<WorkerMessage>(payload))) {
-        Ok(Ok(message)) => Event::Message(message),
-        Ok(Err(e)) => Event::Broken(e.to_string()),
-        Err(_) => Event::Broken("the message decoder panicked".into()),
+        Ok(Ok(message)) => WorkerEvent::Message(message),
+        Ok(Err(e)) => WorkerEvent::Broken(e.to_string()),
+        Err(_) => WorkerEvent::Broken("the message decoder panicked".into()),
     }
 }
 
@@ -332,7 +333,7 @@ mod tests {
         write_frame(&mut bytes, &loaded(1)).unwrap();
         write_frame(&mut bytes, &loaded(2)).unwrap();
         theirs.write_all(&bytes[..bytes.len() - 4]).unwrap();
-        assert!(matches!(connection.next_event(Duration::ZERO), Some(Event::Message(m)) if m == loaded(1)));
+        assert!(matches!(connection.next_event(Duration::ZERO), Some(WorkerEvent::Message(m)) if m == loaded(1)));
         let started = Instant::now();
         assert!(connection.next_event(Duration::from_millis(50)).is_none(), "half a frame is no event");
         let waited = started.elapsed();
@@ -344,9 +345,11 @@ mod tests {
             theirs.write_all(&rest).unwrap();
             theirs
         });
-        assert!(matches!(connection.next_event(Duration::from_secs(10)), Some(Event::Message(m)) if m == loaded(2)));
+        assert!(
+            matches!(connection.next_event(Duration::from_secs(10)), Some(WorkerEvent::Message(m)) if m == loaded(2))
+        );
         drop(writer.join().unwrap());
-        assert!(matches!(connection.next_event(Duration::from_secs(1)), Some(Event::Closed)));
+        assert!(matches!(connection.next_event(Duration::from_secs(1)), Some(WorkerEvent::Closed)));
         // After the end, a wait is still a wait.
         let started = Instant::now();
         assert!(connection.next_event(Duration::from_millis(30)).is_none());
@@ -360,11 +363,13 @@ mod tests {
         theirs.write_all(b"ISR1").unwrap();
         theirs.write_all(&4u64.to_le_bytes()).unwrap();
         theirs.write_all(&[0xff; 4]).unwrap();
-        assert!(matches!(connection.next_event(Duration::from_secs(1)), Some(Event::Broken(_))));
+        assert!(matches!(connection.next_event(Duration::from_secs(1)), Some(WorkerEvent::Broken(_))));
         let (ours, mut theirs) = UnixStream::pair().unwrap();
         let mut connection = Connection::new(0, ours, 1 << 20);
         theirs.write_all(b"HTTP/1.1 200 OK\r\n").unwrap();
-        assert!(matches!(connection.next_event(Duration::from_secs(1)), Some(Event::Broken(m)) if m.contains("magic")));
+        assert!(
+            matches!(connection.next_event(Duration::from_secs(1)), Some(WorkerEvent::Broken(m)) if m.contains("magic"))
+        );
     }
 
     trait WithUnit {
@@ -420,7 +425,7 @@ mod tests {
         connection.send(big_request(4 << 20)).unwrap();
         drop(theirs);
         let event = connection.next_event(Duration::from_secs(5));
-        assert!(matches!(event, Some(Event::Closed) | Some(Event::SendFailed(_))), "{event:?}");
+        assert!(matches!(event, Some(WorkerEvent::Closed) | Some(WorkerEvent::SendFailed(_))), "{event:?}");
     }
 
     /// Neither side polls (`spin` 0): each says in the mailbox that it
@@ -465,7 +470,7 @@ mod tests {
             let started = Instant::now();
             let event = connection.next_event(Duration::from_secs(20));
             assert!(
-                matches!(&event, Some(Event::Message(WorkerMessage::Finished { unit: u, .. })) if *u == unit),
+                matches!(&event, Some(WorkerEvent::Message(WorkerMessage::Finished { unit: u, .. })) if *u == unit),
                 "{event:?}"
             );
             assert!(started.elapsed() < Duration::from_secs(10), "woken, not timed out: {:?}", started.elapsed());

@@ -7,7 +7,7 @@ mod stderr;
 mod worker;
 mod zygote;
 
-pub use connection::Event;
+pub use connection::WorkerEvent;
 pub use spec::{library_path, worker_version, SpawnSpec};
 pub use worker::{
     is_tensorflow_banner, memory_fields, pidfd_signals_process_group, set_child_safety, Exit, ExitStatus,

@@ -9,7 +9,7 @@
 //! kernels refuse the flag (EINVAL) and would signal nothing, so there the
 //! zygote, which has not reaped the worker, kills its group on request.
 
-use super::connection::{Connection, Event};
+use super::connection::{Connection, WorkerEvent};
 use super::spec::{worker_environment, SpawnSpec};
 use super::stderr::{collect_stderr, StderrTail};
 use super::zygote::Zygote;
@@ -248,7 +248,7 @@ impl WorkerProcess {
     }
 
     /// The next event, waiting at most `timeout`.
-    pub fn next_event(&mut self, timeout: Duration) -> Option<Event> {
+    pub fn next_event(&mut self, timeout: Duration) -> Option<WorkerEvent> {
         self.connection.next_event(timeout)
     }
 
