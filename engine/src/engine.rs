@@ -5,6 +5,7 @@
 
 use crate::cancel::CancelToken;
 use crate::discover::Model;
+use crate::event::Event;
 use crate::executor::{run_all, Producer, UnitQueue, Work};
 use crate::feed::Feed;
 use crate::frozen_check::FrozenChecks;
@@ -27,17 +28,6 @@ pub enum SetupError {
     NoLibrary(String),
     #[error("retry status {0}: unknown status (one of {list})", list = STATUSES.join(", "))]
     UnknownStatus(String),
-}
-
-/// What the engine tells its caller as a run goes on.
-#[derive(Debug)]
-#[non_exhaustive]
-pub enum Event {
-    /// The unit (index into the models given to [`Engine::run`]) was
-    /// handed to a worker. A retried unit starts more than once.
-    Started(usize),
-    /// A unit ended, for good; in any order, exactly once per unit.
-    Finished(Box<UnitReport>),
 }
 
 /// What a run as a whole gives back; each unit's report went through

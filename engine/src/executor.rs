@@ -6,7 +6,7 @@
 
 use crate::cancel::CancelToken;
 use crate::discover::{is_frozen_graph, Model};
-use crate::engine::Event;
+use crate::event::Event;
 use crate::feed::{latency_percentiles, Feed, StreamReport};
 use crate::frozen_check::FrozenChecks;
 use crate::gpu::{self, slot_device, slots_on_device, GpuWatch};

@@ -43,6 +43,7 @@
 mod cancel;
 mod discover;
 mod engine;
+mod event;
 mod executor;
 mod feed;
 mod frozen_check;
@@ -61,7 +62,8 @@ mod worker_session;
 
 pub use cancel::CancelToken;
 pub use discover::{discover, is_saved_model, latest_versions, DiscoverError, Model, ModelFormat};
-pub use engine::{Engine, Event, RunSummary, SetupError};
+pub use engine::{Engine, RunSummary, SetupError};
+pub use event::Event;
 pub use feed::{Feed, FeedStream, FeedSummary, StreamReport};
 pub use inputs::{signature_here, PreparedInputs};
 pub use isorun_protocol::Outcome;
@@ -78,11 +80,13 @@ pub mod gpus {
     pub use crate::gpu::{describe, nvidia_devices_present, nvml, parse_gpus, resolve, GpuList, GpuReturn};
 }
 
-/// Where the worker binary and libtensorflow are.
+/// Where the worker binary, libtensorflow and ONNX Runtime are.
 pub mod locations {
     pub use crate::locate::{
-        default_libtensorflow_dir, default_libtensorflow_dir_for, find_libtensorflow, libtensorflow_dir,
-        python_prefixes, site_packages_folders, symbol_cache_dir, tensorflow_package, worker_binary,
-        FoundLibtensorflow, LibtensorflowNotFound, LibtensorflowOrigin, TensorflowPackage, TENSORFLOW_VERSION,
+        default_libtensorflow_dir, default_libtensorflow_dir_for, default_onnxruntime_dir, find_libtensorflow,
+        find_onnxruntime, libtensorflow_dir, onnxruntime_api_version, onnxruntime_library, python_prefixes,
+        site_packages_folders, symbol_cache_dir, tensorflow_package, worker_binary, FoundLibtensorflow,
+        FoundOnnxruntime, LibtensorflowNotFound, LibtensorflowOrigin, OnnxruntimeNotFound, OnnxruntimeOrigin,
+        OnnxruntimePackage, TensorflowPackage, ENV_ONNXRUNTIME_DIR, ONNXRUNTIME_VERSION, TENSORFLOW_VERSION,
     };
 }

@@ -21,7 +21,7 @@ pub use launch::{launch, LAUNCH_ARG};
 
 use crate::cancel::CancelToken;
 use crate::discover::{Model, ModelFormat};
-use crate::engine::Event;
+use crate::event::Event;
 use crate::executor::UnitQueue;
 use crate::frozen_check::{FrozenChecks, Probe};
 use crate::settings::Settings;
