@@ -591,8 +591,9 @@ def markdown(args, kinds, runs, mem, results):
               "fallback row: `import tensorflow` imports pandas, which imports pyarrow where it is installed (as "
               "here), and pyarrow's jemalloc starts a background thread; the zygote then runs 2 threads, cannot "
               "fork safely, and `isorun map` says so once and starts a fresh interpreter per call (importing "
-              "TensorFlow each time). isorun does not set it for the zygote yet (its `THREAD_VARS` are "
-              "OpenBLAS', OpenMP's, MKL's, ... and TensorFlow's pool sizes)."]
+              "TensorFlow each time). Since e15d35d isorun sets it for the zygote itself (map/src/lib.rs "
+              "`THREAD_VARS`, the caller's value restored in each call), so the fallback row is what a "
+              "build before that paid; with a later build that row no longer falls back."]
     lines += ["", "Where a `jobs=1` call's time goes, per item (medians over every item but each run's first, "
               "all rounds; ms). Measured from the Python side, as the map records carry no phases: `os.register_at_fork` "
               "hooks the function's pickle registers in the zygote (the zygote just before `fork`, the child just after), "
