@@ -9,6 +9,11 @@
 //! that `fetch-libtensorflow` fills. The environment's package is found by
 //! looking at files only (its site-packages and `dist-info`), never by
 //! starting Python or importing TensorFlow in the supervisor.
+//!
+//! ONNX Runtime's C library (`libonnxruntime.so.1.N`, N its C API version)
+//! is found the same way, for the workers that will run `.onnx` files:
+//! `ISORUN_ONNXRUNTIME_DIR`, else the environment's `onnxruntime` package
+//! (`onnxruntime/capi/`), else the cache `scripts/fetch-onnxruntime` fills.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -304,6 +309,231 @@ pub fn tensorflow_package(site_packages: &Path) -> Option<TensorflowPackage> {
     Some(TensorflowPackage { distribution, version, site_packages: site_packages.to_path_buf() })
 }
 
+/// The ONNX Runtime version `scripts/fetch-onnxruntime` fetches.
+pub const ONNXRUNTIME_VERSION: &str = "1.32.0";
+
+/// The environment variable naming a folder that holds `libonnxruntime.so.1.N`.
+pub const ENV_ONNXRUNTIME_DIR: &str = "ISORUN_ONNXRUNTIME_DIR";
+
+/// How to fill the ONNX Runtime cache, for messages.
+const FETCH_ONNXRUNTIME: &str = "scripts/fetch-onnxruntime in a clone";
+
+/// The cache folder `scripts/fetch-onnxruntime` fills.
+pub fn default_onnxruntime_dir() -> Option<PathBuf> {
+    let cache = std::env::var_os("XDG_CACHE_HOME")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".cache")))?;
+    Some(cache.join("isorun").join(format!("onnxruntime-{ONNXRUNTIME_VERSION}")))
+}
+
+/// Where the ONNX Runtime library came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OnnxruntimeOrigin {
+    /// `ISORUN_ONNXRUNTIME_DIR`.
+    Asked,
+    /// The `onnxruntime` (or `onnxruntime-gpu`, ...) package of a Python environment.
+    PythonPackage(OnnxruntimePackage),
+    /// The cache of `fetch-onnxruntime`.
+    Cache,
+}
+
+/// An installed ONNX Runtime wheel that carries `libonnxruntime.so.1.N`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OnnxruntimePackage {
+    /// The distribution as pip names it: `onnxruntime`, `onnxruntime-gpu`.
+    pub distribution: String,
+    /// Its version, from `dist-info/METADATA` (`None` if unreadable).
+    pub version: Option<String>,
+    /// The site-packages folder it is installed in.
+    pub site_packages: PathBuf,
+}
+
+/// The ONNX Runtime library workers will load, and where it came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FoundOnnxruntime {
+    /// The library file, `…/libonnxruntime.so.1.N[.P]`.
+    pub library: PathBuf,
+    /// Its C API version: the N of its file name.
+    pub api_version: u32,
+    /// Its full version where known: from the file name (`1.32.0`), the
+    /// package's `dist-info` or the cache's `.complete` marker.
+    pub version: Option<String>,
+    pub origin: OnnxruntimeOrigin,
+}
+
+/// No ONNX Runtime anywhere isorun looks; its message says where it looked
+/// and how to get one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OnnxruntimeNotFound {
+    /// `ISORUN_ONNXRUNTIME_DIR`, if set (then nothing else was looked at).
+    pub asked: Option<PathBuf>,
+    /// The site-packages folders looked in.
+    pub site_packages: Vec<PathBuf>,
+    /// The cache folder looked in.
+    pub cache: Option<PathBuf>,
+    /// Whether the cache holds a library but no `.complete` marker (a fetch
+    /// cut short).
+    pub cache_incomplete: bool,
+}
+
+impl fmt::Display for OnnxruntimeNotFound {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(asked) = &self.asked {
+            return write!(
+                f,
+                "no ONNX Runtime in {} ({ENV_ONNXRUNTIME_DIR}): it holds no libonnxruntime.so.1.N; name a folder \
+                 that does, or unset it to use the Python environment's onnxruntime package or the cache \
+                 ({FETCH_ONNXRUNTIME})",
+                asked.display()
+            );
+        }
+        f.write_str("no ONNX Runtime found: ")?;
+        if self.site_packages.is_empty() {
+            f.write_str(
+                "no Python environment found (none around this executable, no VIRTUAL_ENV or CONDA_PREFIX, no \
+                 site-packages beside the python3 on PATH); ",
+            )?;
+        } else {
+            let folders: Vec<String> = self.site_packages.iter().map(|p| p.display().to_string()).collect();
+            write!(f, "no onnxruntime package with capi/libonnxruntime.so.1.N in {}; ", folders.join(", "))?;
+        }
+        match (&self.cache, self.cache_incomplete) {
+            (Some(cache), true) => {
+                write!(f, "the cache {} has no .complete marker (a fetch cut short); ", cache.display())?
+            }
+            (Some(cache), false) => write!(f, "nothing in the cache {}; ", cache.display())?,
+            (None, _) => f.write_str("no cache folder (neither XDG_CACHE_HOME nor HOME is set); ")?,
+        }
+        write!(
+            f,
+            "{ENV_ONNXRUNTIME_DIR} is unset; install onnxruntime into this Python environment (pip install \
+             onnxruntime), or fill the cache ({FETCH_ONNXRUNTIME})"
+        )
+    }
+}
+
+impl std::error::Error for OnnxruntimeNotFound {}
+
+/// The ONNX Runtime library for workers: from `ISORUN_ONNXRUNTIME_DIR` (the
+/// only place looked at when set), else the `onnxruntime` package of the
+/// Python environment isorun runs in, else the `fetch-onnxruntime` cache.
+pub fn onnxruntime_library() -> Result<FoundOnnxruntime, OnnxruntimeNotFound> {
+    let asked = std::env::var_os(ENV_ONNXRUNTIME_DIR).filter(|v| !v.is_empty()).map(PathBuf::from);
+    let site_packages = if asked.is_some() { Vec::new() } else { site_packages_folders(&python_prefixes()) };
+    find_onnxruntime(asked.as_deref(), &site_packages, default_onnxruntime_dir().as_deref())
+}
+
+/// [`onnxruntime_library`] for a given folder asked for, site-packages
+/// folders and cache folder.
+pub fn find_onnxruntime(
+    asked: Option<&Path>,
+    site_packages: &[PathBuf],
+    cache: Option<&Path>,
+) -> Result<FoundOnnxruntime, OnnxruntimeNotFound> {
+    let found = |(library, api_version): (PathBuf, u32), version: Option<String>, origin| {
+        let version = full_version_of(&library).or(version);
+        FoundOnnxruntime { library, api_version, version, origin }
+    };
+    if let Some(asked) = asked {
+        return match onnxruntime_library_in(asked) {
+            Some(library) => Ok(found(library, None, OnnxruntimeOrigin::Asked)),
+            None => Err(OnnxruntimeNotFound {
+                asked: Some(asked.to_path_buf()),
+                site_packages: Vec::new(),
+                cache: None,
+                cache_incomplete: false,
+            }),
+        };
+    }
+    for folder in site_packages {
+        let Some(library) = onnxruntime_library_in(&folder.join("onnxruntime").join("capi")) else { continue };
+        let package = onnxruntime_package(folder);
+        return Ok(found(library, package.version.clone(), OnnxruntimeOrigin::PythonPackage(package)));
+    }
+    if let Some(dir) = cache {
+        let library = onnxruntime_library_in(dir);
+        let marker = std::fs::read_to_string(dir.join(".complete")).ok();
+        if let (Some(library), Some(marker)) = (library.clone(), marker) {
+            let version = Some(marker.trim().to_string()).filter(|v| !v.is_empty());
+            return Ok(found(library, version, OnnxruntimeOrigin::Cache));
+        }
+        return Err(OnnxruntimeNotFound {
+            asked: None,
+            site_packages: site_packages.to_vec(),
+            cache: Some(dir.to_path_buf()),
+            cache_incomplete: library.is_some(),
+        });
+    }
+    Err(OnnxruntimeNotFound {
+        asked: None,
+        site_packages: site_packages.to_vec(),
+        cache: None,
+        cache_incomplete: false,
+    })
+}
+
+/// The C API version N of a file named `libonnxruntime.so.1.N` or
+/// `libonnxruntime.so.1.N.P`; `None` for any other name.
+pub fn onnxruntime_api_version(file_name: &str) -> Option<u32> {
+    let rest = file_name.strip_prefix("libonnxruntime.so.1.")?;
+    let mut parts = rest.split('.');
+    let api = parts.next()?;
+    let digits = |part: &str| !part.is_empty() && part.bytes().all(|b| b.is_ascii_digit());
+    if !digits(api) || !parts.all(digits) {
+        return None;
+    }
+    api.parse().ok()
+}
+
+/// `1.32.0` from `libonnxruntime.so.1.32.0`; `None` where the name has no patch number.
+fn full_version_of(library: &Path) -> Option<String> {
+    let version = library.file_name()?.to_str()?.strip_prefix("libonnxruntime.so.")?;
+    (version.split('.').count() >= 3).then(|| version.to_string())
+}
+
+/// The `libonnxruntime.so.1.N` file in `dir` (the highest N where several
+/// are), and N.
+fn onnxruntime_library_in(dir: &Path) -> Option<(PathBuf, u32)> {
+    std::fs::read_dir(dir)
+        .ok()?
+        .filter_map(|e| e.ok())
+        .filter_map(|e| {
+            let name = e.file_name().to_str()?.to_string();
+            let api = onnxruntime_api_version(&name)?;
+            let path = e.path();
+            path.is_file().then_some((api, name, path))
+        })
+        .max()
+        .map(|(api, _, path)| (path, api))
+}
+
+/// The ONNX Runtime distribution installed in `site_packages`, read from its
+/// `dist-info` (`onnxruntime`, `onnxruntime-gpu`, ...; never imported).
+fn onnxruntime_package(site_packages: &Path) -> OnnxruntimePackage {
+    let mut dist_infos: Vec<(String, PathBuf)> = std::fs::read_dir(site_packages)
+        .into_iter()
+        .flatten()
+        .filter_map(|e| e.ok())
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let (distribution, _version) = name.strip_suffix(".dist-info")?.split_once('-')?;
+            let normalized = distribution.to_ascii_lowercase().replace(['-', '.'], "_");
+            (normalized == "onnxruntime" || normalized.starts_with("onnxruntime_")).then(|| (normalized, e.path()))
+        })
+        .collect();
+    dist_infos.sort();
+    let (distribution, version) = match dist_infos.first() {
+        Some((name, dist_info)) => {
+            let metadata = std::fs::read_to_string(dist_info.join("METADATA")).unwrap_or_default();
+            let version = metadata.lines().find_map(|l| l.strip_prefix("Version:")).map(|v| v.trim().to_string());
+            (name.replace('_', "-"), version)
+        }
+        None => ("onnxruntime".to_string(), None),
+    };
+    OnnxruntimePackage { distribution, version, site_packages: site_packages.to_path_buf() }
+}
+
 /// The worker binary: the one asked for, else `ISORUN_WORKER`, else
 /// `isorun-worker` next to this executable; for a program cargo built into
 /// `target/<profile>/examples/` or `deps/` (an embedding example), one
@@ -458,5 +688,88 @@ mod tests {
         install_tensorflow(empty.path(), "unused.dist-info", "2.0.0");
         let found = find_libtensorflow(Some(&empty.path().join("tensorflow"))).unwrap();
         assert_eq!(found.origin, LibtensorflowOrigin::Asked);
+    }
+
+    /// A fake ONNX Runtime library file `name` in `dir`.
+    fn fake_library(dir: &Path, name: &str) -> PathBuf {
+        std::fs::create_dir_all(dir).unwrap();
+        std::fs::write(dir.join(name), b"").unwrap();
+        dir.join(name)
+    }
+
+    #[test]
+    fn the_c_api_version_is_read_from_the_file_name() {
+        assert_eq!(onnxruntime_api_version("libonnxruntime.so.1.23"), Some(23));
+        assert_eq!(onnxruntime_api_version("libonnxruntime.so.1.32.0"), Some(32));
+        for name in ["libonnxruntime.so", "libonnxruntime.so.1", "libonnxruntime.so.2.1", "libonnxruntime.so.1.x"] {
+            assert_eq!(onnxruntime_api_version(name), None, "{name}");
+        }
+        assert_eq!(onnxruntime_api_version("libonnxruntime.so.1.32.0.bak~"), None);
+    }
+
+    /// ISORUN_ONNXRUNTIME_DIR, else the environment's onnxruntime package,
+    /// else the cache, and the cache only once `.complete` is there.
+    #[test]
+    fn onnxruntime_comes_from_the_folder_asked_the_package_then_the_complete_cache() {
+        let tmp = tempfile::tempdir().unwrap();
+        let asked = tmp.path().join("asked");
+        let site = tmp.path().join("lib/python3.11/site-packages");
+        let cache = tmp.path().join("cache/onnxruntime-1.32.0");
+        std::fs::create_dir_all(&site).unwrap();
+        let sites = [site.clone()];
+
+        // Nothing anywhere: the message names every place and the fix.
+        let missing = find_onnxruntime(None, &sites, Some(&cache)).unwrap_err();
+        let text = missing.to_string();
+        for place in [site.display().to_string(), cache.display().to_string()] {
+            assert!(text.contains(&place), "{place}: {text}");
+        }
+        assert!(text.contains("ISORUN_ONNXRUNTIME_DIR") && text.contains("scripts/fetch-onnxruntime"), "{text}");
+
+        // A cache whose fetch was cut short (no .complete) is not used.
+        let cached = fake_library(&cache, "libonnxruntime.so.1.32.0");
+        let missing = find_onnxruntime(None, &sites, Some(&cache)).unwrap_err();
+        assert!(missing.cache_incomplete);
+        assert!(missing.to_string().contains("has no .complete marker"), "{missing}");
+        std::fs::write(cache.join(".complete"), "1.32.0\n").unwrap();
+        let found = find_onnxruntime(None, &sites, Some(&cache)).unwrap();
+        assert_eq!((found.library, found.api_version, found.origin), (cached.clone(), 32, OnnxruntimeOrigin::Cache));
+        assert_eq!(found.version.as_deref(), Some("1.32.0"));
+
+        // The environment's package comes before the cache.
+        let packaged = fake_library(&site.join("onnxruntime/capi"), "libonnxruntime.so.1.23");
+        fake_library(&site.join("onnxruntime-1.23.2.dist-info"), "METADATA");
+        std::fs::write(site.join("onnxruntime-1.23.2.dist-info/METADATA"), "Name: onnxruntime\nVersion: 1.23.2\n")
+            .unwrap();
+        let found = find_onnxruntime(None, &sites, Some(&cache)).unwrap();
+        assert_eq!((&found.library, found.api_version), (&packaged, 23));
+        assert_eq!(found.version.as_deref(), Some("1.23.2"));
+        let OnnxruntimeOrigin::PythonPackage(package) = &found.origin else { panic!("{found:?}") };
+        assert_eq!((package.distribution.as_str(), package.site_packages.as_path()), ("onnxruntime", site.as_path()));
+
+        // A folder asked for wins, and is the only one looked at.
+        std::fs::create_dir_all(&asked).unwrap();
+        let missing = find_onnxruntime(Some(&asked), &sites, Some(&cache)).unwrap_err();
+        let text = missing.to_string();
+        assert!(
+            text.starts_with(&format!("no ONNX Runtime in {} (ISORUN_ONNXRUNTIME_DIR)", asked.display())),
+            "{text}"
+        );
+        assert!(text.contains("scripts/fetch-onnxruntime"), "{text}");
+        fake_library(&asked, "libonnxruntime.so.1.31.1");
+        let chosen = fake_library(&asked, "libonnxruntime.so.1.32.0");
+        let found = find_onnxruntime(Some(&asked), &sites, Some(&cache)).unwrap();
+        assert_eq!((found.library, found.api_version, found.origin), (chosen, 32, OnnxruntimeOrigin::Asked));
+        assert_eq!(found.version.as_deref(), Some("1.32.0"), "from the file name");
+    }
+
+    #[test]
+    fn without_a_python_environment_the_message_says_so() {
+        let missing =
+            OnnxruntimeNotFound { asked: None, site_packages: Vec::new(), cache: None, cache_incomplete: false };
+        let text = missing.to_string();
+        assert!(text.contains("no Python environment found"), "{text}");
+        assert!(text.contains("neither XDG_CACHE_HOME nor HOME is set"), "{text}");
+        assert!(text.ends_with("fill the cache (scripts/fetch-onnxruntime in a clone)"), "{text}");
     }
 }

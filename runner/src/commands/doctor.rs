@@ -82,6 +82,7 @@ pub fn main(args: &DoctorArgs) -> Result<i32, String> {
     let can_run_models = worker.is_ok() && worker_start.status == Status::Ok;
     let checks = [
         libtensorflow_check(&libtensorflow),
+        onnxruntime_check(),
         worker_check(&worker, args.worker.worker.as_deref()),
         worker_start,
         onednn_warmup_check(worker.as_ref().ok(), libtensorflow.as_ref().ok().map(|f| f.dir.as_path()), can_run_models),
@@ -154,6 +155,32 @@ pub fn libtensorflow_detail(found: &FoundLibtensorflow) -> String {
                 libtensorflow_version(&found.dir)
             )
         }
+    }
+}
+
+/// Which ONNX Runtime library workers would load for `.onnx` files, its C
+/// API version and where it came from; when there is none, where isorun
+/// looked and what to run. Optional: SavedModels do not need it.
+fn onnxruntime_check() -> Check {
+    const NAME: &str = "onnxruntime";
+    use isorun_engine::locations::{onnxruntime_library, OnnxruntimeOrigin};
+    match onnxruntime_library() {
+        Ok(found) => {
+            let origin = match &found.origin {
+                OnnxruntimeOrigin::Asked => "from ISORUN_ONNXRUNTIME_DIR".to_string(),
+                OnnxruntimeOrigin::PythonPackage(package) => {
+                    format!("from the {} package of the Python environment", package.distribution)
+                }
+                OnnxruntimeOrigin::Cache => "the fetch-onnxruntime cache".to_string(),
+            };
+            let version = found.version.as_deref().unwrap_or("version unknown");
+            Check::new(
+                NAME,
+                Status::Found,
+                format!("{} (ONNX Runtime {version}, C API {}; {origin})", found.library.display(), found.api_version),
+            )
+        }
+        Err(missing) => Check::new(NAME, Status::None, format!("{missing} (only .onnx files need it)")),
     }
 }
 

@@ -539,14 +539,15 @@ fn doctor_says_this_machine_can_run_models() {
     let (status, detail) = doctor_line(&ran, "worker start");
     assert_eq!(status, "ok", "{}", ran.stdout);
     assert!(detail.starts_with("isorun-worker 0.1.0 (TensorFlow 2.21.0)"), "{detail}");
-    for check in ["onednn warm-up", "sandbox", "memory limit", "worker signals", "gpu", "keras", "slurm"] {
+    for check in ["onnxruntime", "onednn warm-up", "sandbox", "memory limit", "worker signals", "gpu", "keras", "slurm"]
+    {
         doctor_line(&ran, check);
     }
     let sandbox = doctor_line(&ran, "sandbox").1;
     assert!(sandbox.contains("Landlock"), "{sandbox}");
     // Every protection a strict worker gets here is named as records name it.
     assert!(sandbox.contains("no_unix_sockets"), "{sandbox}");
-    assert_eq!(ran.stdout.lines().count(), 10, "{}", ran.stdout);
+    assert_eq!(ran.stdout.lines().count(), 11, "{}", ran.stdout);
 }
 
 #[test]
@@ -600,6 +601,32 @@ fn doctor_without_libtensorflow_names_the_python3_on_path_it_found() {
     assert_eq!(status, "missing", "{}", ran.stdout);
     assert!(!detail.contains("no python3 on PATH"), "{detail}");
     assert!(detail.contains(&format!("beside {}, the python3 on PATH", shim.display())), "{detail}");
+}
+
+/// The onnxruntime line names the library in ISORUN_ONNXRUNTIME_DIR with
+/// its C API version; a folder without one is named, with what to run.
+#[test]
+fn doctor_names_the_onnxruntime_library_given_by_isorun_onnxruntime_dir() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ran = run_text(isorun().arg("doctor").env("ISORUN_ONNXRUNTIME_DIR", tmp.path()));
+    let (status, detail) = doctor_line(&ran, "onnxruntime");
+    assert_eq!(status, "none", "{}", ran.stdout);
+    assert!(
+        detail.starts_with(&format!("no ONNX Runtime in {} (ISORUN_ONNXRUNTIME_DIR)", tmp.path().display())),
+        "{detail}"
+    );
+    assert!(detail.contains("scripts/fetch-onnxruntime"), "{detail}");
+    let library = tmp.path().join("libonnxruntime.so.1.23");
+    std::fs::write(&library, b"").unwrap();
+    let ran = run_text(isorun().arg("doctor").env("ISORUN_ONNXRUNTIME_DIR", tmp.path()));
+    assert_eq!(
+        doctor_line(&ran, "onnxruntime"),
+        (
+            "found",
+            format!("{} (ONNX Runtime version unknown, C API 23; from ISORUN_ONNXRUNTIME_DIR)", library.display())
+                .as_str()
+        )
+    );
 }
 
 #[test]
