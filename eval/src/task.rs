@@ -80,7 +80,12 @@ impl Metric {
             names.iter().copied().filter(|n| !wanted.is_empty() && n.starts_with(&wanted)).collect();
         let closest = match prefixed[..] {
             [one] => Some(one),
-            _ => names.iter().map(|n| (edit_distance(&wanted, n), *n)).min().filter(|(d, _)| *d <= 3).map(|(_, n)| n),
+            _ => names
+                .iter()
+                .map(|n| (strsim::levenshtein(&wanted, n), *n))
+                .min()
+                .filter(|(d, _)| *d <= 3)
+                .map(|(_, n)| n),
         };
         let hint = closest.map_or(String::new(), |n| format!(" (did you mean '{n}'?)"));
         Err(format!("unknown metric '{name}'{hint}; metrics are: {}", names.join(", ")))
@@ -127,21 +132,6 @@ impl Metric {
             Task::Regression => matches!(self, Mse | Mae | Rmse | R2 | MeanPrediction | MeanLabel | Calibration),
         }
     }
-}
-
-fn edit_distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut row: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut prev = row[0];
-        row[0] = i + 1;
-        for (j, cb) in b.iter().enumerate() {
-            let here = row[j + 1];
-            row[j + 1] = (prev + usize::from(ca != *cb)).min(row[j] + 1).min(here + 1);
-            prev = here;
-        }
-    }
-    row[b.len()]
 }
 
 impl std::fmt::Display for Metric {
