@@ -35,9 +35,9 @@ pub enum Command {
     Run(Box<RunArgs>),
     /// Evaluate every model on a labelled dataset: metrics, slices, thresholds, a baseline.
     Eval(Box<EvalArgs>),
-    /// Show a SavedModel's meta graphs, signatures, inputs and outputs (no TensorFlow needed).
+    /// Show a SavedModel's meta graphs, signatures, inputs and outputs, or a .keras, .h5 or .onnx file's (no TensorFlow needed).
     Inspect(InspectArgs),
-    /// List the models found under folders (SavedModels, .keras, .h5), one per line as `id<TAB>path<TAB>format`.
+    /// List the models found under folders (SavedModels, .keras, .h5, .onnx), one per line as `id<TAB>path<TAB>format`.
     Ls(LsArgs),
     /// Keep one model in a worker and answer JSON Lines requests from stdin.
     Pipe(PipeArgs),
@@ -81,7 +81,7 @@ pub struct ManArgs {
   isorun inspect models/resnet
   isorun inspect models/resnet --json | jq '.signatures.serving_default.inputs'")]
 pub struct InspectArgs {
-    /// A SavedModel folder, or a .keras / full-model .h5 file (read without TensorFlow).
+    /// A SavedModel folder, a .keras / full-model .h5 file, or an .onnx file (read without TensorFlow).
     #[arg(value_name = "MODEL")]
     pub model: PathBuf,
 
@@ -1080,6 +1080,38 @@ pub struct EvalOptions {
     /// with --predictions.
     #[arg(long, value_name = "always|significant", default_value = "always", help_heading = "Evaluation")]
     pub gate: String,
+}
+
+/// The message for one of `run`'s own flags given to `eval` (`--rtol`, `--inputs`), which clap
+/// refuses with the tip "to pass '--rtol' as a value, use '-- --rtol'": that would make it a
+/// model path. `None` for every other error, which clap renders.
+pub fn run_flag_given_to_eval(error: &clap::Error, args: &[std::ffi::OsString]) -> Option<String> {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    use clap::CommandFactory;
+    if error.kind() != ErrorKind::UnknownArgument {
+        return None;
+    }
+    // The command is the first word after the program's own flags (`-v`, `-q`).
+    let command = args.iter().skip(1).map(|a| a.to_string_lossy()).find(|a| !a.starts_with('-'))?;
+    if command != "eval" {
+        return None;
+    }
+    let Some(ContextValue::String(given)) = error.get(ContextKind::InvalidArg) else { return None };
+    let flag = given.split('=').next().unwrap_or(given);
+    let root = Cli::command();
+    let longs = |name: &str| -> Vec<String> {
+        let command = root.find_subcommand(name).into_iter();
+        command.flat_map(|c| c.get_arguments()).filter_map(|a| a.get_long()).map(|l| format!("--{l}")).collect()
+    };
+    if !longs("run").iter().any(|l| l == flag) || longs("eval").iter().any(|l| l == flag) {
+        return None;
+    }
+    let with = match flag {
+        "--rtol" | "--atol" => " (with --expect)",
+        "--input" | "--inputs" | "--inputs-dir" => "; eval reads its examples from --data",
+        _ => "",
+    };
+    Some(format!("eval takes no {flag}: it is run's{with}"))
 }
 
 #[cfg(test)]

@@ -41,7 +41,17 @@ fn main() {
             std::process::exit(isorun_protocol::exit_code::USAGE);
         }
     };
-    let cli = cli::Cli::parse_from(args);
+    let cli = match cli::Cli::try_parse_from(&args) {
+        Ok(cli) => cli,
+        Err(e) => match cli::run_flag_given_to_eval(&e, &args) {
+            Some(message) => {
+                support::print_error(message);
+                std::process::exit(isorun_protocol::exit_code::USAGE);
+            }
+            // Help, version and every other error as clap renders them.
+            None => e.exit(),
+        },
+    };
     let level = match (cli.quiet, cli.verbose) {
         (true, _) => tracing::Level::ERROR,
         (false, 0) => tracing::Level::WARN,

@@ -112,9 +112,41 @@ fn eval_refuses_run_only_flags_naming_them() {
             .args(value));
         assert_eq!(ran.code, Some(2), "eval {flag}: {}", ran.stderr);
         assert_eq!(ran.stdout, "", "eval {flag}");
-        let line = ran.stderr.lines().find(|l| l.contains("error")).unwrap_or_default();
-        assert!(line.contains(&format!("'{flag}'")), "eval {flag}: the error should name it:\n{}", ran.stderr);
+        // Whose flag it is, not clap's tip to pass it after `--` (which would make it a model path).
+        let with = match flag {
+            "--rtol" | "--atol" => " (with --expect)",
+            "--input" | "--inputs" | "--inputs-dir" => "; eval reads its examples from --data",
+            _ => "",
+        };
+        assert_eq!(ran.stderr, format!("isorun: error: eval takes no {flag}: it is run's{with}\n"), "eval {flag}");
     }
+    // `--rtol=1` and flags before the command too.
+    let ran = run(isorun().current_dir(tmp.path()).args(["-q", "eval", "models", "--label", "y", "--rtol=1"]));
+    assert_eq!(
+        (ran.code, ran.stderr.as_str()),
+        (Some(2), "isorun: error: eval takes no --rtol: it is run's (with --expect)\n")
+    );
+    // Any other unknown flag, and run's flags given to other commands, are clap's to render.
+    for args in [&["eval", "models", "--label", "y", "--bogus"][..], &["pipe", "models/m", "--rtol", "1"]] {
+        let ran = run(isorun().current_dir(tmp.path()).args(args));
+        assert_eq!(ran.code, Some(2), "{args:?}: {}", ran.stderr);
+        assert!(ran.stderr.starts_with("error: unexpected argument '--"), "{args:?}: {}", ran.stderr);
+    }
+}
+
+/// The top-level help's lines for `ls` and `inspect` name the .onnx files they list and show.
+#[test]
+fn top_level_help_says_ls_and_inspect_take_onnx_files() {
+    let text = help(&["--help"], 200);
+    for command in ["ls", "inspect"] {
+        let line = text
+            .lines()
+            .find(|l| l.trim_start().starts_with(&format!("{command} ")))
+            .unwrap_or_else(|| panic!("no {command} line:\n{text}"));
+        assert!(line.contains(".onnx"), "isorun --help: {line}");
+    }
+    let inspect = help(&["inspect", "--help"], 200);
+    assert!(inspect.lines().any(|l| l.contains(".onnx")), "isorun inspect --help:\n{inspect}");
 }
 
 #[test]
