@@ -235,8 +235,10 @@ pub(crate) fn terminal_columns(fd: i32, columns_var: Option<&str>) -> Option<usi
 }
 
 /// The fewest characters a row gives its message, however narrow the
-/// terminal: the row wraps rather than saying nothing.
-const MIN_MESSAGE: usize = 40;
+/// terminal: the row wraps rather than saying nothing. Small, so that on a
+/// narrow terminal (60 columns) a row still fits it where the other
+/// columns leave room, and wraps by little where they do not.
+const MIN_MESSAGE: usize = 20;
 
 /// One record as a table row, and its message whole when the row had to
 /// cut it to the terminal's width. A message's further lines (TensorFlow's
@@ -311,13 +313,15 @@ fn table_row(record: &Value, id_width: usize, layout: &Layout) -> (String, Optio
 }
 
 /// `text` cut to `room` characters by taking out its middle (the start
-/// says where, the end what is wrong and what to do), and whether it was.
+/// says where, the end what is wrong and what to do), and whether it was:
+/// a third of the room for the start, the rest for the end, so both grow
+/// with the terminal.
 fn cut_middle(text: String, room: usize) -> (String, bool) {
     let count = text.chars().count();
     if count <= room {
         return (text, false);
     }
-    let head = room / 4;
+    let head = room / 3;
     let tail = room - head - 1;
     let start: String = text.chars().take(head).collect();
     let end: String = text.chars().skip(count - tail).collect();
@@ -488,7 +492,7 @@ mod tests {
         let (row, whole) = table_row(&error_record("/home/u/work/m", python), 5, &wide(100));
         assert_eq!(row.chars().count(), 100, "{row}");
         assert!(
-            row.ends_with("…ther Python with --python / ISORUN_PYTHON") && row.contains("  /usr/bin/pytho…"),
+            row.ends_with("… Python with --python / ISORUN_PYTHON") && row.contains("  /usr/bin/python3 h…"),
             "{row}"
         );
         assert_eq!(whole.as_deref(), Some(python));
@@ -498,6 +502,14 @@ mod tests {
         // So narrow that the message would vanish: it keeps MIN_MESSAGE characters.
         let (row, _) = table_row(&error_record("/home/u/work/m", python), 5, &wide(20));
         assert_eq!(row.chars().count(), 44 + MIN_MESSAGE, "{row}");
+        // A narrow terminal (64 columns: 20 for the message) still gets rows of its width, with
+        // the message's start and end (they had 40 characters, and the start 10 of them).
+        let metric = "metric accuracy needs a label of 0 or 1 for a binary score; row 3 of data.csv has 7: \
+                      give --task multiclass";
+        let (row, whole) = table_row(&error_record("/home/u/work/m", metric), 5, &wide(64));
+        assert_eq!(row.chars().count(), 64, "{row}");
+        assert!(row.ends_with("  metric…sk multiclass"), "{row}");
+        assert_eq!(whole.as_deref(), Some(metric));
         // -v: whole, each further line under the row.
         let layout = Layout { whole: true, ..wide(60) };
         let (row, whole) = table_row(&error_record("/home/u/work/m", &format!("{python}\nsecond")), 5, &layout);

@@ -425,6 +425,18 @@ fn a_table_row_keeps_the_end_of_an_error_and_the_whole_message_follows_the_total
     assert!(!file.stdout.contains('…'), "{}", file.stdout);
 }
 
+/// A narrow terminal (66 columns, 20 left for the message): the row fits it, and keeps a
+/// third of the room for the message's start (it kept 40 characters, 10 of them the start).
+#[test]
+fn on_a_narrow_terminal_a_row_still_fits_and_keeps_the_message_s_start_and_end() {
+    let tmp = three_errors();
+    let ran = table_in(tmp.path(), &["models/dynamic", "--warmup-inputs"], &[("COLUMNS", "66")]);
+    let row = ran.stdout.lines().find(|l| l.starts_with("dynamic ")).unwrap_or_else(|| panic!("{}", ran.stdout));
+    assert_eq!(row.chars().count(), 66, "{row}");
+    assert!(row.ends_with("  models…at32, [?, ?])"), "{row}");
+    assert!(ran.stdout.contains("  dynamic: models/dynamic/assets.extra/"), "{}", ran.stdout);
+}
+
 /// On a terminal (no `COLUMNS`), the rows fit its width.
 #[test]
 fn on_a_terminal_the_table_fits_its_width() {
