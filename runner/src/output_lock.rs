@@ -33,13 +33,14 @@ use std::time::Duration;
 /// Why an output file could not be locked for this run.
 #[derive(Debug, thiserror::Error)]
 pub enum LockError {
-    /// Another process holds the lock: another run writes this file.
+    /// Another process holds the lock: another run writes this file (or
+    /// folder: `what`).
     #[error(
-        "{flag} {}: another isorun ({holder}) is writing this file; \
+        "{flag} {}: another isorun ({holder}) is writing this {what}; \
          wait for that run to end, or give this run another path",
         path.display()
     )]
-    Held { flag: &'static str, path: PathBuf, holder: String },
+    Held { flag: &'static str, path: PathBuf, holder: String, what: &'static str },
     /// The sidecar lock file could not be made or locked.
     #[error("{flag} {}: cannot lock it for this run (lock file {})", path.display(), lock.display())]
     Io {
@@ -100,7 +101,7 @@ impl OutputLocks {
         let lock = sidecar(&canonical).map_err(io_error)?;
         let Some((index, count)) = shard else {
             if !self.held.iter().any(|held| held.path == lock) {
-                self.held.push(lock_one(flag, folder, lock, false)?);
+                self.held.push(lock_one(flag, folder, "folder", lock, false)?);
             }
             return Ok(());
         };
@@ -111,11 +112,11 @@ impl OutputLocks {
         // Both or neither: a shard refused lets go of the folder at once.
         let folder_held = match self.held.iter().any(|held| held.path == lock) {
             true => None,
-            false => Some(lock_one(flag, folder, lock, true)?),
+            false => Some(lock_one(flag, folder, "folder", lock, true)?),
         };
         let shard_held = match self.held.iter().any(|held| held.path == shard_lock) {
             true => None,
-            false => Some(lock_one(flag, folder, shard_lock, false)?),
+            false => Some(lock_one(flag, folder, "folder", shard_lock, false)?),
         };
         self.held.extend(folder_held.into_iter().chain(shard_held));
         Ok(())
@@ -136,7 +137,7 @@ pub fn lock_outputs(outputs: &[(&'static str, &Path)]) -> Result<OutputLocks, Lo
         if locks.held.iter().any(|held| held.path == lock) {
             continue;
         }
-        locks.held.push(lock_one(flag, path, lock, false)?);
+        locks.held.push(lock_one(flag, path, "file", lock, false)?);
     }
     Ok(locks)
 }
@@ -160,9 +161,15 @@ fn sidecar(output: &Path) -> io::Result<PathBuf> {
     Ok(folder.canonicalize()?.join(lock_name))
 }
 
-/// Takes the lock on `lock` for `output` (given as `flag`), alone or
-/// `shared`, or says who holds it.
-fn lock_one(flag: &'static str, output: &Path, lock: PathBuf, shared: bool) -> Result<HeldLock, LockError> {
+/// Takes the lock on `lock` for `output` (given as `flag`; `what` it is:
+/// a file or a folder), alone or `shared`, or says who holds it.
+fn lock_one(
+    flag: &'static str,
+    output: &Path,
+    what: &'static str,
+    lock: PathBuf,
+    shared: bool,
+) -> Result<HeldLock, LockError> {
     let io_error = |source| LockError::Io { flag, path: output.to_path_buf(), lock: lock.clone(), source };
     loop {
         // Never through a link: in a folder others can write, a planted
@@ -179,7 +186,7 @@ fn lock_one(flag: &'static str, output: &Path, lock: PathBuf, shared: bool) -> R
         match locked {
             Ok(()) => {}
             Err(TryLockError::WouldBlock) => {
-                return Err(LockError::Held { flag, path: output.to_path_buf(), holder: holder(&file) })
+                return Err(LockError::Held { flag, path: output.to_path_buf(), holder: holder(&file), what })
             }
             Err(TryLockError::Error(e)) => return Err(io_error(e)),
         }
@@ -320,10 +327,12 @@ mod tests {
         assert!(out.is_dir(), "the folder is made");
         let mut second = OutputLocks::default();
         let error = second.lock_folder("--predictions", &out.join("."), None).unwrap_err();
-        assert!(error.to_string().contains("another isorun (pid"), "{error}");
+        let said = format!("another isorun (pid {}) is writing this folder;", std::process::id());
+        assert!(error.to_string().contains(&said), "{error}");
         assert!(matches!(error, LockError::Held { flag: "--predictions", .. }));
         let mut shard = OutputLocks::default();
-        assert!(matches!(shard.lock_folder("--output-dir", &out, Some((0, 2))), Err(LockError::Held { .. })));
+        let error = shard.lock_folder("--output-dir", &out, Some((0, 2))).unwrap_err();
+        assert!(error.to_string().contains(" is writing this folder;"), "a shard's folder: {error}");
         drop(alone);
         // Shards 0 and 1 of one run write side by side; shard 0 twice, or a run of the whole, is refused.
         let mut zero = OutputLocks::default();

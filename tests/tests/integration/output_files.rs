@@ -236,7 +236,7 @@ fn a_second_eval_writing_the_same_predictions_is_refused_before_any_work() {
     assert_eq!(second.code, Some(2), "{}", second.stderr);
     assert!(second.stdout.is_empty(), "{}", second.stdout);
     let expected = format!(
-        "isorun: error: --predictions {}: another isorun (pid {}) is writing this file",
+        "isorun: error: --predictions {}: another isorun (pid {}) is writing this folder",
         preds.display(),
         first.id()
     );
