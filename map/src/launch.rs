@@ -9,7 +9,6 @@
 //! and working folder, and may write beneath the spec's folders only.
 
 use serde::{Deserialize, Serialize};
-use std::os::unix::process::CommandExt;
 
 /// The first argument that makes a program the launcher.
 pub const LAUNCH_ARG: &str = "__isorun-map-sandbox";
@@ -39,12 +38,7 @@ pub fn launch(spec_json: &str) -> String {
     let writable: Vec<std::path::PathBuf> = spec.writable.iter().map(Into::into).collect();
     let options = isorun_sandbox::Options { network: spec.network };
     let applied = isorun_sandbox::apply_with_options(&sandbox, &writable, &options);
-    let mut command = std::process::Command::new(&spec.program);
-    command.args(&spec.args).env_clear().envs(spec.env.iter().map(|(k, v)| (k, v)));
     // The environment is the user's, kept on purpose: not a protection here.
-    let protections: Vec<&str> = applied.protections.iter().map(String::as_str).filter(|p| *p != "clean_env").collect();
-    command.env("ISORUN_SANDBOX", protections.join(","));
-    command.env("ISORUN_SANDBOX_MISSING", applied.missing.join(","));
-    let error = command.exec();
+    let error = isorun_sandbox::exec_confined(&applied, &["clean_env"], &spec.program, &spec.args, &spec.env);
     format!("{LAUNCH_ARG}: cannot start {}: {error}", spec.program)
 }

@@ -218,6 +218,29 @@ pub fn apply_with_options(spec: &SandboxSpec, writable: &[std::path::PathBuf], o
     applied
 }
 
+/// What a launcher execs once [`apply_with_options`] has confined it: the
+/// program, its arguments and exactly the environment given, plus
+/// `ISORUN_SANDBOX` (the protections in force, less those named in
+/// `not_claimed`) and `ISORUN_SANDBOX_MISSING`, so the program can say how
+/// it is confined. Landlock, seccomp, the namespace and the limits outlive
+/// `execve`. Returns only on failure, with the error.
+pub fn exec_confined(
+    applied: &Applied,
+    not_claimed: &[&str],
+    program: &str,
+    args: &[String],
+    env: &[(String, String)],
+) -> std::io::Error {
+    use std::os::unix::process::CommandExt;
+    let mut command = std::process::Command::new(program);
+    command.args(args).env_clear().envs(env.iter().map(|(k, v)| (k, v)));
+    let protections: Vec<&str> =
+        applied.protections.iter().map(String::as_str).filter(|p| !not_claimed.contains(p)).collect();
+    command.env("ISORUN_SANDBOX", protections.join(","));
+    command.env("ISORUN_SANDBOX_MISSING", applied.missing.join(","));
+    command.exec()
+}
+
 /// Landlock: the file rules, and the signal and abstract-socket scopes
 /// (ABI 6; on older kernels the crate leaves out what they do not know, and
 /// the status says how far the kernel went).

@@ -7,7 +7,6 @@
 
 use isorun_protocol::SandboxSpec;
 use serde::{Deserialize, Serialize};
-use std::os::unix::process::CommandExt;
 
 /// The first argument that makes a program the launcher.
 pub const LAUNCH_ARG: &str = "__isorun-export-sandbox";
@@ -39,10 +38,6 @@ pub fn launch(spec_json: &str) -> String {
     };
     let writable: Vec<std::path::PathBuf> = spec.writable.iter().map(Into::into).collect();
     let applied = isorun_sandbox::apply_with_writable(&sandbox, &writable);
-    let mut command = std::process::Command::new(&spec.program);
-    command.args(&spec.args).env_clear().envs(spec.env.iter().map(|(k, v)| (k, v)));
-    command.env("ISORUN_SANDBOX", applied.protections.join(","));
-    command.env("ISORUN_SANDBOX_MISSING", applied.missing.join(","));
-    let error = command.exec();
+    let error = isorun_sandbox::exec_confined(&applied, &[], &spec.program, &spec.args, &spec.env);
     format!("{LAUNCH_ARG}: cannot start {}: {error}", spec.program)
 }
