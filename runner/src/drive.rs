@@ -4,10 +4,9 @@
 //! the two commands cannot drift apart.
 
 use crate::cli::{Format, SharedRunArgs};
-use crate::output_lock::lock_outputs;
 use crate::printer::{print_summary, progress_bar, Printer};
 use crate::settings::statuses;
-use crate::support::{watch_signals, with_causes};
+use crate::support::{lock_given_outputs, watch_signals, with_causes, write_run_report};
 use isorun_engine::{
     discover, latest_versions, worker_version, CancelToken, Engine, Event, Feed, Model, PreparedInputs, Settings,
     Sinks, STATUSES,
@@ -15,7 +14,6 @@ use isorun_engine::{
 use isorun_protocol::{exit_code, signal_name, NotRunReason, Outcome};
 use isorun_report::journal::{read_journal, resumed_record, runtime_identity, unit_key, Journal, KeyParts};
 use isorun_report::record::unit_record;
-use isorun_report::{build as build_report, write_files as write_report_files, RunInfo};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::io::{self, IsTerminal};
@@ -92,16 +90,12 @@ pub fn execute(plan: Plan) -> Result<i32, String> {
     } = plan;
     // Before any work: another run writing one of these files would lose
     // this run's models, or this run its.
-    let outputs: Vec<(&'static str, &std::path::Path)> = [
+    let mut output_locks = lock_given_outputs(&[
         ("--report", args.report.as_deref()),
         ("--junit", args.junit.as_deref()),
         ("--html", args.html.as_deref()),
         ("--journal", args.journal.as_deref()),
-    ]
-    .into_iter()
-    .filter_map(|(flag, path)| Some((flag, path?)))
-    .collect();
-    let mut output_locks = lock_outputs(&outputs).map_err(|e| with_causes(&e))?;
+    ])?;
     if let Some(folder) = &args.output_dir {
         let shard = args.shard.map(|shard| (shard.index, shard.count));
         output_locks.lock_folder("--output-dir", folder, shard).map_err(|e| with_causes(&e))?;
@@ -244,19 +238,8 @@ pub fn execute(plan: Plan) -> Result<i32, String> {
     let records = std::mem::take(&mut printer.records);
     let mut report_failed = journal_error.is_some();
     if args.report.is_some() || args.junit.is_some() || args.html.is_some() {
-        let info = RunInfo {
-            started_at,
-            finished_at: std::time::SystemTime::now(),
-            command: std::env::args().collect(),
-            settings: report_settings,
-            tensorflow_version,
-        };
-        let report = build_report(&records, &info);
-        if let Err(e) = write_report_files(&report, args.report.as_deref(), args.junit.as_deref(), args.html.as_deref())
-            .map_err(|e| with_causes(&e))
-        {
-            // The work is done and its records printed: a lost report fails the run, not its usage.
-            crate::support::print_error(e);
+        let files = [args.report.as_deref(), args.junit.as_deref(), args.html.as_deref()];
+        if !write_run_report(&records, started_at, report_settings, tensorflow_version, files) {
             report_failed = true;
         }
     }

@@ -2,11 +2,15 @@
 //! into another's module: errors as one line with their causes, seconds
 //! from flags, the signal thread, the supervisor's own memory.
 
+use crate::output_lock::{lock_outputs, OutputLocks};
 use isorun_engine::CancelToken;
 use isorun_report::text::lines;
+use isorun_report::{build as build_report, write_files as write_report_files, RunInfo};
+use serde_json::Value;
 use std::io::{self, Write};
+use std::path::Path;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 /// `isorun: warning: MESSAGE` on stderr. Warnings quote folder names and
 /// workers' stderr: the message passes `text::lines`, so an escape sequence
@@ -47,6 +51,43 @@ pub fn with_causes(error: &dyn std::error::Error) -> String {
         source = cause.source();
     }
     text
+}
+
+/// Locks the output files given, as `(flag, path)` with the paths not
+/// given left out, until the locks returned drop; an error is the usage
+/// message. `run`, `map`, `rescore` and `report merge` take them before
+/// any work, so that two commands never write one file.
+pub fn lock_given_outputs(outputs: &[(&'static str, Option<&Path>)]) -> Result<OutputLocks, String> {
+    let outputs: Vec<(&'static str, &Path)> = outputs.iter().filter_map(|&(flag, path)| Some((flag, path?))).collect();
+    lock_outputs(&outputs).map_err(|e| with_causes(&e))
+}
+
+/// Builds the report of a run started at `started_at` and ending now from
+/// its records and writes it to the files asked for, `[report, junit,
+/// html]`. A failure is said on stderr and `false` returned: the work is
+/// done and its records printed, so a lost report fails the run, not its usage.
+pub fn write_run_report(
+    records: &[Value],
+    started_at: SystemTime,
+    settings: Value,
+    tensorflow_version: Option<String>,
+    [json, junit, html]: [Option<&Path>; 3],
+) -> bool {
+    let info = RunInfo {
+        started_at,
+        finished_at: SystemTime::now(),
+        command: std::env::args().collect(),
+        settings,
+        tensorflow_version,
+    };
+    let report = build_report(records, &info);
+    match write_report_files(&report, json, junit, html) {
+        Ok(()) => true,
+        Err(e) => {
+            print_error(with_causes(&e));
+            false
+        }
+    }
 }
 
 /// A positive number of seconds given for `flag`, or a usage error.

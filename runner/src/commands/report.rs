@@ -7,8 +7,7 @@
 //! exit 2. The reading, comparing and merging are `isorun-report`'s.
 
 use crate::cli::{ReportCommand, ReportDiffArgs, ReportMergeArgs, ReportTableArgs, TableFormatArg};
-use crate::output_lock::lock_outputs;
-use crate::support::with_causes;
+use crate::support::{lock_given_outputs, with_causes};
 use isorun_protocol::exit_code;
 use isorun_report::{
     diff, given_shards, merge_data_shards, merge_with_models, missing_shards, read_model_list, read_report,
@@ -22,14 +21,11 @@ pub fn main(command: &ReportCommand) -> Result<i32, String> {
         ReportCommand::Diff(args) => diff_command(args),
         ReportCommand::Merge(args) => {
             // Held to the end: two merges into one -o would each write it, the last one's left.
-            let outputs = [
+            let _locks = lock_given_outputs(&[
                 ("-o", Some(args.output.as_path())),
                 ("--junit", args.junit.as_deref()),
                 ("--html", args.html.as_deref()),
-            ];
-            let outputs: Vec<(&'static str, &std::path::Path)> =
-                outputs.into_iter().filter_map(|(flag, path)| Some((flag, path?))).collect();
-            let _locks = lock_outputs(&outputs).map_err(|error| with_causes(&error))?;
+            ])?;
             merge_command(args)
         }
         ReportCommand::Table(args) => return table_command(args),

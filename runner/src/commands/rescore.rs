@@ -18,16 +18,14 @@ use super::eval::{
     check_drops_computed, check_gate, ci_spec, pair_through_predictions, read_baseline, Baseline, Rules,
 };
 use crate::cli::{Format, RescoreArgs};
-use crate::output_lock::lock_outputs;
 use crate::printer::{progress_bar, Printer};
-use crate::support::with_causes;
+use crate::support::{lock_given_outputs, with_causes, write_run_report};
 use isorun_engine::{Model, STATUSES};
 use isorun_eval::predictions::{list_files, ChangedWriter, DiffOptions, Differ, PredictionsReader};
 use isorun_eval::{Evaluator, Metric, MetricsSpec};
 use isorun_protocol::{exit_code, ErrorKind, ModelError, Outcome};
 use isorun_report::eval_record::evaluation_fields;
 use isorun_report::record::outcome_fields;
-use isorun_report::{build as build_report, write_files as write_report_files, RunInfo};
 use serde_json::{json, Map, Value};
 use std::io::{self, IsTerminal, Write};
 use std::path::{Path, PathBuf};
@@ -37,15 +35,12 @@ use std::time::Instant;
 pub fn main(args: RescoreArgs, quiet: bool) -> Result<i32, String> {
     // Held to the end, before any file is read: another rescore (or run)
     // writing one of these files would lose this one's models, or this its.
-    let outputs = [
+    let _locks = lock_given_outputs(&[
         ("--report", args.report.as_deref()),
         ("--junit", args.junit.as_deref()),
         ("--html", args.html.as_deref()),
         ("--output-changed", args.output_changed.as_deref()),
-    ];
-    let outputs: Vec<(&'static str, &Path)> =
-        outputs.into_iter().filter_map(|(flag, path)| Some((flag, path?))).collect();
-    let _locks = lock_outputs(&outputs).map_err(|e| with_causes(&e))?;
+    ])?;
     if args.diff {
         return diff(&args, quiet);
     }
@@ -93,17 +88,9 @@ pub fn main(args: RescoreArgs, quiet: bool) -> Result<i32, String> {
     let records = std::mem::take(&mut printer.records);
     let mut report_failed = false;
     if args.report.is_some() || args.junit.is_some() || args.html.is_some() {
-        let info = RunInfo {
-            started_at,
-            finished_at: std::time::SystemTime::now(),
-            command: std::env::args().collect(),
-            settings: json!({ "rescore": rescore_settings(&args, &files) }),
-            tensorflow_version: None,
-        };
-        let report = build_report(&records, &info);
-        if let Err(e) = write_report_files(&report, args.report.as_deref(), args.junit.as_deref(), args.html.as_deref())
-        {
-            crate::support::print_error(with_causes(&e));
+        let settings = json!({ "rescore": rescore_settings(&args, &files) });
+        let files = [args.report.as_deref(), args.junit.as_deref(), args.html.as_deref()];
+        if !write_run_report(&records, started_at, settings, None, files) {
             report_failed = true;
         }
     }

@@ -9,14 +9,12 @@
 mod print;
 
 use crate::cli::{Format, MapArgs, SandboxMode};
-use crate::output_lock::lock_outputs;
-use crate::support::{seconds, watch_signals, with_causes};
+use crate::support::{lock_given_outputs, seconds, watch_signals, with_causes, write_run_report};
 use isorun_engine::{CancelToken, STATUSES};
 use isorun_map::{Item, MapError, MapSettings, Pool, SandboxSettings};
 use isorun_protocol::{exit_code, NotRunReason};
 use isorun_report::journal::{read_journal, Journal};
 use isorun_report::shard::Shard;
-use isorun_report::{build as build_report, write_files as write_report_files, RunInfo};
 use print::Printer;
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, HashSet};
@@ -32,16 +30,12 @@ pub fn main(args: MapArgs, quiet: bool) -> Result<i32, String> {
     let started_at = SystemTime::now();
     let settings = settings(&args)?;
     let items = shard_items(read_items(&args)?, args.shard);
-    let outputs: Vec<(&'static str, &Path)> = [
+    let _output_locks = lock_given_outputs(&[
         ("--report", args.report.as_deref()),
         ("--junit", args.junit.as_deref()),
         ("--html", args.html.as_deref()),
         ("--journal", args.journal.as_deref()),
-    ]
-    .into_iter()
-    .filter_map(|(flag, path)| Some((flag, path?)))
-    .collect();
-    let _output_locks = lock_outputs(&outputs).map_err(|e| with_causes(&e))?;
+    ])?;
     let retry_on = crate::settings::statuses("--retry-on", &args.retry_on)?;
     let settings = MapSettings { retry_on, ..settings };
     let pool_values_dir = settings.values_dir.clone();
@@ -155,17 +149,8 @@ pub fn main(args: MapArgs, quiet: bool) -> Result<i32, String> {
     let mut report_failed = journal_error.is_some();
     if printer.keep_records {
         let records: Vec<Value> = report_units(&printer.records);
-        let info = RunInfo {
-            started_at,
-            finished_at: SystemTime::now(),
-            command: std::env::args().collect(),
-            settings: report_settings,
-            tensorflow_version: None,
-        };
-        let report = build_report(&records, &info);
-        if let Err(e) = write_report_files(&report, args.report.as_deref(), args.junit.as_deref(), args.html.as_deref())
-        {
-            crate::support::print_error(with_causes(&e));
+        let files = [args.report.as_deref(), args.junit.as_deref(), args.html.as_deref()];
+        if !write_run_report(&records, started_at, report_settings, None, files) {
             report_failed = true;
         }
     }
