@@ -152,27 +152,10 @@ const JSON_SPACE: [char; 4] = [' ', '\t', '\n', '\r'];
 /// serde_json keeps exactly): such an item's key is its text's.
 fn has_long_integer(text: &[u8]) -> bool {
     let mut run = 0;
-    let mut in_string = false;
-    let mut escaped = false;
-    for &byte in text {
-        if in_string {
-            match (escaped, byte) {
-                (true, _) => escaped = false,
-                (false, b'\\') => escaped = true,
-                (false, b'"') => in_string = false,
-                _ => {}
-            }
-            continue;
-        }
-        if byte == b'"' {
-            in_string = true;
-        }
+    isorun_tensors::json_cost::outside_strings(text).any(|byte| {
         run = if byte.is_ascii_digit() { run + 1 } else { 0 };
-        if run >= 20 {
-            return true;
-        }
-    }
-    false
+        run >= 20
+    })
 }
 
 /// Checks that `text` is one JSON value as Python's `json.loads` reads it:

@@ -39,10 +39,22 @@ pub fn check_record_json_cost(text: &[u8]) -> Result<(), String> {
 /// to: one for the whole, and one per `[`, `,` and `:` outside strings; a
 /// `{` counts four, since a map with one entry already holds room for four.
 pub fn count_values(text: &[u8]) -> u64 {
-    let mut values = 1u64;
+    outside_strings(text).fold(1u64, |values, byte| match byte {
+        b'{' => values + 4,
+        b'[' | b',' | b':' => values + 1,
+        _ => values,
+    })
+}
+
+/// The bytes of a JSON text that lie outside its strings, in order, each
+/// string's opening quote included (its contents and closing quote not):
+/// what a pass over the bytes that must not count a `[`, `,` or digit
+/// inside a string looks at. A backslash escapes the byte after it, so
+/// `"\""` is one string; nothing is checked or allocated.
+pub fn outside_strings(text: &[u8]) -> impl Iterator<Item = u8> + '_ {
     let mut in_string = false;
     let mut escaped = false;
-    for &byte in text {
+    text.iter().copied().filter(move |&byte| {
         if in_string {
             match (escaped, byte) {
                 (true, _) => escaped = false,
@@ -50,16 +62,12 @@ pub fn count_values(text: &[u8]) -> u64 {
                 (false, b'"') => in_string = false,
                 _ => {}
             }
+            false
         } else {
-            match byte {
-                b'"' => in_string = true,
-                b'{' => values += 4,
-                b'[' | b',' | b':' => values += 1,
-                _ => {}
-            }
+            in_string = byte == b'"';
+            true
         }
-    }
-    values
+    })
 }
 
 /// Refuses a text whose parsed values would pass the bound, saying how many
@@ -98,6 +106,15 @@ mod tests {
         assert_eq!(count_values(b"[0,0]"), 3);
         assert_eq!(count_values(br#"{"a": 1, "b": [2]}"#), 9);
         assert_eq!(count_values(br#"["[,{:", "\"[,"]"#), 3);
+    }
+
+    #[test]
+    fn what_lies_inside_strings_is_left_out_escaped_quotes_included() {
+        let outside = |text: &str| String::from_utf8(outside_strings(text.as_bytes()).collect()).unwrap();
+        assert_eq!(outside(r#"[1,"2,[",3]"#), r#"[1,",3]"#);
+        assert_eq!(outside(r#"{"a\"b":7}"#), r#"{":7}"#);
+        assert_eq!(outside(r#"["\\",8]"#), r#"[",8]"#);
+        assert_eq!(outside(r#""unclosed [,"#), r#"""#);
     }
 
     #[test]
