@@ -210,21 +210,32 @@ fn gone(pid: i64) -> bool {
     }
 }
 
-/// `isorun pipe` waiting for its next line (stdin open, nothing written)
-/// gets `signal`: it ends promptly with `code`, and its worker is gone.
-fn interrupted_while_waiting(signal: i32, code: i32) {
-    use std::io::{BufRead, BufReader};
-    let tmp = tempfile::tempdir().unwrap();
-    let model = fault_model(tmp.path(), "fault-pid");
+/// `isorun pipe` on the fault-pid model, stdin, stdout and stderr piped,
+/// once it has answered one request: the child, its stdin (open), its
+/// stdout (the first answer read) and the pid of the worker that answered.
+fn pipe_after_one_answer(
+    dir: &Path,
+) -> (std::process::Child, std::process::ChildStdin, std::io::BufReader<std::process::ChildStdout>, i64) {
+    use std::io::BufRead;
+    let model = fault_model(dir, "fault-pid");
     let mut child =
         fault_pipe(&model).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
     let mut input = child.stdin.take().unwrap();
     writeln!(input, r#"{{"id": 1, "inputs": {{"x": [[1, 0, 0]]}}}}"#).unwrap();
-    let mut answers = BufReader::new(child.stdout.take().unwrap());
+    let mut answers = std::io::BufReader::new(child.stdout.take().unwrap());
     let mut line = String::new();
     answers.read_line(&mut line).unwrap();
     let answer: Value = serde_json::from_str(&line).unwrap();
     let worker = answer["outputs"]["worker_pid"]["values"].as_i64().unwrap();
+    (child, input, answers, worker)
+}
+
+/// `isorun pipe` waiting for its next line (stdin open, nothing written)
+/// gets `signal`: it ends promptly with `code`, and its worker is gone.
+fn interrupted_while_waiting(signal: i32, code: i32) {
+    let tmp = tempfile::tempdir().unwrap();
+    // Its stdout is read on to the end: a closed stdout would stop it.
+    let (mut child, input, _answers, worker) = pipe_after_one_answer(tmp.path());
     assert!(!gone(worker), "the worker waits for the next request");
     // stdin stays open: isorun is blocked waiting for a line.
     std::thread::sleep(std::time::Duration::from_millis(200));
@@ -565,19 +576,9 @@ fn ended(mut child: std::process::Child, what: &str) -> std::process::Output {
 /// was interrupted; its worker is gone.
 #[test]
 fn a_closed_stdout_stops_pipe_at_once_and_says_so() {
-    use std::io::{BufRead, BufReader};
     let tmp = tempfile::tempdir().unwrap();
     // Waiting for the next line, stdin open: before, it waited for ever.
-    let model = fault_model(tmp.path(), "fault-pid");
-    let mut child =
-        fault_pipe(&model).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
-    let mut input = child.stdin.take().unwrap();
-    writeln!(input, r#"{{"id": 1, "inputs": {{"x": [[1, 0, 0]]}}}}"#).unwrap();
-    let mut answers = BufReader::new(child.stdout.take().unwrap());
-    let mut line = String::new();
-    answers.read_line(&mut line).unwrap();
-    let answer: Value = serde_json::from_str(&line).unwrap();
-    let worker = answer["outputs"]["worker_pid"]["values"].as_i64().unwrap();
+    let (child, input, answers, worker) = pipe_after_one_answer(tmp.path());
     drop(answers); // as `head -1` leaves
     let output = ended(child, "waiting for a line");
     let stderr = String::from_utf8_lossy(&output.stderr);
