@@ -324,16 +324,22 @@ fn npz_shards_stream_stored_and_deflated_and_folders_of_npy() {
     assert!(message.contains("bad.npz/x.npy") && message.contains("bad.npz/label.npy"), "{message}");
 }
 
+/// Three TFRecord shards of ten examples each (`s0`..`s2` in `dir`,
+/// examples 0 to 29), read 23 examples in batches of 5: the last batch is short.
+fn three_shards_limited_to_23(dir: &Path) -> DataSpec {
+    for i in 0..3 {
+        write(&dir.join(format!("s{i}.tfrecord")), &records(i * 10..i * 10 + 10));
+    }
+    let mut s = spec(vec![dir.join("s*.tfrecord")]);
+    s.limit = Some(23);
+    s.batch_size = 5;
+    s
+}
+
 #[test]
 fn limit_stops_mid_batch_and_prefetch_gives_the_same_batches() {
     let dir = tempfile::tempdir().unwrap();
-    for i in 0..3 {
-        write(&dir.path().join(format!("s{i}.tfrecord")), &records(i * 10..i * 10 + 10));
-    }
-    let mut s = spec(vec![dir.path().join("s*.tfrecord")]);
-    s.limit = Some(23);
-    s.batch_size = 5;
-    let dataset = Dataset::open(s).unwrap();
+    let dataset = Dataset::open(three_shards_limited_to_23(dir.path())).unwrap();
     let direct = read_all(&dataset, &x_signature()).unwrap();
     assert_eq!(direct.iter().map(|b| b.targets.rows).collect::<Vec<_>>(), vec![5, 5, 5, 5, 3]);
     for depth in [0, 1, 2, 8] {
@@ -778,13 +784,7 @@ fn read_pass(dataset: &Dataset, sig: &SignatureInfo) -> (Result<Vec<Batch>, Data
 #[test]
 fn a_small_dataset_is_decoded_once_and_its_batches_replayed_for_the_next_model() {
     let dir = tempfile::tempdir().unwrap();
-    for i in 0..3 {
-        write(&dir.path().join(format!("s{i}.tfrecord")), &records(i * 10..i * 10 + 10));
-    }
-    let mut s = spec(vec![dir.path().join("s*.tfrecord")]);
-    s.limit = Some(23);
-    s.batch_size = 5;
-    let plain = Dataset::open(s).unwrap();
+    let plain = Dataset::open(three_shards_limited_to_23(dir.path())).unwrap();
     let direct = read_all(&plain, &x_signature()).unwrap();
     let dataset = plain.keep_decoded(1 << 20);
     let (first, replayed, _) = read_pass(&dataset, &x_signature());
