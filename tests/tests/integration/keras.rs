@@ -850,6 +850,14 @@ fn a_lambda_cannot_join_the_supervisors_process_group_from_the_export_process() 
     assert!(record["error"]["message"].as_str().unwrap().contains("setpgid refused"), "{record}");
 }
 
+/// The checkpoints fixture's training run copied to `dir/run`, its inputs
+/// file, and the Keras cache folder to use (`dir/cache`, not made yet).
+fn checkpoints_run(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
+    let run_dir = dir.join("run");
+    crate::util::copy_dir(&keras_fixtures().join("checkpoints/run"), &run_dir);
+    (run_dir, keras_fixtures().join("checkpoints/inputs.npz"), dir.join("cache"))
+}
+
 /// Where a first run's exports went, per file (issue 44 §1): each exported
 /// record's `export.phases_ms` names the export process's phases of that
 /// file in order (`load_model` for a file traced, `load_weights`, `write`
@@ -863,10 +871,7 @@ fn export_phases_are_in_the_records_and_add_up_to_the_export_time() {
         return;
     };
     let tmp = tempfile::tempdir().unwrap();
-    let run_dir = tmp.path().join("run");
-    crate::util::copy_dir(&keras_fixtures().join("checkpoints/run"), &run_dir);
-    let inputs = keras_fixtures().join("checkpoints/inputs.npz");
-    let cache = tmp.path().join("cache");
+    let (run_dir, inputs, cache) = checkpoints_run(tmp.path());
     let args = ["-j", "1", "--inputs", inputs.to_str().unwrap(), run_dir.to_str().unwrap()];
     let first = keras_run(&python, &cache, &args);
     assert_eq!(first.code, Some(0), "{}\n{}", first.stdout, first.stderr);
@@ -930,10 +935,7 @@ fn checkpoints_of_one_architecture_share_one_trace_and_each_gives_its_own_predic
         return;
     };
     let tmp = tempfile::tempdir().unwrap();
-    let run_dir = tmp.path().join("run");
-    crate::util::copy_dir(&keras_fixtures().join("checkpoints/run"), &run_dir);
-    let inputs = keras_fixtures().join("checkpoints/inputs.npz");
-    let cache = tmp.path().join("cache");
+    let (run_dir, inputs, cache) = checkpoints_run(tmp.path());
     let out = tmp.path().join("out");
     let args = [
         "-j",
