@@ -13,8 +13,13 @@ struct Piped {
     stderr: String,
 }
 
+/// Starts `command` with stdin, stdout and stderr piped.
+fn spawn_piped(command: &mut Command) -> std::process::Child {
+    command.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap()
+}
+
 fn pipe(command: &mut Command, stdin: &str) -> Piped {
-    let mut child = command.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let mut child = spawn_piped(command);
     let mut input = child.stdin.take().unwrap();
     let text = stdin.to_string();
     let writer = std::thread::spawn(move || {
@@ -218,8 +223,7 @@ fn pipe_after_one_answer(
 ) -> (std::process::Child, std::process::ChildStdin, std::io::BufReader<std::process::ChildStdout>, i64) {
     use std::io::BufRead;
     let model = fault_model(dir, "fault-pid");
-    let mut child =
-        fault_pipe(&model).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let mut child = spawn_piped(&mut fault_pipe(&model));
     let mut input = child.stdin.take().unwrap();
     writeln!(input, r#"{{"id": 1, "inputs": {{"x": [[1, 0, 0]]}}}}"#).unwrap();
     let mut answers = std::io::BufReader::new(child.stdout.take().unwrap());
@@ -273,7 +277,7 @@ fn sigterm_while_waiting_for_a_line_exits_143_and_stops_the_worker() {
 
 /// `pipe` with `stdin`, and the supervisor's pid.
 fn pipe_with_pid(command: &mut Command, stdin: &str) -> (i64, Piped) {
-    let mut child = command.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let mut child = spawn_piped(command);
     let supervisor = i64::from(child.id());
     child.stdin.take().unwrap().write_all(stdin.as_bytes()).unwrap();
     let output = child.wait_with_output().unwrap();
@@ -323,8 +327,7 @@ fn a_worker_killed_between_requests_is_replaced_before_the_next_one() {
     use std::io::{BufRead, BufReader};
     let tmp = tempfile::tempdir().unwrap();
     let model = fault_model(tmp.path(), "fault-pid");
-    let mut child =
-        fault_pipe(&model).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let mut child = spawn_piped(&mut fault_pipe(&model));
     let mut input = child.stdin.take().unwrap();
     let mut output = BufReader::new(child.stdout.take().unwrap());
     let mut ask = |id: u32| -> serde_json::Value {
@@ -530,13 +533,7 @@ fn an_answer_too_large_for_the_mailbox_comes_on_the_socket() {
 fn a_worker_flooding_wake_messages_is_a_protocol_error_not_a_hang() {
     let tmp = tempfile::tempdir().unwrap();
     let model = fault_model(tmp.path(), "fault-wake-flood");
-    let mut child = fault_pipe(&model)
-        .args(["--timeout", "600"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = spawn_piped(fault_pipe(&model).args(["--timeout", "600"]));
     let mut input = child.stdin.take().unwrap();
     writeln!(input, r#"{{"id": 1, "inputs": {{"x": [[1, 2, 3]]}}}}"#).unwrap();
     drop(input);
@@ -596,14 +593,8 @@ fn a_closed_stdout_stops_pipe_at_once_and_says_so() {
     // the answer could not be written).
     let model = fault_model(tmp.path(), "fault-slow-3000");
     let log = tmp.path().join("requests.log");
-    let mut child = fault_pipe(&model)
-        .arg(format!("--worker-arg=--log={}", log.display()))
-        .args(["--timeout", "600"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child =
+        spawn_piped(fault_pipe(&model).arg(format!("--worker-arg=--log={}", log.display())).args(["--timeout", "600"]));
     let mut input = child.stdin.take().unwrap();
     writeln!(input, r#"{{"id": 1, "inputs": {{"x": [[1, 0, 0]]}}}}"#).unwrap();
     writeln!(input, r#"{{"id": 2, "inputs": {{"x": [[1, 0, 0]]}}}}"#).unwrap();
