@@ -81,8 +81,12 @@ fn gpu_paths() -> (Vec<std::path::PathBuf>, Vec<std::path::PathBuf>) {
 }
 
 /// Environment variables a worker keeps (prefixes and names).
+/// `ISORUN_SYMBOL_CACHE` (isorun_protocol::ENV_SYMBOL_CACHE) is the folder
+/// of symbol indexes the supervisor gives a zygote even in a cleared
+/// environment (its oneDNN warm-up reads it before each fork), and so every
+/// worker forked from it: a path isorun chose, not the user's environment.
 const ENV_PREFIXES: &[&str] = &["TF_", "CUDA_", "LC_", "OMP_", "KMP_"];
-const ENV_NAMES: &[&str] = &["LANG", "LANGUAGE", "LD_LIBRARY_PATH", "LD_BIND_NOW", "TZ"];
+const ENV_NAMES: &[&str] = &["LANG", "LANGUAGE", "LD_LIBRARY_PATH", "LD_BIND_NOW", "TZ", "ISORUN_SYMBOL_CACHE"];
 
 /// Protections in force, and those that could not be applied.
 pub struct Applied {
