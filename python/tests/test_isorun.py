@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 import isorun
-from conftest import REPO, alive, descendants
+from conftest import REPO, alive, all_gone, descendants
 
 SCRIPTS = Path(sysconfig.get_path("scripts"))
 
@@ -142,7 +142,7 @@ def test_leaving_the_loop_early_stops_isorun_and_its_workers(made_models: Path):
     pid = run.pid
     run.close()
     assert not alive(pid)
-    assert _all_gone(below), [p for p in below if alive(p)]
+    assert all_gone(below), [p for p in below if alive(p)]
     assert list(run) == []
 
 
@@ -174,7 +174,7 @@ def test_ctrl_c_ends_the_run_and_leaves_no_process(made_models: Path, tmp_path: 
     assert child.returncode == 42, out
     assert "interrupted" in out and "result" not in out, out
     assert not alive(isorun_pid)
-    assert _all_gone(below), [p for p in below if alive(p)]
+    assert all_gone(below), [p for p in below if alive(p)]
 
 
 def _parent(pid: int) -> int:
@@ -214,7 +214,7 @@ def _spin_between_doubles(made_models: Path, tmp_path: Path) -> list[Path]:
 def _stopped(pids: list[int], outputs: Path) -> None:
     """Every pid ends within 5 s, and what the run wrote stays as it was."""
     assert pids
-    assert _all_gone(pids, within=5.0), [p for p in pids if alive(p)]
+    assert all_gone(pids, within=5.0), [p for p in pids if alive(p)]
     written = sorted(p.name for p in outputs.iterdir())
     assert written and not any("z_double" in name for name in written), written
     time.sleep(0.5)
@@ -296,15 +296,6 @@ def test_a_run_left_open_when_python_exits_is_stopped(made_models: Path, tmp_pat
     child.communicate("\n", timeout=30)
     assert child.returncode == 0
     _stopped(pids, tmp_path / "out")
-
-
-def _all_gone(pids: list[int], within: float = 10.0) -> bool:
-    deadline = time.monotonic() + within
-    while any(alive(p) for p in pids):
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-    return True
 
 
 def test_bad_arguments_raise_with_isoruns_message(tmp_path: Path, made_models: Path):

@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 
 import isorun
-from conftest import alive, descendants
+from conftest import alive, all_gone, descendants
 
 #: Module-level functions the tests map, in a module of their own: they go
 #: by reference (the zygote imports this module), as a user's module's do.
@@ -94,15 +94,6 @@ def private_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     folder.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(folder))
     return folder
-
-
-def _all_gone(pids: list[int], within: float = 10.0) -> bool:
-    deadline = time.monotonic() + within
-    while any(alive(p) for p in pids):
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-    return True
 
 
 def _wait_for(path: Path, within: float = 60.0) -> int:
@@ -214,7 +205,7 @@ def test_a_timeout_is_a_result_and_its_process_is_gone(fns, tmp_path: Path):
                               writable=[tmp_path]))
     assert [r.status for r in results] == ["timeout", "ok"], [r.record for r in results]
     assert results[0].value is None and results[1].value == "after"
-    assert _all_gone([int(pid_file.read_text())], within=5)
+    assert all_gone([int(pid_file.read_text())], within=5)
 
 
 def test_a_large_numpy_array_goes_in_and_comes_back(fns):
@@ -275,7 +266,7 @@ def test_a_break_stops_isorun_and_every_process_below_it_and_removes_the_pickles
         break
     assert seen == [("first", "ok")]
     assert spinning in pids, (spinning, pids)
-    assert _all_gone(pids, within=5), [p for p in pids if alive(p)]
+    assert all_gone(pids, within=5), [p for p in pids if alive(p)]
     assert list(private_tmp.iterdir()) == []
 
 
@@ -310,7 +301,7 @@ def test_ctrl_c_stops_the_map_and_leaves_no_process(tmp_path: Path):
     out, _ = child.communicate(timeout=60)
     assert child.returncode == 42, out
     assert "interrupted" in out and "result" not in out, out
-    assert _all_gone([isorun_pid] + below), [p for p in [isorun_pid] + below if alive(p)]
+    assert all_gone([isorun_pid] + below), [p for p in [isorun_pid] + below if alive(p)]
 
 
 def test_a_map_resumed_after_its_caller_was_killed_runs_only_what_the_journal_lacks(tmp_path: Path):
@@ -342,7 +333,7 @@ def test_a_map_resumed_after_its_caller_was_killed_runs_only_what_the_journal_la
     first.kill()
     os.kill(isorun_pid, 9)
     first.wait()
-    assert _all_gone([isorun_pid])
+    assert all_gone([isorun_pid])
     done = [json.loads(line)["index"] for line in (tmp_path / "journal.jsonl").read_text().splitlines()]
     assert done[:2] == [0, 1]
     called_before = {name.name for name in calls.iterdir()}
