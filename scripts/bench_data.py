@@ -45,7 +45,8 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import bench_eval  # noqa: E402  (the zoo's classifier, the samplers, the machine)
+import bench_eval  # noqa: E402  (the zoo's classifier, the samplers)
+from benchlib import log, machine, publish  # noqa: E402
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -60,7 +61,6 @@ SECTION = "## Data formats"
 FORMATS = (("parquet", "data.parquet"), ("arrow", "data.arrow"), ("jsonl", "data.jsonl"),
            ("tfrecord", "data.tfrecord"))
 
-log = bench_eval.log
 median = bench_eval.median
 fmt = bench_eval.fmt
 
@@ -341,20 +341,6 @@ def section(results, machine):
     return "\n".join(out)
 
 
-def splice(path, text):
-    """Replaces the Data formats section of the Markdown at path (or adds it before ## Targets / at the end)."""
-    old = open(path).read() if os.path.exists(path) else "# Benchmarks\n"
-    start = old.find(f"\n{SECTION}\n")
-    if start >= 0:
-        end = old.find("\n## ", start + 1)
-        new = old[: start + 1] + text.rstrip() + "\n" + (old[end:] if end >= 0 else "")
-    else:
-        at = old.find("\n## Targets\n")
-        new = (old[: at + 1] + text.rstrip() + "\n" + old[at:]) if at >= 0 else old.rstrip() + "\n\n" + text.rstrip() + "\n"
-    with open(path, "w") as f:
-        f.write(new)
-
-
 def bench(args):
     if args.only_write:
         with open(args.results) as f:
@@ -365,20 +351,12 @@ def bench(args):
         b.warm_up()
         b.rounds()
         results = b.results
-        results["machine"] = bench_eval.machine_info(b.repo)
+        results["machine"] = machine(b.repo)
         results["elapsed_s"] = time.perf_counter() - started
     if args.notes and os.path.exists(args.notes):
         results["notes"] = open(args.notes).read()
     text = section(results, results["machine"])
-    os.makedirs(os.path.dirname(os.path.abspath(args.results)), exist_ok=True)
-    with open(args.results, "w") as f:
-        json.dump(results, f, indent=1)
-    if args.standalone:
-        with open(args.output, "w") as f:
-            f.write("# Benchmarks: data formats\n\nWritten by `./scripts/bench --data-only --quick`.\n\n" + text + "\n")
-    else:
-        splice(args.output, text)
-    print(text, file=sys.stderr)
+    publish(args, results, text, SECTION, "data formats", "--data-only")
     log(f"wrote the data-formats section of {args.output} (raw measurements: {args.results})")
     return 0
 

@@ -39,6 +39,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_host  # noqa: E402
+from benchlib import children_cpu, log, machine, machine_busy, publish  # noqa: E402
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -54,10 +55,6 @@ VECTORISED = f"python vectorised ({BIG_BATCH})"
 QUICK_LIMIT = 20_000
 MIB = 1024 * 1024
 SECTION = "## Evaluation"
-
-
-def log(message):
-    print(f"bench: {message}", file=sys.stderr, flush=True)
 
 
 def median(values):
@@ -237,20 +234,6 @@ class HwmSampler(threading.Thread):
             except OSError:
                 return
             self.stop.wait(0.02)
-
-
-def machine_busy():
-    with open("/proc/stat") as f:
-        fields = [int(x) for x in f.readline().split()[1:]]
-    user, nice, system, _idle, _iowait, irq, softirq = fields[:7]
-    return (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")
-
-
-def children_cpu():
-    import resource
-
-    r = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return r.ru_utime + r.ru_stime
 
 
 class EvalBench:
@@ -680,27 +663,6 @@ def bounds(w, results, by):
          "(the supervisor's and zygotes' start, loading each model).\n" if by["isorun -j 2"]["median_s"] > 0.75 * iso_wall else "\n"))
 
 
-def machine_info(repo):
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    import bench_run
-
-    return bench_run.machine(repo)
-
-
-def splice(path, text):
-    """Replaces the Evaluation section of the Markdown at path (or adds it before ## Targets / at the end)."""
-    old = open(path).read() if os.path.exists(path) else "# Benchmarks\n"
-    start = old.find(f"\n{SECTION}\n")
-    if start >= 0:
-        end = old.find("\n## ", start + 1)
-        new = old[: start + 1] + text.rstrip() + "\n" + (old[end:] if end >= 0 else "")
-    else:
-        at = old.find("\n## Targets\n")
-        new = (old[: at + 1] + text.rstrip() + "\n" + old[at:]) if at >= 0 else old.rstrip() + "\n\n" + text.rstrip() + "\n"
-    with open(path, "w") as f:
-        f.write(new)
-
-
 def bench(args):
     if args.only_write:
         with open(args.results) as f:
@@ -714,20 +676,12 @@ def bench(args):
             b.sweep()
         b.phases()
         results = b.results
-        results["machine"] = machine_info(b.repo)
+        results["machine"] = machine(b.repo)
         results["elapsed_s"] = time.perf_counter() - started
     if args.notes and os.path.exists(args.notes):
         results["notes"] = open(args.notes).read()
     text = section(results, results["machine"])
-    os.makedirs(os.path.dirname(os.path.abspath(args.results)), exist_ok=True)
-    with open(args.results, "w") as f:
-        json.dump(results, f, indent=1)
-    if args.standalone:
-        with open(args.output, "w") as f:
-            f.write("# Benchmarks: evaluation\n\nWritten by `./scripts/bench --eval-only --quick`.\n\n" + text + "\n")
-    else:
-        splice(args.output, text)
-    print(text, file=sys.stderr)
+    publish(args, results, text, SECTION, "evaluation", "--eval-only")
     log(f"wrote the evaluation section of {args.output} (raw measurements: {args.results}); "
         f"target {'met' if results['target']['met'] else 'missed'}: -j 1 at {results['target']['measured']:.2f}× Python")
     return 0

@@ -8,8 +8,9 @@ Run by scripts/bench (after the SavedModel tables), or alone:
 Makes three folders of N `.keras` files once: one training run's checkpoints
 (the zoo's MLP, 32 -> 256 -> 256 -> 10, seeds 0..N-1, input "x": one
 architecture), the same MLP built N times in one Python session (Keras
-numbers its automatic layer names on, so no two configs are equal and
-nothing is shared) and N small models of distinct architectures (other widths
+numbers its automatic layer names on, so no two configs are equal; the
+export does not count those names and shares one trace among them, as
+among checkpoints) and N small models of distinct architectures (other widths
 and depths, so that no two share a graph). For each folder, in each round:
 
 - python loop: for each file keras.models.load_model, predict, del,
@@ -19,9 +20,10 @@ and depths, so that no two share a graph). For each folder, in each round:
 
 and once, isorun on the checkpoints' exports as SavedModels (the cache's
 entries). Rounds alternate the ways; the table gives medians. Then where
-the checkpoints' first run went (the last round's records: the export
-process's start and imports, `export.phases_ms` of the traced file and of
-the shared ones, the units' `phases_ms`).
+the first runs of the checkpoints and of the models built separately went
+(the last round's records: the export process's start and imports,
+`export.phases_ms` of the traced file and of the shared ones, the units'
+`phases_ms`).
 
 isorun's peak memory is the supervisor's own (VmHWM, polled), its workers
 and export processes being separate, short-lived processes. Rewrites the
@@ -110,7 +112,7 @@ def timed(cmd, poll_memory, warm=()):
     return wall, peak, out, bench_host.disk_read_bytes() - read
 
 
-def phases(wall, records):
+def phases(case, wall, records):
     """Where one first run went, from its records: the export process's
     start (`export.before_ms` of its first file), each export's phases
     (`export.phases_ms`, summed over the files of each way, and the median
@@ -121,7 +123,7 @@ def phases(wall, records):
             out.append(f"| {name} | {len(values)} | {sum(values)} | {statistics.median(values):.0f} |")
         return out
 
-    lines = ["", f"**Where the checkpoints' first run went** (the last round's, -j as above, {wall:.2f} s wall; "
+    lines = ["", f"**Where the first run went, {case}** (the last round's, -j as above, {wall:.2f} s wall; "
              "ms of each phase as the records say: `export.before_ms`, `export.phases_ms`, the units' `phases_ms`)."]
     starts = [r["export"]["before_ms"] for r in records if "process_start" in r["export"].get("before_ms", {})]
     for start in starts:
@@ -265,15 +267,18 @@ def main():
         medians = {g: sorted(ms)[len(ms) // 2] for g, ms in graphs[case].items()}
         lines += ["", f"Export time per file, {case} (`export.ms` of the last round's records, median): "
                   + ", ".join(f"{g} {ms} ms ({len(graphs[case][g])} files)" for g, ms in sorted(medians.items())) + "."]
-    lines += phases(*firsts["one architecture"])
+    for case in ("one architecture", "one shape, built separately"):
+        lines += phases(case, *firsts[case])
     first = ratios[("one architecture", "first")]
     lines += [
         "",
         "In the checkpoints' folder the first file is traced and the others share its trace (their weights "
         "loaded into it, only `variables/` written) in the same export process (README, \"Keras checkpoints\"); "
-        "each distinct architecture is traced and frozen on its own, and so is each model of one shape built "
-        "separately (Keras's automatic layer names differ: `dense_2`, `dense_3`, ..., so do their configs). The "
-        "second run hashes each file and finds its export: no Python starts.",
+        "so do the models of one shape built separately: their configs differ only in Keras's automatic layer "
+        "names (`dense_2`, `dense_3`, ...), which the architecture's digest does not count where they cannot "
+        "change the graph (a `.keras` archive's weights are bound by position and class; the input and output "
+        "names, which the signature speaks, still count). Each distinct architecture is traced and frozen on its "
+        "own. The second run hashes each file and finds its export: no Python starts.",
         "",
         f"**Target (#25 §1, #44 §1)**: 40 checkpoints of one architecture, first run -j {args.jobs} ≤ 0.33× the "
         f"loop: {'met' if first <= 0.33 else '**missed**'} ({first:.2f}×)."

@@ -32,8 +32,10 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_markdown import splice  # noqa: E402
 import bench_host  # noqa: E402
+from benchlib import logger, splice  # noqa: E402
+
+log = logger("bench_keras_apps")
 
 MODELS = ["MobileNetV3Small", "EfficientNetB0", "ResNet50", "ConvNeXtTiny", "DenseNet121"]
 SECTION = "## Keras applications: five real architectures"
@@ -132,10 +134,6 @@ archive.write_out(sys.argv[2], verbose=False)
 t["archive"] = time.perf_counter() - t0
 print(json.dumps(t))
 '''
-
-
-def log(message):
-    print(f"bench_keras_apps: {message}", file=sys.stderr, flush=True)
 
 
 CPU, READS = {}, {}

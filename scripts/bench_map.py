@@ -63,6 +63,11 @@ import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from benchlib import logger, splice, vm  # noqa: E402
+
+log = logger("bench_map")
+
 SECTION = "## `isorun.map`: your own Python loop"
 WAYS = ("loop", "map1", "map2", "pool")
 # Once, in the first round: isorun.map -j 1 without JE_ARROW_MALLOC_CONF (see bench()).
@@ -209,17 +214,6 @@ def _pool_task(kind, inputs, path):
     return FUNCTIONS[kind](path).as_dict()
 
 
-def vm(pid, key):
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith(key + ":"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        return None
-    return None
-
-
 def mem_available():
     with open("/proc/meminfo") as f:
         for line in f:
@@ -350,10 +344,6 @@ def memory(args):
 # --------------------------------------------------------------------------
 
 
-def log(message):
-    print(f"bench_map: {message}", file=sys.stderr, flush=True)
-
-
 def run_way(args, kind, way_, items_file, inputs, env):
     cmd = [args.python, os.path.abspath(__file__), "way", "--kind", kind, "--way", way_, "--items", items_file,
            "--inputs", inputs, "--pool-items", str(args.pool_items)]
@@ -467,9 +457,6 @@ def bench(args):
         args.rounds_done = round_ + 1
         text = markdown(args, kinds, runs, mem, results)
         if args.markdown:
-            sys.path.insert(0, HERE)
-            from bench_markdown import splice
-
             splice(args.markdown, SECTION, text, after="## Keras applications: five real architectures")
     print(text)
     return 0
@@ -497,9 +484,6 @@ def render(args):
     args.rounds_done = rounds
     text = markdown(args, kinds, runs, results["memory"], results)
     if args.markdown:
-        sys.path.insert(0, HERE)
-        from bench_markdown import splice
-
         splice(args.markdown, SECTION, text, after="## Keras applications: five real architectures")
     print(text)
     return 0

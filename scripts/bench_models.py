@@ -35,6 +35,9 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from benchlib import log  # noqa: E402
+
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 # Bump when the zoo's contents change, so an old cached zoo is rebuilt.
@@ -44,10 +47,6 @@ N_UNITS_500 = 500
 BIG_IN, BIG_OUT = 9728, 9766  # 9728 * 9766 + 9766 = 95.0M float32 = ~380 MB
 IPC_ELEMENTS = 64 * 1024 * 1024  # float32: 256 MiB
 NPY_BIG_ELEMENTS = 256 * 1024 * 1024  # float32: 1 GiB
-
-
-def log(message):
-    print(f"bench: {message}", file=sys.stderr, flush=True)
 
 
 # --------------------------------------------------------------------------

@@ -34,7 +34,9 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_markdown import splice  # noqa: E402
+from benchlib import logger, splice  # noqa: E402
+
+log = logger("bench_pipe")
 
 PYTHON_LOOP = r'''
 import json, sys
@@ -54,10 +56,6 @@ for line in sys.stdin:
     sys.stdout.write(json.dumps(answer) + "\n")
     sys.stdout.flush()
 '''
-
-
-def log(message):
-    print(f"bench_pipe: {message}", file=sys.stderr, flush=True)
 
 
 def throughput(command, requests_path, n, env):

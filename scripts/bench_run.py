@@ -6,12 +6,9 @@ scripts/bench_models.py. Only the standard library is used here.
 """
 
 import argparse
-import datetime
 import json
 import os
-import platform
 import re
-import resource
 import shutil
 import statistics
 import subprocess
@@ -22,12 +19,9 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_host  # noqa: E402
+from benchlib import children_cpu, log, machine, machine_busy  # noqa: E402
 
 MIB = 1024 * 1024
-
-
-def log(message):
-    print(f"bench: {message}", file=sys.stderr, flush=True)
 
 
 def median(values):
@@ -665,20 +659,6 @@ def summary_supervisor_mib(stderr):
     return int(m.group(1)) if m else None
 
 
-def children_cpu():
-    """User + system CPU seconds of every waited-for child (and their waited-for descendants)."""
-    r = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return r.ru_utime + r.ru_stime
-
-
-def machine_busy():
-    """CPU seconds the whole machine has spent busy (user, nice, system, irq, softirq) since boot."""
-    with open("/proc/stat") as f:
-        fields = [int(x) for x in f.readline().split()[1:]]
-    user, nice, system, _idle, _iowait, irq, softirq = fields[:7]
-    return (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")
-
-
 def loadavg():
     try:
         with open("/proc/loadavg") as f:
@@ -693,57 +673,6 @@ def dir_bytes(path):
         for name in files:
             total += os.path.getsize(os.path.join(root, name))
     return total
-
-
-def machine(repo):
-    cpu = "unknown CPU"
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    mem = proc_meminfo_total()
-    try:
-        commit = subprocess.run(["git", "-C", repo, "rev-parse", "--short", "HEAD"], capture_output=True,
-                                text=True).stdout.strip() or "unknown"
-        dirty = subprocess.run(["git", "-C", repo, "status", "--porcelain", "--untracked-files=no"], capture_output=True,
-                               text=True).stdout.strip()
-    except OSError:
-        commit, dirty = "unknown", ""
-    return {
-        "cpu": cpu,
-        "cores": os.cpu_count(),
-        "memory_gib": mem / (1024 ** 3) if mem else None,
-        "kernel": platform.release(),
-        "date": datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z"),
-        "commit": commit + (" (with uncommitted changes)" if dirty else ""),
-        "python": platform.python_version(),
-        "thp": thp_mode(),
-    }
-
-
-def thp_mode():
-    try:
-        with open("/sys/kernel/mm/transparent_hugepage/enabled") as f:
-            m = re.search(r"\[(\w+)\]", f.read())
-            return m.group(1) if m else "unknown"
-    except OSError:
-        return "unknown"
-
-
-
-def proc_meminfo_total():
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemTotal:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        return None
-    return None
 
 
 # --------------------------------------------------------------------------

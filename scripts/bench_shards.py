@@ -27,13 +27,12 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from benchlib import log, splice  # noqa: E402
+
 SECTION = "## Data shards on Slurm"
 METRICS = ("accuracy", "log_loss", "auc")
 DATA_SHARDS = 4
-
-
-def log(message):
-    print(f"bench: {message}", file=sys.stderr, flush=True)
 
 
 def eval_args(zoo):
@@ -105,7 +104,7 @@ def bench(args):
     if args.only_write:
         with open(args.results) as f:
             results = json.load(f)
-        splice(args.output, section(results, eval_args(args.zoo)))
+        splice(args.output, SECTION, section(results, eval_args(args.zoo)))
         return
     if os.geteuid() != 0 or not all(shutil.which(p) for p in ("slurmctld", "slurmd", "sbatch", "munged")):
         log("data shards on Slurm: skipped (needs root, slurm-wlm and munge: scripts/test-deps installs them)")
@@ -145,7 +144,7 @@ def bench(args):
     results["cpus"] = os.cpu_count()
     with open(args.results, "w") as f:
         json.dump(results, f, indent=1)
-    splice(args.output, section(results, command))
+    splice(args.output, SECTION, section(results, command))
     log(f"wrote the data-shards section of {args.output} (raw measurements: {args.results})")
 
 
@@ -193,20 +192,6 @@ def section(r, command):
         "",
     ]
     return "\n".join(lines)
-
-
-def splice(path, text):
-    """Replaces the section in the Markdown at path (or adds it before ## Targets / at the end)."""
-    old = open(path).read() if os.path.exists(path) else "# Benchmarks\n"
-    start = old.find(f"\n{SECTION}\n")
-    if start >= 0:
-        end = old.find("\n## ", start + 1)
-        new = old[: start + 1] + text.rstrip() + "\n" + (old[end:] if end >= 0 else "")
-    else:
-        at = old.find("\n## Targets\n")
-        new = (old[: at + 1] + text.rstrip() + "\n\n" + old[at + 1:]) if at >= 0 else old.rstrip() + "\n\n" + text
-    with open(path, "w") as f:
-        f.write(new)
 
 
 def main():

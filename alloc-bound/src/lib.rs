@@ -379,11 +379,12 @@ pub fn mutations(original: &[u8], seed: u64, count: usize) -> impl Iterator<Item
     (0..count).map(move |_| mutate(original, &mut rng))
 }
 
-/// SplitMix64: small, seeded, good enough to pick offsets.
-struct SplitMix(u64);
+/// SplitMix64: small, seeded, good enough to pick offsets (and the
+/// property tests' cases: `isorun-eval`'s merge laws draw from it).
+pub struct SplitMix(pub u64);
 
 impl SplitMix {
-    fn next(&mut self) -> u64 {
+    pub fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
@@ -392,11 +393,11 @@ impl SplitMix {
     }
 
     /// In 0..n (0 when n is 0).
-    fn below(&mut self, n: usize) -> usize {
+    pub fn below(&mut self, n: usize) -> usize {
         if n == 0 {
             0
         } else {
-            (self.next() % n as u64) as usize
+            (self.next_u64() % n as u64) as usize
         }
     }
 }
@@ -409,7 +410,7 @@ fn mutate(original: &[u8], rng: &mut SplitMix) -> Vec<u8> {
             for _ in 0..1 + rng.below(8) {
                 if len > 0 {
                     let at = rng.below(len);
-                    bytes[at] = rng.next() as u8;
+                    bytes[at] = rng.next_u64() as u8;
                 }
             }
         }

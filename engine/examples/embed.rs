@@ -1,6 +1,6 @@
-//! Embeds the engine: runs every SavedModel under a folder on the inputs
-//! of one `.npz` file, two at a time, each in its own worker, and prints
-//! one line per model as it ends.
+//! Embeds the engine: runs every model under a folder (SavedModels, Keras
+//! and ONNX files) on the inputs of one `.npz` file, two at a time, each in
+//! its own worker, and prints one line per model as it ends.
 use isorun_engine::locations::{libtensorflow_dir, worker_binary};
 use isorun_engine::{discover, CancelToken, Discard, Engine, Event, Outcome, PreparedInputs, Settings};
 use isorun_tensors::inputs::load_inputs;

@@ -3,13 +3,16 @@
 //! callback as it starts and ends. The caller owns the terminal, the
 //! signals and the files; the engine prints nothing.
 
+use crate::attempt::Work;
 use crate::cancel::CancelToken;
-use crate::discover::Model;
+use crate::discover::{Model, ModelFormat};
+use crate::dispatcher::Dispatcher;
 use crate::event::Event;
-use crate::executor::{run_all, Producer, UnitQueue, Work};
+use crate::executor::{run_all, Producer};
 use crate::feed::Feed;
 use crate::frozen_check::FrozenChecks;
 use crate::inputs::PreparedInputs;
+use crate::queue::UnitQueue;
 use crate::settings::{Settings, STATUSES};
 use crate::sink::OutputSink;
 use crate::unit::UnitReport;
@@ -94,12 +97,16 @@ impl Engine {
             // Inputs that do not fit a signature this process can read end
             // their unit here, before any worker starts (a Keras file's too
             // when its SavedModel is in the cache already); the others run.
+            // An ONNX file that cannot run at all says so before its inputs are checked.
             let mut decided = vec![false; models.len()];
+            crate::onnx::decide(models, &mut decided, &mut |report| on_event(Event::Finished(Box::new(report))));
             for report in crate::inputs::decide_early(models, inputs, &self.settings).into_iter().flatten() {
+                if decided[report.index] {
+                    continue;
+                }
                 decided[report.index] = true;
                 on_event(Event::Finished(Box::new(report)));
             }
-            crate::onnx::decide(models, &mut decided, &mut |report| on_event(Event::Finished(Box::new(report))));
             let work = Work::Inputs { inputs, sink, decided: &decided };
             run_all(models, work, &self.settings, cancel, on_event, producer, checks)
         })
@@ -128,7 +135,8 @@ impl Engine {
             let mut decided = vec![false; models.len()];
             crate::onnx::decide(models, &mut decided, &mut |report| on_event(Event::Finished(Box::new(report))));
             for (index, model) in models.iter().enumerate() {
-                if model.format != crate::discover::ModelFormat::SavedModel {
+                let checked = matches!(model.format, ModelFormat::SavedModel | ModelFormat::Onnx);
+                if !checked || decided[index] {
                     continue;
                 }
                 let began = std::time::Instant::now();
@@ -162,20 +170,10 @@ impl Engine {
             staged.produce(settings, cancel, queue, events);
         };
         let producer: Option<Producer<'_>> = staged.has_keras_files().then_some(&produce);
-        let tensorflow_version = run(
-            &staged.models,
-            &mut |event| match event {
-                Event::Finished(mut report) => {
-                    if report.export.is_none() {
-                        report.export = staged.exports.lock().expect("exports")[report.index].take();
-                    }
-                    on_event(Event::Finished(report));
-                }
-                other => on_event(other),
-            },
-            producer,
-            &staged,
-        );
+        // Every unit's end, wherever it ends, reaches `on_event` through this one loop.
+        let mut dispatcher = Dispatcher::new(staged.models.len(), &staged.exports, on_event);
+        let tensorflow_version = run(&staged.models, &mut |event| dispatcher.send(event), producer, &staged);
+        dispatcher.finish();
         RunSummary { tensorflow_version }
     }
 }

@@ -3,135 +3,33 @@
 //! the models one by one, and watch it against deadlines, crashes, protocol
 //! breaches and the user's interrupts. Every unit ends with exactly one
 //! report; a worker's misbehaviour costs only the unit it was running.
+//!
+//! This file is the slots' loop: which worker (a warm spare, a fork of the
+//! slot's zygote, an exec'd one), retries and crash bisection, and where
+//! each report goes. The roles around it have files of their own, as
+//! nextest's runner splits its dispatcher from its executor: the units
+//! waiting ([`crate::queue`]), forking spares ([`crate::spare`]), one
+//! unit's requests in a live worker ([`crate::attempt`]), and the reaper
+//! that ends a passed unit's worker off the slot's path ([`crate::reaper`]).
 
+use crate::attempt::{finish_metrics, UnitRunner, Work};
 use crate::cancel::CancelToken;
-use crate::discover::{is_frozen_graph, Model};
+use crate::discover::Model;
 use crate::event::Event;
-use crate::feed::{latency_percentiles, Feed, StreamReport};
 use crate::frozen_check::FrozenChecks;
 use crate::gpu::{self, slot_device, slots_on_device, GpuWatch};
-use crate::inputs::{place_shared, PreparedInputs};
-use crate::process::{Exit, ExitStatus, SpawnSpec, WorkerProcess, Zygote};
-use crate::session::{run_request, shutdown, terminate, wait_hello, Deadlines};
+use crate::process::{SpawnSpec, WorkerProcess, Zygote};
+use crate::queue::UnitQueue;
+use crate::reaper::{start_reaper, Reap};
+use crate::session::{shutdown, terminate, wait_hello};
 use crate::settings::{Settings, SpawnMode};
-use crate::sink::OutputSink;
-use crate::spare::{self, Reservation, Spare};
-use crate::unit::{Attempt, OutputInfo, Phases, UnitReport};
-use isorun_protocol::{
-    ErrorKind, ModelError, Outcome, Preload, Preloaded, RunRequest, SandboxSpec, SessionConfig, Tensor, ToWorker,
-    WarmRequest,
-};
-use isorun_tensors::batch;
-use isorun_tensors::values::tensor_values;
-use isorun_transport::RequestEnvelope;
+use crate::spare::{self, Forking, Spare};
+use crate::unit::{Attempt, UnitReport};
+use isorun_protocol::Outcome;
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{mpsc, Arc, Condvar, Mutex, OnceLock};
+use std::sync::{mpsc, Arc, OnceLock};
 use std::time::{Duration, Instant};
-
-/// The units waiting for a slot, in order. Units may arrive while the run
-/// goes on (a Keras file's unit once its export is in the cache); slots wait
-/// for more until the queue is closed. A slot may reserve the next batch
-/// for a spare ([`UnitQueue::reserve`]); a slot with nothing else to do
-/// takes a reserved batch before it waits.
-pub(crate) struct UnitQueue {
-    state: Mutex<QueueState>,
-    arrived: Condvar,
-    per_worker: usize,
-    /// Units already decided before the run (their inputs do not fit their
-    /// signature, see `inputs::decide_early`): never queued.
-    decided: Vec<bool>,
-}
-
-#[derive(Default)]
-struct QueueState {
-    ready: VecDeque<usize>,
-    closed: bool,
-    /// Batches reserved for spares, not yet claimed by anyone.
-    reserved: Vec<Arc<Reservation>>,
-}
-
-impl UnitQueue {
-    pub(crate) fn new(per_worker: usize) -> UnitQueue {
-        UnitQueue {
-            state: Mutex::new(QueueState::default()),
-            arrived: Condvar::new(),
-            per_worker: per_worker.max(1),
-            decided: Vec::new(),
-        }
-    }
-
-    /// A unit ready to run (unless it was decided before the run).
-    pub(crate) fn push(&self, index: usize) {
-        if self.decided.get(index).copied().unwrap_or(false) {
-            return;
-        }
-        self.state.lock().expect("queue").ready.push_back(index);
-        self.arrived.notify_one();
-    }
-
-    /// No unit comes any more.
-    pub(crate) fn close(&self) {
-        self.state.lock().expect("queue").closed = true;
-        self.arrived.notify_all();
-    }
-
-    /// The next batch (up to `models_per_worker` units there are now), or
-    /// else a batch reserved for another slot's spare (whose slot is busy,
-    /// while this one would wait); `None` once the queue is closed and
-    /// nothing is left.
-    fn next_batch(&self) -> Option<Vec<usize>> {
-        let mut state = self.state.lock().expect("queue");
-        loop {
-            if !state.ready.is_empty() {
-                let take = self.per_worker.min(state.ready.len());
-                return Some(state.ready.drain(..take).collect());
-            }
-            state.reserved.retain(|r| !r.claimed());
-            if let Some(position) = state.reserved.iter().position(|r| r.claim()) {
-                return Some(state.reserved.remove(position).units.clone());
-            }
-            if state.closed {
-                return None;
-            }
-            state = self.arrived.wait(state).expect("queue");
-        }
-    }
-
-    /// True when [`next_batch`](Self::next_batch) would wait now: nothing
-    /// ready, nothing reserved to take, and more units may come (a Keras
-    /// file's unit, while it exports).
-    fn would_wait(&self) -> bool {
-        let state = self.state.lock().expect("queue");
-        state.ready.is_empty() && !state.closed && state.reserved.iter().all(|r| r.claimed())
-    }
-
-    /// Takes the next batch for a spare, if units are ready now.
-    fn reserve(&self) -> Option<Arc<Reservation>> {
-        let mut state = self.state.lock().expect("queue");
-        if state.ready.is_empty() {
-            return None;
-        }
-        let take = self.per_worker.min(state.ready.len());
-        let reservation = Reservation::new(state.ready.drain(..take).collect());
-        state.reserved.retain(|r| !r.claimed());
-        state.reserved.push(Arc::clone(&reservation));
-        Some(reservation)
-    }
-
-    /// Gives back a reservation whose spare could not be forked: its units
-    /// go first in line again, unless another slot claimed them meanwhile.
-    fn release(&self, reservation: &Reservation) {
-        if reservation.claim() {
-            let mut state = self.state.lock().expect("queue");
-            for &index in reservation.units.iter().rev() {
-                state.ready.push_front(index);
-            }
-            drop(state);
-            self.arrived.notify_one();
-        }
-    }
-}
 
 /// What feeds units to a run while it goes on: called on a thread of its
 /// own with the queue (push units as they become ready) and the events
@@ -159,8 +57,7 @@ pub(crate) fn run_all(
     };
     let units = models.len() - decided.iter().filter(|&&d| d).count();
     let few_units = units.div_ceil(settings.models_per_worker.max(1)) <= settings.jobs.max(1);
-    let mut queue = UnitQueue::new(settings.models_per_worker);
-    queue.decided = decided;
+    let queue = UnitQueue::new(settings.models_per_worker).with_decided(decided);
     if producer.is_none() {
         for index in 0..models.len() {
             queue.push(index);
@@ -168,6 +65,7 @@ pub(crate) fn run_all(
         queue.close();
     }
     let worker_ids = AtomicU64::new(0);
+    let extra_read_paths: Vec<std::sync::OnceLock<Vec<String>>> = models.iter().map(|_| Default::default()).collect();
     let zygote_broken = AtomicBool::new(false);
     // Where spares write the warm-up model (each in a folder of its own); removed at the end.
     let warm_dir = match (settings.spares, settings.spawn_mode) {
@@ -209,8 +107,7 @@ pub(crate) fn run_all(
                 spawn.gpu = gpu.clone();
             }
             let slot_ctx = Slot {
-                models,
-                work,
+                runner: UnitRunner { models, work, settings, stop, checks, extra_read_paths: &extra_read_paths },
                 settings,
                 spawn,
                 gpu_alone: slots_on_device(&settings.gpus, jobs, slot) == 1,
@@ -222,7 +119,6 @@ pub(crate) fn run_all(
                 few_units,
                 warm_dir: warm_dir.as_deref(),
                 preload,
-                checks,
             };
             let queue = &queue;
             std::thread::Builder::new()
@@ -276,19 +172,13 @@ pub(crate) fn run_all(
     tensorflow_version.get().cloned()
 }
 
-/// What the units of a run are given: one set of inputs for every model,
-/// whose outputs go to a sink, or a stream of batches per unit.
-#[derive(Clone, Copy)]
-pub(crate) enum Work<'a> {
-    /// `decided`: units already reported (see `inputs::decide_early`), never run.
-    Inputs { inputs: &'a PreparedInputs, sink: &'a dyn OutputSink, decided: &'a [bool] },
-    /// `decided`: units the feed's [`Feed::check`] already ended, never run.
-    Feed { feed: &'a dyn Feed, decided: &'a [bool] },
-}
-
+/// One of the run's `jobs` slots: what its thread runs units with, and how
+/// it starts their workers.
 struct Slot<'a> {
-    models: &'a [Model],
-    work: Work<'a>,
+    /// What each unit's attempt runs with (the models, their work, the
+    /// settings, the interrupts, the frozen checks).
+    runner: UnitRunner<'a>,
+    /// The same as `runner`'s, for the slot's own decisions.
     settings: &'a Settings,
     /// How this slot starts workers: the settings' spec, with its device.
     spawn: SpawnSpec,
@@ -307,8 +197,6 @@ struct Slot<'a> {
     warm_dir: Option<&'a str>,
     /// Spares may load their unit's model as their warm-up ([`spare::may_preload`]).
     preload: bool,
-    /// Frozen Keras exports whose check a unit's worker runs first.
-    checks: &'a dyn FrozenChecks,
 }
 
 /// What a slot thread keeps between batches: its zygote (started on first
@@ -319,76 +207,7 @@ struct SlotState {
     reaper: mpsc::Sender<Reap>,
 }
 
-/// A spare just forked: its worker, when it was forked (its start limit
-/// and warm-up time count from there), and whether it preloads its unit's model.
-type Forked = (WorkerProcess, Instant, bool);
-
-/// Forks a spare from `zygote` and asks it to warm up.
-fn fork_spare(
-    zygote: &Arc<Zygote>,
-    spawn: &SpawnSpec,
-    reap_timeout: Duration,
-    warm: WarmRequest,
-) -> std::io::Result<Forked> {
-    let mut worker = WorkerProcess::spawn_forked(zygote, spawn)?;
-    let forked = Instant::now();
-    worker.set_reap_timeout(reap_timeout);
-    let preloading = warm.preload.is_some();
-    worker.send(RequestEnvelope::new(&ToWorker::Warm(warm), Vec::new())).map_err(std::io::Error::other)?;
-    Ok((worker, forked, preloading))
-}
-
-/// Spares being forked on a helper thread ([`Slot::fork_spares_early`]):
-/// their reservations, in order, and the forks' results as they come.
-struct EarlySpares {
-    reservations: Vec<Arc<Reservation>>,
-    results: mpsc::Receiver<std::io::Result<Forked>>,
-}
-
-/// How a unit in a live worker ended: the report, and whether the worker
-/// can take another; `again`: its model was exported anew after a failed
-/// check, and the unit runs again in a fresh worker (the report goes).
-struct UnitEnd {
-    report: UnitReport,
-    worker_usable: bool,
-    again: bool,
-}
-
-impl UnitEnd {
-    fn new(report: UnitReport, worker_usable: bool) -> UnitEnd {
-        UnitEnd { report, worker_usable, again: false }
-    }
-}
-
-/// When a unit began, and what its worker did for it ahead of that.
-#[derive(Debug, Clone, Copy)]
-struct Begun {
-    at: Instant,
-    /// The worker holds the unit's model: a spare loaded it while warming up.
-    preloaded: Option<Preloaded>,
-}
-
-/// What the check of a unit's frozen export came to ([`Slot::check_export`]).
-enum Checked {
-    /// Nothing to check.
-    Nothing,
-    /// It passed: the worker holds the model.
-    Passed,
-    /// The unit ends here (its report says how), or runs `again`.
-    End { again: bool },
-}
-
 impl Slot<'_> {
-    /// When a worker must have said hello: the start limit, or the unit's
-    /// own limits if they are shorter.
-    fn start_deadline(&self, started: Instant) -> Instant {
-        let mut deadline = started + self.settings.start_timeout;
-        for limit in [self.settings.load_timeout, self.settings.timeout].into_iter().flatten() {
-            deadline = deadline.min(started + limit);
-        }
-        deadline
-    }
-
     /// Starts a worker: forked from the slot's zygote (started or replaced
     /// as needed), or exec'd when asked or when zygotes do not work here.
     fn spawn_worker(&self, zygote: &mut Option<Arc<Zygote>>) -> std::io::Result<WorkerProcess> {
@@ -402,48 +221,56 @@ impl Slot<'_> {
     /// being made (a Keras run's exports take seconds, the zygote's load of
     /// libtensorflow a fraction of one), so the first unit forks too.
     fn start_zygote_early(&self, zygote: &mut Option<Arc<Zygote>>) {
-        let forking = match self.settings.spawn_mode {
+        if self.forks() && zygote.is_none() && !self.zygote_broken.load(Ordering::SeqCst) {
+            self.start_zygote(zygote);
+        }
+    }
+
+    /// Whether this slot forks its workers from a zygote (where zygotes
+    /// work): asked to, or by default unless each slot starts at most one
+    /// worker (see `SpawnMode::Auto`).
+    fn forks(&self) -> bool {
+        match self.settings.spawn_mode {
             SpawnMode::Exec => false,
             SpawnMode::Zygote => true,
             SpawnMode::Auto => !self.few_units,
-        };
-        if forking && zygote.is_none() && !self.zygote_broken.load(Ordering::SeqCst) {
-            match Zygote::start(&self.spawn) {
-                Ok(z) => *zygote = Some(Arc::new(z)),
-                Err(e) => tracing::info!("cannot start the zygote: {e}"),
+        }
+    }
+
+    /// Starts the slot's zygote in `zygote`; on failure `zygote` is `None`,
+    /// and why is logged and returned.
+    fn start_zygote(&self, zygote: &mut Option<Arc<Zygote>>) -> Option<String> {
+        match Zygote::start(&self.spawn) {
+            Ok(z) => {
+                *zygote = Some(Arc::new(z));
+                None
+            }
+            Err(e) => {
+                let reason = format!("cannot start the zygote: {e}");
+                tracing::info!("{reason}");
+                *zygote = None;
+                Some(reason)
             }
         }
     }
 
     fn spawn_worker_process(&self, zygote: &mut Option<Arc<Zygote>>) -> std::io::Result<WorkerProcess> {
-        let forking = match self.settings.spawn_mode {
-            SpawnMode::Exec => false,
-            SpawnMode::Zygote => true,
-            SpawnMode::Auto if self.few_units => false,
-            SpawnMode::Auto => {
-                if zygote.is_none() && !self.zygote_broken.load(Ordering::SeqCst) {
-                    // The zygote loads libtensorflow while this first worker, exec'd, runs.
-                    match Zygote::start(&self.spawn) {
-                        Ok(z) => *zygote = Some(Arc::new(z)),
-                        Err(e) => tracing::info!("cannot start the zygote: {e}"),
-                    }
-                    return WorkerProcess::spawn(&self.spawn);
-                }
-                true
-            }
-        };
-        if forking && !self.zygote_broken.load(Ordering::SeqCst) {
+        if !self.forks() {
+            return WorkerProcess::spawn(&self.spawn);
+        }
+        if self.settings.spawn_mode == SpawnMode::Auto && zygote.is_none() && !self.zygote_broken.load(Ordering::SeqCst)
+        {
+            // The zygote loads libtensorflow while this first worker, exec'd, runs.
+            self.start_zygote(zygote);
+            return WorkerProcess::spawn(&self.spawn);
+        }
+        if !self.zygote_broken.load(Ordering::SeqCst) {
             let mut reason = String::new();
             for _ in 0..2 {
                 if !zygote.as_ref().is_some_and(|z| z.alive()) {
-                    *zygote = match Zygote::start(&self.spawn) {
-                        Ok(z) => Some(Arc::new(z)),
-                        Err(e) => {
-                            reason = format!("cannot start the zygote: {e}");
-                            tracing::info!("{reason}");
-                            None
-                        }
-                    };
+                    if let Some(why) = self.start_zygote(zygote) {
+                        reason = why;
+                    }
                 }
                 if let Some(z) = zygote.as_ref() {
                     match WorkerProcess::spawn_forked(z, &self.spawn) {
@@ -544,7 +371,7 @@ impl Slot<'_> {
                         }
                     };
                     let waiting = Instant::now();
-                    match wait_hello(&mut worker, self.stop, self.start_deadline(started)) {
+                    match wait_hello(&mut worker, self.stop, self.runner.start_deadline(started)) {
                         Ok(hello) => {
                             let _ = self.tensorflow_version.set(hello.tensorflow_version);
                             start_phases = Some((spawn_time, waiting.elapsed()));
@@ -567,10 +394,10 @@ impl Slot<'_> {
             // while the zygote still loads libtensorflow, from a helper
             // thread that waits for the zygote (collected after this worker's units).
             let early = if worker.forked() {
-                self.refill_spares(spares, queue, zygote);
+                self.spares().refill(spares, queue, zygote);
                 None
             } else {
-                self.fork_spares_early(spares, queue, zygote)
+                self.spares().fork_early(spares, queue, zygote)
             };
             // Units in this worker; the last report waits for the worker's
             // exit, whose rusage completes its measurements.
@@ -586,10 +413,10 @@ impl Slot<'_> {
                 let unit_started = if last.is_none() { started } else { Instant::now() };
                 // The spare's preload is its first unit's load, done ahead.
                 let preloaded = match last {
-                    None => spare_report.as_ref().and_then(|s| s.preloaded),
+                    None => spare_report.as_ref().and_then(|s| s.preloaded.clone()),
                     Some(_) => None,
                 };
-                let end = self.run_unit(&mut worker, index, &worker_batch, unit_started, preloaded);
+                let end = self.runner.run_unit(&mut worker, index, &worker_batch, unit_started, preloaded);
                 if end.again {
                     // Exported anew: the unit runs again, first, in a fresh worker.
                     pending.push_front(index);
@@ -630,7 +457,7 @@ impl Slot<'_> {
                 }
             }
             if let Some(early) = early {
-                self.collect_early_spares(early, spares, queue);
+                self.spares().collect_early(early, spares, queue);
             }
             // No more work for this worker: ask it to leave, then make sure.
             // A unit that is over either way (it passed) is reaped by the
@@ -674,151 +501,6 @@ impl Slot<'_> {
         report.outcome.is_ok() && !self.settings.retry_on.iter().any(|s| s == "ok") && !worker.watches_gpu()
     }
 
-    /// Forks spares for the next units in line until the slot has
-    /// `--spares` of them, while units are ready, the zygote lives and
-    /// memory is not short (then its spares go). Called once a forked
-    /// worker is up: the slot forks (an exec'd worker means it does not, or
-    /// not yet), and its zygote is ready.
-    fn refill_spares(&self, spares: &mut VecDeque<Spare>, queue: &UnitQueue, zygote: &Option<Arc<Zygote>>) {
-        let Some(warm_dir) = self.warm_dir else { return };
-        let Some(zygote) = zygote.as_ref().filter(|z| z.alive()) else { return };
-        if spare::memory_short(self.settings.memory_limit) {
-            for spare in spares.drain(..) {
-                let reservation = Arc::clone(&spare.reservation);
-                spare.discard("memory is short");
-                queue.release(&reservation);
-            }
-            return;
-        }
-        while spares.len() < self.settings.spares && self.stop.not_starting().is_none() {
-            let Some(reservation) = queue.reserve() else { return };
-            let warm = self.warm_request(&reservation, warm_dir);
-            match fork_spare(zygote, &self.spawn, self.settings.reap_timeout, warm) {
-                Ok((worker, forked, preloading)) => {
-                    let worker_id = self.worker_ids.fetch_add(1, Ordering::SeqCst);
-                    spares.push_back(Spare { worker, reservation, worker_id, forked, preloading });
-                }
-                Err(e) => {
-                    tracing::info!("cannot fork a spare worker: {e}");
-                    queue.release(&reservation);
-                    return;
-                }
-            }
-        }
-    }
-
-    /// Reserves the next units for spares and forks them on a helper
-    /// thread, beside a first worker that was exec'd because the slot's
-    /// zygote was still loading libtensorflow: the fork waits for the
-    /// zygote there, not on this slot's path, so the unit after the first
-    /// starts in a warm spare too. `None` when the slot has no spares to make.
-    fn fork_spares_early(
-        &self,
-        spares: &VecDeque<Spare>,
-        queue: &UnitQueue,
-        zygote: &Option<Arc<Zygote>>,
-    ) -> Option<EarlySpares> {
-        let warm_dir = self.warm_dir?;
-        let zygote = Arc::clone(zygote.as_ref().filter(|z| z.alive())?);
-        if spare::memory_short(self.settings.memory_limit) {
-            return None;
-        }
-        let mut reservations = Vec::new();
-        while spares.len() + reservations.len() < self.settings.spares && self.stop.not_starting().is_none() {
-            let Some(reservation) = queue.reserve() else { break };
-            reservations.push(reservation);
-        }
-        if reservations.is_empty() {
-            return None;
-        }
-        let requests: Vec<WarmRequest> = reservations.iter().map(|r| self.warm_request(r, warm_dir)).collect();
-        let (spawn, reap_timeout) = (self.spawn.clone(), self.settings.reap_timeout);
-        let (tx, results) = mpsc::channel();
-        let forking = std::thread::Builder::new().name("early-spares".into()).spawn(move || {
-            for warm in requests {
-                let started = fork_spare(&zygote, &spawn, reap_timeout, warm);
-                let failed = started.is_err();
-                // Nobody waits any more (the unit ended, the run stops): the
-                // worker is dropped with the message, which kills it.
-                if tx.send(started).is_err() || failed {
-                    return;
-                }
-            }
-        });
-        match forking {
-            Ok(_) => Some(EarlySpares { reservations, results }),
-            Err(e) => {
-                tracing::info!("cannot start a thread to fork spares: {e}");
-                for reservation in &reservations {
-                    queue.release(reservation);
-                }
-                None
-            }
-        }
-    }
-
-    /// Takes in the spares [`Slot::fork_spares_early`] forked, in the order
-    /// of their reservations, waiting for the zygote if the first unit was
-    /// quicker; gives back the units of those that could not be forked, and
-    /// of all of them when the run stops meanwhile.
-    fn collect_early_spares(&self, early: EarlySpares, spares: &mut VecDeque<Spare>, queue: &UnitQueue) {
-        let EarlySpares { reservations, results } = early;
-        for reservation in reservations {
-            let forked = loop {
-                if self.stop.not_starting().is_some() {
-                    break None;
-                }
-                match results.recv_timeout(Duration::from_millis(20)) {
-                    Ok(forked) => break Some(forked),
-                    Err(mpsc::RecvTimeoutError::Timeout) => continue,
-                    Err(mpsc::RecvTimeoutError::Disconnected) => break None,
-                }
-            };
-            match forked {
-                Some(Ok((worker, forked, preloading))) => {
-                    let worker_id = self.worker_ids.fetch_add(1, Ordering::SeqCst);
-                    spares.push_back(Spare { worker, reservation, worker_id, forked, preloading });
-                }
-                Some(Err(e)) => {
-                    tracing::info!("cannot fork a spare worker: {e}");
-                    queue.release(&reservation);
-                }
-                None => queue.release(&reservation),
-            }
-        }
-    }
-
-    /// A spare's warm-up request for its reserved units: their sandbox, the
-    /// run's session, and the first unit's model to load where spares may.
-    fn warm_request(&self, reservation: &Reservation, warm_dir: &str) -> WarmRequest {
-        let first = reservation.units.first().filter(|_| self.preload);
-        let preload =
-            first.filter(|&&index| spare::fits_beside(&self.models[index].path, self.settings.spares)).map(|&index| {
-                Preload {
-                    model_dir: self.models[index].path.to_string_lossy().into_owned(),
-                    tags: self.settings.tags.clone(),
-                    config: self.session_for(index),
-                    libraries: self.settings.libraries.clone(),
-                }
-            });
-        WarmRequest {
-            sandbox: self.sandbox_for(&reservation.units),
-            config: self.settings.session,
-            warm_dir: warm_dir.to_string(),
-            cpu_only: true,
-            preload,
-        }
-    }
-
-    /// The sandbox of a worker for `batch`: the settings' spec with the batch's model folders.
-    fn sandbox_for(&self, batch: &[usize]) -> Option<SandboxSpec> {
-        self.settings.sandbox.as_ref().map(|spec| {
-            let mut spec = spec.clone();
-            spec.read_paths.extend(batch.iter().map(|&i| self.models[i].path.to_string_lossy().into_owned()));
-            spec
-        })
-    }
-
     /// Ends an attempt: the unit runs again (first in line) when it may be
     /// retried, or when it failed in a shared worker (then it runs alone,
     /// so that only a model that fails on its own is blamed); otherwise its
@@ -855,6 +537,17 @@ impl Slot<'_> {
         tell(Event::Finished(Box::new(report)));
     }
 
+    /// How this slot forks its spares.
+    fn spares(&self) -> Forking<'_> {
+        Forking {
+            runner: &self.runner,
+            spawn: &self.spawn,
+            warm_dir: self.warm_dir,
+            preload: self.preload,
+            worker_ids: self.worker_ids,
+        }
+    }
+
     /// Waits before retry number `n` (exponential, with jitter); false if
     /// interrupted meanwhile.
     fn back_off(&self, n: u32) -> bool {
@@ -869,500 +562,5 @@ impl Slot<'_> {
             std::thread::sleep(Duration::from_millis(20));
         }
         true
-    }
-
-    /// The check of unit `index`'s frozen Keras export, when it waits for
-    /// one (see `frozen_check`): the probe runs in the unit's worker before
-    /// the unit's own inputs, under the unit's limits. A worker that
-    /// crashes, hangs or overflows on it ends the unit so, as on any
-    /// request; a graph that fails it (or a check file that cannot be
-    /// read) is exported again the archive's way, and the unit runs again
-    /// in a fresh worker (this one holds the frozen graph).
-    fn check_export(
-        &self,
-        worker: &mut WorkerProcess,
-        index: usize,
-        batch: &[usize],
-        deadlines: Deadlines,
-        loaded: bool,
-        report: &mut UnitReport,
-    ) -> Checked {
-        let Some(probe) = self.checks.probe(index) else { return Checked::Nothing };
-        let began = Instant::now();
-        let why = match probe {
-            Err(why) => why,
-            Ok(probe) => {
-                let mut shared = Vec::new();
-                let inputs = place_shared(probe.inputs.clone(), &mut shared);
-                let envelope = RequestEnvelope::new(&ToWorker::Run(self.request(index, batch, inputs)), shared);
-                let end = run_request(worker, envelope, index as u64, self.stop, deadlines, loaded);
-                report.load_ms = end.load_ms;
-                report.sandbox = worker.sandbox().cloned();
-                if !end.worker_usable {
-                    report.outcome = end.outcome;
-                    return Checked::End { again: false };
-                }
-                match (&end.outcome, probe.differs(&end.outputs)) {
-                    (Outcome::Ok, None) => {
-                        self.checks.passed(index, began.elapsed().as_millis() as u64);
-                        return Checked::Passed;
-                    }
-                    (Outcome::Ok, Some(why)) => why,
-                    // The graph itself failed to import or to run, as the export
-                    // process's own check would have found.
-                    (Outcome::Error(e), _) if matches!(e.kind, ErrorKind::LoadFailed | ErrorKind::Tensorflow) => {
-                        format!("the frozen graph failed on the probe: {}", end.outcome)
-                    }
-                    // Anything else is the unit's (a signature it lacks, a panic):
-                    // the entry waits for the next unit's check.
-                    _ => {
-                        report.outcome = end.outcome;
-                        return Checked::End { again: false };
-                    }
-                }
-            }
-        };
-        match self.checks.export_again(index, &why, self.settings, self.stop) {
-            Ok(()) => Checked::End { again: true },
-            Err(outcome) => {
-                report.outcome = outcome;
-                Checked::End { again: false }
-            }
-        }
-    }
-
-    /// Runs unit `index` in `worker`; `preloaded`: the worker holds the
-    /// unit's model already (a spare's preload).
-    fn run_unit(
-        &self,
-        worker: &mut WorkerProcess,
-        index: usize,
-        batch: &[usize],
-        started: Instant,
-        preloaded: Option<Preloaded>,
-    ) -> UnitEnd {
-        let begun = Begun { at: started, preloaded };
-        match self.work {
-            Work::Inputs { inputs, sink, .. } => self.run_with_inputs(worker, index, batch, begun, inputs, sink),
-            Work::Feed { feed, .. } => self.run_fed(worker, index, batch, begun, feed),
-        }
-    }
-
-    /// The session settings of unit `index`: the run's, and Grappler off
-    /// where a unit runs a frozen graph once (one set of inputs, as `run`
-    /// gives): Grappler copies and scans the graph's constant weights before
-    /// the first run (ResNet50: ~1 s of a 1.9 s first run), which only many
-    /// runs of its fused kernels pay back (an `eval` unit's batches keep it).
-    fn session_for(&self, index: usize) -> SessionConfig {
-        let mut config = self.settings.session;
-        if matches!(self.work, Work::Inputs { .. }) && is_frozen_graph(&self.models[index].path) {
-            config.skip_grappler = true;
-        }
-        config
-    }
-
-    /// The request for one of the unit's batches.
-    fn request(&self, index: usize, batch: &[usize], inputs: Vec<(String, Tensor)>) -> RunRequest {
-        RunRequest {
-            unit: index as u64,
-            model_dir: self.models[index].path.to_string_lossy().into_owned(),
-            tags: self.settings.tags.clone(),
-            signature: self.settings.signature.clone(),
-            inputs,
-            config: self.session_for(index),
-            load_only: false,
-            libraries: self.settings.libraries.clone(),
-            sandbox: self.sandbox_for(batch),
-        }
-    }
-
-    /// Before a unit's first request: its frozen export's check, if it has
-    /// one, and its spare's preload. `Ok(loaded)`: the worker holds the
-    /// model (it passed the check, or was preloaded), and the report has
-    /// its `load_ms`; `Err(again)`: the unit ended at the check (its report
-    /// says how), or runs again.
-    fn check_or_preloaded(
-        &self,
-        worker: &mut WorkerProcess,
-        index: usize,
-        batch: &[usize],
-        deadlines: Deadlines,
-        begun: Begun,
-        report: &mut UnitReport,
-    ) -> Result<bool, bool> {
-        let preloaded = begun.preloaded.is_some();
-        let loaded = match self.check_export(worker, index, batch, deadlines, preloaded, report) {
-            Checked::Nothing => preloaded,
-            Checked::Passed => true,
-            Checked::End { again } => return Err(again),
-        };
-        report.load_ms = report.load_ms.or(begun.preloaded.map(|p| p.load_ms));
-        Ok(loaded)
-    }
-
-    /// The unit's deadlines, counted from its start, or from its model's
-    /// load where a spare loaded it ahead (the limits are the same as a
-    /// fresh worker's: the load is part of the unit).
-    fn deadlines(&self, begun: Begun) -> Deadlines {
-        let load = Duration::from_millis(begun.preloaded.map_or(0, |p| p.load_ms));
-        let started = begun.at.checked_sub(load).unwrap_or(begun.at);
-        Deadlines {
-            unit: self.settings.timeout.map(|t| started + t),
-            load: self.settings.load_timeout.map(|t| started + t),
-            run: self.settings.batch_timeout,
-            grace: self.settings.grace,
-            memory_limit: self.settings.memory_limit,
-        }
-    }
-
-    /// A unit fed batch after batch by its stream, in one worker that keeps
-    /// the model loaded; the outputs of each batch go back to the stream.
-    fn run_fed(
-        &self,
-        worker: &mut WorkerProcess,
-        index: usize,
-        batch: &[usize],
-        begun: Begun,
-        feed: &dyn Feed,
-    ) -> UnitEnd {
-        let mut report = UnitReport::new(index, Outcome::Ok);
-        let mut stream = match feed.open(&self.models[index]) {
-            Ok(stream) => stream,
-            Err(outcome) => {
-                report.outcome = outcome;
-                return UnitEnd::new(report, true);
-            }
-        };
-        // After the stream opened: a dataset that does not fit costs no probe.
-        let deadlines = self.deadlines(begun);
-        let mut loaded = match self.check_or_preloaded(worker, index, batch, deadlines, begun, &mut report) {
-            Ok(loaded) => loaded,
-            Err(again) => return UnitEnd { report, worker_usable: false, again },
-        };
-        let mut phases = Phases::default();
-        let mut worker_usable = true;
-        let mut latencies: Vec<f64> = Vec::new();
-        let mut batches_time = Duration::ZERO;
-        loop {
-            let reading = Instant::now();
-            let next = stream.next_batch();
-            phases.feed_next += reading.elapsed();
-            let inputs = match next {
-                None => break,
-                Some(Err(outcome)) => {
-                    report.outcome = outcome;
-                    break;
-                }
-                Some(Ok(inputs)) => inputs,
-            };
-            let mut shared = Vec::new();
-            let inputs = place_shared(inputs, &mut shared);
-            let mut request = self.request(index, batch, inputs);
-            if let Some(signature) = stream.signature() {
-                request.signature = signature.to_string();
-            }
-            let envelope = RequestEnvelope::new(&ToWorker::Run(request), shared);
-            let sent = Instant::now();
-            // After this unit's first request ended well, the worker holds its
-            // model (whether or not it said `Loaded`: a shared worker may have
-            // held the same SavedModel already).
-            let end = run_request(worker, envelope, index as u64, self.stop, deadlines, loaded);
-            loaded |= end.worker_usable && end.outcome.is_ok();
-            phases.requests += sent.elapsed();
-            report.load_ms = report.load_ms.or(end.load_ms);
-            report.sandbox = worker.sandbox().cloned();
-            worker_usable = end.worker_usable;
-            if !end.outcome.is_ok() {
-                report.outcome = end.outcome;
-                break;
-            }
-            // The first batch's time includes loading; its latency is the warm-up.
-            let latency = sent.elapsed().saturating_sub(Duration::from_millis(end.load_ms.unwrap_or(0)));
-            phases.run += Duration::from_micros(end.run_us.unwrap_or(0));
-            report.run_ms = Some(phases.run.as_millis() as u64);
-            latencies.push(latency.as_secs_f64() * 1000.0);
-            batches_time += latency;
-            let scoring = Instant::now();
-            let accepted = stream.accept(end.outputs);
-            phases.feed_accept += scoring.elapsed();
-            if let Err(outcome) = accepted {
-                report.outcome = outcome;
-                break;
-            }
-        }
-        worker.sample_gpu();
-        report.gpu_peak_bytes = worker.take_gpu_peak();
-        let ok = report.outcome.is_ok();
-        let finishing = Instant::now();
-        let summary = stream.finish(ok);
-        phases.feed_accept += finishing.elapsed();
-        phases.feed_background = stream.background();
-        phases.sandbox = sandbox_steps(worker);
-        report.phases = self.settings.phases.then_some(phases);
-        if let (true, Some(outcome)) = (ok, summary.outcome) {
-            report.outcome = outcome;
-        }
-        let seconds = batches_time.as_secs_f64();
-        report.stream = Some(StreamReport {
-            examples: summary.examples,
-            batches: latencies.len() as u64,
-            examples_per_second: (seconds > 0.0).then(|| summary.examples as f64 / seconds),
-            latency_ms: latency_percentiles(&latencies),
-            fields: if ok { summary.fields } else { Default::default() },
-        });
-        UnitEnd::new(report, worker_usable)
-    }
-
-    fn run_with_inputs(
-        &self,
-        worker: &mut WorkerProcess,
-        index: usize,
-        batch: &[usize],
-        begun: Begun,
-        prepared: &PreparedInputs,
-        sink: &dyn OutputSink,
-    ) -> UnitEnd {
-        let model = &self.models[index];
-        let mut report = UnitReport::new(index, Outcome::Ok);
-        let (inputs, shared) = match prepared.for_unit(model, self.settings) {
-            Ok(prepared) => {
-                report.casts = prepared.casts;
-                (prepared.tensors, prepared.shared)
-            }
-            Err(error) => {
-                report.outcome = Outcome::Error(error);
-                return UnitEnd::new(report, true);
-            }
-        };
-        // `--batch-size`: the row ranges now, each chunk when its turn comes
-        // (views of the shared inputs, see `isorun_tensors::batch`).
-        let ranges = match self.settings.batch_size {
-            Some(rows) => match batch::ranges(&inputs, rows) {
-                Ok(ranges) if ranges.len() > 1 => ranges,
-                Ok(_) => Vec::new(),
-                Err(message) => {
-                    report.outcome = Outcome::Error(ModelError::new(ErrorKind::InputMismatch, message));
-                    return UnitEnd::new(report, true);
-                }
-            },
-            None => Vec::new(),
-        };
-        let deadlines = self.deadlines(begun);
-        let mut loaded = match self.check_or_preloaded(worker, index, batch, deadlines, begun, &mut report) {
-            Ok(loaded) => loaded,
-            Err(again) => return UnitEnd { report, worker_usable: false, again },
-        };
-        let mut phases = Phases::default();
-        let rows: Vec<u64> = ranges.iter().map(|(a, b)| b - a).collect();
-        let mut parts = Vec::with_capacity(ranges.len().max(1));
-        let mut worker_usable = true;
-        let mut whole = Some(inputs);
-        for step in 0..ranges.len().max(1) {
-            let (inputs, shared) = match ranges.get(step) {
-                None => (whole.take().unwrap_or_default(), shared.clone()),
-                Some(&(start, end)) => {
-                    match batch::chunk(whole.as_deref().unwrap_or_default(), &shared, start, end) {
-                        Ok(chunk) => chunk,
-                        Err(message) => {
-                            // The input file changed under the run (truncated): this unit's error.
-                            report.outcome = Outcome::Error(ModelError::new(ErrorKind::InputMismatch, message));
-                            break;
-                        }
-                    }
-                }
-            };
-            let envelope = RequestEnvelope::new(&ToWorker::Run(self.request(index, batch, inputs)), shared);
-            let sent = Instant::now();
-            let end = run_request(worker, envelope, index as u64, self.stop, deadlines, loaded);
-            loaded |= end.worker_usable && end.outcome.is_ok();
-            phases.requests += sent.elapsed();
-            report.load_ms = report.load_ms.or(end.load_ms);
-            report.sandbox = worker.sandbox().cloned();
-            if let Some(us) = end.run_us {
-                phases.run += Duration::from_micros(us);
-                report.run_ms = Some(phases.run.as_millis() as u64);
-            }
-            report.outcome = end.outcome;
-            worker_usable = end.worker_usable;
-            if !report.outcome.is_ok() {
-                break;
-            }
-            parts.push(end.outputs);
-        }
-        // Once more after the answer: a worker holds its GPU memory until it exits.
-        worker.sample_gpu();
-        report.gpu_peak_bytes = worker.take_gpu_peak();
-        let outputs = if report.outcome.is_ok() {
-            match batch::join(parts, &rows) {
-                Ok(outputs) => outputs,
-                Err(message) => {
-                    report.outcome = Outcome::Error(ModelError::new(ErrorKind::InputMismatch, message));
-                    Vec::new()
-                }
-            }
-        } else {
-            Vec::new()
-        };
-        if report.outcome.is_ok() {
-            match sink.accept(model, &outputs).and_then(|()| self.describe_outputs(&outputs)) {
-                Ok(described) => report.outputs = described,
-                Err(outcome) => report.outcome = outcome,
-            }
-        }
-        phases.sandbox = sandbox_steps(worker);
-        report.phases = self.settings.phases.then_some(phases);
-        UnitEnd::new(report, worker_usable)
-    }
-
-    /// Describes a unit's outputs for its report, with their values if asked.
-    /// An output whose values are too many to give as JSON is the unit's error.
-    fn describe_outputs(&self, outputs: &[(String, Tensor)]) -> Result<Vec<OutputInfo>, Outcome> {
-        outputs
-            .iter()
-            .map(|(name, tensor)| {
-                let values = match self.settings.values {
-                    true => Some(tensor_values(tensor).map_err(|message| {
-                        Outcome::Error(ModelError::new(ErrorKind::OutputWrite, format!("output {name}: {message}")))
-                    })?),
-                    false => None,
-                };
-                Ok(OutputInfo { name: name.clone(), dtype: tensor.dtype, shape: tensor.shape.clone(), values })
-            })
-            .collect()
-    }
-}
-
-/// A passed unit's worker, to be told to exit, and its report, which the
-/// worker's exit completes (wall time, CPU time, peak memory).
-struct Reap {
-    worker: WorkerProcess,
-    report: UnitReport,
-    begun: Instant,
-    before: (Duration, Duration),
-    /// The unit's earlier attempts.
-    attempts: Vec<Attempt>,
-    shared: bool,
-    gpu: Option<String>,
-    /// How long it may take to exit before it is killed.
-    grace: Duration,
-}
-
-/// A slot's reaper: ends each worker it is given as the slot would
-/// (`shutdown`: `Shutdown`, the grace, SIGTERM, SIGKILL), then sends its unit's report.
-fn start_reaper<'scope>(
-    scope: &'scope std::thread::Scope<'scope, '_>,
-    events: mpsc::Sender<Event>,
-) -> (mpsc::Sender<Reap>, std::thread::ScopedJoinHandle<'scope, ()>) {
-    let (tx, rx) = mpsc::channel::<Reap>();
-    let thread = std::thread::Builder::new()
-        .name("reaper".into())
-        .spawn_scoped(scope, move || {
-            for mut reap in rx {
-                let leaving = Instant::now();
-                let exit = shutdown(&mut reap.worker, reap.grace);
-                let mut report = reap.report;
-                if let Some(phases) = report.phases.as_mut() {
-                    phases.exit = Some(leaving.elapsed());
-                }
-                finish_metrics(&mut report, &reap.worker, Some(exit), reap.begun, reap.before);
-                report.gpu = reap.gpu;
-                reap.attempts.push(Attempt::of(&report, reap.shared));
-                report.attempts = reap.attempts;
-                let _ = events.send(Event::Finished(Box::new(report)));
-            }
-        })
-        .expect("spawn a reaper thread");
-    (tx, thread)
-}
-
-/// The worker's sandbox steps, as it timed them.
-fn sandbox_steps(worker: &WorkerProcess) -> Vec<(String, Duration)> {
-    worker.sandbox_steps().iter().map(|(name, us)| (name.clone(), Duration::from_micros(*us))).collect()
-}
-
-/// Wall time, CPU time and peak memory of a unit. With an `exit`, the
-/// worker's totals from `wait4` complete them; otherwise `/proc` says.
-fn finish_metrics(
-    report: &mut UnitReport,
-    worker: &WorkerProcess,
-    exit: Option<Exit>,
-    started: Instant,
-    cpu_before: (Duration, Duration),
-) {
-    report.wall = started.elapsed();
-    if report.stderr_tail.is_empty() && !report.outcome.is_ok() {
-        report.stderr_tail = worker.stderr_tail();
-    }
-    if exit.is_some_and(|e| e.status == ExitStatus::Unreaped) {
-        report.worker_unreaped = true;
-    }
-    let (peak, cpu) = match exit.filter(|e| e.status != ExitStatus::Unreaped) {
-        Some(exit) => (Some(exit.max_rss_bytes), Some((exit.user, exit.system))),
-        None => (worker.peak_rss_now(), worker.cpu_now()),
-    };
-    report.peak_rss_bytes = peak.or(report.peak_rss_bytes);
-    if let Some((user, system)) = cpu {
-        report.user = Some(user.saturating_sub(cpu_before.0));
-        report.system = Some(system.saturating_sub(cpu_before.1));
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::UnitQueue;
-
-    #[test]
-    fn the_queue_hands_out_batches_as_units_arrive_and_ends_when_closed() {
-        let queue = UnitQueue::new(2);
-        for index in [0, 1, 2] {
-            queue.push(index);
-        }
-        assert_eq!(queue.next_batch(), Some(vec![0, 1]));
-        assert_eq!(queue.next_batch(), Some(vec![2]));
-        std::thread::scope(|scope| {
-            // A slot waits for the next unit rather than ending.
-            let waiting = scope.spawn(|| (queue.next_batch(), queue.next_batch()));
-            std::thread::sleep(std::time::Duration::from_millis(50));
-            queue.push(7);
-            queue.close();
-            assert_eq!(waiting.join().unwrap(), (Some(vec![7]), None));
-        });
-    }
-
-    #[test]
-    fn an_idle_slot_takes_units_reserved_for_a_busy_slots_spare_and_the_spare_loses_them() {
-        let queue = UnitQueue::new(1);
-        for index in [0, 1, 2] {
-            queue.push(index);
-        }
-        assert_eq!(queue.next_batch(), Some(vec![0]));
-        let first = queue.reserve().unwrap();
-        let second = queue.reserve().unwrap();
-        assert_eq!((first.units.clone(), second.units.clone()), (vec![1], vec![2]));
-        assert!(queue.reserve().is_none(), "nothing is left to reserve");
-        // The spare's own slot gets to its first reservation...
-        assert!(first.claim());
-        queue.close();
-        // ...while an idle slot takes the second, and its spare's slot finds it gone.
-        assert_eq!(queue.next_batch(), Some(vec![2]));
-        assert!(!second.claim());
-        assert_eq!(queue.next_batch(), None, "every unit was handed out once");
-    }
-
-    #[test]
-    fn a_released_reservation_goes_first_in_line_again_unless_it_was_taken() {
-        let queue = UnitQueue::new(2);
-        for index in [0, 1, 2] {
-            queue.push(index);
-        }
-        let reserved = queue.reserve().unwrap();
-        assert_eq!(reserved.units, vec![0, 1]);
-        queue.release(&reserved);
-        assert_eq!(queue.next_batch(), Some(vec![0, 1]));
-        let taken = queue.reserve().unwrap();
-        assert!(taken.claim());
-        queue.release(&taken);
-        queue.close();
-        assert_eq!(queue.next_batch(), None, "a claimed reservation is not given back");
     }
 }

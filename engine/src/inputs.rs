@@ -339,7 +339,7 @@ pub(crate) fn decide_early(
         .iter()
         .enumerate()
         .map(|(index, model)| {
-            if model.format != crate::discover::ModelFormat::SavedModel {
+            if !matches!(model.format, crate::discover::ModelFormat::SavedModel | crate::discover::ModelFormat::Onnx) {
                 return None;
             }
             let began = std::time::Instant::now();
@@ -372,6 +372,11 @@ pub fn signature_here(model: &Model, settings: &crate::Settings) -> Option<Signa
 /// `Ok(None)`, left to the worker (which loads with TensorFlow and says
 /// what is wrong in its words).
 fn signature_or_missing(model: &Model, settings: &crate::Settings) -> Result<Option<SignatureInfo>, ModelError> {
+    if model.format == crate::discover::ModelFormat::Onnx {
+        // Read without ONNX Runtime, however large (its weights are skipped,
+        // never read); a file that cannot run is `onnx::decide`'s.
+        return Ok(signature_of(&model.path, &settings.tags, &settings.signature).ok());
+    }
     let Ok(metadata) = std::fs::metadata(model.path.join("saved_model.pb")) else { return Ok(None) };
     if metadata.len() > SIGNATURE_READ_LIMIT {
         return Ok(None);

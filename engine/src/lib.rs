@@ -40,8 +40,10 @@
 #![doc = include_str!("../examples/embed.rs")]
 //! ```
 
+mod attempt;
 mod cancel;
 mod discover;
+mod dispatcher;
 mod engine;
 mod event;
 mod executor;
@@ -53,6 +55,8 @@ pub mod keras;
 mod locate;
 mod onnx;
 mod process;
+mod queue;
+mod reaper;
 mod session;
 mod settings;
 mod sink;
@@ -67,8 +71,10 @@ pub use event::Event;
 pub use feed::{Feed, FeedStream, FeedSummary, StreamReport};
 pub use inputs::{signature_here, PreparedInputs};
 pub use isorun_protocol::Outcome;
-pub use onnx::onnx_not_runnable;
-pub use process::{library_path, memory_fields, pidfd_signals_process_group, worker_version, SpawnSpec};
+pub use onnx::{external_data_files, onnx_not_runnable, onnx_read_paths, onnxruntime, runtime_for_path};
+pub use process::{
+    library_path, memory_fields, onnxruntime_telemetry, pidfd_signals_process_group, worker_version, SpawnSpec,
+};
 pub use session::{check_outputs, MAX_RANK};
 pub use settings::{Settings, SettingsBuilder, SpawnMode, STATUSES};
 pub use sink::{Discard, OutputSink, Sinks, WriteNpy};

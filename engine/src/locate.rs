@@ -362,6 +362,16 @@ pub struct FoundOnnxruntime {
     pub origin: OnnxruntimeOrigin,
 }
 
+impl FoundOnnxruntime {
+    /// ONNX Runtime's CUDA provider library beside this one
+    /// (`libonnxruntime_providers_cuda.so`: the `onnxruntime-gpu` wheel has
+    /// it, the CPU wheel does not), looked for without loading anything.
+    pub fn cuda_provider(&self) -> Option<PathBuf> {
+        let provider = self.library.parent()?.join("libonnxruntime_providers_cuda.so");
+        provider.is_file().then_some(provider)
+    }
+}
+
 /// No ONNX Runtime anywhere isorun looks; its message says where it looked
 /// and how to get one.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -108,6 +108,8 @@ pub struct RequestEnd {
     /// The outputs, checked (safe unique names, data that fits each shape).
     pub outputs: Vec<(String, Tensor)>,
     pub load_ms: Option<u64>,
+    /// How an ONNX model's session was made, as the worker's `Loaded` said.
+    pub onnx: Option<isorun_protocol::OnnxSession>,
     /// The session run's time as the worker measured it, in microseconds.
     pub run_us: Option<u64>,
     /// False when the worker was killed or is not to be trusted again.
@@ -128,8 +130,14 @@ pub fn run_request(
     deadlines: Deadlines,
     loaded: bool,
 ) -> RequestEnd {
-    let mut end =
-        RequestEnd { outcome: Outcome::Ok, outputs: Vec::new(), load_ms: None, run_us: None, worker_usable: false };
+    let mut end = RequestEnd {
+        outcome: Outcome::Ok,
+        outputs: Vec::new(),
+        load_ms: None,
+        onnx: None,
+        run_us: None,
+        worker_usable: false,
+    };
     let fail = |mut end: RequestEnd, outcome: Outcome| {
         end.outcome = outcome;
         end.worker_usable = false;
@@ -179,10 +187,11 @@ pub fn run_request(
             {
                 worker.set_sandbox(protections, missing, steps_us);
             }
-            Some(WorkerEvent::Message(WorkerMessage::Loaded { unit: u, load_ms }))
+            Some(WorkerEvent::Message(WorkerMessage::Loaded { unit: u, load_ms, onnx }))
                 if u == unit && (phase == Phase::Load || loaded && end.load_ms.is_none()) =>
             {
                 end.load_ms = Some(load_ms);
+                end.onnx = onnx;
                 phase = Phase::Run;
                 run_deadline = deadlines.run.map(|d| Instant::now() + d);
             }

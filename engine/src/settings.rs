@@ -98,7 +98,7 @@ pub struct Settings {
     /// Statuses that are retried (from [`STATUSES`]).
     pub retry_on: Vec<String>,
     /// How Keras model files are exported to SavedModels before they run.
-    pub keras: crate::keras::KerasSettings,
+    pub keras: crate::keras::settings::KerasSettings,
     /// Time each unit's phases ([`crate::Phases`]) for its record.
     pub phases: bool,
 }
@@ -149,7 +149,7 @@ impl Settings {
                 memory_limit: None,
                 retries: 0,
                 retry_on: Vec::new(),
-                keras: crate::keras::KerasSettings::default(),
+                keras: crate::keras::settings::KerasSettings::default(),
                 phases: false,
             },
         }
@@ -222,7 +222,7 @@ impl SettingsBuilder {
         retries: u32,
         /// Statuses that are retried.
         retry_on: Vec<String>,
-        keras: crate::keras::KerasSettings,
+        keras: crate::keras::settings::KerasSettings,
         /// Per-phase times in each unit's report.
         phases: bool,
     }

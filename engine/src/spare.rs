@@ -30,14 +30,23 @@
 //! no model, and its units get a fresh worker), when memory is short
 //! ([`memory_short`]), when the run ends or is interrupted, and with the
 //! supervisor (`PR_SET_PDEATHSIG`, as every forked worker).
+//!
+//! All spare forking lives here ([`Forking`]): topping up a slot's spares
+//! from its zygote, and forking them on a helper thread beside a first
+//! worker exec'd while the zygote still loads.
 
+use crate::attempt::UnitRunner;
 use crate::cancel::CancelToken;
-use crate::process::{WorkerEvent, WorkerProcess};
+use crate::discover::ModelFormat;
+use crate::process::{SpawnSpec, WorkerEvent, WorkerProcess, Zygote};
+use crate::queue::{Reservation, UnitQueue};
 use crate::session::{message_name, wait_hello};
 use crate::unit::SpareReport;
-use isorun_protocol::{Preloaded, WorkerMessage};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use isorun_protocol::{Preload, Preloaded, ToWorker, WarmRequest, WorkerMessage};
+use isorun_transport::RequestEnvelope;
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 /// How long a unit waits for its spare to finish warming up on the
@@ -47,29 +56,6 @@ use std::time::{Duration, Instant};
 /// its load limit instead (never longer than a fresh worker would have), or
 /// without one, as long again as the spare has been at it.
 const PATIENCE: Duration = Duration::from_secs(2);
-
-/// Units a slot took from the queue ahead of need, for a spare. Whoever
-/// claims it first runs them: the spare's slot, or an idle slot.
-#[derive(Debug)]
-pub(crate) struct Reservation {
-    pub units: Vec<usize>,
-    claimed: AtomicBool,
-}
-
-impl Reservation {
-    pub fn new(units: Vec<usize>) -> Arc<Reservation> {
-        Arc::new(Reservation { units, claimed: AtomicBool::new(false) })
-    }
-
-    /// True for the one caller that gets to run the units.
-    pub fn claim(&self) -> bool {
-        !self.claimed.swap(true, Ordering::SeqCst)
-    }
-
-    pub fn claimed(&self) -> bool {
-        self.claimed.load(Ordering::SeqCst)
-    }
-}
 
 /// A forked worker warming up for its reserved units.
 pub(crate) struct Spare {
@@ -147,11 +133,11 @@ impl Spare {
                     // The worker's word on its load's time, no more than the
                     // time since its fork: its unit's deadlines count it.
                     let since_fork = self.forked.elapsed().as_millis() as u64;
-                    let preloaded = preloaded.map(|p| Preloaded { load_ms: p.load_ms.min(since_fork) });
+                    let preloaded = preloaded.map(|p| Preloaded { load_ms: p.load_ms.min(since_fork), ..p });
                     // Its unit's load limit counts the load it did ahead: one
                     // that took longer gets a fresh worker, as fair a load as
                     // any unit's, rather than a timeout for a contended preload.
-                    if let (Some(done), Some(limit)) = (preloaded, load_limit) {
+                    if let (Some(done), Some(limit)) = (&preloaded, load_limit) {
                         if Duration::from_millis(done.load_ms) >= limit {
                             return Err(format!("its preload took {} ms, over its unit's load limit", done.load_ms));
                         }
@@ -213,6 +199,14 @@ pub(crate) fn fits_beside(dir: &std::path::Path, spares: usize) -> bool {
 
 fn fits_in(dir: &std::path::Path, spares: usize, available: u64) -> bool {
     let size = |path: &std::path::Path| std::fs::metadata(path).map_or(0, |m| m.len());
+    if isorun_tensors::json_input::is_onnx_file(dir) {
+        // An ONNX file and the external data beside it (read without their bytes).
+        let Ok(Ok(files)) = isorun_onnxproto::read_model(dir).map(|m| crate::onnx::external_data_files(&m)) else {
+            return false;
+        };
+        let bytes = files.iter().fold(size(dir), |sum, f| sum.saturating_add(size(f)));
+        return bytes.saturating_mul(2).saturating_mul(spares as u64 + 1) < available;
+    }
     let mut bytes = size(&dir.join("saved_model.pb"));
     match std::fs::read_dir(dir.join("variables")) {
         Ok(entries) => {
@@ -255,6 +249,184 @@ fn short_in(meminfo: &str, memory_limit: Option<u64>) -> bool {
     let available = available_in(meminfo);
     let floor = memory_limit.unwrap_or(0).max(1 << 30);
     available.is_some_and(|available| available < floor)
+}
+
+/// How a slot forks its spares: the run's units (each spare's warm-up
+/// carries its units' sandbox and session), the slot's spawn spec, where
+/// spares write the warm-up model, and whether they may preload.
+pub(crate) struct Forking<'a> {
+    pub runner: &'a UnitRunner<'a>,
+    pub spawn: &'a SpawnSpec,
+    /// `None`: no spares.
+    pub warm_dir: Option<&'a str>,
+    /// Spares may load their unit's model as their warm-up ([`may_preload`]).
+    pub preload: bool,
+    pub worker_ids: &'a AtomicU64,
+}
+
+/// A spare just forked: its worker, when it was forked (its start limit
+/// and warm-up time count from there), and whether it preloads its unit's model.
+type Forked = (WorkerProcess, Instant, bool);
+
+/// Forks a spare from `zygote` and asks it to warm up.
+fn fork(zygote: &Arc<Zygote>, spawn: &SpawnSpec, reap_timeout: Duration, warm: WarmRequest) -> std::io::Result<Forked> {
+    let mut worker = WorkerProcess::spawn_forked(zygote, spawn)?;
+    let forked = Instant::now();
+    worker.set_reap_timeout(reap_timeout);
+    let preloading = warm.preload.is_some();
+    worker.send(RequestEnvelope::new(&ToWorker::Warm(warm), Vec::new())).map_err(std::io::Error::other)?;
+    Ok((worker, forked, preloading))
+}
+
+/// Spares being forked on a helper thread ([`Forking::fork_early`]):
+/// their reservations, in order, and the forks' results as they come.
+pub(crate) struct EarlySpares {
+    reservations: Vec<Arc<Reservation>>,
+    results: mpsc::Receiver<std::io::Result<Forked>>,
+}
+
+impl Forking<'_> {
+    /// Forks spares for the next units in line until the slot has
+    /// `--spares` of them, while units are ready, the zygote lives and
+    /// memory is not short (then its spares go). Called once a forked
+    /// worker is up: the slot forks (an exec'd worker means it does not, or
+    /// not yet), and its zygote is ready.
+    pub fn refill(&self, spares: &mut VecDeque<Spare>, queue: &UnitQueue, zygote: &Option<Arc<Zygote>>) {
+        let Some(warm_dir) = self.warm_dir else { return };
+        let Some(zygote) = zygote.as_ref().filter(|z| z.alive()) else { return };
+        if memory_short(self.runner.settings.memory_limit) {
+            for spare in spares.drain(..) {
+                let reservation = Arc::clone(&spare.reservation);
+                spare.discard("memory is short");
+                queue.release(&reservation);
+            }
+            return;
+        }
+        while spares.len() < self.runner.settings.spares && self.runner.stop.not_starting().is_none() {
+            let Some(reservation) = queue.reserve() else { return };
+            let warm = self.warm_request(&reservation, warm_dir);
+            match fork(zygote, self.spawn, self.runner.settings.reap_timeout, warm) {
+                Ok((worker, forked, preloading)) => {
+                    let worker_id = self.worker_ids.fetch_add(1, Ordering::SeqCst);
+                    spares.push_back(Spare { worker, reservation, worker_id, forked, preloading });
+                }
+                Err(e) => {
+                    tracing::info!("cannot fork a spare worker: {e}");
+                    queue.release(&reservation);
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Reserves the next units for spares and forks them on a helper
+    /// thread, beside a first worker that was exec'd because the slot's
+    /// zygote was still loading libtensorflow: the fork waits for the
+    /// zygote there, not on this slot's path, so the unit after the first
+    /// starts in a warm spare too. `None` when the slot has no spares to make.
+    pub fn fork_early(
+        &self,
+        spares: &VecDeque<Spare>,
+        queue: &UnitQueue,
+        zygote: &Option<Arc<Zygote>>,
+    ) -> Option<EarlySpares> {
+        let warm_dir = self.warm_dir?;
+        let zygote = Arc::clone(zygote.as_ref().filter(|z| z.alive())?);
+        if memory_short(self.runner.settings.memory_limit) {
+            return None;
+        }
+        let mut reservations = Vec::new();
+        while spares.len() + reservations.len() < self.runner.settings.spares
+            && self.runner.stop.not_starting().is_none()
+        {
+            let Some(reservation) = queue.reserve() else { break };
+            reservations.push(reservation);
+        }
+        if reservations.is_empty() {
+            return None;
+        }
+        let requests: Vec<WarmRequest> = reservations.iter().map(|r| self.warm_request(r, warm_dir)).collect();
+        let (spawn, reap_timeout) = (self.spawn.clone(), self.runner.settings.reap_timeout);
+        let (tx, results) = mpsc::channel();
+        let forking = std::thread::Builder::new().name("early-spares".into()).spawn(move || {
+            for warm in requests {
+                let started = fork(&zygote, &spawn, reap_timeout, warm);
+                let failed = started.is_err();
+                // Nobody waits any more (the unit ended, the run stops): the
+                // worker is dropped with the message, which kills it.
+                if tx.send(started).is_err() || failed {
+                    return;
+                }
+            }
+        });
+        match forking {
+            Ok(_) => Some(EarlySpares { reservations, results }),
+            Err(e) => {
+                tracing::info!("cannot start a thread to fork spares: {e}");
+                for reservation in &reservations {
+                    queue.release(reservation);
+                }
+                None
+            }
+        }
+    }
+
+    /// Takes in the spares [`Forking::fork_early`] forked, in the order
+    /// of their reservations, waiting for the zygote if the first unit was
+    /// quicker; gives back the units of those that could not be forked, and
+    /// of all of them when the run stops meanwhile.
+    pub fn collect_early(&self, early: EarlySpares, spares: &mut VecDeque<Spare>, queue: &UnitQueue) {
+        let EarlySpares { reservations, results } = early;
+        for reservation in reservations {
+            let forked = loop {
+                if self.runner.stop.not_starting().is_some() {
+                    break None;
+                }
+                match results.recv_timeout(Duration::from_millis(20)) {
+                    Ok(forked) => break Some(forked),
+                    Err(mpsc::RecvTimeoutError::Timeout) => continue,
+                    Err(mpsc::RecvTimeoutError::Disconnected) => break None,
+                }
+            };
+            match forked {
+                Some(Ok((worker, forked, preloading))) => {
+                    let worker_id = self.worker_ids.fetch_add(1, Ordering::SeqCst);
+                    spares.push_back(Spare { worker, reservation, worker_id, forked, preloading });
+                }
+                Some(Err(e)) => {
+                    tracing::info!("cannot fork a spare worker: {e}");
+                    queue.release(&reservation);
+                }
+                None => queue.release(&reservation),
+            }
+        }
+    }
+
+    /// A spare's warm-up request for its reserved units: their sandbox, the
+    /// run's session, and the first unit's model to load where spares may.
+    fn warm_request(&self, reservation: &Reservation, warm_dir: &str) -> WarmRequest {
+        let first = reservation.units.first().filter(|_| self.preload);
+        // A SavedModel or an ONNX file (its spare makes ONNX Runtime's
+        // environment and session after its fork); a Keras file's export
+        // is a SavedModel by the time its unit is reserved.
+        let preload = first
+            .filter(|&&index| matches!(self.runner.models[index].format, ModelFormat::SavedModel | ModelFormat::Onnx))
+            .filter(|&&index| fits_beside(&self.runner.models[index].path, self.runner.settings.spares))
+            .map(|&index| Preload {
+                model_dir: self.runner.models[index].path.to_string_lossy().into_owned(),
+                tags: self.runner.settings.tags.clone(),
+                config: self.runner.session_for(index),
+                libraries: self.runner.settings.libraries.clone(),
+                runtime: crate::onnx::runtime_for(&self.runner.models[index]),
+            });
+        WarmRequest {
+            sandbox: self.runner.sandbox_for(&reservation.units),
+            config: self.runner.settings.session,
+            warm_dir: warm_dir.to_string(),
+            cpu_only: true,
+            preload,
+        }
+    }
 }
 
 #[cfg(test)]

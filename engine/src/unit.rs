@@ -24,6 +24,8 @@ pub struct UnitReport {
     pub outputs: Vec<OutputInfo>,
     pub wall: Duration,
     pub load_ms: Option<u64>,
+    /// How an ONNX model's session was made, as its worker said.
+    pub onnx: Option<isorun_protocol::OnnxSession>,
     pub run_ms: Option<u64>,
     pub user: Option<Duration>,
     pub system: Option<Duration>,
@@ -53,7 +55,7 @@ pub struct UnitReport {
     /// A unit fed batch after batch ([`Engine::run_feed`](crate::Engine::run_feed)): examples, speed, the feed's fields.
     pub stream: Option<StreamReport>,
     /// How a Keras file's SavedModel was made (exported now, or found in the cache).
-    pub export: Option<crate::keras::ExportReport>,
+    pub export: Option<crate::keras::report::ExportReport>,
     /// Inputs cast to the signature's dtypes: name and `from→to` (`float64→float32`).
     pub casts: Vec<(String, String)>,
     /// Where the unit's wall time went (with `Settings::phases`).
@@ -147,6 +149,7 @@ impl UnitReport {
             outputs: Vec::new(),
             wall: Duration::ZERO,
             load_ms: None,
+            onnx: None,
             run_ms: None,
             user: None,
             system: None,

@@ -17,7 +17,11 @@
 //! label: the top-label ECE of the literature, the same for binary and
 //! multiclass. Every sum is an `ExactSum`, so merged shards give the
 //! one-pass value to the last bit.
+//!
+//! As an `Accumulator` (`crate::accumulator`), its laws hold exactly: per-bin counts are
+//! integers and every sum an `ExactSum`.
 
+use crate::accumulator::{added, Accumulator};
 use crate::exact::ExactSum;
 use serde_json::{json, Value};
 
@@ -71,44 +75,6 @@ impl Calibration {
         self.count.len()
     }
 
-    pub(crate) fn add(&mut self, confidence: f64, correct: bool, weight: f64) {
-        let b = bin_of(confidence, self.bins());
-        self.count[b] += 1;
-        self.weight[b].add(weight);
-        self.confidence[b].add(weight * confidence);
-        if correct {
-            self.correct[b].add(weight);
-        }
-    }
-
-    pub(crate) fn merge(&mut self, other: &Calibration) -> Result<(), String> {
-        if self.bins() != other.bins() {
-            return Err(format!("{} calibration bins against {}", self.bins(), other.bins()));
-        }
-        for b in 0..self.bins() {
-            self.count[b] = crate::state::added("calibration counts", self.count[b], other.count[b])?;
-            self.weight[b].merge(&other.weight[b]);
-            self.confidence[b].merge(&other.confidence[b]);
-            self.correct[b].merge(&other.correct[b]);
-        }
-        Ok(())
-    }
-
-    /// Σ_b |A_b − C_b| / W; NaN when the weight is 0.
-    pub(crate) fn ece(&self) -> f64 {
-        let mut total = ExactSum::default();
-        self.weight.iter().for_each(|w| total.merge(w));
-        let total = total.value();
-        if total == 0.0 {
-            return f64::NAN;
-        }
-        let mut gap = ExactSum::default();
-        for b in 0..self.bins() {
-            gap.add((self.correct[b].value() - self.confidence[b].value()).abs());
-        }
-        gap.value() / total
-    }
-
     /// The reliability diagram.
     pub(crate) fn diagram(&self) -> ReliabilityDiagram {
         let bins = self.bins();
@@ -130,21 +96,65 @@ impl Calibration {
             accuracy: per_bin(&self.correct),
         }
     }
+}
 
-    /// `{"count": [..], "weight": [..], "confidence": [..], "correct": [..]}`, sums as `sum_json` writes them.
-    pub(crate) fn to_json(&self, sum_json: impl Fn(&ExactSum) -> Value) -> Value {
+impl Accumulator for Calibration {
+    /// (confidence, correct, weight) of one example.
+    type Input = (f64, bool, f64);
+    /// ece.
+    type Output = f64;
+    /// The bins are checked against `MAX_CALIBRATION_BINS` only.
+    type Bounds = ();
+
+    fn add(&mut self, (confidence, correct, weight): (f64, bool, f64)) {
+        let b = bin_of(confidence, self.bins());
+        self.count[b] += 1;
+        self.weight[b].add(weight);
+        self.confidence[b].add(weight * confidence);
+        if correct {
+            self.correct[b].add(weight);
+        }
+    }
+
+    fn merge(&mut self, other: &Calibration) -> Result<(), String> {
+        if self.bins() != other.bins() {
+            return Err(format!("{} calibration bins against {}", self.bins(), other.bins()));
+        }
+        for b in 0..self.bins() {
+            self.count[b] = added("calibration counts", self.count[b], other.count[b])?;
+            self.weight[b].merge(&other.weight[b]);
+            self.confidence[b].merge(&other.confidence[b]);
+            self.correct[b].merge(&other.correct[b]);
+        }
+        Ok(())
+    }
+
+    /// ece: Σ_b |A_b − C_b| / W; NaN when the weight is 0.
+    fn finish(&self) -> f64 {
+        let mut total = ExactSum::default();
+        self.weight.iter().for_each(|w| total.merge(w));
+        let total = total.value();
+        if total == 0.0 {
+            return f64::NAN;
+        }
+        let mut gap = ExactSum::default();
+        for b in 0..self.bins() {
+            gap.add((self.correct[b].value() - self.confidence[b].value()).abs());
+        }
+        gap.value() / total
+    }
+
+    /// `{"count": [..], "weight": [..], "confidence": [..], "correct": [..]}`, sums as `ExactSum` encodes them.
+    fn encode(&self) -> Value {
         json!({
             "count": self.count,
-            "weight": self.weight.iter().map(&sum_json).collect::<Vec<_>>(),
-            "confidence": self.confidence.iter().map(&sum_json).collect::<Vec<_>>(),
-            "correct": self.correct.iter().map(&sum_json).collect::<Vec<_>>(),
+            "weight": self.weight.iter().map(ExactSum::encode).collect::<Vec<_>>(),
+            "confidence": self.confidence.iter().map(ExactSum::encode).collect::<Vec<_>>(),
+            "correct": self.correct.iter().map(ExactSum::encode).collect::<Vec<_>>(),
         })
     }
 
-    pub(crate) fn from_json(
-        value: &Value,
-        sum_from_json: impl Fn(&Value) -> Result<ExactSum, String>,
-    ) -> Result<Calibration, String> {
+    fn decode(value: &Value, _: ()) -> Result<Calibration, String> {
         let count: Vec<u64> = value["count"]
             .as_array()
             .and_then(|l| l.iter().map(Value::as_u64).collect())
@@ -153,7 +163,7 @@ impl Calibration {
         let sums = |key: &str| -> Result<Vec<ExactSum>, String> {
             let list = value[key].as_array().filter(|l| l.len() == count.len());
             let list = list.ok_or_else(|| format!("calibration: \"{key}\" is not {} sums", count.len()))?;
-            list.iter().map(&sum_from_json).collect()
+            list.iter().map(|sum| ExactSum::decode(sum, ())).collect()
         };
         Ok(Calibration { weight: sums("weight")?, confidence: sums("confidence")?, correct: sums("correct")?, count })
     }
@@ -217,17 +227,17 @@ mod tests {
     fn ece_is_the_weighted_gap_per_bin() {
         let mut c = Calibration::new(2);
         // Bin 0: confidence 0.4 and 0.2 (weights 1 and 3), one right: A=1, C=1.0.
-        c.add(0.4, true, 1.0);
-        c.add(0.2, false, 3.0);
+        c.add((0.4, true, 1.0));
+        c.add((0.2, false, 3.0));
         // Bin 1: confidence 0.9 (weight 4), wrong: A=0, C=3.6.
-        c.add(0.9, false, 4.0);
-        assert!((c.ece() - (0.0 + 3.6) / 8.0).abs() < 1e-15);
+        c.add((0.9, false, 4.0));
+        assert!((c.finish() - (0.0 + 3.6) / 8.0).abs() < 1e-15);
         let d = c.diagram();
         assert_eq!(d.count, [2, 1]);
         assert_eq!(d.edges, [0.0, 0.5, 1.0]);
         assert!((d.confidence[0].unwrap() - 0.25).abs() < 1e-15);
         assert_eq!(d.accuracy, [Some(0.25), Some(0.0)]);
         assert_eq!(Calibration::new(3).diagram().accuracy, [None, None, None]);
-        assert!(Calibration::new(3).ece().is_nan());
+        assert!(Calibration::new(3).finish().is_nan());
     }
 }

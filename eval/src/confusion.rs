@@ -17,7 +17,14 @@
 //! the same bound holds for merged shards, though which pairs survive near
 //! the bound can depend on the split. Counts are examples, unweighted, as
 //! the full matrix's.
+//!
+//! As an `Accumulator` (`crate::accumulator`): while `max_error` stays 0 (fewer distinct pairs
+//! than entries), merging is exact, associative and commutative, and any
+//! split gives the one-pass counts; past that, what holds of every split
+//! and order is the bound above (a kept count ≤ the truth ≤ it +
+//! `max_error`), not the counts themselves.
 
+use crate::accumulator::{added, Accumulator};
 use serde_json::{json, Value};
 use std::collections::HashMap;
 
@@ -58,8 +65,28 @@ impl TopConfusions {
         TopConfusions { entries: entries.max(1), counts: HashMap::new(), max_error: 0 }
     }
 
+    pub(crate) fn summary(&self, shown: usize) -> TopConfusionsSummary {
+        let mut pairs: Vec<Confusion> = self
+            .counts
+            .iter()
+            .map(|(&(t, p), &count)| Confusion { truth: t as usize, predicted: p as usize, count })
+            .collect();
+        pairs.sort_by(|a, b| b.count.cmp(&a.count).then(a.truth.cmp(&b.truth)).then(a.predicted.cmp(&b.predicted)));
+        pairs.truncate(shown);
+        TopConfusionsSummary { top: pairs, exact: self.max_error == 0, max_error: self.max_error }
+    }
+}
+
+impl Accumulator for TopConfusions {
+    /// (true class, predicted class) of one example.
+    type Input = (usize, usize);
+    /// The top [`TOP_CONFUSIONS_SHOWN`] pairs.
+    type Output = TopConfusionsSummary;
+    /// The classes of the state: every pair read must be of them.
+    type Bounds = usize;
+
     /// One example: nothing when it was classified right.
-    pub(crate) fn add(&mut self, truth: usize, predicted: usize) {
+    fn add(&mut self, (truth, predicted): (usize, usize)) {
         if truth == predicted {
             return;
         }
@@ -78,48 +105,36 @@ impl TopConfusions {
 
     /// Adds `other`'s counters; `Err` when a count would pass `u64::MAX`
     /// (counts come from files): nothing is then to be trusted of the result.
-    pub(crate) fn merge(&mut self, other: &TopConfusions) -> Result<(), String> {
-        let overflow = |what: &str, a: u64, b: u64| format!("the summed {what} overflow a 64-bit count ({a} + {b})");
+    fn merge(&mut self, other: &TopConfusions) -> Result<(), String> {
         for (key, count) in &other.counts {
             let mine = self.counts.entry(*key).or_insert(0);
-            *mine = mine.checked_add(*count).ok_or_else(|| overflow("top confusion counts", *mine, *count))?;
+            *mine = added("top confusion counts", *mine, *count)?;
         }
-        self.max_error = self
-            .max_error
-            .checked_add(other.max_error)
-            .ok_or_else(|| overflow("top confusion errors", self.max_error, other.max_error))?;
+        self.max_error = added("top confusion errors", self.max_error, other.max_error)?;
         if self.counts.len() > self.entries {
             let mut values: Vec<u64> = self.counts.values().copied().collect();
             values.sort_unstable_by(|a, b| b.cmp(a));
             let cut = values[self.entries];
             self.counts.values_mut().for_each(|c| *c = c.saturating_sub(cut));
             self.counts.retain(|_, c| *c > 0);
-            self.max_error =
-                self.max_error.checked_add(cut).ok_or_else(|| overflow("top confusion errors", self.max_error, cut))?;
+            self.max_error = added("top confusion errors", self.max_error, cut)?;
         }
         Ok(())
     }
 
-    pub(crate) fn summary(&self, shown: usize) -> TopConfusionsSummary {
-        let mut pairs: Vec<Confusion> = self
-            .counts
-            .iter()
-            .map(|(&(t, p), &count)| Confusion { truth: t as usize, predicted: p as usize, count })
-            .collect();
-        pairs.sort_by(|a, b| b.count.cmp(&a.count).then(a.truth.cmp(&b.truth)).then(a.predicted.cmp(&b.predicted)));
-        pairs.truncate(shown);
-        TopConfusionsSummary { top: pairs, exact: self.max_error == 0, max_error: self.max_error }
+    fn finish(&self) -> TopConfusionsSummary {
+        self.summary(TOP_CONFUSIONS_SHOWN)
     }
 
     /// `{"entries", "max_error", "counts": [[true, predicted, count], ..]}`, sorted.
-    pub(crate) fn to_json(&self) -> Value {
+    fn encode(&self) -> Value {
         let mut counts: Vec<[u64; 3]> =
             self.counts.iter().map(|(&(t, p), &c)| [u64::from(t), u64::from(p), c]).collect();
         counts.sort_unstable();
         json!({ "entries": self.entries, "max_error": self.max_error, "counts": counts })
     }
 
-    pub(crate) fn from_json(value: &Value, classes: usize) -> Result<TopConfusions, String> {
+    fn decode(value: &Value, classes: usize) -> Result<TopConfusions, String> {
         let entries = value["entries"].as_u64().filter(|&e| e >= 1).ok_or("top_confusions: no \"entries\"")? as usize;
         let max_error = value["max_error"].as_u64().ok_or("top_confusions: no \"max_error\"")?;
         let list = value["counts"].as_array().ok_or("top_confusions: no \"counts\" list")?;
@@ -157,17 +172,17 @@ mod tests {
     fn exact_while_few_pairs_and_bounded_past_them() {
         let mut s = TopConfusions::new(4);
         for _ in 0..10 {
-            s.add(1, 2);
+            s.add((1, 2));
         }
-        s.add(3, 3);
-        s.add(2, 1);
+        s.add((3, 3));
+        s.add((2, 1));
         let summary = s.summary(20);
         assert!(summary.exact);
         assert_eq!(summary.top[0], Confusion { truth: 1, predicted: 2, count: 10 });
         assert_eq!(summary.top.len(), 2);
         // 20 pairs seen once each: the counters cannot hold them, the frequent pair stays.
         for k in 0..20 {
-            s.add(10 + k, 40 + k);
+            s.add((10 + k, 40 + k));
         }
         let summary = s.summary(1);
         assert!(!summary.exact);
@@ -180,17 +195,17 @@ mod tests {
     fn merged_summaries_keep_the_bound() {
         let (mut a, mut b) = (TopConfusions::new(3), TopConfusions::new(3));
         for k in 0..6 {
-            a.add(0, 1);
-            b.add(0, 1);
-            a.add(k + 2, 1);
-            b.add(1, k + 2);
+            a.add((0, 1));
+            b.add((0, 1));
+            a.add((k + 2, 1));
+            b.add((1, k + 2));
         }
         a.merge(&b).unwrap();
         let summary = a.summary(1);
         assert_eq!((summary.top[0].truth, summary.top[0].predicted), (0, 1));
         assert!(summary.top[0].count <= 12 && summary.top[0].count + summary.max_error >= 12);
         assert!(a.counts.len() <= 3);
-        let back = TopConfusions::from_json(&a.to_json(), 10).unwrap();
+        let back = TopConfusions::decode(&a.encode(), 10).unwrap();
         assert_eq!(back, a);
     }
 }

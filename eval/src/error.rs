@@ -14,19 +14,24 @@ pub enum DataError {
     NoMatch { pattern: PathBuf },
     #[error("{pattern}: bad glob pattern: {reason}")]
     BadPattern { pattern: PathBuf, reason: String },
+    /// `suffixes`: the registry's endings (`format::suffix_list`), given by
+    /// the caller so that this leaf imports no reader.
     #[error(
-        "{path}: unknown data format (expected .tfrecord, .tfrecords, .tfrec, .gz, .npz, .csv, .parquet, .pq, \
-         .arrow, .feather, .ipc, .jsonl, .ndjson, .jsonl.gz, .ndjson.gz, or a folder of NAME.npy arrays; a lone .npy \
-         file holds one array, give its folder; --data-format NAME reads a file of another name)"
+        "{path}: unknown data format (expected {suffixes}, or a folder of NAME.npy arrays; a lone .npy file holds one \
+         array, give its folder; --data-format NAME reads a file of another name)"
     )]
-    UnknownFormat { path: PathBuf },
-    #[error(
-        "{path}: no data files (.tfrecord, .tfrecords, .tfrec, .gz, .npz, .csv, .parquet, .pq, .arrow, .feather, .ipc, \
-         .jsonl, .ndjson, .jsonl.gz, .ndjson.gz, or .npy arrays) in this folder"
-    )]
-    NoData { path: PathBuf },
-    #[error("{first} is {first_family} but {other} is {other_family}: one dataset's files are all TFRecord, all .npz/.npy, all CSV, all Parquet/Arrow or all JSON Lines")]
-    MixedFormats { first: PathBuf, first_family: &'static str, other: PathBuf, other_family: &'static str },
+    UnknownFormat { path: PathBuf, suffixes: String },
+    #[error("{path}: no data files ({suffixes}, or .npy arrays) in this folder")]
+    NoData { path: PathBuf, suffixes: String },
+    /// `families`: the registry's families (`format::family_list`).
+    #[error("{first} is {first_family} but {other} is {other_family}: one dataset's files are {families}")]
+    MixedFormats {
+        first: PathBuf,
+        first_family: &'static str,
+        other: PathBuf,
+        other_family: &'static str,
+        families: String,
+    },
     #[error("{path}: line {line}: {reason}")]
     Csv { path: PathBuf, line: u64, reason: String },
     #[error("{path}: line {line}: {reason}")]

@@ -9,6 +9,14 @@
 //! must not round (`w·y`, `w·y²` for r2) go in as the exact pairs of
 //! [`two_product`]. [`Dd`] (double-double, ~106 bits) finishes the few
 //! formulas that cancel (r2's Σw·y² − (Σw·y)²/Σw).
+//!
+//! An [`ExactSum`] is the simplest [`Accumulator`], and the one the others
+//! are built of: its laws hold to the last bit. Its JSON is a number when
+//! one number holds the sum exactly, else its partials (and `"inf"`,
+//! `"-inf"` or `"nan"` for non-finite terms).
+
+use crate::accumulator::Accumulator;
+use serde_json::{json, Value};
 
 /// The exact sum of f64 terms. Non-finite terms (and a sum that
 /// overflows) are kept apart, as IEEE arithmetic would combine them.
@@ -21,8 +29,8 @@ pub struct ExactSum {
 }
 
 impl ExactSum {
-    /// Adds one term, exactly.
-    pub fn add(&mut self, x: f64) {
+    /// Adds one term, exactly ([`Accumulator::add`]).
+    fn add_term(&mut self, x: f64) {
         if !x.is_finite() {
             self.special += x;
             return;
@@ -54,11 +62,12 @@ impl ExactSum {
         }
     }
 
-    /// Adds every term of `other`, exactly.
+    /// Adds every term of `other`, exactly: [`Accumulator::merge`], which
+    /// cannot fail for a sum.
     pub fn merge(&mut self, other: &ExactSum) {
         self.special += other.special;
         for &p in &other.partials {
-            self.add(p);
+            self.add_term(p);
         }
     }
 
@@ -100,7 +109,7 @@ impl ExactSum {
             return Dd(high, 0.0);
         }
         let mut rest = self.clone();
-        rest.add(-high);
+        rest.add_term(-high);
         Dd(high, rest.value())
     }
 
@@ -112,13 +121,77 @@ impl ExactSum {
     /// A sum from [`ExactSum::parts`] (any finite terms, in any order).
     pub fn from_parts(terms: &[f64], special: f64) -> ExactSum {
         let mut sum = ExactSum::default();
-        for &t in terms {
-            sum.add(t);
-        }
+        sum.add_batch(terms.iter().copied());
         if special != 0.0 || special.is_nan() {
             sum.special += special;
         }
         sum
+    }
+}
+
+impl Accumulator for ExactSum {
+    /// One term.
+    type Input = f64;
+    /// The exact sum, correctly rounded.
+    type Output = f64;
+    type Bounds = ();
+
+    fn add(&mut self, x: f64) {
+        self.add_term(x);
+    }
+
+    fn merge(&mut self, other: &ExactSum) -> Result<(), String> {
+        ExactSum::merge(self, other);
+        Ok(())
+    }
+
+    fn finish(&self) -> f64 {
+        self.value()
+    }
+
+    /// A number when one number holds the sum exactly, else its partials
+    /// (and `"inf"`, `"-inf"` or `"nan"` for non-finite terms).
+    fn encode(&self) -> Value {
+        let (partials, special) = self.parts();
+        match partials {
+            [] | [_] if special == 0.0 => json!(partials.first().copied().unwrap_or(0.0)),
+            _ => {
+                let mut list: Vec<Value> = partials.iter().map(|p| json!(p)).collect();
+                if special != 0.0 || special.is_nan() {
+                    list.push(json!(special_name(special)));
+                }
+                Value::Array(list)
+            }
+        }
+    }
+
+    fn decode(value: &Value, _: ()) -> Result<ExactSum, String> {
+        if let Some(x) = value.as_f64() {
+            return Ok(ExactSum::from_parts(&[x], 0.0));
+        }
+        let list = value.as_array().ok_or_else(|| format!("{value} is not a sum"))?;
+        let mut terms = Vec::new();
+        let mut special = 0.0;
+        for item in list {
+            match (item.as_f64(), item.as_str()) {
+                (Some(x), _) => terms.push(x),
+                (None, Some("inf")) => special += f64::INFINITY,
+                (None, Some("-inf")) => special += f64::NEG_INFINITY,
+                (None, Some("nan")) => special = f64::NAN,
+                _ => return Err(format!("{item} is not a term of a sum")),
+            }
+        }
+        Ok(ExactSum::from_parts(&terms, special))
+    }
+}
+
+fn special_name(x: f64) -> &'static str {
+    if x.is_nan() {
+        "nan"
+    } else if x > 0.0 {
+        "inf"
+    } else {
+        "-inf"
     }
 }
 

@@ -1,10 +1,16 @@
 //! The data formats and their registry: one line per format says its name,
 //! the file name endings that select it, its family (files of one family
-//! can be one dataset), how it is laid out, and its reader's functions (in
-//! `source`). Adding a format is a variant here, its line in `FORMATS`,
-//! and its file in `source/`.
+//! can be one dataset), how it is laid out, how its files are compressed,
+//! and its reader's functions (in `source`). Adding a format is a variant
+//! here, its line in `FORMATS`, and its file in `source/`; a compressed
+//! variant of a format is a line with the same reader and another
+//! `Compression` (the name users give, `jsonl-gzip`, stays a format).
+//! Messages that list the formats' file name endings or families are built
+//! from the registry (`suffix_list`, `family_list`).
 
-use crate::source::{self, Open, Peek, Probe};
+use crate::error::DataError;
+use crate::source::{self, Compression, Look, Open, Options, Peek, Probe, Source};
+use std::path::Path;
 
 /// The format of one data file (or folder).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -51,23 +57,42 @@ pub(crate) struct FormatInfo {
     pub suffixes: &'static [&'static str],
     pub family: &'static str,
     pub layout: Layout,
-    pub probe: Probe,
-    pub peek: Peek,
-    pub open: Open,
+    /// How its files are compressed, which its reader is opened with.
+    pub compression: Compression,
+    probe: Probe,
+    peek: Peek,
+    open: Open,
+}
+
+impl FormatInfo {
+    /// Checks a file can be read, before any work (cheap: no rows read).
+    pub(crate) fn probe(&self, path: &Path) -> Result<(), DataError> {
+        (self.probe)(path, self.compression)
+    }
+
+    /// What a file shows first; `None` when it has no example (row sources).
+    pub(crate) fn peek(&self, path: &Path, options: &Options) -> Result<Option<Look>, DataError> {
+        (self.peek)(path, self.compression, options)
+    }
+
+    /// Opens a file's source.
+    pub(crate) fn open(&self, path: &Path, options: &Options) -> Result<Box<dyn Source>, DataError> {
+        (self.open)(path, self.compression, options)
+    }
 }
 
 /// Every format.
 #[rustfmt::skip]
 pub(crate) const FORMATS: &[FormatInfo] = &[
-    FormatInfo { format: Format::TfRecord, name: "tfrecord", suffixes: &[".tfrecord", ".tfrecords", ".tfrec"], family: "TFRecord", layout: Layout::Records, probe: source::tfrecord::probe_plain, peek: source::tfrecord::peek_plain, open: source::tfrecord::open_plain },
-    FormatInfo { format: Format::TfRecordGzip, name: "tfrecord-gzip", suffixes: &[".gz"], family: "TFRecord", layout: Layout::Records, probe: source::tfrecord::probe_gzip, peek: source::tfrecord::peek_gzip, open: source::tfrecord::open_gzip },
-    FormatInfo { format: Format::Npz, name: "npz", suffixes: &[".npz"], family: ".npz/.npy", layout: Layout::Columns, probe: source::probe_file, peek: source::arrays::peek_npz, open: source::arrays::open_npz },
-    FormatInfo { format: Format::NpyFolder, name: "npy-folder", suffixes: &[], family: ".npz/.npy", layout: Layout::Columns, probe: source::arrays::probe_folder, peek: source::arrays::peek_folder, open: source::arrays::open_folder },
-    FormatInfo { format: Format::Csv, name: "csv", suffixes: &[".csv"], family: "CSV", layout: Layout::Rows, probe: source::probe_file, peek: source::csv::peek, open: source::csv::open },
-    FormatInfo { format: Format::Parquet, name: "parquet", suffixes: &[".parquet", ".pq"], family: "Parquet/Arrow", layout: Layout::Columns, probe: source::probe_file, peek: source::parquet::peek, open: source::parquet::open },
-    FormatInfo { format: Format::Arrow, name: "arrow", suffixes: &[".arrow", ".feather", ".ipc"], family: "Parquet/Arrow", layout: Layout::Columns, probe: source::probe_file, peek: source::arrow::peek, open: source::arrow::open },
-    FormatInfo { format: Format::Jsonl, name: "jsonl", suffixes: &[".jsonl", ".ndjson"], family: "JSON Lines", layout: Layout::Columns, probe: source::probe_file, peek: source::jsonl::peek_plain, open: source::jsonl::open_plain },
-    FormatInfo { format: Format::JsonlGzip, name: "jsonl-gzip", suffixes: &[".jsonl.gz", ".ndjson.gz"], family: "JSON Lines", layout: Layout::Columns, probe: source::probe_file, peek: source::jsonl::peek_gzip, open: source::jsonl::open_gzip },
+    FormatInfo { format: Format::TfRecord, name: "tfrecord", suffixes: &[".tfrecord", ".tfrecords", ".tfrec"], family: "TFRecord", layout: Layout::Records, compression: Compression::None, probe: source::tfrecord::probe, peek: source::tfrecord::peek, open: source::tfrecord::open },
+    FormatInfo { format: Format::TfRecordGzip, name: "tfrecord-gzip", suffixes: &[".gz"], family: "TFRecord", layout: Layout::Records, compression: Compression::Gzip, probe: source::tfrecord::probe, peek: source::tfrecord::peek, open: source::tfrecord::open },
+    FormatInfo { format: Format::Npz, name: "npz", suffixes: &[".npz"], family: ".npz/.npy", layout: Layout::Columns, compression: Compression::None, probe: source::probe_file, peek: source::arrays::peek_npz, open: source::arrays::open_npz },
+    FormatInfo { format: Format::NpyFolder, name: "npy-folder", suffixes: &[], family: ".npz/.npy", layout: Layout::Columns, compression: Compression::None, probe: source::arrays::probe_folder, peek: source::arrays::peek_folder, open: source::arrays::open_folder },
+    FormatInfo { format: Format::Csv, name: "csv", suffixes: &[".csv"], family: "CSV", layout: Layout::Rows, compression: Compression::None, probe: source::probe_file, peek: source::csv::peek, open: source::csv::open },
+    FormatInfo { format: Format::Parquet, name: "parquet", suffixes: &[".parquet", ".pq"], family: "Parquet/Arrow", layout: Layout::Columns, compression: Compression::None, probe: source::probe_file, peek: source::parquet::peek, open: source::parquet::open },
+    FormatInfo { format: Format::Arrow, name: "arrow", suffixes: &[".arrow", ".feather", ".ipc"], family: "Parquet/Arrow", layout: Layout::Columns, compression: Compression::None, probe: source::probe_file, peek: source::arrow::peek, open: source::arrow::open },
+    FormatInfo { format: Format::Jsonl, name: "jsonl", suffixes: &[".jsonl", ".ndjson"], family: "JSON Lines", layout: Layout::Columns, compression: Compression::None, probe: source::probe_file, peek: source::jsonl::peek, open: source::jsonl::open },
+    FormatInfo { format: Format::JsonlGzip, name: "jsonl-gzip", suffixes: &[".jsonl.gz", ".ndjson.gz"], family: "JSON Lines", layout: Layout::Columns, compression: Compression::Gzip, probe: source::probe_file, peek: source::jsonl::peek, open: source::jsonl::open },
 ];
 
 impl Format {
@@ -122,8 +147,54 @@ impl Format {
     }
 }
 
+/// Every format's file name endings, in the registry's order, for
+/// messages: `.tfrecord, .tfrecords, ..., .ndjson.gz`.
+pub(crate) fn suffix_list() -> String {
+    FORMATS.iter().flat_map(|f| f.suffixes.iter().copied()).collect::<Vec<_>>().join(", ")
+}
+
+/// The families, each once in the registry's order, for messages: `all
+/// TFRecord, all .npz/.npy, ... or all JSON Lines`.
+pub(crate) fn family_list() -> String {
+    let mut families: Vec<String> = Vec::new();
+    for family in FORMATS.iter().map(|f| format!("all {}", f.family)) {
+        if !families.contains(&family) {
+            families.push(family);
+        }
+    }
+    match families.split_last() {
+        Some((last, [])) => last.clone(),
+        Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
+        None => String::new(),
+    }
+}
+
 impl std::fmt::Display for Format {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.name())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_list_the_registry_s_endings_and_families() {
+        assert_eq!(
+            suffix_list(),
+            ".tfrecord, .tfrecords, .tfrec, .gz, .npz, .csv, .parquet, .pq, .arrow, .feather, .ipc, .jsonl, .ndjson, \
+             .jsonl.gz, .ndjson.gz"
+        );
+        assert_eq!(family_list(), "all TFRecord, all .npz/.npy, all CSV, all Parquet/Arrow or all JSON Lines");
+    }
+
+    #[test]
+    fn a_compressed_format_is_its_plain_format_s_reader_with_a_compression() {
+        for (plain, compressed) in [(Format::TfRecord, Format::TfRecordGzip), (Format::Jsonl, Format::JsonlGzip)] {
+            let (plain, compressed) = (plain.info(), compressed.info());
+            assert_eq!((plain.compression, compressed.compression), (Compression::None, Compression::Gzip));
+            assert_eq!(plain.family, compressed.family);
+        }
     }
 }

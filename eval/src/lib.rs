@@ -15,6 +15,7 @@
 //! Memory does not grow with the dataset: records and rows are streamed,
 //! and ranking metrics (AUC) keep counts per distinct score, capped.
 
+mod accumulator;
 mod batch;
 pub mod bootstrap;
 pub mod calibration;
@@ -23,6 +24,7 @@ mod curve;
 pub mod data;
 mod element;
 pub mod error;
+mod evaluation;
 mod exact;
 pub mod example;
 pub mod format;

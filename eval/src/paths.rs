@@ -45,7 +45,10 @@ pub fn expand(paths: &[PathBuf], forced: Option<Format>) -> Result<Vec<(PathBuf,
         }
     }
     if files.is_empty() {
-        return Err(DataError::NoData { path: paths.first().cloned().unwrap_or_default() });
+        return Err(DataError::NoData {
+            path: paths.first().cloned().unwrap_or_default(),
+            suffixes: crate::format::suffix_list(),
+        });
     }
     let family = files[0].1.family();
     if let Some((other, format)) = files.iter().find(|(_, f)| f.family() != family) {
@@ -54,6 +57,7 @@ pub fn expand(paths: &[PathBuf], forced: Option<Format>) -> Result<Vec<(PathBuf,
             first_family: family,
             other: other.clone(),
             other_family: format.family(),
+            families: crate::format::family_list(),
         });
     }
     Ok(files)
@@ -108,14 +112,14 @@ fn resolve(
             }
         }
         if files.len() == before {
-            return Err(DataError::NoData { path: path.to_path_buf() });
+            return Err(DataError::NoData { path: path.to_path_buf(), suffixes: crate::format::suffix_list() });
         }
         return Ok(());
     }
     match forced.or_else(|| format_of(path)) {
         Some(format) => files.push((path.to_path_buf(), format)),
         None if explicit || path.extension().is_some_and(|e| e == "npy") => {
-            return Err(DataError::UnknownFormat { path: path.to_path_buf() })
+            return Err(DataError::UnknownFormat { path: path.to_path_buf(), suffixes: crate::format::suffix_list() })
         }
         // A pattern's match of another kind (`data/*` over a README) is not data.
         None => {}

@@ -100,7 +100,7 @@ impl ScoreCheck {
     /// The check of both parts of the data.
     pub(crate) fn merge(&mut self, other: &ScoreCheck) -> Result<(), String> {
         self.not_probabilities =
-            crate::state::added("not_probabilities", self.not_probabilities, other.not_probabilities)?;
+            crate::accumulator::added("not_probabilities", self.not_probabilities, other.not_probabilities)?;
         self.min = self.min.min(other.min);
         self.max = self.max.max(other.max);
         self.row_sum_min = self.row_sum_min.min(other.row_sum_min);

@@ -12,7 +12,9 @@
 //! a row is one pass over its few non-zero contributions, each a
 //! multiply-add over the R weights (drawn once per row,
 //! [`Bootstrap::weights`]); the metrics of a replicate are computed at the
-//! end by the real state's code (`State::from_plain`). Plain sums round:
+//! end by the real state's code (`State::from_plain`); where each sum sits
+//! in that list is `crate::state::task::PlainLayout`, the one definition
+//! both sides use. Plain sums round:
 //! a replicate's metric is exact to ~1e-15 relative, not to the bit.
 //!
 //! AUC. The real state's curve keeps up to 2^18 distinct scores; a
@@ -40,9 +42,10 @@
 //! the index within each shard, so a merged interval is a valid bootstrap
 //! interval but not the one a single machine draws.
 
+use crate::accumulator::Accumulator;
 use crate::bootstrap::{percentile_interval, Bootstrap};
 use crate::curve::Curve;
-use crate::state::{metric_values, Row, State};
+use crate::state::task::{metric_values, multiclass_log_loss, Cell, PlainLayout, Row, State, SumField};
 use crate::task::{Metric, Task};
 use serde_json::{json, Map, Value};
 use std::collections::{BTreeMap, HashMap};
@@ -120,35 +123,12 @@ pub struct Intervals {
     pub slices: BTreeMap<String, BTreeMap<String, MetricIntervals>>,
 }
 
-// Field indices of a replicate's sums, in `State::from_plain`'s order.
-const W: usize = 0;
-const LOG_LOSS: usize = 1;
-const PREDICTION: usize = 2;
-const LABEL: usize = 3;
-const LABEL_SQUARED: usize = 4;
-const SQUARED_ERROR: usize = 5;
-const ABSOLUTE_ERROR: usize = 6;
-const SUMS: usize = 7;
-// Binary: tp, fp, tn, fn; multiclass: correct, top_k, then tp, fp, fn per class.
-const TP: usize = SUMS;
-const FP: usize = SUMS + 1;
-const TN: usize = SUMS + 2;
-const FN: usize = SUMS + 3;
-const CORRECT: usize = SUMS;
-const TOP_K: usize = SUMS + 1;
-
-fn fields_of(task: Task) -> usize {
-    match task {
-        Task::Binary => SUMS + 4,
-        Task::Multiclass { classes } => SUMS + 2 + 3 * classes,
-        Task::Regression => SUMS,
-    }
-}
-
 /// The replicates of one state: plain sums, field by field over the replicates.
 #[derive(Debug, Clone)]
 struct Lean {
     task: Task,
+    /// Where each of the task's sums sits in `values` (per replicate).
+    layout: PlainLayout,
     replicates: usize,
     /// `values[field × R + r]`.
     values: Vec<f64>,
@@ -173,10 +153,12 @@ impl Lean {
             Task::Multiclass { classes } => classes,
             _ => 0,
         };
+        let layout = PlainLayout::of(task);
         Lean {
             task,
+            layout,
             replicates,
-            values: vec![0.0; fields_of(task) * replicates],
+            values: vec![0.0; layout.len() * replicates],
             examples: vec![0; replicates],
             present: vec![false; classes * replicates],
             curves: curves.map(|(count, cap)| (0..count).map(|_| SharedCurve::new(cap)).collect()).unwrap_or_default(),
@@ -192,21 +174,22 @@ impl Lean {
     fn add(&mut self, row: &Row<'_>, weights: &[f64], drawn: &[u32], (threshold, top_k, eps): (f64, usize, f64)) {
         let wt = row.weight;
         let r_count = self.replicates;
+        let layout = self.layout;
         for (e, w) in self.examples.iter_mut().zip(drawn) {
             *e += u64::from(*w != 0);
         }
         let sums = |lean: &mut Lean, p: f64, y: f64| {
             let error = p - y;
             for (f, c) in [
-                (W, wt),
-                (PREDICTION, wt * p),
-                (LABEL, wt * y),
-                (LABEL_SQUARED, wt * y * y),
-                (SQUARED_ERROR, wt * error * error),
-                (ABSOLUTE_ERROR, wt * error.abs()),
+                (SumField::Weight, wt),
+                (SumField::Prediction, wt * p),
+                (SumField::Label, wt * y),
+                (SumField::LabelSquared, wt * y * y),
+                (SumField::SquaredError, wt * error * error),
+                (SumField::AbsoluteError, wt * error.abs()),
             ] {
                 if c != 0.0 {
-                    axpy(lean.field(f), weights, c);
+                    axpy(lean.field(layout.sum(f)), weights, c);
                 }
             }
         };
@@ -216,33 +199,27 @@ impl Lean {
                 let positive = row.label == 1.0;
                 let q = if positive { p } else { 1.0 - p };
                 sums(self, p, row.label);
-                axpy(self.field(LOG_LOSS), weights, -wt * q.clamp(eps, 1.0 - eps).ln());
-                let cell = match (positive, p > threshold) {
-                    (true, true) => TP,
-                    (false, true) => FP,
-                    (false, false) => TN,
-                    (true, false) => FN,
-                };
-                axpy(self.field(cell), weights, wt);
+                axpy(self.field(layout.sum(SumField::LogLoss)), weights, -wt * q.clamp(eps, 1.0 - eps).ln());
+                axpy(self.field(layout.cell(Cell::of(positive, p > threshold))), weights, wt);
                 if let Some(curve) = self.curves.first_mut() {
                     curve.add(p, positive, wt, weights, r_count);
                 }
             }
-            Task::Multiclass { classes } => {
+            Task::Multiclass { .. } => {
                 let (class, predicted, scores) = (row.class, row.predicted, row.scores);
-                axpy(self.field(W), weights, wt);
+                axpy(self.field(layout.sum(SumField::Weight)), weights, wt);
                 if predicted == class {
-                    axpy(self.field(CORRECT), weights, wt);
-                    axpy(self.field(SUMS + 2 + class), weights, wt);
+                    axpy(self.field(layout.correct()), weights, wt);
+                    axpy(self.field(layout.tp(class)), weights, wt);
                 } else {
-                    axpy(self.field(SUMS + 2 + 2 * classes + class), weights, wt);
-                    axpy(self.field(SUMS + 2 + classes + predicted), weights, wt);
+                    axpy(self.field(layout.fn_(class)), weights, wt);
+                    axpy(self.field(layout.fp(predicted)), weights, wt);
                 }
                 if scores.iter().filter(|&&v| v > scores[class]).count() < top_k {
-                    axpy(self.field(TOP_K), weights, wt);
+                    axpy(self.field(layout.top_k()), weights, wt);
                 }
-                let loss = crate::state::multiclass_log_loss(row, eps);
-                axpy(self.field(LOG_LOSS), weights, wt * loss);
+                let loss = multiclass_log_loss(row, eps);
+                axpy(self.field(layout.sum(SumField::LogLoss)), weights, wt * loss);
                 for c in [class, predicted] {
                     for (present, w) in self.present[c * r_count..(c + 1) * r_count].iter_mut().zip(drawn) {
                         *present |= *w != 0;
@@ -262,7 +239,7 @@ impl Lean {
             return Err("replicates of different tasks or curves".into());
         }
         for (a, b) in self.examples.iter_mut().zip(&other.examples) {
-            *a = crate::state::added("replicate examples", *a, *b)?;
+            *a = crate::accumulator::added("replicate examples", *a, *b)?;
         }
         self.values.iter_mut().zip(&other.values).for_each(|(a, b)| *a += b);
         self.present.iter_mut().zip(&other.present).for_each(|(a, b)| *a |= b);
@@ -312,7 +289,7 @@ impl Lean {
                 .filter(|list| Some(list.len()) == n)
                 .ok_or_else(|| format!("\"{key}\" is not {what} entries"))
         };
-        let values = sized("values", fields_of(task).checked_mul(replicates))?;
+        let values = sized("values", PlainLayout::of(task).len().checked_mul(replicates))?;
         let values =
             values.iter().map(Value::as_f64).collect::<Option<Vec<f64>>>().ok_or("\"values\" holds a non-number")?;
         let examples = sized("examples", Some(replicates))?;
@@ -341,7 +318,7 @@ impl Lean {
                 curves
             }
         };
-        Ok(Lean { task, replicates, values, examples, present, curves })
+        Ok(Lean { task, layout: PlainLayout::of(task), replicates, values, examples, present, curves })
     }
 }
 
@@ -448,10 +425,10 @@ impl SharedCurve {
         for (slot, score) in self.scores.iter().enumerate() {
             let (pos, neg) = (self.counts[slot * 2 * n + r], self.counts[(slot * 2 + 1) * n + r]);
             if pos != 0.0 {
-                curve.add(*score, true, pos);
+                curve.add((*score, true, pos));
             }
             if neg != 0.0 {
-                curve.add(*score, false, neg);
+                curve.add((*score, false, neg));
             }
         }
         curve

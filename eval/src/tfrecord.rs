@@ -262,7 +262,7 @@ const WALK_BUFFER: usize = 8 << 10;
 /// One walk over the record headers: each length is believed only after its
 /// CRC checks and only as far as the file goes, and the data and its CRC are
 /// seeked over, not read: a bad data CRC does not move a record to another
-/// range (the range's reader meets it). At most [`WALK_BUFFER`] bytes are
+/// range (the range's reader meets it). At most `WALK_BUFFER` bytes are
 /// read per record header, and no more than the file's size plus that buffer
 /// in all when records are smaller.
 pub fn first_record_from<F: Read + Seek>(file: F, size: u64, from: u64) -> io::Result<u64> {

@@ -42,19 +42,7 @@ fn reading_and_scoring_a_large_tfrecord_keeps_peak_rss_bounded() {
     assert!(size > 200_000_000, "{size} bytes");
 
     let before = peak_rss_kib();
-    let spec = DataSpec {
-        paths: vec![path],
-        label: "label".into(),
-        weight: None,
-        slices: vec![],
-        renames: vec![],
-        limit: None,
-        batch_size: 256,
-        skip_corrupt: false,
-        shard: None,
-        format: None,
-        example_key: None,
-    };
+    let spec = DataSpec::new(vec![path], "label", 256);
     let signature = SignatureInfo {
         key: "serving_default".into(),
         inputs: vec![TensorSpec { name: "x".into(), dtype: DType::Float32, shape: Some(vec![None, Some(values)]) }],

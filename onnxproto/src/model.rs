@@ -1,7 +1,7 @@
 //! The model as isorun sees it, in its own types: what `ls`, `inspect` and
 //! the run planner need, apart from how it was read off the wire.
 
-use isorun_protocol::DType;
+use isorun_protocol::{DType, ErrorKind, ModelError, SignatureInfo, TensorSpec};
 use std::fmt;
 use std::path::{Path, PathBuf};
 
@@ -30,14 +30,54 @@ pub struct OnnxModel {
 }
 
 impl OnnxModel {
-    /// External-data files that are not there (or are not files).
-    pub fn missing_external_files(&self) -> Vec<&ExternalFile> {
-        self.external_data.iter().filter(|f| !f.path.is_file()).collect()
-    }
-
     /// The folder the model's external data is resolved against.
     pub fn folder(&self) -> &Path {
         self.path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."))
+    }
+
+    /// The graph's inputs and outputs as a signature (an ONNX model has one
+    /// graph, no signature keys: `key` is the graph's name, `graph` when it
+    /// has none), for the same input checks and casts a SavedModel's
+    /// signature gets. A symbolic or unknown dimension is `None`.
+    ///
+    /// An input or output isorun cannot carry (a sequence, map, sparse
+    /// tensor, or an element type such as complex64 or float8) is
+    /// `unsupported_dtype`, naming it, its type and what to do: isorun's
+    /// tensors are dense, of its dtypes.
+    pub fn signature(&self) -> Result<SignatureInfo, ModelError> {
+        let spec = |value: &ValueInfo, role: &str| -> Result<TensorSpec, ModelError> {
+            let unsupported = |why: String| {
+                ModelError::new(
+                    ErrorKind::UnsupportedDtype,
+                    format!("{}: {role} '{}' is {}: {why}", self.path.display(), value.name, value.value_type),
+                )
+            };
+            let ValueType::Tensor { elem, shape } = &value.value_type else {
+                let hint = match &value.value_type {
+                    ValueType::Sequence(inner) if matches!(**inner, ValueType::Map { .. }) => {
+                        "; a scikit-learn classifier's ZipMap: convert it with skl2onnx's option \
+                         {'zipmap': False} to get a probabilities tensor"
+                    }
+                    _ => "",
+                };
+                return Err(unsupported(format!("isorun carries dense tensors only{hint}")));
+            };
+            let dtype = elem.dtype().ok_or_else(|| unsupported("isorun has no dtype for its elements".into()))?;
+            let shape = shape.as_ref().map(|dims| {
+                dims.iter()
+                    .map(|d| match d {
+                        Dim::Fixed(n) => Some(*n),
+                        Dim::Symbolic(_) | Dim::Unknown => None,
+                    })
+                    .collect()
+            });
+            Ok(TensorSpec { name: value.name.clone(), dtype, shape })
+        };
+        let inputs = self.inputs.iter().map(|v| spec(v, "input")).collect::<Result<Vec<_>, _>>()?;
+        let mut outputs = self.outputs.iter().map(|v| spec(v, "output")).collect::<Result<Vec<_>, _>>()?;
+        outputs.sort_by(|a, b| a.name.cmp(&b.name));
+        let key = if self.graph_name.is_empty() { "graph".to_string() } else { self.graph_name.clone() };
+        Ok(SignatureInfo { key, inputs, outputs })
     }
 }
 

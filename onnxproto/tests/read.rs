@@ -73,7 +73,7 @@ fn external_data_is_found_beside_the_model() {
     let file = &model.external_data[0];
     assert_eq!((file.location.as_str(), file.tensors), ("weights.bin", 1));
     assert_eq!(file.path, path.parent().unwrap().join("weights.bin"));
-    assert!(model.missing_external_files().is_empty());
+    assert!(model.external_data.iter().all(|f| f.path.is_file()));
 }
 
 #[test]
@@ -135,7 +135,7 @@ fn external_data_outside_the_model_s_folder_is_refused() {
     let path = write(dir.path(), "inside.onnx", &external_model("data/w.bin"));
     let model = read_model(&path).unwrap();
     assert_eq!(model.external_data[0].path, dir.path().join("data/w.bin"));
-    assert_eq!(model.missing_external_files().len(), 1);
+    assert_eq!(model.external_data.iter().filter(|f| !f.path.is_file()).count(), 1);
 }
 
 #[test]
@@ -186,4 +186,35 @@ fn types_nested_past_the_limit_are_refused() {
     let path = write(dir.path(), "deep.onnx", &[vec![0x08, 8], field(7, &output)].concat());
     let message = read_model(&path).unwrap_err().to_string();
     assert!(message.contains("types nested more than 32 deep"), "{message}");
+}
+
+#[test]
+fn the_graph_is_a_signature_with_unknown_dims_as_none_and_outputs_sorted() {
+    let info = read_model(&fixture("dtypes.onnx")).unwrap().signature().unwrap();
+    let inputs: Vec<String> = info.inputs.iter().map(|s| s.describe()).collect();
+    assert_eq!(
+        inputs,
+        [
+            "half (float16, [?, 8])",
+            "brain (bfloat16, [2, ?])",
+            "text (string, [?])",
+            "flag (bool, [])",
+            "ids (int64, <unknown rank>)",
+            "small (uint8, [?, 3, 3])",
+        ]
+    );
+    let names: Vec<&str> = info.outputs.iter().map(|s| s.name.as_str()).collect();
+    let mut sorted = names.clone();
+    sorted.sort();
+    assert_eq!(names, sorted, "outputs in name order, as workers answer");
+    assert_eq!(info.outputs.len(), 6);
+}
+
+#[test]
+fn a_zipmap_output_is_unsupported_dtype_naming_it_and_the_fix() {
+    let error = read_model(&fixture("sequence_map.onnx")).unwrap().signature().unwrap_err();
+    assert_eq!(error.kind, isorun_protocol::ErrorKind::UnsupportedDtype);
+    assert!(error.message.contains("sequence_map.onnx"), "{}", error.message);
+    assert!(error.message.contains("output 'probabilities' is sequence<map<int64, float32[]>>"), "{}", error.message);
+    assert!(error.message.contains("zipmap"), "{}", error.message);
 }

@@ -5,6 +5,7 @@
 //! the fault-injection worker agree on one definition.
 
 mod banner;
+mod causes;
 mod dtype;
 pub mod matching;
 mod message;
@@ -12,10 +13,11 @@ mod outcome;
 mod tensor;
 
 pub use banner::is_tensorflow_banner;
+pub use causes::with_causes;
 pub use dtype::{tf_code_name, DType};
 pub use message::{
-    Hello, OnednnWarmup, Preload, Preloaded, RunRequest, SandboxSpec, SessionConfig, SignatureInfo, TensorSpec,
-    ToWorker, UnitResult, WarmRequest, WorkerMessage,
+    ExecutionProvider, Hello, OnednnWarmup, OnnxSession, Preload, Preloaded, RunRequest, Runtime, SandboxSpec,
+    SessionConfig, SignatureInfo, TensorSpec, ToWorker, UnitResult, WarmRequest, WorkerMessage,
 };
 pub use outcome::{
     human_bytes, short_number, signal_name, Breach, ErrorKind, ModelError, NotRunReason, Outcome, Phase,
@@ -24,7 +26,7 @@ pub use tensor::{Tensor, TensorData, TensorError};
 
 /// Bumped on every change of the wire types; a worker whose `Hello` carries
 /// another version is a `protocol_error`.
-pub const PROTOCOL_VERSION: u32 = 12;
+pub const PROTOCOL_VERSION: u32 = 16;
 
 /// Exit codes of `isorun`, documented in the README.
 pub mod exit_code {

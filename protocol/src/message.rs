@@ -85,6 +85,23 @@ pub struct RunRequest {
     /// Confine the worker before it loads anything (applied once, on the
     /// first request that carries it).
     pub sandbox: Option<SandboxSpec>,
+    /// The runtime that loads `model_dir` (protocol 13).
+    pub runtime: Runtime,
+}
+
+/// Which runtime a worker loads a model with.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Runtime {
+    /// libtensorflow, linked into the worker: `model_dir` is a SavedModel
+    /// folder, `tags` and `signature` pick what runs.
+    #[default]
+    TensorFlow,
+    /// ONNX Runtime's C library at `library` (`libonnxruntime.so.1.N`),
+    /// opened by the worker after its fork (a zygote may have opened it,
+    /// never created an environment or session): `model_dir` is the `.onnx`
+    /// file, `tags` and `signature` are ignored, and the outputs are every
+    /// graph output, sorted by name.
+    Onnx { library: String },
 }
 
 /// What a spare warms up with: the unit's sandbox and session options.
@@ -117,14 +134,49 @@ pub struct Preload {
     pub config: SessionConfig,
     /// Custom-op libraries to load first, as the unit's requests carry them.
     pub libraries: Vec<String>,
+    /// The runtime the unit's requests name (protocol 15): an ONNX model is
+    /// preloaded by opening ONNX Runtime and making its environment and the
+    /// session here, in the spare, after its fork.
+    pub runtime: Runtime,
 }
 
 /// A spare's preload that worked: the model is held for the unit.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Preloaded {
     /// The load's wall time (the worker's word: the supervisor caps it at
     /// the time since the spare's fork).
     pub load_ms: u64,
+    /// An ONNX model's session; `None` for a SavedModel.
+    pub onnx: Option<OnnxSession>,
+}
+
+/// How an ONNX model's session was made: the execution provider, and why
+/// the CUDA provider was not used where it was tried.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OnnxSession {
+    pub execution_provider: ExecutionProvider,
+    /// ONNX Runtime's word when the CUDA provider was tried and could not
+    /// make the session (it was then made on the CPU).
+    pub cuda_error: Option<String>,
+}
+
+/// The ONNX Runtime execution provider a session was made with: the CUDA
+/// provider where the library has it and the worker sees a GPU, the CPU's
+/// otherwise (a closed set: isorun asks for no other).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ExecutionProvider {
+    Cpu,
+    Cuda,
+}
+
+impl ExecutionProvider {
+    /// The name records give it: `cpu`, `cuda`.
+    pub fn name(self) -> &'static str {
+        match self {
+            ExecutionProvider::Cpu => "cpu",
+            ExecutionProvider::Cuda => "cuda",
+        }
+    }
 }
 
 /// What a sandboxed worker may still do.
@@ -208,10 +260,12 @@ pub enum UnitResult {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum WorkerMessage {
     Hello(Hello),
-    /// The model of `unit` is loaded, in `load_ms` (sent only when the request loaded it).
+    /// The model of `unit` is loaded, in `load_ms` (sent only when the
+    /// request loaded it); `onnx`: how an ONNX model's session was made.
     Loaded {
         unit: u64,
         load_ms: u64,
+        onnx: Option<OnnxSession>,
     },
     /// `unit` is over; `run_us` is the time of the session run alone, in
     /// microseconds (milliseconds, truncated per request, lost most of a

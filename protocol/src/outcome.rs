@@ -33,6 +33,8 @@ pub enum ErrorKind {
     /// A Keras model file could not be exported to a SavedModel (unreadable
     /// file, unknown custom class, a Lambda in safe mode, no Python with Keras).
     ExportFailed,
+    /// ONNX Runtime failed while running an ONNX model (protocol 14).
+    Onnxruntime,
 }
 
 impl ErrorKind {
@@ -48,6 +50,7 @@ impl ErrorKind {
             ErrorKind::Dataset => "dataset",
             ErrorKind::Evaluation => "evaluation",
             ErrorKind::ExportFailed => "export_failed",
+            ErrorKind::Onnxruntime => "onnxruntime",
         }
     }
 }
@@ -62,7 +65,8 @@ impl fmt::Display for ErrorKind {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ModelError {
     pub kind: ErrorKind,
-    /// TensorFlow's status code name (`INVALID_ARGUMENT`, ...), when TensorFlow said it.
+    /// TensorFlow's status code name (`INVALID_ARGUMENT`, ...), or ONNX
+    /// Runtime's (`ORT_FAIL`, ...), when the runtime said it.
     pub code: Option<String>,
     pub message: String,
 }

@@ -395,3 +395,28 @@ def test_keras_files_export_with_the_python_isorun_is_installed_in(fixtures: Pat
     assert result.examples == 150
     export = result.record["export"]
     assert export["from"] == "keras" and export["cached"] is False, export
+
+
+def test_an_onnx_model_runs_beside_numpy_as_onnxruntime_would(fixtures: Path):
+    # two_inputs.onnx: sum = a + b, product = a * b (onnx.helper, float32 [batch, 3]).
+    a = np.arange(6, dtype=np.float32).reshape(2, 3)
+    b = np.full((2, 3), 1.5, np.float32)
+    [result] = isorun.run(fixtures / "onnx" / "two_inputs.onnx", {"a": a, "b": b})
+    assert result.ok, result
+    np.testing.assert_array_equal(result.outputs["sum"], a + b)
+    np.testing.assert_array_equal(result.outputs["product"], a * b)
+    assert result.record["onnxruntime"]["execution_provider"] == "cpu", result.record
+
+
+def test_python_m_isorun_fetch_onnxruntime_fills_the_cache_workers_load(fixtures: Path, tmp_path: Path, monkeypatch):
+    target = tmp_path / "ort"
+    monkeypatch.setenv("ISORUN_ONNXRUNTIME_DIR", str(target))
+    ran = subprocess.run([sys.executable, "-m", "isorun", "fetch-onnxruntime"], capture_output=True, text=True)
+    assert ran.returncode == 0, ran.stderr
+    libraries = sorted(p.name for p in target.glob("libonnxruntime.so.1.*"))
+    assert libraries and (target / ".complete").is_file(), list(target.iterdir())
+    again = subprocess.run([sys.executable, "-m", "isorun", "fetch-onnxruntime"], capture_output=True, text=True)
+    assert again.returncode == 0 and "nothing to do" in again.stderr, again.stderr
+    [result] = isorun.run(fixtures / "onnx" / "mlp.onnx", {"x": np.ones((1, 4), np.float32)})
+    assert result.ok, result
+    assert result.record["onnxruntime"]["library"].startswith(str(target)), result.record

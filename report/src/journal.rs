@@ -238,8 +238,7 @@ pub fn unit_key(model: &Model, parts: &KeyParts) -> io::Result<String> {
         // A Keras file: its own bytes (its export is a function of them and the settings).
         hash_file(&mut hasher, &model.path, "keras file")?;
     } else if model.format == isorun_engine::ModelFormat::Onnx {
-        // An ONNX file: its own bytes (its external data is not hashed yet, issue 41).
-        hash_file(&mut hasher, &model.path, "onnx file")?;
+        hash_onnx_model(&mut hasher, &model.path)?;
     } else {
         hash_model_tree(&mut hasher, &model.path)?;
     }
@@ -253,6 +252,43 @@ pub fn unit_key(model: &Model, parts: &KeyParts) -> io::Result<String> {
         hash_tree(&mut hasher, &dir.join(&model.id), "expected")?;
     }
     Ok(hasher.finalize().iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// An ONNX file: its own bytes, each external-data file it keeps tensors
+/// in (each once, in the model's order: new weights beside an unchanged
+/// graph are a new key), and the ONNX Runtime that runs it (its library's
+/// file name carries its version; the worker's identity is keyed apart).
+/// External data the model may not have read (missing, not a regular file,
+/// hidden, outside its folder: `engine::external_data_files`) is keyed by
+/// that reason and never opened: the unit ends `load_failed` before any
+/// worker, and one such model is never a reason for the run to stop.
+fn hash_onnx_model(hasher: &mut Sha256, path: &Path) -> io::Result<()> {
+    hash_file(hasher, path, "onnx file")?;
+    if let Ok(model) = isorun_onnxproto::read_model(path) {
+        match isorun_engine::external_data_files(&model) {
+            Ok(files) => {
+                // Keyed by where each lies in the model's folder, so a copied folder keeps its keys.
+                let folder = std::fs::canonicalize(model.folder()).unwrap_or_default();
+                for file in files {
+                    hasher.update(file.strip_prefix(&folder).unwrap_or(&file).as_os_str().as_encoded_bytes());
+                    hasher.update([0]);
+                    if let Err(e) = hash_file(hasher, &file, "onnx external data") {
+                        hasher.update(format!("unreadable: {:?}", e.kind()).as_bytes());
+                    }
+                }
+            }
+            Err(why) => {
+                hasher.update(b"onnx external data refused\0");
+                hasher.update(why.as_bytes());
+            }
+        }
+    }
+    hasher.update(b"onnxruntime\0");
+    match isorun_engine::onnxruntime() {
+        Ok(found) => hasher.update(found.library.file_name().unwrap_or_default().as_encoded_bytes()),
+        Err(_) => hasher.update(b"none"),
+    }
+    Ok(())
 }
 
 fn hash_file(hasher: &mut Sha256, path: &Path, name: &str) -> io::Result<()> {
@@ -438,6 +474,47 @@ mod tests {
         assert_eq!(first, unit_key(&model, &parts()).unwrap());
         std::fs::write(&file, b"zip v2").unwrap();
         assert_ne!(first, unit_key(&model, &parts()).unwrap(), "a new checkpoint in the same file, a new key");
+    }
+
+    #[test]
+    fn an_onnx_key_is_its_bytes_and_its_external_data() {
+        let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/onnx/external");
+        let tmp = tempfile::tempdir().unwrap();
+        for name in ["external.onnx", "weights.bin"] {
+            std::fs::copy(fixtures.join(name), tmp.path().join(name)).unwrap();
+        }
+        let file = tmp.path().join("external.onnx");
+        let model = Model { id: "external.onnx".into(), path: file.clone(), format: isorun_engine::ModelFormat::Onnx };
+        let first = unit_key(&model, &parts()).unwrap();
+        assert_eq!(first, unit_key(&model, &parts()).unwrap());
+        let weights = tmp.path().join("weights.bin");
+        let mut bytes = std::fs::read(&weights).unwrap();
+        bytes[0] ^= 1;
+        std::fs::write(&weights, &bytes).unwrap();
+        let second = unit_key(&model, &parts()).unwrap();
+        assert_ne!(first, second, "new external weights beside the same graph, a new key");
+        let mut graph = std::fs::read(&file).unwrap();
+        graph.push(0);
+        std::fs::write(&file, &graph).unwrap();
+        assert_ne!(second, unit_key(&model, &parts()).unwrap(), "a new graph, a new key");
+    }
+
+    /// External data an ONNX model may not have read (a FIFO, a hidden
+    /// file) is keyed by why, never opened and never an error of the run;
+    /// two spellings of one file are hashed once.
+    #[test]
+    fn onnx_external_data_that_cannot_be_read_is_keyed_not_opened() {
+        let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/onnx/external");
+        let tmp = tempfile::tempdir().unwrap();
+        std::fs::copy(fixtures.join("external.onnx"), tmp.path().join("external.onnx")).unwrap();
+        let fifo = std::ffi::CString::new(tmp.path().join("weights.bin").as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: mkfifo on a path we own.
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+        let file = tmp.path().join("external.onnx");
+        let model = Model { id: "external.onnx".into(), path: file, format: isorun_engine::ModelFormat::Onnx };
+        // A FIFO nobody writes would hang a reader: the key is made at once.
+        let key = unit_key(&model, &parts()).expect("a key, not an error");
+        assert_eq!(key, unit_key(&model, &parts()).unwrap());
     }
 
     #[test]

@@ -92,6 +92,20 @@ pub fn unit_record(model: &Model, report: &UnitReport) -> Value {
     if let Some(forked) = report.worker_forked {
         r.insert("worker_start".into(), json!(if forked { "fork" } else { "exec" }));
     }
+    // An ONNX model that reached a worker: the ONNX Runtime it ran with, and
+    // the execution provider its session was made with (once it loaded).
+    if model.format == isorun_engine::ModelFormat::Onnx && report.worker_id.is_some() {
+        if let Ok(found) = isorun_engine::onnxruntime() {
+            let mut fields = json!({"version": found.version, "library": found.library.to_string_lossy()});
+            if let Some(session) = &report.onnx {
+                fields["execution_provider"] = json!(session.execution_provider.name());
+                if let Some(error) = &session.cuda_error {
+                    fields["cuda_error"] = json!(error);
+                }
+            }
+            r.insert("onnxruntime".into(), fields);
+        }
+    }
     if let Some(spare) = &report.spare {
         let mut fields = json!({"warm_ms": spare.warm_ms, "waited_ms": spare.waited_ms});
         if let Some(error) = &spare.warm_error {
@@ -135,7 +149,10 @@ fn ms(d: std::time::Duration) -> Value {
 /// `load` (0 when its spare loaded the model ahead: `spare.preload_ms`) and
 /// `run` as the worker timed them; `ipc` the requests' round
 /// trips less the worker's sandbox, load and run; `data` and `score` for a
-/// fed unit (waiting for the next decoded batch, scoring outputs), with
+/// fed unit (the slot's wait for the next decoded batch, and its wait on
+/// scoring: `eval` scores each batch on a thread beside the worker, so
+/// `score` is the time the slot waited for room in that thread's queue of
+/// two batches and, at the end, for the last ones to be scored), with
 /// `data_decode` beside them (the decoding done on the prefetch thread while
 /// the worker ran: overlapped, not one of `wall_ms`'s parts, as
 /// `spare_wait`); `spare_wait` (the wait
@@ -149,7 +166,7 @@ fn phases_record(report: &UnitReport, phases: &isorun_engine::Phases) -> Value {
     let mut p = Map::new();
     let sandbox: Duration = phases.sandbox.iter().map(|(_, d)| *d).sum();
     // A model its spare loaded ahead (`spare.preload_ms`) took none of the unit's wall time.
-    let preloaded = report.spare.as_ref().and_then(|s| s.preloaded).is_some();
+    let preloaded = report.spare.as_ref().is_some_and(|s| s.preloaded.is_some());
     let load = Duration::from_millis(if preloaded { 0 } else { report.load_ms.unwrap_or(0) });
     // The worker's own microseconds, summed; a record without them, its milliseconds.
     let run = if phases.run > Duration::ZERO { phases.run } else { Duration::from_millis(report.run_ms.unwrap_or(0)) };

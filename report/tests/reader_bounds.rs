@@ -132,24 +132,10 @@ fn predictions(dir: &Path, width: u64, rows: usize, batches: usize) -> PathBuf {
         model: "m".into(),
         output: "p".into(),
         output_shape: Some(vec![None, Some(width)]),
-        outputs: vec![],
-        label_kind: None,
-        label: "y".into(),
-        weight: None,
-        slices: vec![],
-        example_key: None,
         metrics: vec!["accuracy".into()],
-        threshold: 0.5,
-        top_k: 5,
-        from_logits: false,
-        task: None,
-        first_batch_rows: 0,
-        examples: 0,
         data_digest: "dddddddddddddddddddddddd".into(),
-        data_shard: None,
-        skipped_corrupt: 0,
-        calibration_bins: 15,
         max_confusion_classes: 1_000_000_000_000,
+        ..Meta::new("y")
     };
     let mut writer = PredictionsWriter::create(dir, PredictionsFormat::Parquet, meta, false).unwrap();
     for b in 0..batches {

@@ -4,12 +4,12 @@
 //! the two commands cannot drift apart.
 
 use crate::cli::{Format, SharedRunArgs};
+use crate::error::CliError;
 use crate::printer::{print_summary, progress_bar, Printer};
-use crate::settings::statuses;
+use crate::settings::RunSettings;
 use crate::support::{lock_given_outputs, watch_signals, with_causes, write_run_report};
 use isorun_engine::{
-    discover, latest_versions, worker_version, CancelToken, Engine, Event, Feed, Model, PreparedInputs, Settings,
-    Sinks, STATUSES,
+    discover, latest_versions, worker_version, CancelToken, Engine, Event, Feed, Model, PreparedInputs, Settings, Sinks,
 };
 use isorun_protocol::{exit_code, signal_name, NotRunReason, Outcome};
 use isorun_report::journal::{read_journal, resumed_record, runtime_identity, unit_key, Journal, KeyParts};
@@ -30,7 +30,8 @@ pub enum Work<'a> {
 
 /// A validated run, ready to go.
 pub struct Plan<'a> {
-    pub args: &'a SharedRunArgs,
+    /// The run's settings, checked once (`crate::settings`).
+    pub run: &'a RunSettings,
     pub quiet: bool,
     pub started: Instant,
     pub started_at: SystemTime,
@@ -73,9 +74,9 @@ fn lacks_values(record: &Value) -> bool {
 
 /// Runs the plan: resumes from the journal, runs the rest, prints a record
 /// per model in model order, writes the reports; the exit code.
-pub fn execute(plan: Plan) -> Result<i32, String> {
+pub fn execute(plan: Plan) -> Result<i32, CliError> {
     let Plan {
-        args,
+        run,
         quiet,
         started,
         started_at,
@@ -91,33 +92,23 @@ pub fn execute(plan: Plan) -> Result<i32, String> {
     // Before any work: another run writing one of these files would lose
     // this run's models, or this run its.
     let mut output_locks = lock_given_outputs(&[
-        ("--report", args.report.as_deref()),
-        ("--junit", args.junit.as_deref()),
-        ("--html", args.html.as_deref()),
-        ("--journal", args.journal.as_deref()),
+        ("--report", run.report.as_deref()),
+        ("--junit", run.junit.as_deref()),
+        ("--html", run.html.as_deref()),
+        ("--journal", run.journal.as_deref()),
     ])?;
-    if let Some(folder) = &args.output_dir {
-        let shard = args.shard.map(|shard| (shard.index, shard.count));
+    if let Some(folder) = &run.output_dir {
+        let shard = run.shard.map(|shard| (shard.index, shard.count));
         output_locks.lock_folder("--output-dir", folder, shard).map_err(|e| with_causes(&e))?;
     }
     let settings = &settings;
-    let fail_on = if args.fail_on.is_empty() {
-        STATUSES[1..].iter().map(|s| s.to_string()).collect()
-    } else {
-        statuses("--fail-on", &args.fail_on)?
-    };
-    let format = match (args.json, args.format) {
-        (true, _) => Format::Jsonl,
-        (false, Some(format)) => format,
-        (false, None) if io::stdout().is_terminal() => Format::Table,
-        (false, None) => Format::Jsonl,
-    };
+    let (format, fail_on) = (run.format, run.fail_on.clone());
 
     // The journal: keys for every model, and the units already done.
     let mut keys: Vec<Option<String>> = vec![None; models.len()];
     let mut resumed: BTreeMap<usize, Value> = BTreeMap::new();
     let mut journal = None;
-    if let Some(path) = &args.journal {
+    if let Some(path) = &run.journal {
         // The worker and TensorFlow that will compute: asked once, before any key.
         let version = worker_version(&settings.spawn, Duration::from_secs(60));
         if let Err(e) = &version {
@@ -136,7 +127,7 @@ pub fn execute(plan: Plan) -> Result<i32, String> {
                 unit_key(model, &parts).map_err(|e| format!("{}: cannot read the model: {e}", model.path.display()))?,
             );
         }
-        if args.resume {
+        if run.resume {
             let done = read_journal(path)?;
             let mut without_values = 0;
             for (index, key) in keys.iter().enumerate() {
@@ -169,10 +160,8 @@ pub fn execute(plan: Plan) -> Result<i32, String> {
     let signals = watch_signals(Arc::clone(&stop)).map_err(|e| format!("cannot install signal handlers: {e}"))?;
     let bar = (!quiet && io::stderr().is_terminal()).then(|| progress_bar(models.len() as u64));
     let mut printer = Printer::new(&models, format, bar, fail_on);
-    printer.keep_records = (args.summary && format == Format::Jsonl)
-        || args.report.is_some()
-        || args.junit.is_some()
-        || args.html.is_some();
+    printer.keep_records =
+        (run.summary && format == Format::Jsonl) || run.report.is_some() || run.junit.is_some() || run.html.is_some();
     for (index, record) in resumed {
         printer.accept(index, record);
     }
@@ -218,7 +207,7 @@ pub fn execute(plan: Plan) -> Result<i32, String> {
             }
             stop.request(0);
         }
-        if args.max_failures.is_some_and(|n| printer.failures as u64 >= n) {
+        if run.max_failures.is_some_and(|n| printer.failures as u64 >= n) {
             stop.drain();
         }
     };
@@ -237,15 +226,15 @@ pub fn execute(plan: Plan) -> Result<i32, String> {
 
     let records = std::mem::take(&mut printer.records);
     let mut report_failed = journal_error.is_some();
-    if args.report.is_some() || args.junit.is_some() || args.html.is_some() {
-        let files = [args.report.as_deref(), args.junit.as_deref(), args.html.as_deref()];
+    if run.report.is_some() || run.junit.is_some() || run.html.is_some() {
+        let files = [run.report.as_deref(), run.junit.as_deref(), run.html.as_deref()];
         if !write_run_report(&records, started_at, report_settings, tensorflow_version, files) {
             report_failed = true;
         }
     }
     // A table ends with its totals line; JSON Lines get the table and totals on stderr with --summary.
     printer.finish(started.elapsed());
-    if args.summary && format == Format::Jsonl {
+    if run.summary && format == Format::Jsonl {
         print_summary(&records, started.elapsed());
     }
     let failed = printer.failures > 0;

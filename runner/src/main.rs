@@ -7,6 +7,7 @@ mod cli;
 mod commands;
 mod config;
 mod drive;
+mod error;
 mod output_lock;
 mod printer;
 mod settings;
@@ -15,6 +16,8 @@ mod support;
 mod warmup;
 
 use clap::Parser;
+use error::CliError;
+use std::ffi::OsString;
 
 fn main() {
     // The Keras export sandbox launcher: confine this process, exec Python.
@@ -33,25 +36,29 @@ fn main() {
         std::process::exit(126);
     }
     quiet_broken_pipe();
-    // `run --config FILE` puts the file's settings on the command line first.
-    let args = match config::expand_command_line(std::env::args_os().collect()) {
-        Ok(args) => args,
-        Err(e) => {
-            support::print_error(support::with_causes(&e));
-            std::process::exit(isorun_protocol::exit_code::USAGE);
+    let code = match run(std::env::args_os().collect()) {
+        Ok(code) => code,
+        Err(error) => {
+            error.print();
+            error.process_exit_code()
         }
     };
-    let cli = match cli::Cli::try_parse_from(&args) {
-        Ok(cli) => cli,
-        Err(e) => match cli::run_flag_given_to_eval(&e, &args) {
-            Some(message) => {
-                support::print_error(message);
-                std::process::exit(isorun_protocol::exit_code::USAGE);
-            }
-            // Help, version and every other error as clap renders them.
-            None => e.exit(),
-        },
-    };
+    std::process::exit(code);
+}
+
+/// Parses the command line and runs the command; its exit code, or why
+/// nothing (more) ran.
+fn run(raw: Vec<OsString>) -> Result<i32, CliError> {
+    // `run --config FILE` puts the file's settings on the command line first.
+    let args = config::expand_command_line(raw)?;
+    // Help, version and every other refusal as clap renders them, but one of
+    // `run`'s flags given to `eval`, which clap would call a model path.
+    let cli = cli::Cli::try_parse_from(&args).map_err(|e| {
+        match cli::run_flag_given_to_eval(&e, &args, &<cli::Cli as clap::CommandFactory>::command()) {
+            Some(message) => CliError::Usage(message),
+            None => CliError::Clap(e),
+        }
+    })?;
     let level = match (cli.quiet, cli.verbose) {
         (true, _) => tracing::Level::ERROR,
         (false, 0) => tracing::Level::WARN,
@@ -68,14 +75,7 @@ fn main() {
         .with_target(false)
         .without_time()
         .init();
-    let code = match commands::dispatch(cli) {
-        Ok(code) => code,
-        Err(e) => {
-            crate::support::print_error(e);
-            isorun_protocol::exit_code::USAGE
-        }
-    };
-    std::process::exit(code);
+    commands::dispatch(cli)
 }
 
 /// A `println!` whose reader went away (`isorun cache ls | head -1`)

@@ -1,17 +1,21 @@
 //! `isorun run`'s flags turned into validated settings: the engine's
-//! [`Settings`], and what becomes of each unit's outputs (`--output-dir`,
-//! `--expect`). A problem here is a usage error (exit 2), found before any
-//! work starts.
+//! [`Settings`], what becomes of each unit's outputs (`--output-dir`,
+//! `--expect`), and of its record (the format, the journal, the reports,
+//! `--fail-on`). A problem here is a usage error (exit 2), found before any
+//! work starts. Built once per run; the driver (`drive.rs`) reads these,
+//! never the flags.
 
-use crate::cli::{ExpectArgs, RunArgs, SandboxMode, SharedRunArgs, SpawnMode as SpawnFlag};
+use crate::cli::{ExpectArgs, Format, RunArgs, SandboxMode, SharedRunArgs, SpawnMode as SpawnFlag};
 use crate::support::{private_work_dir, seconds, workers_libtensorflow};
 use isorun_engine::gpus::{self, nvml};
 use isorun_engine::locations::{default_libtensorflow_dir_for, libtensorflow_dir, worker_binary};
 use isorun_engine::{OutputSink, Settings, Sinks, SpawnMode, SpawnSpec, WriteNpy, STATUSES};
 use isorun_protocol::{SandboxSpec, SessionConfig};
+use isorun_report::shard::Shard;
 use isorun_tensors::golden::Expect;
 use isorun_transport::DEFAULT_MAX_FRAME;
 use serde_json::{json, Value};
+use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -23,6 +27,24 @@ pub struct RunSettings {
     pub output_dir: Option<PathBuf>,
     /// `--expect`, `--rtol`, `--atol`.
     pub expect: Option<Expect>,
+    /// How records print: `--format`, `--json`, else a table on a terminal
+    /// and JSON Lines otherwise.
+    pub format: Format,
+    /// `--summary`.
+    pub summary: bool,
+    /// `--report`, `--junit`, `--html`.
+    pub report: Option<PathBuf>,
+    pub junit: Option<PathBuf>,
+    pub html: Option<PathBuf>,
+    /// `--journal`, and whether to `--resume` from it.
+    pub journal: Option<PathBuf>,
+    pub resume: bool,
+    /// `--fail-on`, checked [default: every status but ok].
+    pub fail_on: Vec<String>,
+    /// `--max-failures`.
+    pub max_failures: Option<u64>,
+    /// `--shard`: the `--output-dir` lock is the shard's.
+    pub shard: Option<Shard>,
     /// The sandboxed workers' private empty working folder, removed when
     /// the run's settings are dropped (`--sandbox strict` only).
     #[expect(dead_code, reason = "held so the folder lives as long as the run")]
@@ -172,7 +194,33 @@ fn settings(
         Some((dir, golden)) => Some(Expect { dir: dir.clone(), rtol: golden.rtol, atol: golden.atol }),
         None => None,
     };
-    Ok(RunSettings { engine, output_dir: args.output_dir.clone(), expect, work_dir })
+    let fail_on = if args.fail_on.is_empty() {
+        STATUSES[1..].iter().map(|s| s.to_string()).collect()
+    } else {
+        statuses("--fail-on", &args.fail_on)?
+    };
+    let format = match (args.json, args.format) {
+        (true, _) => Format::Jsonl,
+        (false, Some(format)) => format,
+        (false, None) if std::io::stdout().is_terminal() => Format::Table,
+        (false, None) => Format::Jsonl,
+    };
+    Ok(RunSettings {
+        engine,
+        output_dir: args.output_dir.clone(),
+        expect,
+        format,
+        summary: args.summary,
+        report: args.report.clone(),
+        junit: args.junit.clone(),
+        html: args.html.clone(),
+        journal: args.journal.clone(),
+        resume: args.resume,
+        fail_on,
+        max_failures: args.max_failures,
+        shard: args.shard,
+        work_dir,
+    })
 }
 
 /// The libtensorflow folder for workers: the one asked for; with `--gpus`

@@ -37,21 +37,7 @@ pub fn print_stdout(bytes: &[u8]) -> Result<i32, String> {
     }
 }
 
-/// An error and its causes, as one line: `file.npy: cannot read: No such file or directory`.
-/// A cause whose text the message already ends with is not repeated.
-pub fn with_causes(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        let cause_text = cause.to_string();
-        if !text.ends_with(&cause_text) {
-            text.push_str(": ");
-            text.push_str(&cause_text);
-        }
-        source = cause.source();
-    }
-    text
-}
+pub use isorun_protocol::with_causes;
 
 /// Locks the output files given, as `(flag, path)` with the paths not
 /// given left out, until the locks returned drop; an error is the usage

@@ -17,8 +17,9 @@
 //! a session of its own, which the same filter keeps it in: no `setpgid`,
 //! no `setsid`), `no_network` (a new network
 //! namespace: no interface but a down loopback), `no_new_privs`,
-//! `no_core_dumps`, `clean_env` (an allow-list: `TF_*`, `CUDA_*`, locale,
-//! the library path), `fd_limit`, and `work_dir` (its own empty working
+//! `no_core_dumps`, `clean_env` (an allow-list, [`keeps_user_variable`]:
+//! `TF_*`, `ORT_*`, `CUDA_*`, `OMP_*`, `KMP_*`, locale, and the library path
+//! isorun sets), `fd_limit`, and `work_dir` (its own empty working
 //! folder). Where the worker may see a GPU (`CUDA_VISIBLE_DEVICES` not
 //! empty), Landlock also lets it use the `/dev/nvidia*` devices there are.
 //! Landlock and seccomp bind this thread and the threads it starts later,
@@ -61,9 +62,18 @@ const LIBRARY_DIRS: &[&str] = &["/lib", "/lib64", "/usr/lib", "/usr/lib64", "/us
 const GPU_READ_PATHS: &[&str] = &["/proc/driver/nvidia", "/sys/bus/pci", "/sys/module/nvidia"];
 
 /// True unless `CUDA_VISIBLE_DEVICES` hides every GPU (isorun sets it empty
-/// for workers of a run without `--gpus`).
-fn gpu_visible() -> bool {
-    std::env::var_os("CUDA_VISIBLE_DEVICES").is_none_or(|v| !v.is_empty() && v != "-1")
+/// for workers of a run without `--gpus`). CUDA reads the list up to its
+/// first entry that names no device, so it hides them all when the first
+/// entry is not an index or a `GPU-`/`MIG-` id (`""`, `-1`, Slurm's
+/// `NoDevFiles`). The worker's ONNX sessions decide on CUDA by this too.
+pub fn gpu_visible() -> bool {
+    std::env::var("CUDA_VISIBLE_DEVICES").map_or(true, |v| names_a_device(&v))
+}
+
+/// Whether a `CUDA_VISIBLE_DEVICES` value leaves CUDA a device.
+fn names_a_device(value: &str) -> bool {
+    let first = value.split(',').next().unwrap_or("").trim();
+    first.parse::<u32>().is_ok() || first.starts_with("GPU-") || first.starts_with("MIG-")
 }
 
 /// The NVIDIA device files there are (`/dev/nvidiactl`, `/dev/nvidia0`,
@@ -80,13 +90,24 @@ fn gpu_paths() -> (Vec<std::path::PathBuf>, Vec<std::path::PathBuf>) {
     (devices, read)
 }
 
-/// Environment variables a worker keeps (prefixes and names).
-/// `ISORUN_SYMBOL_CACHE` (isorun_protocol::ENV_SYMBOL_CACHE) is the folder
-/// of symbol indexes the supervisor gives a zygote even in a cleared
-/// environment (its oneDNN warm-up reads it before each fork), and so every
-/// worker forked from it: a path isorun chose, not the user's environment.
-const ENV_PREFIXES: &[&str] = &["TF_", "CUDA_", "LC_", "OMP_", "KMP_"];
-const ENV_NAMES: &[&str] = &["LANG", "LANGUAGE", "LD_LIBRARY_PATH", "LD_BIND_NOW", "TZ", "ISORUN_SYMBOL_CACHE"];
+/// The user's environment variables a sandboxed worker keeps (prefixes and
+/// names): the runtimes' own settings (`TF_*`, ONNX Runtime's `ORT_*`,
+/// CUDA's, OpenMP's) and the locale. The supervisor clears a sandboxed
+/// worker's environment down to these before exec, and the sandbox drops
+/// anything else from the live copy.
+const USER_ENV_PREFIXES: &[&str] = &["TF_", "ORT_", "CUDA_", "LC_", "OMP_", "KMP_"];
+const USER_ENV_NAMES: &[&str] = &["LANG", "LANGUAGE", "TZ"];
+/// Variables isorun itself sets for a worker, also kept. `ISORUN_SYMBOL_CACHE`
+/// (isorun_protocol::ENV_SYMBOL_CACHE) is the folder of symbol indexes the
+/// supervisor gives a zygote even in a cleared environment (its oneDNN
+/// warm-up reads it before each fork), and so every worker forked from it:
+/// a path isorun chose, not the user's environment.
+const ISORUN_ENV_NAMES: &[&str] = &["LD_LIBRARY_PATH", "LD_BIND_NOW", "ISORUN_SYMBOL_CACHE"];
+
+/// Whether a sandboxed worker keeps the user's variable `name`.
+pub fn keeps_user_variable(name: &str) -> bool {
+    USER_ENV_NAMES.contains(&name) || USER_ENV_PREFIXES.iter().any(|p| name.starts_with(p))
+}
 
 /// Protections in force, and those that could not be applied.
 pub struct Applied {
@@ -144,7 +165,7 @@ pub fn apply_with_options(spec: &SandboxSpec, writable: &[std::path::PathBuf], o
     // Environment: the supervisor starts sandboxed workers with a cleared
     // one (a model can read /proc/self/environ, which no unsetenv changes);
     // report whether it did, and drop anything else from the live copy.
-    let keep = |name: &str| ENV_NAMES.contains(&name) || ENV_PREFIXES.iter().any(|p| name.starts_with(p));
+    let keep = |name: &str| ISORUN_ENV_NAMES.contains(&name) || keeps_user_variable(name);
     let mut clean = true;
     for (name, _) in std::env::vars_os() {
         let name = name.to_string_lossy().into_owned();
@@ -277,4 +298,20 @@ fn restrict_files(
         .add_rules(path_beneath_rules(gpu_devices, read | AccessFs::WriteFile | AccessFs::IoctlDev))?
         .restrict_self()?;
     Ok(status)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::names_a_device;
+
+    /// CUDA's reading of `CUDA_VISIBLE_DEVICES`: the first entry decides.
+    #[test]
+    fn a_device_list_hides_every_gpu_when_its_first_entry_names_none() {
+        for shown in ["0", "1,0", " 2 ", "GPU-5b3c2f1e-aaaa", "MIG-1f2e", "0,-1"] {
+            assert!(names_a_device(shown), "{shown:?} leaves a device");
+        }
+        for hidden in ["", " ", "-1", "-1,0", "NoDevFiles", "none"] {
+            assert!(!names_a_device(hidden), "{hidden:?} hides every device");
+        }
+    }
 }

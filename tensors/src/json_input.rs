@@ -3,23 +3,36 @@
 //! the dtype the signature declares, and only where that is exact: a JSON
 //! integer into float32 is fine, 1.5 into int64 is an error naming the input.
 //! Floats also take "NaN", "Infinity" and "-Infinity"; strings take UTF-8
-//! text or `{"base64": "..."}`.
+//! text or `{"base64": "..."}`. The grammar of a value (leaves, shape,
+//! nesting limits) is `json_value`'s, which `eval`'s JSON Lines reads too.
 
-use base64::Engine;
+use crate::json_value::{Leaf, Node, WalkError, Walker};
 use half::{bf16, f16};
 use isorun_protocol::{DType, ErrorKind, ModelError, SignatureInfo, Tensor, TensorSpec};
 use serde_json::Value;
 use std::path::Path;
 
 /// The signature `key` of the meta graph tagged `tags`, read from
-/// `saved_model.pb` without TensorFlow (JSON inputs need its dtypes).
+/// `saved_model.pb` without TensorFlow (JSON inputs need its dtypes); for
+/// an `.onnx` file, its graph's inputs and outputs (`tags` and `key` do not
+/// apply: an ONNX model has one graph), read without ONNX Runtime.
 pub fn signature_of(dir: &Path, tags: &[String], key: &str) -> Result<SignatureInfo, ModelError> {
+    if is_onnx_file(dir) {
+        let model = isorun_onnxproto::read_model(dir)
+            .map_err(|e| ModelError::new(ErrorKind::LoadFailed, isorun_protocol::with_causes(&e)))?;
+        return model.signature();
+    }
     let model_error = |e: isorun_tfproto::SavedModelError| ModelError::new(e.kind(), e.to_string());
     let graphs = isorun_tfproto::read_saved_model(dir).map_err(model_error)?;
     let graph = isorun_tfproto::find_meta_graph(&graphs, tags, dir).map_err(model_error)?;
     // Only the signature asked for: others may hold dtypes isorun cannot carry.
     let (info, _) = isorun_tfproto::signature(&graph.def, key).map_err(model_error)?;
     Ok(info)
+}
+
+/// Whether `path` names an ONNX model (a file ending `.onnx`) rather than a SavedModel folder.
+pub fn is_onnx_file(path: &Path) -> bool {
+    path.extension().is_some_and(|e| e.eq_ignore_ascii_case("onnx")) && !path.is_dir()
 }
 
 /// Converts JSON inputs for a signature. The name `""` stands for a bare
@@ -53,104 +66,79 @@ pub fn tensors_for_signature(
         .collect()
 }
 
-/// Converts one JSON input for the signature input `spec`.
+/// Converts one JSON input for the signature input `spec`: walked by the
+/// grammar JSON Lines uses too (`json_value`), each leaf converted as it is
+/// met.
 pub fn tensor_from_json(spec: &TensorSpec, value: &Value) -> Result<Tensor, String> {
     let name = &spec.name;
-    let mut shape = Vec::new();
-    let mut probe = value;
-    while let Value::Array(items) = probe {
-        shape.push(items.len() as u64);
-        match items.first() {
-            Some(first) => probe = first,
-            None => break,
+    let at = |i: u64, node: &Value| format!("input '{name}': element {i} is {}", node.describe());
+    let (mut strings, mut bytes) = (Vec::new(), Vec::new());
+    let (mut leaves, mut wrong) = (0u64, None);
+    let mut walker = Walker::new("", |node: &Value, leaf| {
+        let i = leaves;
+        leaves += 1;
+        if wrong.is_some() {
+            return;
         }
-    }
-    let mut leaves = Vec::new();
-    flatten(value, &shape, &mut leaves).map_err(|e| format!("input '{name}': {e}"))?;
-    let at = |i: usize| format!("input '{name}': element {i}");
-    if spec.dtype == DType::String {
-        let strings = leaves
-            .iter()
-            .enumerate()
-            .map(|(i, v)| {
-                string_bytes(v).ok_or_else(|| format!("{} is {v}, not a string or {{\"base64\": ...}}", at(i)))
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        return Ok(Tensor::strings(shape, strings));
-    }
-    let mut bytes = Vec::with_capacity(leaves.len() * spec.dtype.element_size().unwrap_or(1));
-    for (i, leaf) in leaves.iter().enumerate() {
-        let wrong = || format!("{} is {leaf}, which is not exactly a {}", at(i), spec.dtype);
-        match spec.dtype {
-            DType::Float32 => bytes.extend((float(leaf).ok_or_else(wrong)? as f32).to_le_bytes()),
-            DType::Float64 => bytes.extend(float(leaf).ok_or_else(wrong)?.to_le_bytes()),
-            DType::Float16 => bytes.extend(f16::from_f64(float(leaf).ok_or_else(wrong)?).to_le_bytes()),
-            DType::BFloat16 => bytes.extend(bf16::from_f64(float(leaf).ok_or_else(wrong)?).to_le_bytes()),
-            DType::Bool => bytes.push(u8::from(leaf.as_bool().ok_or_else(wrong)?)),
-            DType::Int8 => {
-                bytes.extend(i8::try_from(integer(leaf).ok_or_else(wrong)?).map_err(|_| wrong())?.to_le_bytes())
+        if spec.dtype == DType::String {
+            match leaf {
+                Leaf::String(s) => strings.push(s.into_bytes()),
+                Leaf::Bytes(b) => strings.push(b),
+                _ => wrong = Some(format!("{}, not a string or {{\"base64\": ...}}", at(i, node))),
             }
-            DType::Int16 => {
-                bytes.extend(i16::try_from(integer(leaf).ok_or_else(wrong)?).map_err(|_| wrong())?.to_le_bytes())
-            }
-            DType::Int32 => {
-                bytes.extend(i32::try_from(integer(leaf).ok_or_else(wrong)?).map_err(|_| wrong())?.to_le_bytes())
-            }
-            DType::Int64 => {
-                bytes.extend(i64::try_from(integer(leaf).ok_or_else(wrong)?).map_err(|_| wrong())?.to_le_bytes())
-            }
-            DType::UInt8 => {
-                bytes.extend(u8::try_from(integer(leaf).ok_or_else(wrong)?).map_err(|_| wrong())?.to_le_bytes())
-            }
-            DType::UInt16 => {
-                bytes.extend(u16::try_from(integer(leaf).ok_or_else(wrong)?).map_err(|_| wrong())?.to_le_bytes())
-            }
-            DType::UInt32 => {
-                bytes.extend(u32::try_from(integer(leaf).ok_or_else(wrong)?).map_err(|_| wrong())?.to_le_bytes())
-            }
-            DType::UInt64 => {
-                bytes.extend(u64::try_from(integer(leaf).ok_or_else(wrong)?).map_err(|_| wrong())?.to_le_bytes())
-            }
-            DType::String => unreachable!("handled above"),
+            return;
         }
+        if !push_element(spec.dtype, &leaf, &mut bytes) {
+            wrong = Some(format!("{}, which is not exactly a {}", at(i, node), spec.dtype));
+        }
+    });
+    match walker.walk(value, 0) {
+        Ok(()) => {}
+        Err(WalkError::Ragged(detail)) => return Err(format!("input '{name}': nested lists are ragged ({detail})")),
+        Err(WalkError::Syntax(reason)) => return Err(format!("input '{name}': {reason}")),
     }
-    Ok(Tensor::dense(spec.dtype, shape, bytes))
+    let shape = walker.dims();
+    if let Some(reason) = wrong {
+        return Err(reason);
+    }
+    Ok(match spec.dtype {
+        DType::String => Tensor::strings(shape, strings),
+        dtype => Tensor::dense(dtype, shape, bytes),
+    })
 }
 
-/// Collects the leaves in row-major order, checking the nesting is rectangular.
-fn flatten<'a>(value: &'a Value, shape: &[u64], out: &mut Vec<&'a Value>) -> Result<(), String> {
-    match (value, shape.split_first()) {
-        (Value::Array(items), Some((&n, rest))) => {
-            if items.len() as u64 != n {
-                return Err(format!("nested lists are ragged (a list of {} where {n} were expected)", items.len()));
-            }
-            items.iter().try_for_each(|item| flatten(item, rest, out))
-        }
-        (Value::Array(_), None) => Err("nested lists are ragged (a list where a value was expected)".into()),
-        (_, Some(_)) => Err(format!("nested lists are ragged ({value} where a list was expected)")),
-        (leaf, None) => {
-            out.push(leaf);
-            Ok(())
-        }
+/// Appends `leaf` as one element of `dtype` (not a string); false when it
+/// is not exactly one: a JSON integer fits a float, 1.5 does not fit int64.
+fn push_element(dtype: DType, leaf: &Leaf, bytes: &mut Vec<u8>) -> bool {
+    fn int<T: TryFrom<i128>>(leaf: &Leaf) -> Option<T> {
+        T::try_from(integer(leaf)?).ok()
     }
-}
-
-fn float(value: &Value) -> Option<f64> {
-    match value {
-        Value::Number(n) => n.as_f64(),
-        Value::String(s) => match s.as_str() {
-            "NaN" => Some(f64::NAN),
-            "Infinity" => Some(f64::INFINITY),
-            "-Infinity" => Some(f64::NEG_INFINITY),
-            _ => None,
-        },
-        _ => None,
+    let mut put = |element: &[u8]| {
+        bytes.extend_from_slice(element);
+        true
+    };
+    let float = leaf.as_f64();
+    match dtype {
+        DType::Float32 => float.is_some_and(|f| put(&(f as f32).to_le_bytes())),
+        DType::Float64 => float.is_some_and(|f| put(&f.to_le_bytes())),
+        DType::Float16 => float.is_some_and(|f| put(&f16::from_f64(f).to_le_bytes())),
+        DType::BFloat16 => float.is_some_and(|f| put(&bf16::from_f64(f).to_le_bytes())),
+        DType::Bool => matches!(leaf, Leaf::Bool(b) if put(&[u8::from(*b)])),
+        DType::Int8 => int::<i8>(leaf).is_some_and(|v| put(&v.to_le_bytes())),
+        DType::Int16 => int::<i16>(leaf).is_some_and(|v| put(&v.to_le_bytes())),
+        DType::Int32 => int::<i32>(leaf).is_some_and(|v| put(&v.to_le_bytes())),
+        DType::Int64 => int::<i64>(leaf).is_some_and(|v| put(&v.to_le_bytes())),
+        DType::UInt8 => int::<u8>(leaf).is_some_and(|v| put(&v.to_le_bytes())),
+        DType::UInt16 => int::<u16>(leaf).is_some_and(|v| put(&v.to_le_bytes())),
+        DType::UInt32 => int::<u32>(leaf).is_some_and(|v| put(&v.to_le_bytes())),
+        DType::UInt64 => int::<u64>(leaf).is_some_and(|v| put(&v.to_le_bytes())),
+        DType::String => false,
     }
 }
 
 /// An integer, from a JSON integer or a float with no fractional part.
-fn integer(value: &Value) -> Option<i128> {
-    let Value::Number(n) = value else { return None };
+fn integer(leaf: &Leaf) -> Option<i128> {
+    let Leaf::Number(n) = leaf else { return None };
     if let Some(i) = n.as_i64() {
         return Some(i128::from(i));
     }
@@ -159,17 +147,6 @@ fn integer(value: &Value) -> Option<i128> {
     }
     let f = n.as_f64()?;
     (f.fract() == 0.0 && f.abs() < 1.8e19).then_some(f as i128)
-}
-
-fn string_bytes(value: &Value) -> Option<Vec<u8>> {
-    match value {
-        Value::String(s) => Some(s.as_bytes().to_vec()),
-        Value::Object(map) if map.len() == 1 => {
-            let encoded = map.get("base64")?.as_str()?;
-            base64::engine::general_purpose::STANDARD.decode(encoded).ok()
-        }
-        _ => None,
-    }
 }
 
 #[cfg(test)]

@@ -15,6 +15,7 @@ pub mod golden;
 pub mod inputs;
 pub mod json_cost;
 pub mod json_input;
+pub mod json_value;
 pub mod npy;
 pub mod output;
 pub mod pipe;

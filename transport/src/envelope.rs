@@ -405,6 +405,7 @@ mod tests {
             load_only: false,
             libraries: Vec::new(),
             sandbox: None,
+            runtime: isorun_protocol::Runtime::TensorFlow,
         })
     }
 

@@ -1,4 +1,4 @@
-//! `isorun-worker --in-process [--batch N] [--signature KEY] [--repeat N]
+//! `isorun-worker --in-process [--batch N] [--signature KEY] [--repeat N] [--onnxruntime PATH]
 //! MODEL...`: loads and runs every model one after another in this one
 //! process, with zero inputs shaped from each signature (unknown dimensions
 //! become N, default 1), and prints one line per model and the total. It is
@@ -18,7 +18,19 @@
 //! for up to 50 µs before they sleep, as `pipe`'s defaults do) and writes
 //! the answer. That is the floor plus the bare process boundary, with none
 //! of isorun's supervisor, protocol or sandbox: what `pipe` is bounded by.
+//!
+//! A MODEL that ends in `.onnx` is loaded and run through ONNX Runtime's C
+//! API exactly as a worker does (`onnx.rs`: one session created and
+//! released per model, zero inputs shaped from the graph, unknown
+//! dimensions = `--batch N`), with the library named by `--onnxruntime
+//! PATH` (a flag and not `locate.rs`'s search, so that the floor opens the
+//! very file the bench gave isorun: the worker is told its library by the
+//! supervisor too, and has no search of its own). A first line gives the
+//! time to open the library alone (its `dlopen`, what a zygote could do
+//! before it forks). It is the floor for the bench's ONNX rows; `--pipe`
+//! takes SavedModels only.
 
+use crate::onnx::OnnxModel;
 use crate::tf::SavedModel;
 use crate::warm::{with_dense_bytes, zero_inputs};
 use isorun_protocol::matching::match_inputs;
@@ -36,6 +48,7 @@ pub fn main(args: &[String]) -> i32 {
     let mut pipe = false;
     let mut caller_thread = false;
     let mut across_processes = false;
+    let mut onnxruntime: Option<String> = None;
     let mut rest = args.iter();
     while let Some(arg) = rest.next() {
         match arg.as_str() {
@@ -45,6 +58,7 @@ pub fn main(args: &[String]) -> i32 {
             "--pipe" => pipe = true,
             "--caller-thread" => caller_thread = true,
             "--across-processes" => across_processes = true,
+            "--onnxruntime" => onnxruntime = rest.next().cloned(),
             model => models.push(model.to_string()),
         }
     }
@@ -53,7 +67,10 @@ pub fn main(args: &[String]) -> i32 {
         intra_op_threads: cpus,
         inter_op_threads: cpus,
         ops_on_caller_thread: caller_thread,
-        spin_us: 0,
+        // As `isorun pipe`'s default `--spin-us 50`, so that an ONNX
+        // session here spins between requests as a piped worker's does (the
+        // floor itself has no socket to poll).
+        spin_us: if pipe { 50 } else { 0 },
         gpu_allow_growth: true,
         gpu_memory_fraction: None,
         skip_grappler: false,
@@ -69,7 +86,30 @@ pub fn main(args: &[String]) -> i32 {
         return serve_pipe(Path::new(model_dir), &signature, &config);
     }
     let started = Instant::now();
+    if let Some(library) = onnxruntime.as_deref().filter(|_| models.iter().any(|m| is_onnx(m))) {
+        // The library alone (what a zygote could do before it forks), then
+        // the first model pays the environment.
+        let opening = Instant::now();
+        if let Err(e) = crate::onnx::open_library(library) {
+            eprintln!("{e}");
+            return 1;
+        }
+        println!("{library}\topen {:.1} ms", opening.elapsed().as_secs_f64() * 1e3);
+    }
     for model_dir in &models {
+        if is_onnx(model_dir) {
+            let Some(library) = &onnxruntime else {
+                eprintln!(
+                    "{model_dir}: an .onnx model needs --onnxruntime PATH (ONNX Runtime's libonnxruntime.so.1.*)"
+                );
+                return 2;
+            };
+            if let Err(e) = run_onnx(library, model_dir, batch, repeat, &config) {
+                eprintln!("{model_dir}: {e}");
+                return 1;
+            }
+            continue;
+        }
         let unit = Instant::now();
         let model = match SavedModel::load(Path::new(model_dir), &["serve".to_string()], &config) {
             Ok(model) => model,
@@ -116,6 +156,45 @@ pub fn main(args: &[String]) -> i32 {
     }
     println!("total\t{:.3} s\t{} models", started.elapsed().as_secs_f64(), models.len());
     0
+}
+
+/// Whether `model` names an ONNX file (by its extension, as discovery does).
+fn is_onnx(model: &str) -> bool {
+    Path::new(model).extension().is_some_and(|e| e.eq_ignore_ascii_case("onnx"))
+}
+
+/// Loads the `.onnx` file at `path` with ONNX Runtime's library at
+/// `library`, runs it once on zero inputs (`repeat` more times after) and
+/// releases its session, printing the lines `main` prints for a SavedModel.
+fn run_onnx(library: &str, path: &str, batch: u64, repeat: u64, config: &SessionConfig) -> Result<(), ModelError> {
+    let unit = Instant::now();
+    let mut model = OnnxModel::load(library, path, config)?;
+    let loaded = unit.elapsed();
+    let inputs: Vec<(String, Tensor)> = {
+        let signature = model.signature()?;
+        let tensors = zero_inputs(signature, batch);
+        signature.inputs.iter().map(|spec| spec.name.clone()).zip(tensors).collect()
+    };
+    let mut run_time = std::time::Duration::ZERO;
+    model.run(&inputs, &[], &mut run_time)?;
+    println!("{path}\tload {:.1} ms\ttotal {:.1} ms", loaded.as_secs_f64() * 1e3, unit.elapsed().as_secs_f64() * 1e3);
+    if repeat > 0 {
+        let runs = Instant::now();
+        let mut first = None;
+        for _ in 0..repeat {
+            let one = Instant::now();
+            model.run(&inputs, &[], &mut run_time)?;
+            first.get_or_insert(one.elapsed());
+        }
+        println!(
+            "{path}\trepeat {repeat} runs\t{:.3} s\tfirst {:.3} ms",
+            runs.elapsed().as_secs_f64(),
+            first.unwrap_or_default().as_secs_f64() * 1e3
+        );
+    }
+    // The session is released here, before the next model's is created.
+    drop(model);
+    Ok(())
 }
 
 /// Answers JSON Lines on stdin as `isorun pipe` does, in this process.

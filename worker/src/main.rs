@@ -13,6 +13,7 @@
 mod elf_symbol;
 mod in_process;
 mod onednn;
+mod onnx;
 mod serve;
 mod symbol_index;
 mod tf;

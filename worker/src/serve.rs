@@ -3,13 +3,17 @@
 //! `Finished`, and exit. A spare first gets `Warm` (see `warm.rs`), answered
 //! with `Warmed`; it may load its unit's model then (a preload). A model
 //! loaded once stays loaded for the next request for the same folder and
-//! tags; a different model replaces it.
+//! tags (the same `.onnx` file, for ONNX Runtime); a different model
+//! replaces it. Each request names its runtime: TensorFlow (`tf.rs`) or
+//! ONNX Runtime (`onnx.rs`).
 
+use crate::onnx::OnnxModel;
 use crate::tf::{load_libraries, tensorflow_version, SavedModel};
 use crate::warm;
 use isorun_protocol::matching::match_inputs;
 use isorun_protocol::{
-    ErrorKind, Hello, ModelError, RunRequest, SandboxSpec, ToWorker, UnitResult, WorkerMessage, PROTOCOL_VERSION,
+    ErrorKind, Hello, ModelError, RunRequest, Runtime, SandboxSpec, ToWorker, UnitResult, WorkerMessage,
+    PROTOCOL_VERSION,
 };
 use isorun_transport::{dense_bytes, write_frame, FrameError, Inbox, SharedMemory, DEFAULT_MAX_FRAME};
 use std::collections::HashSet;
@@ -30,7 +34,27 @@ enum WarmUp<'a> {
 struct Loaded {
     dir: String,
     tags: Vec<String>,
-    model: SavedModel,
+    model: Model,
+}
+
+/// A loaded model, with the runtime that loaded it.
+enum Model {
+    TensorFlow(SavedModel),
+    Onnx { library: String, model: OnnxModel },
+}
+
+impl Loaded {
+    /// True if it is the model `request` asks for: the same SavedModel
+    /// folder and tags, or the same `.onnx` file with the same library
+    /// (whose tags mean nothing).
+    fn serves(&self, request: &RunRequest) -> bool {
+        self.dir == request.model_dir
+            && match (&self.model, &request.runtime) {
+                (Model::TensorFlow(_), Runtime::TensorFlow) => self.tags == request.tags,
+                (Model::Onnx { library, .. }, Runtime::Onnx { library: asked }) => library == asked,
+                _ => false,
+            }
+    }
 }
 
 /// Serves the supervisor until it says `Shutdown` or goes away.
@@ -110,12 +134,32 @@ pub fn serve(mut socket: UnixStream) -> io::Result<()> {
                 }
                 spare_sandbox = Some(warm.sandbox.clone());
                 let (error, preloaded) = match warm_up {
+                    // An ONNX model: ONNX Runtime opened, its environment and the
+                    // session made here, after the fork, and held for the unit's `Run`
+                    // (no TensorFlow warm-up: the unit runs no TensorFlow).
+                    WarmUp::Preload(preload) if matches!(preload.runtime, Runtime::Onnx { .. }) => {
+                        let Runtime::Onnx { library } = &preload.runtime else { unreachable!("matched above") };
+                        let started = Instant::now();
+                        let load = || OnnxModel::load(library, &preload.model_dir, &preload.config);
+                        match catch_unwind(AssertUnwindSafe(load)) {
+                            Ok(Ok(model)) => {
+                                let (dir, tags) = (preload.model_dir.clone(), preload.tags.clone());
+                                let onnx = Some(model.session_made().clone());
+                                let model = Model::Onnx { library: library.clone(), model };
+                                loaded = Some(Loaded { dir, tags, model });
+                                let load_ms = started.elapsed().as_millis() as u64;
+                                (None, Some(isorun_protocol::Preloaded { load_ms, onnx }))
+                            }
+                            Ok(Err(e)) => (Some(format!("preloading the unit's model: {e}")), None),
+                            Err(panic) => (Some(panic_message(&panic)), None),
+                        }
+                    }
                     // The unit's own model is the warm-up: loaded once, held for its `Run`.
                     WarmUp::Preload(preload) => {
                         match catch_unwind(AssertUnwindSafe(|| warm::preload(preload, &mut libraries))) {
                             Ok(Ok((model, preloaded))) => {
                                 let (dir, tags) = (preload.model_dir.clone(), preload.tags.clone());
-                                loaded = Some(Loaded { dir, tags, model });
+                                loaded = Some(Loaded { dir, tags, model: Model::TensorFlow(model) });
                                 // The first run's process-wide set-up (oneDNN's kernels), on a
                                 // graph of our own, unless the zygote made the kernels.
                                 let gemm = match crate::onednn::warmed() {
@@ -169,8 +213,11 @@ pub fn serve(mut socket: UnixStream) -> io::Result<()> {
                     write_frame(&mut socket, &message)?;
                 }
                 let answer = catch_unwind(AssertUnwindSafe(|| {
-                    if let Err(e) = load_libraries(&request.libraries, &mut libraries) {
-                        return Ok((0, UnitResult::Err(e)));
+                    // Custom-op libraries are TensorFlow's.
+                    if request.runtime == Runtime::TensorFlow {
+                        if let Err(e) = load_libraries(&request.libraries, &mut libraries) {
+                            return Ok((0, UnitResult::Err(e)));
+                        }
                     }
                     run_unit(&mut socket, &mut loaded, &request, &shared)
                 }));
@@ -191,25 +238,43 @@ fn run_unit(
     shared: &[SharedMemory],
 ) -> io::Result<(u64, UnitResult)> {
     let started = Instant::now();
-    let reuse = matches!(loaded, Some(l) if l.dir == request.model_dir && l.tags == request.tags);
+    let reuse = loaded.as_ref().is_some_and(|l| l.serves(request));
     if !reuse {
         // Drop the old model first, so that two are never held at once.
         *loaded = None;
-        match SavedModel::load(Path::new(&request.model_dir), &request.tags, &request.config) {
+        let model = match &request.runtime {
+            Runtime::TensorFlow => {
+                SavedModel::load(Path::new(&request.model_dir), &request.tags, &request.config).map(Model::TensorFlow)
+            }
+            Runtime::Onnx { library } => OnnxModel::load(library, &request.model_dir, &request.config)
+                .map(|model| Model::Onnx { library: library.clone(), model }),
+        };
+        match model {
             Ok(model) => *loaded = Some(Loaded { dir: request.model_dir.clone(), tags: request.tags.clone(), model }),
             Err(e) => return Ok((0, UnitResult::Err(e))),
         }
     }
-    let model = &loaded.as_ref().expect("loaded above").model;
+    let model = &mut loaded.as_mut().expect("loaded above").model;
     // `Loaded` only when this request loaded the model: the supervisor knows
     // when it sends a model's next request to the worker that holds it, and
     // one message less is one wake-up less for it per request.
     if !reuse {
         write_frame(
             socket,
-            &WorkerMessage::Loaded { unit: request.unit, load_ms: started.elapsed().as_millis() as u64 },
+            &WorkerMessage::Loaded {
+                unit: request.unit,
+                load_ms: started.elapsed().as_millis() as u64,
+                onnx: match model {
+                    Model::TensorFlow(_) => None,
+                    Model::Onnx { model, .. } => Some(model.session_made().clone()),
+                },
+            },
         )?;
     }
+    let model = match model {
+        Model::TensorFlow(model) => model,
+        Model::Onnx { model, .. } => return Ok(run_onnx(model, request, shared)),
+    };
     if request.load_only {
         return Ok((
             0,
@@ -229,6 +294,24 @@ fn run_unit(
             Err(e) => UnitResult::Err(e),
         },
     ))
+}
+
+/// Runs a loaded `.onnx` model (or, for `load_only`, checks that isorun
+/// can carry what it takes and gives); `run_us` is ONNX Runtime's run alone.
+fn run_onnx(model: &mut OnnxModel, request: &RunRequest, shared: &[SharedMemory]) -> (u64, UnitResult) {
+    if request.load_only {
+        return match model.signature() {
+            Ok(_) => (0, UnitResult::Ok { outputs: Vec::new() }),
+            Err(e) => (0, UnitResult::Err(e)),
+        };
+    }
+    let mut run_time = std::time::Duration::ZERO;
+    let result = model.run(&request.inputs, shared, &mut run_time);
+    let run_us = run_time.as_micros() as u64;
+    match result {
+        Ok(outputs) => (run_us, UnitResult::Ok { outputs }),
+        Err(e) => (run_us, UnitResult::Err(e)),
+    }
 }
 
 fn run_signature(
@@ -298,6 +381,7 @@ mod tests {
             load_only: false,
             libraries: Vec::new(),
             sandbox: Some(elsewhere),
+            runtime: isorun_protocol::Runtime::TensorFlow,
         };
         RequestEnvelope::new(&ToWorker::Run(request), Vec::new()).send(&ours).unwrap();
         match next(&mut reader) {
@@ -332,6 +416,7 @@ mod tests {
             load_only: true,
             libraries: Vec::new(),
             sandbox: None,
+            runtime: isorun_protocol::Runtime::TensorFlow,
         };
         let spare = |dir: &str| {
             let (ours, theirs) = UnixStream::pair().unwrap();
@@ -339,7 +424,13 @@ mod tests {
             let mut reader = ours.try_clone().unwrap();
             assert!(matches!(next(&mut reader), WorkerMessage::Hello(_)));
             let warm_dir = tempfile::tempdir().unwrap();
-            let preload = Preload { model_dir: dir.into(), tags: vec!["serve".into()], config, libraries: Vec::new() };
+            let preload = Preload {
+                model_dir: dir.into(),
+                tags: vec!["serve".into()],
+                config,
+                libraries: Vec::new(),
+                runtime: Runtime::TensorFlow,
+            };
             let warm = WarmRequest {
                 sandbox: None,
                 config,

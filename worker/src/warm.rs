@@ -80,7 +80,7 @@ pub fn preload(preload: &Preload, libraries: &mut HashSet<String>) -> Result<(Sa
     let started = std::time::Instant::now();
     load_libraries(&preload.libraries, libraries)?;
     let model = SavedModel::load(Path::new(&preload.model_dir), &preload.tags, &preload.config)?;
-    Ok((model, Preloaded { load_ms: started.elapsed().as_millis() as u64 }))
+    Ok((model, Preloaded { load_ms: started.elapsed().as_millis() as u64, onnx: None }))
 }
 
 /// Runs `relu(x · w + b)` on a graph of the worker's own once, with the

@@ -8,107 +8,40 @@
 //! seconds to start); when it dies, hangs or overflows during a file in a
 //! shared process, that file is exported again alone before it is blamed,
 //! and the files after it go to a new process (the executor's crash bisection).
+//!
+//! Here: which files each process takes and the supervising loop. Its
+//! parts: `job` (a file to export and how it ended), `command` (the
+//! script, environment and sandbox spec it starts with), `protocol` (what
+//! it may say on its stdout) and `child` (its handle, killed and cleaned
+//! up when dropped).
 
-use super::launch::{LaunchSpec, LAUNCH_ARG};
+mod child;
+mod command;
+mod job;
+mod protocol;
+
 use super::python::Python;
 use crate::cancel::CancelToken;
-use crate::process::{is_tensorflow_banner, memory_fields, set_child_safety};
+use crate::process::{is_tensorflow_banner, memory_fields};
 use crate::settings::Settings;
+use child::{kill_group, remove_scratch, wait_for, Started};
+use command::command;
 use isorun_protocol::{ErrorKind, ModelError, NotRunReason, Outcome, Phase};
+use protocol::{explain, milliseconds, Answer, MAX_LINE};
 use serde_json::{json, Value};
 use std::collections::VecDeque;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-/// The script the export process runs (`python -c`).
-const SCRIPT: &str = include_str!("keras_export.py");
-
-/// The SHA-256 (hex) of the export script, part of every cache key: what
-/// the export writes depends on it, so an entry written by another script
-/// (one that shared traces on the supervisor's grouping alone, say) is not
-/// taken for this one's.
-pub(super) fn script_sha256() -> String {
-    use sha2::Digest;
-    super::cache::hex(&sha2::Sha256::digest(SCRIPT.as_bytes()))
-}
+pub(super) use command::script_sha256;
+pub use job::{GraphSource, Job, JobEnd};
+pub use protocol::answer_lines;
 
 /// How often the supervising loop looks at deadlines, memory and interrupts.
 const TICK: Duration = Duration::from_millis(20);
-
-/// The longest line the export process may send.
-const MAX_LINE: u64 = 1 << 20;
-
-/// One file to export, into `out` (which must not exist yet); `id` is the
-/// caller's, handed back with its end. Jobs with the same `graph` (the
-/// key of their architecture, [`super::files::architecture_digest`] with
-/// the toolchain) that one process exports in a row share one trace.
-#[derive(Debug, Clone)]
-pub struct Job {
-    pub id: usize,
-    pub file: PathBuf,
-    pub out: PathBuf,
-    pub graph: Option<String>,
-    /// May be frozen (false: the archive's way, after a frozen graph failed its check).
-    pub freeze: bool,
-    /// A frozen graph's check may be left to the unit's worker (see `frozen_check`).
-    pub check_in_worker: bool,
-}
-
-/// How one job ended.
-#[derive(Debug, Clone)]
-pub enum JobEnd {
-    /// `check_in_worker`: a frozen graph whose check the export process left to the worker.
-    /// `phases`: where the export process says the job's time went, in
-    /// order (`keras_export.py`'s laps, from its start to its done); `before`:
-    /// what it spent before the job's start (for the first job of a process,
-    /// `process_start` from the spawn to its hello, `imports` within that,
-    /// `turn` from the hello to the start; for a later one, `cleanup` after
-    /// the job before it).
-    Exported {
-        loader: String,
-        ms: u64,
-        graph: GraphSource,
-        check_in_worker: bool,
-        phases: Vec<(String, u64)>,
-        before: Vec<(String, u64)>,
-    },
-    Failed {
-        outcome: Outcome,
-        stderr: Vec<String>,
-    },
-}
-
-/// Where an export's graph came from: traced from the file (`Traced`, with
-/// Keras's `ExportArchive`; `Frozen`, traced once with the variables folded
-/// into constants, for a file no later file shares a graph with: a fraction
-/// of the archive's time on a big model, and nothing to restore at load), or
-/// the trace of an earlier file of the same architecture with this file's
-/// weights written into a copy (`export.graph` of the record and of
-/// `export.json`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum GraphSource {
-    Traced,
-    Frozen,
-    Shared,
-}
-
-impl GraphSource {
-    pub fn name(self) -> &'static str {
-        match self {
-            GraphSource::Traced => "traced",
-            GraphSource::Frozen => "frozen",
-            GraphSource::Shared => "shared",
-        }
-    }
-
-    pub fn from_name(name: &str) -> Option<GraphSource> {
-        [GraphSource::Traced, GraphSource::Frozen, GraphSource::Shared].into_iter().find(|g| g.name() == name)
-    }
-}
 
 /// How much less a file that shares an earlier file's trace costs than a
 /// traced one, in the planning of processes (measured: ~55 ms for
@@ -228,67 +161,6 @@ impl Exporter<'_> {
         }
     }
 
-    fn command(&self, jobs: &[&Job], scratch: &std::path::Path) -> Result<Command, String> {
-        let python = &self.python.program;
-        let home = scratch.join("home");
-        let tmp = scratch.join("tmp");
-        for dir in [&home, &tmp] {
-            std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-        }
-        let mut env: Vec<(String, String)> = vec![
-            ("HOME".into(), home.display().to_string()),
-            ("KERAS_HOME".into(), home.join(".keras").display().to_string()),
-            ("TMPDIR".into(), tmp.display().to_string()),
-            ("PYTHONDONTWRITEBYTECODE".into(), "1".into()),
-            ("PYTHONUNBUFFERED".into(), "1".into()),
-            // A trace needs no GPU; a SavedModel runs on whatever the worker has.
-            ("CUDA_VISIBLE_DEVICES".into(), "".into()),
-            ("TF_CPP_MIN_LOG_LEVEL".into(), std::env::var("TF_CPP_MIN_LOG_LEVEL").unwrap_or_else(|_| "2".into())),
-        ];
-        for name in ["PATH", "PYTHONPATH", "LANG", "LC_ALL", "TF_ENABLE_ONEDNN_OPTS", "ISORUN_EXPORT_HANG"] {
-            if let Ok(value) = std::env::var(name) {
-                env.push((name.into(), value));
-            }
-        }
-        let args = vec!["-c".to_string(), SCRIPT.to_string()];
-        let launcher = self.settings.keras.launcher.as_ref().filter(|_| self.settings.sandbox.is_some());
-        let mut command = match (launcher, &self.settings.sandbox) {
-            (Some(launcher), Some(sandbox)) => {
-                let mut read_paths: Vec<String> = sandbox.read_paths.clone();
-                read_paths.extend(self.python.read_paths.iter().map(|p| p.display().to_string()));
-                read_paths.push(python.display().to_string());
-                read_paths.extend(["/usr/bin", "/bin", "/etc/ssl"].map(String::from));
-                read_paths.extend(jobs.iter().map(|j| j.file.display().to_string()));
-                read_paths.extend(self.settings.keras.modules.iter().map(|m| m.display().to_string()));
-                let spec = LaunchSpec {
-                    read_paths,
-                    writable: std::iter::once(scratch)
-                        .chain(jobs.iter().filter_map(|j| j.out.parent()))
-                        .map(|p| p.display().to_string())
-                        .collect(),
-                    work_dir: scratch.display().to_string(),
-                    core_dumps: sandbox.core_dumps,
-                    env,
-                    program: python.display().to_string(),
-                    args,
-                };
-                let mut command = Command::new(launcher);
-                command.arg(LAUNCH_ARG).arg(serde_json::to_string(&spec).map_err(|e| e.to_string())?);
-                command.env_clear();
-                command
-            }
-            _ => {
-                let mut command = Command::new(python);
-                command.args(&args).envs(env).current_dir(scratch);
-                command
-            }
-        };
-        command.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
-        // Its own session (set_child_safety): see `process::set_child_safety`.
-        set_child_safety(&mut command);
-        Ok(command)
-    }
-
     /// Starts one export process over `jobs`: its scratch folder, the
     /// process (sandboxed through the launcher where the run is), its
     /// request, and the threads that read its stdout and stderr. It reads
@@ -301,7 +173,7 @@ impl Exporter<'_> {
             Box::new((Outcome::Error(ModelError::new(ErrorKind::ExportFailed, message)), Vec::new()))
         })?;
         let spawn_failed = |message: String| Box::new((Outcome::SpawnFailed { message }, Vec::new()));
-        let mut command = match self.command(jobs, &scratch) {
+        let mut command = match command(self.python, self.settings, jobs, &scratch) {
             Ok(command) => command,
             Err(message) => {
                 remove_scratch(&scratch);
@@ -599,236 +471,8 @@ impl Exporter<'_> {
     }
 }
 
-/// One line of the export process, checked against where it is: nothing
-/// it says is taken on trust, since model code may have written it.
-#[derive(Debug, PartialEq)]
-enum Answer {
-    Hello,
-    Start(usize),
-    /// `loader` is `Some` (one of [`LOADERS`]) when the file was exported;
-    /// `graph` says whether it was traced (also when not said);
-    /// `check_in_worker`, a frozen graph's check left to the worker.
-    Done {
-        index: usize,
-        loader: Option<&'static str>,
-        graph: GraphSource,
-        check_in_worker: bool,
-    },
-}
-
-/// The loaders an export may name (the `loader` of a record and of `export.json`).
-const LOADERS: [&str; 2] = ["keras", "tf_keras"];
-
-impl Answer {
-    /// `current`: the job started and not done; `next`: the index the next
-    /// `start` must carry; `jobs`: how many the process was given.
-    fn parse(
-        message: &Value,
-        said_hello: bool,
-        current: Option<usize>,
-        next: usize,
-        jobs: usize,
-    ) -> Result<Answer, String> {
-        let Some(object) = message.as_object() else { return Err("a line that is not a JSON object".into()) };
-        let index = |key: &str| object.get(key).and_then(Value::as_u64).and_then(|i| usize::try_from(i).ok());
-        if object.contains_key("hello") {
-            if said_hello {
-                return Err("a second hello".into());
-            }
-            return Ok(Answer::Hello);
-        }
-        if !said_hello {
-            return Err("an answer before its hello".into());
-        }
-        if object.contains_key("start") {
-            let Some(i) = index("start") else { return Err("a start without a job number".into()) };
-            if current.is_some() || i != next || i >= jobs {
-                return Err(format!(
-                    "started job {i}, expected {}",
-                    if next < jobs { next.to_string() } else { "none".into() }
-                ));
-            }
-            return Ok(Answer::Start(i));
-        }
-        if object.contains_key("done") {
-            let Some(i) = index("done") else { return Err("a done without a job number".into()) };
-            if current != Some(i) {
-                return Err(match current {
-                    Some(c) => format!("finished job {i} while job {c} was running"),
-                    None => format!("finished job {i}, which was not running"),
-                });
-            }
-            if object.get("ok").and_then(Value::as_bool) != Some(true) {
-                return Ok(Answer::Done { index: i, loader: None, graph: GraphSource::Traced, check_in_worker: false });
-            }
-            let graph = match object.get("graph") {
-                None => GraphSource::Traced,
-                Some(named) => named.as_str().and_then(GraphSource::from_name).ok_or_else(|| {
-                    format!(
-                        "finished job {i} with an unknown graph {:?}",
-                        named.to_string().chars().take(40).collect::<String>()
-                    )
-                })?,
-            };
-            let named = object.get("loader").and_then(Value::as_str).unwrap_or_default();
-            let Some(loader) = LOADERS.iter().find(|l| **l == named) else {
-                return Err(format!(
-                    "finished job {i} with an unknown loader {:?}",
-                    named.chars().take(40).collect::<String>()
-                ));
-            };
-            let check_in_worker = match object.get("check") {
-                None => false,
-                Some(Value::String(way)) if way == "worker" && graph == GraphSource::Frozen => true,
-                Some(other) => {
-                    return Err(format!(
-                        "finished job {i} ({}) with a check {:?}",
-                        graph.name(),
-                        other.to_string().chars().take(40).collect::<String>()
-                    ))
-                }
-            };
-            return Ok(Answer::Done { index: i, loader: Some(loader), graph, check_in_worker });
-        }
-        Err("a line that is none of hello, start, done".into())
-    }
-}
-
-/// The most phases one answer's `"ms"` may name, and the longest name.
-const MAX_PHASES: usize = 32;
-const MAX_PHASE_NAME: usize = 32;
-
-/// An answer's `"ms"`: where the export process says its time went, phase
-/// by phase (`keras_export.py`'s `Laps`), in the order it names them; none
-/// when it says nothing. Refused unless it is an object of at most
-/// [`MAX_PHASES`] names of lower-case letters and `_` (at most
-/// [`MAX_PHASE_NAME`] long), each a whole number of milliseconds.
-fn milliseconds(message: &Value) -> Result<Vec<(String, u64)>, String> {
-    let Some(ms) = message.get("ms") else { return Ok(Vec::new()) };
-    let Some(phases) = ms.as_object().filter(|o| o.len() <= MAX_PHASES) else {
-        return Err(format!("\"ms\" is not an object of at most {MAX_PHASES} phases"));
-    };
-    phases
-        .iter()
-        .map(|(name, value)| {
-            let named = !name.is_empty()
-                && name.len() <= MAX_PHASE_NAME
-                && name.bytes().all(|b| b.is_ascii_lowercase() || b == b'_');
-            match value.as_u64() {
-                Some(ms) if named => Ok((name.clone(), ms)),
-                _ => Err(format!(
-                    "a phase {:?} of {} that is not a name and a number of milliseconds",
-                    name.chars().take(40).collect::<String>(),
-                    value.to_string().chars().take(40).collect::<String>()
-                )),
-            }
-        })
-        .collect()
-}
-
-/// The export process's stdout as the supervisor takes it, without a
-/// process: `stdout` read line by line (each at most `MAX_LINE` bytes, as
-/// the reading thread does), each line parsed and held to the protocol for
-/// `jobs` files, with the state the supervising loop keeps. What each line
-/// came to, in order, ending with the first line refused (then the process
-/// would be killed). For the fuzz target `export_answer`; not an API.
-pub fn answer_lines(stdout: &[u8], jobs: usize) -> Vec<Result<String, String>> {
-    let settings = Settings::builder("worker").build();
-    let files: Vec<PathBuf> = (0..jobs).map(|i| PathBuf::from(format!("model{i}.keras"))).collect();
-    let mut reader = BufReader::new(stdout);
-    let (mut said_hello, mut current, mut next_start) = (false, None::<usize>, 0usize);
-    let mut seen = Vec::new();
-    loop {
-        let mut line = String::new();
-        match (&mut reader).take(MAX_LINE).read_line(&mut line) {
-            Ok(0) | Err(_) => return seen,
-            Ok(_) => {}
-        }
-        let message: Value = match serde_json::from_str(&line) {
-            Ok(message) => message,
-            Err(e) => {
-                seen.push(Err(format!("export process sent a bad line: {e}")));
-                return seen;
-            }
-        };
-        match Answer::parse(&message, said_hello, current, next_start, jobs).and_then(|a| {
-            milliseconds(&message)?;
-            Ok(a)
-        }) {
-            Ok(Answer::Hello) => {
-                said_hello = true;
-                seen.push(Ok("hello".into()));
-            }
-            Ok(Answer::Start(index)) => {
-                current = Some(index);
-                next_start = index + 1;
-                seen.push(Ok(format!("start {}", files[index].display())));
-            }
-            Ok(Answer::Done { index, loader, .. }) => {
-                let file = &files[index];
-                seen.push(Ok(match loader {
-                    Some(loader) => format!("{}: exported with {loader}", file.display()),
-                    None => {
-                        let text = message.get("error").and_then(Value::as_str).unwrap_or("unknown error");
-                        explain(file, text, &settings)
-                    }
-                }));
-                current = None;
-            }
-            Err(message) => {
-                seen.push(Err(format!("export process: {message}")));
-                return seen;
-            }
-        }
-    }
-}
-
 /// A process that failed for every file it had left: the outcome, its stderr.
 type ProcessFailure = Box<(Outcome, Vec<String>)>;
-
-/// An export process started and not yet supervised to its end: dropped
-/// before then (an interrupt while it waited its turn), it is killed with
-/// its group and reaped; its scratch folder goes with it either way.
-struct Started {
-    child: std::process::Child,
-    /// Held while the process waits its turn; dropped to let it go on (the
-    /// request's writer closes its stdin).
-    go: Option<mpsc::Sender<()>>,
-    /// Started before its turn, while the process before it worked.
-    early: bool,
-    /// Each line with when it was read (a process started early says hello before its turn).
-    lines: mpsc::Receiver<Option<(Instant, String)>>,
-    /// When it was spawned: the start of its `process_start`.
-    spawned: Instant,
-    stderr_tail: std::sync::Arc<std::sync::Mutex<VecDeque<String>>>,
-    scratch: PathBuf,
-}
-
-impl Drop for Started {
-    fn drop(&mut self) {
-        kill_group(&mut self.child);
-        remove_scratch(&self.scratch);
-    }
-}
-
-/// Kills an export process with its group (it leads one of its own) and
-/// reaps it. A child already reaped is not signalled: `try_wait` answers
-/// from its kept status, and its group id may be another process's by now.
-fn kill_group(child: &mut std::process::Child) -> Option<std::process::ExitStatus> {
-    if let Ok(Some(status)) = child.try_wait() {
-        return Some(status);
-    }
-    // SAFETY: the child is not reaped yet, so its group id is still ours to signal.
-    unsafe { libc::kill(-(child.id() as i32), libc::SIGKILL) };
-    child.wait().ok()
-}
-
-/// Removes a process's scratch folder (its home and temporary files).
-fn remove_scratch(scratch: &std::path::Path) {
-    let _ = std::fs::remove_dir_all(scratch.join("home"));
-    let _ = std::fs::remove_dir_all(scratch.join("tmp"));
-    let _ = std::fs::remove_dir(scratch);
-}
 
 struct ProcessRun {
     /// Per job: how it ended, or `None` to run it again.
@@ -839,136 +483,4 @@ struct ProcessRun {
     shared_failure: bool,
     /// The process was started early and ended before it started a file.
     ended_unstarted: bool,
-}
-
-fn wait_for(child: &mut std::process::Child, timeout: Duration) -> Option<std::process::ExitStatus> {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Ok(Some(status)) = child.try_wait() {
-            return Some(status);
-        }
-        if Instant::now() >= deadline {
-            return None;
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
-}
-
-/// Keras's own message, with the file, and what to do where isorun knows.
-fn explain(file: &std::path::Path, error: &str, settings: &Settings) -> String {
-    let mut message = format!("{}: {error}", file.display());
-    if let Some(class) = error.split("Could not locate class '").nth(1).and_then(|rest| rest.split('\'').next()) {
-        message.push_str(&format!(
-            " (custom class {class}: pass the Python file that defines and registers it with --keras-module FILE.py)"
-        ));
-    } else if error.contains("`Lambda` layer") && !settings.keras.unsafe_code {
-        message.push_str(
-            " (a Lambda layer holds Python code; --keras-unsafe runs it, inside the export sandbox, if you trust the file)",
-        );
-    }
-    message
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn parse(line: &str, said_hello: bool, current: Option<usize>, next: usize) -> Result<Answer, String> {
-        Answer::parse(&serde_json::from_str(line).unwrap(), said_hello, current, next, 2)
-    }
-
-    #[test]
-    fn answer_lines_end_at_the_first_refused_line() {
-        let stdout = b"{\"hello\": {}}\n{\"start\": 0}\n{\"done\": 0, \"ok\": true, \"loader\": \"keras\"}\n{\"start\": 3}\n{\"start\": 1}\n";
-        let answers = answer_lines(stdout, 2);
-        assert_eq!(answers.len(), 4, "{answers:?}");
-        assert_eq!(answers[2], Ok("model0.keras: exported with keras".into()));
-        assert_eq!(answers[3], Err("export process: started job 3, expected 1".into()));
-        let bad = answer_lines(b"{\"hello\": {}}\nnot json\n{\"start\": 0}\n", 1);
-        assert!(
-            matches!(bad.as_slice(), [Ok(_), Err(e)] if e.starts_with("export process sent a bad line")),
-            "{bad:?}"
-        );
-    }
-
-    #[test]
-    fn an_answer_s_phases_are_read_in_order_and_held_to_names_and_numbers() {
-        let ms = |line: &str| milliseconds(&serde_json::from_str(line).unwrap());
-        assert_eq!(ms(r#"{"start": 0}"#), Ok(Vec::new()));
-        assert_eq!(
-            ms(r#"{"done": 0, "ms": {"load_model": 7, "archive": 3, "keep": 0}}"#),
-            Ok(vec![("load_model".into(), 7), ("archive".into(), 3), ("keep".into(), 0)])
-        );
-        for bad in [
-            r#"{"ms": [1]}"#,
-            r#"{"ms": {"load": -1}}"#,
-            r#"{"ms": {"load": 1.5}}"#,
-            r#"{"ms": {"Load": 1}}"#,
-            r#"{"ms": {"": 1}}"#,
-            r#"{"ms": {"\u001b[2J": 1}}"#,
-        ] {
-            assert!(ms(bad).is_err(), "{bad}");
-        }
-        let many: serde_json::Map<String, Value> =
-            (0..=MAX_PHASES).map(|i| (format!("p{}", "a".repeat(i % 20)) + &"_".repeat(i / 20), json!(1))).collect();
-        assert!(milliseconds(&json!({ "ms": many })).is_err());
-        let long = "a".repeat(MAX_PHASE_NAME + 1);
-        assert!(milliseconds(&json!({ "ms": { long: 1 } })).is_err());
-        // A line the supervisor refuses for its phases ends the process's answers.
-        let answers = answer_lines(b"{\"hello\": {}, \"ms\": {\"imports\": \"soon\"}}\n", 1);
-        assert!(matches!(answers.as_slice(), [Err(e)] if e.contains("imports")), "{answers:?}");
-    }
-
-    #[test]
-    fn the_export_process_is_held_to_its_protocol() {
-        assert_eq!(parse(r#"{"hello": {}}"#, false, None, 0), Ok(Answer::Hello));
-        assert_eq!(parse(r#"{"start": 0}"#, true, None, 0), Ok(Answer::Start(0)));
-        let ok = r#"{"done": 0, "ok": true, "loader": "tf_keras"}"#;
-        assert_eq!(
-            parse(ok, true, Some(0), 1),
-            Ok(Answer::Done { index: 0, loader: Some("tf_keras"), graph: GraphSource::Traced, check_in_worker: false })
-        );
-        let deferred = r#"{"done": 0, "ok": true, "loader": "keras", "graph": "frozen", "check": "worker"}"#;
-        assert_eq!(
-            parse(deferred, true, Some(0), 1),
-            Ok(Answer::Done { index: 0, loader: Some("keras"), graph: GraphSource::Frozen, check_in_worker: true })
-        );
-        let failed = r#"{"done": 1, "ok": false, "error": "x"}"#;
-        assert_eq!(
-            parse(failed, true, Some(1), 2),
-            Ok(Answer::Done { index: 1, loader: None, graph: GraphSource::Traced, check_in_worker: false })
-        );
-        let refused = [
-            (r#"{"done": 0, "ok": true, "loader": "keras"}"#, true, None, 1, "not running"),
-            (r#"{"done": 1, "ok": true, "loader": "keras"}"#, true, Some(0), 1, "while job 0"),
-            (r#"{"done": 7, "ok": true, "loader": "keras"}"#, true, Some(0), 1, "while job 0"),
-            (r#"{"start": 0}"#, true, None, 1, "expected 1"),
-            (r#"{"start": 1}"#, true, Some(0), 1, "started job 1"),
-            (r#"{"start": 2}"#, true, None, 2, "expected none"),
-            (r#"{"done": 0, "ok": true, "loader": "keras\n\u001b[2J"}"#, true, Some(0), 1, "unknown loader"),
-            (r#"{"done": 0, "ok": true, "loader": "keras", "graph": "borrowed"}"#, true, Some(0), 1, "unknown graph"),
-            (
-                r#"{"done": 0, "ok": true, "loader": "keras", "check": "worker"}"#,
-                true,
-                Some(0),
-                1,
-                "(traced) with a check",
-            ),
-            (
-                r#"{"done": 0, "ok": true, "loader": "keras", "graph": "frozen", "check": "skipped"}"#,
-                true,
-                Some(0),
-                1,
-                "with a check \"\\\"skipped",
-            ),
-            (r#"{"hello": {}}"#, true, None, 0, "second hello"),
-            (r#"{"start": 0}"#, false, None, 0, "before its hello"),
-            (r#"{"queued": 0}"#, true, None, 0, "none of"),
-            (r#"[1]"#, true, None, 0, "not a JSON object"),
-        ];
-        for (line, hello, current, next, expected) in refused {
-            let error = parse(line, hello, current, next).unwrap_err();
-            assert!(error.contains(expected), "{line}: {error}");
-        }
-    }
 }

@@ -46,7 +46,10 @@ does not fit. The supervisor's key only proposes: it read the file's config
 with its own zip and HDF5 readers, and a file can say one thing to those
 and another to Keras. A file shares the trace only when the config Keras
 reads from it has the traced file's digest (`loaded_config_digest`); any
-other file of the group is exported in full.
+other file of the group is exported in full. In a .keras archive that
+digest does not count the layers' names where they provably do not change
+the graph (`blind_layer_names`): models of one architecture built
+separately, whose automatic names differ, share a trace as checkpoints do.
 
 Any other file is frozen ("graph": "frozen", see export_frozen) unless its
 job says "freeze": false (the supervisor's second export of a file whose
@@ -437,7 +440,7 @@ def export_tf_keras(path, out):
 
 def h5_carries_code(path):
     """Whether an HDF5 model's config holds Python code (a Lambda's bytecode),
-    as the supervisor checks too (engine/src/keras/files.rs, code_in_config);
+    as the supervisor checks too (engine/src/keras/files/model_config.rs, code_in_config);
     a config that cannot be read counts as code."""
     try:
         import h5py
@@ -525,6 +528,150 @@ def renumber_shared_objects(value, seen):
             renumber_shared_objects(item, seen)
 
 
+def keras_class(value):
+    """Whether a config object (one with a "class_name") names one of
+    Keras's own classes: its module `keras` or `keras.*`, no registered
+    name but its own, and not a `Lambda` (code of the file's)."""
+    name = value.get("class_name")
+    if name == "__keras_tensor__":
+        return True
+    module = value.get("module")
+    return (isinstance(name, str) and name != "Lambda" and isinstance(module, str)
+            and (module == "keras" or module.startswith("keras."))
+            and value.get("registered_name") in (None, name))
+
+
+def blind_layer_names(config):
+    """The config of a `.keras` archive with its layers' names replaced by
+    "/0", "/1", ... in the order the layers are listed (depth first), or
+    None where that is not provably harmless (then the names count as they
+    are). Keras 3 binds a `.keras` archive's weights to layers by position
+    and class (`layers/dense_1/vars/0` is the second Dense, whatever its
+    name), and its own layers use a name for naming only, so two models
+    whose configs differ only in the names of such layers build the same
+    graph; what a name reaches beyond that is kept:
+    - the names the export's signature speaks (the model's input and
+      output layers: every string in the top-level `input_layers` and
+      `output_layers` of a functional model, the first and last layer of a
+      Sequential one) are kept as they are;
+    - a name is replaced only where it names a layer (a layer's `name`
+      and its config's `name`) or refers to one (a `keras_history`'s first
+      item, a nested model's `input_layers` and `output_layers`), the same
+      name by the same placeholder everywhere: a name met anywhere else
+      (a wrapper's inner layer, a custom field), a reference to no listed
+      layer, a layer whose two names differ, a name with "/" (which Keras
+      refuses: a placeholder cannot be forged) or any class that is not
+      Keras's own (a custom layer may read its name) leaves the names as
+      they are."""
+    import copy
+
+    if not isinstance(config, dict) or not isinstance(config.get("config"), dict):
+        return None
+    top = config["config"]
+    if not isinstance(top.get("layers"), list):
+        return None
+
+    def strings(value, out):
+        if isinstance(value, str):
+            out.append(value)
+        elif isinstance(value, list):
+            for item in value:
+                strings(item, out)
+        elif isinstance(value, dict):
+            for key, item in value.items():
+                out.append(key)
+                strings(item, out)
+        return out
+
+    def every_class_keras(value):
+        if isinstance(value, dict):
+            if "class_name" in value and not keras_class(value):
+                return False
+            return all(every_class_keras(item) for item in value.values())
+        if isinstance(value, list):
+            return all(every_class_keras(item) for item in value)
+        return True
+
+    if not every_class_keras(config):
+        return None
+    if "input_layers" in top and "output_layers" in top:
+        kept = set(strings(top["input_layers"], []) + strings(top["output_layers"], []))
+    elif config.get("class_name") == "Sequential":
+        kept = set()
+        for entry in (top["layers"][:1] + top["layers"][-1:]):
+            if isinstance(entry, dict) and isinstance(entry.get("config"), dict):
+                kept.update(n for n in (entry["config"].get("name"), entry.get("name")) if isinstance(n, str))
+    else:
+        return None
+    blind = copy.deepcopy(config)
+    names = {}
+
+    def name_of(value):
+        if not isinstance(value, str) or "/" in value:
+            raise ValueError
+        if value in kept:
+            return value
+        return names.setdefault(value, f"/{len(names)}")
+
+    def reference(value):
+        if not isinstance(value, str) or (value not in names and value not in kept):
+            raise ValueError
+        return names.get(value, value)
+
+    def layers(model):
+        # Each layer's name, and a nested model's layers after it, in order.
+        for entry in model["layers"]:
+            if not isinstance(entry, dict) or not isinstance(entry.get("config"), dict):
+                raise ValueError
+            inner = entry["config"]
+            if "name" in entry and entry["name"] != inner.get("name"):
+                raise ValueError
+            inner["name"] = name_of(inner.get("name"))
+            if "name" in entry:
+                entry["name"] = inner["name"]
+            if "layers" in inner:
+                if not isinstance(inner["layers"], list):
+                    raise ValueError
+                layers(inner)
+
+    def references(value):
+        # Each keras_history's layer; a nested model's input_layers and output_layers.
+        if isinstance(value, dict):
+            for key, item in value.items():
+                if key == "keras_history":
+                    if not isinstance(item, list) or not item:
+                        raise ValueError
+                    item[0] = reference(item[0])
+                elif key in ("input_layers", "output_layers") and value is not blind["config"]:
+                    value[key] = rename_all(item)
+                else:
+                    references(item)
+        elif isinstance(value, list):
+            for item in value:
+                references(item)
+
+    def rename_all(value):
+        if isinstance(value, str):
+            return reference(value)
+        if isinstance(value, list):
+            return [rename_all(item) for item in value]
+        if isinstance(value, dict):
+            return {key: rename_all(item) for key, item in value.items()}
+        return value
+
+    try:
+        if "name" in blind["config"]:
+            blind["config"]["name"] = name_of(blind["config"]["name"])
+        layers(blind["config"])
+        references(blind)
+    except ValueError:
+        return None
+    # A replaced name met anywhere else: the names stay as they are.
+    if names.keys() & set(strings(blind, [])):
+        return None
+    return blind
+
+
 def loaded_config_digest(path):
     """The SHA-256 of the model config Keras builds a file's model from, or
     None (then the file shares no trace). It is read the way Keras reads it,
@@ -535,9 +682,12 @@ def loaded_config_digest(path):
     for an .h5 file, h5py's root attribute `model_config` (legacy_h5_format).
     The JSON is parsed with `json.loads` as Keras parses it, its top-level
     `compile_config` dropped (loaded with compile=False, Keras ignores it),
-    each `shared_object_id` renumbered by first appearance, and written
-    with sorted keys and no spaces (`json.dumps(sort_keys=True)`); the
-    digest covers the format too. An archive with two entries of one name
+    each `shared_object_id` renumbered by first appearance, in a .keras
+    archive its layers' names replaced where that provably changes nothing
+    (`blind_layer_names`: Keras's automatic names do not count, the input
+    and output names do), and written with sorted keys and no spaces
+    (`json.dumps(sort_keys=True)`); the digest covers the format and
+    whether the names were replaced too. An archive with two entries of one name
     as zipfile reads them has no digest: which one Keras took is zipfile's
     choice, not the file's plain meaning."""
     import hashlib
@@ -568,9 +718,14 @@ def loaded_config_digest(path):
     if not isinstance(config, dict):
         return None
     config.pop("compile_config", None)
+    # A .keras archive's weights are bound by position and class, not by
+    # layer name: Keras's automatic names (dense_2 or dense_7) do not count.
+    blind = blind_layer_names(config) if fmt == "keras" else None
+    names = "names-blind" if blind is not None else "names"
+    config = blind if blind is not None else config
     renumber_shared_objects(config, [])
     text = json.dumps(config, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(f"{fmt}\0{text}".encode()).hexdigest()
+    return hashlib.sha256(f"{fmt}\0{names}\0{text}".encode()).hexdigest()
 
 
 class Graph:

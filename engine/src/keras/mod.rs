@@ -12,18 +12,23 @@ pub mod cache;
 mod export;
 pub mod files;
 mod launch;
+mod names;
 pub mod python;
+pub(crate) mod report;
+pub(crate) mod settings;
 
 #[doc(hidden)]
 pub use export::answer_lines as fuzz_export_answer;
 pub use export::GraphSource;
 pub use launch::{launch, LAUNCH_ARG};
+pub use report::{ExportCheck, ExportReport};
+pub use settings::{KerasSettings, MAX_FILES_PER_PROCESS};
 
 use crate::cancel::CancelToken;
 use crate::discover::{Model, ModelFormat};
 use crate::event::Event;
-use crate::executor::UnitQueue;
 use crate::frozen_check::{FrozenChecks, Probe};
+use crate::queue::UnitQueue;
 use crate::settings::Settings;
 use crate::unit::UnitReport;
 use export::{Exporter, Job, JobEnd, SHARED_PER_TRACE};
@@ -31,128 +36,6 @@ use isorun_protocol::{ErrorKind, ModelError, Outcome};
 use std::path::PathBuf;
 use std::sync::{mpsc, Mutex};
 use std::time::Instant;
-
-/// The most files one export process converts by default (memory that
-/// `clear_session` does not give back grows with them).
-pub const MAX_FILES_PER_PROCESS: usize = 32;
-
-/// How Keras files are exported.
-#[derive(Debug, Clone, Default)]
-#[non_exhaustive]
-pub struct KerasSettings {
-    /// The Python to export with (`--python`, `ISORUN_PYTHON`); else `python3` on `PATH`.
-    pub python: Option<PathBuf>,
-    /// Python files imported before each model loads (`--keras-module`): custom layers.
-    pub modules: Vec<PathBuf>,
-    /// Load with `safe_mode=False` (`--keras-unsafe`): Lambda layers' code runs (in the sandbox).
-    pub unsafe_code: bool,
-    /// The export cache; `None` for the default ([`cache::default_cache_dir`]).
-    pub cache_dir: Option<PathBuf>,
-    /// A program that applies the sandbox and execs Python ([`launch`]);
-    /// without one, the export process runs unsandboxed.
-    pub launcher: Option<PathBuf>,
-    /// Files one export process traces in a row (0: the default, the
-    /// files shared out over `jobs` processes, at most [`MAX_FILES_PER_PROCESS`] each);
-    /// the files that share a traced file's graph come with it.
-    pub files_per_process: usize,
-}
-
-impl KerasSettings {
-    pub fn new() -> KerasSettings {
-        KerasSettings::default()
-    }
-    pub fn python(mut self, python: Option<PathBuf>) -> Self {
-        self.python = python;
-        self
-    }
-    pub fn modules(mut self, modules: Vec<PathBuf>) -> Self {
-        self.modules = modules;
-        self
-    }
-    pub fn unsafe_code(mut self, unsafe_code: bool) -> Self {
-        self.unsafe_code = unsafe_code;
-        self
-    }
-    pub fn cache_dir(mut self, dir: Option<PathBuf>) -> Self {
-        self.cache_dir = dir;
-        self
-    }
-    pub fn launcher(mut self, launcher: Option<PathBuf>) -> Self {
-        self.launcher = launcher;
-        self
-    }
-    pub fn files_per_process(mut self, n: usize) -> Self {
-        self.files_per_process = n;
-        self
-    }
-}
-
-/// How a Keras file's unit got its SavedModel.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ExportReport {
-    pub from: ModelFormat,
-    /// Found in the cache: no Python started for it.
-    pub cached: bool,
-    /// Time to export it (or to find it in the cache).
-    pub ms: u64,
-    /// What read it: `keras`, or `tf_keras` for a Keras 2 file Keras 3 cannot read.
-    pub loader: Option<String>,
-    /// Whether its graph was traced from it or shared with an earlier file
-    /// of the same architecture (only its variables written).
-    pub graph: Option<GraphSource>,
-    /// A frozen graph's check against the traced model (see `frozen_check`).
-    pub check: Option<ExportCheck>,
-    /// Where `ms` went, phase by phase as the export process measured them,
-    /// then `other` (the rest of `ms`: the answers' way through the pipe,
-    /// the supervisor's turn), so they add up to `ms`; empty when cached or
-    /// not exported (the record's `export.phases_ms`).
-    pub phases_ms: Vec<(String, u64)>,
-    /// What the export process spent before this file's start: for the
-    /// first file of a process its start (`process_start`, the spawn to its
-    /// hello, and `imports` within it) and `turn` (the hello to this file's
-    /// start: waiting for the process before it, the `--keras-module`s); for
-    /// a later one, the `cleanup` after the file before it (the record's
-    /// `export.before_ms`).
-    pub before_ms: Vec<(String, u64)>,
-}
-
-/// Where a frozen graph was checked against the traced model on a probe row.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ExportCheck {
-    /// By the export process.
-    Export,
-    /// By a unit's worker; `ms` when in this run, before the unit's inputs.
-    Worker { ms: Option<u64> },
-    /// Left to a worker, which has not run it (the unit did not get that far).
-    Pending,
-    /// It failed in the unit's worker (`why`), and the file was exported
-    /// again the archive's way (`graph` `traced`) before the unit ran again.
-    Failed { why: String },
-}
-
-impl ExportCheck {
-    pub fn name(&self) -> &'static str {
-        match self {
-            ExportCheck::Export => cache::CHECK_EXPORT,
-            ExportCheck::Worker { .. } => cache::CHECK_WORKER,
-            ExportCheck::Pending => cache::CHECK_PENDING,
-            ExportCheck::Failed { .. } => "failed",
-        }
-    }
-
-    /// The check of an entry from its `export.json`: a frozen graph made
-    /// before checks were recorded was checked by its export process.
-    fn of_entry(about: &serde_json::Value) -> Option<ExportCheck> {
-        if about.get("graph").and_then(serde_json::Value::as_str) != Some(GraphSource::Frozen.name()) {
-            return None;
-        }
-        Some(match about.get("check").and_then(serde_json::Value::as_str) {
-            Some(cache::CHECK_PENDING) => ExportCheck::Pending,
-            Some(cache::CHECK_WORKER) => ExportCheck::Worker { ms: None },
-            _ => ExportCheck::Export,
-        })
-    }
-}
 
 /// A run's models after planning the export stage: the same models, in
 /// the same order, a Keras file's path replaced by its SavedModel in the

@@ -322,7 +322,7 @@ mod tests {
     use std::io::Write;
 
     fn loaded(unit: u64) -> WorkerMessage {
-        WorkerMessage::Loaded { unit, load_ms: 1 }
+        WorkerMessage::Loaded { unit, load_ms: 1, onnx: None }
     }
 
     #[test]
@@ -397,6 +397,7 @@ mod tests {
             load_only: false,
             libraries: Vec::new(),
             sandbox: None,
+            runtime: isorun_protocol::Runtime::TensorFlow,
         };
         RequestEnvelope::new(&ToWorker::Run(request), Vec::new())
     }

@@ -8,7 +8,7 @@ mod worker;
 mod zygote;
 
 pub use connection::WorkerEvent;
-pub use spec::{library_path, worker_version, SpawnSpec};
+pub use spec::{library_path, onnxruntime_telemetry, worker_version, SpawnSpec};
 pub use worker::{
     is_tensorflow_banner, memory_fields, pidfd_signals_process_group, set_child_safety, Exit, ExitStatus,
     WorkerProcess, DEFAULT_REAP_TIMEOUT,

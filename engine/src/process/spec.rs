@@ -26,17 +26,13 @@ pub struct SpawnSpec {
     pub gpu: Option<String>,
 }
 
-/// Environment variables a sandboxed worker keeps: prefixes and names.
-const ENV_PREFIXES: &[&str] = &["TF_", "CUDA_", "LC_", "OMP_", "KMP_"];
-const ENV_NAMES: &[&str] = &["LANG", "LANGUAGE", "TZ"];
-
 /// Applies the spec's environment to a worker or zygote command.
 pub fn worker_environment(command: &mut Command, spec: &SpawnSpec) {
     if spec.clean_env {
         command.env_clear();
         for (name, value) in std::env::vars_os() {
             let text = name.to_string_lossy();
-            if ENV_NAMES.contains(&text.as_ref()) || ENV_PREFIXES.iter().any(|p| text.starts_with(p)) {
+            if isorun_sandbox::keeps_user_variable(&text) {
                 command.env(&name, value);
             }
         }
@@ -54,7 +50,33 @@ pub fn worker_environment(command: &mut Command, spec: &SpawnSpec) {
     if std::env::var_os("TF_CPP_MIN_LOG_LEVEL").is_none() {
         command.env("TF_CPP_MIN_LOG_LEVEL", "2");
     }
+    if user_telemetry_setting().is_none() {
+        command.env(ORT_TELEMETRY, "1");
+    }
 }
+
+/// `ORT_DISABLE_TELEMETRY` as the user set it; empty is not set.
+fn user_telemetry_setting() -> Option<std::ffi::OsString> {
+    std::env::var_os(ORT_TELEMETRY).filter(|v| !v.is_empty())
+}
+
+/// What workers' ONNX Runtime is told of its telemetry, for `isorun doctor`:
+/// `ORT_DISABLE_TELEMETRY` as the user set it, else isorun's `1`.
+pub fn onnxruntime_telemetry() -> String {
+    match user_telemetry_setting() {
+        None => format!("telemetry off in workers ({ORT_TELEMETRY}=1)"),
+        Some(value) => format!("{ORT_TELEMETRY}={} as you set it", value.to_string_lossy()),
+    }
+}
+
+/// ONNX Runtime 1.32's own opt-out of its telemetry on Linux. Unless told
+/// otherwise, each environment it makes starts a thread, opens a SQLite
+/// database under `~/.cache/Microsoft/DeveloperTools` and queues events for
+/// `mobile.events.data.microsoft.com` (the strings in `libonnxruntime.so`);
+/// `ort`'s `with_telemetry(false)` only disables events after all that.
+/// isorun's workers send nothing anywhere, and every ONNX unit makes its
+/// environment afresh, so it is off unless the user set the variable.
+const ORT_TELEMETRY: &str = "ORT_DISABLE_TELEMETRY";
 
 /// `LD_LIBRARY_PATH` with `lib_dir` first, then its `cuda/` folder if it
 /// has one (the CUDA libraries of `scripts/fetch-libtensorflow --gpu`).

@@ -76,6 +76,40 @@ pub(crate) fn label_kind(labels: &Labels) -> String {
 }
 
 impl Meta {
+    /// The description of a run scoring against `label`, with eval's
+    /// defaults for the metric settings ([`MetricsSpec::default`]) and
+    /// nothing yet of the model (its name, output and shape, the task, the
+    /// counts: the writer fills those in). Callers set what differs with
+    /// struct-update syntax.
+    ///
+    /// [`MetricsSpec::default`]: crate::MetricsSpec
+    pub fn new(label: impl Into<String>) -> Meta {
+        let spec = crate::MetricsSpec::default();
+        Meta {
+            model: String::new(),
+            output: String::new(),
+            output_shape: None,
+            outputs: Vec::new(),
+            label_kind: None,
+            label: label.into(),
+            weight: None,
+            slices: Vec::new(),
+            example_key: None,
+            metrics: Vec::new(),
+            threshold: spec.threshold,
+            top_k: spec.top_k,
+            from_logits: spec.from_logits,
+            task: None,
+            first_batch_rows: 0,
+            examples: 0,
+            data_digest: String::new(),
+            data_shard: None,
+            skipped_corrupt: 0,
+            calibration_bins: spec.calibration_bins,
+            max_confusion_classes: spec.max_confusion_classes,
+        }
+    }
+
     pub fn to_json(&self) -> Value {
         json!({
             "version": 1,

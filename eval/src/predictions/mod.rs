@@ -18,64 +18,23 @@
 //! sidecar `<file>.isorun.json`, so that every line of the `.jsonl` is a row
 //! and pandas reads it as it is.
 
+mod columns;
 mod diff;
+mod json_scalar;
 mod meta;
 mod pair;
 mod read;
+mod read_arrow;
+mod read_batch;
+mod read_jsonl;
 mod write;
 
+pub use columns::{output_column, sidecar, slice_column, PredictionsFormat, INDEX, KEY, LABEL, WEIGHT};
 pub use diff::{mcnemar_exact_p, Changed, DiffError, DiffOptions, DiffSummary, Differ, Prediction};
 pub use meta::{Meta, SavedOutput, META_KEY};
 pub use pair::{discordant, replicate_values};
 pub use read::{list_files, PredictionsReader, ReadError, RescoreBatch};
 pub use write::{BackgroundWriter, ChangedWriter, PredictionsWriter, WriteError, BACKGROUND_BATCHES, ROW_GROUP_ROWS};
-
-/// How predictions are written.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PredictionsFormat {
-    Parquet,
-    Jsonl,
-}
-
-impl PredictionsFormat {
-    /// `parquet` or `jsonl`, as `--predictions-format` takes them.
-    pub fn from_name(name: &str) -> Option<PredictionsFormat> {
-        match name {
-            "parquet" => Some(PredictionsFormat::Parquet),
-            "jsonl" => Some(PredictionsFormat::Jsonl),
-            _ => None,
-        }
-    }
-
-    /// The file name's extension.
-    pub fn extension(self) -> &'static str {
-        match self {
-            PredictionsFormat::Parquet => "parquet",
-            PredictionsFormat::Jsonl => "jsonl",
-        }
-    }
-}
-
-/// Column names.
-pub const INDEX: &str = "index";
-pub const KEY: &str = "key";
-pub const LABEL: &str = "label";
-pub const WEIGHT: &str = "weight";
-/// `slice:<feature>`.
-pub fn slice_column(feature: &str) -> String {
-    format!("slice:{feature}")
-}
-/// `output:<name>`.
-pub fn output_column(output: &str) -> String {
-    format!("output:{output}")
-}
-
-/// The sidecar that holds a JSON Lines file's [`Meta`].
-pub fn sidecar(path: &std::path::Path) -> std::path::PathBuf {
-    let mut name = path.as_os_str().to_os_string();
-    name.push(".isorun.json");
-    std::path::PathBuf::from(name)
-}
 
 #[cfg(test)]
 mod tests {
@@ -88,24 +47,11 @@ mod tests {
             model: "nested/m".into(),
             output: "p".into(),
             output_shape: Some(vec![None, Some(2)]),
-            outputs: Vec::new(),
-            label_kind: None,
-            label: "y".into(),
             weight: Some("w".into()),
             slices: vec!["c".into()],
             example_key: Some("id".into()),
-            metrics: Vec::new(),
-            threshold: 0.5,
-            top_k: 5,
-            from_logits: false,
-            task: None,
-            first_batch_rows: 0,
-            examples: 0,
             data_digest: "d".into(),
-            data_shard: None,
-            skipped_corrupt: 0,
-            calibration_bins: 15,
-            max_confusion_classes: 1000,
+            ..Meta::new("y")
         }
     }
 

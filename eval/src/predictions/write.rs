@@ -4,8 +4,8 @@
 //! its temporary file, so a failed unit leaves nothing behind. Parquet row
 //! groups are flushed every [`ROW_GROUP_ROWS`] rows, so memory stays flat.
 
+use super::columns::{output_column, sidecar, slice_column, PredictionsFormat, INDEX, KEY, LABEL, WEIGHT};
 use super::meta::{label_kind, Meta, SavedOutput, META_KEY};
-use super::{output_column, sidecar, slice_column, PredictionsFormat, INDEX, KEY, LABEL, WEIGHT};
 use crate::data::{Labels, Targets};
 use arrow_array::{
     ArrayRef, BinaryArray, BooleanArray, Float16Array, Float32Array, Float64Array, Int16Array, Int32Array, Int64Array,
@@ -432,7 +432,7 @@ pub struct ChangedWriter {
     temporary: PathBuf,
     writer: Option<ArrowWriter<File>>,
     schema: SchemaRef,
-    rows: Vec<(String, super::Changed)>,
+    rows: Vec<(String, super::diff::Changed)>,
 }
 
 impl ChangedWriter {
@@ -456,7 +456,7 @@ impl ChangedWriter {
         Ok(ChangedWriter { target: target.to_path_buf(), temporary, writer: Some(writer), schema, rows: Vec::new() })
     }
 
-    pub fn push(&mut self, model: &str, changed: &super::Changed) -> Result<(), WriteError> {
+    pub fn push(&mut self, model: &str, changed: &super::diff::Changed) -> Result<(), WriteError> {
         self.rows.push((model.to_string(), changed.clone()));
         if self.rows.len() >= 8192 {
             self.flush()?;

@@ -20,7 +20,7 @@
 //! of the shard's `n` (the rows before it are read and dropped: a deflated
 //! entry cannot be entered midway).
 
-use super::{ColumnChunk, ColumnInfo, Look, Options, Piece, Source, Values};
+use super::{ColumnChunk, ColumnInfo, Compression, Look, Options, Piece, Source, Values};
 use crate::error::DataError;
 use isorun_tensors::npy::{read_npy_header, Element, NpyError, NpyHeader};
 use std::fs::File;
@@ -284,15 +284,19 @@ impl ArrayInfo {
 /// The most bytes read at once while skipping the rows before a part.
 const SKIP_BYTES: usize = 16 << 20;
 
-pub(crate) fn probe_folder(path: &Path) -> Result<(), DataError> {
+pub(crate) fn probe_folder(path: &Path, _compression: Compression) -> Result<(), DataError> {
     std::fs::read_dir(path).map(drop).map_err(super::io_error(path))
 }
 
-pub(crate) fn peek_npz(path: &Path, _options: &Options) -> Result<Option<Look>, DataError> {
+pub(crate) fn peek_npz(path: &Path, _compression: Compression, _options: &Options) -> Result<Option<Look>, DataError> {
     peek(path, true)
 }
 
-pub(crate) fn peek_folder(path: &Path, _options: &Options) -> Result<Option<Look>, DataError> {
+pub(crate) fn peek_folder(
+    path: &Path,
+    _compression: Compression,
+    _options: &Options,
+) -> Result<Option<Look>, DataError> {
     peek(path, false)
 }
 
@@ -301,11 +305,19 @@ fn peek(path: &Path, npz: bool) -> Result<Option<Look>, DataError> {
     Ok(Some(Look::Columns(shard.arrays.iter().map(ArrayInfo::column).collect())))
 }
 
-pub(crate) fn open_npz(path: &Path, options: &Options) -> Result<Box<dyn Source>, DataError> {
+pub(crate) fn open_npz(
+    path: &Path,
+    _compression: Compression,
+    options: &Options,
+) -> Result<Box<dyn Source>, DataError> {
     open(path, true, options)
 }
 
-pub(crate) fn open_folder(path: &Path, options: &Options) -> Result<Box<dyn Source>, DataError> {
+pub(crate) fn open_folder(
+    path: &Path,
+    _compression: Compression,
+    options: &Options,
+) -> Result<Box<dyn Source>, DataError> {
     open(path, false, options)
 }
 

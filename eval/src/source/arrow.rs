@@ -25,20 +25,20 @@
 //!   file, so no claimed size makes an allocation larger than the file; it
 //!   also counts the rows, and reads the decompressed length each
 //!   compressed buffer (lz4, zstd: what pandas' `to_feather()` writes)
-//!   states, refusing a record batch that claims more than [`piece_limit`]
+//!   states, refusing a record batch that claims more than [`piece_limit`](super::arrow_compressed::piece_limit)
 //!   before arrow-ipc allocates it (`arrow_compressed`). A panic in the
 //!   Arrow crates is the file's [`DataError::Reader`]. What a file's rows make is not bounded by the
 //!   file (every row may repeat a dictionary's one large value), so a
 //!   conversion counts each row's bytes before it copies them ([`Budget`])
-//!   against [`piece_limit`], and a piece gathers all of a batch's rows
+//!   against [`piece_limit`](super::arrow_compressed::piece_limit), and a piece gathers all of a batch's rows
 //!   from the file (across record batches), so one count covers the batch:
 //!   past it, an error naming the column and row.
 //! - Parts: part `K` of `N` is the rows `[K*n/N, (K+1)*n/N)` of the file's
 //!   `n` (counted by the first pass); batches before the part are read and
 //!   dropped without being converted.
 
-use super::arrow_compressed::Claims;
-use super::{ColumnChunk, ColumnInfo, Look, Options, Piece, Source, Values};
+use super::arrow_compressed::{piece_limit, Claims, PIECE_FACTOR, PIECE_FLOOR};
+use super::{ColumnChunk, ColumnInfo, Compression, Look, Options, Piece, Source, Values};
 use crate::batch::{MAX_BATCH_BYTES, PREALLOCATE_BYTES};
 use crate::error::DataError;
 use arrow_array::cast::AsArray;
@@ -173,22 +173,6 @@ fn unsupported(path: &Path, name: &str, data_type: &DataType) -> DataError {
              dictionaries of them, or (fixed-size) lists of them"
         ),
     }
-}
-
-/// The least a piece may materialise, whatever the file's size.
-pub(crate) const PIECE_FLOOR: u64 = 32 << 20;
-/// How many times its file's size a piece may materialise (above the floor).
-pub(crate) const PIECE_FACTOR: u64 = 8;
-
-/// The most bytes one piece of a file of `file_len` bytes may materialise:
-/// [`PIECE_FACTOR`] times the file, at least [`PIECE_FLOOR`], at most
-/// [`MAX_BATCH_BYTES`]. Rows can repeat a dictionary's value (Parquet, Arrow)
-/// any number of times, so what a batch holds is not bounded by what the
-/// file holds; this bound is half of what any reader of untrusted bytes may
-/// take at once (max(64 MiB, 16 × its bytes)), the other half left to the
-/// pages and arrays the values come from.
-pub(crate) fn piece_limit(file_len: u64) -> u64 {
-    file_len.saturating_mul(PIECE_FACTOR).clamp(PIECE_FLOOR, MAX_BATCH_BYTES)
 }
 
 /// The bytes a piece's conversion has materialised, counted before each
@@ -458,7 +442,7 @@ pub(crate) struct BatchPieces {
     /// Rows to drop before the part, and rows of the part still to hand.
     pub skip: u64,
     pub remaining: u64,
-    /// The file's size, which bounds what a piece may materialise ([`piece_limit`]).
+    /// The file's size, which bounds what a piece may materialise ([`piece_limit`](super::arrow_compressed::piece_limit)).
     pub file_len: u64,
 }
 
@@ -737,7 +721,7 @@ fn ipc_columns(
     Ok(schema.fields().iter().zip(&first).map(|(f, first)| column_info(path, f, first.as_ref())).collect())
 }
 
-pub(crate) fn peek(path: &Path, _options: &Options) -> Result<Option<Look>, DataError> {
+pub(crate) fn peek(path: &Path, _compression: Compression, _options: &Options) -> Result<Option<Look>, DataError> {
     contained(path, || {
         let framing = walk(path)?;
         let (schema, _) = ipc_batches(path, framing.file_format, None)?;
@@ -745,7 +729,7 @@ pub(crate) fn peek(path: &Path, _options: &Options) -> Result<Option<Look>, Data
     })
 }
 
-pub(crate) fn open(path: &Path, options: &Options) -> Result<Box<dyn Source>, DataError> {
+pub(crate) fn open(path: &Path, _compression: Compression, options: &Options) -> Result<Box<dyn Source>, DataError> {
     contained(path, || {
         let framing = walk(path)?;
         let (schema, _) = ipc_batches(path, framing.file_format, None)?;

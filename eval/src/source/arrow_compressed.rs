@@ -10,7 +10,7 @@
 //! So the first pass over the framing (`arrow::walk`) reads the 8-byte
 //! prefix of every compressed buffer of every message (seeking past the
 //! data, never reading it) and refuses a record batch whose buffers claim
-//! together more than [`arrow::piece_limit`] of the file's size: the other
+//! together more than [`piece_limit`] of the file's size: the other
 //! half of what a reader of untrusted bytes may hold at once (max(64 MiB,
 //! 16 × the file)), the first being the piece its rows are converted into.
 //! Dictionaries stay with the reader for the whole file (deltas add up), so
@@ -21,12 +21,27 @@
 //! decompresses to exactly what it claims, so what is allowed here is
 //! what is held.
 
-use super::arrow::{piece_limit, PIECE_FACTOR, PIECE_FLOOR};
 use crate::batch::MAX_BATCH_BYTES;
 use crate::error::DataError;
 use std::fs::File;
 use std::io::{BufReader, Read, Seek, SeekFrom};
 use std::path::Path;
+
+/// The least a piece may materialise, whatever the file's size.
+pub(crate) const PIECE_FLOOR: u64 = 32 << 20;
+/// How many times its file's size a piece may materialise (above the floor).
+pub(crate) const PIECE_FACTOR: u64 = 8;
+
+/// The most bytes one piece of a file of `file_len` bytes may materialise:
+/// [`PIECE_FACTOR`] times the file, at least [`PIECE_FLOOR`], at most
+/// [`MAX_BATCH_BYTES`]. Rows can repeat a dictionary's value (Parquet, Arrow)
+/// any number of times, so what a batch holds is not bounded by what the
+/// file holds; this bound is half of what any reader of untrusted bytes may
+/// take at once (max(64 MiB, 16 × its bytes)), the other half left to the
+/// pages and arrays the values come from.
+pub(crate) fn piece_limit(file_len: u64) -> u64 {
+    file_len.saturating_mul(PIECE_FACTOR).clamp(PIECE_FLOOR, MAX_BATCH_BYTES)
+}
 
 /// A compressed buffer's first 8 bytes: its decompressed length (little
 /// endian), `-1` when the data that follows is not compressed.

@@ -20,7 +20,7 @@
 //! a row that stopped the count is still met).
 
 use super::lines::{read_line, without_line_end, LineError, MAX_LINE_BYTES, MAX_LINE_CELLS};
-use super::{Look, Options, Piece, Source};
+use super::{Compression, Look, Options, Piece, Source};
 use crate::error::DataError;
 use crate::example::{Example, Feature, Features};
 use std::fs::File;
@@ -256,13 +256,13 @@ fn open_reader(path: &Path) -> Result<CsvReader, DataError> {
 }
 
 /// The first row, as an example.
-pub(crate) fn peek(path: &Path, _options: &Options) -> Result<Option<Look>, DataError> {
+pub(crate) fn peek(path: &Path, _compression: Compression, _options: &Options) -> Result<Option<Look>, DataError> {
     let mut reader = open_reader(path)?;
     let mut example = Example::default();
     Ok(reader.next_row(&mut example).map_err(csv_error(path))?.map(|_| Look::Example(example)))
 }
 
-pub(crate) fn open(path: &Path, options: &Options) -> Result<Box<dyn Source>, DataError> {
+pub(crate) fn open(path: &Path, _compression: Compression, options: &Options) -> Result<Box<dyn Source>, DataError> {
     let range = if options.part.is_whole() {
         (0, u64::MAX)
     } else {

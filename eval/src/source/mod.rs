@@ -13,7 +13,9 @@
 //!
 //! A format is one file here (its reader and its [`Source`]) and one line
 //! in the registry (`crate::format::FORMATS`): its name, file name endings,
-//! family, and the functions below.
+//! family, compression, and the functions below. A compressed file is its
+//! format's reader opened with a [`Compression`] (see `compression`), not a
+//! reader of its own.
 //!
 //! Parts of a file ([`Part`]): a source asked for part `K` of `N` reads only
 //! its share of the file, so that the `N` parts of a file hold each of its
@@ -22,6 +24,7 @@
 pub(crate) mod arrays;
 pub(crate) mod arrow;
 mod arrow_compressed;
+pub(crate) mod compression;
 pub(crate) mod csv;
 pub(crate) mod jsonl;
 mod lines;
@@ -163,19 +166,23 @@ pub(crate) trait Source: Send {
     fn next_piece(&mut self, max_rows: usize) -> Result<Option<Piece<'_>>, DataError>;
 }
 
+pub(crate) use compression::Compression;
+
 /// Checks a file can be read, before any work (cheap: no rows read).
-pub(crate) type Probe = fn(&Path) -> Result<(), DataError>;
+pub(crate) type Probe = fn(&Path, Compression) -> Result<(), DataError>;
 /// What a file shows first; `None` when it has no example (row sources).
-pub(crate) type Peek = fn(&Path, &Options) -> Result<Option<Look>, DataError>;
-/// Opens a file's source.
-pub(crate) type Open = fn(&Path, &Options) -> Result<Box<dyn Source>, DataError>;
+pub(crate) type Peek = fn(&Path, Compression, &Options) -> Result<Option<Look>, DataError>;
+/// Opens a file's source. A format whose files are never compressed
+/// ignores the [`Compression`] (its registry lines all say `None`).
+pub(crate) type Open = fn(&Path, Compression, &Options) -> Result<Box<dyn Source>, DataError>;
 
 /// The `io::Error` of opening `path`, as a [`DataError`].
 pub(crate) fn io_error(path: &Path) -> impl Fn(std::io::Error) -> DataError + '_ {
     move |source| DataError::Io { path: path.to_path_buf(), source }
 }
 
-/// Opens a plain file to check it is readable.
-pub(crate) fn probe_file(path: &Path) -> Result<(), DataError> {
+/// Opens a file to check it is readable (a compressed one's stream is
+/// checked when it is read).
+pub(crate) fn probe_file(path: &Path, _compression: Compression) -> Result<(), DataError> {
     std::fs::File::open(path).map(drop).map_err(io_error(path))
 }

@@ -23,7 +23,7 @@
 //! empty).
 
 use super::arrow::{column_info, contained, find_columns, variable_columns, BatchPieces, BatchSource};
-use super::{ColumnInfo, Look, Options, Source};
+use super::{ColumnInfo, Compression, Look, Options, Source};
 use crate::error::DataError;
 use arrow_array::ArrayRef;
 use arrow_schema::{DataType, Field, FieldRef, Schema};
@@ -182,14 +182,14 @@ fn columns(
     Ok(schema.fields().iter().zip(&first).map(|(f, first)| column_info(path, f, first.as_ref())).collect())
 }
 
-pub(crate) fn peek(path: &Path, _options: &Options) -> Result<Option<Look>, DataError> {
+pub(crate) fn peek(path: &Path, _compression: Compression, _options: &Options) -> Result<Option<Look>, DataError> {
     contained(path, || {
         let meta = with_views(path, metadata(path)?)?;
         Ok(Some(Look::Columns(columns(path, &meta, |_| true)?)))
     })
 }
 
-pub(crate) fn open(path: &Path, options: &Options) -> Result<Box<dyn Source>, DataError> {
+pub(crate) fn open(path: &Path, _compression: Compression, options: &Options) -> Result<Box<dyn Source>, DataError> {
     contained(path, || {
         let meta = with_views(path, metadata(path)?)?;
         let file_len = std::fs::metadata(path).map_err(super::io_error(path))?.len();

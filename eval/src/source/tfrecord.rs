@@ -11,6 +11,7 @@
 //! counted from the start (the last part reads to the end, so a fault that
 //! stopped the count is still met).
 
+use super::compression::Compression;
 use super::{io_error, Look, Options, Part, Piece, Raw, Source};
 use crate::error::DataError;
 use crate::example::Example;
@@ -20,24 +21,18 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-pub(crate) fn probe_plain(path: &Path) -> Result<(), DataError> {
-    super::probe_file(path)
-}
-
-pub(crate) fn probe_gzip(path: &Path) -> Result<(), DataError> {
-    RecordReader::open(path, true).map(drop).map_err(io_error(path))
-}
-
-pub(crate) fn peek_plain(path: &Path, options: &Options) -> Result<Option<Look>, DataError> {
-    peek(path, false, options.skip_corrupt)
-}
-
-pub(crate) fn peek_gzip(path: &Path, options: &Options) -> Result<Option<Look>, DataError> {
-    peek(path, true, options.skip_corrupt)
+/// Checks the file opens (and, compressed, that it is gzip).
+pub(crate) fn probe(path: &Path, compression: Compression) -> Result<(), DataError> {
+    match compression {
+        Compression::None => super::probe_file(path, compression),
+        Compression::Gzip => RecordReader::open(path, true).map(drop).map_err(io_error(path)),
+    }
 }
 
 /// The file's first example (skipping corrupt records with `skip_corrupt`).
-fn peek(path: &Path, gzip: bool, skip_corrupt: bool) -> Result<Option<Look>, DataError> {
+pub(crate) fn peek(path: &Path, compression: Compression, options: &Options) -> Result<Option<Look>, DataError> {
+    let gzip = compression.is_compressed();
+    let skip_corrupt = options.skip_corrupt;
     let mut data = Vec::new();
     let mut reader = RecordReader::open(path, gzip).map_err(io_error(path))?;
     loop {
@@ -59,7 +54,12 @@ fn peek(path: &Path, gzip: bool, skip_corrupt: bool) -> Result<Option<Look>, Dat
     }
 }
 
-pub(crate) fn open_plain(path: &Path, options: &Options) -> Result<Box<dyn Source>, DataError> {
+/// The file's records; of a compressed file, counted from its start (see the
+/// module's doc on parts).
+pub(crate) fn open(path: &Path, compression: Compression, options: &Options) -> Result<Box<dyn Source>, DataError> {
+    if compression.is_compressed() {
+        return open_stream(path, compression, options);
+    }
     let reader = if options.part.is_whole() {
         RecordReader::open(path, false)
     } else {
@@ -76,8 +76,10 @@ pub(crate) fn open_plain(path: &Path, options: &Options) -> Result<Box<dyn Sourc
     Ok(Box::new(TfRecordSource::new(path, reader, options, (0, u64::MAX), within)))
 }
 
-pub(crate) fn open_gzip(path: &Path, options: &Options) -> Result<Box<dyn Source>, DataError> {
-    let open = || RecordReader::open(path, true).map_err(io_error(path));
+/// A compressed file's records: its part is a range of records counted from
+/// its start (it cannot be entered midway).
+fn open_stream(path: &Path, compression: Compression, options: &Options) -> Result<Box<dyn Source>, DataError> {
+    let open = || RecordReader::open(path, compression.is_compressed()).map_err(io_error(path));
     let range = if options.part.is_whole() {
         (0, u64::MAX)
     } else {

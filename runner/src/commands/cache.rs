@@ -2,11 +2,12 @@
 //! kept by content hash so that a second run pays no export.
 
 use crate::cli::{CacheArgs, CacheCommand};
+use crate::error::CliError;
 use isorun_engine::keras::cache;
 use isorun_protocol::exit_code;
 use std::path::PathBuf;
 
-pub fn main(command: &CacheCommand) -> Result<i32, String> {
+pub fn main(command: &CacheCommand) -> Result<i32, CliError> {
     let (CacheCommand::Ls(args) | CacheCommand::Clear(args)) = command;
     let dir = folder(args)?;
     match command {

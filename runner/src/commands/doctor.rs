@@ -177,7 +177,16 @@ fn onnxruntime_check() -> Check {
             Check::new(
                 NAME,
                 Status::Found,
-                format!("{} (ONNX Runtime {version}, C API {}; {origin})", found.library.display(), found.api_version),
+                format!(
+                    "{} (ONNX Runtime {version}, C API {}; {origin}; {}; {})",
+                    found.library.display(),
+                    found.api_version,
+                    match found.cuda_provider() {
+                        Some(_) => "CUDA provider beside it, tried where a worker sees a GPU (else the CPU's, with onnxruntime.cuda_error in the record)",
+                        None => "CPU provider only",
+                    },
+                    isorun_engine::onnxruntime_telemetry()
+                ),
             )
         }
         Err(missing) => Check::new(NAME, Status::None, format!("{missing} (only .onnx files need it)")),

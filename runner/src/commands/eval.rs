@@ -8,8 +8,11 @@
 //! (its signature wants a feature the data lacks, a corrupt record
 //! mid-file) is that model's outcome.
 
+mod scorer;
+
 use crate::cli::{EvalArgs, EvalOptions};
 use crate::drive::{discover_models, execute, Plan, Work};
+use crate::error::CliError;
 use crate::output_lock::OutputLocks;
 use crate::settings::{report_settings, shared_settings};
 use crate::support::with_causes;
@@ -22,9 +25,10 @@ use isorun_eval::{
 use isorun_protocol::{DType, ErrorKind, ModelError, Outcome, SignatureInfo, Tensor, TensorSpec};
 use isorun_report::change::{bootstrap_settings, BaselineBootstrap, BaselineRecord, Discordant, Gate};
 use isorun_report::eval_record::{data_shard_fields, evaluation_fields, EvalRules};
-use isorun_report::shard::{parse_shard, Shard};
+use isorun_report::shard::Shard;
 use isorun_tensors::json_input::signature_of;
 use isorun_tensors::output::StreamedOutputs;
+use scorer::{Score, Scorer};
 use serde_json::{json, Map, Value};
 use std::collections::HashMap;
 use std::io::Write;
@@ -35,7 +39,7 @@ use std::time::Instant;
 const DEFAULT_BATCH_SIZE: u64 = 256;
 
 /// Runs the command; `Err` is a usage error (exit 2).
-pub fn main(args: EvalArgs, quiet: bool) -> Result<i32, String> {
+pub fn main(args: EvalArgs, quiet: bool) -> Result<i32, CliError> {
     let started = Instant::now();
     let started_at = std::time::SystemTime::now();
     let EvalArgs { eval, mut run } = args;
@@ -44,13 +48,9 @@ pub fn main(args: EvalArgs, quiet: bool) -> Result<i32, String> {
     let mut engine = run_settings.engine.clone();
     // Batches are the feed's; the engine must not split them again.
     engine.batch_size = None;
-    let rules = Rules::parse(&eval.thresholds, &eval.max_drops, &eval.gate)?;
+    let rules = Rules::parse(&eval.thresholds, &eval.max_drops, eval.gate)?;
     let ci = ci_spec(eval.ci, eval.bootstrap, eval.bootstrap_seed, eval.example_key.is_some())?;
-    let data_shard = eval
-        .data_shard
-        .as_deref()
-        .map(|text| parse_shard(text).map_err(|e| format!("--data-shard {text}: {e}")))
-        .transpose()?;
+    let data_shard = eval.data_shard;
     if data_shard.is_some() && eval.limit.is_some() {
         return Err("--limit cannot be given with --data-shard: the first N examples of the whole dataset \
                     are not a shard's; limit the data itself"
@@ -81,15 +81,6 @@ pub fn main(args: EvalArgs, quiet: bool) -> Result<i32, String> {
             _ => Err(format!("--feature {pair}: expected INPUT=FEATURE")),
         })
         .collect::<Result<Vec<_>, _>>()?;
-    let data_format = match &eval.data_format {
-        None => None,
-        Some(name) => Some(isorun_eval::Format::from_name(name).ok_or_else(|| {
-            format!(
-                "--data-format {name}: unknown format; the formats are: {}",
-                isorun_eval::Format::names().join(", ")
-            )
-        })?),
-    };
     let models = discover_models(&run)?;
     let classes = label_classes(&eval)?;
     let dataset = Dataset::open_with_classes(
@@ -103,7 +94,7 @@ pub fn main(args: EvalArgs, quiet: bool) -> Result<i32, String> {
             batch_size: batch_size as usize,
             skip_corrupt: eval.skip_corrupt,
             shard: data_shard.map(|s| isorun_eval::DataShard { index: s.index, count: s.count }),
-            format: data_format,
+            format: eval.data_format,
             example_key: eval.example_key.clone(),
         },
         classes,
@@ -140,8 +131,8 @@ pub fn main(args: EvalArgs, quiet: bool) -> Result<i32, String> {
         data_shard.map(|s| s.to_string()),
     ) + &format!("\0{:?}", eval.example_key)
         + &format!("\0{}\0{}", eval.calibration_bins, eval.max_confusion_classes)
-        + &format!("\0{:?}\0{}\0{}", eval.predictions, eval.predictions_format, eval.predictions_all)
-        + &format!("\0{:?}\0{:?}\0{}\0{}", eval.ci, eval.bootstrap, eval.bootstrap_seed, eval.gate)
+        + &format!("\0{:?}\0{}\0{}", eval.predictions, eval.predictions_format.extension(), eval.predictions_all)
+        + &format!("\0{:?}\0{:?}\0{}\0{}", eval.ci, eval.bootstrap, eval.bootstrap_seed, eval.gate.name())
         + &eval.label_classes.as_ref().map_or(String::new(), |c| format!("\0label_classes{c:?}"));
     let mut settings = report_settings(&run, &run_settings);
     settings["eval"] = eval_settings(&eval, &dataset, batch_size, data_shard);
@@ -157,20 +148,11 @@ pub fn main(args: EvalArgs, quiet: bool) -> Result<i32, String> {
     let predictions = match &eval.predictions {
         Some(dir) => {
             std::fs::create_dir_all(dir).map_err(|e| format!("--predictions {}: cannot create: {e}", dir.display()))?;
-            let format = PredictionsFormat::from_name(&eval.predictions_format).ok_or_else(|| {
-                format!("--predictions-format {}: expected parquet or jsonl", eval.predictions_format)
-            })?;
             Some(Predictions {
                 dir: dir.clone(),
-                format,
+                format: eval.predictions_format,
                 all: eval.predictions_all,
                 meta: Meta {
-                    model: String::new(),
-                    output: String::new(),
-                    output_shape: None,
-                    outputs: Vec::new(),
-                    label_kind: None,
-                    label: eval.label.clone(),
                     weight: eval.weight.clone(),
                     slices: eval.slices.clone(),
                     example_key: eval.example_key.clone(),
@@ -178,14 +160,11 @@ pub fn main(args: EvalArgs, quiet: bool) -> Result<i32, String> {
                     threshold: rules.decision,
                     top_k: eval.top_k as usize,
                     from_logits: eval.from_logits,
-                    task: None,
-                    first_batch_rows: 0,
-                    examples: 0,
                     data_digest: dataset.dataset_digest(),
                     data_shard: data_shard.map(|s| s.to_string()),
-                    skipped_corrupt: 0,
                     calibration_bins: eval.calibration_bins as usize,
                     max_confusion_classes: eval.max_confusion_classes as usize,
+                    ..Meta::new(eval.label.clone())
                 },
             })
         }
@@ -209,7 +188,7 @@ pub fn main(args: EvalArgs, quiet: bool) -> Result<i32, String> {
     }
     let key_inputs = feed.dataset.digest().into_bytes();
     let plan = Plan {
-        args: &run,
+        run: &run_settings,
         quiet,
         started,
         started_at,
@@ -264,7 +243,7 @@ pub(crate) struct Rules {
 }
 
 impl Rules {
-    pub(crate) fn parse(thresholds: &[String], max_drops: &[String], gate: &str) -> Result<Rules, String> {
+    pub(crate) fn parse(thresholds: &[String], max_drops: &[String], gate: Gate) -> Result<Rules, String> {
         let mut decision = None;
         let mut bounds = Vec::new();
         for given in thresholds {
@@ -283,7 +262,6 @@ impl Rules {
             .iter()
             .map(|given| given.parse::<MaxDrop>().map_err(|e| format!("--max-drop {given}: {e}")))
             .collect::<Result<_, _>>()?;
-        let gate = Gate::parse(gate).ok_or_else(|| format!("--gate {gate}: expected always or significant"))?;
         Ok(Rules { given: decision, decision: decision.unwrap_or(0.5), checks: EvalRules { bounds, drops, gate } })
     }
 }
@@ -516,8 +494,8 @@ fn eval_settings(eval: &EvalOptions, dataset: &Dataset, batch_size: u64, data_sh
         s.insert("bootstrap".into(), json!(eval.bootstrap.unwrap_or(bootstrap::DEFAULT_REPLICATES)));
         s.insert("bootstrap_seed".into(), json!(eval.bootstrap_seed));
     }
-    if eval.gate != "always" {
-        s.insert("gate".into(), json!(eval.gate));
+    if eval.gate != Gate::Always {
+        s.insert("gate".into(), json!(eval.gate.name()));
     }
     if let Some(shard) = data_shard {
         // Sizes and mtimes of the files, and how they are read: `report merge` refuses shards of other data.
@@ -601,12 +579,16 @@ impl Feed for EvalFeed {
     /// `signature_not_found`, naming those it has) or a signature input the
     /// data cannot feed, read without TensorFlow from the SavedModel.
     fn check(&self, model: &Model) -> Option<Outcome> {
-        if model.format != ModelFormat::SavedModel {
-            return None;
-        }
-        let size = std::fs::metadata(model.path.join("saved_model.pb")).ok()?.len();
-        if size > SIGNATURE_READ_LIMIT {
-            return None;
+        match model.format {
+            // Its graph is read without ONNX Runtime, however large (weights are skipped).
+            ModelFormat::Onnx => {}
+            ModelFormat::SavedModel => {
+                let size = std::fs::metadata(model.path.join("saved_model.pb")).ok()?.len();
+                if size > SIGNATURE_READ_LIMIT {
+                    return None;
+                }
+            }
+            _ => return None,
         }
         let info = match signature_of(&model.path, &self.tags, &self.signature) {
             Ok(info) => info,
@@ -659,34 +641,60 @@ impl Feed for EvalFeed {
             }
             None => None,
         };
+        let scoring = Scoring { evaluator, outputs, predictions };
+        let scorer = Scorer::start(scoring).map_err(|e| {
+            Outcome::Error(ModelError::new(ErrorKind::Evaluation, format!("cannot start the scoring thread: {e}")))
+        })?;
         Ok(Box::new(EvalStream {
-            predictions,
+            scorer,
             reader,
-            evaluator,
             targets: None,
             rules: &self.rules.checks,
             baseline,
             data_shard: self.data_shard,
-            outputs,
             auto_feature,
         }))
     }
 }
 
-/// One model's pass over the data.
-struct EvalStream<'a> {
+/// What one model's batches are scored with, on its stream's scoring thread.
+struct Scoring {
+    evaluator: Evaluator,
+    /// `--output-dir`: the outputs so far, put in place when the unit ends well.
+    outputs: Option<StreamedOutputs>,
     /// `--predictions`: the rows so far, put in place when the unit ends well.
     predictions: Option<BackgroundWriter>,
+}
+
+impl Score for Scoring {
+    type Batch = (Targets, Vec<(String, Tensor)>);
+
+    fn score(&mut self, (targets, outputs): Self::Batch) -> Result<(), Outcome> {
+        self.evaluator
+            .update(&outputs, &targets)
+            .map_err(|e| Outcome::Error(ModelError::new(ErrorKind::Evaluation, with_causes(&e))))?;
+        if let Some(streamed) = &mut self.outputs {
+            streamed.append(&outputs).map_err(output_error)?;
+        }
+        match &mut self.predictions {
+            // Moved to the writer's thread, which encodes while this one scores the next batch.
+            Some(writer) => writer.append(targets, outputs).map_err(|e| predictions_error(&e)),
+            None => Ok(()),
+        }
+    }
+}
+
+/// One model's pass over the data.
+struct EvalStream<'a> {
+    /// Scores each batch beside the worker, which runs the next meanwhile.
+    scorer: Scorer<Scoring>,
     reader: BatchReader,
-    evaluator: Evaluator,
     /// The labels (weights, slice values) of the batch the worker has.
     targets: Option<Targets>,
     rules: &'a EvalRules,
     /// `None`: no baseline given; `Some(None)`: the model is new.
     baseline: Option<Option<BaselineRecord>>,
     data_shard: Option<Shard>,
-    /// `--output-dir`: the outputs so far, put in place when the unit ends well.
-    outputs: Option<StreamedOutputs>,
     /// `(input, column)`: the one input fed from the one column nothing
     /// else uses ([`Dataset::auto_feature`]), said in the record.
     auto_feature: Option<(String, String)>,
@@ -715,17 +723,9 @@ impl FeedStream for EvalStream<'_> {
         let Some(targets) = self.targets.take() else {
             return Err(Outcome::ProtocolError { message: "outputs for a batch that was not sent".into() });
         };
-        self.evaluator
-            .update(&outputs, &targets)
-            .map_err(|e| Outcome::Error(ModelError::new(ErrorKind::Evaluation, with_causes(&e))))?;
-        if let Some(streamed) = &mut self.outputs {
-            streamed.append(&outputs).map_err(output_error)?;
-        }
-        match &mut self.predictions {
-            // Moved to the writer's thread, which encodes while the worker computes.
-            Some(writer) => writer.append(targets, outputs).map_err(|e| predictions_error(&e)),
-            None => Ok(()),
-        }
+        // Scored on the scoring thread while the worker runs the next batch;
+        // this waits only while earlier batches fill its queue.
+        self.scorer.send((targets, outputs))
     }
 
     fn background(&self) -> std::time::Duration {
@@ -733,20 +733,31 @@ impl FeedStream for EvalStream<'_> {
     }
 
     fn finish(&mut self, ok: bool) -> FeedSummary {
+        // Every batch accepted is scored before anything is decided.
+        let (scoring, failed) = self.scorer.finish();
+        let Some(mut scoring) = scoring else {
+            return FeedSummary { outcome: failed, ..FeedSummary::default() };
+        };
+        if let (true, Some(outcome)) = (ok, failed) {
+            // A batch that could not be scored ends the unit as it would
+            // have on the slot: nothing put in place, no metrics.
+            let examples = scoring.evaluator.finish().examples;
+            return FeedSummary { examples, fields: Default::default(), outcome: Some(outcome) };
+        }
         // Outputs go in place only for a unit that went through every batch.
-        let written = match (ok, self.outputs.take()) {
+        let written = match (ok, scoring.outputs.take()) {
             (true, Some(streamed)) => streamed.finish().map_err(output_error).err(),
             _ => None,
         };
-        let predicted = match (ok && written.is_none(), self.predictions.take()) {
+        let predicted = match (ok && written.is_none(), scoring.predictions.take()) {
             (true, Some(writer)) => Some(
                 writer
-                    .finish(self.evaluator.task().map(|t| t.name().to_string()), self.reader.skipped())
+                    .finish(scoring.evaluator.task().map(|t| t.name().to_string()), self.reader.skipped())
                     .map_err(|e| predictions_error(&e)),
             ),
             _ => None,
         };
-        let evaluation = self.evaluator.finish();
+        let evaluation = scoring.evaluator.finish();
         if let (Gate::Significant, None, Some(Some(record))) = (self.rules.gate, self.data_shard, &mut self.baseline) {
             let tonight = match &predicted {
                 Some(Ok(path)) => Some(path.as_path()),
@@ -758,7 +769,7 @@ impl FeedStream for EvalStream<'_> {
         let skipped = self.reader.skipped();
         let (fields, breach) = match self.data_shard {
             Some(shard) => {
-                let state = self.evaluator.state();
+                let state = scoring.evaluator.state();
                 (data_shard_fields(&evaluation, &state, &shard.to_string(), skipped, baseline), None)
             }
             None => evaluation_fields(&evaluation, skipped, baseline, self.rules),

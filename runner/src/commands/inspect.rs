@@ -8,6 +8,7 @@
 //! with `isorun-onnxproto` without ONNX Runtime.
 
 use crate::cli::InspectArgs;
+use crate::error::CliError;
 use isorun_engine::keras::files::{self, KerasFileError, KerasInfo};
 use isorun_engine::ModelFormat;
 use isorun_onnxproto::{Dim, OnnxModel, ValueInfo};
@@ -78,7 +79,7 @@ pub struct TensorView {
     pub shape: Option<Vec<Option<u64>>>,
 }
 
-pub fn main(args: &InspectArgs) -> Result<i32, String> {
+pub fn main(args: &InspectArgs) -> Result<i32, CliError> {
     let keras = keras_file(&args.model).map_err(|e| crate::support::with_causes(&e))?;
     let text = if is_onnx_file(&args.model) {
         let model = isorun_onnxproto::read_model(&args.model).map_err(|e| crate::support::with_causes(&e))?;
@@ -93,7 +94,7 @@ pub fn main(args: &InspectArgs) -> Result<i32, String> {
         Ok(()) => Ok(isorun_protocol::exit_code::OK),
         // Nobody reads any more (`isorun inspect ... | head -3`): not an error.
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(isorun_protocol::exit_code::OK),
-        Err(e) => Err(format!("cannot write to stdout: {e}")),
+        Err(e) => Err(format!("cannot write to stdout: {e}").into()),
     }
 }
 

@@ -4,12 +4,13 @@
 //! early (`isorun ls models/ | head -1`) ends the listing quietly.
 
 use crate::cli::LsArgs;
+use crate::error::CliError;
 use isorun_engine::{discover, latest_versions, Model};
 use isorun_protocol::exit_code;
 use isorun_report::text::one_line;
 use std::io::{self, Write};
 
-pub fn main(args: &LsArgs) -> Result<i32, String> {
+pub fn main(args: &LsArgs) -> Result<i32, CliError> {
     let models = discover(&args.dirs, &mut |warning| crate::support::warn(warning))
         .map_err(|e| crate::support::with_causes(&e))?;
     let models = if args.latest_version { latest_versions(models) } else { models };
@@ -20,7 +21,7 @@ pub fn main(args: &LsArgs) -> Result<i32, String> {
             Ok(()) => {}
             // Nobody reads any more: the reader had what it wanted.
             Err(e) if e.kind() == io::ErrorKind::BrokenPipe => return Ok(exit_code::OK),
-            Err(e) => return Err(format!("cannot write to stdout: {e}")),
+            Err(e) => return Err(format!("cannot write to stdout: {e}").into()),
         }
     }
     Ok(exit_code::OK)

@@ -6,6 +6,7 @@
 //! broke across lines as `accu‐racy>=0.9`, which does not copy and paste.
 
 use crate::cli::{Cli, ManArgs};
+use crate::error::CliError;
 use crate::support::print_stdout;
 use std::path::{Path, PathBuf};
 
@@ -114,7 +115,7 @@ fn page_name(words: &[String]) -> String {
 }
 
 /// Runs the command; `Err` is a usage error (exit 2).
-pub fn main(args: &ManArgs) -> Result<i32, String> {
+pub fn main(args: &ManArgs) -> Result<i32, CliError> {
     let pages = pages();
     let name = |page: &Page| page.get_filename().trim_end_matches(".1").to_string();
     let chosen: Vec<&Page> = if args.command.is_empty() {
@@ -139,13 +140,13 @@ pub fn main(args: &ManArgs) -> Result<i32, String> {
             let path = page.generate_to(dir).map_err(|e| format!("--out-dir {}: cannot write: {e}", dir.display()))?;
             written.push_str(&format!("{}\n", path.display()));
         }
-        return print_stdout(written.as_bytes());
+        return Ok(print_stdout(written.as_bytes())?);
     }
     let mut text = Vec::new();
     for page in chosen {
         page.render(&mut text).map_err(|e| e.to_string())?;
     }
-    print_stdout(&text)
+    Ok(print_stdout(&text)?)
 }
 
 #[cfg(test)]

@@ -17,27 +17,29 @@ mod run;
 mod slurm;
 
 use crate::cli::{Cli, Command};
+use crate::error::CliError;
 
-/// Runs the command; `Err` is a usage error (exit 2).
-pub fn dispatch(cli: Cli) -> Result<i32, String> {
-    match cli.command {
-        Command::Run(args) => run::main(*args, cli.quiet),
-        Command::Eval(args) => eval::main(*args, cli.quiet),
-        Command::Inspect(args) => inspect::main(&args),
-        Command::Ls(args) => ls::main(&args),
-        Command::Pipe(args) => pipe::main(&args),
-        Command::Map(args) => map::main(*args, cli.quiet),
-        Command::Doctor(args) => doctor::main(&args),
-        Command::Cache(command) => cache::main(&command),
-        Command::Rescore(args) => rescore::main(*args, cli.quiet),
-        Command::Report(command) => report::main(&command),
-        Command::Slurm(command) => slurm::main(&command),
+/// Runs the command: its exit code, or why nothing (more) ran.
+pub fn dispatch(cli: Cli) -> Result<i32, CliError> {
+    let code = match cli.command {
+        Command::Run(args) => run::main(*args, cli.quiet)?,
+        Command::Eval(args) => eval::main(*args, cli.quiet)?,
+        Command::Inspect(args) => inspect::main(&args)?,
+        Command::Ls(args) => ls::main(&args)?,
+        Command::Pipe(args) => pipe::main(&args)?,
+        Command::Map(args) => map::main(*args, cli.quiet)?,
+        Command::Doctor(args) => doctor::main(&args)?,
+        Command::Cache(command) => cache::main(&command)?,
+        Command::Rescore(args) => rescore::main(*args, cli.quiet)?,
+        Command::Report(command) => report::main(&command)?,
+        Command::Slurm(command) => slurm::main(&command)?,
         Command::Completions(args) => {
             let mut command = <Cli as clap::CommandFactory>::command();
             let mut script = Vec::new();
             clap_complete::generate(args.shell, &mut command, "isorun", &mut script);
-            crate::support::print_stdout(&script)
+            crate::support::print_stdout(&script)?
         }
-        Command::Man(args) => man::main(&args),
-    }
+        Command::Man(args) => man::main(&args)?,
+    };
+    Ok(code)
 }

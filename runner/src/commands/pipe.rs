@@ -56,10 +56,13 @@ impl Server<'_> {
             load_only,
             libraries: Vec::new(),
             sandbox: self.sandbox.as_ref().map(|work_dir| SandboxSpec {
-                read_paths: vec![self.model_dir.to_string_lossy().into_owned()],
+                read_paths: std::iter::once(self.model_dir.to_string_lossy().into_owned())
+                    .chain(isorun_engine::onnx_read_paths(&self.model_dir))
+                    .collect(),
                 work_dir: Some(work_dir.path().to_string_lossy().into_owned()),
                 core_dumps: false,
             }),
+            runtime: isorun_engine::runtime_for_path(&self.model_dir),
         }
     }
 
@@ -91,15 +94,11 @@ impl Server<'_> {
 }
 
 /// A Keras file given to `pipe`: exported (or found in the cache) first, in
-/// the sandbox the worker would have; a file that cannot be is a usage error,
-/// as an `.onnx` file is while no worker runs one (issue 41).
+/// the sandbox the worker would have; a file that cannot be is a usage error.
 fn keras_saved_model(args: &PipeArgs) -> Result<PathBuf, String> {
     let model = isorun_engine::discover(std::slice::from_ref(&args.model), &mut |_| {})
         .map_err(|e| crate::support::with_causes(&e))?
         .remove(0);
-    if model.format == isorun_engine::ModelFormat::Onnx {
-        return Err(isorun_engine::onnx_not_runnable(&args.model));
-    }
     let settings = isorun_engine::Settings::builder(worker_binary(args.worker.worker.as_deref())?)
         .sandbox((args.sandbox == SandboxMode::Strict).then(|| isorun_protocol::SandboxSpec {
             read_paths: Vec::new(),
@@ -124,6 +123,12 @@ fn keras_saved_model(args: &PipeArgs) -> Result<PathBuf, String> {
 pub fn main(args: &PipeArgs) -> Result<i32, String> {
     let model_dir = if !args.model.exists() {
         return Err(format!("{}: no such file or directory", args.model.display()));
+    } else if isorun_tensors::json_input::is_onnx_file(&args.model) {
+        // An ONNX file runs as it is; one that cannot is a usage error.
+        if let Some(error) = isorun_engine::onnx_not_runnable(&args.model) {
+            return Err(error.message);
+        }
+        std::path::absolute(&args.model).map_err(|e| format!("{}: {e}", args.model.display()))?
     } else if args.model.is_file() {
         keras_saved_model(args)?
     } else if is_saved_model(&args.model) {

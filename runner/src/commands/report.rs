@@ -7,6 +7,7 @@
 //! exit 2. The reading, comparing and merging are `isorun-report`'s.
 
 use crate::cli::{ReportCommand, ReportDiffArgs, ReportMergeArgs, ReportTableArgs, TableFormatArg};
+use crate::error::CliError;
 use crate::support::{lock_given_outputs, with_causes};
 use isorun_protocol::exit_code;
 use isorun_report::{
@@ -16,7 +17,7 @@ use isorun_report::{
 use std::io::Write;
 
 /// Runs the command; `Err` is a usage error (exit 2).
-pub fn main(command: &ReportCommand) -> Result<i32, String> {
+pub fn main(command: &ReportCommand) -> Result<i32, CliError> {
     let result = match command {
         ReportCommand::Diff(args) => diff_command(args),
         ReportCommand::Merge(args) => {
@@ -30,7 +31,7 @@ pub fn main(command: &ReportCommand) -> Result<i32, String> {
         }
         ReportCommand::Table(args) => return table_command(args),
     };
-    result.map_err(|error| with_causes(&error))
+    result.map_err(|error| with_causes(&error).into())
 }
 
 fn diff_command(args: &ReportDiffArgs) -> Result<i32, ReportError> {
@@ -59,7 +60,7 @@ fn diff_command(args: &ReportDiffArgs) -> Result<i32, ReportError> {
 }
 
 /// `report table`: the leaderboard on stdout (a closed stdout is a normal end).
-fn table_command(args: &ReportTableArgs) -> Result<i32, String> {
+fn table_command(args: &ReportTableArgs) -> Result<i32, CliError> {
     let reports = args
         .reports
         .iter()

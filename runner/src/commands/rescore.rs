@@ -18,6 +18,7 @@ use super::eval::{
     check_drops_computed, check_gate, ci_spec, pair_through_predictions, read_baseline, Baseline, Rules,
 };
 use crate::cli::{Format, RescoreArgs};
+use crate::error::CliError;
 use crate::printer::{progress_bar, Printer};
 use crate::support::{lock_given_outputs, with_causes, write_run_report};
 use isorun_engine::{Model, STATUSES};
@@ -32,7 +33,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 /// Runs the command; `Err` is a usage error (exit 2).
-pub fn main(args: RescoreArgs, quiet: bool) -> Result<i32, String> {
+pub fn main(args: RescoreArgs, quiet: bool) -> Result<i32, CliError> {
     // Held to the end, before any file is read: another rescore (or run)
     // writing one of these files would lose this one's models, or this its.
     let _locks = lock_given_outputs(&[
@@ -42,11 +43,11 @@ pub fn main(args: RescoreArgs, quiet: bool) -> Result<i32, String> {
         ("--output-changed", args.output_changed.as_deref()),
     ])?;
     if args.diff {
-        return diff(&args, quiet);
+        return Ok(diff(&args, quiet)?);
     }
     let started = Instant::now();
     let started_at = std::time::SystemTime::now();
-    let rules = Rules::parse(&args.thresholds, &args.max_drops, &args.gate)?;
+    let rules = Rules::parse(&args.thresholds, &args.max_drops, args.gate)?;
     // Checked once here; each file's replicates are keyed as its eval was (by key or index).
     ci_spec(args.ci, args.bootstrap, args.bootstrap_seed, false)?;
     let metrics = parse_metrics(&args.metrics, "--metric")?;

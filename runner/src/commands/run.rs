@@ -5,6 +5,7 @@
 
 use crate::cli::RunArgs;
 use crate::drive::{discover_models, execute, Plan, Work};
+use crate::error::CliError;
 use crate::settings::{report_settings, run_settings};
 use crate::support::with_causes;
 use crate::warmup::WarmupFeed;
@@ -14,7 +15,7 @@ use isorun_tensors::inputs::load_inputs;
 use std::time::Instant;
 
 /// Runs the command; `Err` is a usage error (exit 2).
-pub fn main(args: RunArgs, quiet: bool) -> Result<i32, String> {
+pub fn main(args: RunArgs, quiet: bool) -> Result<i32, CliError> {
     let started = Instant::now();
     let started_at = std::time::SystemTime::now();
     let run_settings = run_settings(&args)?;
@@ -28,7 +29,7 @@ pub fn main(args: RunArgs, quiet: bool) -> Result<i32, String> {
         std::fs::create_dir_all(dir).map_err(|e| format!("--output-dir {}: cannot create: {e}", dir.display()))?;
     }
     if let Some(dir) = args.given.inputs_dir.as_ref().filter(|d| !d.is_dir()) {
-        return Err(format!("--inputs-dir {}: not a folder", dir.display()));
+        return Err(format!("--inputs-dir {}: not a folder", dir.display()).into());
     }
     let inputs = PreparedInputs::new(inputs, args.given.inputs_dir.clone());
     if inputs.is_empty() {
@@ -41,7 +42,7 @@ pub fn main(args: RunArgs, quiet: bool) -> Result<i32, String> {
         settings.signature, settings.tags, settings.batch_size, settings.libraries, tolerances
     ) + if settings.strict_dtypes { "\0strict_dtypes" } else { "" };
     let plan = Plan {
-        args: &args,
+        run: &run_settings,
         quiet,
         started,
         started_at,
@@ -49,7 +50,7 @@ pub fn main(args: RunArgs, quiet: bool) -> Result<i32, String> {
         models,
         work: Work::Inputs { inputs: &inputs, sinks: &sinks },
         // Hashing every input byte is for journal keys only.
-        key_inputs: if args.journal.is_some() { inputs.digest() } else { Vec::new() },
+        key_inputs: if run_settings.journal.is_some() { inputs.digest() } else { Vec::new() },
         key_settings,
         inputs_dir: args.given.inputs_dir.clone(),
         expect_dir: run_settings.expect.as_ref().map(|e| e.dir.clone()),
@@ -67,7 +68,7 @@ fn warmup(
     started_at: std::time::SystemTime,
     run_settings: &crate::settings::RunSettings,
     models: Vec<Model>,
-) -> Result<i32, String> {
+) -> Result<i32, CliError> {
     let settings = &run_settings.engine;
     if let Some(dir) = &run_settings.output_dir {
         std::fs::create_dir_all(dir).map_err(|e| format!("--output-dir {}: cannot create: {e}", dir.display()))?;
@@ -84,7 +85,7 @@ fn warmup(
         + if settings.strict_dtypes { "\0strict_dtypes" } else { "" }
         + &crate::warmup::key_settings(args.given.warmup_limit);
     let plan = Plan {
-        args,
+        run: run_settings,
         quiet,
         started,
         started_at,

@@ -273,7 +273,7 @@ fn worker_main(mut socket: UnixStream) -> i32 {
                     std::thread::sleep(Duration::from_millis(slow.unwrap_or(0)));
                     *LAST_MODEL.lock().unwrap() = Some(preload.model_dir.clone());
                     PRELOADED.store(true, std::sync::atomic::Ordering::SeqCst);
-                    Preloaded { load_ms: slow.unwrap_or(1) }
+                    Preloaded { load_ms: slow.unwrap_or(1), onnx: None }
                 });
                 write_frame(&mut socket, &WorkerMessage::Warmed { warm_ms: amount, error, preloaded }).unwrap();
             }
@@ -350,7 +350,7 @@ fn run(socket: &mut UnixStream, inbox: &Inbox, request: &RunRequest, shared: &[S
     // model is answered with `Finished` alone.
     let mut last = LAST_MODEL.lock().unwrap();
     if last.as_deref() != Some(request.model_dir.as_str()) {
-        write_frame(socket, &WorkerMessage::Loaded { unit, load_ms: 1 }).unwrap();
+        write_frame(socket, &WorkerMessage::Loaded { unit, load_ms: 1, onnx: None }).unwrap();
         *last = Some(request.model_dir.clone());
     }
     drop(last);

@@ -604,7 +604,9 @@ fn doctor_without_libtensorflow_names_the_python3_on_path_it_found() {
 }
 
 /// The onnxruntime line names the library in ISORUN_ONNXRUNTIME_DIR with
-/// its C API version; a folder without one is named, with what to run.
+/// its C API version, whether the CUDA provider is beside it, and whether
+/// workers have ONNX Runtime's telemetry off;
+/// a folder without one is named, with what to run.
 #[test]
 fn doctor_names_the_onnxruntime_library_given_by_isorun_onnxruntime_dir() {
     let tmp = tempfile::tempdir().unwrap();
@@ -618,15 +620,29 @@ fn doctor_names_the_onnxruntime_library_given_by_isorun_onnxruntime_dir() {
     assert!(detail.contains("scripts/fetch-onnxruntime"), "{detail}");
     let library = tmp.path().join("libonnxruntime.so.1.23");
     std::fs::write(&library, b"").unwrap();
-    let ran = run_text(isorun().arg("doctor").env("ISORUN_ONNXRUNTIME_DIR", tmp.path()));
+    let ran =
+        run_text(isorun().arg("doctor").env("ISORUN_ONNXRUNTIME_DIR", tmp.path()).env_remove("ORT_DISABLE_TELEMETRY"));
     assert_eq!(
         doctor_line(&ran, "onnxruntime"),
         (
             "found",
-            format!("{} (ONNX Runtime version unknown, C API 23; from ISORUN_ONNXRUNTIME_DIR)", library.display())
-                .as_str()
+            format!(
+                "{} (ONNX Runtime version unknown, C API 23; from ISORUN_ONNXRUNTIME_DIR; CPU provider only; \
+                 telemetry off in workers (ORT_DISABLE_TELEMETRY=1))",
+                library.display()
+            )
+            .as_str()
         )
     );
+    let ran =
+        run_text(isorun().arg("doctor").env("ISORUN_ONNXRUNTIME_DIR", tmp.path()).env("ORT_DISABLE_TELEMETRY", "0"));
+    let (_, detail) = doctor_line(&ran, "onnxruntime");
+    assert!(detail.ends_with("; ORT_DISABLE_TELEMETRY=0 as you set it)"), "{detail}");
+    // The onnxruntime-gpu wheel's CUDA provider beside the library is named.
+    std::fs::write(tmp.path().join("libonnxruntime_providers_cuda.so"), b"").unwrap();
+    let ran = run_text(isorun().arg("doctor").env("ISORUN_ONNXRUNTIME_DIR", tmp.path()));
+    let (_, detail) = doctor_line(&ran, "onnxruntime");
+    assert!(detail.contains("; CUDA provider beside it, tried where a worker sees a GPU (else the CPU's"), "{detail}");
 }
 
 #[test]

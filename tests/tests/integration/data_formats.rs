@@ -7,17 +7,10 @@
 //! missing column or a corrupt file is an error naming the file, the column
 //! and the row.
 
+use crate::util::eval_fixtures::{self, case_flags, dir as eval_dir, model};
 use crate::util::{fixtures, isorun, run, Ran};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
-
-fn eval_dir() -> PathBuf {
-    fixtures().join("eval")
-}
-
-fn model(name: &str) -> PathBuf {
-    eval_dir().join("models").join(name)
-}
 
 fn table(name: &str) -> PathBuf {
     eval_dir().join("data").join("tables").join(name)
@@ -29,18 +22,8 @@ fn case(name: &str) -> Value {
     expected["cases"].as_array().unwrap().iter().find(|c| c["name"] == name).cloned().unwrap()
 }
 
-fn case_flags(case: &Value) -> Vec<String> {
-    case["flags"].as_array().unwrap().iter().map(|f| f.as_str().unwrap().to_string()).collect()
-}
-
 fn eval(model_name: &str, data: &Path, label: &str, args: &[String]) -> Ran {
-    run(isorun()
-        .arg("eval")
-        .arg(model(model_name))
-        .arg("--data")
-        .arg(data)
-        .args(["--label", label, "-j", "1", "--json"])
-        .args(args))
+    eval_fixtures::eval(&[model(model_name)], data, label, args)
 }
 
 fn assert_metrics(got: &Value, expected: &Value, what: &str) {

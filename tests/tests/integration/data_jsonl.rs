@@ -4,6 +4,7 @@
 //! reads a file of another name; bad lines are errors naming the file, the
 //! line and the key, before any worker runs when the first line shows them.
 
+use crate::util::eval_fixtures::{self, case_flags};
 use crate::util::{fixtures, isorun, run, Ran};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -22,19 +23,8 @@ fn cases() -> Vec<Value> {
     expected["cases"].as_array().unwrap().clone()
 }
 
-fn flags(case: &Value) -> Vec<String> {
-    case["flags"].as_array().unwrap().iter().map(|f| f.as_str().unwrap().to_string()).collect()
-}
-
-/// `isorun eval MODEL --data DATA --label LABEL -j 1 --json ARGS`.
 fn eval(model_name: &str, data: &Path, label: &str, args: &[String]) -> Ran {
-    run(isorun()
-        .arg("eval")
-        .arg(model(model_name))
-        .arg("--data")
-        .arg(data)
-        .args(["--label", label, "-j", "1", "--json"])
-        .args(args))
+    eval_fixtures::eval(&[model(model_name)], data, label, args)
 }
 
 fn ok_record(ran: &Ran, id: &str) -> Value {
@@ -71,9 +61,9 @@ fn jsonl_and_jsonl_gz_give_the_tfrecord_run_s_metrics_for_every_fixture_model() 
             continue;
         }
         let label = case["label"].as_str().unwrap();
-        let tfrecord = ok_record(&eval(id, &data("data.tfrecord"), label, &flags(&case)), id);
+        let tfrecord = ok_record(&eval(id, &data("data.tfrecord"), label, &case_flags(&case)), id);
         for file in ["data.jsonl", "data.jsonl.gz"] {
-            let record = ok_record(&eval(id, &data(file), label, &flags(&case)), id);
+            let record = ok_record(&eval(id, &data(file), label, &case_flags(&case)), id);
             assert_eq!(record["examples"], 1000, "{name} {file}: {record}");
             assert_eq!(record["task"], tfrecord["task"], "{name} {file}");
             assert_same_numbers(&record["metrics"], &tfrecord["metrics"], &format!("{name} {file}"));
@@ -104,7 +94,7 @@ fn data_format_reads_a_jsonl_file_of_another_name() {
     // An unknown name lists the names.
     let ran = eval("binary", &txt, "label_bin", &["--data-format".into(), "json-lines".into()]);
     assert_eq!(ran.code, Some(2), "{}", ran.stderr);
-    assert!(ran.stderr.contains("--data-format json-lines: unknown format"), "{}", ran.stderr);
+    assert!(ran.stderr.contains("invalid value 'json-lines' for '--data-format <NAME>'"), "{}", ran.stderr);
     assert!(
         ran.stderr.contains("tfrecord, tfrecord-gzip, npz, npy-folder, csv, parquet, arrow, jsonl, jsonl-gzip"),
         "{}",

@@ -10,21 +10,10 @@
 //! data) are refused by the merge, naming what differs. A corrupt record
 //! is met by exactly one shard, wherever it falls, as one machine meets it.
 
-use crate::util::{fixtures, isorun, run, Ran};
+use crate::util::eval_fixtures::{data, dir as eval_dir, model};
+use crate::util::{isorun, run, Ran};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
-
-fn eval_dir() -> PathBuf {
-    fixtures().join("eval")
-}
-
-fn model(name: &str) -> PathBuf {
-    eval_dir().join("models").join(name)
-}
-
-fn data(name: &str) -> PathBuf {
-    eval_dir().join("data").join(name)
-}
 
 /// A case of `tests/fixtures/eval/expected.json`: a model, a label and flags.
 struct Case {

@@ -5,46 +5,20 @@
 //! same numbers; corrupt data, failures and crashes mid-dataset, thresholds,
 //! baselines and resume behave as users rely on.
 
-use crate::util::{bin, copy_dir, fixtures, isorun, npy_bytes, ran, run, Ran};
+use crate::util::eval_fixtures::{self, case_flags, data, expected, model};
+use crate::util::{bin, copy_dir, isorun, npy_bytes, ran, run, Ran};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-fn eval_dir() -> PathBuf {
-    fixtures().join("eval")
-}
-
-fn model(name: &str) -> PathBuf {
-    eval_dir().join("models").join(name)
-}
-
-fn data(name: &str) -> PathBuf {
-    eval_dir().join("data").join(name)
-}
-
-fn expected() -> Value {
-    let text = std::fs::read_to_string(eval_dir().join("expected.json")).unwrap();
-    serde_json::from_str(&text).unwrap()
+/// `isorun eval MODELS --data DATA --label LABEL ARGS -j 1 --json`.
+fn eval(models: &[PathBuf], data: &Path, label: &str, args: &[String]) -> Ran {
+    eval_fixtures::eval(models, data, label, args)
 }
 
 fn case(name: &str) -> Value {
     expected()["cases"].as_array().unwrap().iter().find(|c| c["name"] == name).cloned().unwrap()
-}
-
-fn case_flags(case: &Value) -> Vec<String> {
-    case["flags"].as_array().unwrap().iter().map(|f| f.as_str().unwrap().to_string()).collect()
-}
-
-/// `isorun eval MODELS --data DATA --label LABEL ARGS -j 1 --json`.
-fn eval(models: &[PathBuf], data: &Path, label: &str, args: &[String]) -> Ran {
-    run(isorun()
-        .arg("eval")
-        .args(models)
-        .arg("--data")
-        .arg(data)
-        .args(["--label", label, "-j", "1", "--json"])
-        .args(args))
 }
 
 fn close(a: f64, b: f64) -> bool {
@@ -488,6 +462,41 @@ fn output_dir_writes_every_batch_s_outputs_and_a_failed_model_leaves_none() {
     assert_eq!((record["status"].as_str(), record["examples"].as_u64()), (Some("error"), Some(700)), "{record}");
     let left: Vec<_> = std::fs::read_dir(out.join("fails_late")).unwrap().flatten().map(|e| e.file_name()).collect();
     assert!(left.is_empty(), "a failed model leaves no output, not even a temporary: {left:?}");
+}
+
+#[test]
+fn a_batch_that_cannot_be_scored_ends_the_unit_with_its_error_and_leaves_no_files() {
+    // Scored beside the worker, a batch's error may be learnt a batch later:
+    // the unit still ends with it, the examples scored before it, no files.
+    let dir = tempfile::tempdir().unwrap();
+    let data = npy_dataset(dir.path(), 1000, None);
+    // Row 450 (the fifth batch of 100) has label 5: outside a binary task's 0 and 1.
+    let label: Vec<u8> =
+        (0..1000i64).map(|i| if i == 450 { 5 } else { i64::from(i % 2 == 0) }).flat_map(i64::to_le_bytes).collect();
+    let header = "{'descr': '<i8', 'fortran_order': False, 'shape': (1000,), }";
+    std::fs::write(data.join("label.npy"), npy_bytes(header, &label)).unwrap();
+    let (out, predictions) = (dir.path().join("out"), dir.path().join("preds"));
+    let ran = run(isorun()
+        .arg("eval")
+        .arg(model("echo"))
+        .arg("--data")
+        .arg(&data)
+        .args(["--label", "label", "--batch-size", "100", "-j", "1", "--json", "--metric", "accuracy"])
+        .arg("--output-dir")
+        .arg(&out)
+        .arg("--predictions")
+        .arg(&predictions));
+    assert_eq!(ran.code, Some(1), "{}", ran.stderr);
+    let record = ran.record("echo");
+    assert_eq!((record["status"].as_str(), record["examples"].as_u64()), (Some("error"), Some(400)), "{record}");
+    assert_eq!(record["error"]["kind"], "evaluation", "{record}");
+    let message = record["error"]["message"].as_str().unwrap();
+    assert!(message.contains("label 5 at row 50 of the batch is outside"), "{record}");
+    assert!(record.get("metrics").is_none() && record.get("predictions").is_none(), "{record}");
+    let left: Vec<_> = std::fs::read_dir(out.join("echo")).unwrap().flatten().map(|e| e.file_name()).collect();
+    assert!(left.is_empty(), "no outputs, not even a temporary: {left:?}");
+    let left: Vec<_> = std::fs::read_dir(&predictions).unwrap().flatten().map(|e| e.file_name()).collect();
+    assert!(left.is_empty(), "no predictions, not even a temporary: {left:?}");
 }
 
 #[test]

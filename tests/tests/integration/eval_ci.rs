@@ -177,7 +177,7 @@ fn bad_ci_flags_and_a_baseline_without_replicates_are_usage_errors() {
         (&["--ci", "0"][..], "--ci 0"),
         (&["--ci", "0.9", "--bootstrap", "0"][..], "--bootstrap 0"),
         (&["--ci", "0.9", "--bootstrap", "10001"][..], "--bootstrap 10001"),
-        (&["--ci", "0.9", "--gate", "sometimes"][..], "--gate sometimes"),
+        (&["--ci", "0.9", "--gate", "sometimes"][..], "invalid value 'sometimes' for '--gate <always|significant>'"),
         (&["--gate", "significant"][..], "--gate significant needs --ci"),
     ] {
         let ran = eval(args);

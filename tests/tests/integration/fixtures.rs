@@ -629,7 +629,7 @@ fn a_missing_input_is_named_with_its_dtype_and_shape() {
 #[test]
 fn a_wrong_dtype_names_the_expected_and_the_given() {
     let tmp = tempfile::tempdir().unwrap();
-    // int64 into float32 is cast where exact (first_hour_inputs.rs); --strict-dtypes refuses it.
+    // int64 into float32 is cast where exact (input_checks.rs); --strict-dtypes refuses it.
     let mut args = vec!["--input".into(), input_file(tmp.path(), "features", "f.npy", &i64_tensor(vec![3, 8]))];
     args.push("--strict-dtypes".into());
     assert_refused(

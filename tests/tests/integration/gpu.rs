@@ -17,7 +17,7 @@ fn run_gpu(root: &Path, names: &[&str], extra: &[&str], env: Option<&str>) -> Ra
     command.arg(root.join("models")).arg(format!("--input=x={}", input.display())).args(["--values", "--json"]);
     command.args(extra).env_remove("CUDA_VISIBLE_DEVICES").env_remove("CUDA_DEVICE_ORDER");
     // Bind slots to devices as on a GPU machine, also on one without (where a
-    // run binds none: first_hour_nightly.rs tests that).
+    // run binds none: nightly_surprises.rs tests that).
     command.env("ISORUN_ASSUME_GPUS", "1");
     if let Some(devices) = env {
         command.env("CUDA_VISIBLE_DEVICES", devices);

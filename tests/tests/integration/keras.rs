@@ -1348,39 +1348,8 @@ fn the_export_process_shares_a_trace_only_with_files_whose_config_as_keras_reads
     };
     let tmp = tempfile::tempdir().unwrap();
     victim_and_attacker(&python, tmp.path());
-    let script =
-        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../engine/src/keras/keras_export.py"))
-            .unwrap();
     let files = ["victim.keras", "cousin.keras", "victim_later.keras"];
-    let jobs: Vec<serde_json::Value> = files
-        .iter()
-        .enumerate()
-        .map(|(i, file)| {
-            std::fs::create_dir(tmp.path().join(format!("stage{i}"))).unwrap();
-            serde_json::json!({"file": tmp.path().join(file), "out": tmp.path().join(format!("stage{i}/saved_model")),
-                "graph": "one-proposed-architecture", "freeze": true, "check": "here"})
-        })
-        .collect();
-    let request = serde_json::json!({"modules": [], "unsafe": false, "jobs": jobs});
-    let mut child = Command::new(&python)
-        .args(["-c", &script])
-        .current_dir(tmp.path())
-        .env("HOME", tmp.path())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    use std::io::Write;
-    child.stdin.take().unwrap().write_all(format!("{request}\n").as_bytes()).unwrap();
-    let output = child.wait_with_output().unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    let done: Vec<serde_json::Value> = stdout
-        .lines()
-        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
-        .filter(|answer| answer.get("done").is_some())
-        .collect();
+    let (done, stdout, stderr) = export_in_one_process(&python, tmp.path(), &files);
     assert_eq!(done.len(), files.len(), "{stdout}\n{stderr}");
     let graphs: Vec<&str> = done.iter().map(|d| d["graph"].as_str().unwrap_or("failed")).collect();
     assert_eq!(graphs, ["traced", "traced", "shared"], "{stdout}\n{stderr}");
@@ -1435,4 +1404,142 @@ print(h.hexdigest()[:32])
     assert_ne!(record["outputs"]["out"]["values"], cousin_outputs, "the cousin's graph was taken: {record}");
     assert_eq!(record["export"]["cached"], false, "{record}");
     assert_close(&record["outputs"]["out"]["values"], &victim, "the victim's outputs");
+}
+
+/// Four `.keras` files built in one Python session in `dir` (so Keras
+/// names their layers on: `dense`, `dense_1`, ... then `dense_2`,
+/// `dense_3`, ...): `a` and `b`, one architecture (input `x` [4], two
+/// hidden layers with automatic names, output layer `out`) with other
+/// weights; `c`, the same but one activation `tanh`; `d`, the same but its
+/// output layer's name automatic too. Returns each file's `model.predict`
+/// on `[[1, 2, 3, 4]]` and its output's name.
+fn built_separately(python: &Path, dir: &Path) -> std::collections::BTreeMap<String, (String, Vec<f64>)> {
+    let script = r#"
+import json, os, sys
+os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
+import numpy as np
+import keras
+dir = sys.argv[1]
+x = np.array([[1.0, 2.0, 3.0, 4.0]], np.float32)
+made = {}
+for file, seed, activation, out in [("a", 1, "relu", "out"), ("b", 2, "relu", "out"),
+                                    ("c", 3, "tanh", "out"), ("d", 4, "relu", None)]:
+    keras.utils.set_random_seed(seed)
+    inputs = keras.Input((4,), name="x")
+    h = keras.layers.Dense(6, activation="relu", bias_initializer="random_normal")(inputs)
+    h = keras.layers.Dense(5, activation=activation, bias_initializer="random_normal")(h)
+    y = keras.layers.Dense(3, name=out, bias_initializer="random_normal")(h)
+    model = keras.Model(inputs, y)
+    model.save(os.path.join(dir, f"{file}.keras"))
+    made[f"{file}.keras"] = [model.output_names[0], model.predict(x, verbose=0)[0].tolist()]
+assert made["a.keras"][0] == made["b.keras"][0] == "out" and made["d.keras"][0] != "out", made
+print(json.dumps(made))
+"#;
+    let made = Command::new(python).args(["-c", script]).arg(dir).stdin(Stdio::null()).output().unwrap();
+    assert!(made.status.success(), "{}", String::from_utf8_lossy(&made.stderr));
+    let stdout = String::from_utf8_lossy(&made.stdout);
+    serde_json::from_str(stdout.lines().last().unwrap()).unwrap()
+}
+
+/// Models of one architecture built separately share one trace as one
+/// training run's checkpoints do (issue 44 §1): Keras's automatic names of
+/// their hidden layers differ, but a `.keras` archive's weights are bound
+/// by position and class, so `b` gets only its weights written beside `a`'s
+/// graph, and each gives its own `model.predict`. A file whose architecture
+/// differs in an activation (`c`) or whose output's name differs (`d`: the
+/// signature speaks it) is exported on its own, under its own names.
+#[test]
+fn models_of_one_architecture_built_separately_share_one_trace_and_each_gives_its_own_predict() {
+    let Some(python) =
+        python("models_of_one_architecture_built_separately_share_one_trace_and_each_gives_its_own_predict")
+    else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let models = tmp.path().join("models");
+    std::fs::create_dir(&models).unwrap();
+    let made = built_separately(&python, &models);
+    let cache = tmp.path().join("cache");
+    let args = [models.to_str().unwrap(), "--input", "x=@[[1,2,3,4]]", "--values", "-j", "1"];
+    let ran = keras_run(&python, &cache, &args);
+    assert_eq!(ran.code, Some(0), "{}\n{}", ran.stdout, ran.stderr);
+    let graph = |id: &str| ran.record(id)["export"]["graph"].as_str().unwrap_or("none").to_string();
+    let mut pair = [graph("a.keras"), graph("b.keras")];
+    pair.sort();
+    assert_eq!(pair, ["shared", "traced"], "{}", ran.stdout);
+    for id in ["c.keras", "d.keras"] {
+        assert_ne!(graph(id), "shared", "{}", ran.stdout);
+    }
+    for (id, (output, predicted)) in &made {
+        let record = ran.record(id);
+        assert_eq!(record["status"], "ok", "{record}");
+        assert_close(&record["outputs"][output]["values"], predicted, &format!("{id}'s outputs"));
+    }
+    // a and b have other weights: b does not run a's.
+    let (a, b) = (&made["a.keras"].1, &made["b.keras"].1);
+    assert!(a.iter().zip(b).any(|(x, y)| (x - y).abs() > 1e-3), "{a:?} {b:?}");
+}
+
+/// The export process, asked to share one graph among all four files of
+/// [`built_separately`], shares it with `b` only: `c`'s config (another
+/// activation) and `d`'s (another output name), as Keras reads them, are
+/// not `a`'s whatever the layers' automatic names.
+#[test]
+fn the_export_process_shares_a_trace_across_automatic_names_only_where_the_rest_matches() {
+    let Some(python) = python("the_export_process_shares_a_trace_across_automatic_names_only_where_the_rest_matches")
+    else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    built_separately(&python, tmp.path());
+    let files = ["a.keras", "b.keras", "c.keras", "d.keras"];
+    let (done, stdout, stderr) = export_in_one_process(&python, tmp.path(), &files);
+    assert_eq!(done.len(), files.len(), "{stdout}\n{stderr}");
+    let graphs: Vec<&str> = done.iter().map(|d| d["graph"].as_str().unwrap_or("failed")).collect();
+    // c is traced with the archive (d, later, was proposed the same graph); d, last, is frozen.
+    assert_eq!(graphs, ["traced", "shared", "traced", "frozen"], "{stdout}\n{stderr}");
+    for file in ["c.keras", "d.keras"] {
+        let said = format!("{file}: exported in full: its config, as Keras reads it, is not the traced file's");
+        assert!(stderr.contains(&said), "{stderr}");
+    }
+    assert_eq!(done[1]["outputs"], serde_json::json!(["out"]), "{stdout}");
+}
+
+/// Runs the export script itself (one process, as the export stage starts
+/// it) on `files` in `dir`, each proposed the same graph, frozen and checked
+/// here; returns its `done` answers, stdout and stderr.
+fn export_in_one_process(python: &Path, dir: &Path, files: &[&str]) -> (Vec<serde_json::Value>, String, String) {
+    let script =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../engine/src/keras/keras_export.py"))
+            .unwrap();
+    let jobs: Vec<serde_json::Value> = files
+        .iter()
+        .enumerate()
+        .map(|(i, file)| {
+            std::fs::create_dir(dir.join(format!("stage{i}"))).unwrap();
+            serde_json::json!({"file": dir.join(file), "out": dir.join(format!("stage{i}/saved_model")),
+                "graph": "one-proposed-architecture", "freeze": true, "check": "here"})
+        })
+        .collect();
+    let request = serde_json::json!({"modules": [], "unsafe": false, "jobs": jobs});
+    let mut child = Command::new(python)
+        .args(["-c", &script])
+        .current_dir(dir)
+        .env("HOME", dir)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    child.stdin.take().unwrap().write_all(format!("{request}\n").as_bytes()).unwrap();
+    let output = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    let done = stdout
+        .lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter(|answer| answer.get("done").is_some())
+        .collect();
+    (done, stdout, stderr)
 }

@@ -95,17 +95,8 @@ fn ctrl_c_stops_a_run_whose_stdout_and_stderr_are_closed() {
     drop(child.stderr.take());
     signal(&child, libc::SIGINT);
     let deadline = Instant::now() + Duration::from_secs(15);
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("isorun did not stop within 15 s of Ctrl-C with its stdout and stderr closed");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let status = crate::util::wait_until(&mut child, deadline)
+        .unwrap_or_else(|| panic!("isorun did not stop within 15 s of Ctrl-C with its stdout and stderr closed"));
     assert!(matches!(status.code(), Some(0 | 130)), "{status:?}");
     assert_eq!(workers(&marker), Vec::<String>::new(), "no worker left behind");
     for pid in pids {

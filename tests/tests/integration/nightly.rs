@@ -299,13 +299,7 @@ fn golden_outputs_catch_a_difference_with_its_numbers() {
     assert_eq!(same.records[0]["status"], "ok", "{}", same.stdout);
 
     // Change one value of the golden file by 0.01.
-    let path = golden.join("keras_mlp/probabilities.npy");
-    let mut tensor = isorun_tensors::npy::read_npy_file(&path).unwrap();
-    if let isorun_protocol::TensorData::Dense(bytes) = &mut tensor.data {
-        let v = f32::from_le_bytes(bytes[20..24].try_into().unwrap()) + 0.01;
-        bytes[20..24].copy_from_slice(&v.to_le_bytes());
-    }
-    isorun_tensors::npy::write_npy(std::fs::File::create(&path).unwrap(), &tensor).unwrap();
+    crate::util::nudge_f32_npy(&golden.join("keras_mlp/probabilities.npy"), 5, 0.01);
     let differs = night(&["--expect", golden.to_str().unwrap()]);
     assert_eq!(differs.code, Some(1));
     let record = &differs.records[0];

@@ -247,17 +247,8 @@ fn interrupted_while_waiting(signal: i32, code: i32) {
     // SAFETY: signalling our own child.
     unsafe { libc::kill(child.id() as i32, signal) };
     let deadline = sent + std::time::Duration::from_secs(10);
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if std::time::Instant::now() >= deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("isorun pipe did not end within 10 s of signal {signal} while waiting for a line");
-        }
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    };
+    let status = crate::util::wait_until(&mut child, deadline)
+        .unwrap_or_else(|| panic!("isorun pipe did not end within 10 s of signal {signal} while waiting for a line"));
     let took = sent.elapsed();
     assert_eq!(status.code(), Some(code));
     assert!(gone(worker), "worker {worker} is left behind");

@@ -4,40 +4,14 @@
 //! eval fixture case without starting a worker, and `rescore --diff` finds
 //! exactly the examples planted as changed, refusing files of other data.
 
+use crate::util::eval_fixtures::{data, eval, expected, model};
 use crate::util::{fixtures, isorun, run, Ran};
 use serde_json::{json, Value};
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
-fn eval_dir() -> PathBuf {
-    fixtures().join("eval")
-}
-
-fn model(name: &str) -> PathBuf {
-    eval_dir().join("models").join(name)
-}
-
-fn data(name: &str) -> PathBuf {
-    eval_dir().join("data").join(name)
-}
-
-fn expected() -> Value {
-    serde_json::from_str(&std::fs::read_to_string(eval_dir().join("expected.json")).unwrap()).unwrap()
-}
-
 fn strings(flags: &Value) -> Vec<String> {
     flags.as_array().unwrap().iter().map(|f| f.as_str().unwrap().to_string()).collect()
-}
-
-/// `isorun eval MODEL --data DATA --label LABEL -j 1 --json ARGS`.
-fn eval(models: &[PathBuf], data: &Path, label: &str, args: &[&str]) -> Ran {
-    run(isorun()
-        .arg("eval")
-        .args(models)
-        .arg("--data")
-        .arg(data)
-        .args(["--label", label, "-j", "1", "--json"])
-        .args(args))
 }
 
 /// `isorun rescore ARGS --json`, with a "worker" that leaves a mark if anything ever starts it.

@@ -223,3 +223,8 @@ fn json_lines_runs_as_written() {
 fn parquet_and_arrow_run_as_written() {
     run_section("Evaluate on Parquet, Arrow and JSON Lines");
 }
+
+#[test]
+fn onnx_models_run_as_written() {
+    run_section("ONNX models");
+}

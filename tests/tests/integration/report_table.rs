@@ -6,13 +6,10 @@
 //! its CSV and JSON Lines, is in the metric's order with the records' values
 //! and changes.
 
-use crate::util::{fixtures, isorun, run, Ran};
+use crate::util::eval_fixtures::dir as eval_dir;
+use crate::util::{isorun, run, Ran};
 use serde_json::Value;
-use std::path::{Path, PathBuf};
-
-fn eval_dir() -> PathBuf {
-    fixtures().join("eval")
-}
+use std::path::Path;
 
 fn calibration_cases() -> Vec<Value> {
     let text = std::fs::read_to_string(eval_dir().join("calibration.json")).unwrap();

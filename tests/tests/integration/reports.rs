@@ -275,17 +275,9 @@ fn headless_chromium(chromium: &Path, work: &Path, name: &str, extra: &[String],
         .spawn()
         .expect("start chromium");
     let deadline = Instant::now() + Duration::from_secs(60);
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("chromium took over 60 s:\n{}", std::fs::read_to_string(&stderr_path).unwrap_or_default());
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let status = crate::util::wait_until(&mut child, deadline).unwrap_or_else(|| {
+        panic!("chromium took over 60 s:\n{}", std::fs::read_to_string(&stderr_path).unwrap_or_default())
+    });
     let rendered = Rendered {
         stdout: std::fs::read_to_string(&stdout_path).unwrap_or_default(),
         stderr: std::fs::read_to_string(&stderr_path).unwrap_or_default(),

@@ -47,6 +47,19 @@ pub(crate) struct Cluster {
 }
 
 impl Cluster {
+    /// [`Cluster::up`] for a test that runs real models: `None` (the test
+    /// skipped, saying why) where `isorun doctor` says TensorFlow models
+    /// cannot run here.
+    pub(crate) fn up_for_real_models() -> Option<Cluster> {
+        let worker = crate::util::bin_dir().join("isorun-worker");
+        let doctor = run(isorun().arg("doctor"));
+        if !worker.is_file() || doctor.code != Some(0) {
+            skip("isorun doctor says TensorFlow models cannot run here (no libtensorflow or no worker)");
+            return None;
+        }
+        Cluster::up()
+    }
+
     pub(crate) fn up() -> Option<Cluster> {
         // SAFETY: geteuid has no preconditions.
         if unsafe { libc::geteuid() } != 0 {
@@ -308,56 +321,60 @@ fn a_sharded_run_through_slurm_reports_what_a_local_run_reports() {
     }
 }
 
-#[test]
-fn a_real_model_runs_through_slurm_as_it_runs_locally() {
-    let worker = crate::util::bin_dir().join("isorun-worker");
-    let doctor = run(isorun().arg("doctor"));
-    if !worker.is_file() || doctor.code != Some(0) {
-        skip("isorun doctor says TensorFlow models cannot run here (no libtensorflow or no worker)");
-        return;
-    }
-    let Some(cluster) = Cluster::up() else { return };
-    let tmp = tempfile::tempdir().unwrap();
-    let model = fixtures().join("models/multi_sig");
-    let inputs = fixtures().join("expected/multi_sig__add/inputs.npz");
-    let local_report = tmp.path().join("local.json");
+/// `isorun run ARGS --output-dir --report` locally, then the same run
+/// through Slurm in two shards: the merged report's units equal the local
+/// ones, and so do the outputs, file for file. The merged report.
+fn runs_through_slurm_as_locally(cluster: &Cluster, tmp: &Path, args: &[&str]) -> Value {
+    let local_report = tmp.join("local.json");
     let local = run(isorun()
         .arg("run")
-        .arg(&model)
-        .args(["--signature", "add", "--inputs"])
-        .arg(&inputs)
+        .args(args)
         .arg("--output-dir")
-        .arg(tmp.path().join("local-outputs"))
+        .arg(tmp.join("local-outputs"))
         .arg("--report")
         .arg(&local_report)
         .arg("--json"));
     assert_eq!(local.code, Some(0), "{}", local.stderr);
-    let out = tmp.path().join("night");
-    let (model, inputs) = (model.to_str().unwrap(), inputs.to_str().unwrap());
-    let slurm_outputs = tmp.path().join("slurm-outputs");
-    let (_, merge) = cluster.submit(
-        tmp.path(),
-        &[],
-        &[
-            "--shards",
-            "2",
-            "--out",
-            out.to_str().unwrap(),
-            "--",
-            model,
-            "--signature",
-            "add",
-            "--inputs",
-            inputs,
-            "--output-dir",
-            slurm_outputs.to_str().unwrap(),
-        ],
-    );
+    let out = tmp.join("night");
+    let slurm_outputs = tmp.join("slurm-outputs");
+    let mut submitted = vec!["--shards", "2", "--out", out.to_str().unwrap(), "--"];
+    submitted.extend_from_slice(args);
+    submitted.extend_from_slice(&["--output-dir", slurm_outputs.to_str().unwrap()]);
+    let (_, merge) = cluster.submit(tmp, &[], &submitted);
     let merged = cluster.merged_report(&out, &merge);
-    let local = read_json(&local_report);
-    assert_eq!(comparable_units(&merged), comparable_units(&local));
+    assert_eq!(comparable_units(&merged), comparable_units(&read_json(&local_report)));
+    assert_eq!(files_under(&slurm_outputs), files_under(&tmp.join("local-outputs")));
+    merged
+}
+
+/// ONNX files go through Slurm as SavedModels do: two copies of the
+/// example's classifier, one per shard, merge to what a local run reports,
+/// outputs included.
+#[test]
+fn onnx_models_run_through_slurm_as_they_run_locally() {
+    let Some(cluster) = Cluster::up_for_real_models() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/onnx");
+    let models = tmp.path().join("models");
+    std::fs::create_dir_all(&models).unwrap();
+    for name in ["iris_a.onnx", "iris_b.onnx"] {
+        std::fs::copy(examples.join("iris_logistic.onnx"), models.join(name)).unwrap();
+    }
+    let inputs = examples.join("inputs.npz");
+    let args = [models.to_str().unwrap(), "--inputs", inputs.to_str().unwrap()];
+    let merged = runs_through_slurm_as_locally(&cluster, tmp.path(), &args);
+    assert_eq!(statuses(&merged), [("iris_a.onnx".into(), "ok".into()), ("iris_b.onnx".into(), "ok".into())]);
+}
+
+#[test]
+fn a_real_model_runs_through_slurm_as_it_runs_locally() {
+    let Some(cluster) = Cluster::up_for_real_models() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let model = fixtures().join("models/multi_sig");
+    let inputs = fixtures().join("expected/multi_sig__add/inputs.npz");
+    let args = [model.to_str().unwrap(), "--signature", "add", "--inputs", inputs.to_str().unwrap()];
+    let merged = runs_through_slurm_as_locally(&cluster, tmp.path(), &args);
     assert_eq!(merged["units"][0]["status"], "ok");
-    assert_eq!(files_under(&slurm_outputs), files_under(&tmp.path().join("local-outputs")));
 }
 
 #[test]

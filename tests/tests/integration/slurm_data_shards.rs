@@ -4,18 +4,12 @@
 //! whose report equals a local `isorun eval` of everything to 1e-12.
 
 use crate::data_shards::assert_same_report;
-use crate::slurm::{read_json, skip, Cluster};
+use crate::slurm::{read_json, Cluster};
 use crate::util::{copy_dir, fixtures, isorun, run};
 
 #[test]
 fn an_eval_split_over_models_and_data_through_slurm_reports_what_a_local_eval_reports() {
-    let worker = crate::util::bin_dir().join("isorun-worker");
-    let doctor = run(isorun().arg("doctor"));
-    if !worker.is_file() || doctor.code != Some(0) {
-        skip("isorun doctor says TensorFlow models cannot run here (no libtensorflow or no worker)");
-        return;
-    }
-    let Some(cluster) = Cluster::up() else { return };
+    let Some(cluster) = Cluster::up_for_real_models() else { return };
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path();
     // Two models, one in each of 2 model shards (FNV-1a of the id): 2 × 3 = 6 array tasks.

@@ -121,6 +121,17 @@ pub fn fake_models(root: &Path, names: &[&str]) {
 }
 
 /// The bytes of an `.npy` file (version 1.0) with this header dictionary and data.
+/// Adds `delta` to element `index` of a float32 `.npy` file, in place (a
+/// golden output made to differ).
+pub fn nudge_f32_npy(path: &Path, index: usize, delta: f32) {
+    let mut tensor = isorun_tensors::npy::read_npy_file(path).unwrap();
+    let isorun_protocol::TensorData::Dense(bytes) = &mut tensor.data else { panic!("{}: not dense", path.display()) };
+    let at = index * 4..index * 4 + 4;
+    let value = f32::from_le_bytes(bytes[at.clone()].try_into().unwrap()) + delta;
+    bytes[at].copy_from_slice(&value.to_le_bytes());
+    isorun_tensors::npy::write_npy(std::fs::File::create(path).unwrap(), &tensor).unwrap();
+}
+
 pub fn npy_bytes(header: &str, data: &[u8]) -> Vec<u8> {
     let mut header = header.to_string();
     while !(10 + header.len() + 1).is_multiple_of(64) {
@@ -260,4 +271,66 @@ pub fn without_run_details(unit: &Value) -> Value {
         attempts.iter_mut().for_each(forget);
     }
     unit
+}
+
+/// Waits for `child` until `deadline`; past it, kills and reaps it and
+/// returns `None` (the caller says what did not end in time).
+pub fn wait_until(child: &mut std::process::Child, deadline: std::time::Instant) -> Option<std::process::ExitStatus> {
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return Some(status);
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            return None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
+/// The evaluation fixtures (`tests/fixtures/eval`: models, data and the
+/// expected metrics scikit-learn gives), as the eval-side modules name them.
+pub mod eval_fixtures {
+    use std::path::PathBuf;
+
+    pub fn dir() -> PathBuf {
+        super::fixtures().join("eval")
+    }
+
+    pub fn model(name: &str) -> PathBuf {
+        dir().join("models").join(name)
+    }
+
+    pub fn data(name: &str) -> PathBuf {
+        dir().join("data").join(name)
+    }
+
+    /// `expected.json`: each case's model, label, flags and metrics.
+    pub fn expected() -> serde_json::Value {
+        serde_json::from_str(&std::fs::read_to_string(dir().join("expected.json")).unwrap()).unwrap()
+    }
+
+    /// A case's `flags`, as arguments.
+    pub fn case_flags(case: &serde_json::Value) -> Vec<String> {
+        case["flags"].as_array().unwrap().iter().map(|f| f.as_str().unwrap().to_string()).collect()
+    }
+
+    /// `isorun eval MODELS --data DATA --label LABEL -j 1 --json ARGS`.
+    pub fn eval<S: AsRef<std::ffi::OsStr>>(
+        models: &[PathBuf],
+        data: &std::path::Path,
+        label: &str,
+        args: &[S],
+    ) -> super::Ran {
+        super::run(
+            super::isorun()
+                .arg("eval")
+                .args(models)
+                .arg("--data")
+                .arg(data)
+                .args(["--label", label, "-j", "1", "--json"])
+                .args(args),
+        )
+    }
 }

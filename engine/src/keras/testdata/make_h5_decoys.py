@@ -1,4 +1,4 @@
-"""Makes the HDF5 files of engine/src/keras/files.rs's tests: a full-model
+"""Makes the HDF5 files of engine/src/keras/files/h5.rs's tests: a full-model
 file's root `model_config` attribute beside decoys (another model config
 in a dataset written first, in another root attribute and in a nested
 group's `model_config`), in both of HDF5's layouts (h5py's default, the

@@ -30,6 +30,7 @@ pub use script::{array_script, merge_script, Plan};
 use crate::cli::{
     Cli, Command, EvalOptions, ExpectArgs, MapArgs, RunArgs, RunInputArgs, SharedRunArgs, SlurmCommand, SlurmSubmitArgs,
 };
+use crate::error::CliError;
 use isorun_engine::{discover, latest_versions};
 use isorun_protocol::exit_code;
 use isorun_report::format_rfc3339;
@@ -40,9 +41,9 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
 /// `isorun slurm ...`; `Err` is a usage error (exit 2).
-pub fn main(command: &SlurmCommand) -> Result<i32, String> {
+pub fn main(command: &SlurmCommand) -> Result<i32, CliError> {
     match command {
-        SlurmCommand::Submit(args) => submit(args),
+        SlurmCommand::Submit(args) => Ok(submit(args)?),
     }
 }
 
@@ -335,15 +336,7 @@ fn check_eval(eval: &EvalOptions, batch_size: Option<u64>) -> Result<(), String>
         skip_corrupt: eval.skip_corrupt,
         shard: None,
         example_key: eval.example_key.clone(),
-        format: match &eval.data_format {
-            None => None,
-            Some(name) => Some(isorun_eval::Format::from_name(name).ok_or_else(|| {
-                format!(
-                    "--data-format {name}: unknown format; the formats are: {}",
-                    isorun_eval::Format::names().join(", ")
-                )
-            })?),
-        },
+        format: eval.data_format,
     };
     let classes = crate::commands::eval::label_classes(eval)?;
     isorun_eval::Dataset::open_with_classes(spec, classes)
