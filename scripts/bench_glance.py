@@ -23,17 +23,27 @@ def sections(text):
 
 def verdicts(body):
     """The target sentences of a section: its **Target** lines, split where
-    one line judges several targets."""
+    one line judges several targets, each with the date it was measured:
+    the nearest stamp ("YYYY-MM-DD HH:MM UTC") above its line, as a later
+    paragraph of a section (a before/after run) carries its own, else the
+    section's first date."""
     found = []
-    for line in body.splitlines():
+    lines = body.splitlines()
+    for at, line in enumerate(lines):
         if not line.startswith("**Target"):
             continue
+        date = date_of(body)
+        for above in reversed(lines[:at]):
+            stamp = re.search(r"20\d\d-\d\d-\d\d \d\d:\d\d UTC", above)
+            if stamp:
+                date = stamp.group(0)[:-4]
+                break
         # "**Target: X: **missed**** (...)", "**Targets.** X: met (...). Y: ..."
         text = re.sub(r"^\*\*Targets?(?: \([^)]*\))?[.:]?(?:\*\*)?:?\s*", "", line).replace("**", "")
         for piece in re.split(r"(?<=\))[.;] (?=[A-Z-])", text):
             piece = re.sub(r"\bmissed\b", "**missed**", piece.strip().rstrip("."))
             if "missed" in piece or re.search(r"\bmet\b", piece):
-                found.append(piece)
+                found.append((date, piece))
     return found
 
 
@@ -53,8 +63,8 @@ def glance(text):
                 if len(cells) == 3 and cells[2] in ("met", "**missed**"):
                     rows.append(("Targets (the zoo, IPC, pipe)", date_of(machine), f"{cells[0]}: {cells[2]} ({cells[1]})"))
             continue
-        for verdict in verdicts(body):
-            rows.append((heading[3:], date_of(body), verdict))
+        for date, verdict in verdicts(body):
+            rows.append((heading[3:], date, verdict))
     lines = [SUBSECTION, "",
              "Collected from the sections above by `scripts/bench_glance.py` after every bench run; each verdict "
              "is its section's, measured when that section was last written.", "",
