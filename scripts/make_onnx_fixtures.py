@@ -5,7 +5,7 @@ ONNX Runtime's Python API gives on them, so that isorun's outputs can be
 compared with onnxruntime's:
 
 - graphs built with onnx.helper (mlp, dtypes, sequence_map, ir3, external,
-  truncated, every_dtype, two_inputs, unknown_op), so they are what the onnx
+  truncated, every_dtype, two_inputs, unknown_op, grow, total, spin), so they are what the onnx
   package itself writes;
 - scikit-learn classifiers converted by skl2onnx (sklearn_classifier,
   sklearn_columns, sklearn_zipmap);
@@ -216,6 +216,32 @@ def grow():
         "grow",
         [helper.make_tensor_value_info("shape", TensorProto.INT64, [1])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n"])],
+    )
+    return helper.make_model(graph, opset_imports=opsets(("", 17)), producer_name="isorun-fixtures",
+                             producer_version="1.0")
+
+
+def spin():
+    """n int64 [] -> Loop n times adding 1 -> y float32 []: a 300-byte model that runs as long
+    as its input asks (10^12 turns: a model that hangs)."""
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+         helper.make_node("Add", ["v_in", "one"], ["v_out"])],
+        "turn",
+        [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+         helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("v_in", TensorProto.FLOAT, [])],
+        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("v_out", TensorProto.FLOAT, [])],
+        [numpy_helper.from_array(np.array(1.0, np.float32), "one")],
+    )
+    graph = helper.make_graph(
+        [helper.make_node("Loop", ["n", "keep_going", "start"], ["y"], body=body)],
+        "spin",
+        [helper.make_tensor_value_info("n", TensorProto.INT64, [])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [])],
+        [numpy_helper.from_array(np.array(True), "keep_going"),
+         numpy_helper.from_array(np.array(0.0, np.float32), "start")],
     )
     return helper.make_model(graph, opset_imports=opsets(("", 17)), producer_name="isorun-fixtures",
                              producer_version="1.0")
@@ -558,6 +584,7 @@ def main():
     save(two_inputs(), "two_inputs.onnx")
     save(grow(), "grow.onnx")
     save(total(), "total.onnx")
+    save(spin(), "spin.onnx")
     # The checker refuses an op of a domain it does not know.
     save(unknown_op(), "unknown_op.onnx", check=False)
     x_train, y_train, x_eval, y_eval = iris_split()

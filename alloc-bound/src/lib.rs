@@ -472,7 +472,8 @@ mod tests {
         let _serial = serial();
         let (buffer, peak) = measure("hold", 1 << 20, || vec![1u8; 8 << 20]);
         assert_eq!(buffer.len(), 8 << 20);
-        assert!(peak.bytes >= 8 << 20 && peak.bytes < 9 << 20, "{peak}");
+        // Less up to 1 MiB that the harness's threads may free meanwhile.
+        assert!(peak.bytes >= (8 << 20) - (1 << 20) && peak.bytes < 9 << 20, "{peak}");
         assert!(peak.within_bound(), "{peak}");
         assert_bound(&peak);
     }
@@ -484,7 +485,7 @@ mod tests {
             let big = std::hint::black_box(vec![0u8; 100 << 20]);
             big.len()
         });
-        assert!(peak.bytes >= 100 << 20, "{peak}");
+        assert!(peak.bytes >= (100 << 20) - (1 << 20), "{peak}");
         assert!(!peak.within_bound());
         let message = std::panic::catch_unwind(|| assert_bound(&peak)).unwrap_err();
         let message = message.downcast_ref::<String>().unwrap();
@@ -498,7 +499,10 @@ mod tests {
         let (_, peak) = measure("threads", 0, || {
             std::thread::spawn(|| std::hint::black_box(vec![0u8; 70 << 20]).len()).join().unwrap()
         });
-        assert!(peak.bytes >= 70 << 20, "{peak}");
+        // Live bytes are the process's: the test harness's threads may free
+        // a little meanwhile (a CI run saw 10 bytes under 70 MiB). Uncounted,
+        // the thread's 70 MiB would leave the peak near 0.
+        assert!(peak.bytes >= (70 << 20) - (1 << 20), "{peak}");
     }
 
     #[test]

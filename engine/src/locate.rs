@@ -312,6 +312,10 @@ pub fn tensorflow_package(site_packages: &Path) -> Option<TensorflowPackage> {
 /// The ONNX Runtime version `scripts/fetch-onnxruntime` fetches.
 pub const ONNXRUNTIME_VERSION: &str = "1.32.0";
 
+/// The oldest C API the worker speaks: `ort` is built with `api-17`, so a
+/// library older than ONNX Runtime 1.17 has no API table for it.
+pub const ONNXRUNTIME_MIN_API: u32 = 17;
+
 /// The environment variable naming a folder that holds `libonnxruntime.so.1.N`.
 pub const ENV_ONNXRUNTIME_DIR: &str = "ISORUN_ONNXRUNTIME_DIR";
 
@@ -363,6 +367,29 @@ pub struct FoundOnnxruntime {
 }
 
 impl FoundOnnxruntime {
+    /// Why workers cannot use this library, when its C API is older than
+    /// [`ONNXRUNTIME_MIN_API`]: said once, before any worker, rather than
+    /// as every unit's failure to open it.
+    pub fn too_old(&self) -> Option<String> {
+        if self.api_version >= ONNXRUNTIME_MIN_API {
+            return None;
+        }
+        let version = self.version.clone().unwrap_or_else(|| format!("1.{}", self.api_version));
+        let fix = match &self.origin {
+            OnnxruntimeOrigin::Asked => format!("name a folder with a newer one in {ENV_ONNXRUNTIME_DIR}"),
+            OnnxruntimeOrigin::PythonPackage(package) => {
+                format!("pip install -U {} in this Python environment", package.distribution)
+            }
+            OnnxruntimeOrigin::Cache => format!("fill the cache again ({FETCH_ONNXRUNTIME})"),
+        };
+        Some(format!(
+            "ONNX Runtime {version} at {} speaks C API {}, older than the {ONNXRUNTIME_MIN_API} isorun's worker \
+             needs (ONNX Runtime 1.{ONNXRUNTIME_MIN_API} or later): {fix}",
+            self.library.display(),
+            self.api_version
+        ))
+    }
+
     /// ONNX Runtime's CUDA provider library beside this one
     /// (`libonnxruntime_providers_cuda.so`: the `onnxruntime-gpu` wheel has
     /// it, the CPU wheel does not), looked for without loading anything.
@@ -715,6 +742,29 @@ mod tests {
             assert_eq!(onnxruntime_api_version(name), None, "{name}");
         }
         assert_eq!(onnxruntime_api_version("libonnxruntime.so.1.32.0.bak~"), None);
+    }
+
+    /// A library older than C API 17 is found, and said too old with the
+    /// fix for where it came from; 17 and later are not.
+    #[test]
+    fn an_onnxruntime_older_than_the_worker_s_c_api_is_said_too_old_with_its_fix() {
+        let tmp = tempfile::tempdir().unwrap();
+        let site = tmp.path().join("site-packages");
+        fake_library(&site.join("onnxruntime/capi"), "libonnxruntime.so.1.16.3");
+        let found = find_onnxruntime(None, std::slice::from_ref(&site), None).unwrap();
+        let why = found.too_old().expect("1.16 is too old");
+        assert!(why.starts_with("ONNX Runtime 1.16.3 at "), "{why}");
+        assert!(why.contains("speaks C API 16, older than the 17 isorun's worker needs"), "{why}");
+        assert!(why.ends_with("pip install -U onnxruntime in this Python environment"), "{why}");
+        let asked = tmp.path().join("asked");
+        fake_library(&asked, "libonnxruntime.so.1.16");
+        let why = find_onnxruntime(Some(&asked), &[], None).unwrap().too_old().unwrap();
+        assert!(why.starts_with("ONNX Runtime 1.16 at ") && why.ends_with("in ISORUN_ONNXRUNTIME_DIR"), "{why}");
+        for name in ["libonnxruntime.so.1.17.0", "libonnxruntime.so.1.32.0"] {
+            let dir = tmp.path().join(name);
+            fake_library(&dir, name);
+            assert_eq!(find_onnxruntime(Some(&dir), &[], None).unwrap().too_old(), None, "{name}");
+        }
     }
 
     /// ISORUN_ONNXRUNTIME_DIR, else the environment's onnxruntime package,

@@ -12,11 +12,21 @@ use crate::unit::UnitReport;
 use isorun_protocol::{ErrorKind, ModelError, Outcome, Runtime};
 use std::sync::OnceLock;
 
-/// The ONNX Runtime this process's workers load, or why there is none:
-/// looked up once (the environment does not change under a run).
+/// The ONNX Runtime this process's workers load, or why there is none (or
+/// why the one found is too old for them): looked up once (the
+/// environment does not change under a run).
 pub fn onnxruntime() -> Result<&'static FoundOnnxruntime, String> {
     static FOUND: OnceLock<Result<FoundOnnxruntime, String>> = OnceLock::new();
-    FOUND.get_or_init(|| onnxruntime_library().map_err(|e| e.to_string())).as_ref().map_err(Clone::clone)
+    FOUND
+        .get_or_init(|| {
+            let found = onnxruntime_library().map_err(|e| e.to_string())?;
+            match found.too_old() {
+                Some(why) => Err(why),
+                None => Ok(found),
+            }
+        })
+        .as_ref()
+        .map_err(Clone::clone)
 }
 
 /// The runtime a worker loads `model` with.

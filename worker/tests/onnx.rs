@@ -425,6 +425,48 @@ fn onnx_runtime_runs_under_the_sandbox() {
     assert!(complaints.is_empty(), "ONNX Runtime under the sandbox: {complaints:?}");
 }
 
+/// A model whose external data is a link to a file outside its folder (the
+/// supervisor refuses such a model, but a link can be swapped in after its
+/// check): unconfined, ONNX Runtime follows the link and runs the model;
+/// confined as the supervisor confines it, Landlock refuses the read, the
+/// unit is `load_failed` and no output carries the file's bytes.
+#[test]
+fn a_confined_worker_cannot_read_a_secret_its_model_links_to() {
+    let library = library();
+    let tmp = tempfile::tempdir().unwrap();
+    let model_dir = tmp.path().join("model");
+    let secret = tmp.path().join("secret").join("weights.bin");
+    std::fs::create_dir_all(secret.parent().unwrap()).unwrap();
+    std::fs::create_dir(&model_dir).unwrap();
+    std::fs::copy(fixture("external/external.onnx"), model_dir.join("external.onnx")).unwrap();
+    std::fs::copy(fixture("external/weights.bin"), &secret).unwrap();
+    std::os::unix::fs::symlink(&secret, model_dir.join("weights.bin")).unwrap();
+    let model = model_dir.join("external.onnx").to_string_lossy().into_owned();
+    let x: Vec<f32> = (0..32).map(|i| i as f32 / 10.0).collect();
+    let inputs = || vec![("x".to_string(), f32s(vec![2, 16], &x))];
+
+    let mut free = Worker::start();
+    let outputs = outputs(free.run(request(&library, &model, inputs()), vec![]).2);
+    assert_eq!(outputs[0].1.shape, vec![2, 8], "unconfined, the link is followed and the model runs");
+
+    let mut worker = Worker::start_with(Stdio::piped());
+    let folder = |p: &str| Path::new(p).parent().unwrap().to_string_lossy().into_owned();
+    let mut confined = request(&library, &model, inputs());
+    confined.sandbox = Some(SandboxSpec {
+        read_paths: vec![folder(&library), model_dir.to_string_lossy().into_owned()],
+        work_dir: None,
+        core_dumps: false,
+    });
+    let (before, _, result) = worker.run(confined, vec![]);
+    let [WorkerMessage::Sandboxed { protections, .. }, ..] = &before[..] else {
+        panic!("expected Sandboxed first, got {before:?}")
+    };
+    assert!(protections.iter().any(|p| p == "landlock"), "Landlock in force here: {protections:?}");
+    let e = error(result);
+    assert_eq!(e.kind, ErrorKind::LoadFailed, "{e:?}");
+    assert!(e.message.contains("weights.bin"), "ONNX Runtime names the file it could not read: {}", e.message);
+}
+
 /// A tensor of tests/fixtures/onnx/expected.json: `{"dtype", "shape",
 /// "values"}`, values nested in the shape, each float its exact value.
 fn tensor_from_json(name: &str, t: &serde_json::Value) -> Tensor {

@@ -165,6 +165,7 @@ fn onnxruntime_check() -> Check {
     const NAME: &str = "onnxruntime";
     use isorun_engine::locations::{onnxruntime_library, OnnxruntimeOrigin};
     match onnxruntime_library() {
+        Ok(found) if found.too_old().is_some() => Check::new(NAME, Status::Failed, found.too_old().unwrap_or_default()),
         Ok(found) => {
             let origin = match &found.origin {
                 OnnxruntimeOrigin::Asked => "from ISORUN_ONNXRUNTIME_DIR".to_string(),

@@ -321,6 +321,40 @@ fn an_onnx_unit_runs_sandboxed_and_a_link_to_a_secret_as_external_data_never_rea
     assert!(record["error"]["message"].as_str().unwrap().contains("outside the model's folder"), "{record}");
 }
 
+/// An ONNX Runtime older than the worker's C API (17) is said once, as
+/// each `.onnx` unit's `load_failed` before any worker, while the
+/// SavedModels beside them run; doctor's line says it failed and why.
+#[test]
+fn an_onnx_runtime_older_than_the_worker_s_c_api_ends_onnx_units_before_any_worker_and_doctor_says_so() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (models, inputs) = mixed_run(tmp.path());
+    let old = tmp.path().join("old-onnxruntime");
+    std::fs::create_dir(&old).unwrap();
+    std::fs::write(old.join("libonnxruntime.so.1.16.3"), b"").unwrap();
+    let ran =
+        run(isorun().arg("run").arg(&models).arg("--inputs-dir").arg(&inputs).env("ISORUN_ONNXRUNTIME_DIR", &old));
+    assert_eq!(ran.code, Some(1), "{}\n{}", ran.stdout, ran.stderr);
+    assert_eq!(ran.record("fixed_shape")["status"], "ok", "{}", ran.record("fixed_shape"));
+    for id in ["mlp.onnx", "two_inputs.onnx", "unknown_op.onnx"] {
+        let record = ran.record(id);
+        assert_eq!(record["error"]["kind"], "load_failed", "{record}");
+        assert!(record.get("worker_id").is_none(), "no worker for a library it cannot use: {record}");
+        let message = record["error"]["message"].as_str().unwrap();
+        assert!(
+            message.contains("ONNX Runtime 1.16.3 at ")
+                && message.contains("speaks C API 16, older than the 17 isorun's worker needs")
+                && message.ends_with("in ISORUN_ONNXRUNTIME_DIR"),
+            "{message}"
+        );
+    }
+    let doctor = run(isorun().arg("doctor").env("ISORUN_ONNXRUNTIME_DIR", &old));
+    let line =
+        doctor.stdout.lines().find(|l| l.starts_with("onnxruntime ")).unwrap_or_else(|| panic!("{}", doctor.stdout));
+    let mut words = line.split_whitespace();
+    assert_eq!((words.next(), words.next()), (Some("onnxruntime"), Some("failed")), "{line}");
+    assert!(line.contains("older than the 17 isorun's worker needs"), "{line}");
+}
+
 #[test]
 fn pipe_serves_an_onnx_file_request_after_request() {
     use std::process::Stdio;
@@ -419,6 +453,44 @@ fn an_onnx_model_that_eats_memory_is_its_own_memory_limit_and_the_next_model_run
     assert!(grow["peak_private_bytes"].as_u64().unwrap() >= 1 << 30, "{grow}");
     assert_eq!(ran.record("mlp.onnx")["status"], "ok", "{}", ran.record("mlp.onnx"));
     assert_ne!(ran.record("mlp.onnx")["worker_id"], grow["worker_id"], "a fresh worker after the killed one");
+}
+
+/// A model that runs as long as its input asks (spin.onnx: a Loop of 10^12
+/// turns, days of work) is its own `timeout` in the run phase: its worker is
+/// killed, the model after it runs in a fresh one, and the run ends within
+/// the timeout and the grace rather than waiting the loop out.
+#[test]
+fn an_onnx_model_that_hangs_is_its_own_timeout_and_the_next_model_runs() {
+    use isorun_protocol::{DType, Tensor};
+    let tmp = tempfile::tempdir().unwrap();
+    let models = tmp.path().join("models");
+    std::fs::create_dir_all(&models).unwrap();
+    for name in ["spin.onnx", "mlp.onnx"] {
+        std::fs::copy(onnx(name), models.join(name)).unwrap();
+    }
+    let inputs = tmp.path().join("inputs");
+    let write = |id: &str, name: &str, tensor: Tensor| {
+        std::fs::create_dir_all(inputs.join(id)).unwrap();
+        let file = std::fs::File::create(inputs.join(id).join(format!("{name}.npy"))).unwrap();
+        isorun_tensors::npy::write_npy(file, &tensor).unwrap();
+    };
+    write("spin.onnx", "n", Tensor::dense(DType::Int64, vec![], 1_000_000_000_000i64.to_le_bytes().to_vec()));
+    write(
+        "mlp.onnx",
+        "x",
+        Tensor::dense(DType::Float32, vec![1, 4], [1f32; 4].iter().flat_map(|v| v.to_le_bytes()).collect()),
+    );
+    let started = std::time::Instant::now();
+    let ran =
+        run(isorun().arg("run").arg(&models).arg("--inputs-dir").arg(&inputs).args(["--timeout", "2", "-j", "1"]));
+    let took = started.elapsed();
+    assert_eq!(ran.code, Some(1), "{}\n{}", ran.stdout, ran.stderr);
+    let spin = ran.record("spin.onnx");
+    assert_eq!((spin["status"].as_str(), spin["phase"].as_str()), (Some("timeout"), Some("run")), "{spin}");
+    assert_eq!(ran.record("mlp.onnx")["status"], "ok", "{}", ran.record("mlp.onnx"));
+    assert_ne!(ran.record("mlp.onnx")["worker_id"], spin["worker_id"], "a fresh worker after the killed one");
+    // Timeout 2 s, grace, the other model and what a loaded machine adds; the loop alone would take days.
+    assert!(took < std::time::Duration::from_secs(60), "the run took {took:?}");
 }
 
 /// ONNX units behind a spare find their model loaded: the spare opened
