@@ -37,14 +37,13 @@ import gc
 import glob
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from benchlib import vm  # noqa: E402
+from benchlib import logger, machine, vm  # noqa: E402
 import threading
 import time
 
@@ -102,8 +101,7 @@ print(json.dumps(out))
 """
 
 
-def log(message):
-    print(f"bench_onnx: {message}", file=sys.stderr, flush=True)
+log = logger("bench_onnx")
 
 
 def library():
@@ -342,22 +340,6 @@ def memory(args, lib, env, work):
                    "units": len(records), "worker_peaks": [x.get("peak_rss_bytes") for x in records],
                    "worker_starts": sorted({x.get("worker_start") or "?" for x in records})},
     }
-
-
-def machine(repo):
-    cpu = "unknown CPU"
-    with open("/proc/cpuinfo") as f:
-        for line in f:
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    try:
-        commit = subprocess.run(["git", "-C", repo, "rev-parse", "--short", "HEAD"], capture_output=True,
-                                text=True).stdout.strip()
-    except OSError:
-        commit = "?"
-    return {"cpu": cpu, "cores": os.cpu_count(), "kernel": platform.release(), "commit": commit,
-            "python": platform.python_version(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
 
 
 def bench(args):

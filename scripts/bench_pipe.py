@@ -34,7 +34,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from benchlib import logger, splice  # noqa: E402
+from benchlib import logger, machine, splice  # noqa: E402
 
 log = logger("bench_pipe")
 
@@ -205,7 +205,7 @@ def main():
         results["python_max_abs_diff"] = max(
             abs(a - b) for k in reference for a, b in zip(flat(reference[k]["values"]), flat(py[k]["values"])))
     results["rounds"] = args.rounds
-    results["machine"] = machine()
+    results["machine"] = machine(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     with open(args.output, "w") as f:
         json.dump(results, f, indent=1)
     text = section(results)
@@ -227,18 +227,6 @@ LABELS = {
     "floor_across": "that floor across two processes (`--across-processes`: the bare boundary, no isorun)",
     "python": "Python loop (`json` + `tf.saved_model.load` signature)",
 }
-
-
-def machine():
-    import platform
-    out = {"kernel": platform.release(), "cores": os.cpu_count(),
-           "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
-    try:
-        out["commit"] = subprocess.run(["git", "log", "-1", "--format=%h %s"], capture_output=True, text=True,
-                                       check=True).stdout.strip()[:60]
-    except (OSError, subprocess.CalledProcessError):
-        pass
-    return out
 
 
 def section(results):

@@ -128,7 +128,7 @@ pub fn read_report(path: &Path) -> Result<Value, ReportError> {
 }
 
 #[cfg(test)]
-mod first_hour_tests {
+mod files_given_in_place_of_a_report_tests {
     use super::*;
 
     #[test]
