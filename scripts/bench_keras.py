@@ -39,7 +39,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_markdown import splice  # noqa: E402
+from benchlib import splice  # noqa: E402
 import bench_host  # noqa: E402
 
 SECTION = "## Keras files"

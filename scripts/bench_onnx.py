@@ -368,7 +368,7 @@ def publish(args, results):
     text = markdown(results)
     if args.markdown:
         sys.path.insert(0, HERE)
-        from bench_markdown import splice
+        from benchlib import splice
 
         splice(args.markdown, SECTION, text, after="## `isorun.map`: your own Python loop")
     print(text)
