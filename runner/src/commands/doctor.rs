@@ -5,6 +5,7 @@
 //! nothing but the symbol-index cache a first run would fill.
 
 use crate::cli::DoctorArgs;
+use crate::error::CliError;
 use isorun_engine::locations::{find_libtensorflow, worker_binary, FoundLibtensorflow, LibtensorflowOrigin};
 use isorun_protocol::exit_code;
 use std::fmt;
@@ -73,7 +74,9 @@ impl Check {
     }
 }
 
-pub fn main(args: &DoctorArgs) -> Result<i32, String> {
+/// Runs the checks and prints them: 0 when models can run, else 1; `Err`
+/// is a stdout that cannot be written (exit 2).
+pub fn main(args: &DoctorArgs) -> Result<i32, CliError> {
     let asked_libtensorflow = args.worker.libtensorflow_dir.as_deref();
     let libtensorflow = find_libtensorflow(asked_libtensorflow);
     let worker = worker_binary(args.worker.worker.as_deref());
@@ -104,7 +107,7 @@ pub fn main(args: &DoctorArgs) -> Result<i32, String> {
     match stdout.write_all(text.as_bytes()).and_then(|()| stdout.flush()) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {}
-        Err(e) => return Err(format!("cannot write to stdout: {e}")),
+        Err(e) => return Err(format!("cannot write to stdout: {e}").into()),
     }
     Ok(if can_run_models { exit_code::OK } else { exit_code::SOME_FAILED })
 }

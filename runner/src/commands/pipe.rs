@@ -12,6 +12,7 @@
 //! what was left unanswered: not an interruption nobody made.
 
 use crate::cli::{PipeArgs, SandboxMode, SpawnMode};
+use crate::error::CliError;
 use crate::support::{private_work_dir, seconds, watch_signals, workers_libtensorflow};
 use isorun_engine::locations::worker_binary;
 use isorun_engine::{is_saved_model, CancelToken, SpawnSpec, WorkerSession};
@@ -120,13 +121,13 @@ fn keras_saved_model(args: &PipeArgs) -> Result<PathBuf, String> {
 }
 
 /// Runs the command; `Err` is a usage error (exit 2).
-pub fn main(args: &PipeArgs) -> Result<i32, String> {
+pub fn main(args: &PipeArgs) -> Result<i32, CliError> {
     let model_dir = if !args.model.exists() {
-        return Err(format!("{}: no such file or directory", args.model.display()));
+        return Err(format!("{}: no such file or directory", args.model.display()).into());
     } else if isorun_tensors::json_input::is_onnx_file(&args.model) {
         // An ONNX file runs as it is; one that cannot is a usage error.
         if let Some(error) = isorun_engine::onnx_not_runnable(&args.model) {
-            return Err(error.message);
+            return Err(error.message.into());
         }
         std::path::absolute(&args.model).map_err(|e| format!("{}: {e}", args.model.display()))?
     } else if args.model.is_file() {
@@ -137,7 +138,8 @@ pub fn main(args: &PipeArgs) -> Result<i32, String> {
         return Err(format!(
             "{}: not a SavedModel folder (no saved_model.pb in it) or a .keras / full-model .h5 file",
             args.model.display()
-        ));
+        )
+        .into());
     };
     let signature = signature_of(&model_dir, &args.tags, &args.signature)
         .map_err(|e| format!("{}: {}", model_dir.display(), e.message))?;
@@ -193,9 +195,9 @@ pub fn main(args: &PipeArgs) -> Result<i32, String> {
             signals.close();
             return Ok(exit_code::OK);
         }
-        (Outcome::Error(e), _) => return Err(format!("{}: {}", server.model_dir.display(), e.message)),
+        (Outcome::Error(e), _) => return Err(format!("{}: {}", server.model_dir.display(), e.message).into()),
         (other, _) => {
-            return Err(format!("{}: the worker could not load the model: {other}", server.model_dir.display()))
+            return Err(format!("{}: the worker could not load the model: {other}", server.model_dir.display()).into())
         }
     }
 

@@ -9,6 +9,7 @@
 mod print;
 
 use crate::cli::{Format, MapArgs, SandboxMode};
+use crate::error::CliError;
 use crate::support::{lock_given_outputs, seconds, watch_signals, with_causes, write_run_report};
 use isorun_engine::{CancelToken, STATUSES};
 use isorun_map::{Item, MapError, MapSettings, Pool, SandboxSettings};
@@ -25,7 +26,7 @@ use std::sync::Arc;
 use std::time::{Instant, SystemTime};
 
 /// Runs the command; `Err` is a usage error (exit 2).
-pub fn main(args: MapArgs, quiet: bool) -> Result<i32, String> {
+pub fn main(args: MapArgs, quiet: bool) -> Result<i32, CliError> {
     let started = Instant::now();
     let started_at = SystemTime::now();
     let settings = settings(&args)?;
@@ -54,7 +55,7 @@ pub fn main(args: MapArgs, quiet: bool) -> Result<i32, String> {
                 _ => exit_code::INTERRUPTED,
             });
         }
-        Err(e) => return Err(with_causes(&e)),
+        Err(e) => return Err(with_causes(&e).into()),
     };
     let hello = &pool.hello;
     if pool.import_failure.is_none() {
