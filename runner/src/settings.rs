@@ -3,7 +3,7 @@
 //! `--expect`), and of its record (the format, the journal, the reports,
 //! `--fail-on`). A problem here is a usage error (exit 2), found before any
 //! work starts. Built once per run; the driver (`drive.rs`) reads these,
-//! never the flags.
+//! never the flags. `eval`'s settings, built on these, are in [`eval`].
 
 use crate::cli::{ExpectArgs, Format, RunArgs, SandboxMode, SharedRunArgs, SpawnMode as SpawnFlag};
 use crate::support::{private_work_dir, seconds, workers_libtensorflow};
@@ -18,6 +18,8 @@ use serde_json::{json, Value};
 use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::time::Duration;
+
+pub mod eval;
 
 /// A run's validated settings.
 pub struct RunSettings {

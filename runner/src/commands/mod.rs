@@ -1,7 +1,8 @@
 //! One module per command; [`dispatch`] picks it. Commands share helpers
 //! through `crate::support` only, never through each other; the one
-//! exception, `rescore`, parses its rules and baseline with eval's own
-//! (`eval::Rules`, `eval::read_baseline`) so that the two cannot differ.
+//! exception, `rescore`, pairs with a baseline's predictions through eval's
+//! own `eval::pair_through_predictions` (and parses its rules and baseline
+//! with `crate::settings::eval`, as eval does) so that the two cannot differ.
 
 mod cache;
 mod doctor;

@@ -14,12 +14,11 @@
 //! `--diff BASELINE NEW` compares two runs example by example
 //! (`isorun_eval::predictions::Differ`).
 
-use super::eval::{
-    check_drops_computed, check_gate, ci_spec, pair_through_predictions, read_baseline, Baseline, Rules,
-};
+use super::eval::pair_through_predictions;
 use crate::cli::{Format, RescoreArgs};
 use crate::error::CliError;
 use crate::printer::{progress_bar, Printer};
+use crate::settings::eval::{check_drops_computed, check_gate, ci_spec, read_baseline, Baseline, Rules};
 use crate::support::{lock_given_outputs, with_causes, write_run_report};
 use isorun_engine::{Model, STATUSES};
 use isorun_eval::predictions::{list_files, ChangedWriter, DiffOptions, Differ, PredictionsReader};

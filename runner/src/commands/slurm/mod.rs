@@ -338,7 +338,7 @@ fn check_eval(eval: &EvalOptions, batch_size: Option<u64>) -> Result<(), String>
         example_key: eval.example_key.clone(),
         format: eval.data_format,
     };
-    let classes = crate::commands::eval::label_classes(eval)?;
+    let classes = crate::settings::eval::label_classes(eval)?;
     isorun_eval::Dataset::open_with_classes(spec, classes)
         .map_err(|e| format!("--data: {}", crate::support::with_causes(&e)))?;
     Ok(())
