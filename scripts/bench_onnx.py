@@ -383,7 +383,10 @@ def render(args):
 # What earlier runs of this bench measured, on the same loaded machine,
 # before the changes that moved the figures (kept here: a run rewrites the section).
 HISTORY = (
-    "**Earlier runs of this bench** (same machine, as loaded): before spares preloaded ONNX models "
+    "**Earlier runs of this bench** (on the AMD EPYC machine of that day, loaded by other work; the commits "
+    "named are of a history later folded into `bccc098`): at `32c3e84` (09:49 UTC, load 1.7): "
+    "isorun 0.92 s, **3.80×** the floor (0.24 s), **3.85×** the Python "
+    "loop. Before spares preloaded ONNX models "
     "(`84362fe`; since then a unit's spare opens ONNX Runtime and makes its environment and session after "
     "its own fork, while the unit before it runs, so `load` on the unit's path is 0 and `spare_wait` is what is "
     "left of it): isorun 4.33 s, **8.76×** the floor, `load` 60 ms per unit. Before workers started with "
@@ -411,9 +414,11 @@ def markdown(results):
         f"one library: `{os.path.basename(results['library'])}` of the Python `onnxruntime` package, with "
         "`ORT_DISABLE_TELEMETRY=1` (isorun's workers' default; ONNX Runtime's telemetry otherwise opens a "
         "database and starts a thread in every process). "
-        f"**Machine load**: shared with other engineers' builds and tests: load average median "
+        f"**Machine load**: load average median "
         f"{med(loads):.1f} (from {min(loads):.1f} to {max(loads):.1f}) on {m['cores']} cores at the start of each "
-        "timed way, so the walls are noisy; the ratios, of ways run side by side in one round, are what to read.",
+        "timed way" + (" (other work ran beside the bench), so the walls are noisy; the ratios, of ways run side by "
+                       "side in one round, are what to read." if med(loads) >= 1.0 else
+                       " (a quiet machine: the bench's own processes)."),
         "",
         f"### {n} small MLPs at `-j 1`", "",
         f"{n} models of 32 -> 256 -> 256 -> 10 float32 (each its own weights, a symbolic batch), made with "
@@ -513,8 +518,8 @@ def bound_text(results, r_floor, units):
             "the rest (the worker's life before and after its answer, the zygote's forks) is split below. Opening "
             "the library is a few ms of that, so a zygote that "
             "opened it before forking would save little; the environment and the process per model are the cost "
-            "of isolation here, and on 2 cores shared with other engineers' builds every CPU millisecond of it is "
-            "stretched in the wall. "
+            "of isolation here, and on 2 cores every CPU millisecond of it that the next spare's preparation "
+            "cannot hide shows in the wall. "
             + ("The target is missed by that per-unit cost, not by the models (each runs in "
                f"{med([u['phases_ms'].get('run') or 0 for u in units]):.1f} ms)."
                if r_floor > 1.3 else "The floor's one-time costs are of the same order, so the target holds."))

@@ -321,6 +321,74 @@ fn an_onnx_unit_runs_sandboxed_and_a_link_to_a_secret_as_external_data_never_rea
     assert!(record["error"]["message"].as_str().unwrap().contains("outside the model's folder"), "{record}");
 }
 
+/// Eval's slices, intervals and predictions on an ONNX classifier are
+/// what they are on a SavedModel: per-class slices (`--slice label`) from
+/// onnxruntime's own predictions, an interval around the accuracy, a
+/// predictions file whose rows give those predictions, and `rescore` of
+/// that file equal to eval's record.
+#[test]
+fn an_onnx_classifier_s_slices_interval_and_predictions_are_onnxruntime_s_and_rescore_agrees() {
+    let tmp = tempfile::tempdir().unwrap();
+    let iris = &expected()["iris"];
+    let predicted: Vec<i64> = iris["predicted"].as_array().unwrap().iter().map(|v| v.as_i64().unwrap()).collect();
+    let labels = isorun_tensors::npy::read_npz_file(&onnx("iris.npz"))
+        .unwrap()
+        .into_iter()
+        .find(|(name, _)| name == "label")
+        .map(|(_, t)| {
+            let isorun_protocol::TensorData::Dense(bytes) = &t.data else { panic!("labels are dense") };
+            assert_eq!(t.dtype, isorun_protocol::DType::Int64);
+            bytes.chunks(8).map(|b| i64::from_le_bytes(b.try_into().unwrap())).collect::<Vec<i64>>()
+        })
+        .expect("iris.npz has label");
+    assert_eq!(labels.len(), predicted.len());
+    let models = tmp.path().join("models");
+    std::fs::create_dir_all(&models).unwrap();
+    std::fs::copy(onnx("sklearn_classifier.onnx"), models.join("sklearn_classifier.onnx")).unwrap();
+    let predictions = tmp.path().join("predictions");
+    let ran = run(isorun()
+        .arg("eval")
+        .arg(&models)
+        .arg("--data")
+        .arg(onnx("iris.npz"))
+        .args(["--label", "label", "--metric", "accuracy", "--output", "probabilities", "--slice", "label"])
+        .args(["--ci", "0.95", "--predictions-format", "jsonl", "--predictions"])
+        .arg(&predictions));
+    assert_eq!(ran.code, Some(0), "{}\n{}", ran.stdout, ran.stderr);
+    let record = ran.record("sklearn_classifier.onnx");
+    let accuracy = record["metrics"]["accuracy"].as_f64().unwrap();
+    assert!((accuracy - iris["accuracy"].as_f64().unwrap()).abs() < 1e-12, "{record}");
+    // Each class's slice: onnxruntime's predictions of that class's rows.
+    for class in 0..3i64 {
+        let rows: Vec<usize> = (0..labels.len()).filter(|&i| labels[i] == class).collect();
+        let right = rows.iter().filter(|&&i| predicted[i] == class).count();
+        let slice = &record["slices"]["label"][class.to_string()];
+        assert_eq!(slice["examples"], rows.len(), "{class}: {record}");
+        let got = slice["metrics"]["accuracy"].as_f64().unwrap();
+        assert!((got - right as f64 / rows.len() as f64).abs() < 1e-12, "{class}: {slice}");
+    }
+    let interval = record["ci"]["accuracy"].as_array().unwrap_or_else(|| panic!("no interval: {record}"));
+    let (low, high) = (interval[0].as_f64().unwrap(), interval[1].as_f64().unwrap());
+    assert!(low <= accuracy && accuracy <= high && low < high, "{low} {accuracy} {high}");
+    // The predictions file: one row per example, its probabilities' argmax onnxruntime's label.
+    let file = predictions.join("sklearn_classifier.onnx.jsonl");
+    let text = std::fs::read_to_string(&file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+    let rows: Vec<Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(rows.len(), predicted.len());
+    for (i, row) in rows.iter().enumerate() {
+        let p: Vec<f64> = row["output:probabilities"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
+        let argmax = (0..p.len()).max_by(|&a, &b| p[a].total_cmp(&p[b])).unwrap() as i64;
+        assert_eq!((row["index"].as_u64(), argmax), (Some(i as u64), predicted[i]), "{row}");
+        assert_eq!(row["label"].as_i64(), Some(labels[i]), "{row}");
+    }
+    let rescored = run(isorun().arg("rescore").arg(&file).args(["--ci", "0.95"]));
+    assert_eq!(rescored.code, Some(0), "{}\n{}", rescored.stdout, rescored.stderr);
+    let again = &rescored.records[0];
+    for key in ["metrics", "slices", "ci", "examples"] {
+        assert_eq!(again[key], record[key], "{key}: rescore {again} against eval {record}");
+    }
+}
+
 /// An ONNX Runtime older than the worker's C API (17) is said once, as
 /// each `.onnx` unit's `load_failed` before any worker, while the
 /// SavedModels beside them run; doctor's line says it failed and why.
