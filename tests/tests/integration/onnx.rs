@@ -364,7 +364,7 @@ fn an_onnx_classifier_s_slices_interval_and_predictions_are_onnxruntime_s_and_re
         let right = rows.iter().filter(|&&i| predicted[i] == class).count();
         let slice = &record["slices"]["label"][class.to_string()];
         assert_eq!(slice["examples"], rows.len(), "{class}: {record}");
-        let got = slice["metrics"]["accuracy"].as_f64().unwrap();
+        let got = slice["accuracy"].as_f64().unwrap();
         assert!((got - right as f64 / rows.len() as f64).abs() < 1e-12, "{class}: {slice}");
     }
     let interval = record["ci"]["accuracy"].as_array().unwrap_or_else(|| panic!("no interval: {record}"));
