@@ -51,7 +51,7 @@ pub const SHARED_PER_TRACE: usize = 8;
 /// How many of `jobs`, from the first, one process takes: at most
 /// `per_process` traced (a job whose graph is not the one before it), and
 /// at most [`SHARED_PER_TRACE`] times that in all.
-fn batch_len(jobs: &[&Job], per_process: usize) -> usize {
+pub(super) fn batch_len(jobs: &[&Job], per_process: usize) -> usize {
     let mut traced = 0;
     for (n, job) in jobs.iter().enumerate() {
         let shares = n > 0 && job.graph.is_some() && job.graph == jobs[n - 1].graph;
