@@ -449,8 +449,8 @@ fn by_graph(jobs: &[Job]) -> Vec<Vec<usize>> {
     groups
 }
 
-/// How many traced files one export process takes when the user gave no
-/// `--keras-files-per-process`. Python with TensorFlow takes seconds to
+/// How many traced files one export process takes when the engine's
+/// settings leave it open (`KerasSettings::files_per_process` 0). Python with TensorFlow takes seconds to
 /// start: one process per export thread, up to [`MAX_FILES_PER_PROCESS`]
 /// traced files each, where a file that shares a trace counts
 /// 1/[`SHARED_PER_TRACE`] of a traced one (a checkpoint folder of one
