@@ -160,12 +160,6 @@ impl Staged {
         let mut groups = by_graph(&jobs);
         let cost = |job: usize| work.keys[jobs[job].id].cost;
         costliest_first(&mut groups, &cost);
-        let per_process = match (settings.keras.unsafe_code, settings.keras.files_per_process) {
-            // Code from a file runs: it gets a process of its own, so it cannot touch another file's export.
-            (true, _) => 1,
-            (false, 0) => default_files_per_process(&groups, settings.jobs),
-            (false, n) => n,
-        };
         let on_end = |job: &Job, end: JobEnd| {
             let result = self.store(work, settings, job, end);
             for &index in &work.keys[job.id].indexes {
@@ -195,15 +189,14 @@ impl Staged {
         let exporter =
             Exporter { python: &work.python, settings, stop, scratch_root: work.cache.clone(), on_end: &on_end };
         let began = Instant::now();
-        // Up to `jobs` export processes at a time, each on a thread that
-        // lives as long as it does; the files of one architecture go to one
-        // of them, in a row, so they share its trace.
-        let slots = settings.jobs.max(1).min(groups.len().div_ceil(per_process)).max(1);
-        let parts = share_out(&jobs, &groups, slots, &cost);
+        // Up to `jobs` export threads, each starting its processes one after
+        // another; the files of one architecture go to one of them, in a
+        // row, so they share its trace.
+        let plan = plan_exports(&jobs, &groups, settings, &cost);
         std::thread::scope(|scope| {
-            for part in &parts {
+            for (part, per_process) in &plan {
                 let exporter = &exporter;
-                scope.spawn(move || exporter.export_all(part, per_process));
+                scope.spawn(move || exporter.export_all(part, *per_process));
             }
         });
         for dir in staging {
@@ -449,20 +442,50 @@ fn by_graph(jobs: &[Job]) -> Vec<Vec<usize>> {
     groups
 }
 
-/// How many traced files one export process takes when the engine's
-/// settings leave it open (`KerasSettings::files_per_process` 0). Python with TensorFlow takes seconds to
-/// start: one process per export thread, up to [`MAX_FILES_PER_PROCESS`]
-/// traced files each, where a file that shares a trace counts
-/// 1/[`SHARED_PER_TRACE`] of a traced one (a checkpoint folder of one
-/// architecture is one process, not one per 8 files). The threads are at
-/// most the groups, since a group goes whole to one thread: one group at
-/// `-j 2` has one thread, and splitting it into two processes would only pay
-/// a second import and a second trace in series (40 checkpoints' first run
-/// took 6.2 s at `-j 2` so, against 4.3 s at `-j 1`).
-fn default_files_per_process(groups: &[Vec<usize>], jobs: usize) -> usize {
-    let units: usize = groups.iter().map(|g| 1 + g.len().saturating_sub(1).div_ceil(SHARED_PER_TRACE)).sum();
-    let threads = jobs.max(1).min(groups.len()).max(1);
-    units.div_ceil(threads).clamp(1, MAX_FILES_PER_PROCESS)
+/// The export threads and each one's part: whole groups dealt out to at
+/// most `jobs` threads, and how many traced files each of a thread's
+/// processes takes. Code from a file (`--keras-unsafe`) gets a process of
+/// its own, so it cannot touch another file's export; a number set in
+/// `KerasSettings::files_per_process` is each process's. Left open (0),
+/// there is a thread per group up to `jobs`, and a thread's part is one
+/// process (up to [`MAX_FILES_PER_PROCESS`] traced files, a file that
+/// shares a trace counting 1/[`SHARED_PER_TRACE`] of one): Python with
+/// TensorFlow takes seconds to start, and a group split over two processes
+/// would import and trace twice in series (40 checkpoints' first run took
+/// 6.2 s at `-j 2` so, against 4.3 s at `-j 1`).
+fn plan_exports(
+    jobs: &[Job],
+    groups: &[Vec<usize>],
+    settings: &Settings,
+    cost: &dyn Fn(usize) -> u64,
+) -> Vec<(Vec<Job>, usize)> {
+    let set = match (settings.keras.unsafe_code, settings.keras.files_per_process) {
+        (true, _) => Some(1),
+        (false, 0) => None,
+        (false, n) => Some(n),
+    };
+    let threads = match set {
+        Some(n) => groups.len().div_ceil(n),
+        None => groups.len(),
+    };
+    let slots = settings.jobs.max(1).min(threads).max(1);
+    share_out(jobs, groups, slots, cost)
+        .into_iter()
+        .map(|part| {
+            let per_process = set.unwrap_or_else(|| one_process_for(&part));
+            (part, per_process)
+        })
+        .collect()
+}
+
+/// The files per process that make `part` one process where
+/// [`MAX_FILES_PER_PROCESS`] allows: its traced files (a file whose graph
+/// is not the one before it), and a traced file per [`SHARED_PER_TRACE`]
+/// files in all, as `export::batch_len` counts them.
+fn one_process_for(part: &[Job]) -> usize {
+    let traced =
+        (0..part.len()).filter(|&n| n == 0 || part[n].graph.is_none() || part[n].graph != part[n - 1].graph).count();
+    traced.max(part.len().div_ceil(SHARED_PER_TRACE)).clamp(1, MAX_FILES_PER_PROCESS)
 }
 
 /// What exporting a file in full is guessed to cost, in milliseconds:
@@ -712,32 +735,83 @@ mod key_parts_tests {
         assert_eq!(with_other(Vec::new(), 30), Vec::new());
     }
 
-    /// One architecture's files (one group) go to one export process at
-    /// any `-j`: there is one export thread for one group, so a second
-    /// process would only import and trace again. Many groups are shared
-    /// out over `-j` threads, each process taking its part.
-    #[test]
-    fn one_architecture_is_one_export_process_at_any_jobs_and_many_are_shared_out() {
-        let one_group = vec![(0..40).collect::<Vec<usize>>()];
-        let jobs: Vec<Job> = (0..40)
-            .map(|id| Job {
-                id,
-                file: PathBuf::from(format!("ckpt_{id}.keras")),
-                out: PathBuf::new(),
-                graph: Some("mlp".into()),
-                freeze: true,
-                check_in_worker: true,
+    /// The processes `plan_exports` leads to: each thread's part taken
+    /// batch after batch as `export_all` takes them; the files of each.
+    fn processes(jobs: &[Job], groups: &[Vec<usize>], settings: &Settings) -> Vec<Vec<Vec<usize>>> {
+        plan_exports(jobs, groups, settings, &|_| 1)
+            .into_iter()
+            .map(|(part, per_process)| {
+                let mut left: Vec<&Job> = part.iter().collect();
+                let mut batches = Vec::new();
+                while !left.is_empty() {
+                    let n = export::batch_len(&left, per_process);
+                    batches.push(left.drain(..n).map(|job| job.id).collect());
+                }
+                batches
             })
-            .collect();
-        let refs: Vec<&Job> = jobs.iter().collect();
-        for j in [1, 2, 4] {
-            let per_process = default_files_per_process(&one_group, j);
-            assert_eq!(export::batch_len(&refs, per_process), 40, "-j {j}: one process takes all 40");
+            .collect()
+    }
+
+    /// Jobs of the given architectures in a row (`None`: none shared), and their groups.
+    fn jobs_of(graphs: &[(Option<&str>, usize)]) -> (Vec<Job>, Vec<Vec<usize>>) {
+        let mut jobs = Vec::new();
+        for &(graph, count) in graphs {
+            for _ in 0..count {
+                let id = jobs.len();
+                jobs.push(Job {
+                    id,
+                    file: PathBuf::from(format!("{id}.keras")),
+                    out: PathBuf::new(),
+                    graph: graph.map(String::from),
+                    freeze: true,
+                    check_in_worker: true,
+                });
+            }
         }
-        let distinct: Vec<Vec<usize>> = (0..40).map(|i| vec![i]).collect();
-        assert_eq!(default_files_per_process(&distinct, 1), MAX_FILES_PER_PROCESS);
-        assert_eq!(default_files_per_process(&distinct, 2), 20);
-        assert_eq!(default_files_per_process(&distinct, 8), 5);
+        let groups = by_graph(&jobs);
+        (jobs, groups)
+    }
+
+    /// One architecture's files go to one export process at any `-j` (a
+    /// second would import and trace again), beside other architectures
+    /// too; many architectures are shared out over `-j` threads, a process
+    /// each, and a number of files per process set is kept.
+    #[test]
+    fn each_thread_exports_its_part_in_one_process_and_an_architecture_is_never_split() {
+        let settings = |jobs: usize| {
+            let mut settings = Settings::builder("isorun-worker").build();
+            settings.jobs = jobs;
+            settings
+        };
+        let ids = |range: std::ops::Range<usize>| range.collect::<Vec<usize>>();
+        let (jobs, groups) = jobs_of(&[(Some("mlp"), 40)]);
+        for j in [1, 2, 4] {
+            assert_eq!(processes(&jobs, &groups, &settings(j)), vec![vec![ids(0..40)]], "-j {j}");
+        }
+        // 40 checkpoints and 2 other files at -j 4: three threads, the checkpoints whole on one.
+        let (jobs, groups) = jobs_of(&[(Some("mlp"), 40), (Some("cnn"), 1), (None, 1)]);
+        let plan = processes(&jobs, &groups, &settings(4));
+        assert_eq!(plan.len(), 3, "{plan:?}");
+        assert!(plan.contains(&vec![ids(0..40)]), "{plan:?}");
+        // Two checkpoint folders at -j 2: a thread and a process each.
+        let (jobs, groups) = jobs_of(&[(Some("a"), 40), (Some("b"), 40)]);
+        let mut plan = processes(&jobs, &groups, &settings(2));
+        plan.sort();
+        assert_eq!(plan, vec![vec![ids(0..40)], vec![ids(40..80)]]);
+        // 40 distinct architectures: 20 a process at -j 2; at -j 1, 32 then 8 (the most a process takes).
+        let (jobs, groups) = jobs_of(&[(None, 40)]);
+        let sizes = |plan: Vec<Vec<Vec<usize>>>| -> Vec<Vec<usize>> {
+            plan.iter().map(|batches| batches.iter().map(Vec::len).collect()).collect()
+        };
+        assert_eq!(sizes(processes(&jobs, &groups, &settings(2))), vec![vec![20], vec![20]]);
+        assert_eq!(sizes(processes(&jobs, &groups, &settings(1))), vec![vec![MAX_FILES_PER_PROCESS, 8]]);
+        // A number set is each process's; --keras-unsafe is a process per file.
+        let mut set = settings(1);
+        set.keras = set.keras.files_per_process(5);
+        assert_eq!(sizes(processes(&jobs, &groups, &set)), vec![vec![5; 8]]);
+        let mut unsafe_code = settings(2);
+        unsafe_code.keras = unsafe_code.keras.unsafe_code(true);
+        assert!(sizes(processes(&jobs, &groups, &unsafe_code)).iter().flatten().all(|&n| n == 1));
     }
 
     #[test]
