@@ -506,9 +506,9 @@ def floor_table(w, results):
             return None
         span = f"{min(rs):.2f}–{max(rs):.2f}×" if len(rs) > 1 else f"{rs[0]:.2f}×"
         return f"{what}: {'met' if max(rs) <= 1.15 else 'missed'} ({span})"
-    parts = [v for v in (verdict("forked units within 1.15× of their floors", forked_ratios),
-                         verdict("the run's first, exec'd unit within 1.15× of its floor", exec_ratios)) if v]
-    w(f"**Target (#44 §2)**: {'; '.join(parts)}.\n")
+    parts = [v for v in (verdict("Forked units within 1.15× of their floors", forked_ratios),
+                         verdict("The run's first, exec'd unit within 1.15× of its floor", exec_ratios)) if v]
+    w(f"**Target (#44 §2)**: {'. '.join(parts)}.\n")
     results["target_floor"] = {"target": "eval unit ≤ 1.5× the in-process floor", "met": worst <= 1.5,
                                "measured": worst}
     return ratios
