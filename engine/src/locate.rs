@@ -368,7 +368,7 @@ pub struct FoundOnnxruntime {
 
 impl FoundOnnxruntime {
     /// Why workers cannot use this library, when its C API is older than
-    /// [`ONNXRUNTIME_MIN_API`]: said once, before any worker, rather than
+    /// `ONNXRUNTIME_MIN_API`: said once, before any worker, rather than
     /// as every unit's failure to open it.
     pub fn too_old(&self) -> Option<String> {
         if self.api_version >= ONNXRUNTIME_MIN_API {
