@@ -487,28 +487,35 @@ fn eval_scores_onnx_classifiers_as_onnxruntime_predicts_from_npz_and_csv() {
     }
 }
 
-#[test]
-fn an_onnx_model_that_eats_memory_is_its_own_memory_limit_and_the_next_model_runs() {
-    // grow.onnx: 137 bytes whose ConstantOfShape takes what its input asks for (8 GB here).
-    let tmp = tempfile::tempdir().unwrap();
-    let models = tmp.path().join("models");
+/// A folder `models` holding `bad` (a model that misbehaves on the `bad_input`
+/// given as its `input`) beside `mlp.onnx`, and an `--inputs-dir` folder
+/// with each one's input: `(models, inputs)`.
+fn bad_model_beside_mlp(root: &Path, bad: &str, input: &str, bad_input: isorun_protocol::Tensor) -> (PathBuf, PathBuf) {
+    use isorun_protocol::{DType, Tensor};
+    let models = root.join("models");
     std::fs::create_dir_all(&models).unwrap();
-    for name in ["grow.onnx", "mlp.onnx"] {
+    for name in [bad, "mlp.onnx"] {
         std::fs::copy(onnx(name), models.join(name)).unwrap();
     }
-    let inputs = tmp.path().join("inputs");
-    let write = |id: &str, name: &str, tensor: isorun_protocol::Tensor| {
+    let inputs = root.join("inputs");
+    let write = |id: &str, name: &str, tensor: Tensor| {
         std::fs::create_dir_all(inputs.join(id)).unwrap();
         let file = std::fs::File::create(inputs.join(id).join(format!("{name}.npy"))).unwrap();
         isorun_tensors::npy::write_npy(file, &tensor).unwrap();
     };
+    write(bad, input, bad_input);
+    let ones: Vec<u8> = [1f32; 4].iter().flat_map(|v| v.to_le_bytes()).collect();
+    write("mlp.onnx", "x", Tensor::dense(DType::Float32, vec![1, 4], ones));
+    (models, inputs)
+}
+
+#[test]
+fn an_onnx_model_that_eats_memory_is_its_own_memory_limit_and_the_next_model_runs() {
+    // grow.onnx: 137 bytes whose ConstantOfShape takes what its input asks for (8 GB here).
     use isorun_protocol::{DType, Tensor};
-    write("grow.onnx", "shape", Tensor::dense(DType::Int64, vec![1], 2_000_000_000i64.to_le_bytes().to_vec()));
-    write(
-        "mlp.onnx",
-        "x",
-        Tensor::dense(DType::Float32, vec![1, 4], [1f32; 4].iter().flat_map(|v| v.to_le_bytes()).collect()),
-    );
+    let tmp = tempfile::tempdir().unwrap();
+    let shape = Tensor::dense(DType::Int64, vec![1], 2_000_000_000i64.to_le_bytes().to_vec());
+    let (models, inputs) = bad_model_beside_mlp(tmp.path(), "grow.onnx", "shape", shape);
     let ran = run(isorun().arg("run").arg(&models).arg("--inputs-dir").arg(&inputs).args([
         "--memory-limit",
         "1G",
@@ -531,23 +538,8 @@ fn an_onnx_model_that_eats_memory_is_its_own_memory_limit_and_the_next_model_run
 fn an_onnx_model_that_hangs_is_its_own_timeout_and_the_next_model_runs() {
     use isorun_protocol::{DType, Tensor};
     let tmp = tempfile::tempdir().unwrap();
-    let models = tmp.path().join("models");
-    std::fs::create_dir_all(&models).unwrap();
-    for name in ["spin.onnx", "mlp.onnx"] {
-        std::fs::copy(onnx(name), models.join(name)).unwrap();
-    }
-    let inputs = tmp.path().join("inputs");
-    let write = |id: &str, name: &str, tensor: Tensor| {
-        std::fs::create_dir_all(inputs.join(id)).unwrap();
-        let file = std::fs::File::create(inputs.join(id).join(format!("{name}.npy"))).unwrap();
-        isorun_tensors::npy::write_npy(file, &tensor).unwrap();
-    };
-    write("spin.onnx", "n", Tensor::dense(DType::Int64, vec![], 1_000_000_000_000i64.to_le_bytes().to_vec()));
-    write(
-        "mlp.onnx",
-        "x",
-        Tensor::dense(DType::Float32, vec![1, 4], [1f32; 4].iter().flat_map(|v| v.to_le_bytes()).collect()),
-    );
+    let turns = Tensor::dense(DType::Int64, vec![], 1_000_000_000_000i64.to_le_bytes().to_vec());
+    let (models, inputs) = bad_model_beside_mlp(tmp.path(), "spin.onnx", "n", turns);
     let started = std::time::Instant::now();
     let ran =
         run(isorun().arg("run").arg(&models).arg("--inputs-dir").arg(&inputs).args(["--timeout", "2", "-j", "1"]));
