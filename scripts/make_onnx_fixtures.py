@@ -5,7 +5,7 @@ ONNX Runtime's Python API gives on them, so that isorun's outputs can be
 compared with onnxruntime's:
 
 - graphs built with onnx.helper (mlp, dtypes, sequence_map, ir3, external,
-  truncated, every_dtype, two_inputs, unknown_op, grow, total, spin), so they are what the onnx
+  truncated, every_dtype, two_inputs, unknown_op, grow, total, spin, huge_external), so they are what the onnx
   package itself writes;
 - scikit-learn classifiers converted by skl2onnx (sklearn_classifier,
   sklearn_columns, sklearn_zipmap);
@@ -242,6 +242,29 @@ def spin():
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [])],
         [numpy_helper.from_array(np.array(True), "keep_going"),
          numpy_helper.from_array(np.array(0.0, np.float32), "start")],
+    )
+    return helper.make_model(graph, opset_imports=opsets(("", 17)), producer_name="isorun-fixtures",
+                             producer_version="1.0")
+
+
+def huge_external():
+    """x float32 [batch, 4] -> Identity -> y, beside an initializer w of 3 GiB (805,306,368 float32)
+    kept in huge.bin (offset 0, length 3 GiB): a graph over protobuf's 2 GiB, as models that big
+    are saved. The data file is not written here: a test makes it (sparse) beside a copy."""
+    w = TensorProto()
+    w.name = "w"
+    w.data_type = TensorProto.FLOAT
+    w.dims.extend([3 << 28])
+    w.data_location = TensorProto.EXTERNAL
+    for key, value in (("location", "huge.bin"), ("offset", "0"), ("length", str(3 << 30))):
+        entry = w.external_data.add()
+        entry.key, entry.value = key, value
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["x"], ["y"])],
+        "huge_external",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4])],
+        [w],
     )
     return helper.make_model(graph, opset_imports=opsets(("", 17)), producer_name="isorun-fixtures",
                              producer_version="1.0")
@@ -585,6 +608,8 @@ def main():
     save(grow(), "grow.onnx")
     save(total(), "total.onnx")
     save(spin(), "spin.onnx")
+    # The checker would look for huge.bin, which only the test makes.
+    save(huge_external(), "huge_external.onnx", check=False)
     # The checker refuses an op of a domain it does not know.
     save(unknown_op(), "unknown_op.onnx", check=False)
     x_train, y_train, x_eval, y_eval = iris_split()

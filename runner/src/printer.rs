@@ -397,10 +397,12 @@ fn mib(bytes: Option<u64>) -> String {
     bytes.map_or("-".into(), |b| format!("{:.0} MiB", b as f64 / (1024.0 * 1024.0)))
 }
 
-/// The totals line: `3 models: 2 ok, 1 not ok, in 0.54 s; supervisor peak memory 6 MiB`.
+/// The totals line: `3 models: 2 ok, 1 not ok, in 0.54 s; supervisor peak memory 6 MiB`
+/// (`1 model: ...` for one).
 fn totals_line(count: usize, ok: usize, elapsed: Duration) -> String {
     format!(
-        "{count} models: {ok} ok, {} not ok, in {:.2} s; supervisor peak memory {}",
+        "{count} {}: {ok} ok, {} not ok, in {:.2} s; supervisor peak memory {}",
+        if count == 1 { "model" } else { "models" },
         count - ok,
         elapsed.as_secs_f64(),
         mib(own_peak_rss())

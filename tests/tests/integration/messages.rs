@@ -71,7 +71,7 @@ fn on_a_terminal_run_prints_the_table_and_totals_by_default() {
     assert!(status.success(), "{status}");
     let said = std::fs::read_to_string(&log).unwrap().replace('\r', "");
     assert!(said.contains("\nmodel ") && said.contains("\nlinear_regressor  ok"), "{said}");
-    assert!(said.contains("\n1 models: 1 ok, 0 not ok, in "), "{said}");
+    assert!(said.contains("\n1 model: 1 ok, 0 not ok, in "), "{said}");
 }
 
 #[test]
@@ -363,7 +363,7 @@ fn steady_table(stdout: &str) -> String {
         }
         let line = if i > 0 && rows {
             format!("{}[time]  [mem]  {}", &line[..id_width + 18], &line[id_width + 39..])
-        } else if line.contains(" models: ") {
+        } else if line.contains(" models: ") || line.contains(" model: ") {
             format!("{} in [time]", &line[..line.find(" in ").unwrap()])
         } else {
             line.to_string()

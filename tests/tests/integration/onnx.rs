@@ -105,6 +105,37 @@ fn inspect_json_gives_shapes_opsets_and_external_data() {
     assert_eq!(names, ["x"]);
 }
 
+/// A graph over protobuf's 2 GiB keeps its weights in external data (here
+/// a 3 GiB initializer in a sparse `huge.bin`): `ls` lists the model alone,
+/// `inspect` reads its signature and names the data file without reading
+/// it, and `run` gives its output (ONNX Runtime drops the unused initializer).
+#[test]
+fn a_graph_over_2_gib_in_external_data_is_listed_inspected_and_run() {
+    let tmp = tempfile::tempdir().unwrap();
+    let models = tmp.path().join("models");
+    std::fs::create_dir_all(&models).unwrap();
+    let model = models.join("huge_external.onnx");
+    std::fs::copy(onnx("huge_external.onnx"), &model).unwrap();
+    let data = models.join("huge.bin");
+    std::fs::File::create(&data).unwrap().set_len(3 << 30).unwrap();
+    let ran = run(isorun().arg("ls").arg(&models));
+    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    assert_eq!(ran.stdout, format!("huge_external.onnx\t{}\tonnx\n", model.display()));
+    let ran = run(isorun().args(["inspect", "--json"]).arg(&model));
+    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    let inspected = &ran.records[0];
+    assert_eq!(
+        inspected["external_data"],
+        serde_json::json!([{"location": "huge.bin", "path": data.to_string_lossy(), "tensors": 1, "present": true}])
+    );
+    assert_eq!(inspected["inputs"][0]["shape"], serde_json::json!(["batch", 4]), "{inspected}");
+    let ran = run(isorun().arg("run").arg(&model).args(["--input", "x=@[[1, 2, 3, 4]]", "--values"]));
+    assert_eq!(ran.code, Some(0), "{}\n{}", ran.stdout, ran.stderr);
+    let record = &ran.records[0];
+    assert_eq!(record["status"], "ok", "{record}");
+    assert_eq!(record["outputs"]["y"]["values"], serde_json::json!([[1.0, 2.0, 3.0, 4.0]]), "{record}");
+}
+
 #[test]
 fn a_truncated_onnx_file_is_a_usage_error_of_inspect_naming_it() {
     let path = onnx("truncated.onnx");

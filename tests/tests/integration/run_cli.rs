@@ -18,7 +18,7 @@ fn table_format_shows_one_row_per_model_under_a_header() {
     assert_eq!(ran.code, Some(0), "{}", ran.stderr);
     let lines: Vec<&str> = ran.stdout.lines().collect();
     assert_eq!(lines.len(), 4, "a header, a row, a blank line and the totals:\n{}", ran.stdout);
-    assert!(lines[3].starts_with("1 models: 1 ok, 0 not ok, in "), "{}", lines[3]);
+    assert!(lines[3].starts_with("1 model: 1 ok, 0 not ok, in "), "{}", lines[3]);
     let header: Vec<&str> = lines[0].split_whitespace().collect();
     assert_eq!(header[..3], ["model", "status", "time"]);
     let row: Vec<&str> = lines[1].split_whitespace().collect();

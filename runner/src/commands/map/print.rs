@@ -99,8 +99,9 @@ impl Printer {
             let peak = own_peak_rss().map_or("-".into(), |b| format!("{:.0} MiB", b as f64 / (1024.0 * 1024.0)));
             let _ = writeln!(
                 io::stdout().lock(),
-                "\n{} items: {} ok, {} not ok, in {:.2} s; supervisor peak memory {peak}",
+                "\n{} {}: {} ok, {} not ok, in {:.2} s; supervisor peak memory {peak}",
                 self.count,
+                if self.count == 1 { "item" } else { "items" },
                 self.ok,
                 self.count - self.ok,
                 elapsed.as_secs_f64()
