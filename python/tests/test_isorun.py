@@ -408,6 +408,24 @@ def test_an_onnx_model_runs_beside_numpy_as_onnxruntime_would(fixtures: Path):
     assert result.record["onnxruntime"]["execution_provider"] == "cpu", result.record
 
 
+def test_evaluate_scores_an_onnx_classifier_as_onnxruntime_predicts(fixtures: Path):
+    # sklearn_columns.onnx (skl2onnx): inputs f0..f3 [batch, 1], fed from iris.csv's columns;
+    # expected.json holds onnxruntime's own accuracy on those 30 rows.
+    expected = json.loads((fixtures / "onnx" / "expected.json").read_text())["iris"]
+    [result] = isorun.evaluate(
+        fixtures / "onnx" / "sklearn_columns.onnx",
+        data=fixtures / "onnx" / "iris.csv",
+        label="label",
+        metrics=["accuracy"],
+        output="probabilities",
+        jobs=1,
+    )
+    assert result.ok, result
+    assert result.examples == expected["rows"]
+    assert abs(result.metrics["accuracy"] - expected["accuracy"]) < 1e-12, result.metrics
+    assert result.record["onnxruntime"]["execution_provider"] == "cpu", result.record
+
+
 def test_python_m_isorun_fetch_onnxruntime_fills_the_cache_workers_load(fixtures: Path, tmp_path: Path, monkeypatch):
     target = tmp_path / "ort"
     monkeypatch.setenv("ISORUN_ONNXRUNTIME_DIR", str(target))
