@@ -64,7 +64,7 @@ fn one_value_rows(value_bytes: usize, rows: usize, dictionary_typed: bool) -> Re
 
 /// A zstd Parquet file of `batch`: its dictionary pages compressed to
 /// almost nothing, no statistics (which would hold the value again).
-fn write_parquet(dir: &Path, name: &str, batch: &RecordBatch) -> PathBuf {
+pub(crate) fn write_parquet(dir: &Path, name: &str, batch: &RecordBatch) -> PathBuf {
     let path = dir.join(name);
     let properties = WriterProperties::builder()
         .set_compression(Compression::ZSTD(ZstdLevel::try_new(3).unwrap()))

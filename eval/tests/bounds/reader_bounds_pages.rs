@@ -10,9 +10,6 @@ use arrow_schema::{DataType, Field, Schema};
 use isorun_eval::predictions::{Meta, PredictionsFormat, PredictionsReader, PredictionsWriter};
 use isorun_eval::{DataSpec, Dataset, Labels, Targets};
 use isorun_protocol::{DType, SignatureInfo, Tensor};
-use parquet::arrow::ArrowWriter;
-use parquet::basic::{Compression, ZstdLevel};
-use parquet::file::properties::{EnabledStatistics, WriterProperties};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -51,17 +48,7 @@ fn one_value_parquet(dir: &Path, name: &str, value_bytes: usize, rows: usize) ->
     ]);
     let columns: Vec<ArrayRef> = vec![Arc::new(x), Arc::new(Int64Array::from(vec![1; rows]))];
     let batch = RecordBatch::try_new(Arc::new(schema), columns).unwrap();
-    let path = dir.join(name);
-    let properties = WriterProperties::builder()
-        .set_compression(Compression::ZSTD(ZstdLevel::try_new(3).unwrap()))
-        .set_dictionary_page_size_limit(256 << 20)
-        .set_statistics_enabled(EnabledStatistics::None)
-        .build();
-    let mut writer =
-        ArrowWriter::try_new(std::fs::File::create(&path).unwrap(), batch.schema(), Some(properties)).unwrap();
-    writer.write(&batch).unwrap();
-    writer.close().unwrap();
-    path
+    super::reader_bounds::write_parquet(dir, name, &batch)
 }
 
 #[test]

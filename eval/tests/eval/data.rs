@@ -10,7 +10,7 @@ use prost::Message;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use super::util::{self, data_spec, tensor};
+use super::util::{self, data_spec, npy, tensor};
 
 fn spec(paths: Vec<PathBuf>) -> DataSpec {
     data_spec(paths, "label", 4)
@@ -236,23 +236,6 @@ fn a_single_string_input_gets_the_serialized_records() {
         strings.iter().map(|s| s.to_vec()).collect::<Vec<_>>(),
         vec![b"a".to_vec(), b"b".to_vec(), b"b".to_vec()]
     );
-}
-
-fn npy(dtype: &str, shape: &[u64], data: &[u8]) -> Vec<u8> {
-    let shape_text = match shape {
-        [n] => format!("({n},)"),
-        dims => format!("({})", dims.iter().map(u64::to_string).collect::<Vec<_>>().join(", ")),
-    };
-    let mut header = format!("{{'descr': '{dtype}', 'fortran_order': False, 'shape': {shape_text}, }}");
-    while (10 + header.len() + 1) % 64 != 0 {
-        header.push(' ');
-    }
-    header.push('\n');
-    let mut out = b"\x93NUMPY\x01\x00".to_vec();
-    out.extend_from_slice(&(header.len() as u16).to_le_bytes());
-    out.extend_from_slice(header.as_bytes());
-    out.extend_from_slice(data);
-    out
 }
 
 fn npz(path: &Path, arrays: &[(&str, Vec<u8>)], deflate: bool) {

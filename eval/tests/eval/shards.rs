@@ -100,16 +100,8 @@ fn tfrecords(ids: &[i64]) -> Vec<u8> {
 }
 
 fn npy_i64(ids: &[i64]) -> Vec<u8> {
-    let mut header = format!("{{'descr': '<i8', 'fortran_order': False, 'shape': ({},), }}", ids.len());
-    while (10 + header.len() + 1) % 64 != 0 {
-        header.push(' ');
-    }
-    header.push('\n');
-    let mut out = b"\x93NUMPY\x01\x00".to_vec();
-    out.extend_from_slice(&(header.len() as u16).to_le_bytes());
-    out.extend_from_slice(header.as_bytes());
-    out.extend(ids.iter().flat_map(|i| i.to_le_bytes()));
-    out
+    let bytes: Vec<u8> = ids.iter().flat_map(|i| i.to_le_bytes()).collect();
+    super::util::npy("<i8", &[ids.len() as u64], &bytes)
 }
 
 /// Writes one file (or folder) of `kind` holding examples `ids`.

@@ -39,3 +39,22 @@ pub fn floats(v: &Value) -> Vec<f64> {
 pub fn data_spec(paths: Vec<PathBuf>, label: &str, batch_size: usize) -> DataSpec {
     DataSpec::new(paths, label, batch_size)
 }
+
+/// An `.npy` file's bytes: `dtype` as NumPy writes it (`<f4`, `|S1`), `shape`, `data` as given
+/// (not checked against them: tests write lying files with it).
+pub fn npy(dtype: &str, shape: &[u64], data: &[u8]) -> Vec<u8> {
+    let shape_text = match shape {
+        [n] => format!("({n},)"),
+        dims => format!("({})", dims.iter().map(u64::to_string).collect::<Vec<_>>().join(", ")),
+    };
+    let mut header = format!("{{'descr': '{dtype}', 'fortran_order': False, 'shape': {shape_text}, }}");
+    while (10 + header.len() + 1) % 64 != 0 {
+        header.push(' ');
+    }
+    header.push('\n');
+    let mut out = b"\x93NUMPY\x01\x00".to_vec();
+    out.extend_from_slice(&(header.len() as u16).to_le_bytes());
+    out.extend_from_slice(header.as_bytes());
+    out.extend_from_slice(data);
+    out
+}
