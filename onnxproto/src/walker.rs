@@ -47,8 +47,10 @@ pub enum OnnxError {
     )]
     TooLarge { path: PathBuf, bytes: u64, most: u64, offset: u64 },
     #[error(
-        "{path}: tensor '{tensor}' keeps its data at '{location}', which is not a file beside the model \
-         (external data is a relative path without '..')"
+        "{path}: tensor '{}' keeps its data at '{}', which is not a file beside the model \
+         (external data is a relative path without '..')",
+        tensor.escape_debug(),
+        location.escape_debug()
     )]
     ExternalOutside { path: PathBuf, tensor: String, location: String },
 }
@@ -137,6 +139,26 @@ impl<R: Read + Seek> Walker<'_, R> {
                     let opset = self.opset(body)?;
                     model.opsets.push(opset);
                 }
+                // Model-local functions: ONNX Runtime inlines their nodes, so a
+                // Constant in one loads its external data as an initializer would.
+                25 => {
+                    let body = self.body(wire, end, "functions")?;
+                    self.function(body, &mut parts)?;
+                }
+                // Training graphs (initialization, algorithm): not run for
+                // inference, but their tensors' locations are checked all the same.
+                20 => {
+                    let body = self.body(wire, end, "training_info")?;
+                    while let Some((tag, wire)) = self.key(body, "training_info")? {
+                        match tag {
+                            1 | 2 => {
+                                let graph = self.body(wire, body, "training_info.graph")?;
+                                self.graph(graph, &mut parts, 1)?;
+                            }
+                            _ => self.skip(wire, body, "training_info")?,
+                        }
+                    }
+                }
                 _ => self.skip(wire, end, "ModelProto")?,
             }
         }
@@ -219,6 +241,25 @@ impl<R: Read + Seek> Walker<'_, R> {
         Ok(())
     }
 
+    /// A `FunctionProto` of the model: its nodes and its attributes'
+    /// default values, looked into as a graph's nodes are.
+    fn function(&mut self, end: u64, parts: &mut Parts) -> Result<(), OnnxError> {
+        while let Some((tag, wire)) = self.key(end, "functions")? {
+            match tag {
+                7 => {
+                    let body = self.body(wire, end, "functions.node")?;
+                    self.node(body, parts, 1)?;
+                }
+                11 => {
+                    let body = self.body(wire, end, "functions.attribute_proto")?;
+                    self.attribute(body, parts, 1)?;
+                }
+                _ => self.skip(wire, end, "functions")?,
+            }
+        }
+        Ok(())
+    }
+
     /// A `NodeProto`: only its attributes' tensors and graphs are looked into.
     fn node(&mut self, end: u64, parts: &mut Parts, depth: usize) -> Result<(), OnnxError> {
         while let Some((tag, wire)) = self.key(end, "graph.node")? {
@@ -227,32 +268,43 @@ impl<R: Read + Seek> Walker<'_, R> {
                 continue;
             }
             let attribute_end = self.body(wire, end, "graph.node.attribute")?;
-            while let Some((tag, wire)) = self.key(attribute_end, "graph.node.attribute")? {
-                match tag {
-                    5 | 10 => {
-                        let body = self.body(wire, attribute_end, "graph.node.attribute.t")?;
-                        self.tensor(body, parts, "graph.node.attribute.t")?;
-                    }
-                    6 | 11 => {
-                        let body = self.body(wire, attribute_end, "graph.node.attribute.g")?;
-                        self.graph(body, parts, depth + 1)?;
-                    }
-                    22 | 23 => {
-                        let body = self.body(wire, attribute_end, "graph.node.attribute.sparse_tensor")?;
-                        self.sparse_tensor(body, parts, "graph.node.attribute.sparse_tensor")?;
-                    }
-                    _ => self.skip(wire, attribute_end, "graph.node.attribute")?,
+            self.attribute(attribute_end, parts, depth)?;
+        }
+        Ok(())
+    }
+
+    /// An `AttributeProto`: its tensors (each copy of a tensor given twice:
+    /// protobuf merges them, so every copy's locations count) and graphs.
+    fn attribute(&mut self, end: u64, parts: &mut Parts, depth: usize) -> Result<(), OnnxError> {
+        while let Some((tag, wire)) = self.key(end, "graph.node.attribute")? {
+            match tag {
+                5 | 10 => {
+                    let body = self.body(wire, end, "graph.node.attribute.t")?;
+                    self.tensor(body, parts, "graph.node.attribute.t")?;
                 }
+                6 | 11 => {
+                    let body = self.body(wire, end, "graph.node.attribute.g")?;
+                    self.graph(body, parts, depth + 1)?;
+                }
+                22 | 23 => {
+                    let body = self.body(wire, end, "graph.node.attribute.sparse_tensor")?;
+                    self.sparse_tensor(body, parts, "graph.node.attribute.sparse_tensor")?;
+                }
+                _ => self.skip(wire, end, "graph.node.attribute")?,
             }
         }
         Ok(())
     }
 
-    /// A `TensorProto`: its name, and where its data is when it is
-    /// external (recorded in `parts`); its data is skipped.
+    /// A `TensorProto`: its name, and every file its `external_data`
+    /// names (recorded in `parts`); its data is skipped. Every `location`
+    /// entry counts, whatever `data_location` says and however often it is
+    /// given: ONNX Runtime reads the last one of a tensor whose copies
+    /// protobuf merged, and an enum as its low 32 bits, so a file is
+    /// checked and granted whenever any reading could open it.
     fn tensor(&mut self, end: u64, parts: &mut Parts, field: &str) -> Result<String, OnnxError> {
         let mut name = String::new();
-        let mut location: Option<String> = None;
+        let mut locations: Vec<String> = Vec::new();
         let mut external = false;
         while let Some((tag, wire)) = self.key(end, field)? {
             match tag {
@@ -267,22 +319,24 @@ impl<R: Read + Seek> Walker<'_, R> {
                             _ => self.skip(wire, entry_end, field)?,
                         }
                     }
-                    if key == "location" {
-                        location = Some(value);
+                    if key == "location" && !locations.contains(&value) {
+                        self.keep(value.len() as u64 + std::mem::size_of::<String>() as u64)?;
+                        locations.push(value);
                     }
                 }
-                14 => external = self.int(wire, end, field)? == 1,
+                // An enum: protobuf's C++ reader keeps its low 32 bits.
+                14 => external = self.int(wire, end, field)? as u32 == 1,
                 _ => self.skip(wire, end, field)?,
             }
         }
-        if external {
-            let Some(location) = location else {
-                return Err(self.malformed(
-                    field,
-                    end,
-                    format!("tensor '{name}' has data_location EXTERNAL but no 'location' entry"),
-                ));
-            };
+        if external && locations.is_empty() {
+            return Err(self.malformed(
+                field,
+                end,
+                format!("tensor '{}' has data_location EXTERNAL but no 'location' entry", name.escape_debug()),
+            ));
+        }
+        for location in locations {
             if !beside_the_model(&location) {
                 return Err(OnnxError::ExternalOutside { path: self.path.to_path_buf(), tensor: name, location });
             }

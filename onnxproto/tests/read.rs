@@ -88,7 +88,8 @@ fn a_truncated_file_is_an_error_naming_it_the_field_and_the_offset() {
 
 /// A length-delimited field `tag` holding `body`.
 fn field(tag: u8, body: &[u8]) -> Vec<u8> {
-    let mut out = vec![(tag << 3) | 2];
+    // The key is a varint too (tags past 15 take two bytes).
+    let mut out = key(tag, 2);
     let mut length = body.len() as u64;
     loop {
         let byte = (length & 0x7f) as u8;
@@ -136,6 +137,88 @@ fn external_data_outside_the_model_s_folder_is_refused() {
     let model = read_model(&path).unwrap();
     assert_eq!(model.external_data[0].path, dir.path().join("data/w.bin"));
     assert_eq!(model.external_data.iter().filter(|f| !f.path.is_file()).count(), 1);
+}
+
+/// A field's key: `tag` and wire type `wire`, as a varint.
+fn key(tag: u8, wire: u8) -> Vec<u8> {
+    let key = (u16::from(tag) << 3) | u16::from(wire);
+    if key < 0x80 {
+        vec![key as u8]
+    } else {
+        vec![(key & 0x7f) as u8 | 0x80, (key >> 7) as u8]
+    }
+}
+
+/// A varint field `tag` holding `value`.
+fn varint(tag: u8, mut value: u64) -> Vec<u8> {
+    let mut out = key(tag, 0);
+    loop {
+        let byte = (value & 0x7f) as u8;
+        value >>= 7;
+        if value == 0 {
+            out.push(byte);
+            return out;
+        }
+        out.push(byte | 0x80);
+    }
+}
+
+/// One `external_data` entry of a TensorProto.
+fn entry(key: &str, value: &str) -> Vec<u8> {
+    field(13, &[field(1, key.as_bytes()), field(2, value.as_bytes())].concat())
+}
+
+/// A Constant node whose `value` attribute holds each of `tensors` (a
+/// tensor given more than once is one tensor to protobuf, its copies merged).
+fn constant(tensors: &[Vec<u8>]) -> Vec<u8> {
+    let attribute = [field(1, b"value"), tensors.iter().map(|t| field(5, t)).collect::<Vec<_>>().concat()].concat();
+    [field(4, b"Constant"), field(5, &attribute)].concat()
+}
+
+/// A model of IR 8 whose graph holds `graph`, then `rest` (other ModelProto fields).
+fn model_of(graph: &[u8], rest: &[u8]) -> Vec<u8> {
+    [vec![0x08, 8], field(7, graph), rest.to_vec()].concat()
+}
+
+/// Whatever way a file hides a location from one reading of it, each
+/// location any reading could open is checked: a tensor given twice (the
+/// second copy naming a file outside, no data_location: protobuf merges
+/// the copies and ONNX Runtime reads the last location), a data_location
+/// of 2^32 + 1 (EXTERNAL to a 32-bit enum), a Constant inside a model-local
+/// function (ONNX Runtime inlines it) or a training graph; a location with
+/// no data_location beside the model is listed, so it is granted and keyed.
+#[test]
+fn every_location_a_reading_could_open_is_checked_however_the_file_hides_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let outside = |bytes: Vec<u8>, name: &str| {
+        let path = write(dir.path(), name, &bytes);
+        match read_model(&path) {
+            Err(OnnxError::ExternalOutside { location, .. }) => location,
+            other => panic!("{name}: {other:?}"),
+        }
+    };
+    let inside = [field(8, b"c"), entry("location", "w.bin"), varint(14, 1)].concat();
+    let secret = [field(8, b"c"), entry("location", "/etc/passwd")].concat();
+    let merged = model_of(&field(1, &constant(&[inside.clone(), secret.clone()])), &[]);
+    assert_eq!(outside(merged, "merged.onnx"), "/etc/passwd");
+    let wide = [field(8, b"c"), entry("location", "../secret.bin"), varint(14, (1 << 32) + 1)].concat();
+    assert_eq!(outside(model_of(&field(1, &constant(&[wide])), &[]), "wide.onnx"), "../secret.bin");
+    let no_location = [field(8, b"c"), varint(14, (1 << 32) + 1)].concat();
+    let path = write(dir.path(), "no_location.onnx", &model_of(&field(1, &constant(&[no_location])), &[]));
+    let message = read_model(&path).unwrap_err().to_string();
+    assert!(message.contains("tensor 'c' has data_location EXTERNAL but no 'location' entry"), "{message}");
+    let function = field(25, &[field(1, b"f"), field(7, &constant(std::slice::from_ref(&secret)))].concat());
+    assert_eq!(outside(model_of(&[], &function), "function.onnx"), "/etc/passwd");
+    let training = field(20, &field(1, &field(5, &secret)));
+    assert_eq!(outside(model_of(&[], &training), "training.onnx"), "/etc/passwd");
+    let plain = [field(8, b"c"), entry("location", "w.bin")].concat();
+    let path = write(dir.path(), "plain.onnx", &model_of(&field(1, &constant(&[plain])), &[]));
+    let model = read_model(&path).unwrap();
+    assert_eq!(model.external_data.len(), 1);
+    assert_eq!(
+        (model.external_data[0].location.as_str(), model.external_data[0].path.clone()),
+        ("w.bin", dir.path().join("w.bin"))
+    );
 }
 
 #[test]
