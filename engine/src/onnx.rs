@@ -127,17 +127,23 @@ pub fn external_data_files(model: &isorun_onnxproto::OnnxModel) -> Result<Vec<st
     if model.external_data.is_empty() {
         return Ok(files);
     }
+    // The location as the file spells it, control characters escaped (a
+    // newline in it would forge a line of the message).
     let name = |external: &isorun_onnxproto::ExternalFile| {
-        format!("{}: its external data '{}'", model.path.display(), external.location)
+        format!("{}: its external data '{}'", model.path.display(), external.location.escape_debug())
+    };
+    // A path the location made, escaped as the location is.
+    let shown = |path: &std::path::Path| path.display().to_string().escape_debug().to_string();
+    // A hidden component (`.env`, `.ssh`), in `path` below the model's folder.
+    let hidden = |path: &std::path::Path| {
+        path.components()
+            .any(|c| matches!(c, std::path::Component::Normal(part) if part.as_encoded_bytes().starts_with(b".")))
     };
     let folder = std::fs::canonicalize(model.folder()).map_err(|e| {
         format!("{}: cannot resolve its folder {}: {e}", model.path.display(), model.folder().display())
     })?;
     for external in &model.external_data {
-        let hidden = std::path::Path::new(&external.location)
-            .components()
-            .any(|c| matches!(c, std::path::Component::Normal(part) if part.as_encoded_bytes().starts_with(b".")));
-        if hidden {
+        if hidden(std::path::Path::new(&external.location)) {
             return Err(format!(
                 "{} names a hidden file or folder: isorun does not read hidden files as weights",
                 name(external)
@@ -149,7 +155,7 @@ pub fn external_data_files(model: &isorun_onnxproto::OnnxModel) -> Result<Vec<st
                 return Err(format!(
                     "{} is missing (expected at {}; {} tensor(s) keep their bytes there)",
                     name(external),
-                    external.path.display(),
+                    shown(&external.path),
                     external.tensors
                 ))
             }
@@ -158,13 +164,21 @@ pub fn external_data_files(model: &isorun_onnxproto::OnnxModel) -> Result<Vec<st
             return Err(format!(
                 "{} resolves to {}, outside the model's folder {}: isorun reads external data only beside the model",
                 name(external),
-                resolved.display(),
+                shown(&resolved),
                 folder.display()
+            ));
+        }
+        // A link beside the model to a hidden file of its folder is that hidden file.
+        if resolved.strip_prefix(&folder).is_ok_and(hidden) {
+            return Err(format!(
+                "{} resolves to {}, a hidden file or folder: isorun does not read hidden files as weights",
+                name(external),
+                shown(&resolved)
             ));
         }
         match std::fs::metadata(&resolved) {
             Ok(metadata) if metadata.is_file() => {}
-            _ => return Err(format!("{} ({}) is not a regular file", name(external), resolved.display())),
+            _ => return Err(format!("{} ({}) is not a regular file", name(external), shown(&resolved))),
         }
         if !files.contains(&resolved) {
             files.push(resolved);
@@ -229,6 +243,33 @@ mod tests {
         std::fs::write(tmp.path().join(".eights.bin"), vec![0u8; 512]).unwrap();
         let error = refused(&path);
         assert!(error.message.contains("'.eights.bin' names a hidden file"), "{}", error.message);
+    }
+
+    /// A plain location that is a link to a hidden file of the model's
+    /// folder is refused as the hidden file would be, and a location
+    /// holding a newline is escaped in the message, not a second line.
+    #[test]
+    fn a_link_to_a_hidden_file_and_a_newline_in_a_location_are_refused_as_they_are() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = fixture_copy(tmp.path());
+        std::fs::write(tmp.path().join(".env"), b"TOKEN=secret").unwrap();
+        std::os::unix::fs::symlink(".env", tmp.path().join("weights.bin")).unwrap();
+        let error = refused(&path);
+        assert!(
+            error.message.contains("resolves to") && error.message.contains(".env, a hidden file"),
+            "{}",
+            error.message
+        );
+        assert!(onnx_read_paths(&path).iter().all(|p| !p.ends_with(".env")), "never given to a worker");
+        // The same model with its location spelled `weights\nbin` (same length).
+        let bytes = std::fs::read(&path).unwrap();
+        let at = bytes.windows(11).position(|w| w == b"weights.bin").expect("the location is in the file");
+        let mut newline = bytes.clone();
+        newline[at + 7] = b'\n';
+        std::fs::write(&path, newline).unwrap();
+        let error = refused(&path);
+        assert!(error.message.contains("external data 'weights\\nbin' is missing"), "{}", error.message);
+        assert!(!error.message.contains('\n'), "{}", error.message);
     }
 
     /// External data that exists but is no regular file (a FIFO, which a
