@@ -26,6 +26,10 @@ struct KeptState {
     pass: Option<(PlanKey, Arc<KeptPass>)>,
     /// A pass went over the cap: no later one keeps anything either.
     over_cap: bool,
+    /// A reader is keeping its pass now: readers started meanwhile (the
+    /// slots of `-j N`) read without keeping, so that at most one pass's
+    /// batches, up to the cap, are held at a time.
+    keeping: bool,
 }
 
 /// A kept pass: its batches and the records it skipped as corrupt.
@@ -59,12 +63,15 @@ impl Kept {
             feeding.clone(),
             inputs.iter().map(|p| (p.input.clone(), p.source.clone(), p.dtype, p.dims.clone())).collect(),
         );
-        let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
         match &state.pass {
             Some((kept_key, pass)) if *kept_key == key => Start::Replay(Arc::clone(pass)),
             Some(_) => Start::Read,
-            None if state.over_cap => Start::Read,
-            None => Start::Keep(Keeping { kept: Arc::clone(self), key, batches: Vec::new(), bytes: 0 }),
+            None if state.over_cap || state.keeping => Start::Read,
+            None => {
+                state.keeping = true;
+                Start::Keep(Keeping { kept: Arc::clone(self), key, batches: Vec::new(), bytes: 0 })
+            }
         }
     }
 }
@@ -120,10 +127,39 @@ impl Keeping {
 
     /// The pass read everything: its batches are kept for later readers
     /// (unless another pass was kept first).
-    pub(super) fn finish(self, skipped: u64) {
+    pub(super) fn finish(mut self, skipped: u64) {
         let mut state = self.kept.state.lock().unwrap_or_else(|e| e.into_inner());
         if state.pass.is_none() && !state.over_cap {
-            state.pass = Some((self.key, Arc::new(KeptPass { batches: self.batches, skipped })));
+            let batches = std::mem::take(&mut self.batches);
+            state.pass = Some((self.key.clone(), Arc::new(KeptPass { batches, skipped })));
         }
+    }
+}
+
+impl Drop for Keeping {
+    /// Finished, over the cap, failed or abandoned: the next reader may keep.
+    fn drop(&mut self) {
+        self.kept.state.lock().unwrap_or_else(|e| e.into_inner()).keeping = false;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Readers started while one keeps its pass (the slots of `-j N`) keep
+    /// nothing, so one pass's batches at most are held; once the keeping
+    /// reader is done without a kept pass (over the cap it would not be
+    /// kept; here dropped part-way), the next reader may keep.
+    #[test]
+    fn one_reader_keeps_its_pass_at_a_time() {
+        let kept = Arc::new(Kept::new(1 << 20));
+        let first = kept.start(&Feeding::Features, &[]);
+        assert!(matches!(first, Start::Keep(_)));
+        assert!(matches!(kept.start(&Feeding::Features, &[]), Start::Read), "a second reader meanwhile keeps nothing");
+        drop(first);
+        let Start::Keep(keeping) = kept.start(&Feeding::Features, &[]) else { panic!("the next reader keeps") };
+        keeping.finish(0);
+        assert!(matches!(kept.start(&Feeding::Features, &[]), Start::Replay(_)), "the kept pass is replayed");
     }
 }
